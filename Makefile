@@ -1,0 +1,82 @@
+# cbench build. `make` builds the C library and the CLI; `make test` runs every test; see README.md.
+#
+# Fragments in mk/*.mk add their own targets and append to TEST_TARGETS (run by `make test`),
+# ALL_TARGETS (built by `make`) and CLEAN_PATHS.
+
+PREFIX ?= /usr/local
+BUILD ?= build
+CC ?= cc
+# Dependencies come from Debian packages only: llhttp's C sources ship in node-llhttp.
+LLHTTP_DIR ?= /usr/share/llhttp
+LLHTTP_INC ?= /usr/share/include/llhttp
+
+PKGS := libuv libnghttp2
+DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+
+WARN := -Wall -Wextra -Wmissing-prototypes -Wshadow -Wstrict-prototypes
+ifneq ($(CI),)
+WARN += -Werror
+endif
+OPT ?= -O2 -g
+CFLAGS_LIB := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
+  -Iinclude -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS) $(EXTRA_CFLAGS)
+# llhttp is generated code: compile it with the library's flags but without our warning set.
+CFLAGS_LLHTTP := -std=gnu11 $(OPT) -fPIC -fvisibility=hidden -I$(LLHTTP_INC) $(EXTRA_CFLAGS)
+LDFLAGS_EXTRA ?=
+
+LIB_SRCS := $(wildcard src/*.c)
+LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
+LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/obj/llhttp/http.o
+ALL_OBJS := $(LIB_OBJS) $(LLHTTP_OBJS)
+
+ALL_TARGETS := $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+TEST_TARGETS :=
+CLEAN_PATHS := $(BUILD)
+
+.PHONY: all deps lib run test asan fuzz install clean
+all: lib
+
+deps:
+	@scripts/deps.sh
+
+lib: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+
+$(BUILD)/obj/%.o: src/%.c src/*.h include/cbench.h | $(BUILD)/obj
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | $(BUILD)/obj/llhttp
+	$(CC) $(CFLAGS_LLHTTP) -c $< -o $@
+
+$(BUILD)/obj $(BUILD)/obj/llhttp:
+	@mkdir -p $@
+
+$(BUILD)/libcbench.a: $(ALL_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libcbench.so: $(ALL_OBJS)
+	$(CC) -shared -Wl,-soname,libcbench.so.0 -o $@ $^ $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+$(BUILD)/cbench-server: c_src/cbench_server.c $(BUILD)/libcbench.a
+	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(EXTRA_CFLAGS) -o $@ $< $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+include $(sort $(wildcard mk/*.mk))
+
+all: $(ALL_TARGETS)
+
+test: deps
+	@$(MAKE) --no-print-directory $(TEST_TARGETS)
+	@echo "make test: all test groups passed"
+
+install: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libcbench.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libcbench.so $(DESTDIR)$(PREFIX)/lib/libcbench.so.0
+	ln -sf libcbench.so.0 $(DESTDIR)$(PREFIX)/lib/libcbench.so
+	install -m 644 include/cbench.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/cbench-server $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' cbench.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cbench.pc
+
+clean:
+	rm -rf $(CLEAN_PATHS)

@@ -1,0 +1,291 @@
+/* One connection: the socket's read and write path, its timeouts and its close. The bytes go to a protocol
+ * (c->ops): first to detection, which tells the HTTP/2 client preface from an HTTP/1.x request. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+static void on_poll(uv_poll_t *h, int status, int events);
+static void on_timer(uv_timer_t *t);
+static void update_poll(cb__conn_t *c);
+
+cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg) {
+  cb__conn_t *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  if (cb__outq_init(&c->out) != 0) {
+    free(c);
+    return NULL;
+  }
+  c->w = w;
+  c->fd = fd;
+  c->sink = sink;
+  c->sink_arg = arg;
+  c->proto = CB__PROTO_DETECT;
+  if (fd >= 0) {
+    if (uv_poll_init(&w->loop, &c->poll, fd) != 0) {
+      cb__outq_free(&c->out);
+      free(c);
+      return NULL;
+    }
+    c->poll.data = c;
+  }
+  uv_timer_init(&w->loop, &c->timer);
+  c->timer.data = c;
+  c->head_start = uv_now(&w->loop);
+  c->next = w->conns;
+  if (w->conns) w->conns->prev = c;
+  w->conns = c;
+  w->nconns++;
+  CB__STAT_INC(w, conns_accepted);
+  /* A fresh connection has until the header timeout to send its first request. */
+  c->timer_mode = CB__TIMER_HEADER;
+  uv_timer_start(&c->timer, on_timer, w->cfg->header_timeout_ms, 0);
+  return c;
+}
+
+int cb__conn_accept(cb__worker_t *w, int fd) {
+  cb__conn_t *c = cb__conn_new(w, fd, NULL, NULL);
+  if (c == NULL) return UV_ENOMEM;
+  update_poll(c);
+  return 0;
+}
+
+/* ---- close ---- */
+
+static void free_conn(cb__conn_t *c) {
+  cb__worker_t *w = c->w;
+  if (c->ops && c->ops->destroy) c->ops->destroy(c);
+  cb__outq_free(&c->out);
+  if (c->fd >= 0) close(c->fd);
+  if (c->prev) c->prev->next = c->next;
+  else w->conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  w->nconns--;
+  CB__STAT_INC(w, conns_closed);
+  free(c);
+  cb__worker_conn_gone(w);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  cb__conn_t *c = h->data;
+  if (--c->pending_close == 0) free_conn(c);
+}
+
+void cb__conn_close(cb__conn_t *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  c->pending_close = 1;
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  if (c->fd >= 0) {
+    c->pending_close++;
+    uv_close((uv_handle_t *)&c->poll, on_handle_closed);
+  }
+}
+
+/* The sending side is shut down once everything queued is written; the peer then reads our last response
+ * and its EOF instead of a reset caused by unread input. We drain its input for a short while. */
+static void start_linger(cb__conn_t *c) {
+  c->lingering = 1;
+  if (c->fd >= 0) shutdown(c->fd, SHUT_WR);
+  c->timer_mode = CB__TIMER_LINGER;
+  uv_timer_start(&c->timer, on_timer, CB__LINGER_MS, 0);
+  if (c->eof || c->fd < 0) cb__conn_close(c);
+}
+
+void cb__conn_close_linger(cb__conn_t *c) { c->close_after_flush = 1; }
+
+void cb__conn_stop(cb__conn_t *c) {
+  if (c->closing) return;
+  if (c->ops && c->ops->stop) {
+    c->ops->stop(c);
+    cb__conn_after(c);
+  } else {
+    cb__conn_close(c); /* nothing received yet */
+  }
+}
+
+/* ---- the after-event step: deferred protocol work, flush, poll and timer ---- */
+
+static void flush(cb__conn_t *c) {
+  if (c->out.bytes == 0) {
+    c->write_blocked = 0;
+    return;
+  }
+  ssize_t n = cb__outq_flush(&c->out, c->fd, c->sink, c->sink_arg);
+  if (n < 0) {
+    /* EPIPE or ECONNRESET: the peer left before reading its response. */
+    CB__STAT_INC(c->w, resets);
+    cb__conn_close(c);
+    return;
+  }
+  CB__STAT_ADD(c->w, bytes_written, n);
+  c->write_blocked = c->out.bytes > 0;
+}
+
+static void update_poll(cb__conn_t *c) {
+  if (c->fd < 0 || c->closing) return;
+  int ev = 0;
+  /* Reading stops while the peer is not reading our responses (no unbounded buffering), or while the
+   * protocol holds input it cannot parse yet. Lingering keeps reading to drain. */
+  if (!c->eof && (c->lingering || (!c->read_paused && c->out.bytes < CB__OUT_HIGH_WATER))) ev |= UV_READABLE;
+  if (c->write_blocked) ev |= UV_WRITABLE;
+  if (ev == c->poll_events) return;
+  c->poll_events = (uint8_t)ev;
+  if (ev == 0)
+    uv_poll_stop(&c->poll);
+  else
+    uv_poll_start(&c->poll, ev, on_poll);
+}
+
+static void update_timer(cb__conn_t *c) {
+  if (c->lingering) return;
+  int mode = c->ops ? c->ops->timer_mode(c) : CB__TIMER_HEADER;
+  /* Output that cannot leave is a stalled peer: the idle timeout bounds how long we wait for it. */
+  if (mode == CB__TIMER_HELD && c->write_blocked) mode = CB__TIMER_IDLE;
+  if (mode == CB__TIMER_HEADER) {
+    if (c->timer_mode != CB__TIMER_HEADER) {
+      c->timer_mode = CB__TIMER_HEADER;
+      c->head_start = uv_now(&c->w->loop);
+      uv_timer_start(&c->timer, on_timer, c->w->cfg->header_timeout_ms, 0);
+    }
+  } else if (mode == CB__TIMER_IDLE) {
+    c->timer_mode = CB__TIMER_IDLE;
+    uv_timer_start(&c->timer, on_timer, c->w->cfg->idle_timeout_ms, 0);
+  } else if (c->timer_mode != CB__TIMER_HELD) {
+    c->timer_mode = CB__TIMER_HELD;
+    uv_timer_stop(&c->timer);
+  }
+}
+
+/* Rounds of "produce, then write" per event before a connection yields to the others on its worker. */
+#define PRODUCE_ROUNDS 8
+
+void cb__conn_after(cb__conn_t *c) {
+  for (int round = 0;; round++) {
+    if (c->closing) return;
+    if (c->ops && c->ops->after) c->ops->after(c);
+    if (c->closing) return;
+    flush(c);
+    if (c->closing) return;
+    /* Below the low-water mark a waiting generator may produce more; then that is written too. */
+    if (c->out.bytes >= CB__OUT_LOW_WATER || c->ops == NULL || c->ops->writable == NULL) break;
+    if (round == PRODUCE_ROUNDS) {
+      /* Enough for this turn: ask for a writable event (the socket is writable at once), so that the loop
+       * serves the worker's other connections before this one goes on. */
+      if (c->ops->writable(c, 0)) c->write_blocked = 1;
+      break;
+    }
+    if (!c->ops->writable(c, 1)) break;
+  }
+  if (c->close_after_flush && c->out.bytes == 0 && !c->lingering) {
+    start_linger(c);
+    if (c->closing) return;
+  }
+  update_poll(c);
+  update_timer(c);
+}
+
+/* ---- input ---- */
+
+static int detect(cb__conn_t *c, const char *data, size_t len) {
+  /* Hold bytes back while they are a prefix of the HTTP/2 preface, so both protocols see the whole start. */
+  size_t take = len < sizeof h2_preface - c->detect_len ? len : sizeof h2_preface - c->detect_len;
+  memcpy(c->detect + c->detect_len, data, take);
+  size_t have = c->detect_len + take;
+  int is_prefix = memcmp(c->detect, h2_preface, have) == 0;
+  if (is_prefix && have < sizeof h2_preface) {
+    c->detect_len = have;
+    return 0;
+  }
+  int err;
+  if (is_prefix && c->w->cfg->enable_h2 && cb__h2_available()) {
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
+    err = cb__h2_attach_prior(c);
+  } else {
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_HTTP1]);
+    err = cb__h1_attach(c);
+  }
+  if (err) return -1;
+  /* The held-back bytes first, then the rest of this read. */
+  if (c->detect_len > 0 && c->ops->read(c, c->detect, c->detect_len) != 0) return -1;
+  c->detect_len = 0;
+  if (c->closing) return 0;
+  return c->ops->read(c, data, len);
+}
+
+static void input(cb__conn_t *c, const char *data, size_t len) {
+  CB__STAT_ADD(c->w, bytes_read, len);
+  if (c->lingering) return; /* drained and dropped */
+  int rc = c->ops ? c->ops->read(c, data, len) : detect(c, data, len);
+  if (rc != 0) cb__conn_close(c);
+}
+
+void cb__conn_input(cb__conn_t *c, const char *data, size_t len) {
+  if (c->closing) return;
+  input(c, data, len);
+  cb__conn_after(c);
+}
+
+void cb__conn_input_eof(cb__conn_t *c) {
+  if (c->closing) return;
+  c->eof = 1;
+  if (c->lingering) {
+    cb__conn_close(c);
+    return;
+  }
+  if (c->ops && c->ops->eof) {
+    c->ops->eof(c);
+  } else {
+    cb__conn_close(c);
+  }
+  cb__conn_after(c);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  cb__conn_t *c = h->data;
+  if (c->closing) return;
+  if (status < 0) {
+    CB__STAT_INC(c->w, resets);
+    cb__conn_close(c);
+    return;
+  }
+  if (events & UV_READABLE) {
+    ssize_t n;
+    do n = read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      input(c, c->w->rbuf, (size_t)n);
+    } else if (n == 0) {
+      cb__conn_input_eof(c);
+      return;
+    } else if (errno != EAGAIN) {
+      if (!(c->ops == NULL || c->lingering)) CB__STAT_INC(c->w, resets);
+      cb__conn_close(c);
+      return;
+    }
+  }
+  cb__conn_after(c);
+}
+
+static void on_timer(uv_timer_t *t) {
+  cb__conn_t *c = t->data;
+  if (c->closing) return;
+  int mode = c->timer_mode;
+  if (mode == CB__TIMER_LINGER) {
+    cb__conn_close(c);
+    return;
+  }
+  CB__STAT_INC(c->w, timeouts);
+  if (c->ops && c->ops->timeout) {
+    c->timer_mode = CB__TIMER_NONE;
+    c->ops->timeout(c, mode);
+    cb__conn_after(c);
+  } else {
+    cb__conn_close(c);
+  }
+}

@@ -1,0 +1,337 @@
+/* The fixture handlers of docs/wire.md, written once against the response API (cb__res_*), so that every
+ * protocol serves them the same way. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define STR(s) s, (sizeof(s) - 1)
+
+static const char ct_text[] = "text/plain";
+static const char ct_json[] = "application/json";
+static const char ct_octet[] = "application/octet-stream";
+static const char ct_sse[] = "text/event-stream";
+
+/* ---- fixed bodies: /, /hello, /json ---- */
+
+static void fixed_end(cb__req_t *r, const char *ctype, const char *body, size_t len) {
+  cb__res_head(r, 200, ctype, NULL, 0, (int64_t)len);
+  cb__res_data(r, body, len, CB__DATA_STATIC);
+  cb__res_end(r);
+}
+
+static void root_end(cb__req_t *r) { fixed_end(r, NULL, STR("hello world!")); }
+static void hello_end(cb__req_t *r) { fixed_end(r, ct_text, STR("Hello, Joe!")); }
+static void json_end(cb__req_t *r) { fixed_end(r, ct_json, STR("{\"message\":\"Hello, Joe!\"}")); }
+
+const cb__handler_t cb__h_root = {.on_end = root_end};
+const cb__handler_t cb__h_hello = {.on_end = hello_end};
+const cb__handler_t cb__h_json = {.on_end = json_end};
+
+/* ---- /echo: the whole body, with content-length ---- */
+
+static void echo_head(cb__req_t *r) {
+  /* The protocol has already refused a declared length over the body limit, so this is bounded. */
+  r->u.echo.buf = NULL;
+  r->u.echo.len = 0;
+  r->u.echo.cap = r->content_length > 0 ? (size_t)r->content_length : 0;
+  if (r->u.echo.cap > 0) {
+    r->u.echo.buf = malloc(r->u.echo.cap);
+    if (r->u.echo.buf == NULL) r->u.echo.cap = 0;
+  }
+}
+
+static void echo_body(cb__req_t *r, const char *p, size_t n) {
+  if (r->u.echo.len + n > r->u.echo.cap) {
+    size_t cap = r->u.echo.cap ? r->u.echo.cap : 4096;
+    while (cap < r->u.echo.len + n) cap *= 2;
+    char *b = realloc(r->u.echo.buf, cap);
+    if (b == NULL) return; /* out of memory: the echo comes back short rather than crashing */
+    r->u.echo.buf = b;
+    r->u.echo.cap = cap;
+  }
+  memcpy(r->u.echo.buf + r->u.echo.len, p, n);
+  r->u.echo.len += n;
+}
+
+static void echo_end(cb__req_t *r) {
+  char *buf = r->u.echo.buf;
+  size_t len = r->u.echo.len;
+  r->u.echo.buf = NULL; /* ownership moves to the protocol */
+  cb__res_head(r, 200, ct_octet, NULL, 0, (int64_t)len);
+  if (buf != NULL) cb__res_data(r, buf, len, CB__DATA_FREE);
+  cb__res_end(r);
+}
+
+static void echo_free(cb__req_t *r) {
+  free(r->u.echo.buf);
+  r->u.echo.buf = NULL;
+}
+
+const cb__handler_t cb__h_echo = {.on_head = echo_head, .on_body = echo_body, .on_end = echo_end,
+                                  .on_free = echo_free};
+
+/* ---- /echo/chunked: each piece back as it arrives, never the whole body ---- */
+
+static void echo_chunked_head(cb__req_t *r) { cb__res_head(r, 200, ct_octet, NULL, 0, CB__STREAMED); }
+static void echo_chunked_body(cb__req_t *r, const char *p, size_t n) {
+  cb__res_data(r, p, n, CB__DATA_COPY);
+}
+static void echo_chunked_end(cb__req_t *r) { cb__res_end(r); }
+
+const cb__handler_t cb__h_echo_chunked = {.on_head = echo_chunked_head, .on_body = echo_chunked_body,
+                                          .on_end = echo_chunked_end};
+
+/* ---- /file/{tiny,small,big} ---- */
+
+static void file_end(cb__req_t *r) {
+  const cb__fixtures_t *fx = r->conn->w->fx;
+  int i = r->route->arg;
+  cb__res_head(r, 200, ct_octet, NULL, 0, (int64_t)fx->size[i]);
+  cb__res_file(r, fx->fd[i], 0, (size_t)fx->size[i]);
+  cb__res_end(r);
+}
+
+const cb__handler_t cb__h_file = {.on_end = file_end};
+
+/* ---- generators: /stream*, /sse* ----
+ * A generator emits its pieces until the protocol says the connection's output is full, then waits for
+ * on_writable. Pieces are static payloads: referenced, never copied. */
+
+static cb__slice_t piece(const cb__req_t *r, unsigned i, unsigned *count) {
+  const cb__payloads_t *pl = cb__payloads();
+  int sse = r->handler == &cb__h_sse;
+  switch (r->route->arg) {
+    case 0:
+      if (sse) {
+        *count = 32;
+        return pl->sse_line;
+      }
+      *count = 2;
+      return i == 0 ? (cb__slice_t){STR("hello, ")} : (cb__slice_t){STR("Joe!")};
+    case 1:
+      *count = 100;
+      return sse ? pl->sse_line : pl->line;
+    default:
+      *count = 64;
+      return sse ? pl->sse_big : pl->bigline;
+  }
+}
+
+static void gen_produce(cb__req_t *r) {
+  unsigned count;
+  r->blocked = 0;
+  piece(r, 0, &count);
+  if (r->method == CB__M_HEAD) r->u.gen.next = count;
+  while (r->u.gen.next < count) {
+    cb__slice_t s = piece(r, r->u.gen.next++, &count);
+    if (cb__res_data(r, s.ptr, s.len, CB__DATA_STATIC)) {
+      if (r->u.gen.next < count) {
+        r->blocked = 1;
+        return;
+      }
+    }
+  }
+  cb__res_end(r);
+}
+
+static void stream_end(cb__req_t *r) {
+  cb__res_head(r, 200, r->route->arg == 0 ? ct_text : ct_octet, NULL, 0, CB__STREAMED);
+  r->u.gen.next = 0;
+  gen_produce(r);
+}
+
+static void sse_end(cb__req_t *r) {
+  static const cb__hdr_t no_cache[] = {{STR("cache-control"), STR("no-cache")}};
+  cb__res_head(r, 200, ct_sse, no_cache, 1, CB__STREAMED);
+  r->u.gen.next = 0;
+  gen_produce(r);
+}
+
+const cb__handler_t cb__h_stream = {.on_end = stream_end, .on_writable = gen_produce};
+const cb__handler_t cb__h_sse = {.on_end = sse_end, .on_writable = gen_produce};
+
+/* ---- route-level 400: a well-formed request with a bad parameter; the connection stays ---- */
+
+static void bad_request(cb__req_t *r) {
+  CB__STAT_INC(r->conn->w, status_400);
+  cb__res_head(r, 400, NULL, NULL, 0, 0);
+  cb__res_end(r);
+}
+
+/* Parses 1..max_digits decimal digits that make up all of s[0..n). Returns the value or -1. */
+static long parse_digits(const char *s, size_t n, size_t max_digits) {
+  if (n == 0 || n > max_digits) return -1;
+  long v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+/* ---- /delay/{ms}: answered from a timer; the worker goes on meanwhile ---- */
+
+static void delay_fire(cb__req_t *r) {
+  cb__res_head(r, 200, ct_text, NULL, 0, 2);
+  cb__res_data(r, STR("ok"), CB__DATA_STATIC);
+  cb__res_end(r);
+}
+
+static void delay_end(cb__req_t *r) {
+  size_t pre = r->route->path_len;
+  long ms = parse_digits(r->path + pre, r->path_len - pre, 5);
+  if (ms < 0 || ms > 60000) {
+    bad_request(r);
+    return;
+  }
+  if (cb__req_timer(r, (unsigned)ms, delay_fire) != 0) {
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+  }
+}
+
+const cb__handler_t cb__h_delay = {.on_end = delay_end};
+
+/* ---- /status/{code} ---- */
+
+static void status_end(cb__req_t *r) {
+  size_t pre = r->route->path_len;
+  long code = parse_digits(r->path + pre, r->path_len - pre, 3);
+  if (code < 200 || code > 599 || r->path_len - pre != 3) {
+    bad_request(r);
+    return;
+  }
+  cb__res_head(r, (int)code, NULL, NULL, 0, (code == 204 || code == 304) ? CB__NO_BODY : 0);
+  cb__res_end(r);
+}
+
+const cb__handler_t cb__h_status = {.on_end = status_end};
+
+/* ---- /headers: the request headers as JSON ---- */
+
+static int name_eq(const cb__hdr_t *a, const cb__hdr_t *b) {
+  if (a->name_len != b->name_len) return 0;
+  for (size_t i = 0; i < a->name_len; i++) {
+    unsigned char x = (unsigned char)a->name[i], y = (unsigned char)b->name[i];
+    if (x >= 'A' && x <= 'Z') x += 32;
+    if (y >= 'A' && y <= 'Z') y += 32;
+    if (x != y) return 0;
+  }
+  return 1;
+}
+
+/* Appends s as the inside of a JSON string. dst has room for 6 bytes per input byte. */
+static size_t json_escape(char *dst, const char *s, size_t n, int lower) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (lower && ch >= 'A' && ch <= 'Z') ch += 32;
+    if (ch == '"' || ch == '\\') {
+      dst[o++] = '\\';
+      dst[o++] = (char)ch;
+    } else if (ch < 0x20) {
+      memcpy(dst + o, "\\u00", 4);
+      dst[o + 4] = hex[ch >> 4];
+      dst[o + 5] = hex[ch & 15];
+      o += 6;
+    } else {
+      dst[o++] = (char)ch;
+    }
+  }
+  return o;
+}
+
+static void headers_end(cb__req_t *r) {
+  size_t cap = 2;
+  for (int i = 0; i < r->nheaders; i++) cap += 6 * (r->headers[i].name_len + r->headers[i].value_len) + 8;
+  char *json = malloc(cap);
+  if (json == NULL) {
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  size_t o = 0;
+  json[o++] = '{';
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *h = &r->headers[i];
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = name_eq(&r->headers[j], h);
+    if (seen) continue; /* already written with the first occurrence */
+    if (o > 1) json[o++] = ',';
+    json[o++] = '"';
+    o += json_escape(json + o, h->name, h->name_len, 1);
+    memcpy(json + o, "\":\"", 3);
+    o += 3;
+    o += json_escape(json + o, h->value, h->value_len, 0);
+    for (int j = i + 1; j < r->nheaders; j++) {
+      if (!name_eq(&r->headers[j], h)) continue;
+      memcpy(json + o, ", ", 2);
+      o += 2;
+      o += json_escape(json + o, r->headers[j].value, r->headers[j].value_len, 0);
+    }
+    json[o++] = '"';
+  }
+  json[o++] = '}';
+  cb__res_head(r, 200, ct_json, NULL, 0, (int64_t)o);
+  cb__res_data(r, json, o, CB__DATA_FREE);
+  cb__res_end(r);
+}
+
+const cb__handler_t cb__h_headers = {.on_end = headers_end};
+
+/* ---- 404 and 405 ---- */
+
+static void not_found_end(cb__req_t *r) {
+  CB__STAT_INC(r->conn->w, status_404);
+  cb__res_head(r, 404, NULL, NULL, 0, 0);
+  cb__res_end(r);
+}
+
+static void method_not_allowed_end(cb__req_t *r) {
+  cb__hdr_t allow = {STR("allow"), r->route->allow, strlen(r->route->allow)};
+  CB__STAT_INC(r->conn->w, status_405);
+  cb__res_head(r, 405, NULL, &allow, 1, 0);
+  cb__res_end(r);
+}
+
+const cb__handler_t cb__h_not_found = {.on_end = not_found_end};
+const cb__handler_t cb__h_method_not_allowed = {.on_end = method_not_allowed_end};
+
+/* ---- request timers and release ---- */
+
+static void req_timer_closed(uv_handle_t *h) { free(h); }
+
+static void req_timer_fired(uv_timer_t *t) {
+  cb__req_t *r = t->data;
+  if (r == NULL) return;
+  cb__conn_t *c = r->conn;
+  r->timer = NULL;
+  t->data = NULL;
+  uv_close((uv_handle_t *)t, req_timer_closed);
+  r->timer_fn(r);
+  cb__conn_after(c);
+}
+
+int cb__req_timer(cb__req_t *r, unsigned ms, cb__timer_fn fn) {
+  uv_timer_t *t = malloc(sizeof *t);
+  if (t == NULL) return UV_ENOMEM;
+  uv_timer_init(&r->conn->w->loop, t);
+  t->data = r;
+  r->timer = t;
+  r->timer_fn = fn;
+  uv_timer_start(t, req_timer_fired, ms, 0);
+  return 0;
+}
+
+void cb__req_release(cb__req_t *r) {
+  if (r->timer != NULL) { /* the request went away before its timer: the timer must not fire into it */
+    r->timer->data = NULL;
+    uv_close((uv_handle_t *)r->timer, req_timer_closed);
+    r->timer = NULL;
+  }
+  if (r->handler != NULL && r->handler->on_free != NULL) r->handler->on_free(r);
+  r->handler = NULL;
+}

@@ -1,0 +1,586 @@
+/* HTTP/1.0 and HTTP/1.1 with llhttp: keep-alive, pipelining, request bodies (content-length and chunked),
+ * Expect: 100-continue, HEAD, and response framing for the response API (cb__proto_t).
+ *
+ * One request is in a handler at a time. When a handler answers later (a timer, a generator waiting for
+ * room), parsing pauses after that request and the unparsed input is held until the response ends, so that
+ * responses to pipelined requests leave in request order. Responses made while parsing one read are queued
+ * together and leave in one writev.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "llhttp.h"
+
+/* Unparsed input held while a response is in flight; past this, reading from the socket stops. */
+#define PENDING_MAX (64 * 1024)
+
+typedef struct {
+  llhttp_t parser;
+  cb__conn_t *c;
+  cb__req_t req;
+  /* The head: url and the kept headers, copied because a head may span reads. Headers hold offsets into
+   * `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
+  char *head;
+  size_t head_len, head_cap;
+  cb__hdr_t *hdrs;
+  int nhdrs, hdrs_cap;
+  size_t url_len;
+  size_t head_bytes;  /* counted against max_header_bytes */
+  size_t field_start; /* where the current header's name starts in `head` */
+  int keep_all;       /* keep every header (the /headers route), not only those the protocol reads */
+  int keep_cur;       /* the current header is kept */
+  uint8_t in_head;    /* a message began and its head is not complete */
+  uint8_t in_msg;     /* a message began and is not complete */
+  uint8_t waiting;    /* parsing is paused until the current response ends */
+  uint8_t resume;     /* the response ended: resume parsing the held input */
+  uint8_t dead;       /* an error answer was queued: input is dropped */
+  uint8_t keep_alive; /* after this response the connection stays */
+  uint8_t http10;
+  uint8_t chunked_res; /* the response is chunked */
+  uint8_t head_only;   /* HEAD: no body bytes */
+  uint8_t stopping;    /* graceful stop: close after the current response */
+  uint8_t expect_continue;
+  int err_status; /* set by a callback that refuses the request */
+  uint64_t requests;
+  char *pending;
+  size_t pending_len, pending_cap;
+} h1_t;
+
+static const cb__proto_t h1_proto;
+static const cb__conn_ops_t h1_ops;
+
+static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
+
+/* ---- the head ---- */
+
+static int head_append(h1_t *h, const char *p, size_t n) {
+  if (h->head_len + n > h->head_cap) {
+    size_t cap = h->head_cap ? h->head_cap : 512;
+    while (cap < h->head_len + n) cap *= 2;
+    char *b = realloc(h->head, cap);
+    if (b == NULL) return -1;
+    h->head = b;
+    h->head_cap = cap;
+  }
+  memcpy(h->head + h->head_len, p, n);
+  h->head_len += n;
+  return 0;
+}
+
+/* The request line plus headers may not exceed the limit: 431. */
+static int count_head(h1_t *h, size_t n) {
+  h->head_bytes += n;
+  if (h->head_bytes > h->c->w->cfg->max_header_bytes) {
+    h->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
+static int lower_eq(const char *a, size_t n, const char *lit) {
+  if (strlen(lit) != n) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = a[i];
+    if (ch >= 'A' && ch <= 'Z') ch += 32;
+    if (ch != lit[i]) return 0;
+  }
+  return 1;
+}
+
+static int on_message_begin(llhttp_t *p) {
+  h1_t *h = H(p);
+  h->head_len = 0;
+  h->nhdrs = 0;
+  h->url_len = 0;
+  h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
+  h->keep_all = 0;
+  h->in_head = 1;
+  h->in_msg = 1;
+  h->expect_continue = 0;
+  h->err_status = 0;
+  cb__req_t *r = &h->req;
+  memset(r, 0, sizeof *r);
+  r->conn = h->c;
+  r->proto = &h1_proto;
+  r->stream = h;
+  r->content_length = -1;
+  return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  if (count_head(h, n) || head_append(h, at, n)) return -1;
+  h->url_len += n;
+  return 0;
+}
+
+static int on_url_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  /* Only /headers needs every header; the others need just the ones read below. */
+  size_t path_len = h->url_len;
+  const char *q = memchr(h->head, '?', h->url_len);
+  if (q) path_len = (size_t)(q - h->head);
+  h->keep_all = path_len == 8 && memcmp(h->head, "/headers", 8) == 0;
+  return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  if (count_head(h, n)) return -1;
+  if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
+  h->field_start = h->head_len;
+  h->keep_cur = 2;
+  return head_append(h, at, n);
+}
+
+static int on_header_field_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  const char *name = h->head + h->field_start;
+  size_t n = h->head_len - h->field_start;
+  int keep = h->keep_all || lower_eq(name, n, "expect") || lower_eq(name, n, "upgrade") ||
+             lower_eq(name, n, "http2-settings");
+  h->keep_cur = keep;
+  if (!keep) {
+    h->head_len = h->field_start; /* not needed: drop the copied name */
+    return 0;
+  }
+  if (h->nhdrs == h->hdrs_cap) {
+    int cap = h->hdrs_cap ? 2 * h->hdrs_cap : 16;
+    cb__hdr_t *a = realloc(h->hdrs, (size_t)cap * sizeof *a);
+    if (a == NULL) return -1;
+    h->hdrs = a;
+    h->hdrs_cap = cap;
+  }
+  cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
+  hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
+  hd->name_len = n;
+  hd->value = (const char *)(uintptr_t)h->head_len;
+  hd->value_len = 0;
+  return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  if (count_head(h, n)) return -1;
+  if (!h->keep_cur) return 0;
+  if (head_append(h, at, n)) return -1;
+  h->hdrs[h->nhdrs - 1].value_len += n;
+  return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  h->keep_cur = 0;
+  return count_head(h, 4); /* ": " and CRLF */
+}
+
+static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
+  for (int i = 0; i < h->nhdrs; i++)
+    if (lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, lname)) return &h->hdrs[i];
+  return NULL;
+}
+
+static uint8_t method_bit(uint8_t m) {
+  switch (m) {
+    case HTTP_GET: return CB__M_GET;
+    case HTTP_HEAD: return CB__M_HEAD;
+    case HTTP_POST: return CB__M_POST;
+    default: return CB__M_OTHER;
+  }
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  cb__conn_t *c = h->c;
+  const cb_config_t *cfg = c->w->cfg;
+  cb__req_t *r = &h->req;
+  h->in_head = 0;
+  for (int i = 0; i < h->nhdrs; i++) { /* the buffer stops moving here: offsets become pointers */
+    h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
+    h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
+  }
+  r->path = h->head;
+  r->path_len = h->url_len;
+  const char *q = memchr(h->head, '?', h->url_len);
+  if (q) r->path_len = (size_t)(q - h->head);
+  r->headers = h->hdrs;
+  r->nheaders = h->nhdrs;
+  r->method = method_bit(llhttp_get_method(p));
+  h->http10 = p->http_major == 1 && p->http_minor == 0;
+  h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
+  h->head_only = r->method == CB__M_HEAD;
+  int has_body = 0;
+  if (p->flags & F_CHUNKED) {
+    has_body = 1;
+  } else if (p->flags & F_CONTENT_LENGTH) {
+    r->content_length = (int64_t)p->content_length;
+    if (p->content_length > cfg->max_body_bytes) {
+      h->err_status = 413;
+      return -1;
+    }
+    has_body = p->content_length > 0;
+  }
+  const cb__hdr_t *expect = find_header(h, "expect");
+  if (expect && has_body && !h->http10 && lower_eq(expect->value, expect->value_len, "100-continue")) {
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    cb__outq_copy(&c->out, cont, sizeof cont - 1);
+  }
+  h->requests++;
+  CB__STAT_INC(c->w, requests_by_proto[CB_PROTO_HTTP1]);
+  cb__req_dispatch(r);
+  return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  cb__req_t *r = &h->req;
+  r->body_received += n;
+  if (r->body_received > h->c->w->cfg->max_body_bytes) {
+    h->err_status = 413;
+    return -1;
+  }
+  if (r->handler && r->handler->on_body) r->handler->on_body(r, at, n);
+  return 0;
+}
+
+static void finish_request(h1_t *h) {
+  cb__req_release(&h->req);
+  h->req.res_state = CB__RES_NONE;
+  h->in_msg = 0;
+  if (!h->keep_alive) {
+    h->dead = 1; /* anything after this request is not read */
+    cb__conn_close_linger(h->c);
+  }
+}
+
+static int on_message_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  cb__req_t *r = &h->req;
+  r->req_done = 1;
+  if (r->handler) r->handler->on_end(r);
+  if (r->res_state == CB__RES_ENDED) {
+    finish_request(h);
+    return h->dead ? HPE_PAUSED : 0;
+  }
+  h->waiting = 1; /* answered later: hold the rest of the input */
+  return HPE_PAUSED;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_url_complete = on_url_complete,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- responses ---- */
+
+static char *put(char *p, const char *s, size_t n) {
+  memcpy(p, s, n);
+  return p + n;
+}
+#define PUTS(p, lit) put(p, lit, sizeof(lit) - 1)
+
+static char *put_u64(char *p, uint64_t v) {
+  char tmp[24];
+  int n = 0;
+  do tmp[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  while (n > 0) *p++ = tmp[--n];
+  return p;
+}
+
+static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
+                    int64_t content_length) {
+  h1_t *h = r->stream;
+  cb__conn_t *c = h->c;
+  const char *reason = cb__reason(status);
+  size_t ctype_len = ctype ? strlen(ctype) : 0;
+  size_t need = 64 + strlen(reason) + c->w->date_len + ctype_len + 64;
+  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
+  char *start = cb__outq_reserve(&c->out, need);
+  if (start == NULL) return;
+  char *o = PUTS(start, "HTTP/1.1 ");
+  *o++ = (char)('0' + status / 100);
+  *o++ = (char)('0' + status / 10 % 10);
+  *o++ = (char)('0' + status % 10);
+  *o++ = ' ';
+  o = put(o, reason, strlen(reason));
+  o = PUTS(o, "\r\n");
+  o = put(o, c->w->date_line, c->w->date_len);
+  if (ctype) {
+    o = PUTS(o, "content-type: ");
+    o = put(o, ctype, ctype_len);
+    o = PUTS(o, "\r\n");
+  }
+  for (int i = 0; i < nextra; i++) {
+    o = put(o, extra[i].name, extra[i].name_len);
+    o = PUTS(o, ": ");
+    o = put(o, extra[i].value, extra[i].value_len);
+    o = PUTS(o, "\r\n");
+  }
+  h->chunked_res = 0;
+  if (content_length >= 0) {
+    o = PUTS(o, "content-length: ");
+    o = put_u64(o, (uint64_t)content_length);
+    o = PUTS(o, "\r\n");
+  } else if (content_length == CB__STREAMED) {
+    if (h->http10) {
+      h->keep_alive = 0; /* HTTP/1.0 has no chunked coding: the body ends with the connection */
+    } else {
+      o = PUTS(o, "transfer-encoding: chunked\r\n");
+      h->chunked_res = 1;
+    }
+  }
+  if (h->stopping) h->keep_alive = 0;
+  if (!h->keep_alive)
+    o = PUTS(o, "connection: close\r\n");
+  else if (h->http10)
+    o = PUTS(o, "connection: keep-alive\r\n");
+  o = PUTS(o, "\r\n");
+  cb__outq_commit(&c->out, (size_t)(o - start));
+  r->res_state = CB__RES_HEAD;
+}
+
+static int over_high_water(const cb__conn_t *c) { return c->out.bytes >= CB__OUT_HIGH_WATER; }
+
+static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
+  h1_t *h = r->stream;
+  cb__conn_t *c = h->c;
+  if (h->head_only || n == 0) {
+    if (flags == CB__DATA_FREE) free((void *)p);
+    return 0;
+  }
+  if (h->chunked_res) {
+    static const char hex[] = "0123456789abcdef";
+    char *o = cb__outq_reserve(&c->out, 20);
+    if (o == NULL) return 1;
+    char tmp[16];
+    int k = 0;
+    size_t v = n;
+    do tmp[k++] = hex[v & 15];
+    while ((v >>= 4) != 0);
+    char *s = o;
+    while (k > 0) *o++ = tmp[--k];
+    o = PUTS(o, "\r\n");
+    cb__outq_commit(&c->out, (size_t)(o - s));
+  }
+  if (flags == CB__DATA_COPY || n <= CB__COPY_MAX) {
+    cb__outq_copy(&c->out, p, n);
+    if (flags == CB__DATA_FREE) free((void *)p);
+  } else {
+    cb__outq_ref(&c->out, p, n, flags == CB__DATA_FREE);
+  }
+  if (h->chunked_res) cb__outq_copy(&c->out, "\r\n", 2);
+  return over_high_water(c);
+}
+
+static int h1_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
+  h1_t *h = r->stream;
+  if (h->head_only) return 0;
+  return cb__outq_file(&h->c->out, fd, off, n);
+}
+
+static void h1_end(cb__req_t *r) {
+  h1_t *h = r->stream;
+  if (h->chunked_res && !h->head_only) cb__outq_copy(&h->c->out, "0\r\n\r\n", 5);
+  r->res_state = CB__RES_ENDED;
+  if (r->req_done && h->waiting) {
+    /* The response to a paused request ended (from a timer or a generator): resume after this event. */
+    h->waiting = 0;
+    finish_request(h);
+    h->resume = 1;
+  }
+}
+
+static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end};
+
+/* ---- errors ---- */
+
+static void send_error(h1_t *h, int status) {
+  cb__conn_t *c = h->c;
+  cb__worker_t *w = c->w;
+  switch (status) {
+    case 400: CB__STAT_INC(w, status_400); break;
+    case 413: CB__STAT_INC(w, status_413); break;
+    case 431: CB__STAT_INC(w, status_431); break;
+    default: break;
+  }
+  h->dead = 1;
+  cb__req_t *r = &h->req;
+  int started = r->res_state == CB__RES_HEAD;
+  if (r->handler) cb__req_release(r);
+  if (started) { /* mid-response (a streamed echo): no status can be sent any more; cut the response */
+    cb__conn_close_linger(c);
+    return;
+  }
+  const char *reason = cb__reason(status);
+  char *start = cb__outq_reserve(&c->out, 128 + w->date_len);
+  if (start != NULL) {
+    char *o = PUTS(start, "HTTP/1.1 ");
+    o = put_u64(o, (uint64_t)status);
+    *o++ = ' ';
+    o = put(o, reason, strlen(reason));
+    o = PUTS(o, "\r\n");
+    o = put(o, w->date_line, w->date_len);
+    o = PUTS(o, "content-length: 0\r\nconnection: close\r\n\r\n");
+    cb__outq_commit(&c->out, (size_t)(o - start));
+  }
+  cb__conn_close_linger(c);
+}
+
+/* ---- input ---- */
+
+static int hold(h1_t *h, const char *p, size_t n) {
+  if (n == 0) return 0;
+  if (h->pending_len + n > h->pending_cap) {
+    size_t cap = h->pending_cap ? h->pending_cap : 4096;
+    while (cap < h->pending_len + n) cap *= 2;
+    char *b = realloc(h->pending, cap);
+    if (b == NULL) return -1;
+    h->pending = b;
+    h->pending_cap = cap;
+  }
+  memmove(h->pending + h->pending_len, p, n);
+  h->pending_len += n;
+  if (h->pending_len >= PENDING_MAX) h->c->read_paused = 1;
+  return 0;
+}
+
+static int parse(h1_t *h, const char *data, size_t len) {
+  llhttp_errno_t e = llhttp_execute(&h->parser, data, len);
+  if (e == HPE_OK) return 0;
+  if (e == HPE_PAUSED) {
+    if (h->dead) return 0;
+    const char *pos = llhttp_get_error_pos(&h->parser);
+    return hold(h, pos, (size_t)(data + len - pos));
+  }
+  if (e == HPE_PAUSED_UPGRADE) {
+    /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
+    const char *pos = llhttp_get_error_pos(&h->parser);
+    llhttp_resume_after_upgrade(&h->parser);
+    if (h->dead) return 0;
+    if (h->waiting) return hold(h, pos, (size_t)(data + len - pos));
+    return parse(h, pos, (size_t)(data + len - pos));
+  }
+  send_error(h, h->err_status ? h->err_status : 400);
+  return 0;
+}
+
+static int h1_read(cb__conn_t *c, const char *data, size_t len) {
+  h1_t *h = c->proto_state;
+  if (h->dead) return 0;
+  if (h->waiting || h->pending_len > 0) return hold(h, data, len);
+  return parse(h, data, len);
+}
+
+static void h1_after(cb__conn_t *c) {
+  h1_t *h = c->proto_state;
+  while (h->resume && !h->dead && !c->closing) {
+    h->resume = 0;
+    llhttp_resume(&h->parser);
+    /* Parse the held input from the start of the buffer; what pauses again is moved back to the front. */
+    size_t len = h->pending_len;
+    h->pending_len = 0;
+    if (len > 0 && parse(h, h->pending, len) != 0) {
+      cb__conn_close(c);
+      return;
+    }
+  }
+  if (h->pending_len < PENDING_MAX) c->read_paused = 0;
+  if (c->eof && !h->waiting && !h->dead && !c->closing) {
+    /* The peer sent its last byte: answer what is complete, then close; a request cut short is a reset. */
+    if (h->in_msg) {
+      CB__STAT_INC(c->w, resets);
+      cb__conn_close(c);
+    } else {
+      h->dead = 1;
+      cb__conn_close_linger(c);
+    }
+  }
+}
+
+static void h1_eof(cb__conn_t *c) { (void)c; /* c->eof is set; h1_after decides once held input is parsed */ }
+
+static int h1_writable(cb__conn_t *c, int produce) {
+  h1_t *h = c->proto_state;
+  cb__req_t *r = &h->req;
+  if (!(r->blocked && r->res_state == CB__RES_HEAD && r->handler && r->handler->on_writable)) return 0;
+  if (produce) r->handler->on_writable(r);
+  return 1;
+}
+
+static int h1_timer_mode(const cb__conn_t *c) {
+  const h1_t *h = c->proto_state;
+  if (h->dead) return CB__TIMER_IDLE;
+  if (h->in_head || (h->requests == 0 && !h->in_msg)) return CB__TIMER_HEADER;
+  if (h->waiting && !h->req.blocked) return CB__TIMER_HELD; /* a handler's timer decides (delay) */
+  return CB__TIMER_IDLE;
+}
+
+static void h1_timeout(cb__conn_t *c, int mode) {
+  h1_t *h = c->proto_state;
+  /* A head that started but did not finish in time gets 408; a silent peer just gets closed. */
+  if (mode == CB__TIMER_HEADER && h->in_head && !h->dead) {
+    send_error(h, 408);
+    return;
+  }
+  cb__conn_close(c);
+}
+
+static void h1_stop(cb__conn_t *c) {
+  h1_t *h = c->proto_state;
+  h->stopping = 1;
+  if (!h->in_msg && !h->waiting && c->out.bytes == 0) {
+    cb__conn_close(c);
+    return;
+  }
+  if (h->req.res_state == CB__RES_NONE) return; /* its head will say connection: close */
+  h->keep_alive = 0;
+}
+
+static void h1_destroy(cb__conn_t *c) {
+  h1_t *h = c->proto_state;
+  if (h == NULL) return;
+  if (h->req.handler) {
+    if (h->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    cb__req_release(&h->req);
+  }
+  free(h->head);
+  free(h->hdrs);
+  free(h->pending);
+  free(h);
+  c->proto_state = NULL;
+}
+
+static const cb__conn_ops_t h1_ops = {
+    .read = h1_read,
+    .eof = h1_eof,
+    .writable = h1_writable,
+    .after = h1_after,
+    .timer_mode = h1_timer_mode,
+    .timeout = h1_timeout,
+    .stop = h1_stop,
+    .destroy = h1_destroy,
+};
+
+int cb__h1_attach(cb__conn_t *c) {
+  h1_t *h = calloc(1, sizeof *h);
+  if (h == NULL) return UV_ENOMEM;
+  llhttp_init(&h->parser, HTTP_REQUEST, &settings);
+  h->c = c;
+  h->req.conn = c;
+  h->req.proto = &h1_proto;
+  h->req.stream = h;
+  c->proto_state = h;
+  c->proto = CB__PROTO_H1;
+  c->ops = &h1_ops;
+  return 0;
+}

@@ -1,0 +1,366 @@
+/* Types and functions shared between the engine's files. Nothing here is public API.
+ *
+ * The pieces and who owns what:
+ *   cb_server_t    server.c   config, worker threads, start/stop handshake, stats sum
+ *   cb__worker_t   worker.c   one thread, one loop, one SO_REUSEPORT listener, a command queue, the Date cache
+ *   cb__conn_t     conn.c     one socket: read, timers, close; hands bytes to the protocol in c->ops
+ *   cb__outq_t     outq.c     a connection's output: copied bytes, referenced payloads and file ranges, in order
+ *   http1.c / http2.c         protocols; each fills a cb__conn_ops_t (connection side) and a cb__proto_t (the
+ *                             response API that handlers call)
+ *   route.c / handlers.c      the route table and the fixture handlers, protocol-neutral
+ *   fixture.c                 the fixture files and static payloads, made once and shared read-only
+ */
+#ifndef CB_INTERNAL_H
+#define CB_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+#include "cbench.h"
+
+#define CB__READ_BUF_SIZE (64 * 1024)
+/* A connection stops reading and its generators pause while more than this is queued for the socket. */
+#define CB__OUT_HIGH_WATER (256 * 1024)
+#define CB__OUT_LOW_WATER (64 * 1024)
+/* Data up to this size is copied into the connection's arena: cheaper than one more iovec. */
+#define CB__COPY_MAX 1024
+/* How long a lingering close waits for the peer's EOF after an error response. */
+#define CB__LINGER_MS 2000
+/* How long accept(2) backs off after EMFILE or ENFILE. */
+#define CB__ACCEPT_BACKOFF_MS 50
+
+typedef struct cb__worker_s cb__worker_t;
+typedef struct cb__conn_s cb__conn_t;
+typedef struct cb__req_s cb__req_t;
+typedef struct cb__route_s cb__route_t;
+typedef struct cb__handler_s cb__handler_t;
+
+/* Counters have one writer (the worker's thread) and are read by cb_server_stats() from any thread: relaxed
+ * atomic stores and loads keep that defined without a locked instruction on the hot path. */
+#define CB__STAT_ADD(w, field, n) \
+  __atomic_store_n(&(w)->stats.field, (w)->stats.field + (uint64_t)(n), __ATOMIC_RELAXED)
+#define CB__STAT_INC(w, field) CB__STAT_ADD(w, field, 1)
+
+/* ---- fixture.c: files and static payloads ---- */
+
+enum { CB__FILE_TINY, CB__FILE_SMALL, CB__FILE_BIG, CB__FILE_COUNT };
+
+typedef struct {
+  int fd[CB__FILE_COUNT];
+  uint64_t size[CB__FILE_COUNT];
+  char dir[512]; /* empty: the files are in memory (memfd) */
+} cb__fixtures_t;
+
+int cb__fixtures_open(cb__fixtures_t *fx, const char *dir);
+void cb__fixtures_close(cb__fixtures_t *fx);
+
+typedef struct {
+  const char *ptr;
+  size_t len;
+} cb__slice_t;
+
+/* Payloads built once per process and never freed; safe to reference from any thread. */
+typedef struct {
+  cb__slice_t line;      /* LINE: 64 bytes */
+  cb__slice_t bigline;   /* BIGLINE: 16384 bytes */
+  cb__slice_t sse_line;  /* one SSE event carrying LINE */
+  cb__slice_t sse_big;   /* one SSE event carrying BIGLINE */
+} cb__payloads_t;
+
+const cb__payloads_t *cb__payloads(void);
+
+/* ---- http_status.c ---- */
+
+/* The reason phrase of docs/wire.md for a status code ("Unknown" when it has none). */
+const char *cb__reason(int status);
+
+/* ---- outq.c: a connection's ordered output ---- */
+
+enum { CB__OUT_ARENA, CB__OUT_REF, CB__OUT_FREE, CB__OUT_FILE };
+
+typedef struct {
+  uint8_t kind;
+  int fd;        /* CB__OUT_FILE */
+  uint64_t off;  /* arena offset (ARENA), file offset (FILE), or bytes already sent of ptr (REF, FREE) */
+  const char *ptr; /* REF and FREE */
+  size_t len;
+} cb__out_t;
+
+typedef struct {
+  cb__out_t *q;
+  uint32_t head, tail, cap;
+  char *arena;
+  size_t alen, acap;
+  size_t bytes; /* queued, not yet written */
+} cb__outq_t;
+
+typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
+
+int cb__outq_init(cb__outq_t *q);
+void cb__outq_free(cb__outq_t *q);
+/* Room for n bytes at the end of the arena; write them, then cb__outq_commit(q, n). NULL on ENOMEM. */
+char *cb__outq_reserve(cb__outq_t *q, size_t n);
+void cb__outq_commit(cb__outq_t *q, size_t n);
+int cb__outq_copy(cb__outq_t *q, const void *p, size_t n);
+/* References bytes that outlive the write (static payloads); with free_after the queue frees them once sent. */
+int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after);
+int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n);
+/* Writes what the socket takes: writev for bytes, sendfile for file ranges. Returns the number of bytes
+ * written (>= 0) or a negative UV_E* error. With fd < 0 everything goes to sink (tests). */
+ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg);
+
+/* ---- conn.c: one connection ---- */
+
+enum { CB__TIMER_NONE, CB__TIMER_HEADER, CB__TIMER_IDLE, CB__TIMER_LINGER, CB__TIMER_HELD };
+
+/* What a protocol does for a connection. All run on the worker's thread. */
+typedef struct {
+  /* Consume input. Return 0, or -1 when the connection must close now. */
+  int (*read)(cb__conn_t *c, const char *data, size_t len);
+  /* The peer closed its sending side. */
+  void (*eof)(cb__conn_t *c);
+  /* The output queue is below the low-water mark. With produce set, generators that waited for room produce
+   * again. Returns whether a generator was waiting (and so may have produced). */
+  int (*writable)(cb__conn_t *c, int produce);
+  /* Runs after every event, before the flush: deferred work (resuming a paused parser). */
+  void (*after)(cb__conn_t *c);
+  /* Which timeout applies now: CB__TIMER_HEADER, CB__TIMER_IDLE (re-armed on activity) or CB__TIMER_HELD. */
+  int (*timer_mode)(const cb__conn_t *c);
+  /* The timeout fired in the given mode. */
+  void (*timeout)(cb__conn_t *c, int mode);
+  /* Graceful stop: finish what is in flight, accept nothing new. */
+  void (*stop)(cb__conn_t *c);
+  /* The connection is closing: release requests (handlers' on_free) and protocol state. */
+  void (*destroy)(cb__conn_t *c);
+} cb__conn_ops_t;
+
+enum { CB__PROTO_DETECT, CB__PROTO_H1, CB__PROTO_H2 };
+
+struct cb__conn_s {
+  uv_poll_t poll; /* first member: callbacks cast back */
+  uv_timer_t timer;
+  cb__worker_t *w;
+  cb__conn_t *prev, *next; /* the worker's list */
+  int fd;                  /* -1 for a test connection: output goes to sink */
+  cb__sink_fn_t sink;
+  void *sink_arg;
+  const cb__conn_ops_t *ops;
+  void *proto_state; /* the protocol's own state (http1.c / http2.c) */
+  cb__outq_t out;
+  uint8_t proto;       /* CB__PROTO_* */
+  uint8_t timer_mode;  /* armed mode */
+  uint8_t poll_events; /* events the poll handle is started with */
+  uint8_t closing;     /* uv_close has been called */
+  uint8_t close_after_flush;
+  uint8_t lingering;   /* sending side shut down, draining input */
+  uint8_t read_paused; /* by the protocol (input buffer full) */
+  uint8_t write_blocked; /* the last flush left bytes queued */
+  uint8_t eof;         /* the peer closed its sending side */
+  uint8_t pending_close; /* handles to wait for before freeing */
+  uint64_t head_start;   /* loop time when the current head began (header timeout) */
+  size_t detect_len;
+  char detect[24];       /* bytes held back while telling HTTP/1.1 from the HTTP/2 preface */
+};
+
+int cb__conn_accept(cb__worker_t *w, int fd);
+cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg);
+/* Feeds bytes as if read from the socket, then runs the after-event work (flush, timers). */
+void cb__conn_input(cb__conn_t *c, const char *data, size_t len);
+void cb__conn_input_eof(cb__conn_t *c);
+/* Runs after any event that may have produced output (handler timers): deferred work, flush, timers. */
+void cb__conn_after(cb__conn_t *c);
+/* Closes now; counts a reset when `reset` says the peer left work unfinished. */
+void cb__conn_close(cb__conn_t *c);
+/* Flushes what is queued, then shuts down the sending side and drains input for a short while. */
+void cb__conn_close_linger(cb__conn_t *c);
+void cb__conn_stop(cb__conn_t *c);
+/* Bytes queued but not yet written. */
+static inline size_t cb__conn_queued(const cb__conn_t *c) { return c->out.bytes; }
+
+/* ---- worker.c ---- */
+
+struct cb__worker_s {
+  uv_loop_t loop;
+  uv_poll_t listener;
+  uv_async_t async;
+  uv_timer_t date_timer;
+  uv_timer_t aux_timer; /* accept backoff, then the stop deadline */
+  uv_thread_t thread;
+  int index;
+  int cpu;      /* -1: not pinned */
+  int lfd;      /* listening socket, -1 for a test worker */
+  const cb_config_t *cfg; /* the server's copy */
+  const cb__fixtures_t *fx;
+  cb_server_t *srv;
+  cb__conn_t *conns; /* every open connection */
+  uint64_t nconns;
+  int stopping;
+  int start_err;
+  uv_mutex_t cmd_mutex;
+  int cmd_stop; /* posted by cb_server_stop() */
+  char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
+  size_t date_len;
+  cb_stats_t stats;
+  char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
+};
+
+int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
+                    int index, int lfd, int cpu);
+int cb__worker_start(cb__worker_t *w);
+void cb__worker_post_stop(cb__worker_t *w);
+void cb__worker_join(cb__worker_t *w);
+/* A test worker: loop and date cache only, driven by the caller's thread. */
+int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixtures_t *fx);
+int cb__worker_close_test(cb__worker_t *w);
+/* Called by conn.c when a connection is freed, so a stopping worker knows when it is done. */
+void cb__worker_conn_gone(cb__worker_t *w);
+void cb__date_refresh(cb__worker_t *w);
+
+/* ---- the request and the response API (protocol-neutral) ---- */
+
+#define CB__STREAMED (-1) /* body of unknown length: chunked over HTTP/1.1 */
+#define CB__NO_BODY (-2)  /* 204 and 304: neither a length nor a body */
+
+enum {
+  CB__DATA_STATIC = 0, /* lives for the process: referenced, never copied or freed */
+  CB__DATA_COPY = 1,   /* valid only during the call: copied */
+  CB__DATA_FREE = 2    /* malloc'd: the protocol owns it and frees it once sent or dropped */
+};
+
+typedef struct {
+  const char *name;
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} cb__hdr_t;
+
+/* The response API, implemented once per protocol. Handlers call it through cb__res_*(). */
+typedef struct {
+  /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. */
+  void (*head)(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
+               int64_t content_length);
+  /* A piece of body. Returns 1 when the connection's output is above the high-water mark: a generator should
+   * stop producing until its on_writable runs; 0 otherwise. */
+  int (*data)(cb__req_t *r, const char *p, size_t n, int flags);
+  /* A file range, sent without copying through user space where the protocol can. */
+  int (*file)(cb__req_t *r, int fd, uint64_t off, size_t n);
+  /* The response is complete. */
+  void (*end)(cb__req_t *r);
+} cb__proto_t;
+
+/* A fixture handler. Callbacks run on the worker's thread; each is optional except on_end. */
+struct cb__handler_s {
+  void (*on_head)(cb__req_t *r);                             /* request head complete, route matched */
+  void (*on_body)(cb__req_t *r, const char *p, size_t n);   /* a piece of request body (NULL: dropped) */
+  void (*on_end)(cb__req_t *r);                              /* request complete */
+  void (*on_writable)(cb__req_t *r);                         /* room to produce more (generators) */
+  void (*on_free)(cb__req_t *r);                             /* release the handler's state (once) */
+};
+
+enum { CB__M_GET = 1, CB__M_HEAD = 2, CB__M_POST = 4, CB__M_OTHER = 8 };
+
+struct cb__route_s {
+  const char *path;
+  uint16_t path_len;
+  uint8_t prefix;  /* matches any path that starts with `path` */
+  uint8_t methods; /* CB__M_* mask */
+  uint8_t id;      /* cb_route_id */
+  const char *allow;
+  const cb__handler_t *handler;
+  int arg;
+};
+
+typedef void (*cb__timer_fn)(cb__req_t *r);
+
+enum { CB__RES_NONE, CB__RES_HEAD, CB__RES_ENDED };
+
+struct cb__req_s {
+  cb__conn_t *conn;
+  const cb__proto_t *proto;
+  void *stream; /* the protocol's per-request state (HTTP/2 stream) */
+  const cb__route_t *route;
+  const cb__handler_t *handler;
+  /* Request head: valid until the request ends (on_end returns) */
+  const char *path;
+  size_t path_len;
+  const cb__hdr_t *headers;
+  int nheaders;
+  uint8_t method;   /* CB__M_* */
+  uint8_t res_state; /* CB__RES_* */
+  uint8_t req_done;  /* the whole request (body included) was received */
+  uint8_t blocked;   /* a generator was told to wait for on_writable */
+  int64_t content_length; /* declared request body length, -1 when unknown */
+  uint64_t body_received;
+  /* The handler's state. */
+  union {
+    struct {
+      char *buf;
+      size_t len, cap;
+    } echo;
+    struct {
+      unsigned next;
+    } gen;
+    struct {
+      char *json;
+      size_t len;
+    } headers;
+    unsigned ms;
+    int status;
+  } u;
+  uv_timer_t *timer; /* cb__req_timer(); freed in its close callback */
+  cb__timer_fn timer_fn;
+};
+
+static inline void cb__res_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra,
+                                int nextra, int64_t content_length) {
+  r->proto->head(r, status, ctype, extra, nextra, content_length);
+}
+static inline int cb__res_data(cb__req_t *r, const char *p, size_t n, int flags) {
+  return r->proto->data(r, p, n, flags);
+}
+static inline int cb__res_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
+  return r->proto->file(r, fd, off, n);
+}
+static inline void cb__res_end(cb__req_t *r) { r->proto->end(r); }
+
+/* Calls fn(r) after ms milliseconds on the worker's loop. One timer per request. Returns 0 or UV_ENOMEM. */
+int cb__req_timer(cb__req_t *r, unsigned ms, cb__timer_fn fn);
+/* Releases the request's handler state and timer. Called by the protocol exactly once per request. */
+void cb__req_release(cb__req_t *r);
+
+/* route.c: matches r->path and r->method, counts the request, sets r->route and r->handler (404 and 405 have
+ * handlers too) and runs on_head. */
+void cb__req_dispatch(cb__req_t *r);
+const cb__route_t *cb__route_find(const char *path, size_t len);
+
+/* handlers.c */
+extern const cb__handler_t cb__h_root, cb__h_hello, cb__h_json, cb__h_echo, cb__h_echo_chunked, cb__h_file,
+    cb__h_stream, cb__h_sse, cb__h_delay, cb__h_status, cb__h_headers, cb__h_not_found,
+    cb__h_method_not_allowed;
+
+/* ---- http1.c / http2.c ---- */
+
+/* Makes c an HTTP/1.1 connection. */
+int cb__h1_attach(cb__conn_t *c);
+/* Makes c an HTTP/2 connection; data starts with the client preface. */
+int cb__h2_attach_prior(cb__conn_t *c);
+/* Upgrades an HTTP/1.1 connection after `101 Switching Protocols` was queued: r becomes stream 1.
+ * settings is the HTTP2-Settings header (base64url). Returns 0, or a negative code when the upgrade is
+ * refused (the request is then answered over HTTP/1.1). */
+int cb__h2_upgrade(cb__conn_t *c, const char *settings, size_t settings_len, int head_request);
+/* Whether this build serves HTTP/2. */
+int cb__h2_available(void);
+
+/* ---- server.c ---- */
+struct cb_server_s {
+  cb_config_t cfg;
+  char host[64];
+  int cpus[CB_MAX_THREADS];
+  int port;
+  int nworkers;
+  cb__fixtures_t fx;
+  cb__worker_t **workers;
+};
+
+#endif

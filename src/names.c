@@ -1,0 +1,58 @@
+/* Names for error codes, routes and protocols. */
+#include <uv.h>
+
+#include "internal.h"
+
+const char *cb_strerror(int err) {
+  switch (err) {
+    case 0: return "success";
+    case CB_EFIXTURE: return "the fixture files could not be written or opened";
+    case CB_ESTOPPED: return "the server is stopping or stopped";
+    case CB_ETHREADS: return "the number of threads or a CPU number is out of range";
+    case CB_ELIMIT: return "a size limit or timeout is out of range";
+    default: return uv_strerror(err);
+  }
+}
+
+const char *cb_err_name(int err) {
+  switch (err) {
+    case 0: return "OK";
+    case CB_EFIXTURE: return "CB_EFIXTURE";
+    case CB_ESTOPPED: return "CB_ESTOPPED";
+    case CB_ETHREADS: return "CB_ETHREADS";
+    case CB_ELIMIT: return "CB_ELIMIT";
+    default: return uv_err_name(err);
+  }
+}
+
+static const char *const route_names[CB_ROUTE_COUNT] = {
+    [CB_ROUTE_ROOT] = "root",
+    [CB_ROUTE_HELLO] = "hello",
+    [CB_ROUTE_JSON] = "json",
+    [CB_ROUTE_ECHO] = "echo",
+    [CB_ROUTE_ECHO_CHUNKED] = "echo_chunked",
+    [CB_ROUTE_FILE_TINY] = "file_tiny",
+    [CB_ROUTE_FILE_SMALL] = "file_small",
+    [CB_ROUTE_FILE_BIG] = "file_big",
+    [CB_ROUTE_STREAM] = "stream",
+    [CB_ROUTE_STREAM_SMALL] = "stream_small",
+    [CB_ROUTE_STREAM_BIG] = "stream_big",
+    [CB_ROUTE_SSE] = "sse",
+    [CB_ROUTE_SSE_SMALL] = "sse_small",
+    [CB_ROUTE_SSE_BIG] = "sse_big",
+    [CB_ROUTE_DELAY] = "delay",
+    [CB_ROUTE_STATUS] = "status",
+    [CB_ROUTE_HEADERS] = "headers",
+    [CB_ROUTE_NOT_FOUND] = "not_found",
+};
+
+const char *cb_route_name(int route) {
+  return route >= 0 && route < CB_ROUTE_COUNT ? route_names[route] : NULL;
+}
+
+const char *cb_proto_name(int proto) {
+  static const char *const names[CB_PROTO_COUNT] = {"http1", "h2c_prior", "h2c_upgrade"};
+  return proto >= 0 && proto < CB_PROTO_COUNT ? names[proto] : NULL;
+}
+
+const char *cb_version(void) { return "0.1.0"; }

@@ -1,0 +1,204 @@
+/* A connection's output queue: response bytes in order, written with as few system calls as possible.
+ *
+ * Small pieces (heads, chunk framing, short bodies) are copied into one growing arena so that a batch of
+ * pipelined responses leaves in one writev. Static payloads are referenced, never copied; file ranges are
+ * sent with sendfile(2). Arena entries hold offsets, not pointers, so the arena may grow while entries wait.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define OUTQ_INIT_ENTRIES 16
+#define OUTQ_INIT_ARENA 4096
+#define OUTQ_IOV_MAX 64
+
+int cb__outq_init(cb__outq_t *q) {
+  memset(q, 0, sizeof *q);
+  q->q = malloc(OUTQ_INIT_ENTRIES * sizeof *q->q);
+  q->arena = malloc(OUTQ_INIT_ARENA);
+  if (q->q == NULL || q->arena == NULL) {
+    free(q->q);
+    free(q->arena);
+    return UV_ENOMEM;
+  }
+  q->cap = OUTQ_INIT_ENTRIES;
+  q->acap = OUTQ_INIT_ARENA;
+  return 0;
+}
+
+void cb__outq_free(cb__outq_t *q) {
+  for (uint32_t i = q->head; i < q->tail; i++)
+    if (q->q[i].kind == CB__OUT_FREE) free((void *)q->q[i].ptr);
+  free(q->q);
+  free(q->arena);
+  memset(q, 0, sizeof *q);
+}
+
+static cb__out_t *push(cb__outq_t *q) {
+  if (q->tail == q->cap) {
+    if (q->head > 0) { /* slide the live entries to the front before growing */
+      memmove(q->q, q->q + q->head, (q->tail - q->head) * sizeof *q->q);
+      q->tail -= q->head;
+      q->head = 0;
+    }
+    if (q->tail == q->cap) {
+      cb__out_t *n = realloc(q->q, 2 * q->cap * sizeof *n);
+      if (n == NULL) return NULL;
+      q->q = n;
+      q->cap *= 2;
+    }
+  }
+  return &q->q[q->tail++];
+}
+
+char *cb__outq_reserve(cb__outq_t *q, size_t n) {
+  if (q->alen + n > q->acap) {
+    size_t cap = q->acap;
+    while (q->alen + n > cap) cap *= 2;
+    char *a = realloc(q->arena, cap);
+    if (a == NULL) return NULL;
+    q->arena = a;
+    q->acap = cap;
+  }
+  return q->arena + q->alen;
+}
+
+void cb__outq_commit(cb__outq_t *q, size_t n) {
+  if (n == 0) return;
+  cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
+  /* Bytes that follow the previous arena entry extend it: one iovec for the whole run. */
+  if (last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen) {
+    last->len += n;
+  } else {
+    cb__out_t *e = push(q);
+    if (e == NULL) return; /* out of memory: the bytes are dropped and the peer sees a short response */
+    *e = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n};
+  }
+  q->alen += n;
+  q->bytes += n;
+}
+
+int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
+  char *dst = cb__outq_reserve(q, n);
+  if (dst == NULL) return UV_ENOMEM;
+  memcpy(dst, p, n);
+  cb__outq_commit(q, n);
+  return 0;
+}
+
+int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after) {
+  if (n == 0) {
+    if (free_after) free((void *)p);
+    return 0;
+  }
+  cb__out_t *e = push(q);
+  if (e == NULL) {
+    if (free_after) free((void *)p);
+    return UV_ENOMEM;
+  }
+  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = 0, .ptr = p, .len = n};
+  q->bytes += n;
+  return 0;
+}
+
+int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n) {
+  if (n == 0) return 0;
+  cb__out_t *e = push(q);
+  if (e == NULL) return UV_ENOMEM;
+  *e = (cb__out_t){.kind = CB__OUT_FILE, .fd = fd, .off = off, .len = n};
+  q->bytes += n;
+  return 0;
+}
+
+static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
+  return e->kind == CB__OUT_ARENA ? q->arena + e->off : e->ptr + e->off;
+}
+
+/* Drops `n` written bytes from the front of the queue. */
+static void consume(cb__outq_t *q, size_t n) {
+  q->bytes -= n;
+  while (n > 0 && q->head < q->tail) {
+    cb__out_t *e = &q->q[q->head];
+    size_t take = n < e->len ? n : e->len;
+    e->len -= take;
+    n -= take;
+    e->off += take; /* arena offset, file offset, or progress into a referenced buffer */
+    if (e->len > 0) break;
+    if (e->kind == CB__OUT_FREE) free((void *)e->ptr);
+    q->head++;
+  }
+  if (q->head == q->tail) { /* empty: the arena and the entry array start over */
+    q->head = q->tail = 0;
+    q->alen = 0;
+  }
+}
+
+/* Test connections: file ranges are read with pread and handed to the sink with the rest. */
+static ssize_t flush_to_sink(cb__outq_t *q, cb__sink_fn_t sink, void *arg) {
+  ssize_t total = 0;
+  char buf[16384];
+  while (q->head < q->tail) {
+    cb__out_t *e = &q->q[q->head];
+    size_t n = e->len;
+    if (e->kind == CB__OUT_FILE) {
+      if (n > sizeof buf) n = sizeof buf;
+      ssize_t r = pread(e->fd, buf, n, (off_t)e->off);
+      if (r <= 0) return UV_EIO;
+      n = (size_t)r;
+      if (sink) sink(arg, buf, n);
+    } else if (sink) {
+      sink(arg, entry_ptr(q, e), n);
+    }
+    consume(q, n);
+    total += (ssize_t)n;
+  }
+  return total;
+}
+
+ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
+  if (fd < 0) return flush_to_sink(q, sink, arg);
+  ssize_t total = 0;
+  while (q->head < q->tail) {
+    cb__out_t *e = &q->q[q->head];
+    if (e->kind == CB__OUT_FILE) {
+      off_t off = (off_t)e->off;
+      ssize_t r = sendfile(fd, e->fd, &off, e->len);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) break;
+        return uv_translate_sys_error(errno);
+      }
+      if (r == 0) return UV_EIO; /* the file shrank under us */
+      consume(q, (size_t)r);
+      total += r;
+      continue;
+    }
+    struct iovec iov[OUTQ_IOV_MAX];
+    int n = 0;
+    size_t want = 0;
+    for (uint32_t i = q->head; i < q->tail && n < OUTQ_IOV_MAX; i++) {
+      cb__out_t *x = &q->q[i];
+      if (x->kind == CB__OUT_FILE) break;
+      iov[n].iov_base = (void *)entry_ptr(q, x);
+      iov[n].iov_len = x->len;
+      want += x->len;
+      n++;
+    }
+    ssize_t r = writev(fd, iov, n);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;
+      return uv_translate_sys_error(errno);
+    }
+    consume(q, (size_t)r);
+    total += r;
+    if ((size_t)r < want) break; /* the socket buffer is full */
+  }
+  return total;
+}

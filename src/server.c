@@ -1,0 +1,246 @@
+/* cb_server_*: configuration, the start handshake, stop, and the stats sum. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void cb_config_init(cb_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->host = "127.0.0.1";
+  cfg->port = 8080;
+  cfg->threads = 0;
+  cfg->backlog = 1024;
+  cfg->max_header_bytes = 16384;
+  cfg->max_body_bytes = 10000000;
+  cfg->header_timeout_ms = 10000;
+  cfg->idle_timeout_ms = 60000;
+  cfg->stop_timeout_ms = 5000;
+  cfg->enable_h2 = 1;
+  cfg->h2_max_concurrent_streams = 128;
+}
+
+static int online_cpus(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (n > CB_MAX_THREADS ? CB_MAX_THREADS : (int)n);
+}
+
+static int validate(const cb_config_t *cfg) {
+  if (cfg->port < 0 || cfg->port > 65535 || cfg->host == NULL) return UV_EINVAL;
+  if (cfg->threads < 0 || cfg->threads > CB_MAX_THREADS) return CB_ETHREADS;
+  if (cfg->ncpus < 0 || cfg->ncpus > CB_MAX_THREADS || (cfg->ncpus > 0 && cfg->cpus == NULL)) return CB_ETHREADS;
+  for (int i = 0; i < cfg->ncpus; i++)
+    if (cfg->cpus[i] < 0 || cfg->cpus[i] >= CPU_SETSIZE) return CB_ETHREADS;
+  if (cfg->max_header_bytes < 64 || cfg->max_header_bytes > (1u << 24)) return CB_ELIMIT;
+  if (cfg->max_body_bytes == 0 || cfg->header_timeout_ms == 0 || cfg->idle_timeout_ms == 0) return CB_ELIMIT;
+  if (cfg->backlog < 0) return UV_EINVAL;
+  if (cfg->enable_h2 && (cfg->h2_max_concurrent_streams == 0 || cfg->h2_max_concurrent_streams > 1u << 20))
+    return CB_ELIMIT;
+  return 0;
+}
+
+static int parse_host(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
+  memset(ss, 0, sizeof *ss);
+  struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+  if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)port);
+    *len = sizeof *a4;
+    return 0;
+  }
+  if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)port);
+    *len = sizeof *a6;
+    return 0;
+  }
+  return UV_EINVAL;
+}
+
+/* A socket bound to addr. reuseport: join the group of the server's other workers. */
+static int bind_socket(const struct sockaddr_storage *ss, socklen_t len, int reuseport, int backlog, int *out) {
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return uv_translate_sys_error(errno);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) goto fail;
+  if (bind(fd, (const struct sockaddr *)ss, len) != 0) goto fail;
+  if (backlog >= 0 && listen(fd, backlog) != 0) goto fail;
+  *out = fd;
+  return 0;
+fail:;
+  int err = uv_translate_sys_error(errno);
+  close(fd);
+  return err;
+}
+
+static int bound_port(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return -1;
+  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                        : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+/* Binds one listening socket per worker, all on the same port. */
+static int open_listeners(cb_server_t *srv, int *fds) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  int err = parse_host(srv->cfg.host, srv->cfg.port, &ss, &len);
+  if (err) return err;
+  for (int i = 0; i < srv->nworkers; i++) fds[i] = -1;
+  if (srv->cfg.port != 0) {
+    /* Sockets of one user that all set SO_REUSEPORT share a port silently: a second server would join ours
+     * instead of failing. A probe bound without it fails with EADDRINUSE when anyone listens there. */
+    int probe;
+    err = bind_socket(&ss, len, 0, -1, &probe);
+    if (err) return err;
+    close(probe);
+  }
+  for (int i = 0; i < srv->nworkers; i++) {
+    err = bind_socket(&ss, len, 1, srv->cfg.backlog, &fds[i]);
+    if (err) goto fail;
+    if (i == 0) {
+      srv->port = bound_port(fds[0]);
+      if (srv->port <= 0) {
+        err = UV_EINVAL;
+        goto fail;
+      }
+      /* Port 0: the other workers join the port the kernel picked. */
+      if (ss.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)srv->port);
+      else
+        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)srv->port);
+    }
+  }
+  return 0;
+fail:
+  for (int i = 0; i < srv->nworkers; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  return err;
+}
+
+static void free_server(cb_server_t *srv) {
+  if (srv->workers != NULL) {
+    for (int i = 0; i < srv->nworkers; i++) free(srv->workers[i]);
+    free(srv->workers);
+  }
+  cb__fixtures_close(&srv->fx);
+  free(srv);
+}
+
+int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
+  if (cfg == NULL || out == NULL) return UV_EINVAL;
+  int err = validate(cfg);
+  if (err) return err;
+  if (strlen(cfg->host) >= 64) return UV_EINVAL;
+
+  cb_server_t *srv = calloc(1, sizeof *srv);
+  if (srv == NULL) return UV_ENOMEM;
+  for (int i = 0; i < CB__FILE_COUNT; i++) srv->fx.fd[i] = -1;
+  srv->cfg = *cfg;
+  strcpy(srv->host, cfg->host);
+  srv->cfg.host = srv->host;
+  memcpy(srv->cpus, cfg->cpus ? cfg->cpus : srv->cpus, (size_t)cfg->ncpus * sizeof(int));
+  srv->cfg.cpus = srv->cpus;
+  srv->cfg.fixture_dir = NULL; /* not kept: only read here */
+  srv->nworkers = cfg->threads ? cfg->threads : online_cpus();
+
+  int fds[CB_MAX_THREADS];
+  int started = 0;
+  srv->workers = calloc((size_t)srv->nworkers, sizeof *srv->workers);
+  if (srv->workers == NULL) {
+    free_server(srv);
+    return UV_ENOMEM;
+  }
+  err = cb__fixtures_open(&srv->fx, cfg->fixture_dir);
+  if (err) {
+    free_server(srv);
+    return err;
+  }
+  err = open_listeners(srv, fds);
+  if (err) {
+    free_server(srv);
+    return err;
+  }
+  int inited = 0;
+  for (int i = 0; i < srv->nworkers; i++) {
+    /* Workers are big (their read buffer is inside) and must not move: one allocation each. */
+    srv->workers[i] = malloc(sizeof(cb__worker_t));
+    if (srv->workers[i] == NULL) {
+      err = UV_ENOMEM;
+      break;
+    }
+    int cpu = cfg->ncpus > 0 ? cfg->cpus[i % cfg->ncpus] : -1;
+    err = cb__worker_init(srv->workers[i], srv, &srv->cfg, &srv->fx, i, fds[i], cpu);
+    if (err) {
+      free(srv->workers[i]);
+      srv->workers[i] = NULL;
+      break;
+    }
+    inited++;
+  }
+  if (err == 0) {
+    for (; started < inited; started++) {
+      err = cb__worker_start(srv->workers[started]);
+      if (err) break;
+    }
+  }
+  if (err) {
+    /* Undo: the started workers stop and are joined; the others never ran, so their loops are ours. */
+    for (int i = 0; i < started; i++) cb__worker_post_stop(srv->workers[i]);
+    for (int i = 0; i < started; i++) cb__worker_join(srv->workers[i]);
+    for (int i = started; i < inited; i++) {
+      cb__worker_t *w = srv->workers[i];
+      cb__worker_post_stop(w);
+      uv_run(&w->loop, UV_RUN_DEFAULT);
+      uv_loop_close(&w->loop);
+      uv_mutex_destroy(&w->cmd_mutex);
+    }
+    for (int i = 0; i < srv->nworkers; i++) close(fds[i]);
+    free_server(srv);
+    return err;
+  }
+  *out = srv;
+  return 0;
+}
+
+int cb_server_port(const cb_server_t *srv) { return srv ? srv->port : UV_EINVAL; }
+int cb_server_threads(const cb_server_t *srv) { return srv ? srv->nworkers : UV_EINVAL; }
+
+int cb_server_worker_cpu(const cb_server_t *srv, int i) {
+  if (srv == NULL || i < 0 || i >= srv->nworkers) return -1;
+  return srv->workers[i]->cpu;
+}
+
+int cb_server_stop(cb_server_t *srv) {
+  if (srv == NULL) return UV_EINVAL;
+  for (int i = 0; i < srv->nworkers; i++) cb__worker_post_stop(srv->workers[i]);
+  for (int i = 0; i < srv->nworkers; i++) {
+    cb__worker_join(srv->workers[i]);
+    close(srv->workers[i]->lfd);
+  }
+  free_server(srv);
+  return 0;
+}
+
+static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+int cb_server_stats(const cb_server_t *srv, cb_stats_t *out) {
+  if (srv == NULL || out == NULL) return UV_EINVAL;
+  memset(out, 0, sizeof *out);
+  /* cb_stats_t is all uint64_t: sum it field by field as an array. */
+  size_t n = sizeof *out / sizeof(uint64_t);
+  uint64_t *dst = (uint64_t *)out;
+  for (int i = 0; i < srv->nworkers; i++) {
+    const uint64_t *src = (const uint64_t *)&srv->workers[i]->stats;
+    for (size_t k = 0; k < n; k++) dst[k] += load(&src[k]);
+  }
+  out->conns_open = out->conns_accepted - out->conns_closed;
+  return 0;
+}

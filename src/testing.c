@@ -1,0 +1,95 @@
+/* Socket-less connections for tests and fuzz targets (testing.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testing.h"
+
+struct cb__testconn_s {
+  cb_config_t cfg;
+  cb__fixtures_t fx;
+  cb__worker_t *w;
+  cb__conn_t *c;
+  int closed;
+};
+
+static int is_closed(cb__testconn_t *tc) {
+  /* The connection is freed from a close callback: a closing connection counts as closed. */
+  if (tc->closed) return 1;
+  if (tc->c->closing) {
+    tc->closed = 1;
+    uv_run(&tc->w->loop, UV_RUN_NOWAIT); /* let the close callbacks free it */
+  }
+  return tc->closed;
+}
+
+cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg) {
+  cb__testconn_t *tc = calloc(1, sizeof *tc);
+  if (tc == NULL) return NULL;
+  if (cfg)
+    tc->cfg = *cfg;
+  else
+    cb_config_init(&tc->cfg);
+  tc->cfg.host = "127.0.0.1";
+  tc->cfg.cpus = NULL;
+  tc->cfg.ncpus = 0;
+  if (cb__fixtures_open(&tc->fx, cfg ? cfg->fixture_dir : NULL) != 0) goto fail;
+  tc->w = malloc(sizeof *tc->w);
+  if (tc->w == NULL) goto fail_fx;
+  if (cb__worker_init_test(tc->w, &tc->cfg, &tc->fx) != 0) goto fail_w;
+  tc->c = cb__conn_new(tc->w, -1, sink, arg);
+  if (tc->c == NULL) {
+    cb__worker_close_test(tc->w);
+    goto fail_w;
+  }
+  return tc;
+fail_w:
+  free(tc->w);
+fail_fx:
+  cb__fixtures_close(&tc->fx);
+fail:
+  free(tc);
+  return NULL;
+}
+
+int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len) {
+  if (is_closed(tc)) return 1;
+  cb__conn_input(tc->c, data, len);
+  return is_closed(tc);
+}
+
+int cb__testconn_eof(cb__testconn_t *tc) {
+  if (is_closed(tc)) return 1;
+  cb__conn_input_eof(tc->c);
+  return is_closed(tc);
+}
+
+int cb__testconn_run(cb__testconn_t *tc, int until_idle) {
+  if (is_closed(tc)) return 1;
+  if (!until_idle) {
+    uv_run(&tc->w->loop, UV_RUN_NOWAIT);
+  } else {
+    /* Run while the connection is open and a timer other than its own timeout is pending. The date timer
+     * is unreferenced; the connection's timer is referenced, so stop at its turn. */
+    while (!is_closed(tc)) {
+      uv_unref((uv_handle_t *)&tc->c->timer);
+      int more = uv_run(&tc->w->loop, UV_RUN_ONCE);
+      if (!tc->closed && !tc->c->closing) uv_ref((uv_handle_t *)&tc->c->timer);
+      if (!more) break;
+    }
+  }
+  return is_closed(tc);
+}
+
+void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out) {
+  *out = tc->w->stats;
+  out->conns_open = out->conns_accepted - out->conns_closed;
+}
+
+int cb__testconn_free(cb__testconn_t *tc) {
+  int rc = cb__worker_close_test(tc->w);
+  cb__fixtures_close(&tc->fx);
+  free(tc->w);
+  free(tc);
+  return rc;
+}

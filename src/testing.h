@@ -1,0 +1,41 @@
+/* Entry points for tests and fuzz targets: a connection with no socket.
+ *
+ * A test connection runs the real connection code (protocol detection, HTTP/1.1, HTTP/2, handlers) on a
+ * worker that has a loop but no thread and no listener. Bytes fed in are parsed exactly as if read from a
+ * socket; everything the connection would write goes to the sink, in order (file bytes included), so a test
+ * can compare whole responses. These symbols are internal (hidden in libcbench.so); link libcbench.a.
+ */
+#ifndef CB_TESTING_H
+#define CB_TESTING_H
+
+#include <stddef.h>
+#include "cbench.h"
+
+typedef struct cb__testconn_s cb__testconn_t;
+
+/* Receives output bytes. Called from within cb__testconn_feed() and cb__testconn_run(). */
+typedef void (*cb__sink_fn)(void *arg, const char *data, size_t len);
+
+/* Creates a worker (with its fixtures) and one connection on it. cfg may be NULL for the defaults; the fixture
+ * files are written as by cb_server_start(). Returns NULL on failure. */
+cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg);
+
+/* Feeds bytes as one read. Returns 0 while the connection is open, 1 once the server has closed it (after
+ * which further input is ignored). */
+int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len);
+
+/* Signals end of input (the peer closed its sending side). Returns like cb__testconn_feed(). */
+int cb__testconn_eof(cb__testconn_t *tc);
+
+/* Runs the worker's loop once without blocking (uv_run NOWAIT), or until no timer is pending when
+ * `until_idle` is non-zero, so that /delay responses and timeouts fire. Returns like cb__testconn_feed(). */
+int cb__testconn_run(cb__testconn_t *tc, int until_idle);
+
+/* Reads the worker's counters. */
+void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out);
+
+/* Closes the connection, closes every handle, checks that the loop closes cleanly, frees everything.
+ * Returns 0, or a negative code when the loop still had handles (a leak). */
+int cb__testconn_free(cb__testconn_t *tc);
+
+#endif

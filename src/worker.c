@@ -1,0 +1,226 @@
+/* One worker: a thread with its own loop and its own SO_REUSEPORT listening socket. The kernel spreads new
+ * connections over the workers' sockets, so no lock or hand-off is on the accept path. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define ACCEPTS_PER_EVENT 64
+
+/* ---- the Date cache ---- */
+
+void cb__date_refresh(cb__worker_t *w) {
+  static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  /* IMF-fixdate written by hand: strftime's %a and %b follow the locale. */
+  int n = snprintf(w->date_line, sizeof w->date_line, "date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+                   days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                   tm.tm_sec);
+  w->date_len = n > 0 ? (size_t)n : 0;
+}
+
+static void on_date_timer(uv_timer_t *t) { cb__date_refresh(t->data); }
+
+/* ---- accept ---- */
+
+static void on_listener(uv_poll_t *h, int status, int events);
+
+static void on_accept_backoff(uv_timer_t *t) {
+  cb__worker_t *w = t->data;
+  if (!w->stopping) uv_poll_start(&w->listener, UV_READABLE, on_listener);
+}
+
+static void on_listener(uv_poll_t *h, int status, int events) {
+  cb__worker_t *w = h->data;
+  (void)events;
+  if (status < 0 || w->stopping) return;
+  for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
+    int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* Out of descriptors: stop polling the listener (it would report readable in a tight loop) and try
+         * again shortly; connections wait in the backlog meanwhile. */
+        CB__STAT_INC(w, accept_backoffs);
+        uv_poll_stop(&w->listener);
+        uv_timer_start(&w->aux_timer, on_accept_backoff, CB__ACCEPT_BACKOFF_MS, 0);
+      }
+      return; /* EAGAIN, or an aborted connection: nothing more to take now */
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (cb__conn_accept(w, fd) != 0) close(fd);
+  }
+}
+
+/* ---- commands from other threads ---- */
+
+static void stop_now(uv_timer_t *t);
+static void close_worker_handles(cb__worker_t *w);
+
+static void begin_stop(cb__worker_t *w) {
+  if (w->stopping) return;
+  w->stopping = 1;
+  uv_close((uv_handle_t *)&w->listener, NULL);
+  uv_timer_stop(&w->aux_timer);
+  /* Each connection finishes what is in flight, or closes now when idle. */
+  cb__conn_t *c = w->conns;
+  while (c != NULL) {
+    cb__conn_t *next = c->next;
+    cb__conn_stop(c);
+    c = next;
+  }
+  if (w->nconns == 0) {
+    close_worker_handles(w);
+  } else {
+    uv_timer_start(&w->aux_timer, stop_now, w->cfg->stop_timeout_ms, 0);
+  }
+}
+
+/* The stop bound passed: whatever is still open is closed. */
+static void stop_now(uv_timer_t *t) {
+  cb__worker_t *w = t->data;
+  cb__conn_t *c = w->conns;
+  while (c != NULL) {
+    cb__conn_t *next = c->next;
+    cb__conn_close(c);
+    c = next;
+  }
+}
+
+static void close_worker_handles(cb__worker_t *w) {
+  if (!uv_is_closing((uv_handle_t *)&w->async)) uv_close((uv_handle_t *)&w->async, NULL);
+  if (!uv_is_closing((uv_handle_t *)&w->date_timer)) uv_close((uv_handle_t *)&w->date_timer, NULL);
+  if (!uv_is_closing((uv_handle_t *)&w->aux_timer)) uv_close((uv_handle_t *)&w->aux_timer, NULL);
+}
+
+void cb__worker_conn_gone(cb__worker_t *w) {
+  if (w->stopping && w->nconns == 0 && w->lfd >= 0) close_worker_handles(w);
+}
+
+static void on_async(uv_async_t *a) {
+  cb__worker_t *w = a->data;
+  uv_mutex_lock(&w->cmd_mutex);
+  int stop = w->cmd_stop;
+  uv_mutex_unlock(&w->cmd_mutex);
+  if (stop) begin_stop(w);
+}
+
+void cb__worker_post_stop(cb__worker_t *w) {
+  uv_mutex_lock(&w->cmd_mutex);
+  w->cmd_stop = 1;
+  uv_mutex_unlock(&w->cmd_mutex);
+  uv_async_send(&w->async);
+}
+
+/* ---- the thread ---- */
+
+static int init_loop(cb__worker_t *w) {
+  int err = uv_loop_init(&w->loop);
+  if (err) return err;
+  w->loop.data = w;
+  uv_timer_init(&w->loop, &w->date_timer);
+  uv_timer_init(&w->loop, &w->aux_timer);
+  w->date_timer.data = w;
+  w->aux_timer.data = w;
+  cb__date_refresh(w);
+  uv_timer_start(&w->date_timer, on_date_timer, 1000, 1000);
+  uv_unref((uv_handle_t *)&w->date_timer);
+  return 0;
+}
+
+int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
+                    int index, int lfd, int cpu) {
+  memset(w, 0, sizeof *w);
+  w->srv = srv;
+  w->cfg = cfg;
+  w->fx = fx;
+  w->index = index;
+  w->lfd = lfd;
+  w->cpu = cpu;
+  int err = uv_mutex_init(&w->cmd_mutex);
+  if (err) return err;
+  err = init_loop(w);
+  if (err) {
+    uv_mutex_destroy(&w->cmd_mutex);
+    return err;
+  }
+  uv_async_init(&w->loop, &w->async, on_async);
+  w->async.data = w;
+  err = uv_poll_init(&w->loop, &w->listener, lfd);
+  if (err == 0) {
+    w->listener.data = w;
+    err = uv_poll_start(&w->listener, UV_READABLE, on_listener);
+    if (err) uv_close((uv_handle_t *)&w->listener, NULL);
+  }
+  if (err) { /* undo on this thread: close what was opened and let the loop finish the closes */
+    close_worker_handles(w);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&w->loop);
+    uv_mutex_destroy(&w->cmd_mutex);
+  }
+  return err;
+}
+
+static void worker_main(void *arg) {
+  cb__worker_t *w = arg;
+  if (w->cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(w->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+  /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
+  int rc = uv_loop_close(&w->loop);
+  (void)rc;
+}
+
+int cb__worker_start(cb__worker_t *w) {
+  /* The loop was built on the caller's thread; from here on only the worker's thread touches it. */
+  uv_thread_options_t opts = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};
+  return uv_thread_create_ex(&w->thread, &opts, worker_main, w);
+}
+
+void cb__worker_join(cb__worker_t *w) {
+  uv_thread_join(&w->thread);
+  uv_mutex_destroy(&w->cmd_mutex);
+}
+
+/* ---- test workers: no thread, no listener ---- */
+
+int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixtures_t *fx) {
+  memset(w, 0, sizeof *w);
+  w->cfg = cfg;
+  w->fx = fx;
+  w->lfd = -1;
+  w->cpu = -1;
+  return init_loop(w);
+}
+
+int cb__worker_close_test(cb__worker_t *w) {
+  w->stopping = 1;
+  cb__conn_t *c = w->conns;
+  while (c != NULL) {
+    cb__conn_t *next = c->next;
+    cb__conn_close(c);
+    c = next;
+  }
+  uv_close((uv_handle_t *)&w->date_timer, NULL);
+  uv_close((uv_handle_t *)&w->aux_timer, NULL);
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+  return uv_loop_close(&w->loop);
+}
