@@ -41,6 +41,8 @@ typedef struct {
   uint8_t head_only;   /* HEAD: no body bytes */
   uint8_t stopping;    /* graceful stop: close after the current response */
   uint8_t expect_continue;
+  uint8_t upgrade_h2c;     /* this request upgrades the connection to h2c once it is complete */
+  uint8_t parsing_held;    /* parsing input held in `pending` (no upgrade from there) */
   int err_status; /* set by a callback that refuses the request */
   uint64_t requests;
   char *pending;
@@ -98,6 +100,7 @@ static int on_message_begin(llhttp_t *p) {
   h->in_head = 1;
   h->in_msg = 1;
   h->expect_continue = 0;
+  h->upgrade_h2c = 0;
   h->err_status = 0;
   cb__req_t *r = &h->req;
   memset(r, 0, sizeof *r);
@@ -181,6 +184,30 @@ static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
   return NULL;
 }
 
+/* Whether a token list (a header value) holds `token`, compared without case. */
+static int has_token(const cb__hdr_t *hd, const char *token) {
+  size_t tl = strlen(token);
+  const char *p = hd->value, *end = hd->value + hd->value_len;
+  while (p < end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == ',')) p++;
+    const char *t = p;
+    while (p < end && *p != ',' && *p != ' ' && *p != '\t') p++;
+    if (lower_eq(t, (size_t)(p - t), token) && tl == (size_t)(p - t)) return 1;
+  }
+  return 0;
+}
+
+/* Upgrade: h2c is taken for a bodiless HTTP/1.1 request with a valid HTTP2-Settings, read straight from the
+ * socket (not from held pipelined input), when HTTP/2 is on. Anything else is served as HTTP/1.1. */
+static int wants_h2c(h1_t *h, int has_body) {
+  if (!h->parser.upgrade || has_body || h->http10 || h->parsing_held || !h->c->w->cfg->enable_h2 ||
+      !cb__h2_available())
+    return 0;
+  const cb__hdr_t *up = find_header(h, "upgrade");
+  const cb__hdr_t *st = find_header(h, "http2-settings");
+  return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
+}
+
 static uint8_t method_bit(uint8_t m) {
   switch (m) {
     case HTTP_GET: return CB__M_GET;
@@ -221,6 +248,11 @@ static int on_headers_complete(llhttp_t *p) {
     }
     has_body = p->content_length > 0;
   }
+  if (wants_h2c(h, has_body)) {
+    /* Answered over HTTP/2 once the request is complete (see parse()); not dispatched here. */
+    h->upgrade_h2c = 1;
+    return 0;
+  }
   const cb__hdr_t *expect = find_header(h, "expect");
   if (expect && has_body && !h->http10 && lower_eq(expect->value, expect->value_len, "100-continue")) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -258,6 +290,7 @@ static int on_message_complete(llhttp_t *p) {
   h1_t *h = H(p);
   cb__req_t *r = &h->req;
   r->req_done = 1;
+  if (h->upgrade_h2c) return 0; /* llhttp pauses with HPE_PAUSED_UPGRADE: parse() switches protocols */
   if (r->handler) r->handler->on_end(r);
   if (r->res_state == CB__RES_ENDED) {
     finish_request(h);
@@ -454,6 +487,22 @@ static int hold(h1_t *h, const char *p, size_t n) {
   return 0;
 }
 
+static void h1_free(h1_t *h);
+
+/* Switches the connection to HTTP/2: 101, then the request becomes stream 1 and the bytes after it (the
+ * client preface and frames) go to the HTTP/2 side. */
+static int upgrade(h1_t *h, const char *rest, const char *end) {
+  static const char switching[] =
+      "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
+  cb__conn_t *c = h->c;
+  const cb__hdr_t *st = find_header(h, "http2-settings");
+  if (cb__h2_upgrade(c, &h->req, st->value, st->value_len) != 0) return -1;
+  /* nghttp2 writes its frames only in the after-event step, so the 101 still comes first. */
+  cb__outq_copy(&c->out, switching, sizeof switching - 1);
+  h1_free(h); /* c->proto_state and c->ops are HTTP/2's now */
+  return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+}
+
 static int parse(h1_t *h, const char *data, size_t len) {
   llhttp_errno_t e = llhttp_execute(&h->parser, data, len);
   if (e == HPE_OK) return 0;
@@ -462,6 +511,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
     const char *pos = llhttp_get_error_pos(&h->parser);
     return hold(h, pos, (size_t)(data + len - pos));
   }
+  if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, llhttp_get_error_pos(&h->parser), data + len);
   if (e == HPE_PAUSED_UPGRADE) {
     /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
     const char *pos = llhttp_get_error_pos(&h->parser);
@@ -489,7 +539,10 @@ static void h1_after(cb__conn_t *c) {
     /* Parse the held input from the start of the buffer; what pauses again is moved back to the front. */
     size_t len = h->pending_len;
     h->pending_len = 0;
-    if (len > 0 && parse(h, h->pending, len) != 0) {
+    h->parsing_held = 1;
+    int rc = len > 0 ? parse(h, h->pending, len) : 0;
+    h->parsing_held = 0;
+    if (rc != 0) {
       cb__conn_close(c);
       return;
     }
@@ -553,11 +606,15 @@ static void h1_destroy(cb__conn_t *c) {
     if (h->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
     cb__req_release(&h->req);
   }
+  h1_free(h);
+  c->proto_state = NULL;
+}
+
+static void h1_free(h1_t *h) {
   free(h->head);
   free(h->hdrs);
   free(h->pending);
   free(h);
-  c->proto_state = NULL;
 }
 
 static const cb__conn_ops_t h1_ops = {

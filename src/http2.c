@@ -1,18 +1,773 @@
-/* HTTP/2 over cleartext (h2c) with nghttp2: not built yet (issue 3). Until then the engine reports HTTP/2 as
- * unavailable, and a prior-knowledge preface is parsed as HTTP/1.1 (where PRI is refused with 400). */
+/* HTTP/2 over cleartext (h2c) with nghttp2: prior knowledge and Upgrade: h2c, behind the same response API
+ * as HTTP/1.1 (cb__proto_t), so every handler serves both protocols unchanged.
+ *
+ * Output: frames go into the connection's output queue. DATA payloads are never copied through nghttp2: the
+ * data provider returns NGHTTP2_DATA_FLAG_NO_COPY and the send-data callback queues the 9-byte frame header
+ * followed by a reference to the payload (static bytes, a handler's buffer, or a file range for sendfile).
+ * Small pieces are copied instead, because a copy is cheaper than one more iovec. nghttp2_session_send()
+ * runs once per event, so the frames of many streams leave in one writev.
+ */
+#include <nghttp2/nghttp2.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
 
-int cb__h2_available(void) { return 0; }
+/* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
+#define STREAM_WINDOW (1 << 20)
+#define CONN_WINDOW (16 << 20)
+/* Streams keep their structures for reuse up to this many per connection. */
+#define FREE_STREAMS_MAX 16
+
+enum { PIECE_STATIC, PIECE_FREE, PIECE_FILE };
+
+typedef struct {
+  uint8_t kind;
+  uint8_t touched; /* part of a PIECE_FREE buffer was referenced by the output queue */
+  int fd;
+  const char *base;
+  uint64_t off;
+  size_t len; /* left to send */
+} piece_t;
+
+typedef struct h2s h2s_t;
+typedef struct h2c h2c_t;
+
+struct h2s {
+  cb__req_t req; /* first member: req.stream points back at the stream */
+  h2c_t *h;
+  h2s_t *prev, *next;
+  int32_t id;
+  /* Request head: path and kept headers, copied out of nghttp2's buffers. */
+  char *head;
+  size_t head_len, head_cap;
+  cb__hdr_t *hdrs;
+  int nhdrs, hdrs_cap;
+  size_t path_len, head_bytes;
+  uint8_t have_path, keep_all, too_large, refused, dispatched, head_only;
+  uint8_t res_ended, deferred, provider;
+  /* Response body pieces waiting for the data provider. */
+  piece_t *pieces;
+  uint32_t phead, ptail, pcap;
+  size_t queued;
+};
+
+struct h2c {
+  nghttp2_session *session;
+  cb__conn_t *c;
+  h2s_t *streams;
+  h2s_t *free_streams;
+  int nfree;
+  int nstreams;
+  uint8_t stopping;
+  uint8_t would_block; /* a send callback refused a frame because the output queue was full */
+  uint8_t upgraded;    /* started with Upgrade: h2c (for the per-protocol counters) */
+};
+
+static const cb__proto_t h2_proto;
+static const cb__conn_ops_t h2_ops;
+static nghttp2_session_callbacks *callbacks;
+static nghttp2_option *options;
+
+int cb__h2_available(void) { return 1; }
+
+/* ---- streams ---- */
+
+static h2s_t *stream_new(h2c_t *h, int32_t id) {
+  h2s_t *s = h->free_streams;
+  if (s != NULL) {
+    h->free_streams = s->next;
+    h->nfree--;
+  } else {
+    s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+  }
+  /* Keep the buffers of a reused stream; reset everything else. */
+  char *head = s->head;
+  size_t head_cap = s->head_cap;
+  cb__hdr_t *hdrs = s->hdrs;
+  int hdrs_cap = s->hdrs_cap;
+  piece_t *pieces = s->pieces;
+  uint32_t pcap = s->pcap;
+  memset(s, 0, sizeof *s);
+  s->head = head;
+  s->head_cap = head_cap;
+  s->hdrs = hdrs;
+  s->hdrs_cap = hdrs_cap;
+  s->pieces = pieces;
+  s->pcap = pcap;
+  s->h = h;
+  s->id = id;
+  s->req.conn = h->c;
+  s->req.proto = &h2_proto;
+  s->req.stream = s;
+  s->req.content_length = -1;
+  s->next = h->streams;
+  if (h->streams) h->streams->prev = s;
+  h->streams = s;
+  h->nstreams++;
+  return s;
+}
+
+static void drop_pieces(h2s_t *s) {
+  cb__outq_t *q = &s->h->c->out;
+  for (uint32_t i = s->phead; i < s->ptail; i++) {
+    piece_t *p = &s->pieces[i];
+    if (p->kind != PIECE_FREE) continue;
+    /* Frames already queued may still point into the buffer: release it after them, in order. */
+    if (p->touched)
+      cb__outq_ref_range(q, p->base, 0, 0, 1);
+    else
+      free((void *)p->base);
+  }
+  s->phead = s->ptail = 0;
+  s->queued = 0;
+}
+
+static void stream_free(h2c_t *h, h2s_t *s, int final) {
+  if (s->req.handler) cb__req_release(&s->req);
+  drop_pieces(s);
+  if (s->prev) s->prev->next = s->next;
+  else h->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+  h->nstreams--;
+  if (!final && h->nfree < FREE_STREAMS_MAX) {
+    s->next = h->free_streams;
+    h->free_streams = s;
+    h->nfree++;
+    return;
+  }
+  free(s->head);
+  free(s->hdrs);
+  free(s->pieces);
+  free(s);
+}
+
+static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
+  if (s->head_len + n > s->head_cap) {
+    size_t cap = s->head_cap ? s->head_cap : 256;
+    while (cap < s->head_len + n) cap *= 2;
+    char *b = realloc(s->head, cap);
+    if (b == NULL) return -1;
+    s->head = b;
+    s->head_cap = cap;
+  }
+  memcpy(s->head + s->head_len, p, n);
+  s->head_len += n;
+  return 0;
+}
+
+static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen) {
+  if (s->nhdrs == s->hdrs_cap) {
+    int cap = s->hdrs_cap ? 2 * s->hdrs_cap : 16;
+    cb__hdr_t *a = realloc(s->hdrs, (size_t)cap * sizeof *a);
+    if (a == NULL) return -1;
+    s->hdrs = a;
+    s->hdrs_cap = cap;
+  }
+  size_t at = s->head_len;
+  if (head_append(s, name, nlen) || head_append(s, value, vlen)) return -1;
+  /* Offsets until the head is complete: the buffer may still move. */
+  s->hdrs[s->nhdrs++] = (cb__hdr_t){(const char *)(uintptr_t)at, nlen, (const char *)(uintptr_t)(at + nlen), vlen};
+  return 0;
+}
+
+/* ---- the response API ---- */
+
+static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
+                             uint32_t *flags, nghttp2_data_source *src, void *ud);
+
+static void put_u64(char *dst, size_t cap, uint64_t v, size_t *len) {
+  char tmp[24];
+  int n = 0;
+  do tmp[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  size_t o = 0;
+  while (n > 0 && o < cap) dst[o++] = tmp[--n];
+  *len = o;
+}
+
+#define NV(n, nl, v, vl) \
+  (nghttp2_nv) { (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE }
+
+static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
+                    int64_t content_length) {
+  h2s_t *s = r->stream;
+  h2c_t *h = s->h;
+  cb__worker_t *w = h->c->w;
+  nghttp2_nv nv[8];
+  int n = 0;
+  char status_buf[3] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
+  char len_buf[24];
+  size_t len_len;
+  nv[n++] = NV(":status", 7, status_buf, 3);
+  nv[n++] = NV("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
+  if (ctype) nv[n++] = NV("content-type", 12, ctype, strlen(ctype));
+  for (int i = 0; i < nextra && n < 6; i++) nv[n++] = NV(extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
+  if (content_length >= 0) {
+    put_u64(len_buf, sizeof len_buf, (uint64_t)content_length, &len_len);
+    nv[n++] = NV("content-length", 14, len_buf, len_len);
+  }
+  /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
+  s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
+  nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = provider_read};
+  int rv = nghttp2_submit_response(h->session, s->id, nv, (size_t)n, s->provider ? &prd : NULL);
+  if (rv != 0) s->provider = 0;
+  r->res_state = CB__RES_HEAD;
+}
+
+static int push_piece(h2s_t *s, piece_t p) {
+  if (s->ptail == s->pcap) {
+    if (s->phead > 0) {
+      memmove(s->pieces, s->pieces + s->phead, (s->ptail - s->phead) * sizeof *s->pieces);
+      s->ptail -= s->phead;
+      s->phead = 0;
+    }
+    if (s->ptail == s->pcap) {
+      uint32_t cap = s->pcap ? 2 * s->pcap : 8;
+      piece_t *a = realloc(s->pieces, cap * sizeof *a);
+      if (a == NULL) return -1;
+      s->pieces = a;
+      s->pcap = cap;
+    }
+  }
+  s->pieces[s->ptail++] = p;
+  s->queued += p.len;
+  if (s->deferred) {
+    s->deferred = 0;
+    nghttp2_session_resume_data(s->h->session, s->id);
+  }
+  return 0;
+}
+
+static int stream_full(const h2s_t *s) {
+  return s->queued >= CB__OUT_HIGH_WATER || s->h->c->out.bytes >= CB__OUT_HIGH_WATER;
+}
+
+static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
+  h2s_t *s = r->stream;
+  if (!s->provider || n == 0 || s->refused) {
+    if (flags == CB__DATA_FREE) free((void *)p);
+    return 0;
+  }
+  piece_t piece = {.kind = PIECE_STATIC, .fd = -1, .base = p, .off = 0, .len = n};
+  if (flags == CB__DATA_COPY) { /* the caller's bytes are transient: keep a copy until it is sent */
+    char *b = malloc(n);
+    if (b == NULL) return 1;
+    memcpy(b, p, n);
+    piece.base = b;
+    piece.kind = PIECE_FREE;
+  } else if (flags == CB__DATA_FREE) {
+    piece.kind = PIECE_FREE;
+  }
+  if (push_piece(s, piece) != 0) {
+    if (piece.kind == PIECE_FREE) free((void *)piece.base);
+    return 1;
+  }
+  return stream_full(s);
+}
+
+static int h2_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
+  h2s_t *s = r->stream;
+  if (!s->provider || n == 0 || s->refused) return 0;
+  return push_piece(s, (piece_t){.kind = PIECE_FILE, .fd = fd, .base = NULL, .off = off, .len = n});
+}
+
+static void h2_end(cb__req_t *r) {
+  h2s_t *s = r->stream;
+  s->res_ended = 1;
+  r->res_state = CB__RES_ENDED;
+  if (s->provider && s->deferred) {
+    s->deferred = 0;
+    nghttp2_session_resume_data(s->h->session, s->id);
+  }
+}
+
+static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h2_file, .end = h2_end};
+
+/* ---- the data provider and the send callbacks ---- */
+
+static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
+                             uint32_t *flags, nghttp2_data_source *src, void *ud) {
+  (void)session;
+  (void)id;
+  (void)ud;
+  h2s_t *s = src->ptr;
+  if (s->phead == s->ptail) {
+    if (s->res_ended) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      return 0;
+    }
+    s->deferred = 1;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  piece_t *p = &s->pieces[s->phead];
+  if (p->kind != PIECE_FILE && p->len <= CB__COPY_MAX) {
+    /* Small pieces: gather as many as fit into one frame, copied (cheaper than a frame per piece). */
+    size_t o = 0;
+    while (s->phead < s->ptail && o < length) {
+      p = &s->pieces[s->phead];
+      if (p->kind == PIECE_FILE || p->len > CB__COPY_MAX) break;
+      size_t n = p->len < length - o ? p->len : length - o;
+      memcpy(buf + o, p->base + p->off, n);
+      o += n;
+      p->off += n;
+      p->len -= n;
+      s->queued -= n;
+      if (p->len > 0) break;
+      if (p->kind == PIECE_FREE) {
+        if (p->touched) /* earlier frames still point into it: release it after them */
+          cb__outq_ref_range(&s->h->c->out, p->base, 0, 0, 1);
+        else
+          free((void *)p->base);
+      }
+      s->phead++;
+    }
+    if (s->phead == s->ptail) {
+      s->phead = s->ptail = 0;
+      if (s->res_ended) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    }
+    return (ssize_t)o;
+  }
+  size_t n = p->len < length ? p->len : length;
+  *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (s->res_ended && s->phead + 1 == s->ptail && n == p->len) *flags |= NGHTTP2_DATA_FLAG_EOF;
+  return (ssize_t)n;
+}
+
+static int send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+                     nghttp2_data_source *src, void *ud) {
+  (void)session;
+  h2c_t *h = ud;
+  h2s_t *s = src->ptr;
+  cb__outq_t *q = &h->c->out;
+  if (q->bytes >= CB__OUT_HIGH_WATER) {
+    h->would_block = 1;
+    return NGHTTP2_ERR_WOULDBLOCK;
+  }
+  cb__outq_copy(q, framehd, 9);
+  (void)frame; /* no padding is ever selected, so the payload follows the header directly */
+  size_t left = length;
+  while (left > 0 && s->phead < s->ptail) {
+    piece_t *p = &s->pieces[s->phead];
+    size_t n = p->len < left ? p->len : left;
+    int last = n == p->len;
+    if (p->kind == PIECE_FILE) {
+      cb__outq_file(q, p->fd, p->off, n);
+    } else if (n <= CB__COPY_MAX) {
+      cb__outq_copy(q, p->base + p->off, n);
+      if (last && p->kind == PIECE_FREE) {
+        if (p->touched)
+          cb__outq_ref_range(q, p->base, 0, 0, 1);
+        else
+          free((void *)p->base);
+      }
+    } else {
+      cb__outq_ref_range(q, p->base, p->off, n, last && p->kind == PIECE_FREE);
+      if (!last) p->touched = 1;
+    }
+    p->off += n;
+    p->len -= n;
+    s->queued -= n;
+    left -= n;
+    if (p->len == 0) s->phead++;
+  }
+  if (s->phead == s->ptail) s->phead = s->ptail = 0;
+  return 0;
+}
+
+static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len, int flags, void *ud) {
+  (void)session;
+  (void)flags;
+  h2c_t *h = ud;
+  if (h->c->out.bytes >= CB__OUT_HIGH_WATER) {
+    h->would_block = 1;
+    return NGHTTP2_ERR_WOULDBLOCK;
+  }
+  if (cb__outq_copy(&h->c->out, data, len) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  return (ssize_t)len;
+}
+
+/* ---- receiving ---- */
+
+static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
+  return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
+}
+
+static uint8_t method_bit(const uint8_t *v, size_t n) {
+  if (n == 3 && memcmp(v, "GET", 3) == 0) return CB__M_GET;
+  if (n == 4 && memcmp(v, "HEAD", 4) == 0) return CB__M_HEAD;
+  if (n == 4 && memcmp(v, "POST", 4) == 0) return CB__M_POST;
+  return CB__M_OTHER;
+}
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
+  h2c_t *h = ud;
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  h2s_t *s = stream_new(h, frame->hd.stream_id);
+  if (s == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
+  return 0;
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *ud) {
+  (void)flags;
+  h2c_t *h = ud;
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  if (s == NULL || s->too_large) return 0;
+  /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE. */
+  s->head_bytes += nlen + vlen + 32;
+  if (s->head_bytes > h->c->w->cfg->max_header_bytes) {
+    s->too_large = 1;
+    return 0;
+  }
+  if (nlen > 0 && name[0] == ':') {
+    if (lower_eq(name, nlen, ":method")) {
+      s->req.method = method_bit(value, vlen);
+    } else if (lower_eq(name, nlen, ":path") && !s->have_path) {
+      /* Pseudo-headers come first, so the path is known before any regular header. */
+      if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      s->have_path = 1;
+      const char *q = memchr(s->head, '?', vlen);
+      s->path_len = q ? (size_t)(q - s->head) : vlen;
+      s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
+    }
+    return 0;
+  }
+  if (lower_eq(name, nlen, "content-length")) {
+    int64_t v = 0;
+    for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
+    s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
+  }
+  if (s->keep_all && add_header(s, name, nlen, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  return 0;
+}
+
+/* Answers a refused request (431, 413) on its stream; the handler never sees it. */
+static void refuse(h2s_t *s, int status) {
+  cb__worker_t *w = s->h->c->w;
+  if (status == 431) CB__STAT_INC(w, status_431);
+  if (status == 413) CB__STAT_INC(w, status_413);
+  s->refused = 1;
+  if (s->req.handler) cb__req_release(&s->req);
+  if (s->req.res_state == CB__RES_NONE) {
+    s->head_only = 1;
+    h2_head(&s->req, status, NULL, NULL, 0, 0);
+    s->res_ended = 1;
+    s->req.res_state = CB__RES_ENDED;
+  } else {
+    CB__STAT_INC(w, h2_errors);
+  }
+  /* The rest of the request body is not wanted: reset the stream after the answer. */
+  if (!s->req.req_done) nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+}
+
+/* The head is complete: route it (or refuse it) and hand it to the handler. */
+static void request_head_done(h2c_t *h, h2s_t *s) {
+  cb__req_t *r = &s->req;
+  cb__worker_t *w = h->c->w;
+  CB__STAT_INC(w, requests_by_proto[h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR]);
+  if (s->too_large) {
+    refuse(s, 431);
+    return;
+  }
+  if (r->content_length > 0 && (uint64_t)r->content_length > w->cfg->max_body_bytes) {
+    refuse(s, 413);
+    return;
+  }
+  for (int i = 0; i < s->nhdrs; i++) { /* the buffer stops moving here: offsets become pointers */
+    s->hdrs[i].name = s->head + (uintptr_t)s->hdrs[i].name;
+    s->hdrs[i].value = s->head + (uintptr_t)s->hdrs[i].value;
+  }
+  r->path = s->head;
+  r->path_len = s->path_len;
+  r->headers = s->hdrs;
+  r->nheaders = s->nhdrs;
+  s->head_only = r->method == CB__M_HEAD;
+  s->dispatched = 1;
+  cb__req_dispatch(r);
+}
+
+static void request_done(h2s_t *s) {
+  cb__req_t *r = &s->req;
+  if (r->req_done) return;
+  r->req_done = 1;
+  if (s->dispatched && !s->refused && r->handler) r->handler->on_end(r);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
+  h2c_t *h = ud;
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  if (s == NULL) return 0;
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) request_head_done(h, s);
+  if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) request_done(s);
+  return 0;
+}
+
+static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+                         void *ud) {
+  (void)flags;
+  h2c_t *h = ud;
+  h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
+  if (s == NULL || s->refused || !s->dispatched) return 0;
+  cb__req_t *r = &s->req;
+  r->body_received += len;
+  if (r->body_received > h->c->w->cfg->max_body_bytes) {
+    refuse(s, 413);
+    return 0;
+  }
+  if (r->handler && r->handler->on_body) r->handler->on_body(r, (const char *)data, len);
+  return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *ud) {
+  h2c_t *h = ud;
+  h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
+  if (s == NULL) return 0;
+  nghttp2_session_set_stream_user_data(session, id, NULL);
+  /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
+  if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED)
+    CB__STAT_INC(h->c->w, resets);
+  stream_free(h, s, 0);
+  return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
+  (void)session;
+  h2c_t *h = ud;
+  if ((frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) ||
+      (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_CANCEL))
+    CB__STAT_INC(h->c->w, h2_errors);
+  return 0;
+}
+
+/* ---- the connection ---- */
+
+static void init_callbacks(void) {
+  nghttp2_session_callbacks_new(&callbacks);
+  nghttp2_session_callbacks_set_send_callback(callbacks, send_cb);
+  nghttp2_session_callbacks_set_send_data_callback(callbacks, send_data);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data_chunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
+  nghttp2_option_new(&options);
+  /* Bound what a hostile peer can make us keep: CONTINUATION frames per header block, queued
+   * acknowledgements (PING and SETTINGS floods), streams it resets. */
+  nghttp2_option_set_max_continuations(options, 8);
+  nghttp2_option_set_max_outbound_ack(options, 1000);
+  nghttp2_option_set_stream_reset_rate_limit(options, 1000, 100);
+}
+
+static uv_once_t callbacks_once = UV_ONCE_INIT;
+
+static h2c_t *session_new(cb__conn_t *c) {
+  uv_once(&callbacks_once, init_callbacks);
+  h2c_t *h = calloc(1, sizeof *h);
+  if (h == NULL) return NULL;
+  h->c = c;
+  if (callbacks == NULL || options == NULL ||
+      nghttp2_session_server_new2(&h->session, callbacks, h, options) != 0) {
+    free(h);
+    return NULL;
+  }
+  const cb_config_t *cfg = c->w->cfg;
+  nghttp2_settings_entry iv[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->h2_max_concurrent_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
+  };
+  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+  nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
+  return h;
+}
+
+static void attach(cb__conn_t *c, h2c_t *h) {
+  c->proto_state = h;
+  c->proto = CB__PROTO_H2;
+  c->ops = &h2_ops;
+}
 
 int cb__h2_attach_prior(cb__conn_t *c) {
-  (void)c;
-  return UV_ENOSYS;
+  h2c_t *h = session_new(c);
+  if (h == NULL) return UV_ENOMEM;
+  attach(c, h);
+  return 0;
 }
 
-int cb__h2_upgrade(cb__conn_t *c, const char *settings, size_t settings_len, int head_request) {
-  (void)c;
-  (void)settings;
-  (void)settings_len;
-  (void)head_request;
-  return UV_ENOSYS;
+/* base64url (RFC 4648 section 5) without padding, as HTTP2-Settings carries it. */
+static ssize_t b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap) {
+  uint32_t acc = 0;
+  int bits = 0;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = in[i];
+    int v;
+    if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+    else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+    else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+    else if (ch == '-' || ch == '+') v = 62;
+    else if (ch == '_' || ch == '/') v = 63;
+    else if (ch == '=') break;
+    else return -1;
+    acc = (acc << 6) | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      if (o == cap) return -1;
+      out[o++] = (uint8_t)(acc >> bits);
+    }
+  }
+  return (ssize_t)o;
 }
+
+int cb__h2_settings_valid(const char *settings, size_t len) {
+  uint8_t payload[512];
+  ssize_t plen = b64url_decode(settings, len, payload, sizeof payload);
+  return plen >= 0 && plen % 6 == 0;
+}
+
+int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size_t settings_len) {
+  uint8_t payload[512];
+  ssize_t plen = b64url_decode(settings, settings_len, payload, sizeof payload);
+  if (plen < 0 || plen % 6 != 0) return UV_EINVAL;
+  h2c_t *h = session_new(c);
+  if (h == NULL) return UV_ENOMEM;
+  h->upgraded = 1;
+  h2s_t *s = stream_new(h, 1);
+  int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB__M_HEAD, s) : -1;
+  if (rv != 0) {
+    if (s) stream_free(h, s, 1);
+    nghttp2_session_del(h->session);
+    free(h);
+    return UV_EINVAL;
+  }
+  /* Stream 1 is the upgrade request: its head comes from HTTP/1.1, and it has no body. */
+  s->req.method = r->method;
+  s->req.content_length = r->content_length;
+  if (head_append(s, (const uint8_t *)r->path, r->path_len) == 0) s->have_path = 1;
+  s->path_len = r->path_len;
+  s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
+  for (int i = 0; s->keep_all && i < r->nheaders; i++) {
+    const cb__hdr_t *x = &r->headers[i];
+    char lname[128];
+    if (x->name_len > sizeof lname) continue;
+    for (size_t k = 0; k < x->name_len; k++) {
+      char ch = x->name[k];
+      lname[k] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+    }
+    /* Connection-specific fields of the HTTP/1.1 request do not belong to the HTTP/2 stream. */
+    if (lower_eq((const uint8_t *)lname, x->name_len, "connection") || lower_eq((const uint8_t *)lname, x->name_len, "upgrade") ||
+        lower_eq((const uint8_t *)lname, x->name_len, "http2-settings"))
+      continue;
+    add_header(s, (const uint8_t *)lname, x->name_len, (const uint8_t *)x->value, x->value_len);
+  }
+  CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_UPGRADE]);
+  attach(c, h);
+  request_head_done(h, s);
+  request_done(s);
+  return 0;
+}
+
+static int h2_read(cb__conn_t *c, const char *data, size_t len) {
+  h2c_t *h = c->proto_state;
+  ssize_t rv = nghttp2_session_mem_recv(h->session, (const uint8_t *)data, len);
+  if (rv < 0) {
+    /* Bad preface or a flood: nghttp2 gives up on the session. Say why in GOAWAY, then close. */
+    CB__STAT_INC(c->w, h2_errors);
+    nghttp2_session_terminate_session(h->session,
+                                      rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+  }
+  return 0;
+}
+
+static void h2_after(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  h->would_block = 0;
+  if (nghttp2_session_send(h->session) != 0) {
+    cb__conn_close(c);
+    return;
+  }
+  /* nghttp2 wants neither to read nor to write once GOAWAY is out and its streams are done. */
+  if (!nghttp2_session_want_read(h->session) && !nghttp2_session_want_write(h->session))
+    cb__conn_close_linger(c);
+  else if (h->stopping && h->nstreams == 0 && !nghttp2_session_want_write(h->session))
+    cb__conn_close_linger(c);
+}
+
+static int h2_writable(cb__conn_t *c, int produce) {
+  h2c_t *h = c->proto_state;
+  int waiting = h->would_block;
+  for (h2s_t *s = h->streams; s != NULL; s = s->next) {
+    cb__req_t *r = &s->req;
+    if (!(r->blocked && r->res_state == CB__RES_HEAD && r->handler && r->handler->on_writable)) continue;
+    if (s->queued >= CB__OUT_LOW_WATER) continue;
+    waiting = 1;
+    if (produce) r->handler->on_writable(r);
+  }
+  return waiting;
+}
+
+static void h2_eof(cb__conn_t *c) {
+  /* The peer will not send again: streams still waiting for request bytes never complete. */
+  cb__conn_close(c);
+}
+
+static int h2_timer_mode(const cb__conn_t *c) {
+  const h2c_t *h = c->proto_state;
+  for (const h2s_t *s = h->streams; s != NULL; s = s->next)
+    if (!s->req.req_done) return CB__TIMER_IDLE; /* a request body is awaited */
+  return h->nstreams > 0 ? CB__TIMER_HELD : CB__TIMER_IDLE;
+}
+
+static void h2_timeout(cb__conn_t *c, int mode) {
+  (void)mode;
+  h2c_t *h = c->proto_state;
+  nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+  h->stopping = 1;
+}
+
+static void h2_stop(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  h->stopping = 1;
+  /* GOAWAY names the last stream we took: those finish within the stop bound, no new ones start. */
+  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->session),
+                        NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+static void h2_destroy(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL) return;
+  while (h->streams) {
+    h2s_t *s = h->streams;
+    if (s->req.handler && s->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    stream_free(h, s, 1);
+  }
+  while (h->free_streams) {
+    h2s_t *s = h->free_streams;
+    h->free_streams = s->next;
+    free(s->head);
+    free(s->hdrs);
+    free(s->pieces);
+    free(s);
+  }
+  nghttp2_session_del(h->session);
+  free(h);
+  c->proto_state = NULL;
+}
+
+static const cb__conn_ops_t h2_ops = {
+    .read = h2_read,
+    .eof = h2_eof,
+    .writable = h2_writable,
+    .after = h2_after,
+    .timer_mode = h2_timer_mode,
+    .timeout = h2_timeout,
+    .stop = h2_stop,
+    .destroy = h2_destroy,
+};

@@ -105,6 +105,9 @@ void cb__outq_commit(cb__outq_t *q, size_t n);
 int cb__outq_copy(cb__outq_t *q, const void *p, size_t n);
 /* References bytes that outlive the write (static payloads); with free_after the queue frees them once sent. */
 int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after);
+/* References base[off, off + n). With free_after, base is freed once this entry is written; with n == 0 that is
+ * a release ordered after every entry queued before it (earlier references into base stay valid). */
+int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after);
 int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n);
 /* Writes what the socket takes: writev for bytes, sendfile for file ranges. Returns the number of bytes
  * written (>= 0) or a negative UV_E* error. With fd < 0 everything goes to sink (tests). */
@@ -345,10 +348,13 @@ extern const cb__handler_t cb__h_root, cb__h_hello, cb__h_json, cb__h_echo, cb__
 int cb__h1_attach(cb__conn_t *c);
 /* Makes c an HTTP/2 connection; data starts with the client preface. */
 int cb__h2_attach_prior(cb__conn_t *c);
-/* Upgrades an HTTP/1.1 connection after `101 Switching Protocols` was queued: r becomes stream 1.
- * settings is the HTTP2-Settings header (base64url). Returns 0, or a negative code when the upgrade is
- * refused (the request is then answered over HTTP/1.1). */
-int cb__h2_upgrade(cb__conn_t *c, const char *settings, size_t settings_len, int head_request);
+/* Upgrades an HTTP/1.1 connection (Upgrade: h2c) once `101 Switching Protocols` is queued: the request r
+ * (method, path and headers; no body) becomes stream 1. settings is the HTTP2-Settings header value
+ * (base64url). On success c->ops is HTTP/2's and the bytes after the request go to c->ops->read. On failure
+ * nothing changed and the request is answered over HTTP/1.1. */
+int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size_t settings_len);
+/* Whether an HTTP2-Settings header value decodes to a SETTINGS payload. */
+int cb__h2_settings_valid(const char *settings, size_t len);
 /* Whether this build serves HTTP/2. */
 int cb__h2_available(void);
 

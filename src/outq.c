@@ -107,6 +107,18 @@ int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after) {
   return 0;
 }
 
+int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after) {
+  if (n == 0 && !free_after) return 0;
+  cb__out_t *e = push(q);
+  if (e == NULL) {
+    if (free_after) free((void *)base);
+    return UV_ENOMEM;
+  }
+  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = off, .ptr = base, .len = n};
+  q->bytes += n;
+  return 0;
+}
+
 int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n) {
   if (n == 0) return 0;
   cb__out_t *e = push(q);
@@ -123,7 +135,7 @@ static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
 /* Drops `n` written bytes from the front of the queue. */
 static void consume(cb__outq_t *q, size_t n) {
   q->bytes -= n;
-  while (n > 0 && q->head < q->tail) {
+  while (q->head < q->tail && (n > 0 || q->q[q->head].len == 0)) {
     cb__out_t *e = &q->q[q->head];
     size_t take = n < e->len ? n : e->len;
     e->len -= take;
