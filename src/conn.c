@@ -67,6 +67,7 @@ static void free_conn(cb__conn_t *c) {
   if (c->next) c->next->prev = c->prev;
   w->nconns--;
   CB__STAT_INC(w, conns_closed);
+  if (c->freed_flag) *c->freed_flag = 1;
   free(c);
   cb__worker_conn_gone(w);
 }

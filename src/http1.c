@@ -128,9 +128,17 @@ static int on_url_complete(llhttp_t *p) {
   return 0;
 }
 
+/* RFC 9110 token characters: what a field name may hold. llhttp 8.1 lets spaces through in names. */
+static int is_tchar(unsigned char ch) {
+  if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9')) return 1;
+  return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (count_head(h, n)) return -1;
+  for (size_t i = 0; i < n; i++)
+    if (!is_tchar((unsigned char)at[i])) return -1; /* 400 */
   if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
   h->field_start = h->head_len;
   h->keep_cur = 2;
@@ -141,6 +149,7 @@ static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
   const char *name = h->head + h->field_start;
   size_t n = h->head_len - h->field_start;
+  if (h->keep_cur != 2 || n == 0) return -1; /* an empty name (no on_header_field before): 400 */
   int keep = h->keep_all || lower_eq(name, n, "expect") || lower_eq(name, n, "upgrade") ||
              lower_eq(name, n, "http2-settings");
   h->keep_cur = keep;

@@ -161,6 +161,7 @@ struct cb__conn_s {
   uint8_t write_blocked; /* the last flush left bytes queued */
   uint8_t eof;         /* the peer closed its sending side */
   uint8_t pending_close; /* handles to wait for before freeing */
+  uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   size_t detect_len;
   char detect[24];       /* bytes held back while telling HTTP/1.1 from the HTTP/2 preface */

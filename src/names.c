@@ -10,8 +10,12 @@ const char *cb_strerror(int err) {
     case CB_ESTOPPED: return "the server is stopping or stopped";
     case CB_ETHREADS: return "the number of threads or a CPU number is out of range";
     case CB_ELIMIT: return "a size limit or timeout is out of range";
-    default: return uv_strerror(err);
+    default: break;
   }
+  /* libuv allocates (and never frees) a string for codes it does not know: format those here instead. */
+  static __thread char buf[64];
+  uv_strerror_r(err, buf, sizeof buf);
+  return buf;
 }
 
 const char *cb_err_name(int err) {
@@ -21,8 +25,11 @@ const char *cb_err_name(int err) {
     case CB_ESTOPPED: return "CB_ESTOPPED";
     case CB_ETHREADS: return "CB_ETHREADS";
     case CB_ELIMIT: return "CB_ELIMIT";
-    default: return uv_err_name(err);
+    default: break;
   }
+  static __thread char buf[64];
+  uv_err_name_r(err, buf, sizeof buf);
+  return buf;
 }
 
 static const char *const route_names[CB_ROUTE_COUNT] = {

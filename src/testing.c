@@ -10,17 +10,17 @@ struct cb__testconn_s {
   cb__fixtures_t fx;
   cb__worker_t *w;
   cb__conn_t *c;
-  int closed;
+  uint8_t freed; /* set by the connection when it is freed: tc->c is dangling from then on */
 };
 
 static int is_closed(cb__testconn_t *tc) {
-  /* The connection is freed from a close callback: a closing connection counts as closed. */
-  if (tc->closed) return 1;
+  /* The connection is freed from a close callback; a closing one counts as closed already. */
+  if (tc->freed) return 1;
   if (tc->c->closing) {
-    tc->closed = 1;
     uv_run(&tc->w->loop, UV_RUN_NOWAIT); /* let the close callbacks free it */
+    return 1;
   }
-  return tc->closed;
+  return 0;
 }
 
 cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg) {
@@ -42,6 +42,7 @@ cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void 
     cb__worker_close_test(tc->w);
     goto fail_w;
   }
+  tc->c->freed_flag = &tc->freed;
   return tc;
 fail_w:
   free(tc->w);
@@ -74,7 +75,8 @@ int cb__testconn_run(cb__testconn_t *tc, int until_idle) {
     while (!is_closed(tc)) {
       uv_unref((uv_handle_t *)&tc->c->timer);
       int more = uv_run(&tc->w->loop, UV_RUN_ONCE);
-      if (!tc->closed && !tc->c->closing) uv_ref((uv_handle_t *)&tc->c->timer);
+      if (tc->freed) break;
+      if (!tc->c->closing) uv_ref((uv_handle_t *)&tc->c->timer);
       if (!more) break;
     }
   }
