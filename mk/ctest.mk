@@ -1,0 +1,92 @@
+# C tests, end-to-end, pkg-config, sanitizer and fuzz targets (docs/testing.md).
+#
+#   make c-test           C tests (test/c/*.c, one binary, each test in its own process)
+#   make e2e              test/e2e.sh against $(BUILD)/cbench-server with curl and h2load
+#   make pkgconfig-test   `make install` into a temporary prefix, build test/pkgconfig/hello.c with pkg-config
+#   make asan             the library, the C tests and e2e again in build/asan with ASan + UBSan
+#   make fuzz             libFuzzer on the HTTP/1.1 connection code for FUZZ_SECONDS (default 60)
+#   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS (default 20), as `make test` runs it
+#
+# CTEST_ARGS passes options or test names to the runner: make c-test CTEST_ARGS='-v wire_*'
+
+CTEST_SRCS := $(sort $(wildcard test/c/*.c))
+CTEST_HDRS := $(wildcard test/c/*.h)
+CTEST_BIN := $(BUILD)/test/cbench-tests
+CTEST_JOBS ?= 2
+CTEST_ARGS ?=
+CTEST_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -Itest/c $(DEP_CFLAGS) $(EXTRA_CFLAGS)
+
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+FUZZ_CC ?= clang
+FUZZ_DIR := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Iinclude -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS)
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.c=$(FUZZ_DIR)/obj/%.o) \
+  $(FUZZ_DIR)/obj/llhttp/llhttp.o $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o
+FUZZ_RUN_FLAGS := -max_len=4096 -timeout=20 -rss_limit_mb=2048 -dict=test/fuzz/http1.dict -print_final_stats=1
+
+TEST_TARGETS += c-test e2e pkgconfig-test asan fuzz-smoke
+CLEAN_PATHS += build/asan $(FUZZ_DIR)
+
+.PHONY: c-test e2e pkgconfig-test asan asan-run fuzz fuzz-smoke
+
+$(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h $(BUILD)/libcbench.a
+	@mkdir -p $(@D)
+	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+c-test: $(CTEST_BIN)
+	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)
+
+e2e: $(BUILD)/cbench-server
+	CBENCH_SERVER=$(BUILD)/cbench-server test/e2e.sh
+
+pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+	@set -e; p=$$(mktemp -d); trap 'rm -rf "$$p"' EXIT; \
+	echo "pkgconfig-test: make install PREFIX=$$p"; \
+	$(MAKE) --no-print-directory install PREFIX=$$p >/dev/null; \
+	export PKG_CONFIG_PATH=$$p/lib/pkgconfig; \
+	echo "pkgconfig-test: pkg-config --cflags --libs cbench: $$(pkg-config --cflags --libs cbench)"; \
+	$(CC) -std=gnu11 $(WARN) -o $$p/hello-shared test/pkgconfig/hello.c \
+	  $$(pkg-config --cflags --libs cbench) -Wl,-rpath,$$p/lib; \
+	$(CC) -std=gnu11 $(WARN) -o $$p/hello-static test/pkgconfig/hello.c \
+	  $$(pkg-config --static --cflags --libs cbench | sed 's/-lcbench/-l:libcbench.a/'); \
+	if ldd $$p/hello-shared | grep -q "$$p/lib/libcbench.so"; then :; \
+	  else echo "pkgconfig-test: hello-shared is not linked to the installed libcbench.so"; exit 1; fi; \
+	$$p/hello-shared && $$p/hello-static
+
+# The sanitizer build is the same Makefile with BUILD, OPT and flags overridden; it builds only what the tests
+# need (the library, the CLI and the test binary) and runs the C tests and e2e.
+asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	  LDFLAGS_EXTRA="$(SAN_FLAGS)" asan-run
+
+asan-run: $(CTEST_BIN) $(BUILD)/cbench-server
+	$(SAN_ENV) CBT_FIXTURE_DIR=$(BUILD)/test/fixtures CBT_TIMEOUT=90 $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)
+	$(SAN_ENV) CBENCH_SERVER=$(BUILD)/cbench-server CBENCH_E2E_LOAD=2000 test/e2e.sh
+
+# ---- fuzzing: the library compiled again with clang for libFuzzer ----
+
+$(FUZZ_DIR)/obj/%.o: src/%.c src/*.h include/cbench.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_http1: test/fuzz/fuzz_http1.c $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB_OBJS) $(DEP_LIBS)
+
+# New inputs go to $(FUZZ_DIR)/corpus/http1 (the first directory); the seeds in test/fuzz/corpus are only read.
+fuzz: $(FUZZ_DIR)/fuzz_http1
+	@mkdir -p $(FUZZ_DIR)/corpus/http1 $(FUZZ_DIR)/artifacts/
+	CBT_FIXTURE_DIR=$(FUZZ_DIR)/fixtures $(FUZZ_DIR)/fuzz_http1 $(FUZZ_RUN_FLAGS) \
+	  -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
+	  $(FUZZ_DIR)/corpus/http1 test/fuzz/corpus/http1
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)

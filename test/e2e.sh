@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# End-to-end test of cbench-server with real clients: curl on every route (bodies compared byte for byte with
+# files made here, statuses and headers exactly), the CLI (bad arguments, port in use, SIGTERM), and short,
+# bounded h2load --h1 runs with zero failures. Everything runs against 127.0.0.1 on a free port.
+#
+#   CBENCH_SERVER=build/cbench-server test/e2e.sh
+#   CBENCH_E2E_LOAD=N  requests per h2load run on /hello (default 20000; /file/small gets a tenth)
+set -euo pipefail
+
+SERVER=${CBENCH_SERVER:-build/cbench-server}
+LOAD=${CBENCH_E2E_LOAD:-20000}
+[ -x "$SERVER" ] || { echo "e2e: $SERVER is not built" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "e2e: FAILED: $*" >&2; }
+
+# start_server NAME ARGS...: starts the server in the background, waits for its ready line, sets PORT and
+# SPID. The ready line is exactly "cbench-server listening on http://HOST:PORT with N threads".
+start_server() {
+  local name=$1 i line
+  shift
+  "$SERVER" "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  SPID=$!
+  pids+=("$SPID")
+  for i in $(seq 1 200); do
+    line=$(head -n 1 "$work/$name.out" 2>/dev/null || true)
+    if [ -n "$line" ]; then break; fi
+    if ! kill -0 "$SPID" 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads$ ]]; then
+    echo "e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
+    exit 1
+  fi
+  PORT=${BASH_REMATCH[1]}
+}
+
+# ---- expected bodies, made with printf only ----
+LINE=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+repeat() { # repeat N STRING > file
+  local n=$1 s=$2 i
+  for ((i = 0; i < n; i++)); do printf '%s' "$s"; done
+}
+mkdir -p "$work/exp"
+# The fixture files: byte i is i % 251. One period of 251 bytes, doubled until big enough, then cut.
+for ((i = 0; i < 251; i++)); do printf "\\$(printf %03o "$i")"; done >"$work/period"
+cp "$work/period" "$work/grow"
+while [ "$(stat -c %s "$work/grow")" -lt 5242880 ]; do
+  cat "$work/grow" "$work/grow" >"$work/grow2"
+  mv "$work/grow2" "$work/grow"
+done
+head -c 1024 "$work/grow" >"$work/exp/file_tiny"
+head -c 102400 "$work/grow" >"$work/exp/file_small"
+head -c 5242880 "$work/grow" >"$work/exp/file_big"
+rm -f "$work/grow"
+BIGLINE=$(repeat 256 "$LINE")
+printf 'hello world!' >"$work/exp/root"
+printf 'Hello, Joe!' >"$work/exp/hello"
+printf '{"message":"Hello, Joe!"}' >"$work/exp/json"
+printf 'hello, Joe!' >"$work/exp/stream"
+repeat 100 "$LINE" >"$work/exp/stream_small"
+repeat 64 "$BIGLINE" >"$work/exp/stream_big"
+repeat 32 "event: tick
+data: $LINE
+
+" >"$work/exp/sse"
+repeat 100 "event: tick
+data: $LINE
+
+" >"$work/exp/sse_small"
+repeat 64 "event: tick
+data: $BIGLINE
+
+" >"$work/exp/sse_big"
+printf 'ok' >"$work/exp/delay"
+: >"$work/exp/empty"
+
+start_server main --port 0 --threads 2
+MAIN_PID=$SPID
+BASE=http://127.0.0.1:$PORT
+
+# check_get PATH STATUS EXPECTED_BODY_FILE CONTENT_TYPE(or -) [curl args...]
+check() {
+  local path=$1 status=$2 body=$3 ctype=$4 got_status got_ctype
+  shift 4
+  got_status=$(curl -sS --max-time 10 -o "$work/body" -D "$work/head" -w '%{http_code}' "$@" "$BASE$path") || {
+    bad "curl $* $path failed"
+    return
+  }
+  got_ctype=$(tr -d '\r' <"$work/head" | sed -n 's/^content-type: //p')
+  if [ "$got_status" != "$status" ]; then
+    bad "$path: status $got_status, expected $status"
+  elif ! cmp -s "$work/body" "$body"; then
+    bad "$path: body differs from $(basename "$body") ($(stat -c %s "$work/body") bytes, expected $(stat -c %s "$body"))"
+  elif [ "$ctype" = - ] && [ -n "$got_ctype" ]; then
+    bad "$path: content-type '$got_ctype', expected none"
+  elif [ "$ctype" != - ] && [ "$got_ctype" != "$ctype" ]; then
+    bad "$path: content-type '$got_ctype', expected '$ctype'"
+  else
+    ok
+  fi
+}
+
+# check_head PATH EXPECTED_HEAD (exact header block, date line removed, without the final empty line)
+check_head() {
+  local path=$1 expected=$2 got
+  got=$(curl -sS --max-time 10 -I "$BASE$path" | tr -d '\r' | grep -v '^date: ' | sed '/^$/d') || {
+    bad "HEAD $path failed"
+    return
+  }
+  if [ "$got" = "$expected" ]; then ok; else bad "HEAD $path: got [$got], expected [$expected]"; fi
+}
+
+check / 200 "$work/exp/root" -
+check /hello 200 "$work/exp/hello" text/plain
+check '/hello?name=x' 200 "$work/exp/hello" text/plain
+check /json 200 "$work/exp/json" application/json
+check /file/tiny 200 "$work/exp/file_tiny" application/octet-stream
+check /file/small 200 "$work/exp/file_small" application/octet-stream
+check /file/big 200 "$work/exp/file_big" application/octet-stream
+check /stream 200 "$work/exp/stream" text/plain
+check /stream/small 200 "$work/exp/stream_small" application/octet-stream
+check /stream/big 200 "$work/exp/stream_big" application/octet-stream
+check /sse 200 "$work/exp/sse" text/event-stream
+check /sse/small 200 "$work/exp/sse_small" text/event-stream
+check /sse/big 200 "$work/exp/sse_big" text/event-stream
+check /delay/0 200 "$work/exp/delay" text/plain
+check /delay/50 200 "$work/exp/delay" text/plain
+check /status/200 200 "$work/exp/empty" -
+check /status/204 204 "$work/exp/empty" -
+check /status/418 418 "$work/exp/empty" -
+check /status/503 503 "$work/exp/empty" -
+check /status/600 400 "$work/exp/empty" -
+check /delay/60001 400 "$work/exp/empty" -
+check /delay/abc 400 "$work/exp/empty" -
+check /nope 404 "$work/exp/empty" -
+check /hello/ 404 "$work/exp/empty" -
+check /hello 405 "$work/exp/empty" - -X POST
+check /echo 405 "$work/exp/empty" -
+check /echo 200 "$work/exp/file_small" application/octet-stream --data-binary "@$work/exp/file_small" \
+  -H 'content-type: application/octet-stream'
+# Over 1 MiB curl sends Expect: 100-continue.
+check /echo 200 "$work/exp/file_big" application/octet-stream --data-binary "@$work/exp/file_big" \
+  -H 'content-type: application/octet-stream'
+check /echo 200 "$work/exp/file_tiny" application/octet-stream -H 'transfer-encoding: chunked' \
+  --data-binary "@$work/exp/file_tiny"
+check /echo/chunked 200 "$work/exp/file_small" application/octet-stream --data-binary "@$work/exp/file_small"
+check /echo/chunked 200 "$work/exp/file_big" application/octet-stream -H 'transfer-encoding: chunked' \
+  --data-binary "@$work/exp/file_big"
+printf '{"host":"127.0.0.1:%s","user-agent":"cbench-e2e","accept":"*/*","x-two":"a, b"}' "$PORT" >"$work/exp/headers"
+check /headers 200 "$work/exp/headers" application/json -A cbench-e2e -H 'X-Two: a' -H 'x-two: b'
+
+# Headers of the HEAD answers (curl -I), in the contract's order.
+check_head /hello "HTTP/1.1 200 OK
+content-type: text/plain
+content-length: 11"
+check_head /file/big "HTTP/1.1 200 OK
+content-type: application/octet-stream
+content-length: 5242880"
+check_head /sse "HTTP/1.1 200 OK
+content-type: text/event-stream
+cache-control: no-cache
+transfer-encoding: chunked"
+check_head /status/204 "HTTP/1.1 204 No Content"
+
+# Keep-alive: several URLs on one curl command reuse one connection.
+out=$(curl -sS --max-time 10 -w '%{num_connects}\n' -o /dev/null -o /dev/null -o /dev/null \
+  "$BASE/hello" "$BASE/json" "$BASE/file/tiny" | tr '\n' ' ')
+if [ "$out" = "1 0 0 " ]; then ok; else bad "keep-alive: connects per request: $out, expected 1 0 0"; fi
+
+# ---- load: bounded h2load --h1 runs; every request must succeed ----
+h2load_check() {
+  local n=$1 path=$2 out
+  out=$(timeout 60 h2load --h1 -n "$n" -c 10 -t 1 "$BASE$path" 2>&1) || {
+    bad "h2load $path exited with an error: $(echo "$out" | tail -5)"
+    return
+  }
+  if echo "$out" | grep -q "requests: $n total, $n started, $n done, $n succeeded, 0 failed, 0 errored, 0 timeout" &&
+    echo "$out" | grep -q "status codes: $n 2xx"; then
+    ok
+  else
+    bad "h2load $path: $(echo "$out" | grep -E '^(requests|status codes):')"
+  fi
+}
+h2load_check "$LOAD" /hello
+h2load_check $((LOAD / 10)) /file/small
+
+# ---- CLI ----
+# SIGTERM: stats on the way out, exit status 0.
+kill -TERM "$MAIN_PID"
+if wait "$MAIN_PID"; then ok; else bad "SIGTERM: exit status $?, expected 0"; fi
+if grep -q "requests" "$work/main.out" "$work/main.err"; then ok; else bad "SIGTERM: no stats printed"; fi
+
+# SIGINT the same.
+start_server int --port 0 --threads 1 --no-h2
+curl -sS --max-time 5 -o /dev/null "http://127.0.0.1:$PORT/hello" || bad "--no-h2 server does not answer"
+kill -INT "$SPID"
+if wait "$SPID"; then ok; else bad "SIGINT: exit status $?, expected 0"; fi
+
+# Every option is accepted.
+start_server opts --host 127.0.0.1 --port 0 --threads 2 --cpus 0 --max-header-bytes 2048 --max-body-bytes 100 \
+  --header-timeout-ms 2000 --idle-timeout-ms 3000 --stop-timeout-ms 500
+code=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' --data-binary "@$work/exp/file_tiny" "http://127.0.0.1:$PORT/echo")
+if [ "$code" = 413 ]; then ok; else bad "--max-body-bytes 100: /echo of 1024 bytes answered $code, expected 413"; fi
+OPTS_PORT=$PORT
+OPTS_PID=$SPID
+
+# Port in use: a clear message and exit status 1.
+set +e
+timeout 10 "$SERVER" --port "$OPTS_PORT" --threads 1 >"$work/inuse.out" 2>"$work/inuse.err"
+rc=$?
+set -e
+if [ "$rc" = 1 ] && [ -s "$work/inuse.err" ]; then ok; else bad "port in use: exit status $rc, expected 1 with a message (stderr: $(cat "$work/inuse.err"))"; fi
+kill -TERM "$OPTS_PID"
+wait "$OPTS_PID" || bad "SIGTERM of the options server: exit status $?"
+
+# Bad arguments: usage on stderr, exit status 2, nothing on stdout.
+for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--threads -1" "--threads x" \
+  "--threads 100000" "--cpus a,b" "--max-body-bytes" "--max-header-bytes 0" "--header-timeout-ms -5" \
+  "--idle-timeout-ms 1x" "--host" "extra-argument"; do
+  set +e
+  # shellcheck disable=SC2086 # split the arguments
+  timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
+  rc=$?
+  set -e
+  if [ "$rc" = 2 ] && grep -qi usage "$work/bad.err" && [ ! -s "$work/bad.out" ]; then
+    ok
+  else
+    bad "'cbench-server $args': exit status $rc, expected 2 with usage on stderr (stderr: $(head -c 300 "$work/bad.err"))"
+  fi
+done
+
+echo "e2e: $passed passed, $failed failed"
+[ "$failed" = 0 ]
