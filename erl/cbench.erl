@@ -1,0 +1,148 @@
+%%% @doc The cbench API: start HTTP fixture servers of any engine (the C engine as a NIF or as a
+%%% port program, or the Erlang ehttpd engine) on a port of their own, read their counters, stop
+%%% them. `erl -s cbench' starts all three engines and prints where they listen.
+-module(cbench).
+
+-export([start_server/2, stop_server/1, port/1, url/2, stats/1, servers/0, settings/0,
+         start/0, stop/0]).
+
+-export_type([engine/0, server/0]).
+
+-type engine() :: nif | port | ehttpd.
+-type server() :: pid().
+
+%% @doc Starts a server under the cbench application (started if needed). Opts: see docs/beam.md.
+%% Unknown keys or bad values: {error, {bad_option, Key}}; Engine not an atom or Opts not a map:
+%% badarg.
+-spec start_server(engine(), map()) -> {ok, server()} | {error, term()}.
+start_server(Engine, Opts) when is_atom(Engine), is_map(Opts) ->
+    case lists:member(Engine, cbench_opts:engines()) of
+        false ->
+            {error, {bad_engine, Engine}};
+        true ->
+            case application:ensure_all_started(cbench) of
+                {ok, _} ->
+                    case cbench_opts:validate(Engine, Opts) of
+                        {ok, Valid} -> cbench_server_sup:start_server(Engine, Valid);
+                        Error -> Error
+                    end;
+                Error ->
+                    Error
+            end
+    end;
+start_server(_, _) ->
+    error(badarg).
+
+%% @doc Stops a server and waits for its engine to stop. Stopping it again is fine.
+-spec stop_server(server()) -> ok.
+stop_server(Server) when is_pid(Server) ->
+    case whereis(cbench_server_sup) of
+        undefined -> ok;
+        _ -> cbench_server_sup:stop_server(Server)
+    end;
+stop_server(_) ->
+    error(badarg).
+
+%% @doc The TCP port a server listens on.
+-spec port(server()) -> inet:port_number() | {error, not_running}.
+port(Server) when is_pid(Server) ->
+    cbench_server:call(Server, port);
+port(_) ->
+    error(badarg).
+
+%% @doc `http://IP:PORT' followed by Path, as a string for a string path, a binary for a binary.
+-spec url(server(), string() | binary()) -> string() | binary() | {error, not_running}.
+url(Server, Path) when is_pid(Server), is_binary(Path) ->
+    case url(Server, binary_to_list(Path)) of
+        Url when is_list(Url) -> list_to_binary(Url);
+        Error -> Error
+    end;
+url(Server, Path) when is_pid(Server), is_list(Path) ->
+    case io_lib:printable_latin1_list(Path) of
+        false -> error(badarg);
+        true ->
+            case cbench_server:call(Server, info) of
+                #{ip := Ip, port := Port} -> "http://" ++ host(Ip) ++ ":" ++
+                                                 integer_to_list(Port) ++ Path;
+                Error -> Error
+            end
+    end;
+url(_, _) ->
+    error(badarg).
+
+host(Ip) when tuple_size(Ip) =:= 8 -> "[" ++ inet:ntoa(Ip) ++ "]";
+host(Ip) -> inet:ntoa(Ip).
+
+%% @doc The counters of a server; the same keys for every engine (those of cb_stats_t).
+-spec stats(server()) -> map() | {error, term()}.
+stats(Server) when is_pid(Server) ->
+    cbench_server:call(Server, stats);
+stats(_) ->
+    error(badarg).
+
+%% @doc The running servers.
+-spec servers() -> [#{server := server(), engine := engine(), port := inet:port_number(),
+                      url := string()}].
+servers() ->
+    case whereis(cbench_server_sup) of
+        undefined -> [];
+        _ ->
+            lists:append(
+              [case cbench_server:call(Pid, info) of
+                   #{engine := E, port := P} = Info ->
+                       [maps:merge(Info, #{server => Pid, engine => E, port => P,
+                                           url => url(Pid, "/")})];
+                   _ -> []
+               end || Pid <- cbench_server_sup:servers()])
+    end.
+
+%% @doc What the node applies: schedulers, bindings, busy-wait, threads and CPUs per engine.
+-spec settings() -> map().
+settings() ->
+    cbench_settings:settings().
+
+%% @doc For `erl -s cbench': starts the application and the three engines on the ports of the
+%% application env `ports' (8080 ehttpd, 8081 nif, 8082 port), then prints the banner.
+-spec start() -> ok.
+start() ->
+    {ok, _} = application:ensure_all_started(cbench),
+    Ports = ports(),
+    Ip = application:get_env(cbench, ip, {127, 0, 0, 1}),
+    Started = [start_named(E, Ip, maps:get(E, Ports)) || E <- [ehttpd, nif, port]],
+    S = settings(),
+    Bound = case maps:get(bound, S) of
+                true -> io_lib:format("bound: ~w", [maps:get(bindings, S)]);
+                false -> "unbound"
+            end,
+    io:format("cbench ready with ~b schedulers (~s):~s~n",
+              [maps:get(schedulers_online, S), Bound,
+               [io_lib:format(" ~s ~s", [E, U]) || {E, U} <- Started]]),
+    case maps:get(busy_wait, S) of
+        none -> ok;
+        W -> io:format("warning: scheduler busy-wait is ~s; start the node with +sbwt none "
+                       "(and +sbwtdcpu none +sbwtdio none) so that spinning schedulers do not steal "
+                       "CPU from the engine threads~n", [W])
+    end,
+    io:format("stop with cbench:stop() or q().~n"),
+    ok.
+
+start_named(Engine, Ip, Port) ->
+    case start_server(Engine, #{port => Port, ip => Ip}) of
+        {ok, Pid} -> {Engine, url(Pid, "")};
+        {error, Reason} ->
+            io:format("cbench: ~s engine not started on port ~b: ~p~n", [Engine, Port, Reason]),
+            {Engine, io_lib:format("(not started: ~0p)", [Reason])}
+    end.
+
+ports() ->
+    Default = #{ehttpd => 8080, nif => 8081, port => 8082},
+    case application:get_env(cbench, ports, #{}) of
+        M when is_map(M) -> maps:merge(Default, M);
+        L when is_list(L) -> maps:merge(Default, maps:from_list(L))
+    end.
+
+%% @doc Stops every server and the application.
+-spec stop() -> ok.
+stop() ->
+    _ = application:stop(cbench),
+    ok.

@@ -1,0 +1,69 @@
+%%% @doc The fixture files of the Erlang engine: byte i is i rem 251, sizes 1,024 / 102,400 /
+%%% 5,242,880, written once per node into a fresh temporary directory and removed by cleanup/0.
+-module(cbench_fixture).
+
+-compile({no_auto_import, [size/1]}).
+-export([path/1, size/1, ensure/0, cleanup/0, content/1]).
+
+-define(KEY, {?MODULE, dir}).
+
+%% @doc The size in bytes of a fixture file.
+-spec size(file_tiny | file_small | file_big) -> pos_integer().
+size(file_tiny) -> 1024;
+size(file_small) -> 102400;
+size(file_big) -> 5242880.
+
+%% @doc The path of a fixture file, writing the files first if this node has not yet.
+-spec path(file_tiny | file_small | file_big) -> file:filename_all().
+path(Route) ->
+    filename:join(ensure(), atom_to_list(Route)).
+
+%% @doc The expected content of a fixture file (for tests and for writing it).
+-spec content(file_tiny | file_small | file_big) -> binary().
+content(Route) ->
+    Period = list_to_binary(lists:seq(0, 250)),
+    N = size(Route),
+    binary:part(binary:copy(Period, N div 251 + 1), 0, N).
+
+%% @doc Writes the files once per node and returns their directory.
+-spec ensure() -> file:filename_all().
+ensure() ->
+    case persistent_term:get(?KEY, undefined) of
+        undefined ->
+            %% Serialised through a global lock so that two engines starting at once write one set.
+            global:trans({?KEY, self()}, fun write/0, [node()]);
+        Dir ->
+            Dir
+    end.
+
+write() ->
+    case persistent_term:get(?KEY, undefined) of
+        undefined ->
+            Tmp = case os:getenv("TMPDIR") of
+                      false -> "/tmp";
+                      "" -> "/tmp";
+                      T -> T
+                  end,
+            Dir = filename:join(Tmp, io_lib:format("cbench-erl-~s-~b",
+                                                    [os:getpid(), erlang:unique_integer([positive])])),
+            ok = file:make_dir(Dir),
+            [ok = file:write_file(filename:join(Dir, atom_to_list(R)), content(R))
+             || R <- [file_tiny, file_small, file_big]],
+            persistent_term:put(?KEY, lists:flatten(Dir)),
+            lists:flatten(Dir);
+        Dir ->
+            Dir
+    end.
+
+%% @doc Removes the files (at application stop); the next ensure/0 writes them again.
+-spec cleanup() -> ok.
+cleanup() ->
+    case persistent_term:get(?KEY, undefined) of
+        undefined -> ok;
+        Dir ->
+            [file:delete(filename:join(Dir, atom_to_list(R)))
+             || R <- [file_tiny, file_small, file_big]],
+            _ = file:del_dir(Dir),
+            _ = persistent_term:erase(?KEY),
+            ok
+    end.

@@ -1,0 +1,38 @@
+%%% @doc The supervisor of running servers: one temporary cbench_server child per server, so that
+%%% a server outlives the process that started it (a CT init_per_suite, a shell) until stopped.
+-module(cbench_server_sup).
+-behaviour(supervisor).
+
+-export([start_link/0, start_server/2, stop_server/1, servers/0]).
+-export([init/1]).
+
+%% @doc Starts the supervisor (under cbench_sup).
+-spec start_link() -> {ok, pid()}.
+start_link() ->
+    supervisor:start_link({local, ?MODULE}, ?MODULE, []).
+
+%% @doc Starts a server with validated options.
+-spec start_server(nif | port | ehttpd, map()) -> {ok, pid()} | {error, term()}.
+start_server(Engine, Opts) ->
+    supervisor:start_child(?MODULE, [Engine, Opts]).
+
+%% @doc Stops a server and waits until its engine is stopped; unknown or stopped servers are fine.
+-spec stop_server(pid()) -> ok.
+stop_server(Pid) ->
+    _ = supervisor:terminate_child(?MODULE, Pid),
+    ok.
+
+%% @doc The pids of the running servers.
+-spec servers() -> [pid()].
+servers() ->
+    [Pid || {_, Pid, _, _} <- supervisor:which_children(?MODULE), is_pid(Pid)].
+
+%% @private
+init([]) ->
+    Child = #{id => cbench_server,
+              start => {cbench_server, start_link, []},
+              restart => temporary,
+              %% Covers the engine's graceful stop (stop_timeout_ms, 5 s by default).
+              shutdown => 30000,
+              type => worker},
+    {ok, {#{strategy => simple_one_for_one, intensity => 10, period => 10}, [Child]}}.

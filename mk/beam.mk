@@ -1,0 +1,49 @@
+# The BEAM side: the NIF (priv/cbench_nif.so), the port program (priv/cbench_port), the Erlang
+# application (built by rebar3 from erl/) and its Common Test suites.
+#
+# Included by the top-level Makefile. Header and library paths of erts and erl_interface are asked
+# of `erl` itself (as erlang.mk does), never hard-coded.
+
+ERL ?= erl
+comma := ,
+REBAR3 ?= rebar3
+ERL_EVAL = $(shell $(ERL) -noshell -eval '$(1), halt().' 2>/dev/null)
+ERTS_INCLUDE := $(call ERL_EVAL,io:format("~s/erts-~s/include"$(comma) [code:root_dir()$(comma) erlang:system_info(version)]))
+EI_DIR := $(call ERL_EVAL,io:format("~s"$(comma) [code:lib_dir(erl_interface)]))
+
+BEAM_PRIV := priv/cbench_nif.so priv/cbench_port
+BEAM_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(EXTRA_CFLAGS)
+
+ALL_TARGETS += $(BEAM_PRIV)
+TEST_TARGETS += test-beam
+CLEAN_PATHS += $(BEAM_PRIV) _build/default/lib/cbench _build/test/lib/cbench ct_logs logs
+
+.PHONY: beam-priv beam beam-clean node test-beam
+
+# What rebar3's pre-compile hook builds: only the C parts (rebar3 compiles erl/ itself).
+beam-priv: $(BEAM_PRIV)
+
+beam: $(BEAM_PRIV)
+	$(REBAR3) compile
+
+beam-clean:
+	rm -f $(BEAM_PRIV)
+
+priv:
+	@mkdir -p $@
+
+# No -fvisibility=hidden: nif_init must stay visible. The engine comes in statically (compiled -fPIC);
+# libuv and nghttp2 are shared libraries the .so depends on.
+priv/cbench_nif.so: nif/cbench_nif.c include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -fPIC -shared -I$(ERTS_INCLUDE) -o $@ $< $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+priv/cbench_port: c_src/cbench_port.c include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -I$(EI_DIR)/include -o $@ $< -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+# A node with every engine listening (the lead wires `make run` to this).
+node: beam
+	$(ERL) -pa _build/default/lib/cbench/ebin -s cbench
+
+# The Common Test suites of test/ (ehttpd, nif, port, API, lifecycle, consumer project).
+test-beam: $(BEAM_PRIV)
+	$(REBAR3) ct --dir test --readable true

@@ -1,0 +1,413 @@
+/* The NIF glue: Erlang terms to engine calls, the server resource, and owner monitoring.
+ *
+ * A server is a resource (nif_server_t) that owns one cb_server_t. The engine is stopped exactly once, by
+ * whichever comes first: stop_nif/1 (a dirty I/O NIF, so joining the engine's threads never blocks a normal
+ * scheduler), the owner's death (the monitor's down callback), or the destructor when the last reference is
+ * garbage collected. The down callback and the destructor run on normal schedulers, so they do not stop the
+ * engine themselves: they hand it to the reaper, one thread of this library that stops engines in the
+ * background. unload joins the reaper after it has drained its queue, so no engine thread outlives the code it
+ * runs (OTP 25 has no halt callback; the application's stop and these paths are the only way out).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <erl_nif.h>
+
+#include "cbench.h"
+
+/* Atoms, made once in load from this one list. */
+#define ATOMS(X)                                                                                      \
+  X(ok) X(error) X(stopped) X(true) X(false) X(ip) X(port) X(threads) X(cpus) X(backlog)               \
+  X(max_header_bytes) X(max_body_bytes) X(header_timeout_ms) X(idle_timeout_ms) X(stop_timeout_ms)    \
+  X(enable_h2) X(h2_max_concurrent_streams) X(conns_accepted) X(conns_open) X(conns_closed)           \
+  X(requests) X(requests_by_route) X(conns_by_proto) X(requests_by_proto) X(bytes_read)               \
+  X(bytes_written) X(status_400) X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts)  \
+  X(resets) X(h2_errors) X(accept_backoffs)
+
+#define DECLARE_ATOM(name) static ERL_NIF_TERM atom_##name;
+ATOMS(DECLARE_ATOM)
+#undef DECLARE_ATOM
+
+/* Route and protocol names come from the engine, so a route added there appears here without an edit. */
+static ERL_NIF_TERM atom_route[CB_ROUTE_COUNT];
+static ERL_NIF_TERM atom_proto[CB_PROTO_COUNT];
+
+typedef struct {
+  ErlNifRWLock *lock; /* stats take it shared; whoever stops the engine takes it exclusive to unhook srv */
+  cb_server_t *srv;   /* NULL once the engine is stopped or handed to the reaper */
+  ErlNifMonitor owner;
+  int monitored;
+  /* Copied at start so that port/info never need the engine. */
+  int port;
+  int threads;
+  int cpus[CB_MAX_THREADS];
+} nif_server_t;
+
+static ErlNifResourceType *server_type;
+
+/* ---- The reaper: stops engines handed over by the down callback and the destructor. ---- */
+
+typedef struct reap_s {
+  struct reap_s *next;
+  cb_server_t *srv;
+} reap_t;
+
+/* One reaper per mapping of this library: the statics are shared by every load of the same .so (load and
+ * upgrade of the same path), so `users` counts the loads and the last unload joins the thread. */
+static struct {
+  ErlNifMutex *mu;
+  ErlNifCond *cv;
+  ErlNifTid tid;
+  reap_t *head;
+  int users;
+  int quit;
+  int running;
+} reaper;
+
+static void *reaper_main(void *arg) {
+  (void)arg;
+  enif_mutex_lock(reaper.mu);
+  for (;;) {
+    while (reaper.head == NULL && !reaper.quit) enif_cond_wait(reaper.cv, reaper.mu);
+    reap_t *r = reaper.head;
+    if (r == NULL) break; /* quit, and the queue is empty */
+    reaper.head = r->next;
+    enif_mutex_unlock(reaper.mu);
+    cb_server_stop(r->srv);
+    enif_free(r);
+    enif_mutex_lock(reaper.mu);
+  }
+  enif_mutex_unlock(reaper.mu);
+  return NULL;
+}
+
+static int reaper_acquire(void) {
+  if (reaper.mu == NULL) {
+    /* First load of this mapping. Loads are serialised by the code server, so this check does not race. */
+    reaper.mu = enif_mutex_create("cbench_reaper");
+    reaper.cv = enif_cond_create("cbench_reaper");
+    if (reaper.mu == NULL || reaper.cv == NULL) return -1;
+  }
+  enif_mutex_lock(reaper.mu);
+  int err = 0;
+  if (!reaper.running) {
+    reaper.quit = 0;
+    if (enif_thread_create("cbench_reaper", &reaper.tid, reaper_main, NULL, NULL) == 0)
+      reaper.running = 1;
+    else
+      err = -1;
+  }
+  if (!err) reaper.users++;
+  enif_mutex_unlock(reaper.mu);
+  return err;
+}
+
+static void reaper_release(void) {
+  enif_mutex_lock(reaper.mu);
+  int join = --reaper.users == 0 && reaper.running;
+  if (join) {
+    reaper.quit = 1;
+    reaper.running = 0;
+    enif_cond_signal(reaper.cv);
+  }
+  enif_mutex_unlock(reaper.mu);
+  if (join) enif_thread_join(reaper.tid, NULL);
+}
+
+/* Stops srv in the background; without a reaper (only after the last unload) it stops it here, blocking. */
+static void reap(cb_server_t *srv) {
+  reap_t *r = enif_alloc(sizeof *r);
+  enif_mutex_lock(reaper.mu);
+  if (r != NULL && reaper.running) {
+    r->srv = srv;
+    r->next = reaper.head;
+    reaper.head = r;
+    enif_cond_signal(reaper.cv);
+    srv = NULL;
+  }
+  enif_mutex_unlock(reaper.mu);
+  if (srv != NULL) {
+    if (r != NULL) enif_free(r);
+    cb_server_stop(srv);
+  }
+}
+
+/* Takes the engine out of the resource; the caller stops it. NULL when someone else already did. */
+static cb_server_t *unhook(nif_server_t *res) {
+  enif_rwlock_rwlock(res->lock);
+  cb_server_t *srv = res->srv;
+  res->srv = NULL;
+  enif_rwlock_rwunlock(res->lock);
+  return srv;
+}
+
+static void server_dtor(ErlNifEnv *env, void *obj) {
+  (void)env;
+  nif_server_t *res = obj;
+  if (res->lock == NULL) return; /* start failed before the lock existed */
+  cb_server_t *srv = unhook(res);
+  if (srv != NULL) reap(srv);
+  enif_rwlock_destroy(res->lock);
+}
+
+static void server_down(ErlNifEnv *env, void *obj, ErlNifPid *pid, ErlNifMonitor *mon) {
+  (void)env;
+  (void)pid;
+  (void)mon;
+  cb_server_t *srv = unhook(obj);
+  if (srv != NULL) reap(srv);
+}
+
+/* ---- Terms ---- */
+
+/* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */
+static ERL_NIF_TERM make_error(ErlNifEnv *env, int err) {
+  const char *name = cb_err_name(err);
+  if (strncmp(name, "CB_", 3) == 0) name += 3;
+  char buf[64];
+  size_t i;
+  for (i = 0; name[i] != '\0' && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)name[i]);
+  buf[i] = '\0';
+  return enif_make_tuple2(env, atom_error, enif_make_atom(env, buf));
+}
+
+static int get_uint(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, ErlNifUInt64 max, ErlNifUInt64 *out) {
+  ERL_NIF_TERM v;
+  return enif_get_map_value(env, map, key, &v) && enif_get_uint64(env, v, out) && *out <= max;
+}
+
+/* Fills cfg from the options map that cbench_nif:start/1 built (every key present, values checked there;
+ * they are checked again here because a NIF must survive any term). host points into hostbuf. */
+static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, char *hostbuf, size_t hostlen,
+                         int *cpus) {
+  ErlNifUInt64 u;
+  ERL_NIF_TERM v;
+  ErlNifBinary bin;
+
+  if (!enif_is_map(env, map)) return 0;
+  cb_config_init(cfg);
+  if (!enif_get_map_value(env, map, atom_ip, &v) || !enif_inspect_iolist_as_binary(env, v, &bin) ||
+      bin.size == 0 || bin.size >= hostlen)
+    return 0;
+  memcpy(hostbuf, bin.data, bin.size);
+  hostbuf[bin.size] = '\0';
+  cfg->host = hostbuf;
+  if (!get_uint(env, map, atom_port, 65535, &u)) return 0;
+  cfg->port = (int)u;
+  if (!get_uint(env, map, atom_threads, CB_MAX_THREADS, &u)) return 0;
+  cfg->threads = (int)u;
+  if (!get_uint(env, map, atom_backlog, 65535, &u)) return 0;
+  cfg->backlog = (int)u;
+  if (!get_uint(env, map, atom_max_header_bytes, SIZE_MAX, &u)) return 0;
+  cfg->max_header_bytes = (size_t)u;
+  if (!get_uint(env, map, atom_max_body_bytes, SIZE_MAX, &u)) return 0;
+  cfg->max_body_bytes = (size_t)u;
+  if (!get_uint(env, map, atom_header_timeout_ms, UINT32_MAX, &u)) return 0;
+  cfg->header_timeout_ms = (unsigned)u;
+  if (!get_uint(env, map, atom_idle_timeout_ms, UINT32_MAX, &u)) return 0;
+  cfg->idle_timeout_ms = (unsigned)u;
+  if (!get_uint(env, map, atom_stop_timeout_ms, UINT32_MAX, &u)) return 0;
+  cfg->stop_timeout_ms = (unsigned)u;
+  if (!get_uint(env, map, atom_h2_max_concurrent_streams, UINT32_MAX, &u)) return 0;
+  cfg->h2_max_concurrent_streams = (unsigned)u;
+  if (!enif_get_map_value(env, map, atom_enable_h2, &v)) return 0;
+  if (enif_is_identical(v, atom_true))
+    cfg->enable_h2 = 1;
+  else if (enif_is_identical(v, atom_false))
+    cfg->enable_h2 = 0;
+  else
+    return 0;
+
+  unsigned len;
+  if (!enif_get_map_value(env, map, atom_cpus, &v) || !enif_get_list_length(env, v, &len) || len > CB_MAX_THREADS)
+    return 0;
+  ERL_NIF_TERM head, tail = v;
+  for (unsigned i = 0; i < len; i++) {
+    int cpu;
+    if (!enif_get_list_cell(env, tail, &head, &tail) || !enif_get_int(env, head, &cpu)) return 0;
+    cpus[i] = cpu;
+  }
+  cfg->cpus = len ? cpus : NULL;
+  cfg->ncpus = (int)len;
+  return 1;
+}
+
+static int get_server(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res) {
+  return enif_get_resource(env, t, server_type, (void **)res);
+}
+
+/* ---- NIFs ---- */
+
+/* start_nif(Opts) -> {ok, Resource} | {error, Reason}. Dirty I/O: binds sockets and starts threads.
+ * The calling process becomes the owner: when it dies, the server stops. */
+static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  cb_config_t cfg;
+  char host[64];
+  int cpus[CB_MAX_THREADS];
+  if (!decode_config(env, argv[0], &cfg, host, sizeof host, cpus)) return enif_make_badarg(env);
+
+  cb_server_t *srv;
+  int err = cb_server_start(&cfg, &srv);
+  if (err < 0) return make_error(env, err);
+
+  nif_server_t *res = enif_alloc_resource(server_type, sizeof *res);
+  if (res == NULL) {
+    cb_server_stop(srv);
+    return make_error(env, CB_ENOMEM);
+  }
+  memset(res, 0, sizeof *res);
+  res->lock = enif_rwlock_create("cbench_server");
+  if (res->lock == NULL) {
+    cb_server_stop(srv);
+    enif_release_resource(res);
+    return make_error(env, CB_ENOMEM);
+  }
+  res->srv = srv;
+  res->port = cb_server_port(srv);
+  res->threads = cb_server_threads(srv);
+  for (int i = 0; i < res->threads && i < CB_MAX_THREADS; i++) res->cpus[i] = cb_server_worker_cpu(srv, i);
+
+  ErlNifPid self;
+  if (enif_self(env, &self) != NULL && enif_monitor_process(env, res, &self, &res->owner) == 0)
+    res->monitored = 1;
+  ERL_NIF_TERM term = enif_make_resource(env, res);
+  enif_release_resource(res); /* the term holds the only reference now */
+  return enif_make_tuple2(env, atom_ok, term);
+}
+
+/* stop_nif(Resource) -> ok. Dirty I/O: joins the engine's threads. Stopping a stopped server is fine. */
+static ERL_NIF_TERM stop_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  cb_server_t *srv = unhook(res);
+  if (srv != NULL) {
+    if (res->monitored) enif_demonitor_process(env, res, &res->owner);
+    cb_server_stop(srv);
+  }
+  return atom_ok;
+}
+
+static ERL_NIF_TERM counter_map(ErlNifEnv *env, const uint64_t *values, ERL_NIF_TERM *keys, int n) {
+  ERL_NIF_TERM vals[(int)CB_ROUTE_COUNT + (int)CB_PROTO_COUNT];
+  ERL_NIF_TERM map;
+  for (int i = 0; i < n; i++) vals[i] = enif_make_uint64(env, values[i]);
+  if (!enif_make_map_from_arrays(env, keys, vals, (size_t)n, &map)) map = enif_make_new_map(env);
+  return map;
+}
+
+/* stats_nif(Resource) -> Map | {error, stopped}. Microseconds: sums the workers' counters. */
+static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  cb_stats_t st;
+  int err = CB_ESTOPPED;
+  enif_rwlock_rlock(res->lock);
+  if (res->srv != NULL) err = cb_server_stats(res->srv, &st);
+  enif_rwlock_runlock(res->lock);
+  if (err == CB_ESTOPPED) return enif_make_tuple2(env, atom_error, atom_stopped);
+  if (err < 0) return make_error(env, err);
+
+  ERL_NIF_TERM keys[] = {atom_conns_accepted, atom_conns_open,   atom_conns_closed, atom_requests,
+                         atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
+                         atom_status_405,     atom_status_413,   atom_status_431,   atom_timeouts,
+                         atom_resets,         atom_h2_errors,    atom_accept_backoffs,
+                         atom_requests_by_route, atom_conns_by_proto, atom_requests_by_proto};
+  ERL_NIF_TERM vals[] = {
+      enif_make_uint64(env, st.conns_accepted), enif_make_uint64(env, st.conns_open),
+      enif_make_uint64(env, st.conns_closed),   enif_make_uint64(env, st.requests),
+      enif_make_uint64(env, st.bytes_read),     enif_make_uint64(env, st.bytes_written),
+      enif_make_uint64(env, st.status_400),     enif_make_uint64(env, st.status_404),
+      enif_make_uint64(env, st.status_405),     enif_make_uint64(env, st.status_413),
+      enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
+      enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
+      enif_make_uint64(env, st.accept_backoffs),
+      counter_map(env, st.requests_by_route, atom_route, CB_ROUTE_COUNT),
+      counter_map(env, st.conns_by_proto, atom_proto, CB_PROTO_COUNT),
+      counter_map(env, st.requests_by_proto, atom_proto, CB_PROTO_COUNT)};
+  ERL_NIF_TERM map;
+  if (!enif_make_map_from_arrays(env, keys, vals, sizeof keys / sizeof keys[0], &map))
+    return enif_raise_exception(env, enif_make_string(env, __FILE__ ": duplicate stats key", ERL_NIF_LATIN1));
+  return map;
+}
+
+/* port_nif(Resource) -> Port. The port stays known after stop. */
+static ERL_NIF_TERM port_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  return enif_make_int(env, res->port);
+}
+
+/* info_nif(Resource) -> #{threads => N, cpus => [Cpu | -1]}: what the engine applied. */
+static ERL_NIF_TERM info_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  ERL_NIF_TERM cpus = enif_make_list(env, 0);
+  for (int i = res->threads - 1; i >= 0; i--) cpus = enif_make_list_cell(env, enif_make_int(env, res->cpus[i]), cpus);
+  ERL_NIF_TERM keys[] = {atom_threads, atom_cpus};
+  ERL_NIF_TERM vals[] = {enif_make_int(env, res->threads), cpus};
+  ERL_NIF_TERM map;
+  enif_make_map_from_arrays(env, keys, vals, 2, &map);
+  return map;
+}
+
+/* ---- Load ---- */
+
+/* Distinct return values name the failing step in the load error. */
+enum { LOAD_OK, LOAD_ATOMS, LOAD_RESOURCE, LOAD_REAPER };
+
+static int setup(ErlNifEnv *env) {
+#define MAKE_ATOM(name) atom_##name = enif_make_atom(env, #name);
+  ATOMS(MAKE_ATOM)
+#undef MAKE_ATOM
+  for (int i = 0; i < CB_ROUTE_COUNT; i++) {
+    const char *name = cb_route_name(i);
+    if (name == NULL) return LOAD_ATOMS;
+    atom_route[i] = enif_make_atom(env, name);
+  }
+  for (int i = 0; i < CB_PROTO_COUNT; i++) {
+    const char *name = cb_proto_name(i);
+    if (name == NULL) return LOAD_ATOMS;
+    atom_proto[i] = enif_make_atom(env, name);
+  }
+  ErlNifResourceTypeInit init = {.dtor = server_dtor, .stop = NULL, .down = server_down};
+  server_type = enif_open_resource_type_x(env, "cbench_server", &init, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER,
+                                          NULL);
+  if (server_type == NULL) return LOAD_RESOURCE;
+  if (reaper_acquire() != 0) return LOAD_REAPER;
+  return LOAD_OK;
+}
+
+static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info) {
+  (void)priv;
+  (void)info;
+  return setup(env);
+}
+
+static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info) {
+  (void)priv;
+  (void)old_priv;
+  (void)info;
+  return setup(env);
+}
+
+static void unload(ErlNifEnv *env, void *priv) {
+  (void)env;
+  (void)priv;
+  reaper_release();
+}
+
+static ErlNifFunc funcs[] = {
+    {"start_nif", 1, start_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"stop_nif", 1, stop_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"stats_nif", 1, stats_nif, 0},
+    {"port_nif", 1, port_nif, 0},
+    {"info_nif", 1, info_nif, 0},
+};
+
+ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

@@ -1,0 +1,122 @@
+%%% @doc The port engine: the shared route-table checks, EOF, malformed frames, a dying program.
+-module(cbench_port_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, init_per_suite/1, end_per_suite/1]).
+-export([routes_raw/1, routes_httpc/1, head/1, not_found_and_405/1, params_400/1, headers_json/1,
+         http10/1, connection_close/1, keepalive/1, pipelining/1, get_with_body/1, echo_bodies/1,
+         expect_continue/1, limit_431/1, limit_413/1, malformed_400/1, header_timeout/1,
+         idle_timeout/1, stats_keys/1]).
+-export([eof_exits_zero/1, eof_status/1, malformed_frames/1, program_killed/1, owner_killed/1]).
+
+all() -> cbench_routes:cases() ++ [eof_exits_zero, eof_status, malformed_frames, program_killed, owner_killed].
+
+init_per_suite(Config) -> cbench_routes:start(port, Config).
+
+end_per_suite(Config) -> cbench:stop_server(proplists:get_value(server, Config)).
+
+routes_raw(C) -> cbench_routes:routes_raw(C).
+routes_httpc(C) -> cbench_routes:routes_httpc(C).
+head(C) -> cbench_routes:head(C).
+not_found_and_405(C) -> cbench_routes:not_found_and_405(C).
+params_400(C) -> cbench_routes:params_400(C).
+headers_json(C) -> cbench_routes:headers_json(C).
+http10(C) -> cbench_routes:http10(C).
+connection_close(C) -> cbench_routes:connection_close(C).
+keepalive(C) -> cbench_routes:keepalive(C).
+pipelining(C) -> cbench_routes:pipelining(C).
+get_with_body(C) -> cbench_routes:get_with_body(C).
+echo_bodies(C) -> cbench_routes:echo_bodies(C).
+expect_continue(C) -> cbench_routes:expect_continue(C).
+limit_431(C) -> cbench_routes:limit_431(C).
+limit_413(C) -> cbench_routes:limit_413(C).
+malformed_400(C) -> cbench_routes:malformed_400(C).
+header_timeout(C) -> cbench_routes:header_timeout(C).
+idle_timeout(C) -> cbench_routes:idle_timeout(C).
+stats_keys(C) -> cbench_routes:stats_keys(C).
+
+
+%% The program exits 0 when its stdin closes (the node went away), with or without a server.
+eof_exits_zero(_Config) ->
+    {ok, Port} = cbench_port:open(),
+    {os_pid, Pid} = erlang:port_info(Port, os_pid),
+    true = port_close(Port),
+    ok = wait_gone(Pid, 100),
+    {ok, Port2} = cbench_port:open(),
+    {ok, Opts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
+    {ok, TcpPort, 1, [_]} = cbench_port:request(Port2, {start, port_opts(Opts)}, 10000),
+    %% Closing stdin is what the port sees when the node dies: the program stops the engine.
+    {os_pid, Pid2} = erlang:port_info(Port2, os_pid),
+    os:cmd("true"),
+    true = port_close(Port2),
+    ok = wait_gone(Pid2, 100),
+    ?assertEqual({error, econnrefused}, gen_tcp:connect({127, 0, 0, 1}, TcpPort, [], 1000)).
+
+%% An exit status is only visible while the port is open: EOF is simulated by a shell that closes
+%% the program's stdin and reports its status.
+eof_status(_Config) ->
+    Exe = cbench_port:exe_path(),
+    ?assertEqual("0\n", os:cmd("'" ++ Exe ++ "' </dev/null >/dev/null; echo $?")).
+
+%% A frame that is not a request makes the program exit non-zero: {error, {port_exited, S}}.
+malformed_frames(_Config) ->
+    %% A program that exits while a frame is being written closes the port with epipe.
+    process_flag(trap_exit, true),
+    [begin
+         {ok, Port} = cbench_port:open(),
+         ?assertMatch({error, {port_exited, S}} when S =/= 0,
+                      cbench_port:request(Port, Term, 10000))
+     end || Term <- [hello, {start, not_a_map}, {start, #{bogus => 1}}, {start, #{port => -1}},
+                     {start, #{ip => 42}}, [stats], <<"raw">>, {stats, extra}]],
+    %% Bytes that are not the external term format at all, and a frame over the size limit.
+    {ok, P1} = cbench_port:open(),
+    true = port_command(P1, <<1, 2, 3>>),
+    ?assertMatch({P1, {exit_status, S}} when S =/= 0, receive_exit(P1)),
+    {ok, P2} = cbench_port:open(),
+    %% The program exits after the length alone, so the port may also die writing the rest.
+    true = port_command(P2, binary:copy(<<0>>, 2 bsl 20)),
+    receive
+        {P2, {exit_status, S2}} -> ?assertNotEqual(0, S2);
+        {'EXIT', P2, epipe} -> ok
+    after 10000 -> ct:fail(no_exit)
+    end,
+    ok.
+
+%% A server of the port engine whose program dies ends; stop_server afterwards is fine.
+program_killed(_Config) ->
+    {ok, S} = cbench:start_server(port, #{port => 0, threads => 1}),
+    [#{os_pid := OsPid}] = [I || I = #{server := Srv} <- cbench:servers(), Srv =:= S],
+    Ref = monitor(process, S),
+    os:cmd("kill -9 " ++ integer_to_list(OsPid)),
+    receive {'DOWN', Ref, process, S, _} -> ok after 10000 -> ct:fail(server_alive) end,
+    ok = cbench:stop_server(S),
+    ?assertEqual({error, not_running}, cbench:stats(S)).
+
+%% Killing the server process closes the port: the program reads EOF and exits.
+owner_killed(_Config) ->
+    {ok, S} = cbench:start_server(port, #{port => 0, threads => 1}),
+    [#{os_pid := OsPid, port := P}] = [I || I = #{server := Srv} <- cbench:servers(), Srv =:= S],
+    exit(S, kill),
+    ok = wait_gone(OsPid, 200),
+    ?assertEqual({error, econnrefused}, gen_tcp:connect({127, 0, 0, 1}, P, [], 1000)).
+
+port_opts(Opts = #{ip := Ip}) ->
+    (maps:without([ip], Opts))#{ip => list_to_binary(inet:ntoa(Ip))}.
+
+receive_exit(Port) ->
+    receive {Port, {exit_status, _}} = M -> M after 10000 -> timeout end.
+
+wait_gone(_Pid, 0) -> {error, still_running};
+wait_gone(Pid, N) ->
+    case filelib:is_dir("/proc/" ++ integer_to_list(Pid)) andalso
+        not zombie(Pid) of
+        false -> ok;
+        true -> timer:sleep(50), wait_gone(Pid, N - 1)
+    end.
+
+zombie(Pid) ->
+    case file:read_file("/proc/" ++ integer_to_list(Pid) ++ "/stat") of
+        {ok, Stat} -> binary:match(Stat, <<") Z ">>) =/= nomatch;
+        _ -> true
+    end.
