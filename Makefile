@@ -34,7 +34,7 @@ ALL_TARGETS := $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 TEST_TARGETS :=
 CLEAN_PATHS := $(BUILD)
 
-.PHONY: all deps lib run test asan fuzz install clean
+.PHONY: all deps lib run serve test install clean
 all: lib
 
 deps:
@@ -68,6 +68,18 @@ all: $(ALL_TARGETS)
 test: deps
 	@$(MAKE) --no-print-directory $(TEST_TARGETS)
 	@echo "make test: all test groups passed"
+
+# A node with the three engines (ehttpd 8080, nif 8081, port 8082) under the benchmark settings. Stop it with
+# cbench:stop() then q(), or Ctrl-C twice.
+ERL_RUN_FLAGS ?= +sbt db +sbwt none +sbwtdcpu none +sbwtdio none
+run: deps
+	@$(MAKE) --no-print-directory beam
+	$(ERL) $(ERL_RUN_FLAGS) -pa _build/default/lib/cbench/ebin -s cbench
+
+# cbench-server alone on 127.0.0.1:8080 (Ctrl-C stops it and prints its stats).
+serve: deps
+	@$(MAKE) --no-print-directory $(BUILD)/cbench-server
+	$(BUILD)/cbench-server --host 127.0.0.1 --port 8080
 
 install: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
