@@ -57,6 +57,7 @@ static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
 /* ---- the head ---- */
 
 static int head_append(h1_t *h, const char *p, size_t n) {
+  if (n == 0) return 0;
   if (h->head_len + n > h->head_cap) {
     size_t cap = h->head_cap ? h->head_cap : 512;
     while (cap < h->head_len + n) cap *= 2;

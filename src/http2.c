@@ -144,6 +144,7 @@ static void stream_free(h2c_t *h, h2s_t *s, int final) {
 }
 
 static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
+  if (n == 0) return 0;
   if (s->head_len + n > s->head_cap) {
     size_t cap = s->head_cap ? s->head_cap : 256;
     while (cap < s->head_len + n) cap *= 2;

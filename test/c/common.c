@@ -303,10 +303,17 @@ int mask_dates(char *p, size_t len) {
 
 /* ---- blocking client ---- */
 
-int cl_connect(int port) {
-  struct sockaddr_in sa;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+int cl_socket(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) FAIL("socket: %s", strerror(errno));
+  return fd;
+}
+
+int cl_connect(int port) { return cl_connect_fd(cl_socket(), port); }
+
+int cl_connect_fd(int fd, int port) {
+  struct sockaddr_in sa;
+  int one = 1;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);

@@ -68,6 +68,8 @@ int mask_dates(char *p, size_t len);
 /* ---- blocking client ---- */
 
 int cl_connect(int port);                                  /* to 127.0.0.1; asserts on failure */
+int cl_socket(void);                                       /* a socket, not connected yet */
+int cl_connect_fd(int fd, int port);                       /* connects a socket from cl_socket() */
 void cl_send(int fd, const void *data, size_t len);        /* all of it; asserts on failure */
 void cl_sends(int fd, const char *s);
 /* Reads until b holds `want` bytes, the peer closes, or timeout_ms passes. Returns CL_OK (want reached),

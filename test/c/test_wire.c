@@ -906,7 +906,10 @@ TEST_T(wire_emfile_accept_backoff, 60000) {
   rl = saved;
   rl.rlim_cur = (rlim_t)(count_fds() + CLIENTS + SERVER_ROOM);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
-  for (i = 0; i < CLIENTS; i++) fds[i] = cl_connect(port);
+  /* Every client socket exists before the first connect: the server's accepts then race for the spare room
+   * only, never for the clients' descriptors. */
+  for (i = 0; i < CLIENTS; i++) fds[i] = cl_socket();
+  for (i = 0; i < CLIENTS; i++) cl_connect_fd(fds[i], port);
   wait_stats(srv, &st, backed_off, NULL, 5000);
   ASSERT_GT(st.accept_backoffs, 0);
   /* The server still answers the connections it holds ... */
