@@ -24,6 +24,7 @@ enum { PIECE_STATIC, PIECE_FREE, PIECE_FILE };
 typedef struct {
   uint8_t kind;
   uint8_t touched; /* part of a PIECE_FREE buffer was referenced by the output queue */
+  uint32_t credit; /* request-body bytes whose receive window is given back once this piece is sent */
   int fd;
   const char *base;
   uint64_t off;
@@ -46,6 +47,8 @@ struct h2s {
   size_t path_len, head_bytes;
   uint8_t have_path, keep_all, too_large, refused, dispatched, head_only;
   uint8_t res_ended, deferred, provider;
+  uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
+  size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
   uint32_t phead, ptail, pcap;
@@ -109,10 +112,21 @@ static h2s_t *stream_new(h2c_t *h, int32_t id) {
   return s;
 }
 
+/* Gives back the receive window of request-body bytes once their echo has left (or was dropped). */
+static void give_credit(h2s_t *s, piece_t *p) {
+  if (p->credit == 0) return;
+  if (s->h->session != NULL) {
+    if (nghttp2_session_consume(s->h->session, s->id, p->credit) != 0)
+      nghttp2_session_consume_connection(s->h->session, p->credit);
+  }
+  p->credit = 0;
+}
+
 static void drop_pieces(h2s_t *s) {
   cb__outq_t *q = &s->h->c->out;
   for (uint32_t i = s->phead; i < s->ptail; i++) {
     piece_t *p = &s->pieces[i];
+    give_credit(s, p);
     if (p->kind != PIECE_FREE) continue;
     /* Frames already queued may still point into the buffer: release it after them, in order. */
     if (p->touched)
@@ -258,6 +272,12 @@ static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
     memcpy(b, p, n);
     piece.base = b;
     piece.kind = PIECE_FREE;
+    if (s->in_body) {
+      /* A copy of request body (a streamed echo): its receive window comes back only when the copy has
+       * been sent, so a peer that sends without reading is held to one window per stream. */
+      piece.credit = (uint32_t)n;
+      s->body_held += n;
+    }
   } else if (flags == CB__DATA_FREE) {
     piece.kind = PIECE_FREE;
   }
@@ -316,6 +336,7 @@ static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf,
       p->len -= n;
       s->queued -= n;
       if (p->len > 0) break;
+      give_credit(s, p);
       if (p->kind == PIECE_FREE) {
         if (p->touched) /* earlier frames still point into it: release it after them */
           cb__outq_ref_range(&s->h->c->out, p->base, 0, 0, 1);
@@ -371,7 +392,10 @@ static int send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8
     p->len -= n;
     s->queued -= n;
     left -= n;
-    if (p->len == 0) s->phead++;
+    if (p->len == 0) {
+      give_credit(s, p);
+      s->phead++;
+    }
   }
   if (s->phead == s->ptail) s->phead = s->ptail = 0;
   return 0;
@@ -513,14 +537,24 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
   (void)flags;
   h2c_t *h = ud;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
-  if (s == NULL || s->refused || !s->dispatched) return 0;
-  cb__req_t *r = &s->req;
-  r->body_received += len;
-  if (r->body_received > h->c->w->cfg->max_body_bytes) {
-    refuse(s, 413);
-    return 0;
+  /* Receive windows are given back by hand (no automatic WINDOW_UPDATE): at once for bytes nobody keeps,
+   * later for bytes a handler copied into its response. */
+  size_t held = 0;
+  if (s != NULL && !s->refused && s->dispatched) {
+    cb__req_t *r = &s->req;
+    r->body_received += len;
+    if (r->body_received > h->c->w->cfg->max_body_bytes) {
+      refuse(s, 413);
+    } else if (r->handler && r->handler->on_body) {
+      s->in_body = 1;
+      s->body_held = 0;
+      r->handler->on_body(r, (const char *)data, len);
+      s->in_body = 0;
+      held = s->body_held < len ? s->body_held : len;
+    }
   }
-  if (r->handler && r->handler->on_body) r->handler->on_body(r, (const char *)data, len);
+  if (len > held && nghttp2_session_consume(session, id, len - held) != 0)
+    nghttp2_session_consume_connection(session, len - held);
   return 0;
 }
 
@@ -563,6 +597,7 @@ static void init_callbacks(void) {
   nghttp2_option_set_max_continuations(options, 8);
   nghttp2_option_set_max_outbound_ack(options, 1000);
   nghttp2_option_set_stream_reset_rate_limit(options, 1000, 100);
+  nghttp2_option_set_no_auto_window_update(options, 1);
 }
 
 static uv_once_t callbacks_once = UV_ONCE_INIT;
