@@ -119,12 +119,16 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   return 0;
 }
 
+/* The path: the request target up to the first '?'. */
+static size_t path_length(const char *url, size_t n) {
+  const char *q = n > 0 ? memchr(url, '?', n) : NULL;
+  return q ? (size_t)(q - url) : n;
+}
+
 static int on_url_complete(llhttp_t *p) {
   h1_t *h = H(p);
   /* Only /headers needs every header; the others need just the ones read below. */
-  size_t path_len = h->url_len;
-  const char *q = memchr(h->head, '?', h->url_len);
-  if (q) path_len = (size_t)(q - h->head);
+  size_t path_len = path_length(h->head, h->url_len);
   h->keep_all = path_len == 8 && memcmp(h->head, "/headers", 8) == 0;
   return 0;
 }
@@ -237,10 +241,8 @@ static int on_headers_complete(llhttp_t *p) {
     h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
     h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
   }
-  r->path = h->head;
-  r->path_len = h->url_len;
-  const char *q = memchr(h->head, '?', h->url_len);
-  if (q) r->path_len = (size_t)(q - h->head);
+  r->path = h->head ? h->head : "";
+  r->path_len = path_length(r->path, h->url_len);
   r->headers = h->hdrs;
   r->nheaders = h->nhdrs;
   r->method = method_bit(llhttp_get_method(p));

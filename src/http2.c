@@ -455,7 +455,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
       /* Pseudo-headers come first, so the path is known before any regular header. */
       if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
       s->have_path = 1;
-      const char *q = memchr(s->head, '?', vlen);
+      const char *q = vlen > 0 ? memchr(s->head, '?', vlen) : NULL;
       s->path_len = q ? (size_t)(q - s->head) : vlen;
       s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
     }
@@ -506,7 +506,7 @@ static void request_head_done(h2c_t *h, h2s_t *s) {
     s->hdrs[i].name = s->head + (uintptr_t)s->hdrs[i].name;
     s->hdrs[i].value = s->head + (uintptr_t)s->hdrs[i].value;
   }
-  r->path = s->head;
+  r->path = s->head ? s->head : ""; /* CONNECT has no :path */
   r->path_len = s->path_len;
   r->headers = s->hdrs;
   r->nheaders = s->nhdrs;
