@@ -603,8 +603,12 @@ static void h1_timeout(cb__conn_t *c, int mode) {
 static void h1_stop(cb__conn_t *c) {
   h1_t *h = c->proto_state;
   h->stopping = 1;
-  if (!h->in_msg && !h->waiting && c->out.bytes == 0) {
-    cb__conn_close(c);
+  if (!h->in_msg && !h->waiting) { /* between requests: close now, after what is still queued */
+    h->dead = 1;
+    if (c->out.bytes == 0)
+      cb__conn_close(c);
+    else
+      cb__conn_close_linger(c);
     return;
   }
   if (h->req.res_state == CB__RES_NONE) return; /* its head will say connection: close */

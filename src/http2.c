@@ -48,6 +48,7 @@ struct h2s {
   uint8_t have_path, keep_all, too_large, refused, dispatched, head_only;
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
+  uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
@@ -471,7 +472,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 }
 
 /* Answers a refused request (431, 413) on its stream; the handler never sees it. */
-static void refuse(h2s_t *s, int status) {
+static void refuse(h2s_t *s, int status, int ends) {
   cb__worker_t *w = s->h->c->w;
   if (status == 431) CB__STAT_INC(w, status_431);
   if (status == 413) CB__STAT_INC(w, status_413);
@@ -483,23 +484,27 @@ static void refuse(h2s_t *s, int status) {
     s->res_ended = 1;
     s->req.res_state = CB__RES_ENDED;
   } else {
+    /* A streamed answer had begun (an echo): it cannot end well, so the stream is cut. */
     CB__STAT_INC(w, h2_errors);
+    nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+    return;
   }
-  /* The rest of the request body is not wanted: reset the stream after the answer. */
-  if (!s->req.req_done) nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+  /* The rest of the request body is not wanted. RFC 9113 section 8.1: after a complete response, RST_STREAM
+   * with NO_ERROR asks the client to stop sending; sent earlier, it would discard the answer. */
+  if (!s->req.req_done && !ends) s->rst_after = 1;
 }
 
 /* The head is complete: route it (or refuse it) and hand it to the handler. */
-static void request_head_done(h2c_t *h, h2s_t *s) {
+static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
   cb__req_t *r = &s->req;
   cb__worker_t *w = h->c->w;
   CB__STAT_INC(w, requests_by_proto[h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR]);
   if (s->too_large) {
-    refuse(s, 431);
+    refuse(s, 431, ends);
     return;
   }
   if (r->content_length > 0 && (uint64_t)r->content_length > w->cfg->max_body_bytes) {
-    refuse(s, 413);
+    refuse(s, 413, ends);
     return;
   }
   for (int i = 0; i < s->nhdrs; i++) { /* the buffer stops moving here: offsets become pointers */
@@ -527,14 +532,14 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   if (s == NULL) return 0;
-  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) request_head_done(h, s);
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+    request_head_done(h, s, frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
   if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) request_done(s);
   return 0;
 }
 
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *ud) {
-  (void)flags;
   h2c_t *h = ud;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
   /* Receive windows are given back by hand (no automatic WINDOW_UPDATE): at once for bytes nobody keeps,
@@ -544,7 +549,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
     cb__req_t *r = &s->req;
     r->body_received += len;
     if (r->body_received > h->c->w->cfg->max_body_bytes) {
-      refuse(s, 413);
+      refuse(s, 413, flags & NGHTTP2_FLAG_END_STREAM);
     } else if (r->handler && r->handler->on_body) {
       s->in_body = 1;
       s->body_held = 0;
@@ -571,10 +576,16 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 }
 
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
-  (void)session;
   h2c_t *h = ud;
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+    h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s != NULL && s->rst_after && !s->req.req_done)
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+  }
   if ((frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) ||
-      (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_CANCEL))
+      (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_CANCEL &&
+       frame->rst_stream.error_code != NGHTTP2_NO_ERROR))
     CB__STAT_INC(h->c->w, h2_errors);
   return 0;
 }
@@ -705,7 +716,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   }
   CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_UPGRADE]);
   attach(c, h);
-  request_head_done(h, s);
+  request_head_done(h, s, 1);
   request_done(s);
   return 0;
 }
