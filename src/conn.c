@@ -155,8 +155,13 @@ static void update_timer(cb__conn_t *c) {
       uv_timer_start(&c->timer, on_timer, c->w->cfg->header_timeout_ms, 0);
     }
   } else if (mode == CB__TIMER_IDLE) {
-    c->timer_mode = CB__TIMER_IDLE;
-    uv_timer_start(&c->timer, on_timer, c->w->cfg->idle_timeout_ms, 0);
+    /* Activity moves the idle deadline; the timer itself is only started when none runs, and on firing it
+     * re-arms for what is left (on_timer). That keeps timer-heap work off the per-request path. */
+    c->last_activity = uv_now(&c->w->loop);
+    if (c->timer_mode != CB__TIMER_IDLE) {
+      c->timer_mode = CB__TIMER_IDLE;
+      uv_timer_start(&c->timer, on_timer, c->w->cfg->idle_timeout_ms, 0);
+    }
   } else if (c->timer_mode != CB__TIMER_HELD) {
     c->timer_mode = CB__TIMER_HELD;
     uv_timer_stop(&c->timer);
@@ -280,6 +285,13 @@ static void on_timer(uv_timer_t *t) {
   if (mode == CB__TIMER_LINGER) {
     cb__conn_close(c);
     return;
+  }
+  if (mode == CB__TIMER_IDLE) {
+    uint64_t idle = uv_now(&c->w->loop) - c->last_activity, limit = c->w->cfg->idle_timeout_ms;
+    if (idle < limit) { /* there was activity since the timer started: wait for the rest */
+      uv_timer_start(&c->timer, on_timer, limit - idle, 0);
+      return;
+    }
   }
   CB__STAT_INC(c->w, timeouts);
   if (c->ops && c->ops->timeout) {

@@ -163,6 +163,7 @@ struct cb__conn_s {
   uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
+  uint64_t last_activity; /* loop time of the last event in idle mode (the idle deadline counts from it) */
   size_t detect_len;
   char detect[24];       /* bytes held back while telling HTTP/1.1 from the HTTP/2 preface */
 };
