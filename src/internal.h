@@ -49,11 +49,16 @@ enum { CB__FILE_TINY, CB__FILE_SMALL, CB__FILE_BIG, CB__FILE_COUNT };
 typedef struct {
   int fd[CB__FILE_COUNT];
   uint64_t size[CB__FILE_COUNT];
+  /* The same bytes mapped read-only: HTTP/2 sends a file as many DATA frames, and a frame header plus a
+   * reference into the mapping batches into one writev where sendfile would cost a call per frame. */
+  const char *map[CB__FILE_COUNT];
   char dir[512]; /* empty: the files are in memory (memfd) */
 } cb__fixtures_t;
 
 int cb__fixtures_open(cb__fixtures_t *fx, const char *dir);
 void cb__fixtures_close(cb__fixtures_t *fx);
+/* The mapping of a fixture file given its descriptor, or NULL. */
+const char *cb__fixtures_map(const cb__fixtures_t *fx, int fd);
 
 typedef struct {
   const char *ptr;
