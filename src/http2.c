@@ -66,6 +66,7 @@ struct h2c {
   uint8_t stopping;
   uint8_t would_block; /* a send callback refused a frame because the output queue was full */
   uint8_t upgraded;    /* started with Upgrade: h2c (for the per-protocol counters) */
+  uint8_t hold_data;   /* upgraded, and the client's preface has not arrived yet: DATA waits for it */
 };
 
 static const cb__proto_t h2_proto;
@@ -319,6 +320,10 @@ static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf,
   (void)id;
   (void)ud;
   h2s_t *s = src->ptr;
+  if (s->h->hold_data) {
+    s->deferred = 1;
+    return NGHTTP2_ERR_DEFERRED;
+  }
   if (s->phead == s->ptail) {
     if (s->res_ended) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -533,6 +538,16 @@ static void request_done(h2s_t *s) {
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (h->hold_data && frame->hd.type == NGHTTP2_SETTINGS) {
+    /* The upgraded client has sent its preface: the response to the upgrade request may now flow. (curl
+     * 7.88 fails when more than 32 KiB of DATA follow the 101 before it has sent its preface.) */
+    h->hold_data = 0;
+    for (h2s_t *s = h->streams; s != NULL; s = s->next) {
+      if (!s->deferred) continue;
+      s->deferred = 0;
+      nghttp2_session_resume_data(session, s->id);
+    }
+  }
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   if (s == NULL) return 0;
@@ -698,6 +713,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
     free(h);
     return UV_EINVAL;
   }
+  h->hold_data = 1; /* set after upgrade2, which applies HTTP2-Settings as a received SETTINGS frame */
   /* Stream 1 is the upgrade request: its head comes from HTTP/1.1, and it has no body. */
   s->req.method = r->method;
   s->req.content_length = r->content_length;

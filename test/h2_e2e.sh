@@ -243,9 +243,10 @@ fi
 
 # ---- Upgrade: h2c ----
 # curl 7.88 takes at most 32 KiB of HTTP/2 bytes in the read that carries the 101 ("connection buffer size is
-# too small to store data following HTTP Upgrade response header"), and the server sends SETTINGS, HEADERS and
-# a full 64 KiB window of DATA right behind the 101: big bodies are upgraded with nghttp -u only.
+# too small to store data following HTTP Upgrade response header"); the server holds the response's DATA until
+# the client's preface has arrived, so big bodies upgrade with curl too.
 for r in "/hello 200 hello text/plain" "/file/tiny 200 file_tiny application/octet-stream" \
+  "/file/big 200 file_big application/octet-stream" "/sse/big 200 sse_big text/event-stream" \
   "/sse 200 sse text/event-stream" "/status/204 204 empty -" "/nope 404 empty -"; do
   # shellcheck disable=SC2086
   set -- $r
