@@ -180,10 +180,12 @@ void cb__conn_input(cb__conn_t *c, const char *data, size_t len);
 void cb__conn_input_eof(cb__conn_t *c);
 /* Runs after any event that may have produced output (handler timers): deferred work, flush, timers. */
 void cb__conn_after(cb__conn_t *c);
-/* Closes now; counts a reset when `reset` says the peer left work unfinished. */
+/* Closes now, dropping what is queued. The memory is freed later, from the handles' close callbacks. */
 void cb__conn_close(cb__conn_t *c);
-/* Flushes what is queued, then shuts down the sending side and drains input for a short while. */
+/* Closes after what is queued is written: shuts down the sending side, then drains the peer's input for at
+ * most CB__LINGER_MS, so the peer reads our last response instead of a reset. */
 void cb__conn_close_linger(cb__conn_t *c);
+/* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
 /* Bytes queued but not yet written. */
 static inline size_t cb__conn_queued(const cb__conn_t *c) { return c->out.bytes; }
