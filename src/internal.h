@@ -187,8 +187,6 @@ void cb__conn_close(cb__conn_t *c);
 void cb__conn_close_linger(cb__conn_t *c);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
-/* Bytes queued but not yet written. */
-static inline size_t cb__conn_queued(const cb__conn_t *c) { return c->out.bytes; }
 
 /* ---- worker.c ---- */
 
@@ -208,7 +206,6 @@ struct cb__worker_s {
   cb__conn_t *conns; /* every open connection */
   uint64_t nconns;
   int stopping;
-  int start_err;
   uv_mutex_t cmd_mutex;
   int cmd_stop; /* posted by cb_server_stop() */
   char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
@@ -344,7 +341,6 @@ void cb__req_release(cb__req_t *r);
 /* route.c: matches r->path and r->method, counts the request, sets r->route and r->handler (404 and 405 have
  * handlers too) and runs on_head. */
 void cb__req_dispatch(cb__req_t *r);
-const cb__route_t *cb__route_find(const char *path, size_t len);
 
 /* handlers.c */
 extern const cb__handler_t cb__h_root, cb__h_hello, cb__h_json, cb__h_echo, cb__h_echo_chunked, cb__h_file,

@@ -28,7 +28,7 @@ static const cb__route_t routes[] = {
 
 static const cb__route_t not_found = {"", 0, 0, 0, CB_ROUTE_NOT_FOUND, NULL, &cb__h_not_found, 0};
 
-const cb__route_t *cb__route_find(const char *path, size_t len) {
+static const cb__route_t *route_find(const char *path, size_t len) {
   /* A linear scan of 17 entries, most rejected on the length: cheaper than hashing the path. */
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     const cb__route_t *r = &routes[i];
@@ -43,7 +43,7 @@ const cb__route_t *cb__route_find(const char *path, size_t len) {
 
 void cb__req_dispatch(cb__req_t *r) {
   cb__worker_t *w = r->conn->w;
-  const cb__route_t *route = cb__route_find(r->path, r->path_len);
+  const cb__route_t *route = route_find(r->path, r->path_len);
   if (route == NULL) route = &not_found;
   r->route = route;
   CB__STAT_INC(w, requests);
