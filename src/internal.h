@@ -25,6 +25,8 @@
 #define CB__OUT_LOW_WATER (64 * 1024)
 /* Data up to this size is copied into the connection's arena: cheaper than one more iovec. */
 #define CB__COPY_MAX 1024
+/* HTTP/1.1 sends files up to this size from their mapping with writev, bigger ones with sendfile. */
+#define CB__FILE_INLINE_MAX (16 * 1024)
 /* How long a lingering close waits for the peer's EOF after an error response. */
 #define CB__LINGER_MS 2000
 /* How long accept(2) backs off after EMFILE or ENFILE. */
