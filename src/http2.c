@@ -16,6 +16,8 @@
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
 #define STREAM_WINDOW (1 << 20)
 #define CONN_WINDOW (16 << 20)
+/* The stream limit nghttp2 is told (see session_new): above any configurable one. */
+#define UNENFORCED_STREAMS 0x7fffffffu
 /* Streams keep their structures for reuse up to this many per connection. */
 #define FREE_STREAMS_MAX 16
 
@@ -411,6 +413,22 @@ static int send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8
   return 0;
 }
 
+/* Our SETTINGS frame carries UNENFORCED_STREAMS for nghttp2's sake: the peer is told the configured limit. */
+static void write_stream_limit(char *frame, size_t len, uint32_t limit) {
+  if (len < 9 || frame[3] != NGHTTP2_SETTINGS || (frame[4] & NGHTTP2_FLAG_ACK)) return;
+  size_t flen = ((size_t)(uint8_t)frame[0] << 16) | ((size_t)(uint8_t)frame[1] << 8) | (uint8_t)frame[2];
+  for (size_t o = 9; o + 6 <= 9 + flen && o + 6 <= len; o += 6) {
+    uint8_t *e = (uint8_t *)frame + o;
+    uint16_t id = (uint16_t)(e[0] << 8 | e[1]);
+    uint32_t v = (uint32_t)e[2] << 24 | (uint32_t)e[3] << 16 | (uint32_t)e[4] << 8 | e[5];
+    if (id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS || v != UNENFORCED_STREAMS) continue;
+    e[2] = (uint8_t)(limit >> 24);
+    e[3] = (uint8_t)(limit >> 16);
+    e[4] = (uint8_t)(limit >> 8);
+    e[5] = (uint8_t)limit;
+  }
+}
+
 static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len, int flags, void *ud) {
   (void)session;
   (void)flags;
@@ -419,7 +437,12 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     h->would_block = 1;
     return NGHTTP2_ERR_WOULDBLOCK;
   }
-  if (cb__outq_copy(&h->c->out, data, len) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  char *dst = cb__outq_reserve(&h->c->out, len);
+  if (dst == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
+  memcpy(dst, data, len);
+  /* nghttp2 hands each frame to this callback whole (frames are serialised one at a time). */
+  write_stream_limit(dst, len, h->c->w->cfg->h2_max_concurrent_streams);
+  cb__outq_commit(&h->c->out, len);
   return (ssize_t)len;
 }
 
@@ -439,6 +462,14 @@ static uint8_t method_bit(const uint8_t *v, size_t n) {
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  if ((uint32_t)h->nstreams >= h->c->w->cfg->h2_max_concurrent_streams) {
+    /* Over our SETTINGS_MAX_CONCURRENT_STREAMS: a stream error, REFUSED_STREAM (RFC 9113 5.1.2), so the
+     * client may retry it and its other streams go on. nghttp2 still decodes the header block (HPACK stays
+     * in step) and the stream has no user data, so every later callback ignores it. */
+    CB__STAT_INC(h->c->w, h2_errors);
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_REFUSED_STREAM);
+    return 0;
+  }
   h2s_t *s = stream_new(h, frame->hd.stream_id);
   if (s == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
@@ -644,7 +675,10 @@ static h2c_t *session_new(cb__conn_t *c) {
   }
   const cb_config_t *cfg = c->w->cfg;
   nghttp2_settings_entry iv[] = {
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->h2_max_concurrent_streams},
+      /* nghttp2 1.52 makes a stream over an acknowledged limit a connection error (GOAWAY), where RFC 9113
+       * 5.1.2 asks for a stream error. So nghttp2 is given a limit it never reaches, send_cb writes the real
+       * one on the wire, and on_begin_headers refuses excess streams with REFUSED_STREAM itself. */
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, UNENFORCED_STREAMS},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
   };
