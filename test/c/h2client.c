@@ -56,6 +56,15 @@ void h2_free(h2cl_t *cl) {
   free(cl);
 }
 
+void h2_forget(h2cl_t *cl, int32_t sid) {
+  size_t i = (size_t)sid / 2;
+  if (sid <= 0 || i >= H2_MAX_STREAMS || cl->streams[i] == NULL) return;
+  buf_free(&cl->streams[i]->head);
+  buf_free(&cl->streams[i]->body);
+  free(cl->streams[i]);
+  cl->streams[i] = NULL;
+}
+
 void h2_close(h2cl_t *cl) {
   for (size_t i = 0; i < H2_MAX_STREAMS; i++) {
     if (cl->streams[i] == NULL) continue;

@@ -18,7 +18,7 @@
 #define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define H2_PREFACE_LEN 24
 #define H2_NO_RST 0xffffffffu
-#define H2_MAX_STREAMS 4096 /* stream ids 1..2*H2_MAX_STREAMS-1 can be registered */
+#define H2_MAX_STREAMS 16384 /* stream ids 1..2*H2_MAX_STREAMS-1 can be registered */
 #define H2_WINDOW_MAX 0x7fffffff
 
 /* What a stream received. */
@@ -77,6 +77,8 @@ void h2_connect(h2cl_t *cl, int port);
 /* The same on the heap (the client holds a table of H2_MAX_STREAMS pointers); h2_free() closes and frees. */
 h2cl_t *h2_open(int port);
 void h2_free(h2cl_t *cl);
+/* Frees what was kept of a finished stream (long runs of streams keep the client's memory flat). */
+void h2_forget(h2cl_t *cl, int32_t sid);
 /* Takes over a connected socket (after an HTTP/1.1 101 Switching Protocols); `already` holds bytes read after
  * the 101 that belong to HTTP/2. */
 void h2_adopt(h2cl_t *cl, int fd, int port, const void *already, size_t len);
