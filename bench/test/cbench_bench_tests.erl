@@ -1,0 +1,209 @@
+%% @doc Unit tests of the harness's parsing and statistics, on h2load outputs and a
+%% --log-file recorded from real runs (bench/test/samples/).
+-module(cbench_bench_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+sample(Name) ->
+    Dir = filename:join(filename:dirname(filename:dirname(code:which(?MODULE))), "samples"),
+    {ok, B} = file:read_file(filename:join(Dir, Name)),
+    B.
+
+parsed(Name) ->
+    {ok, P} = cbench_bench_h2load:parse(sample(Name)),
+    P.
+
+%% --- h2load output ----------------------------------------------------------
+
+h1_ok_test() ->
+    P = parsed("h1_hello_ok.txt"),
+    ?assertEqual(69386.0, maps:get(rps, P)),
+    ?assertEqual(69386, maps:get(succeeded, P)),
+    ?assertEqual(69386, maps:get(s2xx, P)),
+    ?assertEqual(0, maps:get(failed, P)),
+    ?assertEqual(2.0, maps:get(finished_s, P)),
+    ?assertEqual(<<"http/1.1">>, maps:get(protocol, P)),
+    ?assert(maps:get(bytes, P) > 0),
+    ?assertEqual(ok, cbench_bench_h2load:classify(P, 50)).
+
+h2c_ok_test() ->
+    P = parsed("h2c_hello_ok.txt"),
+    ?assertEqual(370840.0, maps:get(rps, P)),
+    ?assertEqual(<<"h2c">>, maps:get(protocol, P)),
+    ?assertEqual(ok, cbench_bench_h2load:classify(P, 50)).
+
+non_2xx_is_errors_test_() ->
+    [?_assertEqual(errors, cbench_bench_h2load:classify(parsed("h1_404_errors.txt"), 4)),
+     ?_assertEqual(8, maps:get(s4xx, parsed("h1_404_errors.txt"))),
+     ?_assertEqual(errors, cbench_bench_h2load:classify(parsed("h2c_4xx_errors.txt"), 50))].
+
+refused_is_errors_test() ->
+    P = parsed("refused.txt"),
+    ?assertEqual(0, maps:get(started, P)),
+    ?assertEqual(8, maps:get(errored, P)),
+    ?assert(abs(maps:get(finished_s, P) - 0.000472) < 1.0e-9),
+    ?assertEqual(errors, cbench_bench_h2load:classify(P, 4)).
+
+failed_streams_are_errors_test() ->
+    %% nginx closing h2 connections after 1000 requests: most succeed, some fail.
+    P = parsed("h2c_partial_failures.txt"),
+    ?assertEqual(10000, maps:get(succeeded, P)),
+    ?assertEqual(75, maps:get(failed, P)),
+    ?assertEqual(errors, cbench_bench_h2load:classify(P, 10)).
+
+stalled_test_() ->
+    %% Every connection waits on a response that does not come within the run.
+    [?_assertEqual(stalled, cbench_bench_h2load:classify(parsed("h1_stalled.txt"), 4)),
+     ?_assertEqual(stalled, cbench_bench_h2load:classify(parsed("h2c_not_spoken.txt"), 10)),
+     %% One success per connection is still stalled; one more is not.
+     ?_assertEqual(stalled, cbench_bench_h2load:classify(counts(50, 0), 50)),
+     ?_assertEqual(ok, cbench_bench_h2load:classify(counts(51, 0), 50))].
+
+counts(Ok, Failed) ->
+    #{rps => 1.0, total => Ok + Failed, started => Ok + Failed, done => Ok + Failed,
+      succeeded => Ok, failed => Failed, errored => 0, timeout => 0,
+      s2xx => Ok, s3xx => 0, s4xx => 0, s5xx => 0}.
+
+garbage_test_() ->
+    [?_assertMatch({error, _}, cbench_bench_h2load:parse(<<>>)),
+     ?_assertMatch({error, _}, cbench_bench_h2load:parse(<<"h2load: command not found\n">>)),
+     ?_assertMatch({error, _}, cbench_bench_h2load:parse(<<"finished in soon, lots req/s\n">>))].
+
+args_test_() ->
+    Base = #{url => "http://127.0.0.1:1/hello", duration => 5, warmup => 2},
+    H1 = cbench_bench_h2load:args(Base#{proto => h1}),
+    H2 = cbench_bench_h2load:args(Base#{proto => h2c, streams => 10}),
+    Lat = cbench_bench_h2load:args(Base#{proto => h1, rps => 300, log => "/tmp/l"}),
+    Post = cbench_bench_h2load:args(Base#{proto => h1, data => "/tmp/b",
+                                          headers => [{"cookie", "a=1"}, {"cookie", "b=2"}]}),
+    [?_assertEqual(["-t", "1", "-c", "50", "-m", "1", "--h1", "-D", "5", "--warm-up-time", "2",
+                    "http://127.0.0.1:1/hello"], H1),
+     ?_assert(lists:member("h2c", H2)),
+     ?_assertEqual("10", lists:nth(6, H2)),
+     ?_assertMatch([_, _ | _], lists:dropwhile(fun(A) -> A =/= "--rps" end, Lat)),
+     ?_assertEqual("300", hd(tl(lists:dropwhile(fun(A) -> A =/= "--rps" end, Lat)))),
+     ?_assert(lists:member("--log-file", Lat)),
+     ?_assertEqual(2, length([A || A <- Post, A =:= "-H"])),
+     ?_assert(lists:member("-d", Post)),
+     ?_assertEqual(["-n", "2"], lists:sublist(lists:dropwhile(fun(A) -> A =/= "-n" end,
+                                                               cbench_bench_h2load:args(Base#{proto => h1, requests => 2})), 2))].
+
+%% --- log-file percentiles ---------------------------------------------------
+
+log_file_test() ->
+    #{durations := Ds, bad := Bad} = cbench_bench_h2load:parse_log(sample("latency_log.tsv")),
+    ?assertEqual(100, length(Ds)),
+    ?assertEqual(0, Bad),
+    ?assertEqual(lists:sort(Ds), Ds),
+    P50 = cbench_bench_h2load:percentile(Ds, 50),
+    P99 = cbench_bench_h2load:percentile(Ds, 99),
+    P999 = cbench_bench_h2load:percentile(Ds, 99.9),
+    ?assert(P50 =< P99 andalso P99 =< P999),
+    ?assertEqual(lists:max(Ds), P999),
+    ?assertEqual(lists:nth(50, Ds), P50),
+    ?assertEqual(lists:nth(99, Ds), P99).
+
+log_failures_and_window_test() ->
+    Log = <<"1000\t200\t50\n1001\t-1\t0\n1002\t503\t70\n1003\t200\t40\n900\t200\t9999\n">>,
+    ?assertMatch(#{durations := [40, 50, 9999], bad := 2, first_us := 900, last_us := 1003},
+                 cbench_bench_h2load:parse_log(Log)),
+    ?assertMatch(#{durations := [40, 50], bad := 2, first_us := 1000},
+                 cbench_bench_h2load:parse_log(Log, 1000)).
+
+percentile_test_() ->
+    L = lists:seq(1, 1000),
+    P = fun cbench_bench_h2load:percentile/2,
+    [?_assertEqual(500, P(L, 50)),
+     ?_assertEqual(990, P(L, 99)),
+     ?_assertEqual(999, P(L, 99.9)),
+     ?_assertEqual(1000, P(L, 100)),
+     ?_assertEqual(1, P(L, 0.01)),
+     ?_assertEqual(7, P([7], 99.9)),
+     ?_assertEqual(undefined, P([], 50)),
+     ?_assertEqual(2, P([1, 2, 3], 50))].
+
+%% --- medians, spread, ladder ------------------------------------------------
+
+median_test_() ->
+    M = fun cbench_bench_stats:median/1,
+    [?_assertEqual(2, M([3, 1, 2])),
+     ?_assertEqual(2.5, M([4, 1, 3, 2])),
+     ?_assertEqual(5, M([5])),
+     ?_assertError(badarg, M([]))].
+
+spread_test_() ->
+    S = fun cbench_bench_stats:spread_mark/1,
+    [?_assertNot(S([100])),
+     ?_assertNot(S([100, 104, 102])),           % 4 / 102 = 3.9%
+     ?_assert(S([100, 106, 103])),              % 6 / 103 = 5.8%
+     ?_assertNot(S([100, 105, 100])),           % exactly 5% of the median is not "more than"
+     ?_assertNot(S([0, 0, 0])),
+     ?_assertEqual(0.0, cbench_bench_stats:spread([42]))].
+
+ladder_test_() ->
+    L = fun cbench_bench_stats:ladder/2,
+    [?_assertEqual([15000, 30000, 45000], L(60000, 50)),
+     ?_assertEqual([15000, 30000, 45000], L(60049.0, 50)),
+     ?_assertEqual([50], L(100, 50)),
+     ?_assertEqual([900, 1850, 2750], L(3700, 50)),
+     ?_assertEqual(300, cbench_bench_stats:rps_per_client(15000, 50))].
+
+overloaded_test_() ->
+    O = fun cbench_bench_stats:overloaded/2,
+    [?_assert(O(1000, 979)), ?_assertNot(O(1000, 980)), ?_assertNot(O(1000, 1003))].
+
+format_test_() ->
+    [?_assertEqual("266,046", cbench_bench_stats:fmt_int(266046)),
+     ?_assertEqual("999", cbench_bench_stats:fmt_int(999)),
+     ?_assertEqual("1,000", cbench_bench_stats:fmt_int(999.7)),
+     ?_assertEqual("1,234,567", cbench_bench_stats:fmt_int(1234567)),
+     ?_assertEqual("169us", cbench_bench_stats:fmt_us(169)),
+     ?_assertEqual("1.35ms", cbench_bench_stats:fmt_us(1350)),
+     ?_assertEqual("355.71ms", cbench_bench_stats:fmt_us(355710)),
+     ?_assertEqual("-", cbench_bench_stats:fmt_us(undefined)),
+     ?_assertEqual("266,046 ~", cbench_bench_report:cell(#{status => ok, rps => 266046.0, spread => true})),
+     ?_assertEqual("100,000 ^", cbench_bench_report:cell(#{status => ok, rps => 1.0e5, load_bound => true})),
+     ?_assertEqual("overloaded ^", cbench_bench_report:lat_cell(#{status => overloaded, load_bound => true})),
+     ?_assertEqual("stalled", cbench_bench_report:cell(#{status => stalled})),
+     ?_assertEqual("-", cbench_bench_report:cell(#{status => unsupported})),
+     ?_assertEqual("overloaded", cbench_bench_report:lat_cell(#{status => overloaded})),
+     ?_assertEqual("1.35ms", cbench_bench_report:lat_cell(#{status => ok, p99 => 1350}))].
+
+%% --- command line -----------------------------------------------------------
+
+cli_test_() ->
+    P = fun cbench_bench:parse_args/1,
+    [?_assertMatch({ok, #{profile := quick, runs := 1}}, P([])),
+     ?_assertMatch({ok, #{profile := full, runs := 3, duration := 10}}, P(["--profile", "full"])),
+     ?_assertMatch({ok, #{engines := ["nif", "port", "ehttpd", "cbench-server"]}}, P(["--no-peers"])),
+     ?_assertMatch({ok, #{targets := [{"mine", "http://127.0.0.1:9000"}]}},
+                   P(["--target", "mine=http://127.0.0.1:9000"])),
+     ?_assertMatch({ok, #{cases := [hello, sse_big]}}, P(["--cases", "hello,sse_big"])),
+     ?_assertEqual({error, "unknown case 'nope'"}, P(["--cases", "hello,nope"])),
+     ?_assertEqual({error, "unknown engine 'apache'"}, P(["--engines", "apache"])),
+     ?_assertMatch({error, "unknown profile" ++ _}, P(["--profile", "huge"])),
+     ?_assertMatch({error, "bad --target" ++ _}, P(["--target", "nourl"])),
+     ?_assertMatch({error, "--runs needs" ++ _}, P(["--runs", "0"])),
+     ?_assertMatch({error, "unknown or incomplete option '--duration'"}, P(["--duration"])),
+     ?_assertMatch({error, "unknown or incomplete option '--frobnicate'"}, P(["--frobnicate"])),
+     ?_assertMatch({error, "--server-cpus" ++ _}, P(["--server-cpus", "4096"])),
+     ?_assertEqual({error, "no engine left to measure"}, P(["--engines", "nginx", "--no-peers"])),
+     ?_assertEqual(help, P(["--help"]))].
+
+%% --- JSON and SVG -----------------------------------------------------------
+
+json_test() ->
+    Term = #{a => 1, b => [1.5, <<"x\"y\n">>, true, null], c => #{d => "text"}, e => undefined},
+    Bin = iolist_to_binary(cbench_bench_json:encode(Term)),
+    ?assertEqual(#{<<"a">> => 1, <<"b">> => [1.5, <<"x\"y\n">>, true, null],
+                   <<"c">> => #{<<"d">> => <<"text">>}, <<"e">> => null},
+                 cbench_bench_json:decode(Bin)),
+    ?assertThrow({json, _}, cbench_bench_json:decode(<<"{\"a\":}">>)),
+    ?assertEqual([1.0e5, -2], cbench_bench_json:decode(<<" [1e5, -2] ">>)).
+
+svg_test() ->
+    Svg = cbench_bench_svg:bars("Throughput <h1> & more", ["nif", "nginx"],
+                                [{"hello", [{"nif", 100.0, "100"}, {"nginx", undefined, "-"}]},
+                                 {"file_big", [{"nif", 3.5, "3.5"}, {"nginx", 0, "0"}]}], "note"),
+    {Doc, _} = xmerl_scan:string(unicode:characters_to_list(iolist_to_binary(Svg)), [{quiet, true}]),
+    ?assertEqual(svg, element(2, Doc)).

@@ -1,0 +1,61 @@
+# The benchmark harness (bench/): see docs/bench.md.
+#
+#   make bench              quick profile (about 5 minutes on 2 CPUs)
+#   make bench FULL=1       every case, 3 runs of 10 s, latency ladder for every case
+#   make bench PEERS=0      without inets httpd, nginx and h2o
+#   make bench BENCH_ARGS='--target mine=http://127.0.0.1:9000 --cases hello'
+#   make bench-h1           cbench-server vs nginx, /hello and /file/small, HTTP/1.1 (issue 2)
+#   make bench-node         nif, port, ehttpd in one node vs cbench-server (issue 4)
+#   make bench-h2           cbench-server vs h2o over h2c, plus /file/big over HTTP/1.1 (issue 3)
+#   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
+
+BENCH_SRCS := $(wildcard bench/src/*.erl)
+BENCH_BEAMS := $(BENCH_SRCS:bench/src/%.erl=bench/ebin/%.beam)
+BENCH_TEST_SRCS := $(wildcard bench/test/*.erl)
+BENCH_TEST_BEAMS := $(BENCH_TEST_SRCS:bench/test/%.erl=bench/test/ebin/%.beam)
+BENCH_ARGS ?=
+BENCH_PROFILE := $(if $(filter 1 yes true,$(FULL)),full,quick)
+BENCH_PEERS := $(if $(filter 0 no false,$(PEERS)),--no-peers,)
+
+.PHONY: bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+
+bench-build: $(BENCH_BEAMS)
+
+bench/ebin/%.beam: bench/src/%.erl | bench/ebin
+	erlc +debug_info -o bench/ebin $<
+
+bench/test/ebin/%.beam: bench/test/%.erl $(BENCH_BEAMS) | bench/test/ebin
+	erlc +debug_info -pa bench/ebin -o bench/test/ebin $<
+
+bench/ebin bench/test/ebin:
+	@mkdir -p $@
+
+# Whatever of the engines builds is measured; what does not is skipped with a note
+# by the harness, so a build failure here does not stop the benchmark.
+bench-engines:
+	-@$(MAKE) --no-print-directory $(BUILD)/cbench-server
+	-@if [ -f rebar.config ]; then rebar3 compile; fi
+
+bench: deps bench-build bench-engines
+	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_ARGS)
+
+bench-h1: deps bench-build bench-engines
+	bench/run.sh --profile h1 $(BENCH_ARGS)
+
+bench-node: deps bench-build bench-engines
+	bench/run.sh --profile node $(BENCH_ARGS)
+
+bench-h2: deps bench-build bench-engines
+	bench/run.sh --profile h2 $(BENCH_ARGS)
+
+bench-unit: bench-build $(BENCH_TEST_BEAMS)
+	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \
+	  'case eunit:test(cbench_bench_tests) of ok -> halt(0); _ -> halt(1) end.'
+
+bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server
+	bench/test/smoke.sh
+
+bench-test: bench-unit bench-smoke
+
+TEST_TARGETS += bench-test
+CLEAN_PATHS += bench/ebin bench/test/ebin
