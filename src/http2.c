@@ -16,8 +16,10 @@
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
 #define STREAM_WINDOW (1 << 20)
 #define CONN_WINDOW (16 << 20)
-/* The stream limit nghttp2 is told (see session_new): above any configurable one. */
-#define UNENFORCED_STREAMS 0x7fffffffu
+/* The stream limit nghttp2 is told (see session_new): above the configured one, with room for a burst of
+ * excess streams to be refused one by one, but bounded, because nghttp2 also keeps that many closed streams
+ * (which is how it recognises HEADERS that reuse a closed stream's id). */
+static uint32_t nghttp2_stream_limit(uint32_t limit) { return limit < (1u << 29) ? 2 * limit + 100 : limit; }
 /* Streams keep their structures for reuse up to this many per connection. */
 #define FREE_STREAMS_MAX 16
 
@@ -413,7 +415,7 @@ static int send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8
   return 0;
 }
 
-/* Our SETTINGS frame carries UNENFORCED_STREAMS for nghttp2's sake: the peer is told the configured limit. */
+/* Our SETTINGS frame carries nghttp2's higher stream limit: the peer is told the configured one. */
 static void write_stream_limit(char *frame, size_t len, uint32_t limit) {
   if (len < 9 || frame[3] != NGHTTP2_SETTINGS || (frame[4] & NGHTTP2_FLAG_ACK)) return;
   size_t flen = ((size_t)(uint8_t)frame[0] << 16) | ((size_t)(uint8_t)frame[1] << 8) | (uint8_t)frame[2];
@@ -421,7 +423,7 @@ static void write_stream_limit(char *frame, size_t len, uint32_t limit) {
     uint8_t *e = (uint8_t *)frame + o;
     uint16_t id = (uint16_t)(e[0] << 8 | e[1]);
     uint32_t v = (uint32_t)e[2] << 24 | (uint32_t)e[3] << 16 | (uint32_t)e[4] << 8 | e[5];
-    if (id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS || v != UNENFORCED_STREAMS) continue;
+    if (id != NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS || v != nghttp2_stream_limit(limit)) continue;
     e[2] = (uint8_t)(limit >> 24);
     e[3] = (uint8_t)(limit >> 16);
     e[4] = (uint8_t)(limit >> 8);
@@ -659,9 +661,7 @@ static void init_callbacks(void) {
   nghttp2_option_set_max_outbound_ack(options, 1000);
   nghttp2_option_set_stream_reset_rate_limit(options, 1000, 100);
   nghttp2_option_set_no_auto_window_update(options, 1);
-  /* nghttp2 keeps closed streams for the RFC 7540 priority tree, as many as the stream limit it was told,
-   * which is unbounded here (UNENFORCED_STREAMS). cbench uses no priorities: keep none. */
-  nghttp2_option_set_no_closed_streams(options, 1);
+
 }
 
 static uv_once_t callbacks_once = UV_ONCE_INIT;
@@ -679,9 +679,9 @@ static h2c_t *session_new(cb__conn_t *c) {
   const cb_config_t *cfg = c->w->cfg;
   nghttp2_settings_entry iv[] = {
       /* nghttp2 1.52 makes a stream over an acknowledged limit a connection error (GOAWAY), where RFC 9113
-       * 5.1.2 asks for a stream error. So nghttp2 is given a limit it never reaches, send_cb writes the real
-       * one on the wire, and on_begin_headers refuses excess streams with REFUSED_STREAM itself. */
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, UNENFORCED_STREAMS},
+       * 5.1.2 asks for a stream error. So nghttp2 is given a higher limit, send_cb writes the real one on the
+       * wire, and on_begin_headers refuses excess streams with REFUSED_STREAM itself. */
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, nghttp2_stream_limit(cfg->h2_max_concurrent_streams)},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
   };
