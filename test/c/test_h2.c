@@ -1263,7 +1263,13 @@ TEST_T(h2_memory_flat_over_many_streams, 60000) {
   }
   long grown = vm_rss_kb() - rss0;
   cbt_log("VmRSS grew by %ld kB over 15,000 streams", grown);
+#if defined(__SANITIZE_ADDRESS__)
+  /* ASan keeps freed memory in quarantine, so RSS grows whatever the engine does; the loop above still runs
+   * under it for use-after-free and leaks. */
+  cbt_log("RSS bound not checked under AddressSanitizer");
+#else
   ASSERT_LT(grown, 1024);
+#endif
   h2_free(cl);
   test_stop(srv);
 }
