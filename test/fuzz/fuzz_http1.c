@@ -16,23 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "testing.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static size_t out_bytes;
-
-static void sink(void *arg, const char *p, size_t len) {
-  (void)arg;
-  /* Touch the bytes so that ASan checks the whole range the engine hands out. */
-  if (len > 0) out_bytes += (size_t)(unsigned char)p[0] + (size_t)(unsigned char)p[len - 1];
-  out_bytes += len;
-}
-
-static const char *fixture_dir(void) {
-  const char *env = getenv("CBT_FIXTURE_DIR");
-  return env && *env ? env : "/tmp/cbench-fuzz-fixtures";
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cb_config_t cfg;
