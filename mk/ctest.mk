@@ -5,7 +5,7 @@
 #   make pkgconfig-test   `make install` into a temporary prefix, build test/pkgconfig/hello.c with pkg-config
 #   make asan             the library, the C tests and e2e again in build/asan with ASan + UBSan
 #   make fuzz             libFuzzer on the HTTP/1.1 connection code for FUZZ_SECONDS (default 60)
-#   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS (default 20), as `make test` runs it
+#   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS (default 20) with a fixed seed, as `make test` runs it
 #
 # CTEST_ARGS passes options or test names to the runner: make c-test CTEST_ARGS='-v wire_*'
 
@@ -23,6 +23,11 @@ FUZZ_CC ?= clang
 FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 20
+# Empty: libFuzzer picks a seed (exploring runs). The smokes of `make test` pass a fixed one, so that CI
+# runs the same inputs every time and a failure there can be replayed; finding new bugs is `make fuzz`'s job.
+FUZZ_SEED ?=
+FUZZ_SMOKE_SEED := 1
+FUZZ_SEED_FLAG = $(if $(FUZZ_SEED),-seed=$(FUZZ_SEED))
 FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Iinclude -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS)
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.c=$(FUZZ_DIR)/obj/%.o) \
@@ -84,9 +89,9 @@ $(FUZZ_DIR)/fuzz_http1: test/fuzz/fuzz_http1.c $(FUZZ_LIB_OBJS)
 # New inputs go to $(FUZZ_DIR)/corpus/http1 (the first directory); the seeds in test/fuzz/corpus are only read.
 fuzz: $(FUZZ_DIR)/fuzz_http1
 	@mkdir -p $(FUZZ_DIR)/corpus/http1 $(FUZZ_DIR)/artifacts/
-	CBT_FIXTURE_DIR=$(FUZZ_DIR)/fixtures $(FUZZ_DIR)/fuzz_http1 $(FUZZ_RUN_FLAGS) \
+	CBT_FIXTURE_DIR=$(FUZZ_DIR)/fixtures $(FUZZ_DIR)/fuzz_http1 $(FUZZ_RUN_FLAGS) $(FUZZ_SEED_FLAG) \
 	  -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 	  $(FUZZ_DIR)/corpus/http1 test/fuzz/corpus/http1
 
 fuzz-smoke:
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) FUZZ_SEED=$(FUZZ_SMOKE_SEED)

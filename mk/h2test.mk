@@ -6,7 +6,7 @@
 #   make h2-e2e           test/h2_e2e.sh against $(BUILD)/cbench-server
 #   make h2-asan          the h2_* C tests and h2-e2e (smaller load) against an ASan + UBSan build in build/asan
 #   make fuzz-h2          libFuzzer on the HTTP/2 connection code for FUZZ_SECONDS (default 60)
-#   make fuzz-h2-smoke    the same for FUZZ_H2_SMOKE_SECONDS (default 15), as `make test` runs it
+#   make fuzz-h2-smoke    the same for FUZZ_H2_SMOKE_SECONDS (default 15) with a fixed seed, as `make test` runs it
 #
 # test/c/test_h2.c and test/c/h2client.c are compiled into the one C test binary with the other test/c files,
 # so `make c-test` and `make asan` run the h2_* tests too; h2-test runs only them. `make test` adds h2-e2e,
@@ -44,9 +44,9 @@ $(FUZZ_DIR)/fuzz_h2: test/fuzz/fuzz_h2.c $(FUZZ_LIB_OBJS)
 # New inputs go to $(FUZZ_DIR)/corpus/h2; the seeds in test/fuzz/corpus/h2 are only read.
 fuzz-h2: $(FUZZ_DIR)/fuzz_h2
 	@mkdir -p $(FUZZ_DIR)/corpus/h2 $(FUZZ_DIR)/artifacts/h2/
-	CBT_FIXTURE_DIR=$(FUZZ_DIR)/fixtures $(FUZZ_DIR)/fuzz_h2 $(FUZZ_H2_RUN_FLAGS) \
+	CBT_FIXTURE_DIR=$(FUZZ_DIR)/fixtures $(FUZZ_DIR)/fuzz_h2 $(FUZZ_H2_RUN_FLAGS) $(FUZZ_SEED_FLAG) \
 	  -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(FUZZ_DIR)/artifacts/h2/ \
 	  $(FUZZ_DIR)/corpus/h2 test/fuzz/corpus/h2
 
 fuzz-h2-smoke:
-	@$(MAKE) --no-print-directory fuzz-h2 FUZZ_SECONDS=$(FUZZ_H2_SMOKE_SECONDS)
+	@$(MAKE) --no-print-directory fuzz-h2 FUZZ_SECONDS=$(FUZZ_H2_SMOKE_SECONDS) FUZZ_SEED=$(FUZZ_SMOKE_SEED)

@@ -160,9 +160,11 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
 
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
+  /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
+   * buffer is still NULL when the request line was empty too. */
+  if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
   const char *name = h->head + h->field_start;
   size_t n = h->head_len - h->field_start;
-  if (h->keep_cur != 2 || n == 0) return -1; /* an empty name (no on_header_field before): 400 */
   int keep = h->keep_all || lower_eq(name, n, "expect") || lower_eq(name, n, "upgrade") ||
              lower_eq(name, n, "http2-settings");
   h->keep_cur = keep;

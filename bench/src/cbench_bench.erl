@@ -66,7 +66,7 @@ profile(quick) ->
 profile(full) ->
     #{profile => full, cases => cases(), protos => [h1, h2c], runs => 3,
       duration => 10, warmup => 3, latency => true, latency_cases => cases(),
-      latency_duration => 10, latency_warmup => 3};
+      latency_duration => 3, latency_warmup => 1};
 profile(h1) ->
     #{profile => h1, cases => [hello, file_small], protos => [h1], runs => 1,
       duration => 10, warmup => 3, latency => false,
@@ -388,13 +388,14 @@ measure(Cfg, St0) ->
     io:format("probing what each engine serves...~n"),
     {Plan, St1} = plan(Cfg, St0),
     NThr = length(Plan) * maps:get(runs, Cfg),
-    ThrSecs = maps:get(warmup, Cfg) + maps:get(duration, Cfg) + 1,
+    ThrSecs = maps:get(duration, Cfg) + 1,
     LatEst = latency_estimate(Cfg, Plan),
     Total = NThr + LatEst,
     io:format("~b throughput runs of ~bs~s: about ~s~n",
               [NThr, ThrSecs,
                case LatEst of 0 -> ""; _ -> io_lib:format(" and up to ~b latency runs", [LatEst]) end,
-               fmt_secs(NThr * ThrSecs + LatEst * lat_secs(Cfg))]),
+               fmt_secs(length(Plan) * maps:get(warmup, Cfg) + NThr * ThrSecs
+                        + LatEst * lat_secs(Cfg))]),
     case maps:get(dry_run, Cfg, false) of
         true ->
             [io:format("  ~s ~s ~s~n", [P, C, N]) || {P, C, #{name := N}} <- Plan],
@@ -486,7 +487,9 @@ throughput(Cfg, Plan, Prog0, St0) ->
       fun({P, C, E = #{name := N}}, {Acc, Prog, St}) ->
               Runs = [begin
                           progress(Prog, "~s ~s ~s run ~b/~b", [P, C, N, I, maps:get(runs, Cfg)]),
-                          R = one_run(Cfg, P, C, E, #{}),
+                          %% Only the first run warms up: the ones after it follow at once,
+                          %% on a server that is already warm.
+                          R = one_run(Cfg, P, C, E, #{first => I =:= 1}),
                           print_run(R),
                           R
                       end || I <- lists:seq(1, maps:get(runs, Cfg))],
@@ -509,9 +512,11 @@ one_run(Cfg, Proto, Case, E = #{alive := Alive, pids := PidsF, mem := Mem}, Extr
             Url = cbench_bench_servers:url(E, Proto, element(1, case_spec(Case))),
             {Warm, Dur} = case Extra of
                               #{rps := _} -> {maps:get(latency_warmup, Cfg), maps:get(latency_duration, Cfg)};
+                              #{first := false} -> {0, maps:get(duration, Cfg)};
                               _ -> {maps:get(warmup, Cfg), maps:get(duration, Cfg)}
                           end,
-            Spec = maps:merge((run_spec(Cfg, Proto, Case, Url))#{duration => Dur, warmup => Warm}, Extra),
+            Spec = maps:merge((run_spec(Cfg, Proto, Case, Url))#{duration => Dur, warmup => Warm},
+                              maps:without([first], Extra)),
             Self = self(),
             Ref = make_ref(),
             Runner = spawn_link(fun() ->

@@ -174,7 +174,7 @@ report(Cfg, St, S, Engines, Protos, Charts) ->
      "- `-` the server does not serve the case (its probe did not get a 2xx), or was not measured.\n"].
 
 setup_block(S) ->
-    Thr = io_lib:format("h2load (~s), ~s thread(s), ~b connections, ~b streams per connection on h2c, ~b run(s) of ~bs after a ~bs warm-up~s",
+    Thr = io_lib:format("h2load (~s), ~s thread(s), ~b connections, ~b streams per connection on h2c, ~b run(s) of ~bs, back to back after one ~bs warm-up~s",
                         [S2 || S2 <- [strip_h2load(maps:get(h2load, S)), integer_to_list(length(string:lexemes(maps:get(load_cpus, S), ","))),
                                       maps:get(clients, S), maps:get(streams, S), maps:get(runs, S),
                                       maps:get(duration, S), maps:get(warmup, S),
