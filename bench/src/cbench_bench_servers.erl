@@ -164,7 +164,7 @@ start_nginx(#{tmp := Tmp, docroot := Doc, server_cpus := Cpus}) ->
                 {ok, Owner} ->
                     {ok, proc_engine("nginx", Owner,
                                      #{h1 => base(P1), h2c => base(P2)},
-                                     "nginx " ++ nginx_version(Exe))};
+                                     "nginx " ++ version(Exe ++ " -v", "nginx/([0-9.]+)"))};
                 {error, Why} -> {skip, "nginx", Why}
             end
     end.
@@ -189,9 +189,9 @@ nginx_conf(Dir, Doc, P1, P2) ->
       "  }\n"
       "}\n", [Dir, Dir, Dir, Dir, Dir, Dir, Dir, P1, P2, Doc]).
 
-nginx_version(Exe) ->
-    Out = os:cmd(Exe ++ " -v 2>&1"),
-    case re:run(Out, "nginx/([0-9.]+)", [{capture, all_but_first, list}]) of
+%% The version a peer prints (on stdout or stderr) for Cmd, matched by Re; "?" if none.
+version(Cmd, Re) ->
+    case re:run(os:cmd(Cmd ++ " 2>&1"), Re, [{capture, all_but_first, list}]) of
         {match, [V]} -> V;
         nomatch -> "?"
     end.
@@ -213,7 +213,7 @@ start_h2o(#{tmp := Tmp, docroot := Doc, server_cpus := Cpus}) ->
             case start_and_connect("h2o", Args, P) of
                 {ok, Owner} ->
                     {ok, proc_engine("h2o", Owner, #{h1 => base(P), h2c => base(P)},
-                                     "h2o " ++ h2o_version(Exe))};
+                                     "h2o " ++ version(Exe ++ " --version", "h2o version ([0-9.]+)"))};
                 {error, Why} -> {skip, "h2o", Why}
             end
     end.
@@ -248,13 +248,6 @@ h2o_conf(Dir, Doc, P) ->
       "          end\n"
       "      /:\n"
       "        file.dir: ~s\n", [User, Dir, P, Doc]).
-
-h2o_version(Exe) ->
-    Out = os:cmd(Exe ++ " --version 2>&1"),
-    case re:run(Out, "h2o version ([0-9.]+)", [{capture, all_but_first, list}]) of
-        {match, [V]} -> V;
-        nomatch -> "?"
-    end.
 
 start_and_connect(Tag, Args, Port) ->
     Ready = fun(_) -> cbench_bench_os:wait_tcp(Port, 1, 0) end,
