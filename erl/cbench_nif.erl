@@ -39,11 +39,8 @@ so_path() ->
 
 %% @doc Starts the engine with options validated by cbench_opts; the caller becomes the owner.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
-start(Opts = #{ip := Ip}) ->
-    NifOpts = maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes,
-                         header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2,
-                         h2_max_concurrent_streams], Opts),
-    try start_nif(NifOpts#{ip => list_to_binary(inet:ntoa(Ip))})
+start(Opts) ->
+    try start_nif(cbench_opts:engine_map(Opts))
     catch error:{not_loaded, ?MODULE} -> {error, not_loaded()}
     end.
 
