@@ -6,6 +6,10 @@
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2,
          stats/1, servers/0, settings/0, start/0, stop/0]).
 
+%% The API: called by users, not from this application.
+-ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
+              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {start, 0}, {stop, 0}]).
+
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0]).
 
 -type engine() :: nif | port | ehttpd.

@@ -4,7 +4,7 @@
 %%% NIF is loaded: the ehttpd engine validates with the same table as the C engines.
 -module(cbench_opts).
 
--export([validate/2, defaults/1, engines/0, engine_map/1]).
+-export([validate/2, engines/0, engine_map/1]).
 
 -export_type([bad_option/0]).
 

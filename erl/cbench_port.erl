@@ -6,6 +6,10 @@
 -export([start/1, stop/1, port/1, stats/1, info/1, handle_info/2, exe_path/0]).
 %% Lower level, for tests of the program itself.
 -export([open/0, request/3]).
+%% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
+              %% For the test suites of the program itself.
+              {exe_path, 0}, {open, 0}, {request, 3}]).
 
 -export_type([handle/0]).
 

@@ -6,7 +6,8 @@
 -module(cbench_server).
 -behaviour(gen_server).
 
--export([start_link/3, call/2, engine_module/1]).
+-export([start_link/3, call/2]).
+-ignore_xref([{start_link, 3}]). %% the child spec of cbench_server_sup
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.

@@ -5,6 +5,7 @@
 
 -export([start_link/0, start_server/3, stop_server/1, servers/0]).
 -export([init/1]).
+-ignore_xref([{start_link, 0}]). %% the child spec of cbench_sup
 
 %% @doc Starts the supervisor (under cbench_sup).
 -spec start_link() -> {ok, pid()}.
