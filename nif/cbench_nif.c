@@ -29,9 +29,10 @@ ATOMS(DECLARE_ATOM)
 #undef DECLARE_ATOM
 
 /* Option names come from the engine's option table: an option added there is decoded here without an edit. */
+#define MAX_OPTIONS 64 /* room for the table's rows; load fails (LOAD_ATOMS) if it ever has more */
 static const cb_option_t *options;
 static int noptions;
-static ERL_NIF_TERM *atom_option;
+static ERL_NIF_TERM atom_option[MAX_OPTIONS];
 
 /* Route and protocol names come from the engine, so a route added there appears here without an edit. */
 static ERL_NIF_TERM atom_route[CB_ROUTE_COUNT];
@@ -433,8 +434,7 @@ static int setup(ErlNifEnv *env) {
     atom_proto[i] = enif_make_atom(env, name);
   }
   options = cb_config_options(&noptions);
-  if (atom_option == NULL) atom_option = enif_alloc(sizeof *atom_option * (size_t)noptions);
-  if (atom_option == NULL) return LOAD_ATOMS;
+  if (noptions > MAX_OPTIONS) return LOAD_ATOMS;
   for (int i = 0; i < noptions; i++) atom_option[i] = enif_make_atom(env, options[i].name);
   ErlNifResourceTypeInit init = {.dtor = server_dtor, .stop = NULL, .down = server_down};
   server_type = enif_open_resource_type_x(env, "cbench_server", &init, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER,
