@@ -186,8 +186,10 @@ h2load_check() {
     bad "h2load $path exited with an error: $(echo "$out" | tail -5)"
     return
   }
-  if echo "$out" | grep -q "requests: $n total, $n started, $n done, $n succeeded, 0 failed, 0 errored, 0 timeout" &&
-    echo "$out" | grep -q "status codes: $n 2xx"; then
+  # Here-strings, not `echo | grep -q`: grep -q exits at the first match, and under pipefail the echo that
+  # gets SIGPIPE for it would fail the check.
+  if grep -q "requests: $n total, $n started, $n done, $n succeeded, 0 failed, 0 errored, 0 timeout" <<<"$out" &&
+    grep -q "status codes: $n 2xx" <<<"$out"; then
     ok
   else
     bad "h2load $path: $(echo "$out" | grep -E '^(requests|status codes):')"
