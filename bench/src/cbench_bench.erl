@@ -9,6 +9,8 @@
 -module(cbench_bench).
 
 -export([main/0, main/1, parse_args/1, cases/0, case_spec/1, profile/1, usage/0]).
+%% The CPU helpers, shared with the client benchmark (cbench_clients).
+-export([online_cpus/0, parse_cpus/1]).
 
 -define(ENGINES, ["nif", "port", "ehttpd", "cbench-server", "httpd", "nginx", "h2o"]).
 -define(PEERS, ["httpd", "nginx", "h2o"]).

@@ -5,6 +5,8 @@
 -module(cbench_bench_report).
 
 -export([write/2, cell/1, lat_cell/1, md_table/2]).
+%% Shared with the client benchmark's report (cbench_clients_report).
+-export([text_table/2, csv_line/1]).
 
 -import(cbench_bench_stats, [fmt_int/1, fmt_us/1, fmt_float/2]).
 
