@@ -18,10 +18,12 @@
 -export_type([opts/0, error_kind/0]).
 
 %% pool_size: connections per pool; pool_count: pools the requests are spread over; timeout: the
-%% longest a request may take, in ms (get/2 must return by then); concurrency: how many workers will
-%% call get/2 at once (a hint: some clients size their queues with it).
+%% longest a request may take, in ms (get/2 must return by then). The benchmark also gives
+%% concurrency, how many workers will call get/2 at once (some clients size their queues with it),
+%% and url, the URL every get/2 of the cell will request (clients that open their connections up
+%% front need its host and port).
 -type opts() :: #{pool_size := pos_integer(), pool_count := pos_integer(),
-                  timeout := pos_integer(), concurrency => pos_integer()}.
+                  timeout := pos_integer(), concurrency => pos_integer(), url => string()}.
 -type error_kind() :: timeout | closed | refused | other.
 
 %% Sets up the client for one cell; the state returned is given to every get/2 and to stop/1. Raise

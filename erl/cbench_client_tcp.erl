@@ -17,10 +17,15 @@
 
 -define(CONN, {?MODULE, conn}).
 
-%% @doc No shared state but the timeout: connections are opened by the workers.
+%% @doc No shared state but the timeout and the cell's target (its address resolved once, here:
+%% gen_tcp:connect/4 given a host name, even "127.0.0.1", asks the resolver each time, and 16,384
+%% workers connecting at once queue behind it). Connections are opened by the workers.
 -spec start(cbench_client:opts()) -> map().
-start(#{timeout := Timeout}) when is_integer(Timeout), Timeout >= 1 ->
-    #{timeout => Timeout}.
+start(Opts = #{timeout := Timeout}) when is_integer(Timeout), Timeout >= 1 ->
+    case Opts of
+        #{url := Url} -> #{timeout => Timeout, url => Url, target => parse(Url)};
+        _ -> #{timeout => Timeout}
+    end.
 
 %% @doc No pool: one connection per worker whatever the pool shape.
 -spec pooled() -> false.
@@ -32,9 +37,12 @@ stop(_) -> ok.
 
 %% @doc One GET on the calling process's connection (opened on first use).
 -spec get(map(), string()) -> ok | {error, term()}.
-get(#{timeout := Timeout}, Url) ->
+get(State = #{timeout := Timeout}, Url) ->
     Deadline = erlang:monotonic_time(millisecond) + Timeout,
-    {Host, Port, Req} = target(Url),
+    {Host, Port, Req} = case State of
+                            #{url := Url, target := T} -> T;
+                            _ -> target(Url)
+                        end,
     case conn(Host, Port, Deadline) of
         {ok, S} ->
             case gen_tcp:send(S, Req) of
@@ -45,7 +53,7 @@ get(#{timeout := Timeout}, Url) ->
             {error, Reason}
     end.
 
-%% The host, port and request bytes of a URL, parsed once per worker and URL.
+%% The address, port and request bytes of a URL other than the cell's, parsed once per worker.
 target(Url) ->
     case get({?MODULE, Url}) of
         undefined ->
@@ -61,7 +69,15 @@ parse(Url) ->
             Port = maps:get(port, U, 80),
             Path = case maps:get(path, U, "") of "" -> "/"; P -> P end,
             Query = case maps:get(query, U, undefined) of undefined -> ""; Q -> "?" ++ Q end,
-            {Host, Port, request(#{host => Host, port => Port, target => Path ++ Query})};
+            Addr = case inet:parse_address(Host) of
+                       {ok, Ip} -> Ip;
+                       {error, _} ->
+                           case inet:getaddr(Host, inet) of
+                               {ok, Ip} -> Ip;
+                               {error, Why} -> erlang:error({bad_host, Host, Why})
+                           end
+                   end,
+            {Addr, Port, request(#{host => Host, port => Port, target => Path ++ Query})};
         _ ->
             erlang:error({bad_url, Url})
     end.

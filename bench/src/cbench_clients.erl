@@ -29,17 +29,18 @@
 -spec profile(atom()) -> map() | undefined.
 profile(quick) ->
     %% About 5 minutes on 2 CPUs: both clients, two pool counts, three pool sizes, four
-    %% concurrencies up to the top one; the hold phase with both delays.
+    %% concurrencies up to the top one; the hold phase with /delay/10 and with /delay/5000, long
+    %% enough that every connection's request is held at once.
     #{profile => quick, clients => ["httpc", "tcp"], concurrency => [256, 1024, 4096, 16384],
       pool_sizes => [16, 64, 256], pool_counts => [1, 4], iterations => 32768,
-      max_seconds => 15, hold => true, hold_delays => [10, 1000], hold_rounds => 4};
+      max_seconds => 15, hold => true, hold_delays => [10, 5000], hold_rounds => 2};
 profile(full) ->
     %% httpc_bench's grid: concurrency 256..16384, pool sizes 1..512, pool counts 1..32.
     #{profile => full, clients => ["httpc", "tcp"],
       concurrency => [256, 512, 1024, 2048, 4096, 8192, 16384],
       pool_sizes => [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
       pool_counts => [1, 2, 4, 8, 16, 32], iterations => 100000, max_seconds => 60,
-      hold => true, hold_delays => [10, 1000], hold_rounds => 10};
+      hold => true, hold_delays => [10, 5000], hold_rounds => 10};
 profile(smoke) ->
     %% A few seconds, for make test.
     #{profile => smoke, clients => ["httpc", "tcp"], concurrency => [8, 32], pool_sizes => [4],
@@ -218,12 +219,14 @@ main() ->
 %% @doc Runs the benchmark and halts with 0, 1 (a failure) or 2 (bad input).
 -spec main([string()]) -> no_return().
 main(Args) ->
-    Code = try parse_args(Args) of
-               help -> io:put_chars(usage()), 0;
-               {error, Msg} ->
-                   io:format(standard_error, "bench-clients: ~s~n~s", [Msg, usage()]),
-                   2;
-               {ok, Cfg} -> run(Cfg#{command => string:join(["bench-clients" | Args], " ")})
+    Code = try
+               case parse_args(Args) of
+                   help -> io:put_chars(usage()), 0;
+                   {error, Usage} ->
+                       io:format(standard_error, "bench-clients: ~s~n~s", [Usage, usage()]),
+                       2;
+                   {ok, Cfg} -> run(Cfg#{command => string:join(["bench-clients" | Args], " ")})
+               end
            catch
                throw:{fatal, Msg} ->
                    io:format(standard_error, "bench-clients: ~s~n", [Msg]),
@@ -259,13 +262,16 @@ run(Cfg0) ->
             0;
         false ->
             pin_self(CC),
-            {ok, _} = application:ensure_all_started(inets),
             ok = filelib:ensure_path(Out),
-            St0 = #{notes => [], cells => [], hold => [], client_info => cbench_clients_server:info()},
+            Log = filename:join(Out, "client-node.log"),
+            ok = cbench_clients_log:start(Log),
+            {ok, _} = application:ensure_all_started(inets),
+            St0 = #{notes => [], cells => [], hold => [], client_info => cbench_clients_server:info(),
+                    time_wait => time_wait()},
             St1 = open_fixture(Cfg, St0),
             try
                 St2 = grid(Cfg, Plan, St1),
-                St3 = hold(Cfg, St2),
+                St3 = log_note(Log, hold(Cfg, St2)),
                 close_fixture(St3),
                 cbench_clients_report:write(Cfg, St3),
                 0
@@ -291,6 +297,26 @@ pin_self(Cpus) ->
     _ = os:cmd("taskset -a -p -c " ++ cpu_list(Cpus) ++ " " ++ os:getpid() ++ " >/dev/null 2>&1"),
     _ = erlang:system_flag(schedulers_online, min(length(Cpus), erlang:system_info(schedulers))),
     ok.
+
+%% Sockets in TIME_WAIT on this machine: each holds an ephemeral port for a minute after a client
+%% closed its connection, and a run opens tens of thousands.
+time_wait() ->
+    case file:read_file("/proc/net/sockstat") of
+        {ok, B} ->
+            case re:run(B, "TCP:.* tw ([0-9]+)", [{capture, all_but_first, list}]) of
+                {match, [N]} -> list_to_integer(N);
+                nomatch -> undefined
+            end;
+        _ -> undefined
+    end.
+
+%% The client node's log is kept only when something was logged.
+log_note(Log, St) ->
+    case {cbench_clients_log:count(), filelib:file_size(Log)} of
+        {0, 0} -> _ = file:delete(Log), St;
+        {N, _} -> note(St, "the client node logged ~b errors (client-node.log, one line each; httpc's manager "
+                       "crashes under overload, for one)", [N])
+    end.
 
 note(St = #{notes := Ns}, Fmt, Args) ->
     N = lists:flatten(io_lib:format(Fmt, Args)),
@@ -418,6 +444,8 @@ measured(_Cfg, Cell, Mod, Url, Opts, St, RowF) ->
                    _ -> cbench_clients_fixture:wait_idle(Place, Fx, ?SETTLE_MS)
                end,
     Before = stats(Place, Fx),
+    Kernel0 = kernel_counters(),
+    Logged0 = cbench_clients_log:count(),
     Self = list_to_integer(os:getpid()),
     %% The samplers start when the workers are told to go and stop when the last one is done; the
     %% cell runs in this process, so the two funs pass their state through its dictionary.
@@ -440,8 +468,11 @@ measured(_Cfg, Cell, Mod, Url, Opts, St, RowF) ->
     Raw = cbench_clients_cell:run(Mod, Url, Opts#{on_go => OnGo, on_done => OnDone}),
     After = stats(Place, Fx),
     Alive = Fx =:= undefined orelse cbench_clients_fixture:alive(Place, Fx),
+    Kernel1 = kernel_counters(),
     Server = #{before => Before, 'after' => After, leftover => Leftover,
-               cpus => server_cpus(St)},
+               cpus => server_cpus(St),
+               kernel => maps:map(fun(K, V) -> V - maps:get(K, Kernel0, V) end, Kernel1),
+               logged => cbench_clients_log:count() - Logged0},
     Row = RowF(maps:merge(Cell, Raw), Server),
     case Alive of
         true -> {Row, St};
@@ -450,6 +481,25 @@ measured(_Cfg, Cell, Mod, Url, Opts, St, RowF) ->
                        "the cells after it were not run", [maps:get(client, Cell, "hold"), shape(Cell),
                                                            maps:get(concurrency, Cell)]),
             {Row#{status => fixture_died}, St1#{fixture_died => true}}
+    end.
+
+%% This machine's TCP counters that tell connections were slow to open: SYNs sent again (no answer
+%% within the retransmission timeout, usually a full accept queue) and accept queue overflows (when
+%% the fixture runs here).
+kernel_counters() ->
+    case file:read_file("/proc/net/netstat") of
+        {ok, B} ->
+            Lines = [string:lexemes(L, " ") || L <- string:lexemes(binary_to_list(B), "\n")],
+            case [{Ks, Vs} || ["TcpExt:" | Ks] <- Lines, ["TcpExt:" | Vs] <- Lines,
+                              Vs =/= Ks, length(Vs) =:= length(Ks)] of
+                [{Ks, Vs} | _] ->
+                    M = maps:from_list(lists:zip(Ks, Vs)),
+                    maps:from_list([{Key, list_to_integer(maps:get(Name, M, "0"))}
+                                    || {Key, Name} <- [{syn_retrans, "TCPSynRetrans"},
+                                                       {listen_overflows, "ListenOverflows"}]]);
+                [] -> #{}
+            end;
+        _ -> #{}
     end.
 
 stats(_Place, undefined) -> undefined;
@@ -519,6 +569,9 @@ cell_row(Raw, Server) ->
                       andalso CpuPct >= ?SATURATED_PCT * Cpus,
                   server_leftover => maps:get(leftover, Server, undefined),
                   server_open_peak => maps:get(open_peak, Probe, undefined),
+                  syn_retrans => maps:get(syn_retrans, maps:get(kernel, Server, #{}), undefined),
+                  listen_overflows => maps:get(listen_overflows, maps:get(kernel, Server, #{}), undefined),
+                  client_logged_errors => maps:get(logged, Server, undefined),
                   client_cpu_pct => maps:get(cpu_pct, maps:get(client, Probe, #{}), undefined)}).
 
 delta(K, #{} = B, #{} = A) ->

@@ -29,7 +29,7 @@ run(Mod, Url, Opts = #{concurrency := C, iterations := N, timeout := T, pool_siz
                        pool_count := PC, max_seconds := _})
   when is_atom(Mod), is_integer(C), C >= 1, is_integer(N), N >= 1 ->
     Base = #{concurrency => C, iterations => N, timeout => T, pool_size => PS, pool_count => PC},
-    case start_client(Mod, #{pool_size => PS, pool_count => PC, timeout => T, concurrency => C}) of
+    case start_client(Mod, #{pool_size => PS, pool_count => PC, timeout => T, concurrency => C, url => Url}) of
         {ok, State} ->
             try measure(Mod, State, Url, Opts) of
                 R -> maps:merge(Base, R)

@@ -46,9 +46,9 @@ setup(Cfg, St) ->
                               maps:get(engine, Cfg), maps:get(fd_limit, SI)])
                  end,
       url => maps:get(url, St),
-      kernel => fmt("ephemeral ports ~s, tcp_tw_reuse ~s, somaxconn ~s",
+      kernel => fmt("ephemeral ports ~s, tcp_tw_reuse ~s, somaxconn ~s, ~w sockets in TIME_WAIT at the start",
                     [sysctl("net/ipv4/ip_local_port_range"), sysctl("net/ipv4/tcp_tw_reuse"),
-                     sysctl("net/core/somaxconn")]),
+                     sysctl("net/core/somaxconn"), maps:get(time_wait, St, undefined)]),
       grid => fmt("clients ~s; pool counts ~w; pool sizes ~w; concurrency ~w",
                   [string:join([N || #{name := N} <- maps:get(clients, Cfg)], ", "),
                    maps:get(pool_counts, Cfg), maps:get(pool_sizes, Cfg), maps:get(concurrency, Cfg)]),
@@ -120,8 +120,9 @@ detail_rows(Cells) ->
                  [fmt_float(maps:get(K, E, 0.0), 1) || K <- [timeout, closed, refused, other]] ++
                      [fmt_us(maps:get(p50_us, C)), fmt_us(maps:get(p99_us, C)), opt_int(maps:get(server_conns, C)),
                       pct(maps:get(server_cpu_pct, C)), us(maps:get(server_cpu_us, C)),
-                      kb(maps:get(server_rss_kb, C)), pct(maps:get(client_cpu_pct, C))];
-             false -> lists:duplicate(11, "-")
+                      kb(maps:get(server_rss_kb, C)), pct(maps:get(client_cpu_pct, C)),
+                      opt_int(maps:get(syn_retrans, C)), opt_int(maps:get(client_logged_errors, C))];
+             false -> lists:duplicate(13, "-")
          end || C <- Cells].
 
 hold_rows(Hold) ->
@@ -172,7 +173,7 @@ kb(K) -> fmt_bytes(K * 1024).
 -define(SEED_HEADER, ["Client", "Pool Count", "Pool Size", "Concurrency", "Req/sec", "Error %"]).
 -define(DETAIL_HEADER, ["client", "pools", "pool size", "concurrency", "req/s", "timeout %", "closed %",
                         "refused %", "other %", "p50", "p99", "server conns", "server cpu", "server us/req",
-                        "server rss", "client cpu"]).
+                        "server rss", "client cpu", "syn retrans", "client log errors"]).
 -define(HOLD_HEADER, ["engine", "route", "concurrency", "requests served", "served req/s", "held (avg)",
                       "open conns (peak)", "server errors", "client errors", "server cpu", "server us/req",
                       "server rss", "status"]).
@@ -198,7 +199,9 @@ report(Cfg, St, S, Charts) ->
      "## Cells\n\nIn the order they ran. Errors by kind as % of the finished requests; p50 and p99 of the ",
      "successes as the workers timed them; server conns: connections the fixture accepted during the cell; server ",
      "cpu (100 % = one CPU busy), CPU time per request it answered and peak RSS of the fixture's node; client cpu: ",
-     "this node.\n\n",
+     "this node; syn retrans: SYNs this machine sent again during the cell (connections slow to open, usually a ",
+     "full accept queue: see somaxconn above); client log errors: errors the client node logged (crashes of the ",
+     "client's own processes, in client-node.log).\n\n",
      Md(?DETAIL_HEADER, detail_rows(Cells)), "\n",
      charts_md(Charts),
      hold_md(Hold, Md),
@@ -274,7 +277,8 @@ safe(N) -> [case C of C when C >= $a, C =< $z; C >= $0, C =< $9; C =:= $_ -> C; 
 csv(St) ->
     Header = "kind,client,engine,route,pool_count,pool_size,concurrency,status,started,ok,rps,error_pct,"
         "timeouts,closed,refused,other,p50_us,p99_us,elapsed_us,server_conns,server_requests,server_errors,"
-        "server_cpu_pct,server_cpu_us,server_rss_kb,server_saturated,client_cpu_pct,held,server_open_peak\n",
+        "server_cpu_pct,server_cpu_us,server_rss_kb,server_saturated,client_cpu_pct,held,server_open_peak,"
+        "syn_retrans,client_logged_errors\n",
     Line = fun(Kind, R) ->
                    E = maps:get(errors, R, #{}),
                    cbench_bench_report:csv_line(
@@ -289,7 +293,8 @@ csv(St) ->
                           _ -> ""
                       end,
                       g(server_cpu_pct, R), g(server_cpu_us, R), g(server_rss_kb, R), g(server_saturated, R),
-                      g(client_cpu_pct, R), g(held, R), g(server_open_peak, R)])
+                      g(client_cpu_pct, R), g(held, R), g(server_open_peak, R), g(syn_retrans, R),
+                      g(client_logged_errors, R)])
            end,
     [Header, [Line("cell", R) || R <- maps:get(cells, St)], [Line("hold", R) || R <- maps:get(hold, St)]].
 

@@ -46,7 +46,9 @@ check_json() {
 
 # 2. The smoke profile.
 OUT="$WORK/out"
-bench/run.sh --profile smoke --out "$OUT" >"$WORK/run.out" 2>&1 || { cat "$WORK/run.out"; fail "the smoke run exited $?"; }
+bench/run.sh --profile smoke --out "$OUT" >"$WORK/run.out" 2>&1
+rc=$?
+[ "$rc" = 0 ] || { cat "$WORK/run.out"; fail "the smoke run exited $rc"; }
 grep -q "results (sorted by req/s)" "$WORK/run.out" || { cat "$WORK/run.out"; fail "no table on the terminal"; }
 for s in "## Setup" "## Results" "| Client | Pool Count | Pool Size | Concurrency | Req/sec | Error % |" \
          "## Cells" "## The fixture at the top concurrency" "## Legend"; do
@@ -126,8 +128,9 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 bench/run.sh --profile smoke --clients tcp,httpc --pool-counts 1 --concurrency 8 --no-hold \
-    --server-node "$NAME@$HOST" --cookie "$COOKIE" --out "$WORK/out4" >"$WORK/remote.out" 2>&1 \
-    || { cat "$WORK/remote.out"; fail "the --server-node run exited $?"; }
+    --server-node "$NAME@$HOST" --cookie "$COOKIE" --out "$WORK/out4" >"$WORK/remote.out" 2>&1
+rc=$?
+[ "$rc" = 0 ] || { cat "$WORK/remote.out"; fail "the --server-node run exited $rc"; }
 grep -q "remote node $NAME@$HOST" "$WORK/out4/report.md" || fail "report.md does not name the remote node"
 check_json "$WORK/out4" '
     Cells = maps:get(<<"cells">>, J),
