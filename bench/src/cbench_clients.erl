@@ -32,14 +32,14 @@ profile(quick) ->
     %% concurrencies up to the top one; the hold phase with /delay/10 and with /delay/5000, long
     %% enough that every connection's request is held at once.
     #{profile => quick, clients => ["httpc", "tcp"], concurrency => [256, 1024, 4096, 16384],
-      pool_sizes => [16, 64, 256], pool_counts => [1, 4], iterations => 32768,
-      max_seconds => 15, hold => true, hold_delays => [10, 5000], hold_rounds => 2};
+      pool_sizes => [16, 64, 256], pool_counts => [1, 4], iterations => 32768, min_rounds => 4,
+      max_seconds => 15, hold => true, hold_delays => [10, 5000], hold_rounds => 4};
 profile(full) ->
     %% httpc_bench's grid: concurrency 256..16384, pool sizes 1..512, pool counts 1..32.
     #{profile => full, clients => ["httpc", "tcp"],
       concurrency => [256, 512, 1024, 2048, 4096, 8192, 16384],
       pool_sizes => [1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
-      pool_counts => [1, 2, 4, 8, 16, 32], iterations => 100000, max_seconds => 60,
+      pool_counts => [1, 2, 4, 8, 16, 32], iterations => 100000, min_rounds => 4, max_seconds => 60,
       hold => true, hold_delays => [10, 5000], hold_rounds => 10};
 profile(smoke) ->
     %% A few seconds, for make test.
@@ -52,7 +52,7 @@ defaults() ->
     Cpus = cbench_bench:online_cpus(),
     {S, L} = lists:split(max(1, length(Cpus) div 2), Cpus),
     Client = case L of [] -> S; _ -> L end,
-    #{timeout => 1000, delay => 10, engine => nif, url => undefined, server_node => undefined,
+    #{timeout => 1000, delay => 10, min_rounds => 0, engine => nif, url => undefined, server_node => undefined,
       cookie => undefined, server_ip => "127.0.0.1", server_cpus => S, client_cpus => Client,
       hold_engines => [nif, ehttpd], hold_timeout => 30000, pa => [], out => undefined,
       dry_run => false}.
@@ -66,6 +66,7 @@ usage() ->
     "  --pa DIR                 add DIR (wildcards allowed) to the code path, for your adapters (repeatable)\n"
     "  --concurrency N,...  --pool-sizes N,...  --pool-counts N,...   the grid\n"
     "  --iterations N           requests per cell, shared by its workers\n"
+    "  --min-rounds N           but at least N per worker (so that every worker of a large cell makes some)\n"
     "  --timeout MS             a request's time limit (default 1000)\n"
     "  --delay MS               the fixture's /delay/MS (default 10)\n"
     "  --max-seconds S          a cell's time bound: no request starts after it\n"
@@ -85,18 +86,19 @@ parse_args(Args) ->
     case lists:member("--help", Args) orelse lists:member("-h", Args) of
         true -> help;
         false ->
-            Prof = case lists:dropwhile(fun(A) -> A =/= "--profile" end, Args) of
-                       ["--profile", P | _] -> P;
-                       _ -> "quick"
-                   end,
-            case profile(list_to_atom(Prof)) of
-                undefined -> {error, "unknown profile '" ++ Prof ++ "' (quick, full, smoke)"};
-                PM ->
-                    try check(opts(Args, maps:merge(defaults(), PM)))
-                    catch throw:{usage, Msg} -> {error, Msg}
-                    end
+            try check(opts(Args, maps:merge(defaults(), chosen_profile(Args))))
+            catch throw:{usage, Msg} -> {error, Msg}
             end
     end.
+
+%% The settings of the profile named by --profile (quick when none is).
+chosen_profile(["--profile", Name | _]) ->
+    case profile(list_to_atom(Name)) of
+        undefined -> throw({usage, "unknown profile '" ++ Name ++ "' (quick, full, smoke)"});
+        P -> P
+    end;
+chosen_profile([_ | Rest]) -> chosen_profile(Rest);
+chosen_profile([]) -> profile(quick).
 
 opts([], Cfg) -> Cfg;
 opts(["--profile", _ | R], Cfg) -> opts(R, Cfg);
@@ -105,10 +107,11 @@ opts(["--pa", D | R], Cfg = #{pa := Pa}) -> opts(R, Cfg#{pa => Pa ++ [D]});
 opts(["--concurrency", L | R], Cfg) -> opts(R, Cfg#{concurrency => ints(L, "--concurrency")});
 opts(["--pool-sizes", L | R], Cfg) -> opts(R, Cfg#{pool_sizes => ints(L, "--pool-sizes")});
 opts(["--pool-counts", L | R], Cfg) -> opts(R, Cfg#{pool_counts => ints(L, "--pool-counts")});
-opts(["--iterations", N | R], Cfg) -> opts(R, Cfg#{iterations => pos(N, "--iterations")});
-opts(["--timeout", N | R], Cfg) -> opts(R, Cfg#{timeout => pos(N, "--timeout")});
+opts(["--min-rounds", N | R], Cfg) -> opts(R, Cfg#{min_rounds => cbench_bench:pos(N, "--min-rounds")});
+opts(["--iterations", N | R], Cfg) -> opts(R, Cfg#{iterations => cbench_bench:pos(N, "--iterations")});
+opts(["--timeout", N | R], Cfg) -> opts(R, Cfg#{timeout => cbench_bench:pos(N, "--timeout")});
 opts(["--delay", N | R], Cfg) -> opts(R, Cfg#{delay => delay(N, "--delay")});
-opts(["--max-seconds", N | R], Cfg) -> opts(R, Cfg#{max_seconds => pos(N, "--max-seconds")});
+opts(["--max-seconds", N | R], Cfg) -> opts(R, Cfg#{max_seconds => cbench_bench:pos(N, "--max-seconds")});
 opts(["--engine", E | R], Cfg) -> opts(R, Cfg#{engine => engine(E)});
 opts(["--url", U | R], Cfg) ->
     case uri_string:parse(U) of
@@ -126,13 +129,13 @@ opts(["--server-ip", Ip | R], Cfg) ->
         {ok, _} -> opts(R, Cfg#{server_ip => Ip});
         _ -> throw({usage, "bad --server-ip '" ++ Ip ++ "' (an IPv4 address)"})
     end;
-opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cpus(L, "--server-cpus")});
-opts(["--client-cpus", L | R], Cfg) -> opts(R, Cfg#{client_cpus => cpus(L, "--client-cpus")});
+opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cbench_bench:cpus(L, "--server-cpus")});
+opts(["--client-cpus", L | R], Cfg) -> opts(R, Cfg#{client_cpus => cbench_bench:cpus(L, "--client-cpus")});
 opts(["--hold-engines", L | R], Cfg) ->
     opts(R, Cfg#{hold_engines => [engine(E) || E <- lexemes(L, "--hold-engines")]});
 opts(["--hold-delays", L | R], Cfg) ->
     opts(R, Cfg#{hold_delays => [delay(D, "--hold-delays") || D <- lexemes(L, "--hold-delays")]});
-opts(["--hold-rounds", N | R], Cfg) -> opts(R, Cfg#{hold_rounds => pos(N, "--hold-rounds")});
+opts(["--hold-rounds", N | R], Cfg) -> opts(R, Cfg#{hold_rounds => cbench_bench:pos(N, "--hold-rounds")});
 opts(["--no-hold" | R], Cfg) -> opts(R, Cfg#{hold => false});
 opts(["--out", D | R], Cfg) -> opts(R, Cfg#{out => D});
 opts(["--dry-run" | R], Cfg) -> opts(R, Cfg#{dry_run => true});
@@ -144,13 +147,7 @@ lexemes(L, Opt) ->
         Ls -> Ls
     end.
 
-ints(L, Opt) -> lists:usort([pos(N, Opt) || N <- lexemes(L, Opt)]).
-
-pos(N, Opt) ->
-    case string:to_integer(N) of
-        {I, []} when I > 0 -> I;
-        _ -> throw({usage, Opt ++ " needs positive integers, got '" ++ N ++ "'"})
-    end.
+ints(L, Opt) -> lists:usort([cbench_bench:pos(N, Opt) || N <- lexemes(L, Opt)]).
 
 delay(N, Opt) ->
     case string:to_integer(N) of
@@ -164,22 +161,11 @@ engine(E) ->
         [] -> throw({usage, "unknown engine '" ++ E ++ "' (nif, port, ehttpd)"})
     end.
 
-cpus(L, Opt) ->
-    try cbench_bench:parse_cpus(L) of
-        [] -> throw({usage, Opt ++ " is empty"});
-        Cs ->
-            case Cs -- cbench_bench:online_cpus() of
-                [] -> Cs;
-                [Bad | _] -> throw({usage, Opt ++ ": CPU " ++ integer_to_list(Bad) ++ " is not online"})
-            end
-    catch error:_ -> throw({usage, Opt ++ " needs a CPU list such as 0 or 0,1 or 0-3"})
-    end.
-
 %% Adapters are resolved once the --pa directories are on the path: a built-in name, or a module
 %% that implements the behaviour's three callbacks.
 check(Cfg = #{clients := Names, pa := Pa}) ->
     %% cbench's own application (the behaviour and the shipped adapters), as rebar3 builds it.
-    _ = code:add_patha(filename:join([root(), "_build", "default", "lib", "cbench", "ebin"])),
+    _ = code:add_patha(filename:join([cbench_bench:root(), "_build", "default", "lib", "cbench", "ebin"])),
     [code:add_pathsa(filelib:wildcard(P)) || P <- Pa],
     Clients = [client(N) || N <- Names],
     {ok, Cfg#{clients => Clients}}.
@@ -219,27 +205,12 @@ main() ->
 %% @doc Runs the benchmark and halts with 0, 1 (a failure) or 2 (bad input).
 -spec main([string()]) -> no_return().
 main(Args) ->
-    Code = try
-               case parse_args(Args) of
-                   help -> io:put_chars(usage()), 0;
-                   {error, Usage} ->
-                       io:format(standard_error, "bench-clients: ~s~n~s", [Usage, usage()]),
-                       2;
-                   {ok, Cfg} -> run(Cfg#{command => string:join(["bench-clients" | Args], " ")})
-               end
-           catch
-               throw:{fatal, Msg} ->
-                   io:format(standard_error, "bench-clients: ~s~n", [Msg]),
-                   1;
-               C:R:St ->
-                   io:format(standard_error, "bench-clients: internal error ~p:~p~n~p~n", [C, R, St]),
-                   1
-           end,
-    halt(Code).
+    cbench_bench:cli("bench-clients", Args, fun parse_args/1, fun usage/0,
+                     fun(Cfg) -> run(Cfg#{command => string:join(["bench-clients" | Args], " ")}) end).
 
 run(Cfg0) ->
-    Root = root(),
-    Ts = timestamp(),
+    Root = cbench_bench:root(),
+    Ts = cbench_bench:timestamp(),
     Out = case maps:get(out, Cfg0) of
               undefined -> filename:join([Root, "bench", "results",
                                           Ts ++ "-clients-" ++ atom_to_list(maps:get(profile, Cfg0))]);
@@ -261,7 +232,7 @@ run(Cfg0) ->
              || #{client := N, pool_count := PC, pool_size := PS, concurrency := C} <- Plan],
             0;
         false ->
-            pin_self(CC),
+            pin_clients(CC),
             ok = filelib:ensure_path(Out),
             Log = filename:join(Out, "client-node.log"),
             ok = cbench_clients_log:start(Log),
@@ -280,33 +251,20 @@ run(Cfg0) ->
             end
     end.
 
-root() ->
-    case os:getenv("CBENCH_ROOT") of
-        false -> {ok, D} = file:get_cwd(), D;
-        D -> D
-    end.
-
-timestamp() ->
-    {{Y, Mo, D}, {H, Mi, S}} = calendar:universal_time(),
-    lists:flatten(io_lib:format("~4..0b~2..0b~2..0bT~2..0b~2..0b~2..0bZ", [Y, Mo, D, H, Mi, S])).
-
-cpu_list(Cs) -> string:join([integer_to_list(C) || C <- Cs], ",").
-
-%% The client node: pinned to the client CPUs, one scheduler online per CPU.
-pin_self(Cpus) ->
-    _ = os:cmd("taskset -a -p -c " ++ cpu_list(Cpus) ++ " " ++ os:getpid() ++ " >/dev/null 2>&1"),
+%% The client node: pinned to the client CPUs (as the server harness pins itself), one scheduler
+%% online per CPU.
+pin_clients(Cpus) ->
+    cbench_bench:pin_self(cpu_list(Cpus)),
     _ = erlang:system_flag(schedulers_online, min(length(Cpus), erlang:system_info(schedulers))),
     ok.
+
+cpu_list(Cs) -> cbench_bench:cpu_list(Cs).
 
 %% Sockets in TIME_WAIT on this machine: each holds an ephemeral port for a minute after a client
 %% closed its connection, and a run opens tens of thousands.
 time_wait() ->
-    case file:read_file("/proc/net/sockstat") of
-        {ok, B} ->
-            case re:run(B, "TCP:.* tw ([0-9]+)", [{capture, all_but_first, list}]) of
-                {match, [N]} -> list_to_integer(N);
-                nomatch -> undefined
-            end;
+    case cbench_clients_server:proc_number("/proc/net/sockstat", "TCP:.* tw ([0-9]+)") of
+        N when is_integer(N) -> N;
         _ -> undefined
     end.
 
@@ -318,10 +276,7 @@ log_note(Log, St) ->
                        "crashes under overload, for one)", [N])
     end.
 
-note(St = #{notes := Ns}, Fmt, Args) ->
-    N = lists:flatten(io_lib:format(Fmt, Args)),
-    io:format("  note: ~s~n", [N]),
-    St#{notes => Ns ++ [N]}.
+note(St, Fmt, Args) -> cbench_bench:note(St, Fmt, Args).
 
 %% ---------------------------------------------------------------------------
 %% The fixture
@@ -419,20 +374,13 @@ shape(#{pooled := false}) -> "(no pool)";
 shape(#{pool_count := PC, pool_size := PS}) -> integer_to_list(PC) ++ "x" ++ integer_to_list(PS).
 
 progress(Done, Total, T0, Fmt, Args) ->
-    Elapsed = erlang:monotonic_time(second) - T0,
-    Eta = case Done of
-              0 -> "";
-              _ -> " ETA " ++ fmt_secs(round(Elapsed / Done * (Total - Done)))
-          end,
-    io:format("[~b/~b~s] " ++ Fmt ++ " ... ", [Done + 1, Total, Eta | Args]).
-
-fmt_secs(S) when S < 60 -> integer_to_list(S) ++ "s";
-fmt_secs(S) -> lists:flatten(io_lib:format("~bm~2..0bs", [S div 60, S rem 60])).
+    cbench_bench:progress(#{done => Done, total => Total, t0 => T0}, Fmt, Args).
 
 %% One cell through the real path: the fixture's counters before and after, its node's CPU and
 %% memory sampled over the cell's window, this node's CPU too.
 run_cell(Cfg, Cell = #{module := Mod, concurrency := C, pool_size := PS, pool_count := PC}, St) ->
-    Opts = #{concurrency => C, iterations => maps:get(iterations, Cfg), timeout => maps:get(timeout, Cfg),
+    Opts = #{concurrency => C, iterations => max(maps:get(iterations, Cfg), maps:get(min_rounds, Cfg) * C),
+             timeout => maps:get(timeout, Cfg),
              pool_size => PS, pool_count => PC, max_seconds => maps:get(max_seconds, Cfg)},
     measured(Cfg, Cell, Mod, maps:get(url, St), Opts, St, fun cell_row/2).
 

@@ -29,7 +29,7 @@ setup(Cfg, St) ->
     CI = maps:get(client_info, St),
     SI = maps:get(server_info, St, #{}),
     Place = maps:get(place, St, undefined),
-    #{machine => machine(),
+    #{machine => cbench_bench_report:machine(),
       otp => erlang:system_info(otp_release), erts => erlang:system_info(version),
       client => fmt("node ~s on CPU ~s, ~b scheduler(s) online, port limit ~w, open files limit ~w",
                     [node(), cpus(maps:get(client_cpus, Cfg)), erlang:system_info(schedulers_online),
@@ -52,8 +52,9 @@ setup(Cfg, St) ->
       grid => fmt("clients ~s; pool counts ~w; pool sizes ~w; concurrency ~w",
                   [string:join([N || #{name := N} <- maps:get(clients, Cfg)], ", "),
                    maps:get(pool_counts, Cfg), maps:get(pool_sizes, Cfg), maps:get(concurrency, Cfg)]),
-      cell => fmt("~b requests shared by the workers, timeout ~b ms, /delay/~b, at most ~b s",
-                  [maps:get(iterations, Cfg), maps:get(timeout, Cfg), maps:get(delay, Cfg), maps:get(max_seconds, Cfg)]),
+      cell => fmt("~b requests shared by the workers (at least ~b per worker), timeout ~b ms, /delay/~b, at most ~b s",
+                  [maps:get(iterations, Cfg), maps:get(min_rounds, Cfg), maps:get(timeout, Cfg), maps:get(delay, Cfg),
+                   maps:get(max_seconds, Cfg)]),
       hold => case maps:get(hold, St) of
                   [] -> "not run";
                   _ -> fmt("engines ~w, delays ~w ms, ~b requests per worker, timeout delay + ~b ms",
@@ -63,18 +64,6 @@ setup(Cfg, St) ->
       profile => maps:get(profile, Cfg),
       command => maps:get(command, Cfg, ""),
       timestamp => maps:get(timestamp, Cfg)}.
-
-machine() ->
-    Model = case file:read_file("/proc/cpuinfo") of
-                {ok, B} ->
-                    case re:run(B, "model name\\s*:\\s*(.*)", [{capture, all_but_first, list}]) of
-                        {match, [M]} -> M;
-                        nomatch -> "unknown CPU"
-                    end;
-                _ -> "unknown CPU"
-            end,
-    fmt("~s, ~b CPUs online, Linux ~s", [Model, erlang:system_info(logical_processors_online),
-                                         cbench_bench_os:cmd("uname -r")]).
 
 sysctl(Key) ->
     case file:read_file("/proc/sys/" ++ Key) of

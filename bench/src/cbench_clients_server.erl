@@ -8,7 +8,7 @@
 -module(cbench_clients_server).
 
 -export([info/0, start_fixture/3, stop_fixture/1, alive/1, stats/1, sampler_start/1,
-         sampler_stop/0]).
+         sampler_stop/0, proc_number/2]).
 
 -define(SAMPLER, cbench_clients_sampler).
 
@@ -28,21 +28,19 @@ info() ->
       port_limit => erlang:system_info(port_limit),
       fd_limit => fd_limit(),
       cbench => code:which(cbench) =/= non_existing,
-      cbench_vsn => cbench_vsn(),
       host => list_to_binary(net_adm:localhost())}.
 
-cbench_vsn() ->
-    _ = application:load(cbench),
-    case application:get_key(cbench, vsn) of
-        {ok, V} -> list_to_binary(V);
-        undefined -> undefined
-    end.
-
-%% The soft limit of open files of this OS process, from /proc/self/limits (undefined elsewhere).
+%% The soft limit of open files of this OS process (undefined off Linux).
 fd_limit() ->
-    case file:read_file("/proc/self/limits") of
+    proc_number("/proc/self/limits", "Max open files\\s+([0-9]+|unlimited)").
+
+%% @doc The number a regular expression captures in a /proc file (or `unlimited'); undefined when
+%% the file or the number is not there.
+-spec proc_number(string(), string()) -> integer() | unlimited | undefined.
+proc_number(File, Re) ->
+    case file:read_file(File) of
         {ok, B} ->
-            case re:run(B, "Max open files\\s+([0-9]+|unlimited)", [{capture, all_but_first, list}]) of
+            case re:run(B, Re, [{capture, all_but_first, list}]) of
                 {match, ["unlimited"]} -> unlimited;
                 {match, [N]} -> list_to_integer(N);
                 nomatch -> undefined
