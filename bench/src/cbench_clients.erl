@@ -228,8 +228,7 @@ run(Cfg0) ->
                end]),
     case maps:get(dry_run, Cfg) of
         true ->
-            [io:format("  ~s ~bx~b c=~b~n", [N, PC, PS, C])
-             || #{client := N, pool_count := PC, pool_size := PS, concurrency := C} <- Plan],
+            [io:format("  ~s ~s c=~b~n", [N, shape(Cell), C]) || Cell = #{client := N, concurrency := C} <- Plan],
             0;
         false ->
             pin_clients(CC),
