@@ -5,10 +5,13 @@
 # trap below sends TERM, then KILL, to each listed group.
 #
 # Usage: bench/run.sh [options]   (bench/run.sh --help lists them)
+# CBENCH_BENCH_MAIN picks the harness: cbench_bench (make bench, the default) or
+# cbench_clients (make bench-clients); CBENCH_BENCH_ERL_FLAGS adds flags to its node.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 EBIN="$ROOT/bench/ebin"
-if [ ! -f "$EBIN/cbench_bench.beam" ]; then
+MAIN=${CBENCH_BENCH_MAIN:-cbench_bench}
+if [ ! -f "$EBIN/$MAIN.beam" ]; then
     echo "bench: $EBIN is not built (run: make bench-build)" >&2
     exit 2
 fi
@@ -42,8 +45,13 @@ trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM HUP
 trap cleanup EXIT
 
+# Thousands of connections need as many file descriptors: the soft limit is raised
+# to the hard one (the harness reports the limit it got, and what it needs).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
 # +B: Ctrl-C ends the VM at once (no break menu); the trap then kills the children.
-erl -noshell -noinput +B -pa "$EBIN" -run cbench_bench main -extra "$@" &
+# shellcheck disable=SC2086
+erl -noshell -noinput +B ${CBENCH_BENCH_ERL_FLAGS:-} -pa "$EBIN" -run "$MAIN" main -extra "$@" &
 child=$!
 wait "$child"
 rc=$?

@@ -9,6 +9,9 @@
 -module(cbench_bench).
 
 -export([main/0, main/1, parse_args/1, cases/0, case_spec/1, profile/1, usage/0]).
+%% Shared with the client benchmark (cbench_clients): CPUs, option values, paths, progress.
+-export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
+         note/3, progress/3, cli/5]).
 
 -define(ENGINES, ["nif", "port", "ehttpd", "cbench-server", "httpd", "nginx", "h2o"]).
 -define(PEERS, ["httpd", "nginx", "h2o"]).
@@ -234,18 +237,28 @@ main() ->
 %% @doc Runs the harness with a command line and halts with 0, 1 (a failure) or 2 (bad input).
 -spec main([string()]) -> no_return().
 main(Args) ->
-    Code = try parse_args(Args) of
-               help -> io:put_chars(usage()), 0;
-               {error, Msg} ->
-                   io:format(standard_error, "bench: ~s~n~s", [Msg, usage()]),
-                   2;
-               {ok, Cfg} -> run(Cfg#{command => string:join(["bench/run.sh" | Args], " ")})
+    cli("bench", Args, fun parse_args/1, fun usage/0,
+        fun(Cfg) -> run(Cfg#{command => string:join(["bench/run.sh" | Args], " ")}) end).
+
+%% @doc A harness's command line (make bench, make bench-clients): parsed by Parse, run by Run, then
+%% halt with Run's code, 1 when it throws {fatal, Message} or crashes, 2 for bad input. (The run is
+%% inside the try, not in an `of' clause, whose exceptions a try does not catch.)
+-spec cli(string(), [string()], fun(), fun(), fun()) -> no_return().
+cli(Tag, Args, Parse, Usage, Run) ->
+    Code = try
+               case Parse(Args) of
+                   help -> io:put_chars(Usage()), 0;
+                   {error, Bad} ->
+                       io:format(standard_error, "~s: ~s~n~s", [Tag, Bad, Usage()]),
+                       2;
+                   {ok, Cfg} -> Run(Cfg)
+               end
            catch
                throw:{fatal, Msg} ->
-                   io:format(standard_error, "bench: ~s~n", [Msg]),
+                   io:format(standard_error, "~s: ~s~n", [Tag, Msg]),
                    1;
                C:R:St ->
-                   io:format(standard_error, "bench: internal error ~p:~p~n~p~n", [C, R, St]),
+                   io:format(standard_error, "~s: internal error ~p:~p~n~p~n", [Tag, C, R, St]),
                    1
            end,
     halt(Code).

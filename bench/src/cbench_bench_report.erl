@@ -5,6 +5,8 @@
 -module(cbench_bench_report).
 
 -export([write/2, cell/1, lat_cell/1, md_table/2]).
+%% Shared with the client benchmark's report (cbench_clients_report).
+-export([text_table/2, csv_line/1, machine/0]).
 
 -import(cbench_bench_stats, [fmt_int/1, fmt_us/1, fmt_float/2]).
 
@@ -28,18 +30,8 @@ write(Cfg = #{out := Out}, St) ->
 
 setup(Cfg, St) ->
     Info = maps:get(node_info, St, #{}),
-    Model = case file:read_file("/proc/cpuinfo") of
-                {ok, B} ->
-                    case re:run(B, "model name\\s*:\\s*(.*)", [{capture, all_but_first, list}]) of
-                        {match, [M]} -> M;
-                        nomatch -> "unknown CPU"
-                    end;
-                _ -> "unknown CPU"
-            end,
     NodeArgs = maps:get(args, Info, undefined),
-    #{machine => lists:flatten(io_lib:format("~s, ~b CPUs online, Linux ~s",
-                                             [Model, erlang:system_info(logical_processors_online),
-                                              cbench_bench_os:cmd("uname -r")])),
+    #{machine => machine(),
       otp => erlang:system_info(otp_release),
       erts => erlang:system_info(version),
       h2load => binary_to_list(cbench_bench_h2load:version()),
@@ -64,6 +56,21 @@ setup(Cfg, St) ->
       profile => maps:get(profile, Cfg),
       command => maps:get(command, Cfg, ""),
       timestamp => maps:get(timestamp, Cfg)}.
+
+%% @doc The machine's line of a report's setup: CPU model, CPUs online, kernel.
+-spec machine() -> string().
+machine() ->
+    Model = case file:read_file("/proc/cpuinfo") of
+                {ok, B} ->
+                    case re:run(B, "model name\\s*:\\s*(.*)", [{capture, all_but_first, list}]) of
+                        {match, [M]} -> M;
+                        nomatch -> "unknown CPU"
+                    end;
+                _ -> "unknown CPU"
+            end,
+    lists:flatten(io_lib:format("~s, ~b CPUs online, Linux ~s",
+                                [Model, erlang:system_info(logical_processors_online),
+                                 cbench_bench_os:cmd("uname -r")])).
 
 %% ---------------------------------------------------------------------------
 %% Cells

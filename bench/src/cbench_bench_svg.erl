@@ -5,6 +5,8 @@
 -module(cbench_bench_svg).
 
 -export([bars/4, escape/1]).
+%% The colours, shared with the client benchmark's line charts (cbench_clients_svg).
+-export([palette/1]).
 
 -define(W, 860).
 -define(LEFT, 150).
