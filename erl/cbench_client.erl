@@ -14,6 +14,8 @@
 -module(cbench_client).
 
 -export([error_kind/1, pooled/1]).
+%% Called by the client benchmark (bench/) and by users' own harnesses, not from this application.
+-ignore_xref([{error_kind, 1}, {pooled, 1}]).
 
 -export_type([opts/0, error_kind/0]).
 

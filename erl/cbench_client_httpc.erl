@@ -22,6 +22,8 @@
 -behaviour(cbench_client).
 
 -export([start/1, get/2, stop/1, profiles/1]).
+%% profiles/1: the profile names, for tests and harnesses that inspect the pools.
+-ignore_xref([{profiles, 1}]).
 
 %% @doc Starts pool_count httpc profiles (inets is started if needed).
 -spec start(cbench_client:opts()) -> map().

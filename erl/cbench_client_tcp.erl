@@ -14,6 +14,8 @@
 -behaviour(cbench_client).
 
 -export([start/1, get/2, stop/1, pooled/0, request/1]).
+%% request/1: the request bytes, for tests.
+-ignore_xref([{request, 1}]).
 
 -define(CONN, {?MODULE, conn}).
 
