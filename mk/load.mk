@@ -1,0 +1,38 @@
+# cbench-load, the load generator (src/load/, c_src/cbench_load.c; docs/bench.md "cbench-load").
+#
+#   make load            build/cbench-load (and priv/cbench_load, the copy cbench:load/2 runs)
+#   make load-test       the histogram's unit tests and the end-to-end tests of test/load/ (part of make test)
+#   make bench-load      the closing figures: cbench-load against h2load and wrk on cbench-server /hello
+#
+# It shares the engine's flags and llhttp objects, nothing else: its own files, its own cbl_ prefix.
+# libwslay (WebSocket framing) and libjansson (JSON) come from Debian (scripts/deps.sh); wslay ships no .pc.
+
+LOAD_SRCS := $(wildcard src/load/*.c)
+LOAD_OBJS := $(LOAD_SRCS:src/load/%.c=$(BUILD)/obj/load/%.o)
+LOAD_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Isrc/load -I$(LLHTTP_INC) $(DEP_CFLAGS) \
+  $(shell pkg-config --cflags jansson 2>/dev/null) $(EXTRA_CFLAGS)
+LOAD_LIBS := $(DEP_LIBS) $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson) -lwslay -lm
+LOAD_BIN := $(BUILD)/cbench-load
+
+ALL_TARGETS += $(LOAD_BIN) priv/cbench_load
+TEST_TARGETS += load-test
+CLEAN_PATHS += priv/cbench_load
+
+.PHONY: load load-test load-unit load-e2e bench-load
+
+load: $(LOAD_BIN) priv/cbench_load
+
+$(BUILD)/obj/load/%.o: src/load/%.c src/load/*.h
+	@mkdir -p $(@D)
+	$(CC) $(LOAD_CFLAGS) -c $< -o $@
+
+$(LOAD_BIN): c_src/cbench_load.c $(LOAD_OBJS) $(LLHTTP_OBJS)
+	$(CC) $(LOAD_CFLAGS) -o $@ $< $(LOAD_OBJS) $(LLHTTP_OBJS) $(LOAD_LIBS) $(LDFLAGS_EXTRA)
+
+# The copy the Erlang application runs (cbench:load/2 finds it in priv/, like the port program).
+priv/cbench_load: $(LOAD_BIN) | priv
+	cp $< $@
+
+# rebar3's pre-compile hook builds beam-priv; the CT suites run cbench:load/2.
+beam-priv: priv/cbench_load
+test-beam: priv/cbench_load
