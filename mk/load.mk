@@ -35,4 +35,23 @@ priv/cbench_load: $(LOAD_BIN) | priv
 
 # rebar3's pre-compile hook builds beam-priv; the CT suites run cbench:load/2.
 beam-priv: priv/cbench_load
-test-beam: priv/cbench_load
+test-beam: priv/cbench_load $(BUILD)/cbench-server
+
+# ---- tests ----
+
+LOAD_TEST_BIN := $(BUILD)/test/cbench-load-hist
+
+$(LOAD_TEST_BIN): test/load/test_hist.c src/load/hist.c src/load/hist.h
+	@mkdir -p $(@D)
+	$(CC) $(LOAD_CFLAGS) -o $@ test/load/test_hist.c src/load/hist.c -lm $(LDFLAGS_EXTRA)
+
+load-unit: $(LOAD_TEST_BIN)
+	$(LOAD_TEST_BIN)
+
+# The end-to-end tests are the Common Test suite test/cbench_load_SUITE.erl (cbench:load/2 against the nif
+# engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors); make
+# test runs it with the other suites (test-beam). This target runs it alone.
+load-e2e: priv/cbench_load $(BUILD)/cbench-server
+	$(REBAR3) ct --suite test/cbench_load_SUITE --readable true
+
+load-test: load-unit $(BUILD)/cbench-server priv/cbench_load

@@ -85,8 +85,9 @@ int cbl_run(cbl_run_t *run, const cbl_config_t *cfg) {
     }
   }
   pthread_barrier_wait(&run->ready);
-  /* A common origin a little ahead, so that no thread starts behind its schedule. */
-  run->t_start = cbl_now() + 5000000ull;
+  /* Open loop: a common origin a little ahead, so that no thread starts behind its schedule. Closed loop:
+   * now, so that every request is sent after it. */
+  run->t_start = cbl_now() + (cfg->rate > 0 ? 5000000ull : 0);
   run->t_measure = run->t_start + cfg->warmup_ns;
   run->t_end = run->t_measure + cfg->duration_ns;
   run->t_drain = run->t_end + cfg->timeout_ns;
