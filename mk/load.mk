@@ -55,3 +55,6 @@ load-e2e: priv/cbench_load $(BUILD)/cbench-server
 	$(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
 load-test: load-unit $(BUILD)/cbench-server priv/cbench_load
+
+# The benchmark harness runs cbench-load for the throughput phase and the latency ladder.
+bench-build: $(LOAD_BIN)

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+#include <llhttp.h>
+#include <nghttp2/nghttp2.h>
+
 #include "load.h"
 
 void cbl_usage(void *file) {
@@ -34,10 +38,13 @@ void cbl_usage(void *file) {
           "  -H, --header 'N: V'     an extra request header (repeatable)\n"
           "  -b, --body-file FILE    the request body\n"
           "      --timeout S         an answer later than this is a timeout error (default 10)\n"
+          "      --spin-us N         open loop: poll instead of sleeping when the next send is due within\n"
+          "                          N microseconds (default 100; 0: always sleep on the timer)\n"
           "      --ws-size N         WebSocket message size in bytes (default 1024)\n"
           "      --json FILE         write the results as JSON\n"
           "      --erl FILE          write the results as an Erlang term (file:consult/1)\n"
           "  -q, --quiet             no summary on stdout\n"
+          "  -V, --version           the version and the libraries'\n"
           "  -h, --help              this text\n");
 }
 
@@ -198,7 +205,7 @@ static int read_file(const char *path, char **out, size_t *len) {
 }
 
 enum {
-  OPT_NEW_CONN = 256, OPT_CPUS, OPT_PATH, OPT_TIMEOUT, OPT_WS_SIZE, OPT_JSON, OPT_ERL,
+  OPT_NEW_CONN = 256, OPT_CPUS, OPT_PATH, OPT_TIMEOUT, OPT_WS_SIZE, OPT_JSON, OPT_ERL, OPT_SPIN,
 };
 
 static const struct option long_opts[] = {
@@ -217,10 +224,12 @@ static const struct option long_opts[] = {
   {"body-file", required_argument, NULL, 'b'},
   {"timeout", required_argument, NULL, OPT_TIMEOUT},
   {"ws-size", required_argument, NULL, OPT_WS_SIZE},
+  {"spin-us", required_argument, NULL, OPT_SPIN},
   {"json", required_argument, NULL, OPT_JSON},
   {"erl", required_argument, NULL, OPT_ERL},
   {"quiet", no_argument, NULL, 'q'},
   {"help", no_argument, NULL, 'h'},
+  {"version", no_argument, NULL, 'V'},
   {NULL, 0, NULL, 0},
 };
 
@@ -232,6 +241,7 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
   cfg->duration_ns = 10ull * 1000000000;
   cfg->timeout_ns = 10ull * 1000000000;
   cfg->ws_size = 1024;
+  cfg->spin_ns = 100000;
   int proto = -1;
   const char *body_file = NULL;
   cfg->paths = calloc((size_t)argc + 1, sizeof *cfg->paths);
@@ -239,7 +249,7 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
   if (!cfg->paths || !cfg->headers) return bad("out of memory%s", "");
   optind = 1;
   int o;
-  while ((o = getopt_long(argc, argv, "p:c:m:t:d:w:r:X:H:b:qh", long_opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "p:c:m:t:d:w:r:X:H:b:qhV", long_opts, NULL)) != -1) {
     switch (o) {
       case 'p':
         if (!strcmp(optarg, "h1") || !strcmp(optarg, "http1")) proto = CBL_H1;
@@ -304,10 +314,21 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
         cfg->ws_size = (size_t)n;
         break;
       }
+      case OPT_SPIN: {
+        int n;
+        if (parse_int(optarg, 0, 1000000, &n)) return bad("bad --spin-us '%s'", optarg);
+        cfg->spin_ns = (uint64_t)n * 1000;
+        break;
+      }
       case OPT_JSON: cfg->json_path = optarg; break;
       case OPT_ERL: cfg->erl_path = optarg; break;
       case 'q': cfg->quiet = true; break;
       case 'h': cbl_usage(stdout); return 1;
+      case 'V':
+        printf("cbench-load %s (libuv %s, nghttp2 %s, llhttp %d.%d.%d, wslay, jansson %s)\n", CBL_VERSION,
+               uv_version_string(), nghttp2_version(0)->version_str, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
+               LLHTTP_VERSION_PATCH, JANSSON_VERSION);
+        return 1;
       default: return -1; /* getopt printed what was wrong */
     }
   }

@@ -63,6 +63,7 @@ typedef struct {
   int cpus[CBL_MAX_THREADS];
   int ncpus;
   uint64_t duration_ns, warmup_ns, timeout_ns;
+  uint64_t spin_ns; /* open loop: poll instead of sleeping when the next send is this close */
   double rate; /* requests per second in all; 0: closed loop */
   const char *method;
   const char **paths; /* round robin */
@@ -77,7 +78,7 @@ typedef struct {
   bool quiet;
 } cbl_config_t;
 
-/* Parses argv. 0: cfg is ready; 1: --help was asked (usage printed on stdout); -1: a message and the usage
+/* Parses argv. 0: cfg is ready; 1: --help or --version was asked (answered on stdout); -1: a message and the usage
  * were printed on stderr (the caller exits 2). */
 int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv);
 void cbl_config_free(cbl_config_t *cfg);
@@ -210,6 +211,10 @@ struct cbl_thread_s {
   uv_timer_t tick; /* every 10 ms: reconnects, timeouts, the end of the run */
   uv_poll_t pace;  /* open loop: a timerfd armed for the next intended send, in nanoseconds */
   int tfd;
+  uv_idle_t idle;   /* open loop: started while the next send is within --spin-us (the loop polls, no sleep) */
+  uv_check_t check; /* ... and this sends on time after each poll meanwhile */
+  bool spinning;
+  uint64_t next_due;
   uint64_t cur_k; /* open-loop cursor: the next request due is round cur_k of connection cur_l */
   int cur_l;
   bool pacing_done;

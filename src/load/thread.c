@@ -338,13 +338,14 @@ static void mark_dirty(cbl_thread_t *t, cbl_conn_t *c) {
   t->dirty[t->ndirty++] = c;
 }
 
-/* Hands every request due by `until` to its connection; with `send`, sends what can be sent and arms the timer
- * for the next one. */
+/* Hands every request due by `until` to its connection and, with `send`, sends what can be sent; leaves the
+ * next intended time in t->next_due. */
 static void advance_schedule(cbl_thread_t *t, uint64_t until, bool send) {
   uint64_t next = 0;
   while (!t->pacing_done) {
     cbl_conn_t *c = &t->conns[t->cur_l];
     next = intended(t, t->cur_k, c->g);
+    t->next_due = next;
     if (next >= t->run->t_end) {
       t->pacing_done = true;
       break;
@@ -363,8 +364,27 @@ static void advance_schedule(cbl_thread_t *t, uint64_t until, bool send) {
     if (send) conn_step(c, 0);
   }
   t->ndirty = 0;
-  if (send && !t->pacing_done) {
-    struct itimerspec its = {.it_value = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)}};
+}
+
+/* Sends what is due, then waits for the next intended time in one of two ways. Far ahead: the timerfd, armed
+ * --spin-us early. Within --spin-us: the loop polls without sleeping (a uv_idle_t makes its poll timeout zero,
+ * so answers are still read as they come) and the check callback sends on time. Waking a sleeping thread
+ * costs tens of microseconds on a virtual machine, which would otherwise be added to every corrected latency
+ * at low and middle rates; the spin trades the load generator's CPU for that accuracy. */
+static void on_idle(uv_idle_t *h) { (void)h; }
+
+static void pace(cbl_thread_t *t) {
+  t->now = cbl_now();
+  if (t->sending) advance_schedule(t, t->now, true);
+  bool spin = t->sending && !t->pacing_done && t->next_due <= t->now + t->cfg->spin_ns;
+  if (spin != t->spinning) {
+    if (spin) uv_idle_start(&t->idle, on_idle);
+    else uv_idle_stop(&t->idle);
+    t->spinning = spin;
+  }
+  if (t->sending && !t->pacing_done && !spin) {
+    uint64_t at = t->next_due - t->cfg->spin_ns;
+    struct itimerspec its = {.it_value = {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)}};
     timerfd_settime(t->tfd, TFD_TIMER_ABSTIME, &its, NULL);
   }
 }
@@ -375,8 +395,12 @@ static void on_pace(uv_poll_t *p, int status, int events) {
   cbl_thread_t *t = p->data;
   uint64_t expirations;
   if (read(t->tfd, &expirations, sizeof expirations) < 0 && errno != EAGAIN) return;
-  t->now = cbl_now();
-  if (t->sending) advance_schedule(t, t->now, true);
+  pace(t);
+}
+
+static void on_check(uv_check_t *h) {
+  cbl_thread_t *t = h->data;
+  if (t->spinning) pace(t);
 }
 
 /* ---- the end of the run ---- */
@@ -401,7 +425,11 @@ static void finish(cbl_thread_t *t) {
     }
   }
   uv_close((uv_handle_t *)&t->tick, on_handle_closed);
-  if (open_loop(t)) uv_close((uv_handle_t *)&t->pace, on_handle_closed);
+  if (open_loop(t)) {
+    uv_close((uv_handle_t *)&t->pace, on_handle_closed);
+    uv_close((uv_handle_t *)&t->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&t->check, on_handle_closed);
+  }
 }
 
 static void on_tick(uv_timer_t *tm) {
@@ -467,6 +495,9 @@ static int thread_setup(cbl_thread_t *t) {
     t->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (t->tfd < 0 || uv_poll_init(&t->loop, &t->pace, t->tfd)) return -1;
     t->pace.data = t;
+    uv_idle_init(&t->loop, &t->idle);
+    uv_check_init(&t->loop, &t->check);
+    t->check.data = t;
   }
   return 0;
 }
@@ -508,7 +539,8 @@ void *cbl_thread_main(void *arg) {
     uv_timer_start(&t->tick, on_tick, TICK_MS, TICK_MS);
     if (open_loop(t)) {
       uv_poll_start(&t->pace, UV_READABLE, on_pace);
-      advance_schedule(t, t->now, true);
+      uv_check_start(&t->check, on_check);
+      pace(t);
     }
     uv_run(&t->loop, UV_RUN_DEFAULT);
   }
