@@ -141,10 +141,22 @@ with_tmp(Fun) ->
     after _ = file:del_dir_r(Dir)
     end.
 
-%% @doc Where the program is: priv/cbench_load of the cbench application, or build/cbench-load
-%% of the source tree its ebin/ sits in (under _build/ too), or cbench-load on the PATH.
+%% @doc Where the program is: $CBENCH_LOAD when set (the sanitizer run of the tests uses it),
+%% else priv/cbench_load of the cbench application, or build/cbench-load of the source tree its
+%% ebin/ sits in (under _build/ too), or cbench-load on the PATH.
 -spec exe_path() -> {ok, file:filename()} | {error, {not_built, file:filename()}}.
 exe_path() ->
+    case os:getenv("CBENCH_LOAD") of
+        false -> find_exe();
+        "" -> find_exe();
+        Exe ->
+            case filelib:is_regular(Exe) of
+                true -> {ok, Exe};
+                false -> {error, {not_built, Exe}}
+            end
+    end.
+
+find_exe() ->
     Ebin = filename:dirname(code:which(?MODULE)),
     Priv = case code:priv_dir(cbench) of
                {error, bad_name} -> filename:join(filename:dirname(Ebin), "priv");

@@ -18,7 +18,7 @@ ALL_TARGETS += $(LOAD_BIN) priv/cbench_load
 TEST_TARGETS += load-test
 CLEAN_PATHS += priv/cbench_load
 
-.PHONY: load load-test load-unit load-e2e bench-load
+.PHONY: load load-test load-unit load-e2e load-asan bench-load
 
 load: $(LOAD_BIN) priv/cbench_load
 
@@ -58,3 +58,16 @@ load-test: load-unit $(BUILD)/cbench-server priv/cbench_load
 
 # The benchmark harness runs cbench-load for the throughput phase and the latency ladder.
 bench-build: $(LOAD_BIN)
+
+# The closing figures of issue 10: bench/load_figures.sh (DUR, RUNS, SERVER_CPU, LOAD_CPU, OUT).
+bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server
+	bench/load_figures.sh
+
+# The same suite against cbench-load built with ASan + UBSan (build/asan, as make asan): any memory error aborts
+# the program and a leak makes it exit non-zero, which fails the test that ran it.
+load-asan:
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load
+	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
+
+TEST_TARGETS += load-asan

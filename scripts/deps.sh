@@ -4,7 +4,9 @@
 # command to run and exit 1.
 set -eu
 
-PACKAGES="libuv1-dev libnghttp2-dev node-llhttp pkg-config gcc make clang libclang-rt-14-dev
+# libwslay-dev and libjansson-dev: cbench-load's WebSocket framing and JSON output (built by make and by rebar3's
+# pre-compile hook, as priv/cbench_load, for cbench:load/2).
+PACKAGES="libuv1-dev libnghttp2-dev node-llhttp pkg-config gcc make clang libclang-rt-14-dev libwslay-dev libjansson-dev
 erlang-nox erlang-dev erlang-common-test erlang-eunit rebar3 nghttp2-client wrk curl"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

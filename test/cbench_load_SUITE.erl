@@ -103,9 +103,11 @@ h1_new_conn(Config) ->
                         end),
     #{requests := #{completed := N}, connects := Connects, new_conn := true} = no_errors(R),
     #{conns_accepted := A1} = cbench:stats(S),
-    %% One connection per request (the last ones may be reconnected when the run ends).
+    %% One connection per request: each answered request had its own, and a connection is opened
+    %% again after each answer, so at the end each of the 2 may be open (counted) or still
+    %% connecting (accepted by the server, not yet counted by the client) without a request.
     ?assert(Connects >= N andalso Connects =< N + 2, R),
-    ?assertEqual(Connects, A1 - A0).
+    ?assert(A1 - A0 >= Connects andalso A1 - A0 =< N + 2, {A1 - A0, R}).
 
 h1_paths_round_robin(Config) ->
     S = proplists:get_value(server, Config),

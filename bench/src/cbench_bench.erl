@@ -57,12 +57,12 @@ extra_headers() ->
 %% @doc The settings of a profile; options given on the command line override them.
 -spec profile(atom()) -> map() | undefined.
 profile(quick) ->
-    %% About 5 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
-    %% over h2c, and the latency ladder for hello over HTTP/1.1 only.
+    %% About 6 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
+    %% over h2c, and the latency ladder for hello over both.
     #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse],
       protos => [h1, h2c], only => #{h2c => [hello, echo_1kb]}, runs => 1,
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
-      latency_protos => [h1], latency_duration => 2, latency_warmup => 1};
+      latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
 profile(full) ->
     #{profile => full, cases => cases(), protos => [h1, h2c], runs => 3,
       duration => 10, warmup => 3, latency => true, latency_cases => cases(),
