@@ -24,7 +24,7 @@ void cbl_usage(void *file) {
           "  -m, --depth N           per connection: HTTP/1.1 pipelining depth, h2c streams, WebSocket\n"
           "                          messages in flight (default 1)\n"
           "      --new-conn          HTTP/1.1: a new connection for every request\n"
-          "  -t, --threads N         threads, each with its own loop (default 1)\n"
+          "  -t, --threads N         threads, each with its own loop (default 1; at most one per connection)\n"
           "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin\n"
           "  -d, --duration S        measured seconds (default 10; decimals allowed)\n"
           "  -w, --warmup S          seconds before the measured window (default 0)\n"

@@ -51,10 +51,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error_code, 
   if (error_code == NGHTTP2_NO_ERROR && r->status >= 200) {
     cbl_req_done(c, r, r->status, c->t->now);
   } else {
-    if (r->measured) c->t->res.counts.errors[CBL_ERR_PROTOCOL]++;
-    r->used = false;
-    c->inflight--;
-    c->free_slots[c->nfree++] = (uint32_t)(r - c->reqs);
+    cbl_req_failed(c, r, CBL_ERR_PROTOCOL);
   }
   return 0;
 }

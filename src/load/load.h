@@ -250,6 +250,8 @@ uint64_t cbl_now(void);
 int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n);
 /* A request's answer is complete with this status; the slot is released. */
 void cbl_req_done(cbl_conn_t *c, cbl_req_t *r, int status, uint64_t now);
+/* A request ended with an error of this kind (the connection goes on: an h2 stream reset); the slot is released. */
+void cbl_req_failed(cbl_conn_t *c, cbl_req_t *r, cbl_err_t kind);
 /* A request was answered for the connection to end cleanly (a connection per request, or the server's
  * Connection: close): closed after the current read, reconnected at once, nothing counted as an error. */
 void cbl_conn_end(cbl_conn_t *c);

@@ -134,6 +134,11 @@ void cbl_req_done(cbl_conn_t *c, cbl_req_t *r, int status, uint64_t now) {
   slot_release(c, r);
 }
 
+void cbl_req_failed(cbl_conn_t *c, cbl_req_t *r, cbl_err_t kind) {
+  if (r->measured) c->t->res.counts.errors[kind]++;
+  slot_release(c, r);
+}
+
 /* Every request in flight on c ends with an error of this kind. */
 static void fail_inflight(cbl_conn_t *c, cbl_err_t kind) {
   int depth = c->t->cfg->depth;
@@ -524,7 +529,9 @@ void *cbl_thread_main(void *arg) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cfg->cpus[t->index % cfg->ncpus], &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (e) fprintf(stderr, "cbench-load: thread %d: cannot pin to CPU %d: %s\n", t->index,
+                   cfg->cpus[t->index % cfg->ncpus], strerror(e));
   }
   /* The pacing timer should fire when armed, not up to the default 50 µs of timer slack later. */
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
