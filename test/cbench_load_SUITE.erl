@@ -173,18 +173,23 @@ h2c_head_and_echo(Config) ->
     #{requests := #{completed := N}, bytes := #{body := B}} = no_errors(R2),
     ?assertEqual(N * 1024, B).
 
-%% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests, all sent.
+%% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
+%% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)
+%% counted unsent; every one sent is answered and in the histograms and the timeline.
 open_loop_schedule(Config) ->
     R = counted(Config, fun() ->
                                 load(url(Config, "/hello"),
                                      #{rate => 400, connections => 2, duration => 1})
                         end),
-    #{requests := #{sent := 400, unsent := 0}, mode := <<"open">>, offered_rps := 400.0,
-      achieved_rps := A, timeline := [#{second := 1, rps := 400.0}],
-      latency_us := #{corrected := #{count := 400, p50 := C50},
-                      uncorrected := #{count := 400, p50 := U50},
-                      send_lag := #{count := 400}}} = no_errors(R),
-    ?assertEqual(400.0, A),
+    #{requests := #{sent := N, unsent := Unsent}, mode := <<"open">>, offered_rps := 400.0,
+      achieved_rps := A, timeline := [#{second := 1, rps := Rps}],
+      latency_us := #{corrected := #{count := N, p50 := C50},
+                      uncorrected := #{count := N, p50 := U50},
+                      send_lag := #{count := N}}} = no_errors(R),
+    ?assertEqual(400, N + Unsent),
+    ?assert(N >= 390, R),
+    ?assertEqual(float(N), A),
+    ?assertEqual(float(N), Rps),
     ?assert(C50 >= U50).
 
 status_500(Config) ->
@@ -279,9 +284,11 @@ coordinated_omission(_Config) ->
     R = receive {Runner, Res} -> Res after 60000 -> ct:fail(no_result) end,
     Close(),
     ct:log("~p", [R]),
-    #{requests := #{sent := 3000, completed := 3000},
+    #{requests := #{sent := Sent, unsent := Unsent},
       latency_us := #{corrected := #{p999 := C999, max := CMax}, uncorrected := #{p999 := U999}}} =
         no_errors(R),
+    ?assertEqual(3000, Sent + Unsent),
+    ?assert(Sent >= 2950, R),
     ?assert(C999 >= 250000, {corrected_p999, C999}),
     ?assert(CMax >= 300000, {corrected_max, CMax}),
     ?assert(U999 < C999 / 2, {uncorrected_p999, U999, corrected_p999, C999}).
