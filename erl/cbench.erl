@@ -4,11 +4,11 @@
 -module(cbench).
 
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2,
-         stats/1, servers/0, settings/0, start/0, stop/0]).
+         stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
-              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {start, 0}, {stop, 0}]).
+              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0]).
 
@@ -158,6 +158,17 @@ servers() ->
 -spec settings() -> map().
 settings() ->
     cbench_settings:settings().
+
+%% @doc Runs cbench-load against Url for a bounded time and returns its results (the keys of its
+%% JSON: achieved_rps, requests, errors, latency_us, timeline, ...; see docs/bench.md). Opts:
+%% proto (h1 | h2c | ws), connections, depth, new_conn, threads, cpus, duration, warmup (seconds),
+%% rate (requests per second in all: open loop; absent: closed loop), method, paths, headers
+%% ([{Name, Value}]), body (a binary) or body_file, timeout (seconds), ws_size. Url or Opts of the
+%% wrong type: badarg; an unknown key or a bad value: {error, {bad_option, Key}}; the program
+%% missing: {error, {not_built, Path}}; it refusing the arguments: {error, {usage, Text}}.
+-spec load(string() | binary(), map()) -> {ok, map()} | {error, term()}.
+load(Url, Opts) ->
+    cbench_load:run(Url, Opts).
 
 %% @doc For `erl -s cbench': starts the application and the three engines on the ports of the
 %% application env `ports' (8080 ehttpd, 8081 nif, 8082 port), then prints the banner.

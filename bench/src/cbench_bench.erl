@@ -60,12 +60,12 @@ extra_headers() ->
 %% @doc The settings of a profile; options given on the command line override them.
 -spec profile(atom()) -> map() | undefined.
 profile(quick) ->
-    %% About 5 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
-    %% over h2c, and the latency ladder for hello over HTTP/1.1 only.
+    %% About 6 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
+    %% over h2c, and the latency ladder for hello over both.
     #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse],
       protos => [h1, h2c], only => #{h2c => [hello, echo_1kb]}, runs => 1,
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
-      latency_protos => [h1], latency_duration => 2, latency_warmup => 1};
+      latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
 profile(full) ->
     #{profile => full, cases => cases(), protos => [h1, h2c], runs => 3,
       duration => 10, warmup => 3, latency => true, latency_cases => cases(),
@@ -94,7 +94,8 @@ defaults() ->
     Load = case L of [] -> S; _ -> L end,
     #{engines => ?ENGINES, peers => true, targets => [], clients => 50, streams => 10,
       server_cpus => S, load_cpus => Load, threads => undefined, out => undefined,
-      keep_tmp => false, reference => ["cbench-server", "nginx", "h2o"], only => #{}}.
+      keep_tmp => false, reference => ["cbench-server", "nginx", "h2o"], only => #{},
+      tool => cbench_load}.
 
 online_cpus() ->
     case file:read_file("/sys/devices/system/cpu/online") of
@@ -121,6 +122,8 @@ usage() ->
     "  --runs N  --duration S  --warmup S     throughput runs\n"
     "  --latency-duration S  --latency-warmup S  --no-latency\n"
     "  --clients N  --streams N  --threads N (engine threads; default: server CPUs)\n"
+    "  --tool cbench-load|h2load   throughput load generator (default cbench-load; the latency\n"
+    "                         ladder always runs cbench-load open loop)\n"
     "  --server-cpus 0,..  --load-cpus 1,..   placement (default: first half / rest)\n"
     "  --out DIR              results directory (default bench/results/<timestamp>-<profile>)\n"
     "  --keep-tmp             keep configs, fixture files and h2load logs\n"
@@ -188,6 +191,9 @@ opts(["--threads", N | R], Cfg) -> opts(R, Cfg#{threads => pos(N, "--threads")})
 opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cpus(L, "--server-cpus")});
 opts(["--load-cpus", L | R], Cfg) -> opts(R, Cfg#{load_cpus => cpus(L, "--load-cpus")});
 opts(["--out", D | R], Cfg) -> opts(R, Cfg#{out => D});
+opts(["--tool", "cbench-load" | R], Cfg) -> opts(R, Cfg#{tool => cbench_load});
+opts(["--tool", "h2load" | R], Cfg) -> opts(R, Cfg#{tool => h2load});
+opts(["--tool", T | _], _) -> throw({usage, "unknown tool '" ++ T ++ "' (cbench-load, h2load)"});
 opts([Opt | _], _) -> throw({usage, "unknown or incomplete option '" ++ Opt ++ "'"}).
 
 lexemes(L) -> string:lexemes(L, ",").
@@ -266,6 +272,10 @@ cli(Tag, Args, Parse, Usage, Run) ->
 run(Cfg0) ->
     case cbench_bench_h2load:version() of
         undefined -> throw({fatal, "h2load is not installed (apt-get install nghttp2-client)"});
+        _ -> ok
+    end,
+    case cbench_bench_load:version() of
+        undefined -> throw({fatal, cbench_bench_load:path() ++ " is not built (make load)"});
         _ -> ok
     end,
     Root = root(),
@@ -502,7 +512,7 @@ throughput(Cfg, Plan, Prog0, St0) ->
                           progress(Prog, "~s ~s ~s run ~b/~b", [P, C, N, I, maps:get(runs, Cfg)]),
                           %% Only the first run warms up: the ones after it follow at once,
                           %% on a server that is already warm.
-                          R = one_run(Cfg, P, C, E, #{first => I =:= 1}),
+                          R = maps:without([raw], one_run(Cfg, P, C, E, #{first => I =:= 1})),
                           print_run(R),
                           R
                       end || I <- lists:seq(1, maps:get(runs, Cfg))],
@@ -524,17 +534,17 @@ one_run(Cfg, Proto, Case, E = #{alive := Alive, pids := PidsF, mem := Mem}, Extr
         true ->
             Url = cbench_bench_servers:url(E, Proto, element(1, case_spec(Case))),
             {Warm, Dur} = case Extra of
-                              #{rps := _} -> {maps:get(latency_warmup, Cfg), maps:get(latency_duration, Cfg)};
+                              #{rate := _, warm := true} -> {maps:get(latency_warmup, Cfg), maps:get(latency_duration, Cfg)};
+                              #{rate := _} -> {0, maps:get(latency_duration, Cfg)};
                               #{first := false} -> {0, maps:get(duration, Cfg)};
                               _ -> {maps:get(warmup, Cfg), maps:get(duration, Cfg)}
                           end,
             Spec = maps:merge((run_spec(Cfg, Proto, Case, Url))#{duration => Dur, warmup => Warm},
-                              maps:without([first], Extra)),
+                              maps:without([first, warm], Extra)),
             Self = self(),
             Ref = make_ref(),
-            Runner = spawn_link(fun() ->
-                                        Self ! {Ref, cbench_bench_h2load:run(Spec, maps:get(load_cpus_s, Cfg), Self)}
-                                end),
+            Tool = tool(Extra, Cfg),
+            Runner = spawn_link(fun() -> Self ! {Ref, run_tool(Tool, Cfg, Spec, Self)} end),
             LoadPid = receive {os_pid, Runner, LP} -> LP after 5000 -> undefined end,
             Pids = PidsF(),
             timer:sleep(Warm * 1000),
@@ -560,7 +570,7 @@ one_run(Cfg, Proto, Case, E = #{alive := Alive, pids := PidsF, mem := Mem}, Extr
                           _ -> maps:get(cpu_pct, cbench_bench_sampler:stop(LoadSampler), undefined)
                       end,
             Dead = not Alive(),
-            R0 = finish_run(Res, Samp, Dead, maps:get(clients, Cfg)),
+            R0 = finish_run(Tool, Res, Samp, Dead, maps:get(clients, Cfg)),
             R0#{procs => length(Pids), load_cpu_pct => LoadPct,
                 load_bound => load_bound(LoadPct, length(maps:get(load_cpus, Cfg)))}
     end.
@@ -569,9 +579,26 @@ one_run(Cfg, Proto, Case, E = #{alive := Alive, pids := PidsF, mem := Mem}, Extr
 load_bound(undefined, _) -> false;
 load_bound(Pct, NCpus) -> Pct >= 90 * NCpus.
 
-finish_run(Res, Samp, Dead, Clients) ->
-    Out = case Res of {ok, O} -> O; {error, _, O} -> O end,
-    case cbench_bench_h2load:parse(Out) of
+%% The throughput phase uses --tool (cbench-load by default, closed loop); the latency
+%% ladder always uses cbench-load open loop (Extra has its rate).
+tool(#{rate := _}, _Cfg) -> cbench_load;
+tool(_, Cfg) -> maps:get(tool, Cfg, cbench_load).
+
+run_tool(h2load, Cfg, Spec, Notify) ->
+    cbench_bench_h2load:run(Spec, maps:get(load_cpus_s, Cfg), Notify);
+run_tool(cbench_load, Cfg, Spec, Notify) ->
+    Json = filename:join(maps:get(tmp, Cfg), "cbench-load-" ++ integer_to_list(erlang:unique_integer([positive])) ++ ".json"),
+    cbench_bench_load:run(Spec#{json => Json}, maps:get(load_cpus_s, Cfg), Notify).
+
+%% {ok, h2load-shaped summary, the tool's own result} | {error, Why}, and the output for the notes.
+parse_tool(h2load, {ok, Out}) -> {cbench_bench_h2load:parse(Out), undefined, Out};
+parse_tool(h2load, {error, _, Out}) -> {cbench_bench_h2load:parse(Out), undefined, Out};
+parse_tool(cbench_load, {ok, J}) -> {{ok, cbench_bench_load:parsed(J)}, J, <<>>};
+parse_tool(cbench_load, {error, Why, Out}) -> {{error, Why}, undefined, Out}.
+
+finish_run(Tool, Res, Samp, Dead, Clients) ->
+    {Parsed, Raw, Out} = parse_tool(Tool, Res),
+    case Parsed of
         _ when Dead -> #{status => died};
         {ok, P = #{rps := Rps}} ->
             Status = case Res of
@@ -587,7 +614,7 @@ finish_run(Res, Samp, Dead, Clients) ->
                          cpu_pct => maps:get(cpu_pct, Samp, undefined),
                          rss_kb => maps:get(rss_peak_kb, Samp, undefined),
                          beam => maps:get(beam_peak, Samp, undefined)},
-                       #{});
+                       case Raw of undefined -> #{}; _ -> #{raw => Raw} end);
         {error, Why} ->
             #{status => errors, why => iolist_to_binary(io_lib:format("~0p", [Why])),
               tail => tail(Out)}
@@ -638,53 +665,41 @@ latency(Cfg, Plan, Results, Prog0, St0) ->
                         fun({Rate, E = #{name := N}}, {A, Pr, S}) ->
                                 progress(Pr, "latency ~s ~s ~s at ~s req/s",
                                          [P, C, N, cbench_bench_stats:fmt_int(Rate)]),
-                                Row = latency_run(Cfg, P, C, E, Rate),
+                                %% zrk's method: one warm-up per engine, at the lowest rate.
+                                Row = latency_run(Cfg, P, C, E, Rate, Rate =:= hd(Rates)),
                                 print_lat(Row),
                                 {A ++ [Row], Pr#{done => maps:get(done, Pr) + 1}, S}
                         end, {Acc, Prog, St}, [{R, E} || R <- Rates, E <- Es])
               end
       end, {[], Prog0, St0}, Groups).
 
-latency_run(Cfg, P, C, E = #{name := N}, Rate) ->
-    Clients = maps:get(clients, Cfg),
-    PerClient = cbench_bench_stats:rps_per_client(Rate, Clients),
-    Log = filename:join(maps:get(tmp, Cfg), lists:flatten(
-                                               io_lib:format("lat-~s-~s-~s-~b.log", [P, C, N, Rate]))),
-    R = one_run(Cfg, P, C, E, #{rps => PerClient, log => Log}),
-    Offered = PerClient * Clients,
-    Base = #{proto => P, 'case' => C, engine => N, rate => Offered},
-    Row = case R of
-              #{status := died} -> Base#{status => died};
-              #{rps := Answered, status := S} ->
-                  {ok, Bin} = read_or_empty(Log),
-                  #{durations := Ds} = cbench_bench_h2load:parse_log(Bin),
-                  Pc = fun(Q) -> cbench_bench_h2load:percentile(Ds, Q) end,
-                  Status = if
-                               S =:= errors -> errors;
-                               true ->
-                                   case cbench_bench_stats:overloaded(Offered, Answered) of
-                                       true -> overloaded;
-                                       false -> ok
-                                   end
-                           end,
-                  Base#{status => Status, answered => Answered, p50 => Pc(50), p99 => Pc(99),
-                        p999 => Pc(99.9), samples => length(Ds),
-                        cpu_us => maps:get(cpu_us, R, undefined),
-                        cpu_pct => maps:get(cpu_pct, R, undefined),
-                        load_cpu_pct => maps:get(load_cpu_pct, R, undefined),
-                        load_bound => maps:get(load_bound, R, false)};
-              _ -> Base#{status => errors}
-          end,
-    case maps:get(keep_tmp, Cfg) of
-        true -> ok;
-        false -> _ = file:delete(Log)
-    end,
-    Row.
-
-read_or_empty(F) ->
-    case file:read_file(F) of
-        {ok, B} -> {ok, B};
-        {error, _} -> {ok, <<>>}
+%% One open-loop run of cbench-load at Rate (requests per second over all the
+%% connections, on an even schedule); p50/p99/p99.9 are corrected for coordinated
+%% omission (measured from each request's intended send time).
+latency_run(Cfg, P, C, E = #{name := N}, Rate, Warm) ->
+    R = one_run(Cfg, P, C, E, #{rate => Rate, warm => Warm}),
+    Base = #{proto => P, 'case' => C, engine => N, rate => Rate},
+    case R of
+        #{status := died} -> Base#{status => died};
+        #{raw := J, status := S} ->
+            L = cbench_bench_load:latency(J),
+            Answered = maps:get(answered, L),
+            Status = if
+                         S =:= errors -> errors;
+                         true ->
+                             case cbench_bench_stats:overloaded(Rate, Answered) of
+                                 true -> overloaded;
+                                 false -> ok
+                             end
+                     end,
+            maps:merge(maps:without([offered, max], L),
+                       Base#{status => Status,
+                             cpu_us => maps:get(cpu_us, R, undefined),
+                             cpu_pct => maps:get(cpu_pct, R, undefined),
+                             load_cpu_pct => maps:get(load_cpu_pct, R, undefined),
+                             load_bound => cbench_bench_stats:lag_bound(maps:get(lag_p99, L),
+                                                                        maps:get(p99, L))});
+        _ -> Base#{status => errors}
     end.
 
 %% ---------------------------------------------------------------------------

@@ -35,6 +35,8 @@ setup(Cfg, St) ->
       otp => erlang:system_info(otp_release),
       erts => erlang:system_info(version),
       h2load => binary_to_list(cbench_bench_h2load:version()),
+      load_tool => maps:get(tool, Cfg, cbench_load),
+      cbench_load => cbench_bench_load:version(),
       server_cpus => maps:get(server_cpus_s, Cfg),
       load_cpus => maps:get(load_cpus_s, Cfg),
       node => case NodeArgs of
@@ -143,8 +145,8 @@ report(Cfg, St, S, Engines, Protos, Charts) ->
                || #{name := N, version := V} <- maps:get(engines, St)]),
      "\n## Cases\n\n",
      md_table(["case", "request", "response"], [case_row(C) || C <- maps:get(cases, Cfg)]),
-     "\n## Throughput\n\nRequests per second, higher is better. One h2load thread is the limit near the top of ",
-     "the HTTP/1.1 range here: where engines tie near that ceiling, compare CPU per request instead.\n\n",
+     "\n## Throughput\n\nRequests per second, higher is better. One load-generator thread is the limit near the ",
+     "top of the HTTP/1.1 range here: where engines tie near that ceiling (`^`), compare CPU per request instead.\n\n",
      [["### ", proto_name(P), "\n\n",
        md_table(["case" | Engines], throughput_rows(Cfg, St, P, Engines, fun cell/1)), "\n"]
       || P <- Protos],
@@ -181,14 +183,18 @@ report(Cfg, St, S, Engines, Protos, Charts) ->
      "- `-` the server does not serve the case (its probe did not get a 2xx), or was not measured.\n"].
 
 setup_block(S) ->
-    Thr = io_lib:format("h2load (~s), ~s thread(s), ~b connections, ~b streams per connection on h2c, ~b run(s) of ~bs, back to back after one ~bs warm-up~s",
-                        [S2 || S2 <- [strip_h2load(maps:get(h2load, S)), integer_to_list(length(string:lexemes(maps:get(load_cpus, S), ","))),
+    Tool = case maps:get(load_tool, S, cbench_load) of
+               h2load -> "h2load (" ++ strip_h2load(maps:get(h2load, S)) ++ ")";
+               cbench_load -> maps:get(cbench_load, S) ++ " closed loop"
+           end,
+    Thr = io_lib:format("~s, ~s thread(s), ~b connections, ~b streams per connection on h2c, ~b run(s) of ~bs, back to back after one ~bs warm-up~s",
+                        [S2 || S2 <- [Tool, integer_to_list(length(string:lexemes(maps:get(load_cpus, S), ","))),
                                       maps:get(clients, S), maps:get(streams, S), maps:get(runs, S),
                                       maps:get(duration, S), maps:get(warmup, S),
                                       case maps:get(runs, S) of 1 -> ""; _ -> ", median reported" end]]),
     Lat = case maps:get(latency, S) of
-              true -> io_lib:format("h2load --rps at 25/50/75% of the best peak per case, ~b connections, ~bs per rate after a ~bs warm-up, percentiles from --log-file",
-                                    [maps:get(clients, S), maps:get(latency_duration, S), maps:get(latency_warmup, S)]);
+              true -> io_lib:format("cbench-load open loop at 25/50/75% of the best peak per case, ~b connections (~b streams each on h2c), ~bs per rate, one ~bs warm-up per engine at the lowest rate; percentiles corrected for coordinated omission",
+                                    [maps:get(clients, S), maps:get(streams, S), maps:get(latency_duration, S), maps:get(latency_warmup, S)]);
               false -> "not measured in this profile"
           end,
     Lines = [{"machine", maps:get(machine, S)},
@@ -317,12 +323,12 @@ latency_md(_Cfg, [], _Engines, _Protos) -> [];
 latency_md(Cfg, Lat, Engines, Protos) ->
     ["## Latency\n\n",
      "p99 latency at a fixed offered rate (25%, 50% and 75% of the best engine's peak for the case), ",
-     "lower is better. Every engine gets the same rates. Measured with `h2load --rps`, which paces each ",
-     "connection but never has more than one request (HTTP/1.1) or ten streams (h2c) in flight on it: a ",
-     "slow response delays the requests queued behind it and those delays are not counted, so these are not ",
-     "coordinated-omission-free figures; a server that falls behind shows as `overloaded` rather than as a ",
-     "long tail. h2load also releases the due requests of all connections together every 10 ms, so the ",
-     "figures include the queueing of those bursts (see docs/bench.md).\n\n",
+     "lower is better. Every engine gets the same rates. Measured open loop with `cbench-load`: every ",
+     "request has an intended send time on an even schedule over the connections, and its latency is ",
+     "counted from that time (corrected for coordinated omission, as wrk2 and zrk do), so a request that ",
+     "waited behind a slow one counts its wait. `uncorrected p99` (from the actual send) is shown beside it ",
+     "for comparison, and `send lag p99` is how late cbench-load itself sent (its own pacing error). ",
+     "`overloaded`: less than 98% of the offered rate was answered (see docs/bench.md).\n\n",
      [begin
           Rows = [R || R = #{proto := P1} <- Lat, P1 =:= P],
           Keys = lists:usort([{index(C, maps:get(cases, Cfg)), C, Rate} || #{'case' := C, rate := Rate} <- Rows]),
@@ -335,10 +341,11 @@ latency_md(Cfg, Lat, Engines, Protos) ->
                               [lat_cell(find_lat(Rows, C, Rate, E)) || E <- Engines]]
                              || {_, C, Rate} <- Keys]),
                    "\n#### Percentiles\n\n",
-                   md_table(["case", "req/s", "server", "p50", "p99", "p99.9", "answered req/s", "status",
-                             "server cpu%", "load cpu%"],
+                   md_table(["case", "req/s", "server", "p50", "p99", "p99.9", "uncorrected p99",
+                             "send lag p99", "answered req/s", "status", "server cpu%", "load cpu%"],
                             [[atom_to_list(C), fmt_int(Rate), E, fmt_us(maps:get(p50, R, undefined)),
                               fmt_us(maps:get(p99, R, undefined)), fmt_us(maps:get(p999, R, undefined)),
+                              fmt_us(maps:get(u_p99, R, undefined)), fmt_us(maps:get(lag_p99, R, undefined)),
                               case maps:get(answered, R, undefined) of undefined -> "-"; A -> fmt_int(A) end,
                               atom_to_list(maps:get(status, R)),
                               pct(maps:get(cpu_pct, R, undefined)), pct(maps:get(load_cpu_pct, R, undefined))]

@@ -3,7 +3,7 @@
 -module(cbench_bench_stats).
 
 -export([median/1, spread/1, spread_mark/1, ladder/2, rps_per_client/2,
-         overloaded/2, fmt_int/1, fmt_rps/1, fmt_us/1, fmt_bytes/1, fmt_float/2]).
+         overloaded/2, lag_bound/2, fmt_int/1, fmt_rps/1, fmt_us/1, fmt_bytes/1, fmt_float/2]).
 
 %% Runs more than this far apart (relative to their median) are marked `~'.
 -define(SPREAD, 0.05).
@@ -46,6 +46,15 @@ rps_per_client(Rate, Clients) -> max(1, Rate div Clients).
 %% @doc `overloaded' when less than 98% of the offered rate was answered.
 -spec overloaded(number(), number()) -> boolean().
 overloaded(Offered, Answered) -> Answered < 0.98 * Offered.
+
+%% @doc In an open-loop latency run, the load generator is taken as the limit (`^')
+%% when its own send lag (actual send - intended send) has a p99 over 1 ms and at
+%% least half the corrected p99: then the tail is the client's lateness more than
+%% the server's. (cbench-load polls instead of sleeping just before each send, so
+%% its CPU is busy at any rate and says nothing here.)
+-spec lag_bound(number() | undefined, number() | undefined) -> boolean().
+lag_bound(Lag, P99) when is_number(Lag), is_number(P99) -> Lag > 1000 andalso Lag >= 0.5 * P99;
+lag_bound(_, _) -> false.
 
 %% @doc 266046 -> "266,046".
 fmt_int(N) when is_float(N) -> fmt_int(round(N));

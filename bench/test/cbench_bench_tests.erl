@@ -207,3 +207,81 @@ svg_test() ->
                                  {"file_big", [{"nif", 3.5, "3.5"}, {"nginx", 0, "0"}]}], "note"),
     {Doc, _} = xmerl_scan:string(unicode:characters_to_list(iolist_to_binary(Svg)), [{quiet, true}]),
     ?assertEqual(svg, element(2, Doc)).
+
+%% --- cbench-load (closed loop for throughput, open loop for the ladder) ------
+
+load_json(Name) -> cbench_bench_json:decode(sample(Name)).
+
+load_args_test_() ->
+    Base = #{url => "http://127.0.0.1:1/hello", duration => 5, warmup => 2, json => "/tmp/r.json"},
+    H1 = cbench_bench_load:args(Base#{proto => h1, clients => 50, threads => 1}),
+    H2 = cbench_bench_load:args(Base#{proto => h2c, clients => 50, streams => 10, rate => 15000}),
+    Post = cbench_bench_load:args(Base#{proto => h1, data => "/tmp/b",
+                                        headers => [{"cookie", "a=1"}, {"cookie", "b=2"}]}),
+    After = fun(Opt, L) -> hd(tl(lists:dropwhile(fun(A) -> A =/= Opt end, L))) end,
+    [?_assertEqual(["--proto", "h1", "--connections", "50", "--depth", "1", "--threads", "1",
+                    "--duration", "5", "--warmup", "2", "--json", "/tmp/r.json", "--quiet",
+                    "http://127.0.0.1:1/hello"], H1),
+     ?_assertEqual("10", After("--depth", H2)),
+     ?_assertEqual("15000", After("--rate", H2)),
+     ?_assertNot(lists:member("--rate", H1)),
+     ?_assertEqual(2, length([A || A <- Post, A =:= "--header"])),
+     ?_assertEqual("cookie: a=1", After("--header", Post)),
+     ?_assertEqual("/tmp/b", After("--body-file", Post)),
+     ?_assertEqual("0.5", After("--duration", cbench_bench_load:args(Base#{proto => h1, duration => 0.5})))].
+
+load_parsed_ok_test() ->
+    P = cbench_bench_load:parsed(load_json("cbench_load_h1.json")),
+    #{succeeded := N, s2xx := N2, failed := 0, errored := 0, rps := Rps, bytes := B} = P,
+    ?assertEqual(N, N2),
+    ?assert(N > 1000 andalso is_float(Rps) andalso B > 0),
+    ?assertEqual(ok, cbench_bench_h2load:classify(P, 4)),
+    %% The same figures as h2load's summary gives: answered per second of the window.
+    ?assert(abs(Rps - N / maps:get(finished_s, P)) < 1.0).
+
+load_parsed_errors_test() ->
+    %% /status/503: every answer is a 5xx, so the run is `errors'.
+    P = cbench_bench_load:parsed(load_json("cbench_load_500.json")),
+    #{succeeded := N, s5xx := N, s2xx := 0} = P,
+    ?assert(N > 0),
+    ?assertEqual(errors, cbench_bench_h2load:classify(P, 2)),
+    %% No answer at all, connect errors only: errors; answers but a reset: errors.
+    Refused = #{<<"requests">> => #{<<"sent">> => 0, <<"completed">> => 0, <<"unsent">> => 0},
+                <<"errors">> => #{<<"connect">> => 9, <<"reset">> => 0, <<"timeout">> => 0, <<"protocol">> => 0},
+                <<"status">> => #{}, <<"bytes">> => #{<<"read">> => 0}, <<"achieved_rps">> => 0,
+                <<"duration_s">> => 1.0, <<"proto">> => <<"h1">>},
+    ?assertEqual(errors, cbench_bench_h2load:classify(cbench_bench_load:parsed(Refused), 2)),
+    Reset = Refused#{<<"requests">> => #{<<"sent">> => 101, <<"completed">> => 100, <<"unsent">> => 0},
+                     <<"errors">> => #{<<"connect">> => 0, <<"reset">> => 1, <<"timeout">> => 0, <<"protocol">> => 0},
+                     <<"status">> => #{<<"200">> => 100}},
+    ?assertEqual(errors, cbench_bench_h2load:classify(cbench_bench_load:parsed(Reset), 2)),
+    %% Answers on only as many connections as there are: stalled.
+    Stalled = Reset#{<<"requests">> => #{<<"sent">> => 4, <<"completed">> => 2, <<"unsent">> => 0},
+                     <<"errors">> => #{<<"connect">> => 0, <<"reset">> => 0, <<"timeout">> => 2, <<"protocol">> => 0},
+                     <<"status">> => #{<<"200">> => 2}},
+    ?assertEqual(stalled, cbench_bench_h2load:classify(cbench_bench_load:parsed(Stalled), 2)).
+
+load_latency_test() ->
+    J = load_json("cbench_load_open_h2c.json"),
+    L = cbench_bench_load:latency(J),
+    #{p50 := P50, p99 := P99, p999 := P999, u_p99 := U99, answered := A, offered := O, samples := N} = L,
+    ?assertEqual(1000.0, float(O)),
+    ?assertEqual(1000, N),
+    ?assert(P50 > 0 andalso P50 =< P99 andalso P99 =< P999),
+    %% Corrected latency counts from the intended time, never later than the actual send.
+    ?assert(U99 =< P99),
+    ?assertNot(cbench_bench_stats:overloaded(O, A)).
+
+load_tool_option_test_() ->
+    P = fun cbench_bench:parse_args/1,
+    [?_assertMatch({ok, #{tool := cbench_load}}, P([])),
+     ?_assertMatch({ok, #{tool := h2load}}, P(["--tool", "h2load"])),
+     ?_assertEqual({error, "unknown tool 'wrk' (cbench-load, h2load)"}, P(["--tool", "wrk"]))].
+
+lag_bound_test_() ->
+    L = fun cbench_bench_stats:lag_bound/2,
+    [?_assertNot(L(0.3, 120.0)),             % on time
+     ?_assertNot(L(900.0, 1200.0)),          % under 1 ms
+     ?_assert(L(4898.8, 5390.3)),            % the tail is the client's lateness
+     ?_assertNot(L(2000.0, 90000.0)),        % late, but the server's tail dominates
+     ?_assertNot(L(undefined, 100))].

@@ -41,6 +41,10 @@ erl -noshell -pa bench/ebin -eval '
     Check(maps:get(<<"status">>, T) =:= <<"ok">>, io_lib:format("smoke case status ~p", [T])),
     Check(is_number(maps:get(<<"rps">>, T)) andalso maps:get(<<"rps">>, T) > 0, "no req/s in data.json"),
     Check(maps:get(<<"latency">>, J) =/= [], "no latency rows in data.json"),
+    %% The ladder is cbench-load open loop: corrected and uncorrected percentiles and its send lag.
+    [Check(maps:is_key(K, L1), ["latency row without ", K])
+     || L1 <- maps:get(<<"latency">>, J), lists:member(maps:get(<<"status">>, L1), [<<"ok">>, <<"overloaded">>]),
+        K <- [<<"p50">>, <<"p99">>, <<"p999">>, <<"u_p99">>, <<"lag_p99">>, <<"answered">>]],
     {ok, Csv} = file:read_file(F("data.csv")),
     Lines = binary:split(Csv, <<"\n">>, [global, trim_all]),
     Check(length(Lines) >= 2, "data.csv has no data line"),

@@ -1,0 +1,361 @@
+/* cbench-load's command line: the URL, the options, the body file. Every bad value gets a message naming it;
+ * the caller prints the usage and exits 2. */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <llhttp.h>
+#include <nghttp2/nghttp2.h>
+
+#include "load.h"
+
+void cbl_usage(void *file) {
+  fprintf((FILE *)file,
+          "usage: cbench-load [options] URL\n"
+          "  URL                     http://HOST[:PORT][/PATH] (ws://... for --proto ws)\n"
+          "  -p, --proto P           h1 (default), h2c (prior knowledge) or ws (WebSocket echo)\n"
+          "  -c, --connections N     connections in all (default 10)\n"
+          "  -m, --depth N           per connection: HTTP/1.1 pipelining depth, h2c streams, WebSocket\n"
+          "                          messages in flight (default 1)\n"
+          "      --new-conn          HTTP/1.1: a new connection for every request\n"
+          "  -t, --threads N         threads, each with its own loop (default 1; at most one per connection)\n"
+          "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin\n"
+          "  -d, --duration S        measured seconds (default 10; decimals allowed)\n"
+          "  -w, --warmup S          seconds before the measured window (default 0)\n"
+          "  -r, --rate R            open loop: R requests per second in all, on a schedule spread evenly\n"
+          "                          over the connections; latency is measured from the intended send time\n"
+          "                          (corrected) and from the actual send (uncorrected). Without -r: closed\n"
+          "                          loop (every connection keeps its depth of requests in flight)\n"
+          "  -X, --method M          request method (default GET, or POST with a body)\n"
+          "      --path P            a path to request; repeat for a list used round robin (default: the\n"
+          "                          URL's path)\n"
+          "  -H, --header 'N: V'     an extra request header (repeatable)\n"
+          "  -b, --body-file FILE    the request body\n"
+          "      --timeout S         an answer later than this is a timeout error (default 10)\n"
+          "      --spin-us N         open loop: poll instead of sleeping when the next send is due within\n"
+          "                          N microseconds (default 100; 0: always sleep on the timer)\n"
+          "      --ws-size N         WebSocket message size in bytes (default 1024)\n"
+          "      --json FILE         write the results as JSON\n"
+          "      --erl FILE          write the results as an Erlang term (file:consult/1)\n"
+          "  -q, --quiet             no summary on stdout\n"
+          "  -V, --version           the version and the libraries'\n"
+          "  -h, --help              this text\n");
+}
+
+const char *cbl_proto_name(cbl_proto_id_t p) {
+  switch (p) {
+    case CBL_H1: return "h1";
+    case CBL_H2C: return "h2c";
+    case CBL_WS: return "ws";
+  }
+  return "?";
+}
+
+static int bad(const char *fmt, const char *arg) {
+  fprintf(stderr, "cbench-load: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  return -1;
+}
+
+static int parse_int(const char *s, long min, long max, int *out) {
+  if (s == NULL || *s == '\0') return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < min || v > max) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* Seconds with decimals, as nanoseconds. */
+static int parse_secs(const char *s, double min, double max, uint64_t *out) {
+  if (s == NULL || *s == '\0') return -1;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v) || v < min || v > max) return -1;
+  *out = (uint64_t)llround(v * 1e9);
+  return 0;
+}
+
+static int parse_cpus(const char *s, int *cpus, int *n) {
+  *n = 0;
+  while (*s) {
+    char *end;
+    if (!isdigit((unsigned char)*s)) return -1;
+    long a = strtol(s, &end, 10), b = a;
+    if (*end == '-') {
+      if (!isdigit((unsigned char)end[1])) return -1;
+      b = strtol(end + 1, &end, 10);
+    }
+    if (a < 0 || b < a || b > 4095) return -1;
+    for (long v = a; v <= b; v++) {
+      if (*n == CBL_MAX_THREADS) return -1;
+      cpus[(*n)++] = (int)v;
+    }
+    if (*end == ',') end++;
+    else if (*end != '\0') return -1;
+    s = end;
+  }
+  return *n > 0 ? 0 : -1;
+}
+
+static bool is_token(const char *s, size_t n) {
+  if (n == 0) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i])) return false;
+  return true;
+}
+
+static bool is_field_value(const char *s) {
+  for (; *s; s++)
+    if (*s == '\r' || *s == '\n' || *s == '\0') return false;
+  return true;
+}
+
+/* "http://host[:port][/path]": host (IPv6 in brackets), port, path. */
+static int parse_url(cbl_config_t *cfg, const char *url, const char **path) {
+  if (strlen(url) >= sizeof cfg->url) return bad("URL too long", "");
+  snprintf(cfg->url, sizeof cfg->url, "%s", url);
+  const char *p;
+  int def_port = 80;
+  if (strncmp(url, "http://", 7) == 0) {
+    p = url + 7;
+  } else if (strncmp(url, "ws://", 5) == 0) {
+    p = url + 5;
+    cfg->proto = CBL_WS;
+  } else {
+    return bad("unsupported URL '%s' (http://HOST[:PORT]/PATH or ws://...)", url);
+  }
+  const char *hend;
+  if (*p == '[') {
+    const char *rb = strchr(p, ']');
+    if (!rb) return bad("bad IPv6 host in '%s'", url);
+    if ((size_t)(rb - p - 1) >= sizeof cfg->host) return bad("host too long in '%s'", url);
+    memcpy(cfg->host, p + 1, (size_t)(rb - p - 1));
+    cfg->host[rb - p - 1] = '\0';
+    hend = rb + 1;
+  } else {
+    hend = p + strcspn(p, ":/");
+    if (hend == p || (size_t)(hend - p) >= sizeof cfg->host) return bad("no host in '%s'", url);
+    memcpy(cfg->host, p, (size_t)(hend - p));
+    cfg->host[hend - p] = '\0';
+  }
+  cfg->port = def_port;
+  const char *rest = hend;
+  if (*rest == ':') {
+    char port[8];
+    size_t n = strcspn(rest + 1, "/");
+    if (n == 0 || n >= sizeof port) return bad("bad port in '%s'", url);
+    memcpy(port, rest + 1, n);
+    port[n] = '\0';
+    if (parse_int(port, 1, 65535, &cfg->port)) return bad("bad port in '%s'", url);
+    rest += 1 + n;
+  }
+  if (*rest != '\0' && *rest != '/') return bad("bad URL '%s'", url);
+  *path = *rest ? rest : "/";
+  /* The authority as sent: the URL's, so a name-based server sees what it expects. */
+  snprintf(cfg->authority, sizeof cfg->authority, "%.*s", (int)(rest - p), p);
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  char port_s[8];
+  snprintf(port_s, sizeof port_s, "%d", cfg->port);
+  int e = getaddrinfo(cfg->host, port_s, &hints, &ai);
+  if (e != 0 || ai == NULL) {
+    fprintf(stderr, "cbench-load: cannot resolve '%s': %s\n", cfg->host, gai_strerror(e));
+    return -1;
+  }
+  memcpy(&cfg->addr, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  return 0;
+}
+
+static int read_file(const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t cap = 4096, n = 0;
+  char *b = malloc(cap);
+  size_t r;
+  while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+    n += r;
+    if (n == cap) {
+      char *nb = realloc(b, cap *= 2);
+      if (!nb) {
+        free(b);
+        b = NULL;
+      }
+      b = nb;
+    }
+  }
+  int err = ferror(f) || !b;
+  fclose(f);
+  if (err) {
+    free(b);
+    return -1;
+  }
+  *out = b;
+  *len = n;
+  return 0;
+}
+
+enum {
+  OPT_NEW_CONN = 256, OPT_CPUS, OPT_PATH, OPT_TIMEOUT, OPT_WS_SIZE, OPT_JSON, OPT_ERL, OPT_SPIN,
+};
+
+static const struct option long_opts[] = {
+  {"proto", required_argument, NULL, 'p'},
+  {"connections", required_argument, NULL, 'c'},
+  {"depth", required_argument, NULL, 'm'},
+  {"new-conn", no_argument, NULL, OPT_NEW_CONN},
+  {"threads", required_argument, NULL, 't'},
+  {"cpus", required_argument, NULL, OPT_CPUS},
+  {"duration", required_argument, NULL, 'd'},
+  {"warmup", required_argument, NULL, 'w'},
+  {"rate", required_argument, NULL, 'r'},
+  {"method", required_argument, NULL, 'X'},
+  {"path", required_argument, NULL, OPT_PATH},
+  {"header", required_argument, NULL, 'H'},
+  {"body-file", required_argument, NULL, 'b'},
+  {"timeout", required_argument, NULL, OPT_TIMEOUT},
+  {"ws-size", required_argument, NULL, OPT_WS_SIZE},
+  {"spin-us", required_argument, NULL, OPT_SPIN},
+  {"json", required_argument, NULL, OPT_JSON},
+  {"erl", required_argument, NULL, OPT_ERL},
+  {"quiet", no_argument, NULL, 'q'},
+  {"help", no_argument, NULL, 'h'},
+  {"version", no_argument, NULL, 'V'},
+  {NULL, 0, NULL, 0},
+};
+
+int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->connections = 10;
+  cfg->threads = 1;
+  cfg->depth = 1;
+  cfg->duration_ns = 10ull * 1000000000;
+  cfg->timeout_ns = 10ull * 1000000000;
+  cfg->ws_size = 1024;
+  cfg->spin_ns = 100000;
+  int proto = -1;
+  const char *body_file = NULL;
+  cfg->paths = calloc((size_t)argc + 1, sizeof *cfg->paths);
+  cfg->headers = calloc((size_t)argc + 1, sizeof *cfg->headers);
+  if (!cfg->paths || !cfg->headers) return bad("out of memory%s", "");
+  optind = 1;
+  int o;
+  while ((o = getopt_long(argc, argv, "p:c:m:t:d:w:r:X:H:b:qhV", long_opts, NULL)) != -1) {
+    switch (o) {
+      case 'p':
+        if (!strcmp(optarg, "h1") || !strcmp(optarg, "http1")) proto = CBL_H1;
+        else if (!strcmp(optarg, "h2c") || !strcmp(optarg, "h2")) proto = CBL_H2C;
+        else if (!strcmp(optarg, "ws")) proto = CBL_WS;
+        else return bad("unknown protocol '%s' (h1, h2c, ws)", optarg);
+        break;
+      case 'c':
+        if (parse_int(optarg, 1, CBL_MAX_CONNECTIONS, &cfg->connections)) return bad("bad --connections '%s'", optarg);
+        break;
+      case 'm':
+        if (parse_int(optarg, 1, CBL_MAX_DEPTH, &cfg->depth)) return bad("bad --depth '%s'", optarg);
+        break;
+      case OPT_NEW_CONN: cfg->new_conn = true; break;
+      case 't':
+        if (parse_int(optarg, 1, CBL_MAX_THREADS, &cfg->threads)) return bad("bad --threads '%s'", optarg);
+        break;
+      case OPT_CPUS:
+        if (parse_cpus(optarg, cfg->cpus, &cfg->ncpus)) return bad("bad --cpus '%s' (0,1 or 0-3)", optarg);
+        break;
+      case 'd':
+        if (parse_secs(optarg, 0.001, 86400, &cfg->duration_ns)) return bad("bad --duration '%s'", optarg);
+        break;
+      case 'w':
+        if (parse_secs(optarg, 0, 86400, &cfg->warmup_ns)) return bad("bad --warmup '%s'", optarg);
+        break;
+      case 'r': {
+        char *end;
+        errno = 0;
+        cfg->rate = strtod(optarg, &end);
+        if (errno || *end || *optarg == '\0' || !isfinite(cfg->rate) || cfg->rate < 0 || cfg->rate > 1e9)
+          return bad("bad --rate '%s'", optarg);
+        break;
+      }
+      case 'X':
+        if (!is_token(optarg, strlen(optarg))) return bad("bad --method '%s'", optarg);
+        cfg->method = optarg;
+        break;
+      case OPT_PATH:
+        if (optarg[0] != '/' || !is_field_value(optarg) || strchr(optarg, ' '))
+          return bad("bad --path '%s' (an absolute path without spaces)", optarg);
+        cfg->paths[cfg->npaths++] = optarg;
+        break;
+      case 'H': {
+        const char *colon = strchr(optarg, ':');
+        if (!colon || !is_token(optarg, (size_t)(colon - optarg)) || !is_field_value(colon + 1))
+          return bad("bad --header '%s' (expected 'Name: value')", optarg);
+        char *name = strndup(optarg, (size_t)(colon - optarg));
+        const char *v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        cfg->headers[cfg->nheaders].name = name;
+        cfg->headers[cfg->nheaders++].value = v;
+        break;
+      }
+      case 'b': body_file = optarg; break;
+      case OPT_TIMEOUT:
+        if (parse_secs(optarg, 0.001, 3600, &cfg->timeout_ns)) return bad("bad --timeout '%s'", optarg);
+        break;
+      case OPT_WS_SIZE: {
+        int n;
+        if (parse_int(optarg, 1, 16 * 1024 * 1024, &n)) return bad("bad --ws-size '%s'", optarg);
+        cfg->ws_size = (size_t)n;
+        break;
+      }
+      case OPT_SPIN: {
+        int n;
+        if (parse_int(optarg, 0, 1000000, &n)) return bad("bad --spin-us '%s'", optarg);
+        cfg->spin_ns = (uint64_t)n * 1000;
+        break;
+      }
+      case OPT_JSON: cfg->json_path = optarg; break;
+      case OPT_ERL: cfg->erl_path = optarg; break;
+      case 'q': cfg->quiet = true; break;
+      case 'h': cbl_usage(stdout); return 1;
+      case 'V':
+        printf("cbench-load %s (libuv %s, nghttp2 %s, llhttp %d.%d.%d, wslay, jansson %s)\n", CBL_VERSION,
+               uv_version_string(), nghttp2_version(0)->version_str, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
+               LLHTTP_VERSION_PATCH, JANSSON_VERSION);
+        return 1;
+      default: return -1; /* getopt printed what was wrong */
+    }
+  }
+  if (optind != argc - 1) return bad(optind >= argc ? "no URL given%s" : "more than one URL ('%s')",
+                                     optind >= argc ? "" : argv[optind + 1]);
+  const char *url_path;
+  if (parse_url(cfg, argv[optind], &url_path)) return -1;
+  if (proto >= 0) {
+    if (cfg->proto == CBL_WS && proto != CBL_WS) return bad("a ws:// URL needs --proto ws%s", "");
+    cfg->proto = (cbl_proto_id_t)proto;
+  }
+  if (cfg->npaths == 0) cfg->paths[cfg->npaths++] = url_path;
+  if (cfg->new_conn && cfg->proto != CBL_H1) return bad("--new-conn is for HTTP/1.1 (--proto h1)%s", "");
+  if (cfg->new_conn && cfg->depth != 1) return bad("--new-conn sends one request per connection: no --depth%s", "");
+  if (cfg->proto == CBL_WS && (body_file || cfg->method || cfg->npaths > 1))
+    return bad("--proto ws sends --ws-size messages on one path: no --body-file, --method or second --path%s", "");
+  if (cfg->threads > cfg->connections) cfg->threads = cfg->connections;
+  if (body_file) {
+    if (read_file(body_file, &cfg->body, &cfg->body_len)) return bad("cannot read --body-file '%s'", body_file);
+  }
+  if (!cfg->method) cfg->method = cfg->body ? "POST" : "GET";
+  return 0;
+}
+
+void cbl_config_free(cbl_config_t *cfg) {
+  for (int i = 0; i < cfg->nheaders; i++) free((char *)cfg->headers[i].name);
+  free(cfg->headers);
+  free(cfg->paths);
+  free(cfg->body);
+}

@@ -1,0 +1,268 @@
+/* cbench-load's internal types: the run's configuration, the per-thread loop and its connections, the protocol
+ * table, and the results. Everything here belongs to the load generator (build/cbench-load); nothing is shared
+ * with the engine but the libraries (libuv, llhttp, nghttp2) and the build rules.
+ *
+ * Who owns what:
+ *   config.c    the command line: URL, options, body file; usage
+ *   request.c   what goes on the wire, made once per run: HTTP/1.1 request bytes per path, h2 header lists, the
+ *               WebSocket handshake and message
+ *   run.c       the run: threads, the common start time, join, merge
+ *   thread.c    one thread, one uv_loop_t: its connections (connect, read, write, close, reconnect), the
+ *               open-loop schedule (a timerfd in the loop), timeouts, the measured window, the accounting
+ *   h1.c        HTTP/1.1 over llhttp in response mode: keep-alive, pipelining, a connection per request, HEAD
+ *   h2.c        h2c with prior knowledge over an nghttp2 client session: N streams per connection
+ *   ws.c        WebSocket echo over wslay: the upgrade, masked text frames, the echo
+ *   report.c    the results as a human summary, JSON (jansson) and an Erlang term file
+ *   hist.c      the log-linear latency histogram
+ */
+#ifndef CBL_LOAD_H
+#define CBL_LOAD_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "hist.h"
+
+#define CBL_VERSION "1.0"
+#define CBL_MAX_THREADS 256
+#define CBL_MAX_CONNECTIONS 100000
+#define CBL_MAX_DEPTH 4096
+#define CBL_READ_BUF (64 * 1024)
+#define CBL_MAX_STATUS 600
+/* The longest run whose per-second timeline is kept: a histogram per second and thread is 30 KiB, so 15 minutes
+ * cost 27 MiB per thread. Longer runs keep the totals and an empty timeline. */
+#define CBL_MAX_TIMELINE 900
+
+typedef enum { CBL_H1, CBL_H2C, CBL_WS } cbl_proto_id_t;
+
+/* Error kinds, counted per request (or per attempt for connect). */
+typedef enum { CBL_ERR_CONNECT, CBL_ERR_RESET, CBL_ERR_TIMEOUT, CBL_ERR_PROTOCOL, CBL_ERR_KINDS } cbl_err_t;
+
+typedef struct {
+  const char *name;
+  const char *value;
+} cbl_header_t;
+
+/* ---- config.c ---- */
+
+typedef struct {
+  char url[2048];
+  char host[256];      /* as in the URL (IPv6 without brackets) */
+  char authority[300]; /* host[:port] for Host and :authority */
+  int port;
+  struct sockaddr_storage addr;
+  cbl_proto_id_t proto;
+  int connections; /* in all */
+  int threads;
+  int depth;     /* HTTP/1.1 pipelining depth, h2 streams per connection, WebSocket messages in flight */
+  bool new_conn; /* HTTP/1.1: one request per connection */
+  int cpus[CBL_MAX_THREADS];
+  int ncpus;
+  uint64_t duration_ns, warmup_ns, timeout_ns;
+  uint64_t spin_ns; /* open loop: poll instead of sleeping when the next send is this close */
+  double rate; /* requests per second in all; 0: closed loop */
+  const char *method;
+  const char **paths; /* round robin */
+  int npaths;
+  cbl_header_t *headers;
+  int nheaders;
+  char *body; /* the body file's bytes, or NULL */
+  size_t body_len;
+  size_t ws_size;
+  const char *json_path;
+  const char *erl_path;
+  bool quiet;
+} cbl_config_t;
+
+/* Parses argv. 0: cfg is ready; 1: --help or --version was asked (answered on stdout); -1: a message and the usage
+ * were printed on stderr (the caller exits 2). */
+int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv);
+void cbl_config_free(cbl_config_t *cfg);
+void cbl_usage(void *file);
+const char *cbl_proto_name(cbl_proto_id_t p);
+
+/* ---- request.c ---- */
+
+typedef struct {
+  /* HTTP/1.1: the whole request (head and body) per path. */
+  char **h1;
+  size_t *h1_len;
+  /* h2: the header list per path (pseudo-headers first, then -H headers lowercased, then content-length). */
+  void **h2_nva; /* nghttp2_nv arrays */
+  size_t h2_nvlen;
+  /* WebSocket: the upgrade request, and the message each echo carries. */
+  char *ws_handshake;
+  size_t ws_handshake_len;
+  char *ws_msg;
+  bool head; /* the method is HEAD: responses have no body */
+} cbl_wire_t;
+
+int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg);
+void cbl_wire_free(cbl_wire_t *w, const cbl_config_t *cfg);
+
+/* ---- results: counted per thread, summed by run.c ---- */
+
+typedef struct {
+  uint64_t sent;      /* measured requests written */
+  uint64_t completed; /* measured requests answered (any status) */
+  uint64_t ok;        /* of which 2xx (or an echo, for WebSocket) */
+  uint64_t unsent;    /* open loop: due in the window but never sent (the client or its connections fell behind) */
+  uint64_t errors[CBL_ERR_KINDS];
+  uint64_t status[CBL_MAX_STATUS]; /* answers by status (non-2xx are errors) */
+  uint64_t bytes_read, bytes_written, body_bytes;
+  uint64_t connects; /* connections established, the warm-up included */
+} cbl_counts_t;
+
+typedef struct {
+  cbl_counts_t counts;
+  cbl_hist_t corrected;   /* from the intended send time */
+  cbl_hist_t uncorrected; /* from the actual send */
+  cbl_hist_t send_lag;    /* open loop: actual send - intended send (the generator's own pacing error) */
+  cbl_hist_t *second;     /* corrected, by the second of the window the answer came in */
+  uint64_t *second_done;  /* answers per second */
+  uint32_t nsec;
+} cbl_result_t;
+
+void cbl_result_init(cbl_result_t *r, uint32_t nsec);
+void cbl_result_merge(cbl_result_t *dst, const cbl_result_t *src);
+void cbl_result_free(cbl_result_t *r);
+
+/* ---- thread.c: one loop, its connections ---- */
+
+typedef struct cbl_thread_s cbl_thread_t;
+typedef struct cbl_conn_s cbl_conn_t;
+
+/* One request in flight. HTTP/1.1 and WebSocket use a connection's slots as a ring (answers come in order);
+ * h2 takes any free slot and finds it again through the stream's user data. */
+typedef struct {
+  uint64_t intended; /* when the schedule said to send it (closed loop: = sent) */
+  uint64_t sent;
+  int status;
+  bool used;
+  bool measured; /* intended inside the measured window */
+  size_t body_off; /* h2: how much of the body the data provider has given */
+} cbl_req_t;
+
+/* A protocol, seen from the connection code. Each function returns 0, or a negative cbl_err_t (-1 - kind) after
+ * which the connection is closed and its requests in flight are counted under that kind. */
+typedef struct {
+  void *(*create)(cbl_conn_t *c);
+  void (*destroy)(void *p);
+  int (*open)(cbl_conn_t *c);                        /* connected: preface, handshake */
+  bool (*ready)(cbl_conn_t *c);                      /* requests may be sent (WebSocket: after the 101) */
+  int (*send)(cbl_conn_t *c, cbl_req_t *r);          /* queue one request */
+  int (*flush)(cbl_conn_t *c);                       /* after a batch of sends or a read */
+  int (*read)(cbl_conn_t *c, const char *p, size_t n); /* bytes from the socket */
+  int (*eof)(cbl_conn_t *c);                         /* the peer closed its side */
+  void (*reset)(cbl_conn_t *c);                      /* the socket is gone: drop the session's state */
+} cbl_proto_t;
+
+extern const cbl_proto_t cbl_h1_proto, cbl_h2_proto, cbl_ws_proto;
+
+#define CBL_FAIL(kind) (-1 - (int)(kind))
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} cbl_buf_t;
+
+int cbl_buf_append(cbl_buf_t *b, const void *p, size_t n);
+
+enum { CBL_CONN_IDLE, CBL_CONN_CONNECTING, CBL_CONN_OPEN, CBL_CONN_CLOSING };
+
+struct cbl_conn_s {
+  uv_tcp_t tcp; /* first: callbacks cast the handle back */
+  cbl_thread_t *t;
+  uint32_t g; /* global index: its place in the open-loop schedule */
+  int state;
+  uv_connect_t connect_req;
+  uv_write_t write_req;
+  cbl_buf_t out;   /* queued, not yet handed to the socket */
+  cbl_buf_t wout;  /* being written by uv_write */
+  bool writing;
+  cbl_req_t *reqs; /* depth slots */
+  uint32_t head;   /* ring: oldest in flight (HTTP/1.1, WebSocket) */
+  uint32_t inflight;
+  uint32_t *free_slots; /* h2 */
+  uint32_t nfree;
+  uint64_t k_sent, k_due; /* open loop: requests of this connection's schedule sent, and due by now */
+  uint64_t started;       /* when the connect began */
+  uint64_t retry_at;      /* idle: when to connect again */
+  uint64_t answered;      /* answers on this socket */
+  bool in_dirty;
+  bool done_clean; /* closing without an error (a connection per request, or the server's close) */
+  void *p;         /* the protocol's state */
+};
+
+struct cbl_thread_s {
+  int index;
+  pthread_t tid;
+  uv_loop_t loop;
+  const cbl_config_t *cfg;
+  const cbl_wire_t *wire;
+  const cbl_proto_t *proto;
+  struct cbl_run_s *run;
+  cbl_conn_t *conns;
+  int nconns;
+  uv_timer_t tick; /* every 10 ms: reconnects, timeouts, the end of the run */
+  uv_poll_t pace;  /* open loop: a timerfd armed for the next intended send, in nanoseconds */
+  int tfd;
+  uv_idle_t idle;   /* open loop: started while the next send is within --spin-us (the loop polls, no sleep) */
+  uv_check_t check; /* ... and this sends on time after each poll meanwhile */
+  bool spinning;
+  uint64_t next_due;
+  uint64_t cur_k; /* open-loop cursor: the next request due is round cur_k of connection cur_l */
+  int cur_l;
+  bool pacing_done;
+  cbl_conn_t **dirty;
+  int ndirty;
+  uint32_t path_rr;
+  uint64_t now;     /* the time of the current event */
+  bool sending;     /* false once the window has ended: no new requests */
+  bool draining;
+  uint64_t tick_n;
+  cbl_result_t res;
+  uint64_t rng;
+  char rbuf[CBL_READ_BUF];
+};
+
+typedef struct cbl_run_s {
+  const cbl_config_t *cfg;
+  cbl_wire_t wire;
+  uint64_t t_start;   /* the schedule's origin: the warm-up begins */
+  uint64_t t_measure; /* the measured window begins */
+  uint64_t t_end;     /* and ends */
+  uint64_t t_drain;   /* answers still outstanding then are timeouts */
+  pthread_barrier_t ready, go;
+  cbl_thread_t *threads;
+  cbl_result_t total;
+  double elapsed_s; /* the measured window as it ran */
+} cbl_run_t;
+
+void *cbl_thread_main(void *arg);
+
+/* Called by the protocols. */
+uint64_t cbl_now(void);
+int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n);
+/* A request's answer is complete with this status; the slot is released. */
+void cbl_req_done(cbl_conn_t *c, cbl_req_t *r, int status, uint64_t now);
+/* A request ended with an error of this kind (the connection goes on: an h2 stream reset); the slot is released. */
+void cbl_req_failed(cbl_conn_t *c, cbl_req_t *r, cbl_err_t kind);
+/* A request was answered for the connection to end cleanly (a connection per request, or the server's
+ * Connection: close): closed after the current read, reconnected at once, nothing counted as an error. */
+void cbl_conn_end(cbl_conn_t *c);
+uint64_t cbl_rand(cbl_thread_t *t);
+
+/* ---- run.c, report.c ---- */
+
+int cbl_run(cbl_run_t *run, const cbl_config_t *cfg);
+void cbl_run_free(cbl_run_t *run);
+void cbl_report_text(const cbl_run_t *run, void *file);
+int cbl_report_files(const cbl_run_t *run); /* --json and --erl; 0 or -1 with a message printed */
+
+#endif

@@ -1,0 +1,221 @@
+/* cbench-load's results: the summary on stdout, --json FILE (jansson) and --erl FILE (the same tree written as
+ * an Erlang term that file:consult/1 reads: objects become maps with atom keys, numeric keys become integers,
+ * strings binaries, null `undefined'). Latencies are in microseconds with nanosecond decimals. */
+#include <ctype.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "load.h"
+
+static const char *const err_names[CBL_ERR_KINDS] = {"connect", "reset", "timeout", "protocol"};
+
+static double us(uint64_t ns) { return (double)ns / 1000.0; }
+
+static json_t *percentiles(const cbl_hist_t *h) {
+  return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "count", (json_int_t)h->total, "min",
+                   h->total ? us(h->min) : 0.0, "mean", cbl_hist_mean(h) / 1000.0, "p50",
+                   us(cbl_hist_percentile(h, 50)), "p90", us(cbl_hist_percentile(h, 90)), "p99",
+                   us(cbl_hist_percentile(h, 99)), "p999", us(cbl_hist_percentile(h, 99.9)), "p9999",
+                   us(cbl_hist_percentile(h, 99.99)), "max", us(h->max));
+}
+
+static uint64_t non2xx(const cbl_counts_t *c) {
+  uint64_t n = 0;
+  for (int s = 0; s < CBL_MAX_STATUS; s++)
+    if (c->status[s] && (s < 200 || s >= 300)) n += c->status[s];
+  return n;
+}
+
+static json_t *build(const cbl_run_t *run) {
+  const cbl_config_t *cfg = run->cfg;
+  const cbl_result_t *r = &run->total;
+  const cbl_counts_t *c = &r->counts;
+  json_t *root = json_object();
+  json_object_set_new(root, "tool", json_string("cbench-load"));
+  json_object_set_new(root, "version", json_string(CBL_VERSION));
+  json_object_set_new(root, "url", json_string(cfg->url));
+  json_object_set_new(root, "proto", json_string(cbl_proto_name(cfg->proto)));
+  json_object_set_new(root, "mode", json_string(cfg->rate > 0 ? "open" : "closed"));
+  json_object_set_new(root, "connections", json_integer(cfg->connections));
+  json_object_set_new(root, "depth", json_integer(cfg->depth));
+  json_object_set_new(root, "new_conn", json_boolean(cfg->new_conn));
+  json_object_set_new(root, "threads", json_integer(cfg->threads));
+  json_object_set_new(root, "duration_s", json_real((double)cfg->duration_ns / 1e9));
+  json_object_set_new(root, "warmup_s", json_real((double)cfg->warmup_ns / 1e9));
+  json_object_set_new(root, "timeout_s", json_real((double)cfg->timeout_ns / 1e9));
+  json_object_set_new(root, "offered_rps", cfg->rate > 0 ? json_real(cfg->rate) : json_null());
+  json_object_set_new(root, "achieved_rps", json_real((double)c->completed / run->elapsed_s));
+  json_object_set_new(root, "ok_rps", json_real((double)c->ok / run->elapsed_s));
+  json_object_set_new(root, "requests", json_pack("{s:I, s:I, s:I, s:I}", "sent", (json_int_t)c->sent,
+                                                  "completed", (json_int_t)c->completed, "ok",
+                                                  (json_int_t)c->ok, "unsent", (json_int_t)c->unsent));
+  json_t *errors = json_object(), *bad = json_object(), *all = json_object();
+  uint64_t total = 0;
+  for (int k = 0; k < CBL_ERR_KINDS; k++) {
+    json_object_set_new(errors, err_names[k], json_integer((json_int_t)c->errors[k]));
+    total += c->errors[k];
+  }
+  for (int s = 0; s < CBL_MAX_STATUS; s++) {
+    if (!c->status[s]) continue;
+    char key[8];
+    snprintf(key, sizeof key, "%d", s);
+    json_object_set_new(all, key, json_integer((json_int_t)c->status[s]));
+    if (s < 200 || s >= 300) json_object_set_new(bad, key, json_integer((json_int_t)c->status[s]));
+  }
+  total += non2xx(c);
+  json_object_set_new(errors, "status", bad);
+  json_object_set_new(errors, "total", json_integer((json_int_t)total));
+  json_object_set_new(root, "errors", errors);
+  json_object_set_new(root, "status", all);
+  json_object_set_new(root, "bytes", json_pack("{s:I, s:I, s:I}", "read", (json_int_t)c->bytes_read, "written",
+                                               (json_int_t)c->bytes_written, "body", (json_int_t)c->body_bytes));
+  json_object_set_new(root, "connects", json_integer((json_int_t)c->connects));
+  json_object_set_new(root, "latency_us", json_pack("{s:o, s:o, s:o}", "corrected", percentiles(&r->corrected),
+                                                    "uncorrected", percentiles(&r->uncorrected), "send_lag",
+                                                    percentiles(&r->send_lag)));
+  json_t *tl = json_array();
+  for (uint32_t i = 0; i < r->nsec; i++) {
+    /* The last second may be partial (a fractional duration): its rate is over its own length. */
+    double len = (double)cfg->duration_ns / 1e9 - i;
+    if (len > 1.0) len = 1.0;
+    json_array_append_new(tl, json_pack("{s:i, s:f, s:f}", "second", (int)i + 1, "rps",
+                                        (double)r->second_done[i] / len, "p99_us",
+                                        us(cbl_hist_percentile(&r->second[i], 99))));
+  }
+  json_object_set_new(root, "timeline", tl);
+  return root;
+}
+
+/* ---- the Erlang term ---- */
+
+static bool atom_safe(const char *k) {
+  if (!islower((unsigned char)*k)) return false;
+  for (; *k; k++)
+    if (!islower((unsigned char)*k) && !isdigit((unsigned char)*k) && *k != '_') return false;
+  return true;
+}
+
+static bool all_digits(const char *k) {
+  if (!*k) return false;
+  for (; *k; k++)
+    if (!isdigit((unsigned char)*k)) return false;
+  return true;
+}
+
+static void erl_string(FILE *f, const char *s) {
+  fputs("<<\"", f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20 || ch >= 0x7f) fprintf(f, "\\%03o", ch);
+    else fputc(ch, f);
+  }
+  fputs("\">>", f);
+}
+
+static void erl_term(FILE *f, const json_t *v) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+      const char *k;
+      json_t *x;
+      bool first = true;
+      fputs("#{", f);
+      json_object_foreach((json_t *)v, k, x) {
+        if (!first) fputs(", ", f);
+        first = false;
+        if (atom_safe(k) || all_digits(k)) fputs(k, f);
+        else erl_string(f, k);
+        fputs(" => ", f);
+        erl_term(f, x);
+      }
+      fputs("}", f);
+      break;
+    }
+    case JSON_ARRAY: {
+      fputs("[", f);
+      for (size_t i = 0; i < json_array_size(v); i++) {
+        if (i) fputs(", ", f);
+        erl_term(f, json_array_get(v, i));
+      }
+      fputs("]", f);
+      break;
+    }
+    case JSON_STRING: erl_string(f, json_string_value(v)); break;
+    case JSON_INTEGER: fprintf(f, "%lld", (long long)json_integer_value(v)); break;
+    case JSON_REAL: {
+      /* Erlang floats need a digit on both sides of the point: 3.0, not 3 or 3e5. */
+      char b[64];
+      snprintf(b, sizeof b, "%.3f", json_real_value(v));
+      fputs(b, f);
+      break;
+    }
+    case JSON_TRUE: fputs("true", f); break;
+    case JSON_FALSE: fputs("false", f); break;
+    case JSON_NULL: fputs("undefined", f); break;
+  }
+}
+
+int cbl_report_files(const cbl_run_t *run) {
+  const cbl_config_t *cfg = run->cfg;
+  if (!cfg->json_path && !cfg->erl_path) return 0;
+  json_t *root = build(run);
+  int rc = 0;
+  if (cfg->json_path && json_dump_file(root, cfg->json_path, JSON_INDENT(1) | JSON_REAL_PRECISION(10)) != 0) {
+    fprintf(stderr, "cbench-load: cannot write %s\n", cfg->json_path);
+    rc = -1;
+  }
+  if (cfg->erl_path) {
+    FILE *f = fopen(cfg->erl_path, "w");
+    if (f) {
+      erl_term(f, root);
+      fputs(".\n", f);
+    }
+    if (!f || fclose(f) != 0) {
+      fprintf(stderr, "cbench-load: cannot write %s\n", cfg->erl_path);
+      rc = -1;
+    }
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* ---- the summary ---- */
+
+static void row(FILE *f, const char *name, const cbl_hist_t *h) {
+  fprintf(f, "  %-12s", name);
+  const double ps[] = {50, 90, 99, 99.9, 99.99};
+  for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) fprintf(f, " %10.1f", us(cbl_hist_percentile(h, ps[i])));
+  fprintf(f, " %10.1f %10.1f\n", us(h->max), cbl_hist_mean(h) / 1000.0);
+}
+
+void cbl_report_text(const cbl_run_t *run, void *file) {
+  FILE *f = file;
+  const cbl_config_t *cfg = run->cfg;
+  const cbl_result_t *r = &run->total;
+  const cbl_counts_t *c = &r->counts;
+  fprintf(f, "cbench-load %s: %s, %d connection%s x depth %d%s, %d thread%s, ", cfg->url, cbl_proto_name(cfg->proto),
+          cfg->connections, cfg->connections == 1 ? "" : "s", cfg->depth, cfg->new_conn ? " (new connection per request)" : "",
+          cfg->threads, cfg->threads == 1 ? "" : "s");
+  if (cfg->rate > 0) fprintf(f, "open loop at %.1f req/s", cfg->rate);
+  else fprintf(f, "closed loop");
+  fprintf(f, ", %.2f s after a %.2f s warm-up\n", (double)cfg->duration_ns / 1e9, (double)cfg->warmup_ns / 1e9);
+  fprintf(f, "  requests    %llu sent, %llu answered (%llu 2xx), %llu unsent\n", (unsigned long long)c->sent,
+          (unsigned long long)c->completed, (unsigned long long)c->ok, (unsigned long long)c->unsent);
+  fprintf(f, "  rate        %.1f req/s achieved", (double)c->completed / run->elapsed_s);
+  if (cfg->rate > 0) fprintf(f, " of %.1f offered (%.1f%%)", cfg->rate, 100.0 * (double)c->completed / run->elapsed_s / cfg->rate);
+  fprintf(f, "\n  errors      connect %llu, reset %llu, timeout %llu, protocol %llu, non-2xx %llu",
+          (unsigned long long)c->errors[CBL_ERR_CONNECT], (unsigned long long)c->errors[CBL_ERR_RESET],
+          (unsigned long long)c->errors[CBL_ERR_TIMEOUT], (unsigned long long)c->errors[CBL_ERR_PROTOCOL],
+          (unsigned long long)non2xx(c));
+  for (int s = 0; s < CBL_MAX_STATUS; s++)
+    if (c->status[s] && (s < 200 || s >= 300)) fprintf(f, " [%d: %llu]", s, (unsigned long long)c->status[s]);
+  fprintf(f, "\n  bytes       read %llu, written %llu, body %llu; %llu connections opened\n",
+          (unsigned long long)c->bytes_read, (unsigned long long)c->bytes_written, (unsigned long long)c->body_bytes,
+          (unsigned long long)c->connects);
+  fprintf(f, "  latency us         p50        p90        p99      p99.9     p99.99        max       mean\n");
+  row(f, "corrected", &r->corrected);
+  row(f, "uncorrected", &r->uncorrected);
+  if (cfg->rate > 0) row(f, "send lag", &r->send_lag);
+}

@@ -1,0 +1,466 @@
+%%% @doc cbench-load end to end, through cbench:load/2: every request counted once against a
+%%% server that counts too (the nif engine); answers parsed byte for byte (pipelined, chunked, h2
+%%% DATA, HEAD, echoed bodies, WebSocket echoes); errors classified against small gen_tcp servers
+%%% that reset, stall, refuse or answer 500; coordinated omission corrected when cbench-server is
+%%% frozen with SIGSTOP for 300 ms; and the program's and the API's answers to bad input.
+%%%
+%%% Loads are short (0.3-1 s, 3 s for the SIGSTOP case) and no timing is asserted except the one
+%%% the issue specifies: the corrected p99.9 of a run with a 300 ms freeze is at least 250 ms.
+-module(cbench_load_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, init_per_suite/1, end_per_suite/1]).
+-export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h1_paths_round_robin/1,
+         echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, open_loop_schedule/1,
+         status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
+         ws_bad_echo/1, ws_route_missing/1, coordinated_omission/1, cli_usage/1,
+         api_bad_input/1]).
+
+all() -> [{group, server}, {group, faults}, coordinated_omission, cli_usage, api_bad_input].
+
+groups() ->
+    [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h1_paths_round_robin,
+                   echo_with_headers, h2c_streams, h2c_head_and_echo, open_loop_schedule,
+                   status_500]},
+     {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
+                   ws_route_missing]}].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(cbench),
+    {ok, S} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    [{server, S} | Config].
+
+end_per_suite(Config) ->
+    ok = cbench:stop_server(proplists:get_value(server, Config)),
+    application:stop(cbench).
+
+url(Config, Path) -> cbench:url(proplists:get_value(server, Config), Path).
+
+%% Runs a load and checks the bookkeeping every run must satisfy: each measured request is
+%% answered or counted under exactly one error kind (or left unsent by an open loop).
+load(Url, Opts) ->
+    {ok, R} = cbench:load(Url, Opts),
+    #{requests := #{sent := Sent, completed := Done},
+      errors := #{reset := Re, timeout := To, protocol := Pr}} = R,
+    ?assertEqual(Sent, Done + Re + To + Pr, R),
+    R.
+
+%% The server's request count moves by exactly what cbench-load sent: counted once, none lost.
+counted(Config, Fun) ->
+    S = proplists:get_value(server, Config),
+    #{requests := Before} = cbench:stats(S),
+    R = Fun(),
+    #{requests := After} = cbench:stats(S),
+    #{requests := #{sent := Sent}} = R,
+    ?assertEqual(Sent, After - Before, R),
+    R.
+
+no_errors(#{errors := #{total := 0}, requests := #{sent := S, completed := S, ok := S}} = R) when S > 0 -> R;
+no_errors(R) -> ct:fail({errors, R}).
+
+h1_keep_alive(Config) ->
+    R = counted(Config, fun() -> load(url(Config, "/hello"), #{connections => 4, duration => 0.5}) end),
+    #{requests := #{completed := N}, bytes := #{body := Body}, connects := 4,
+      status := Status, mode := <<"closed">>, proto := <<"h1">>} = no_errors(R),
+    ?assertEqual(#{200 => N}, Status),
+    ?assertEqual(N * byte_size(<<"Hello, Joe!">>), Body),
+    #{latency_us := #{corrected := C, uncorrected := U}, timeline := [_]} = R,
+    %% Closed loop: intended = actual send, so the two histograms are the same.
+    ?assertEqual(C, U),
+    #{count := N, p50 := P50, p99 := P99, p999 := P999, max := Max} = C,
+    ?assert(P50 > 0 andalso P50 =< P99 andalso P99 =< P999 andalso P999 =< Max).
+
+%% /stream/small: 100 chunks of 64 bytes, chunked; 8 requests pipelined on each connection. Every
+%% answer is the same bytes but for the Date header's value (same length), so the bytes read are
+%% exactly the answers times one answer's size.
+h1_pipelined_chunked(Config) ->
+    {Head, Chunked} = raw(Config, <<"GET /stream/small HTTP/1.1\r\nhost: x\r\n\r\n">>),
+    One = byte_size(Head) + byte_size(Chunked),
+    R = counted(Config, fun() ->
+                                load(url(Config, "/stream/small"),
+                                     #{connections => 2, depth => 8, duration => 0.5})
+                        end),
+    #{requests := #{completed := N}, bytes := #{body := Body, read := Read}} = no_errors(R),
+    ?assertEqual(N * 6400, Body),
+    ?assertEqual(N * One, Read).
+
+h1_head(Config) ->
+    R = counted(Config, fun() ->
+                                load(url(Config, "/file/small"),
+                                     #{method => "HEAD", connections => 2, depth => 4, duration => 0.3})
+                        end),
+    #{requests := #{completed := N}, bytes := #{body := 0, read := Read}} = no_errors(R),
+    {One, <<>>} = raw(Config, <<"HEAD /file/small HTTP/1.1\r\nhost: x\r\n\r\n">>),
+    ?assertEqual(N * byte_size(One), Read).
+
+h1_new_conn(Config) ->
+    S = proplists:get_value(server, Config),
+    #{conns_accepted := A0} = cbench:stats(S),
+    R = counted(Config, fun() ->
+                                load(url(Config, "/hello"),
+                                     #{new_conn => true, connections => 2, duration => 0.3})
+                        end),
+    #{requests := #{completed := N}, connects := Connects, new_conn := true} = no_errors(R),
+    #{conns_accepted := A1} = cbench:stats(S),
+    %% One connection per request: each answered request had its own, and a connection is opened
+    %% again after each answer, so at the end each of the 2 may be open (counted) or still
+    %% connecting (accepted by the server, not yet counted by the client) without a request.
+    ?assert(Connects >= N andalso Connects =< N + 2, R),
+    ?assert(A1 - A0 >= Connects andalso A1 - A0 =< N + 2, {A1 - A0, R}).
+
+h1_paths_round_robin(Config) ->
+    S = proplists:get_value(server, Config),
+    #{requests_by_route := #{hello := H0, json := J0}} = cbench:stats(S),
+    R = load(url(Config, "/"), #{paths => ["/hello", "/json"], connections => 1, duration => 0.3}),
+    #{requests := #{completed := N}, bytes := #{body := Body}} = no_errors(R),
+    #{requests_by_route := #{hello := H1, json := J1}} = cbench:stats(S),
+    {H, J} = {H1 - H0, J1 - J0},
+    ?assertEqual(N, H + J),
+    ?assert(abs(H - J) =< 1),
+    ?assertEqual(H * 11 + J * byte_size(<<"{\"message\":\"Hello, Joe!\"}">>), Body).
+
+%% POST /echo with a 1 KiB body and the seven headers of the benchmark's *_headers cases.
+echo_with_headers(Config) ->
+    Body = binary:copy(<<"0123456789abcdef">>, 64),
+    Hdrs = [{"cookie", "session=7f3a9c2e41b84d0f; theme=dark"},
+            {"cookie", "cart=3fa85f64-5717-4562-b3fc-2c963f66afa6"},
+            {"cookie", "consent=analytics:0,ads:0"},
+            {"x-request-id", "b7e4c2a0-6f1d-4c3e-9a58-1d2e3f4a5b6c"},
+            {"x-client-version", "cbench-bench/1.0"},
+            {"accept-language", "en-GB,en;q=0.9,fr;q=0.8"},
+            {"x-forwarded-for", "203.0.113.7, 198.51.100.23"}],
+    [begin
+         R = counted(Config, fun() ->
+                                     load(url(Config, "/echo"),
+                                          #{proto => P, body => Body, headers => Hdrs,
+                                            connections => 2, depth => 2, duration => 0.3})
+                             end),
+         #{requests := #{completed := N}, bytes := #{body := Got}} = no_errors(R),
+         ?assertEqual(N * 1024, Got)
+     end || P <- [h1, h2c]],
+    %% The headers arrive as sent: /headers echoes them as JSON.
+    R2 = load(url(Config, "/headers"), #{headers => Hdrs, connections => 1, duration => 0.2}),
+    #{requests := #{completed := N2}, bytes := #{body := B2}} = no_errors(R2),
+    Port = cbench:port(proplists:get_value(server, Config)),
+    Req = ["GET /headers HTTP/1.1\r\nhost: 127.0.0.1:", integer_to_list(Port), "\r\n",
+           [[N, ": ", V, "\r\n"] || {N, V} <- Hdrs], "\r\n"],
+    {_, Json} = raw(Config, iolist_to_binary(Req)),
+    ?assertEqual(N2 * byte_size(Json), B2).
+
+%% h2c: 10 streams on each of 2 connections; /stream/small's 6,400 bytes come as DATA frames.
+h2c_streams(Config) ->
+    R = counted(Config, fun() ->
+                                load(url(Config, "/stream/small"),
+                                     #{proto => h2c, connections => 2, depth => 10, duration => 0.5})
+                        end),
+    #{requests := #{completed := N}, bytes := #{body := Body}, proto := <<"h2c">>, connects := 2} =
+        no_errors(R),
+    ?assertEqual(N * 6400, Body),
+    ?assert(N > 20).
+
+h2c_head_and_echo(Config) ->
+    R = counted(Config, fun() ->
+                                load(url(Config, "/file/tiny"),
+                                     #{proto => h2c, method => "HEAD", connections => 1, depth => 4,
+                                       duration => 0.3})
+                        end),
+    #{bytes := #{body := 0}} = no_errors(R),
+    R2 = counted(Config, fun() ->
+                                 load(url(Config, "/file/tiny"),
+                                      #{proto => h2c, connections => 1, depth => 4, duration => 0.3})
+                         end),
+    #{requests := #{completed := N}, bytes := #{body := B}} = no_errors(R2),
+    ?assertEqual(N * 1024, B).
+
+%% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
+%% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)
+%% counted unsent; every one sent is answered and in the histograms and the timeline.
+open_loop_schedule(Config) ->
+    R = counted(Config, fun() ->
+                                load(url(Config, "/hello"),
+                                     #{rate => 400, connections => 2, duration => 1})
+                        end),
+    #{requests := #{sent := N, unsent := Unsent}, mode := <<"open">>, offered_rps := 400.0,
+      achieved_rps := A, timeline := [#{second := 1, rps := Rps}],
+      latency_us := #{corrected := #{count := N, p50 := C50},
+                      uncorrected := #{count := N, p50 := U50},
+                      send_lag := #{count := N}}} = no_errors(R),
+    ?assertEqual(400, N + Unsent),
+    ?assert(N >= 390, R),
+    ?assertEqual(float(N), A),
+    ?assertEqual(float(N), Rps),
+    ?assert(C50 >= U50).
+
+status_500(Config) ->
+    R = load(url(Config, "/status/500"), #{connections => 2, duration => 0.3}),
+    #{requests := #{sent := N, completed := N, ok := 0}, errors := #{status := St, total := N}} = R,
+    ?assert(N > 0),
+    ?assertEqual(#{500 => N}, St).
+
+%% ---- fault servers ----------------------------------------------------------------------------
+
+%% Reads each request, then resets the connection (SO_LINGER 0): every request is a reset.
+reset_server(_Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _, _} = recv_head(S, <<>>),
+                                        ok = inet:setopts(S, [{linger, {true, 0}}]),
+                                        gen_tcp:close(S)
+                                end),
+    R = load(url_of(Port, "/hello"), #{connections => 2, duration => 0.4}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0}, errors := #{reset := N}} = R,
+    ?assert(N >= 2, R).
+
+%% Reads each request and never answers: with a 0.3 s timeout, every request is a timeout.
+stalled_server(_Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _, _} = recv_head(S, <<>>),
+                                        receive after infinity -> ok end
+                                end),
+    R = load(url_of(Port, "/hello"), #{connections => 2, duration => 1, timeout => 0.3}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0}, errors := #{timeout := N, reset := 0}} = R,
+    ?assert(N >= 4, R).
+
+refused_connect(_Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
+    {ok, Port} = inet:port(L),
+    ok = gen_tcp:close(L),
+    R = load(url_of(Port, "/hello"), #{connections => 2, duration => 0.3}),
+    #{requests := #{sent := 0}, errors := #{connect := C}, connects := 0} = R,
+    ?assert(C >= 2, R).
+
+%% A WebSocket echo server (RFC 6455) on gen_tcp: the 101, then every masked frame echoed
+%% unmasked. Until issue 16 adds GET /ws to the engines, this is the server the mode is tested on.
+ws_echo(_Config) ->
+    {Port, Stop} = fault_server(fun(S) -> ws_serve(S, fun(M) -> M end) end),
+    R = load("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws",
+             #{connections => 2, depth => 2, duration => 0.4}),
+    Stop(),
+    #{requests := #{completed := N}, bytes := #{body := Body}, proto := <<"ws">>, status := St} =
+        no_errors(R),
+    ?assertEqual(N * 1024, Body),
+    ?assertEqual(#{}, St),
+    %% Any size, one message at a time.
+    {Port2, Stop2} = fault_server(fun(S) -> ws_serve(S, fun(M) -> M end) end),
+    R2 = load("http://127.0.0.1:" ++ integer_to_list(Port2) ++ "/ws",
+              #{proto => ws, ws_size => 70000, connections => 1, duration => 0.3}),
+    Stop2(),
+    #{requests := #{completed := N2}, bytes := #{body := B2}} = no_errors(R2),
+    ?assertEqual(N2 * 70000, B2).
+
+%% An echo that is not what was sent is a protocol error.
+ws_bad_echo(_Config) ->
+    {Port, Stop} = fault_server(fun(S) -> ws_serve(S, fun(<<_, M/binary>>) -> <<"X", M/binary>> end) end),
+    R = load("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws", #{connections => 1, duration => 0.3}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0}, errors := #{protocol := N}} = R,
+    ?assert(N >= 1, R).
+
+%% A server without the route answers the upgrade with 404: counted by status, nothing sent.
+ws_route_missing(Config) ->
+    Url = "ws" ++ string:prefix(url(Config, "/ws"), "http"),
+    R = load(Url, #{connections => 1, duration => 0.2}),
+    #{requests := #{sent := 0}, errors := #{status := #{404 := N}}} = R,
+    ?assert(N >= 1, R).
+
+%% ---- coordinated omission -------------------------------------------------------------------------
+
+%% 1,000 req/s over 2 connections for 3 s against cbench-server, frozen (SIGSTOP) for 300 ms after
+%% 1 s. The ~300 requests intended during the freeze wait for it; measured from their intended
+%% time (corrected), 50 of them (1.7% of 3,000) waited 250 ms or more, so p99.9 is at least
+%% 250 ms. Measured from the actual send (uncorrected), only the 2 requests in flight when it froze
+%% (0.07%) waited: p99.9 stays far below.
+coordinated_omission(_Config) ->
+    {Os, Port, Close} = start_cbench_server(),
+    Self = self(),
+    Url = url_of(Port, "/hello"),
+    Runner = spawn_link(fun() -> Self ! {self(), load(Url, #{rate => 1000, connections => 2, duration => 3})} end),
+    timer:sleep(1000),
+    "" = os:cmd("kill -STOP " ++ Os),
+    timer:sleep(300),
+    "" = os:cmd("kill -CONT " ++ Os),
+    R = receive {Runner, Res} -> Res after 60000 -> ct:fail(no_result) end,
+    Close(),
+    ct:log("~p", [R]),
+    #{requests := #{sent := Sent, unsent := Unsent},
+      latency_us := #{corrected := #{p999 := C999, max := CMax}, uncorrected := #{p999 := U999}}} =
+        no_errors(R),
+    ?assertEqual(3000, Sent + Unsent),
+    ?assert(Sent >= 2950, R),
+    ?assert(C999 >= 250000, {corrected_p999, C999}),
+    ?assert(CMax >= 300000, {corrected_max, CMax}),
+    ?assert(U999 < C999 / 2, {uncorrected_p999, U999, corrected_p999, C999}).
+
+start_cbench_server() ->
+    Exe = filename:join([root(), "build", "cbench-server"]),
+    P = open_port({spawn_executable, Exe}, [{args, ["--port", "0", "--threads", "1"]}, {line, 256},
+                                            exit_status, binary]),
+    {os_pid, Os} = erlang:port_info(P, os_pid),
+    Port = receive
+               {P, {data, {eol, <<"cbench-server listening on http://127.0.0.1:", Rest/binary>>}}} ->
+                   [PortB | _] = binary:split(Rest, <<" ">>),
+                   binary_to_integer(PortB)
+           after 10000 -> ct:fail(cbench_server_not_ready)
+           end,
+    Close = fun() ->
+                    os:cmd("kill -CONT " ++ integer_to_list(Os)),
+                    os:cmd("kill -TERM " ++ integer_to_list(Os)),
+                    receive {P, {exit_status, _}} -> ok after 10000 -> ok end
+            end,
+    {integer_to_list(Os), Port, Close}.
+
+%% The repository: where rebar3's _build/.../cbench/erl link points (as cbench_consumer_SUITE).
+root() ->
+    {ok, Erl} = file:read_link_all(filename:join(code:lib_dir(cbench), "erl")),
+    filename:dirname(filename:absname(Erl, code:lib_dir(cbench))).
+
+%% ---- bad input ------------------------------------------------------------------------------------
+
+cli_usage(_Config) ->
+    {ok, Exe} = cbench_load:exe_path(),
+    Bad = [[], ["--rate", "x", "http://127.0.0.1:1/"], ["--proto", "h3", "http://127.0.0.1:1/"],
+           ["--frobnicate", "http://127.0.0.1:1/"], ["ftp://127.0.0.1/"], ["-c", "0", "http://127.0.0.1:1/"],
+           ["--new-conn", "--proto", "h2c", "http://127.0.0.1:1/"], ["-H", "no colon", "http://127.0.0.1:1/"],
+           ["--duration", "-1", "http://127.0.0.1:1/"], ["http://127.0.0.1:1/", "http://127.0.0.1:2/"],
+           ["--body-file", "/nonexistent/file", "http://127.0.0.1:1/"]],
+    [begin
+         P = open_port({spawn_executable, Exe}, [{args, A}, exit_status, stderr_to_stdout, binary]),
+         {Status, Out} = drain(P, <<>>),
+         ?assertEqual({2, A}, {Status, A}),
+         ?assertMatch({match, _}, re:run(Out, "usage: cbench-load"), {A, Out})
+     end || A <- Bad],
+    P = open_port({spawn_executable, Exe}, [{args, ["--help"]}, exit_status, binary]),
+    ?assertMatch({0, _}, drain(P, <<>>)).
+
+drain(P, Acc) ->
+    receive
+        {P, {data, D}} -> drain(P, <<Acc/binary, D/binary>>);
+        {P, {exit_status, S}} -> {S, Acc}
+    after 10000 -> ct:fail(no_exit)
+    end.
+
+api_bad_input(_Config) ->
+    U = "http://127.0.0.1:1/",
+    ?assertError(badarg, cbench:load(U, [])),
+    ?assertError(badarg, cbench:load(42, #{})),
+    ?assertError(badarg, cbench:load([foo], #{})),
+    [?assertEqual({error, {bad_option, K}}, cbench:load(U, #{K => V}))
+     || {K, V} <- [{bogus, 1}, {connections, 0}, {connections, "4"}, {depth, -1}, {proto, h3},
+                   {duration, 0}, {rate, -5}, {headers, [bad]}, {paths, []}, {cpus, [a]},
+                   {new_conn, yes}, {body, "not a binary"}, {method, 42}]],
+    %% What the program refuses comes back as its usage text.
+    ?assertMatch({error, {usage, _}}, cbench:load(U, #{new_conn => true, proto => h2c})),
+    ?assertMatch({error, {usage, _}}, cbench:load("gopher://x/", #{})).
+
+%% ---- helpers --------------------------------------------------------------------------------------
+
+url_of(Port, Path) -> "http://127.0.0.1:" ++ integer_to_list(Port) ++ Path.
+
+%% One request on a fresh keep-alive connection: the answer's head and its body as they came on
+%% the wire (chunked framing included); HEAD answers have no body.
+raw(Config, Req) ->
+    Port = cbench:port(proplists:get_value(server, Config)),
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+    ok = gen_tcp:send(S, Req),
+    {ok, Head, Rest} = recv_head(S, <<>>),
+    Body = case {Req, re:run(Head, "(?i)content-length: *([0-9]+)", [{capture, all_but_first, binary}])} of
+               {<<"HEAD", _/binary>>, _} -> <<>>;
+               {_, {match, [Len]}} -> recv_n(S, Rest, binary_to_integer(Len));
+               {_, nomatch} -> recv_until(S, Rest, <<"\r\n0\r\n\r\n">>)
+           end,
+    gen_tcp:close(S),
+    {Head, Body}.
+
+recv_n(_, Acc, N) when byte_size(Acc) >= N -> Acc;
+recv_n(S, Acc, N) ->
+    {ok, D} = gen_tcp:recv(S, 0, 5000),
+    recv_n(S, <<Acc/binary, D/binary>>, N).
+
+recv_until(S, Acc, End) ->
+    case binary:longest_common_suffix([Acc, End]) =:= byte_size(End) of
+        true -> Acc;
+        false ->
+            {ok, D} = gen_tcp:recv(S, 0, 5000),
+            recv_until(S, <<Acc/binary, D/binary>>, End)
+    end.
+
+recv_head(S, Acc) ->
+    case binary:match(Acc, <<"\r\n\r\n">>) of
+        {Pos, 4} -> {ok, binary:part(Acc, 0, Pos + 4), binary:part(Acc, Pos + 4, byte_size(Acc) - Pos - 4)};
+        nomatch ->
+            case gen_tcp:recv(S, 0, 5000) of
+                {ok, D} -> recv_head(S, <<Acc/binary, D/binary>>);
+                Error -> Error
+            end
+    end.
+%% A listener on an ephemeral port whose every connection runs Handle(Socket) in a process linked
+%% to the acceptor. Stop() kills the acceptor and so every connection with it.
+fault_server(Handle) ->
+    Self = self(),
+    Pid = spawn(fun() ->
+                        {ok, L} = gen_tcp:listen(0, [binary, {ip, {127, 0, 0, 1}}, {active, false},
+                                                     {reuseaddr, true}, {backlog, 128}]),
+                        {ok, Port} = inet:port(L),
+                        Self ! {self(), Port},
+                        accept_loop(L, Handle)
+                end),
+    Port = receive {Pid, P} -> P end,
+    {Port, fun() -> exit(Pid, kill), ok end}.
+
+accept_loop(L, Handle) ->
+    {ok, S} = gen_tcp:accept(L),
+    C = spawn_link(fun() -> receive go -> ok end, catch Handle(S) end),
+    ok = gen_tcp:controlling_process(S, C),
+    C ! go,
+    accept_loop(L, Handle).
+
+%% The server side of RFC 6455: check the upgrade, answer 101 with the accept key, then echo each
+%% message (unmasked, as a server sends) after Transform.
+ws_serve(S, Transform) ->
+    {ok, Head, Early} = recv_head(S, <<>>),
+    {match, [Key]} = re:run(Head, "(?i)sec-websocket-key: *([^\\r]+)\\r\\n", [{capture, all_but_first, binary}]),
+    {match, _} = re:run(Head, "(?i)upgrade: *websocket"),
+    Accept = base64:encode(crypto:hash(sha, <<Key/binary, "258EAFA5-E914-47DA-95CA-C5AB0DC85B11">>)),
+    ok = gen_tcp:send(S, ["HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
+                          "connection: Upgrade\r\nsec-websocket-accept: ", Accept, "\r\n\r\n"]),
+    ws_loop(S, Early, Transform).
+
+ws_loop(S, Buf, Transform) ->
+    case ws_frame(Buf) of
+        {ok, Op, Payload, Rest} ->
+            case Op of
+                8 -> gen_tcp:close(S);
+                _ ->
+                    ok = gen_tcp:send(S, ws_encode(Op, Transform(Payload))),
+                    ws_loop(S, Rest, Transform)
+            end;
+        more ->
+            {ok, D} = gen_tcp:recv(S, 0),
+            ws_loop(S, <<Buf/binary, D/binary>>, Transform)
+    end.
+
+%% One client frame (FIN set, masked); `more' until it is complete.
+ws_frame(<<1:1, 0:3, Op:4, 1:1, 127:7, Len:64, Mask:4/binary, Rest/binary>>) -> ws_payload(Op, Len, Mask, Rest);
+ws_frame(<<1:1, 0:3, Op:4, 1:1, 126:7, Len:16, Mask:4/binary, Rest/binary>>) -> ws_payload(Op, Len, Mask, Rest);
+ws_frame(<<1:1, 0:3, Op:4, 1:1, Len:7, Mask:4/binary, Rest/binary>>) when Len < 126 -> ws_payload(Op, Len, Mask, Rest);
+ws_frame(_) -> more.
+
+ws_payload(Op, Len, Mask, Data) when byte_size(Data) >= Len ->
+    <<Masked:Len/binary, Rest/binary>> = Data,
+    {ok, Op, unmask(Masked, Mask), Rest};
+ws_payload(_, _, _, _) -> more.
+
+unmask(Data, <<M:32>>) ->
+    Words = byte_size(Data) div 4,
+    <<Body:Words/binary-unit:32, Tail/binary>> = Data,
+    Head = << <<(W bxor M):32>> || <<W:32>> <= Body >>,
+    <<M1, M2, M3, _>> = <<M:32>>,
+    TailU = list_to_binary([B bxor K || {B, K} <- lists:zip(binary_to_list(Tail),
+                                                            lists:sublist([M1, M2, M3], byte_size(Tail)))]),
+    <<Head/binary, TailU/binary>>.
+
+ws_encode(Op, P) when byte_size(P) < 126 -> [<<1:1, 0:3, Op:4, 0:1, (byte_size(P)):7>>, P];
+ws_encode(Op, P) when byte_size(P) < 65536 -> [<<1:1, 0:3, Op:4, 0:1, 126:7, (byte_size(P)):16>>, P];
+ws_encode(Op, P) -> [<<1:1, 0:3, Op:4, 0:1, 127:7, (byte_size(P)):64>>, P].
