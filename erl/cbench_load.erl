@@ -8,6 +8,8 @@
 -module(cbench_load).
 
 -export([run/2, args/2, exe_path/0]).
+%% args/2 and exe_path/0: the command line and the program, for the benchmark harness and tests.
+-ignore_xref([{args, 2}, {exe_path, 0}]).
 
 -define(KEYS, [proto, connections, depth, new_conn, threads, cpus, duration, warmup, rate,
                method, paths, headers, body, body_file, timeout, ws_size]).
