@@ -27,7 +27,9 @@
 -record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
               headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
               framing = none :: none | chunked | {length, non_neg_integer()},
-              expect = false :: boolean()}).
+              expect = false :: boolean(),
+              %% The answer has begun (a streamed echo): a later error closes without a status.
+              started = false :: boolean()}).
 
 -define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
 -define(LINGER_MS, 1000).
@@ -364,8 +366,8 @@ echo_chunked(S, Cfg, Req) ->
     case send(S, cbench_http:head(200, [ct(octet)], chunked, conn_mode(Req))) of
         ok ->
             Send = fun(Piece, ok) -> send(S, cbench_http:chunk(Piece)) end,
-            case body(S, Cfg, Req, fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end,
-                      ok) of
+            case body(S, Cfg, Req#req{started = true},
+                      fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end, ok) of
                 {ok, ok} -> send(S, cbench_http:last_chunk());
                 Error -> Error
             end;
@@ -378,9 +380,9 @@ body(_S, _Cfg, #req{framing = none}, _Fun, Acc) ->
 body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
     ok = inet:setopts(S, [{packet, raw}]),
     body_length(S, Cfg, N, Fun, Acc);
-body(S, Cfg, #req{framing = chunked}, Fun, Acc) ->
+body(S, Cfg, Req = #req{framing = chunked}, Fun, Acc) ->
     ok = inet:setopts(S, [{packet, raw}]),
-    body_chunked(S, Cfg, 0, Fun, Acc).
+    body_chunked(S, Cfg, Req, 0, Fun, Acc).
 
 body_length(_S, _Cfg, 0, _Fun, Acc) ->
     {ok, Acc};
@@ -396,27 +398,29 @@ body_length(S, Cfg, Left, Fun, Acc) ->
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-body_chunked(S, Cfg, Total, Fun, Acc) ->
+body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
     case read_line(S, Cfg) of
         {ok, Line} ->
             case chunk_size(Line) of
-                {ok, 0} -> trailers(S, Cfg, Acc);
+                {ok, 0} -> trailers(S, Cfg, Req, 0, Acc);
                 {ok, Size} when Total + Size > Cfg#cfg.max_body ->
-                    error_close(S, Cfg, 413), {error, too_large};
+                    fail(S, Cfg, Req, 413), {error, too_large};
                 {ok, Size} ->
                     ok = inet:setopts(S, [{packet, raw}]),
                     case chunk_data(S, Cfg, Size, Fun, Acc) of
                         {ok, Acc1} ->
                             case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
-                                {ok, <<"\r\n">>} -> body_chunked(S, Cfg, Total + Size, Fun, Acc1);
-                                {ok, _} -> error_close(S, Cfg, 400), {error, bad_chunk};
+                                {ok, <<"\r\n">>} ->
+                                    body_chunked(S, Cfg, Req, Total + Size, Fun, Acc1);
+                                {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
                                 {error, E} -> bump(Cfg, resets), {error, E}
                             end;
                         Error -> Error
                     end;
                 error ->
-                    error_close(S, Cfg, 400), {error, bad_chunk}
+                    fail(S, Cfg, Req, 400), {error, bad_chunk}
             end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
         Error -> Error
     end.
 
@@ -433,19 +437,42 @@ chunk_data(S, Cfg, Left, Fun, Acc) ->
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-trailers(S, Cfg, Acc) ->
+%% Trailers are parsed like header lines and dropped (no route sees them); they have their own
+%% budget, max_header_bytes: over it, 431 (docs/wire.md).
+trailers(S, Cfg, Req, Bytes, Acc) ->
     case read_line(S, Cfg) of
         {ok, <<"\r\n">>} -> {ok, Acc};
         {ok, <<"\n">>} -> {ok, Acc};
-        {ok, _Trailer} -> trailers(S, Cfg, Acc);
+        {ok, Line} when Bytes + byte_size(Line) > Cfg#cfg.max_header ->
+            fail(S, Cfg, Req, 431), {error, too_large};
+        {ok, Line} ->
+            %% httph_bin decides on a line only once it sees the next (a value may continue).
+            case erlang:decode_packet(httph_bin, <<Line/binary, "\r\n">>, []) of
+                {ok, {http_header, _, _, _, _}, <<"\r\n">>} ->
+                    trailers(S, Cfg, Req, Bytes + byte_size(Line), Acc);
+                _ ->
+                    fail(S, Cfg, Req, 400), {error, bad_trailer}
+            end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 431), {error, too_large};
         Error -> Error
     end.
 
+%% One line of the chunked framing; {error, emsgsize} when it is longer than max_header_bytes.
+%% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
 read_line(S, Cfg) ->
     ok = inet:setopts(S, [{packet, line}]),
+    read_line(S, Cfg, <<>>).
+
+read_line(S, Cfg, Acc) ->
     case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
-        {ok, Line} -> {ok, Line};
-        {error, emsgsize} -> error_close(S, Cfg, 400), {error, bad_chunk};
+        {ok, Piece} ->
+            Line = <<Acc/binary, Piece/binary>>,
+            case binary:last(Line) of
+                _ when byte_size(Line) > Cfg#cfg.max_header -> {error, emsgsize};
+                $\n -> {ok, Line};
+                _ -> read_line(S, Cfg, Line)
+            end;
+        {error, emsgsize} -> {error, emsgsize};
         {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
@@ -549,21 +576,30 @@ send(S, Data) ->
         {error, _} = E -> E
     end.
 
+%% A request that fails while its body is read: the error answer, or, when the answer has already
+%% begun (a streamed echo), a close without a second status.
+fail(S, Cfg, #req{started = true}, Status) ->
+    bump_status(Cfg, Status),
+    _ = gen_tcp:shutdown(S, write),
+    {error, closed};
+fail(S, Cfg, _Req, Status) ->
+    error_close(S, Cfg, Status).
+
 %% An error answer, then a lingering close: shut our side, drop what the peer still sends for a
 %% short while, so that it reads the answer instead of a reset.
 error_close(S, Cfg, Status) ->
-    case Status of
-        400 -> bump(Cfg, status_400);
-        413 -> bump(Cfg, status_413);
-        431 -> bump(Cfg, status_431);
-        _ -> ok
-    end,
+    bump_status(Cfg, Status),
     _ = gen_tcp:send(S, cbench_http:head(Status, [], 0, close)),
     _ = gen_tcp:shutdown(S, write),
     _ = inet:setopts(S, [{packet, raw}]),
     Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
     drain(S, Deadline),
     {error, closed}.
+
+bump_status(Cfg, 400) -> bump(Cfg, status_400);
+bump_status(Cfg, 413) -> bump(Cfg, status_413);
+bump_status(Cfg, 431) -> bump(Cfg, status_431);
+bump_status(_Cfg, _) -> ok.
 
 drain(S, Deadline) ->
     Left = Deadline - erlang:monotonic_time(millisecond),

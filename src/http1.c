@@ -27,6 +27,7 @@ typedef struct {
   int nhdrs, hdrs_cap;
   size_t url_len;
   size_t head_bytes;  /* counted against max_header_bytes */
+  size_t trailer_bytes; /* the trailer section of a chunked body, counted against its own max_header_bytes */
   size_t field_start; /* where the current header's name starts in `head` */
   int keep_all;       /* keep every header (the /headers route), not only those the protocol reads */
   int keep_cur;       /* the current header is kept */
@@ -57,6 +58,9 @@ static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
 /* ---- the head ---- */
 
 static int head_append(h1_t *h, const char *p, size_t n) {
+  /* Once the head is complete its offsets are pointers into `head`: growing it would free what they point
+   * to. Nothing may append then (trailers take their own path); refuse rather than move the buffer. */
+  if (!h->in_head) return -1;
   if (n == 0) return 0;
   if (h->head_len + n > h->head_cap) {
     size_t cap = h->head_cap ? h->head_cap : 512;
@@ -81,6 +85,19 @@ static int count_head(h1_t *h, size_t n) {
   return 0;
 }
 
+/* Trailers (the fields after the last chunk) come through the same header callbacks as the head, but after
+ * on_headers_complete. They are parsed (llhttp checks their syntax, we check the names) and dropped: nothing
+ * of them is kept or shown to a handler. Their own budget is max_header_bytes, counted like the head's;
+ * over it: 431. */
+static int count_trailer(h1_t *h, size_t n) {
+  h->trailer_bytes += n;
+  if (h->trailer_bytes > h->c->w->cfg->max_header_bytes) {
+    h->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
 static int lower_eq(const char *a, size_t n, const char *lit) {
   if (strlen(lit) != n) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -97,6 +114,7 @@ static int on_message_begin(llhttp_t *p) {
   h->nhdrs = 0;
   h->url_len = 0;
   h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
+  h->trailer_bytes = 0;
   h->keep_all = 0;
   h->in_head = 1;
   h->in_msg = 1;
@@ -149,9 +167,13 @@ static const uint8_t tchar[256] = {
 
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
-  if (count_head(h, n)) return -1;
+  if (h->in_head ? count_head(h, n) : count_trailer(h, n)) return -1;
   for (size_t i = 0; i < n; i++)
     if (!tchar[(unsigned char)at[i]]) return -1; /* 400 */
+  if (!h->in_head) { /* a trailer: only remember that the name is not empty */
+    h->keep_cur = 2;
+    return 0;
+  }
   if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
   h->field_start = h->head_len;
   h->keep_cur = 2;
@@ -160,6 +182,11 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
 
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
+  if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
+    if (h->keep_cur != 2) return -1;
+    h->keep_cur = 0;
+    return 0;
+  }
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
   if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
@@ -189,6 +216,7 @@ static int on_header_field_complete(llhttp_t *p) {
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
+  if (!h->in_head) return count_trailer(h, n);
   if (count_head(h, n)) return -1;
   if (!h->keep_cur) return 0;
   if (head_append(h, at, n)) return -1;
@@ -199,7 +227,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 static int on_header_value_complete(llhttp_t *p) {
   h1_t *h = H(p);
   h->keep_cur = 0;
-  return count_head(h, 4); /* ": " and CRLF */
+  return h->in_head ? count_head(h, 4) : count_trailer(h, 4); /* ": " and CRLF */
 }
 
 static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
@@ -475,9 +503,11 @@ static void send_error(h1_t *h, int status) {
   }
   h->dead = 1;
   cb__req_t *r = &h->req;
-  int started = r->res_state == CB__RES_HEAD;
+  /* The request has been answered, or its answer has begun (a streamed echo, or trailers over their limit
+   * after the response): no second status; close after what is queued. */
+  int started = h->in_msg && r->res_state != CB__RES_NONE;
   if (r->handler) cb__req_release(r);
-  if (started) { /* mid-response (a streamed echo): no status can be sent any more; cut the response */
+  if (started) {
     cb__conn_close_linger(c);
     return;
   }

@@ -9,7 +9,7 @@
 -export([routes_raw/1, routes_httpc/1, head/1, not_found_and_405/1, params_400/1, headers_json/1,
          http10/1, connection_close/1, keepalive/1, pipelining/1, get_with_body/1, echo_bodies/1,
          expect_continue/1, limit_431/1, limit_413/1, malformed_400/1, header_timeout/1,
-         idle_timeout/1, stats_keys/1]).
+         idle_timeout/1, stats_keys/1, trailers/1]).
 %% Helpers for other suites.
 -export([exchange/3, resp/4, get/2, mask/1, file_content/1]).
 
@@ -26,7 +26,7 @@ opts() ->
 cases() ->
     [routes_raw, routes_httpc, head, not_found_and_405, params_400, headers_json, http10,
      connection_close, keepalive, pipelining, get_with_body, echo_bodies, expect_continue,
-     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys].
+     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys, trailers].
 
 %% @doc Starts a server of Engine for a suite and returns the Config entries.
 -spec start(atom(), list()) -> list().
@@ -458,6 +458,36 @@ stats_keys(Config) ->
     ?assert(maps:get(requests, After) > maps:get(requests, Before)),
     ?assert(maps:get(bytes_read, After) > maps:get(bytes_read, Before)),
     ok.
+
+%% @doc Trailers of a chunked body are read and dropped: /headers does not list them, and every route
+%% answers as without them. Their own budget is max_header_bytes (4096 here): over it, 431; when the
+%% answer has begun (/echo/chunked), the connection is cut without a second status.
+trailers(Config) ->
+    P = port(Config),
+    Chunked = fun(Path, Trailers) ->
+                      ["GET ", Path, " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n",
+                       Trailers, "\r\n"]
+              end,
+    Big = ["X-Trailer: ", binary:copy(<<"A">>, 3000), "\r\n"],
+    Many = [["X-T", integer_to_list(I), ": ", integer_to_list(I), "\r\n"] || I <- lists:seq(1, 20)],
+    Json = ok200(?JSON, <<"{\"host\":\"x\",\"transfer-encoding\":\"chunked\"}">>),
+    S = exchange(P, Chunked("/headers", Big), Json),
+    exchange(S, Chunked("/headers", Many), Json),
+    exchange(S, Chunked("/delay/1", Big), ok200(?TEXT, <<"ok">>)),
+    exchange(S, Chunked("/status/201", Big), empty(<<"201 Created">>)),
+    still_open(S),
+    gen_tcp:close(S),
+    TooBig = ["X-Trailer: ", binary:copy(<<"A">>, 5000), "\r\n"],
+    closed(exchange(P, Chunked("/hello", TooBig), error_close(<<"431 Request Header Fields Too Large">>))),
+    TooMany = [["X-T", integer_to_list(I), ": ", binary:copy(<<"v">>, 100), "\r\n"]
+               || I <- lists:seq(1, 60)],
+    closed(exchange(P, Chunked("/hello", TooMany), error_close(<<"431 Request Header Fields Too Large">>))),
+    closed(exchange(P, Chunked("/hello", "X Bad: 1\r\n"), error_close(<<"400 Bad Request">>))),
+    S2 = exchange(P, "POST /echo/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "3\r\nabc\r\n",
+                  resp(<<"200 OK">>, ?OCTET, <<"transfer-encoding: chunked">>, <<"3\r\nabc\r\n">>)),
+    ok = gen_tcp:send(S2, ["0\r\n" | TooBig]),
+    closed(S2).
 
 wait_stats(Server, Pred) -> wait_stats(Server, Pred, 50).
 wait_stats(Server, _Pred, 0) -> cbench:stats(Server);

@@ -430,6 +430,17 @@ long cl_response_len(const char *p, size_t len, int head_request) {
   return -1;
 }
 
+void expect_error(int port, const void *req, size_t len, int status) {
+  buf_t exp = {0};
+  int fd = cl_connect(port);
+  cbt_log("expecting %d for a request of %zu bytes: %.60s", status, len, (const char *)req);
+  exp_error_close(&exp, status);
+  ROUNDTRIP(fd, req, len, &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  buf_free(&exp);
+}
+
 /* ---- servers ---- */
 
 void test_config(cb_config_t *cfg) {

@@ -399,20 +399,6 @@ TEST(wire_expect_continue) {
   test_stop(srv);
 }
 
-/* Sends `req` on a new connection and expects exactly the empty error answer `status` and a close. */
-static void expect_error(int port, const void *req, size_t len, int status) {
-  buf_t exp = {0};
-  int fd = cl_connect(port);
-  cbt_log("expecting %d for a request of %zu bytes: %.60s", status, len, (const char *)req);
-  exp_error_close(&exp, status);
-  ROUNDTRIP(fd, req, len, &exp);
-  EXPECT_CLOSED(fd, 3000);
-  close(fd);
-  buf_free(&exp);
-}
-
-#define EXPECT_ERROR(port, s, status) expect_error((port), (s), sizeof(s) - 1, (status))
-
 TEST(wire_bad_requests_400) {
   cb_server_t *srv = start_limited();
   int port = cb_server_port(srv), fd;
