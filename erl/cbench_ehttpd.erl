@@ -187,7 +187,10 @@ next_request(S, Cfg, Fresh) ->
             M = method(Method),
             T = target(Uri),
             Req = #req{method = M, target = T, version = Version},
-            read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+            case visible_ascii(T) of
+                true -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+                false -> error_close(S, Cfg, 400)
+            end;
         {ok, {http_error, _}} -> error_close(S, Cfg, 400);
         {ok, _Other} -> error_close(S, Cfg, 400);
         {error, timeout} -> head_timeout(S, Cfg);
@@ -239,6 +242,10 @@ target({absoluteURI, Scheme, Host, Port, Path}) ->
                       Path]);
 target({scheme, Scheme, Rest}) -> <<Scheme/binary, ":", Rest/binary>>;
 target(T) when is_binary(T) -> T.
+
+%% The request target may hold visible ASCII only (0x21-0x7E), as llhttp's strict mode reads it:
+%% control bytes and raw non-ASCII bytes are a 400.
+visible_ascii(T) -> lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)).
 
 %% http_bin keeps trailing whitespace in values; HTTP (and llhttp) drops it.
 trim(<<>>) -> <<>>;
@@ -399,19 +406,25 @@ body_length(S, Cfg, Left, Fun, Acc) ->
     end.
 
 body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
-    case read_line(S, Cfg) of
+    body_chunked(S, Cfg, Req, Total, 0, Fun, Acc).
+
+%% Ext: the bytes of chunk extensions so far; they may take max_header_bytes in all (413 over it).
+body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
+    case read_line(S, Cfg, Cfg#cfg.max_header + 64) of
         {ok, Line} ->
-            case chunk_size(Line) of
-                {ok, 0} -> trailers(S, Cfg, Req, 0, Acc);
-                {ok, Size} when Total + Size > Cfg#cfg.max_body ->
+            case chunk_line(Line) of
+                {ok, _, E} when Ext + E > Cfg#cfg.max_header ->
                     fail(S, Cfg, Req, 413), {error, too_large};
-                {ok, Size} ->
+                {ok, 0, _} -> trailers(S, Cfg, Req, 0, Acc);
+                {ok, Size, _} when Total + Size > Cfg#cfg.max_body ->
+                    fail(S, Cfg, Req, 413), {error, too_large};
+                {ok, Size, E} ->
                     ok = inet:setopts(S, [{packet, raw}]),
                     case chunk_data(S, Cfg, Size, Fun, Acc) of
                         {ok, Acc1} ->
                             case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
                                 {ok, <<"\r\n">>} ->
-                                    body_chunked(S, Cfg, Req, Total + Size, Fun, Acc1);
+                                    body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
                                 {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
                                 {error, E} -> bump(Cfg, resets), {error, E}
                             end;
@@ -420,7 +433,7 @@ body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
                 error ->
                     fail(S, Cfg, Req, 400), {error, bad_chunk}
             end;
-        {error, emsgsize} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
+        {error, emsgsize} -> fail(S, Cfg, Req, 413), {error, too_large};
         Error -> Error
     end.
 
@@ -440,11 +453,13 @@ chunk_data(S, Cfg, Left, Fun, Acc) ->
 %% Trailers are parsed like header lines and dropped (no route sees them); they have their own
 %% budget, max_header_bytes: over it, 431 (docs/wire.md).
 trailers(S, Cfg, Req, Bytes, Acc) ->
-    case read_line(S, Cfg) of
+    case read_line(S, Cfg, Cfg#cfg.max_header) of
         {ok, <<"\r\n">>} -> {ok, Acc};
         {ok, <<"\n">>} -> {ok, Acc};
         {ok, Line} when Bytes + byte_size(Line) > Cfg#cfg.max_header ->
             fail(S, Cfg, Req, 431), {error, too_large};
+        {ok, Line} when binary_part(Line, byte_size(Line), -2) =/= <<"\r\n">> ->
+            fail(S, Cfg, Req, 400), {error, bad_trailer};
         {ok, Line} ->
             %% httph_bin decides on a line only once it sees the next (a value may continue).
             case erlang:decode_packet(httph_bin, <<Line/binary, "\r\n">>, []) of
@@ -457,34 +472,88 @@ trailers(S, Cfg, Req, Bytes, Acc) ->
         Error -> Error
     end.
 
-%% One line of the chunked framing; {error, emsgsize} when it is longer than max_header_bytes.
+%% One line of the chunked framing; {error, emsgsize} when it is longer than Max.
 %% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
-read_line(S, Cfg) ->
+read_line(S, Cfg, Max) ->
     ok = inet:setopts(S, [{packet, line}]),
-    read_line(S, Cfg, <<>>).
+    read_line(S, Cfg, Max, <<>>).
 
-read_line(S, Cfg, Acc) ->
+read_line(S, Cfg, Max, Acc) ->
     case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
         {ok, Piece} ->
             Line = <<Acc/binary, Piece/binary>>,
             case binary:last(Line) of
-                _ when byte_size(Line) > Cfg#cfg.max_header -> {error, emsgsize};
+                _ when byte_size(Line) > Max -> {error, emsgsize};
                 $\n -> {ok, Line};
-                _ -> read_line(S, Cfg, Line)
+                _ -> read_line(S, Cfg, Max, Line)
             end;
         {error, emsgsize} -> {error, emsgsize};
         {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-%% A chunk-size line: hex digits, optional extensions after `;', then CRLF.
-chunk_size(Line) ->
-    Hex = hd(binary:split(hd(binary:split(Line, [<<";">>, <<"\r">>, <<"\n">>])), <<" ">>)),
-    case byte_size(Hex) of
-        N when N >= 1, N =< 15 ->
-            try {ok, binary_to_integer(Hex, 16)} catch error:badarg -> error end;
+%% A chunk-size line as the C engine (llhttp in strict mode) reads it: hex digits, then extensions
+%% `;name' or `;name=value' (a token, or a quoted string without backslash escapes), then CRLF.
+%% Returns {ok, Size, ExtBytes}, ExtBytes counted as the C engine counts them (name, value, 2), or
+%% error.
+chunk_line(Line) ->
+    case binary:split(Line, <<"\r\n">>) of
+        [Head, <<>>] -> chunk_hex(Head, 0, 0);
         _ -> error
     end.
+
+chunk_hex(<<C, Rest/binary>>, N, V) when V < 16#1000000000000000 ->
+    case hex_digit(C) of
+        error when N > 0 -> chunk_exts(<<C, Rest/binary>>, V, 0);
+        error -> error;
+        D -> chunk_hex(Rest, N + 1, V * 16 + D)
+    end;
+chunk_hex(<<>>, N, V) when N > 0 -> {ok, V, 0};
+chunk_hex(_, _, _) -> error.
+
+hex_digit(C) when C >= $0, C =< $9 -> C - $0;
+hex_digit(C) when C >= $a, C =< $f -> C - $a + 10;
+hex_digit(C) when C >= $A, C =< $F -> C - $A + 10;
+hex_digit(_) -> error.
+
+chunk_exts(<<>>, V, E) -> {ok, V, E};
+chunk_exts(<<$;, Rest/binary>>, V, E) ->
+    case token(Rest, 0) of
+        {0, _} -> error;
+        {N, <<$=, Value/binary>>} ->
+            case ext_value(Value) of
+                {ok, L, Rest1} -> chunk_exts(Rest1, V, E + N + L + 2);
+                error -> error
+            end;
+        {N, Rest1} -> chunk_exts(Rest1, V, E + N + 2)
+    end;
+chunk_exts(_, _, _) -> error.
+
+ext_value(<<$", Rest/binary>>) -> quoted(Rest, 2);
+ext_value(B) ->
+    case token(B, 0) of
+        {0, _} -> error;
+        {N, Rest} -> {ok, N, Rest}
+    end.
+
+quoted(<<$", Rest/binary>>, L) -> {ok, L, Rest};
+quoted(<<C, Rest/binary>>, L) when C =:= $\t; C =:= $\s; C =:= 16#21; C >= 16#23, C =/= $\\ ->
+    quoted(Rest, L + 1);
+quoted(_, _) -> error.
+
+%% The length of the token at the start of B (RFC 9110 tchar) and what follows it.
+token(B, N) ->
+    case B of
+        <<C, Rest/binary>> ->
+            case is_tchar(C) of
+                true -> token(Rest, N + 1);
+                false -> {N, B}
+            end;
+        <<>> -> {N, B}
+    end.
+
+is_tchar(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+is_tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
 
 %%% Responses
 

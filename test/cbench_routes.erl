@@ -9,7 +9,7 @@
 -export([routes_raw/1, routes_httpc/1, head/1, not_found_and_405/1, params_400/1, headers_json/1,
          http10/1, connection_close/1, keepalive/1, pipelining/1, get_with_body/1, echo_bodies/1,
          expect_continue/1, limit_431/1, limit_413/1, malformed_400/1, header_timeout/1,
-         idle_timeout/1, stats_keys/1, trailers/1]).
+         idle_timeout/1, stats_keys/1, trailers/1, chunk_framing/1, bad_targets/1]).
 %% Helpers for other suites.
 -export([exchange/3, resp/4, get/2, mask/1, file_content/1]).
 
@@ -26,7 +26,8 @@ opts() ->
 cases() ->
     [routes_raw, routes_httpc, head, not_found_and_405, params_400, headers_json, http10,
      connection_close, keepalive, pipelining, get_with_body, echo_bodies, expect_continue,
-     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys, trailers].
+     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys, trailers,
+     chunk_framing, bad_targets].
 
 %% @doc Starts a server of Engine for a suite and returns the Config entries.
 -spec start(atom(), list()) -> list().
@@ -488,6 +489,43 @@ trailers(Config) ->
                   resp(<<"200 OK">>, ?OCTET, <<"transfer-encoding: chunked">>, <<"3\r\nabc\r\n">>)),
     ok = gen_tcp:send(S2, ["0\r\n" | TooBig]),
     closed(S2).
+
+%% @doc Chunked framing: CRLF after chunk data is checked (no smuggling), extensions `;a=b;c=d' and
+%% quoted values are accepted, malformed ones are 400, and all of a request's extensions together may
+%% take max_header_bytes (4096 here): over it, 413.
+chunk_framing(Config) ->
+    P = port(Config),
+    Post = fun(Body) ->
+                   ["POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", Body]
+           end,
+    E400 = error_close(<<"400 Bad Request">>),
+    S = exchange(P, Post("5;a=b;c=d\r\nhello\r\n0\r\n\r\n"), ok200(?OCTET, <<"hello">>)),
+    exchange(S, Post("5;a=\"b c\";d\r\nhello\r\n3;q=1;r=\"\";s\r\nabc\r\n0;z=9\r\n\r\n"),
+             ok200(?OCTET, <<"helloabc">>)),
+    still_open(S),
+    gen_tcp:close(S),
+    [closed(exchange(P, Post(Body), E400))
+     || Body <- ["2\r\nabcd0\r\n\r\n", "2\r\nab\n0\r\n\r\n", "2\r\nabXY0\r\n\r\n",
+                 "5;=b\r\nhello\r\n0\r\n\r\n", "5;a=\r\nhello\r\n0\r\n\r\n",
+                 "5;a=b;\r\nhello\r\n0\r\n\r\n", "5; a=b\r\nhello\r\n0\r\n\r\n",
+                 "5 ;a=b\r\nhello\r\n0\r\n\r\n", "5;a=\"x\\\\y\"\r\nhello\r\n0\r\n\r\n",
+                 "5;a=b c\r\nhello\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n"]],
+    E413 = error_close(<<"413 Content Too Large">>),
+    closed(exchange(P, Post(["1", lists:duplicate(1100, ";a=b"), "\r\nx\r\n0\r\n\r\n"]), E413)),
+    %% Spread over chunks: 10 chunks of 600 bytes of extensions.
+    Ext = [";e=", binary:copy(<<"v">>, 595)],
+    closed(exchange(P, Post([[["1", Ext, "\r\nx\r\n"] || _ <- lists:seq(1, 10)], "0\r\n\r\n"]), E413)).
+
+%% @doc The request target holds visible ASCII only: control bytes and raw non-ASCII bytes get 400.
+bad_targets(Config) ->
+    P = port(Config),
+    E400 = error_close(<<"400 Bad Request">>),
+    [closed(exchange(P, ["GET /he", [C], "llo HTTP/1.1\r\nHost: x\r\n\r\n"], E400))
+     || C <- [1, 8, 9, 12, 16#1b, 16#7f, 16#80, 16#c3, 16#ff]],
+    closed(exchange(P, "GET /hello?a\x01b HTTP/1.1\r\nHost: x\r\n\r\n", E400)),
+    S = exchange(P, "GET /hello?a=%C3%A9&b=~!$'()*+,;= HTTP/1.1\r\nHost: x\r\n\r\n",
+                 ok200(?TEXT, <<"Hello, Joe!">>)),
+    gen_tcp:close(S).
 
 wait_stats(Server, Pred) -> wait_stats(Server, Pred, 50).
 wait_stats(Server, _Pred, 0) -> cbench:stats(Server);

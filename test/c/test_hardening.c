@@ -131,3 +131,85 @@ TEST(wire_trailers_over_limit) {
   buf_free(&got);
   test_stop(srv);
 }
+
+/* ---- chunked framing and the request target ---- */
+
+#define CHUNKED_ECHO "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+
+/* llhttp was built without its strict mode: any two bytes were taken where the CRLF after chunk data
+ * belongs, so `2\r\nabcd0\r\n\r\n` was echoed as "ab" (and what followed could be smuggled as a request). */
+TEST(wire_chunk_terminator_checked) {
+  cb_server_t *srv = start_with(1024, 0, 0, 0);
+  int port = cb_server_port(srv);
+  EXPECT_ERROR(port, CHUNKED_ECHO "2\r\nabcd0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "3\r\nabcXX0\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "2\r\nab\n0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "2\r\nab\r0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "2\nab\r\n0\r\n\r\n", 400);
+  test_stop(srv);
+}
+
+/* Valid extensions are accepted (`5;a=b;c=d` was a 400 in llhttp 8.1), malformed ones get 400, and all the
+ * extensions of a request may take max_header_bytes: 200 MB of them used to be read (Node's CVE-2024-22019
+ * is this class); over the budget now: 413. */
+TEST(wire_chunk_extensions) {
+  cb_server_t *srv = start_with(1024, 0, 0, 0);
+  int port = cb_server_port(srv), fd = cl_connect(port);
+  buf_t req = {0}, exp = {0};
+  exp_head(&exp, 200, "application/octet-stream", NULL, 8, CONN_NONE);
+  buf_adds(&exp, "helloabc");
+  ROUNDTRIP_S(fd, CHUNKED_ECHO "5;a=b;c=d\r\nhello\r\n3;q=\"x;y \t\";r;s=t\r\nabc\r\n0;z=9\r\n\r\n", &exp);
+  /* Extensions near the budget pass (900 bytes). */
+  buf_adds(&req, CHUNKED_ECHO "8");
+  for (int i = 0; i < 225; i++) buf_adds(&req, ";a=b");
+  buf_adds(&req, "\r\nhelloabc\r\n0\r\n\r\n");
+  ROUNDTRIP(fd, req.p, req.len, &exp);
+  EXPECT_QUIET(fd, 50);
+  close(fd);
+
+  EXPECT_ERROR(port, CHUNKED_ECHO "5;=b\r\nhello\r\n0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "5;a=\r\nhello\r\n0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "5;a=b;\r\nhello\r\n0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "5;a=b c\r\nhello\r\n0\r\n\r\n", 400);
+  EXPECT_ERROR(port, CHUNKED_ECHO "5;a=\"x\\y\"\r\nhello\r\n0\r\n\r\n", 400);
+
+  /* Over the budget in one line, and spread over chunks. */
+  buf_reset(&req);
+  buf_adds(&req, CHUNKED_ECHO "1");
+  for (int i = 0; i < 300; i++) buf_adds(&req, ";a=b");
+  buf_adds(&req, "\r\nx\r\n0\r\n\r\n");
+  expect_error(port, req.p, req.len, 413);
+  buf_reset(&req);
+  buf_adds(&req, CHUNKED_ECHO);
+  for (int c = 0; c < 5; c++) {
+    buf_adds(&req, "1;e=");
+    for (int i = 0; i < 250; i++) buf_adds(&req, "v");
+    buf_adds(&req, "\r\nx\r\n");
+  }
+  buf_adds(&req, "0\r\n\r\n");
+  expect_error(port, req.p, req.len, 413);
+  buf_free(&req);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
+/* The target may hold visible ASCII only: llhttp's default mode let tabs, form feeds and raw bytes over 0x7f
+ * through. */
+TEST(wire_target_bytes) {
+  cb_server_t *srv = start_with(0, 0, 0, 0);
+  int port = cb_server_port(srv);
+  static const unsigned char bad[] = {0x01, 0x08, 0x09, 0x0c, 0x1b, 0x7f, 0x80, 0xc3, 0xff};
+  for (size_t i = 0; i < sizeof bad; i++) {
+    char req[64];
+    int n = snprintf(req, sizeof req, "GET /he%cllo HTTP/1.1\r\nhost: x\r\n\r\n", bad[i]);
+    expect_error(port, req, (size_t)n, 400);
+  }
+  EXPECT_ERROR(port, "GET /hello?a\x01 HTTP/1.1\r\nhost: x\r\n\r\n", 400);
+  int fd = cl_connect(port);
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello?a=%C3%A9&b=~!$'()*+,;= HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  test_stop(srv);
+}
