@@ -187,9 +187,9 @@ next_request(S, Cfg, Fresh) ->
             M = method(Method),
             T = target(Uri),
             Req = #req{method = M, target = T, version = Version},
-            case visible_ascii(T) of
-                true -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
-                false -> error_close(S, Cfg, 400)
+            case request_line(M, T, Version) of
+                ok -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+                Status -> error_close(S, Cfg, Status)
             end;
         {ok, {http_error, _}} -> error_close(S, Cfg, 400);
         {ok, _Other} -> error_close(S, Cfg, 400);
@@ -243,9 +243,26 @@ target({absoluteURI, Scheme, Host, Port, Path}) ->
 target({scheme, Scheme, Rest}) -> <<Scheme/binary, ":", Rest/binary>>;
 target(T) when is_binary(T) -> T.
 
-%% The request target may hold visible ASCII only (0x21-0x7E), as llhttp's strict mode reads it:
-%% control bytes and raw non-ASCII bytes are a 400.
-visible_ascii(T) -> lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)).
+%% The request line's checks, in the C engine's order (docs/wire.md): a method other than RFC 9110's
+%% and PATCH is not implemented (501; PRI, the HTTP/2 preface, is a 400); the target may hold visible
+%% ASCII only (0x21-0x7E); HTTP/0.9 is a 400 at once; a version other than 1.0 and 1.1 is a 505
+%% (two-digit numbers are malformed: 400).
+request_line(M, T, Version) ->
+    Known = [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"CONNECT">>,
+             <<"OPTIONS">>, <<"TRACE">>, <<"PATCH">>],
+    VisibleAscii = lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)),
+    case lists:member(M, Known) of
+        false when M =:= <<"PRI">> -> 400;
+        false -> 501;
+        true when not VisibleAscii -> 400;
+        true ->
+            case Version of
+                {1, Minor} when Minor =< 1 -> ok;
+                {0, 9} -> 400;
+                {Major, Minor} when Major =< 9, Minor =< 9 -> 505;
+                _ -> 400
+            end
+    end.
 
 %% http_bin keeps trailing whitespace in values; HTTP (and llhttp) drops it.
 trim(<<>>) -> <<>>;
@@ -257,9 +274,47 @@ trim(V) ->
 
 %% Works out keep-alive, the body framing and Expect from the headers; error means 400.
 frame(Req = #req{version = {1, Minor}, headers = Hs}) ->
-    frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
+    case host_ok(Hs, Minor) of
+        true -> frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
+        false -> error
+    end;
 frame(_) ->
     error.
+
+%% Host (RFC 9112 3.2): exactly one in HTTP/1.1, at most one in HTTP/1.0, and its value is
+%% uri-host [":" port] (RFC 3986): a reg-name (unreserved, sub-delims, %HH) or an IP literal in
+%% brackets, then digits after the colon; it may be empty.
+host_ok(Hs, Minor) ->
+    case [V || {N, V} <- Hs, cbench_http:lower(N) =:= <<"host">>] of
+        [] -> Minor =:= 0;
+        [V] -> valid_host(V);
+        _ -> false
+    end.
+
+valid_host(<<"[", Rest/binary>>) ->
+    case binary:split(Rest, <<"]">>) of
+        [Lit, Port] when Lit =/= <<>> ->
+            lists:all(fun(C) -> host_char(C) orelse C =:= $: end, binary_to_list(Lit))
+                andalso port_ok(Port);
+        _ -> false
+    end;
+valid_host(V) ->
+    case binary:split(V, <<":">>) of
+        [Name] -> reg_name(Name);
+        [Name, Port] -> reg_name(Name) andalso port_ok(<<":", Port/binary>>)
+    end.
+
+reg_name(<<>>) -> true;
+reg_name(<<$%, A, B, Rest/binary>>) ->
+    hex_digit(A) =/= error andalso hex_digit(B) =/= error andalso reg_name(Rest);
+reg_name(<<C, Rest/binary>>) -> host_char(C) andalso reg_name(Rest).
+
+host_char(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+host_char(C) -> lists:member(C, "-._~!$&'()*+,;=").
+
+port_ok(<<>>) -> true;
+port_ok(<<":", Digits/binary>>) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(Digits));
+port_ok(_) -> false.
 
 frame([], Req, CL, TE, _Minor) ->
     case {CL, TE} of

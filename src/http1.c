@@ -32,6 +32,12 @@ typedef struct {
   size_t ext_len;       /* bytes of the current extension name or value */
   uint8_t ext_quoted;   /* the current extension value is a quoted string */
   uint8_t ext_resume;   /* paused after an extension value: parse() goes on (see on_ext_value_complete) */
+  uint8_t url_at_end;   /* the target ran to the end of the last read: its next byte decides HTTP/0.9 */
+  uint8_t unknown_method; /* llhttp refused the method: its request line is held until it can be judged */
+  uint8_t version_len;  /* bytes of the version digits seen (`1.1`), kept in `version` */
+  char version[3];
+  char last_byte;       /* the last byte of the last read (what came before a parse error at a read's start) */
+  const char *exec_end; /* the end of the bytes llhttp is parsing now */
   size_t field_start; /* where the current header's name starts in `head` */
   int keep_all;       /* keep every header (the /headers route), not only those the protocol reads */
   int keep_cur;       /* the current header is kept */
@@ -121,6 +127,7 @@ static int on_message_begin(llhttp_t *p) {
   h->trailer_bytes = 0;
   h->ext_bytes = 0;
   h->ext_len = 0;
+  h->version_len = 0;
   h->keep_all = 0;
   h->in_head = 1;
   h->in_msg = 1;
@@ -140,6 +147,11 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (count_head(h, n) || head_append(h, at, n)) return -1;
   h->url_len += n;
+  /* A target ended by the line's end, without a version, is an HTTP/0.9 request: 400 at once (llhttp would
+   * wait for header lines). Where the target reaches the end of the read, the next read's first byte
+   * decides (parse()). */
+  h->url_at_end = at + n == h->exec_end;
+  if (!h->url_at_end && (at[n] == '\r' || at[n] == '\n')) return -1;
   return 0;
 }
 
@@ -171,6 +183,74 @@ static const uint8_t tchar[256] = {
     ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
+/* ---- the request line: method and version ----
+ * Methods: GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a
+ * fixture path, 404 elsewhere); any other method is not implemented: 501, then close (RFC 9110 15.6.2), over
+ * HTTP/1.1 and HTTP/2 alike. llhttp stops at a method it does not know itself (HPE_INVALID_METHOD, see
+ * method_error()), so the connection cannot go on after a 501. PRI (the HTTP/2 preface seen by HTTP/1.1, a
+ * broken one or h2c switched off) stays a 400.
+ * Versions: HTTP/1.0 and HTTP/1.1 are served; HTTP/0.9 (no version, or written out) is a 400; any other
+ * version (HTTP/2.0, HTTP/1.2) is a 505, then close. */
+static int known_method(uint8_t m) {
+  switch (m) {
+    case HTTP_GET: case HTTP_HEAD: case HTTP_POST: case HTTP_PUT: case HTTP_DELETE: case HTTP_CONNECT:
+    case HTTP_OPTIONS: case HTTP_TRACE: case HTTP_PATCH:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static int on_method_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  uint8_t m = llhttp_get_method(p);
+  if (known_method(m)) return 0;
+  if (m != HTTP_PRI) h->err_status = 501;
+  return -1;
+}
+
+static int on_version(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  for (size_t i = 0; i < n && h->version_len < sizeof h->version; i++) h->version[h->version_len++] = at[i];
+  return 0;
+}
+
+static int on_version_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  if (p->http_major == 1 && p->http_minor <= 1) return 0;
+  if (!(p->http_major == 0 && p->http_minor == 9)) h->err_status = 505;
+  return -1;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+
+/* After a method llhttp does not know: the rest of the method (token bytes), SP, a target of visible ASCII,
+ * SP, HTTP/d.d, CRLF. 1: such a line (the method is the only fault: 501); 0: not one (400); -1: not all of it
+ * has arrived yet. */
+static int unknown_method_line(const char *p, const char *end) {
+  static const char form[] = " HTTP/d.d\r\n";
+  while (p < end && tchar[(unsigned char)*p]) p++;
+  if (p == end) return -1;
+  if (*p++ != ' ') return 0;
+  const char *t = p;
+  while (p < end && *p > ' ' && *p < 0x7f) p++;
+  if (p == end) return -1;
+  if (p == t) return 0;
+  for (size_t i = 0; i < sizeof form - 1; i++, p++) {
+    if (p == end) return -1;
+    if (form[i] == 'd' ? !is_digit(*p) : *p != form[i]) return 0;
+  }
+  return 1;
+}
+
+/* A version llhttp refuses although it is DIGIT.DIGIT (HTTP/1.2, HTTP/3.0): 505 like HTTP/2.0. */
+static int unknown_version(const h1_t *h) {
+  const char *v = h->version;
+  if (h->version_len != 3 || !is_digit(v[0]) || v[1] != '.' || !is_digit(v[2])) return 0;
+  return !((v[0] == '1' && (v[2] == '0' || v[2] == '1')) || (v[0] == '0' && v[2] == '9') ||
+           (v[0] == '2' && v[2] == '0'));
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (h->in_head ? count_head(h, n) : count_trailer(h, n)) return -1;
@@ -198,8 +278,8 @@ static int on_header_field_complete(llhttp_t *p) {
   if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
   const char *name = h->head + h->field_start;
   size_t n = h->head_len - h->field_start;
-  int keep = h->keep_all || lower_eq(name, n, "expect") || lower_eq(name, n, "upgrade") ||
-             lower_eq(name, n, "http2-settings");
+  int keep = h->keep_all || lower_eq(name, n, "host") || lower_eq(name, n, "expect") ||
+             lower_eq(name, n, "upgrade") || lower_eq(name, n, "http2-settings");
   h->keep_cur = keep;
   if (!keep) {
     h->head_len = h->field_start; /* not needed: drop the copied name */
@@ -240,6 +320,51 @@ static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
   for (int i = 0; i < h->nhdrs; i++)
     if (lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, lname)) return &h->hdrs[i];
   return NULL;
+}
+
+/* Host (RFC 9112 3.2): an HTTP/1.1 request carries exactly one, any request at most one, and its value is
+ * uri-host [":" port] (RFC 3986 3.2.2): a reg-name (unreserved, sub-delims, %HH; IPv4 addresses are
+ * reg-names too) or an IP literal in brackets, then digits after the colon. It may be empty. Otherwise:
+ * 400. HTTP/1.0 may leave it out. */
+static int host_char(char ch, int literal) {
+  if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || is_digit(ch)) return 1;
+  if (ch == ':') return literal;
+  return ch != '\0' && strchr("-._~!$&'()*+,;=", ch) != NULL;
+}
+
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+
+static int valid_host(const char *v, size_t n) {
+  size_t i = 0;
+  if (n > 0 && v[0] == '[') {
+    for (i = 1; i < n && v[i] != ']'; i++)
+      if (!host_char(v[i], 1)) return 0;
+    if (i == n || i == 1) return 0;
+    i++;
+  } else {
+    for (; i < n && v[i] != ':'; i++) {
+      if (v[i] == '%') {
+        if (i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
+        i += 2;
+      } else if (!host_char(v[i], 0)) {
+        return 0;
+      }
+    }
+  }
+  if (i < n && v[i++] != ':') return 0;
+  for (; i < n; i++)
+    if (!is_digit(v[i])) return 0;
+  return 1;
+}
+
+static int host_ok(const h1_t *h) {
+  const cb__hdr_t *host = NULL;
+  for (int i = 0; i < h->nhdrs; i++) {
+    if (!lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, "host")) continue;
+    if (host != NULL) return 0;
+    host = &h->hdrs[i];
+  }
+  return host ? valid_host(host->value, host->value_len) : h->http10;
 }
 
 /* Whether a token list (a header value) holds `token`, compared without case. */
@@ -291,6 +416,7 @@ static int on_headers_complete(llhttp_t *p) {
   r->nheaders = h->nhdrs;
   r->method = method_bit(llhttp_get_method(p));
   h->http10 = p->http_major == 1 && p->http_minor == 0;
+  if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
   h->head_only = r->method == CB__M_HEAD;
   int has_body = 0;
@@ -418,6 +544,9 @@ static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_url_complete = on_url_complete,
+    .on_method_complete = on_method_complete,
+    .on_version = on_version,
+    .on_version_complete = on_version_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -628,11 +757,48 @@ static int upgrade(h1_t *h, const char *rest, const char *end) {
   return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
 }
 
+/* Decides on a request line whose method llhttp refused, from the bytes held since (`pending`): 501 for a
+ * well-formed line, 400 otherwise, or wait for more (the header timeout still runs). */
+static void decide_unknown_method(h1_t *h) {
+  int r = unknown_method_line(h->pending, h->pending + h->pending_len);
+  if (r < 0 && (h->pending_len > h->c->w->cfg->max_header_bytes || h->pending_len >= PENDING_MAX))
+    send_error(h, 431);
+  else if (r >= 0)
+    send_error(h, r ? 501 : 400);
+}
+
+/* llhttp stopped at `pos`, the first byte that no method it knows continues. What it took before is a prefix
+ * of a known method (capitals and '-'); the bytes from pos on tell the rest. */
+static int unknown_method(h1_t *h, const char *pos, const char *start, const char *end) {
+  char before = pos > start ? pos[-1] : h->last_byte;
+  int taken = (before >= 'A' && before <= 'Z') || before == '-';
+  if (!taken && (pos == end || !tchar[(unsigned char)*pos])) { /* an empty method */
+    send_error(h, 400);
+    return 0;
+  }
+  h->unknown_method = 1;
+  h->pending_len = 0;
+  if (hold(h, pos, (size_t)(end - pos)) != 0) return -1;
+  decide_unknown_method(h);
+  return 0;
+}
+
 static int parse(h1_t *h, const char *data, size_t len) {
-  const char *end = data + len;
+  const char *end = data + len, *start = data;
+  llhttp_errno_t e;
+  if (len == 0) return 0;
+  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
+    h->url_at_end = 0;
+    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
+      send_error(h, 400);
+      return 0;
+    }
+  }
   /* A loop, not recursion: a read can hold thousands of pauses (extensions, upgrade requests). */
   for (;;) {
-    llhttp_errno_t e = llhttp_execute(&h->parser, data, (size_t)(end - data));
+    h->exec_end = end;
+    e = llhttp_execute(&h->parser, data, (size_t)(end - data));
+    h->last_byte = end[-1];
     if (e == HPE_OK) return 0;
     const char *pos = llhttp_get_error_pos(&h->parser);
     if (e == HPE_PAUSED && h->ext_resume) {
@@ -640,7 +806,10 @@ static int parse(h1_t *h, const char *data, size_t len) {
        * ';' but waits for the end of the size line: hand it the ';' again, then the rest. */
       h->ext_resume = 0;
       llhttp_resume(&h->parser);
-      if (pos > data && pos[-1] == ';' && llhttp_execute(&h->parser, ";", 1) != HPE_OK) break;
+      if (pos > data && pos[-1] == ';' && (e = llhttp_execute(&h->parser, ";", 1)) != HPE_OK) {
+        send_error(h, 400);
+        return 0;
+      }
       data = pos;
       continue;
     }
@@ -657,15 +826,21 @@ static int parse(h1_t *h, const char *data, size_t len) {
       data = pos;
       continue;
     }
-    break;
+    if (e == HPE_INVALID_METHOD && !h->err_status) return unknown_method(h, pos, start, end);
+    if (e == HPE_INVALID_VERSION && !h->err_status && unknown_version(h)) h->err_status = 505;
+    send_error(h, h->err_status ? h->err_status : 400);
+    return 0;
   }
-  send_error(h, h->err_status ? h->err_status : 400);
-  return 0;
 }
 
 static int h1_read(cb__conn_t *c, const char *data, size_t len) {
   h1_t *h = c->proto_state;
   if (h->dead) return 0;
+  if (h->unknown_method) { /* the request line of an unknown method goes on */
+    if (hold(h, data, len) != 0) return -1;
+    decide_unknown_method(h);
+    return 0;
+  }
   if (h->waiting || h->pending_len > 0) return hold(h, data, len);
   return parse(h, data, len);
 }

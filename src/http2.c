@@ -454,11 +454,16 @@ static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
 }
 
+/* GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a fixture path,
+ * 404 elsewhere); any other method is not implemented: 0, answered 501 as over HTTP/1.1 (http1.c). */
 static uint8_t method_bit(const uint8_t *v, size_t n) {
+  static const char *const others[] = {"PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"};
   if (n == 3 && memcmp(v, "GET", 3) == 0) return CB__M_GET;
   if (n == 4 && memcmp(v, "HEAD", 4) == 0) return CB__M_HEAD;
   if (n == 4 && memcmp(v, "POST", 4) == 0) return CB__M_POST;
-  return CB__M_OTHER;
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+    if (strlen(others[i]) == n && memcmp(v, others[i], n) == 0) return CB__M_OTHER;
+  return 0;
 }
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
@@ -513,7 +518,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   return 0;
 }
 
-/* Answers a refused request (431, 413) on its stream; the handler never sees it. */
+/* Answers a refused request (431, 413, 501) on its stream; the handler never sees it. */
 static void refuse(h2s_t *s, int status, int ends) {
   cb__worker_t *w = s->h->c->w;
   if (status == 431) CB__STAT_INC(w, status_431);
@@ -543,6 +548,10 @@ static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
   CB__STAT_INC(w, requests_by_proto[h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR]);
   if (s->too_large) {
     refuse(s, 431, ends);
+    return;
+  }
+  if (r->method == 0) { /* a method the engine does not implement */
+    refuse(s, 501, ends);
     return;
   }
   if (r->content_length > 0 && (uint64_t)r->content_length > w->cfg->max_body_bytes) {
