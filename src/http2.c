@@ -178,7 +178,7 @@ static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
   return 0;
 }
 
-static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen) {
+static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen, int lower) {
   if (s->nhdrs == s->hdrs_cap) {
     int cap = s->hdrs_cap ? 2 * s->hdrs_cap : 16;
     cb__hdr_t *a = realloc(s->hdrs, (size_t)cap * sizeof *a);
@@ -188,6 +188,8 @@ static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t 
   }
   size_t at = s->head_len;
   if (head_append(s, name, nlen) || head_append(s, value, vlen)) return -1;
+  for (size_t i = 0; lower && i < nlen; i++) /* an HTTP/1.1 name (upgrade): lowercase, as HTTP/2 sends them */
+    if (s->head[at + i] >= 'A' && s->head[at + i] <= 'Z') s->head[at + i] += 32;
   /* Offsets until the head is complete: the buffer may still move. */
   s->hdrs[s->nhdrs++] = (cb__hdr_t){(const char *)(uintptr_t)at, nlen, (const char *)(uintptr_t)(at + nlen), vlen};
   return 0;
@@ -454,6 +456,14 @@ static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
 }
 
+/* The same for an HTTP/1.1 name (any case) against a lowercase literal. */
+static int ci_eq(const char *a, size_t n, const char *lit) {
+  if (strlen(lit) != n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((a[i] >= 'A' && a[i] <= 'Z' ? a[i] + 32 : a[i]) != lit[i]) return 0;
+  return 1;
+}
+
 /* GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a fixture path,
  * 404 elsewhere); any other method is not implemented: 0, answered 501 as over HTTP/1.1 (http1.c). */
 static uint8_t method_bit(const uint8_t *v, size_t n) {
@@ -514,7 +524,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
   }
-  if (s->keep_all && add_header(s, name, nlen, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  if (s->keep_all && add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   return 0;
 }
 
@@ -768,17 +778,11 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
   for (int i = 0; s->keep_all && i < r->nheaders; i++) {
     const cb__hdr_t *x = &r->headers[i];
-    char lname[128];
-    if (x->name_len > sizeof lname) continue;
-    for (size_t k = 0; k < x->name_len; k++) {
-      char ch = x->name[k];
-      lname[k] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
-    }
     /* Connection-specific fields of the HTTP/1.1 request do not belong to the HTTP/2 stream. */
-    if (lower_eq((const uint8_t *)lname, x->name_len, "connection") || lower_eq((const uint8_t *)lname, x->name_len, "upgrade") ||
-        lower_eq((const uint8_t *)lname, x->name_len, "http2-settings"))
+    if (ci_eq(x->name, x->name_len, "connection") || ci_eq(x->name, x->name_len, "upgrade") ||
+        ci_eq(x->name, x->name_len, "http2-settings"))
       continue;
-    add_header(s, (const uint8_t *)lname, x->name_len, (const uint8_t *)x->value, x->value_len);
+    add_header(s, (const uint8_t *)x->name, x->name_len, (const uint8_t *)x->value, x->value_len, 1);
   }
   CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_UPGRADE]);
   attach(c, h);
