@@ -155,6 +155,11 @@ CB_EXTERN int cb_server_stats(const cb_server_t *srv, cb_stats_t *out);
  * Returns 0, or UV_EINVAL for NULL. Must not be called from a worker thread. */
 CB_EXTERN int cb_server_stop(cb_server_t *srv);
 
+/* cb_server_stop(), and when `final` is not NULL, fills it with the counters as they stand once every worker
+ * has stopped: requests finished while draining, their bytes and the closed connections included (stats read
+ * before a stop miss them). Returns 0, or UV_EINVAL for a NULL srv. Must not be called from a worker thread. */
+CB_EXTERN int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final);
+
 /* Text for an error code returned by this library (cbench's own or libuv's). Never NULL. */
 CB_EXTERN const char *cb_strerror(int err);
 

@@ -201,11 +201,21 @@ kill -TERM "$MAIN_PID"
 if wait "$MAIN_PID"; then ok; else bad "SIGTERM: exit status $?, expected 0"; fi
 if grep -q "requests" "$work/main.out" "$work/main.err"; then ok; else bad "SIGTERM: no stats printed"; fi
 
-# SIGINT the same.
+# SIGINT the same. A request in flight finishes during the graceful stop, and the stats printed after the
+# stop count it: its connection is closed, none is open.
 start_server int --port 0 --threads 1 --no-h2
 curl -sS --max-time 5 -o /dev/null "http://127.0.0.1:$PORT/hello" || bad "--no-h2 server does not answer"
+curl -sS --max-time 10 -o "$work/delay.out" "http://127.0.0.1:$PORT/delay/700" &
+CURL_PID=$!
+sleep 0.3
 kill -INT "$SPID"
 if wait "$SPID"; then ok; else bad "SIGINT: exit status $?, expected 0"; fi
+if wait "$CURL_PID" && [ "$(cat "$work/delay.out")" = ok ]; then ok; else bad "SIGINT: /delay/700 not answered while draining"; fi
+if grep -q "conns accepted 2 open 0 closed 2, requests 2" "$work/int.out" && grep -q " delay 1" "$work/int.out"; then
+  ok
+else
+  bad "SIGINT: the stats miss what finished while draining: $(cat "$work/int.out")"
+fi
 
 # Every option is accepted.
 start_server opts --host 127.0.0.1 --port 0 --threads 2 --cpus 0 --max-header-bytes 2048 --max-body-bytes 100 \

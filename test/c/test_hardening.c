@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -339,4 +340,43 @@ TEST(wire_host_rules) {
   close(fd);
   buf_free(&exp);
   test_stop(srv);
+}
+
+/* ---- the final stats ---- */
+
+/* cbench-server printed the stats it read before the graceful stop: a response finished while draining was
+ * missing from them (its bytes, its closed connection). cb_server_stop_stats() reads them after. */
+TEST(api_stop_stats_after_drain) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t exp = {0}, got = {0};
+  static const char req[] = "GET /delay/300 HTTP/1.1\r\nhost: x\r\n\r\n";
+  cl_sends(fd, req);
+  shutdown(fd, SHUT_WR); /* so that the close after the answer does not linger */
+  cb_stats_t before, final;
+  memset(&final, 0xff, sizeof final);
+  for (int i = 0; i < 200; i++) { /* until the request is in its handler */
+    cb_server_stats(srv, &before);
+    if (before.requests == 1) break;
+    sleep_ms(5);
+  }
+  ASSERT_EQ(before.requests, 1);
+  ASSERT_EQ(before.bytes_written, 0);
+  ASSERT_ERR(cb_server_stop_stats(srv, &final), 0);
+  exp_route(&exp, "GET", "/delay/300", CONN_CLOSE);
+  ASSERT_EQ(cl_read_close(fd, &got, 5000), CL_EOF);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  ASSERT_EQ(final.requests, 1);
+  ASSERT_EQ(final.requests_by_route[CB_ROUTE_DELAY], 1);
+  ASSERT_EQ(final.bytes_written, exp.len);
+  ASSERT_EQ(final.bytes_read, sizeof req - 1);
+  ASSERT_EQ(final.conns_closed, 1);
+  ASSERT_EQ(final.conns_open, 0);
+  ASSERT_ERR(cb_server_stop_stats(NULL, &final), CB_EINVAL);
+  close(fd);
+  buf_free(&exp);
+  buf_free(&got);
 }
