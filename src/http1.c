@@ -120,6 +120,7 @@ static int lower_eq(const char *a, size_t n, const char *lit) {
 
 static int on_message_begin(llhttp_t *p) {
   h1_t *h = H(p);
+  if (h->requests > 0) cb__conn_head_begin(h->c); /* pipelined heads: each has its own header timeout */
   h->head_len = 0;
   h->nhdrs = 0;
   h->url_len = 0;
@@ -631,11 +632,18 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
 
 static int over_high_water(const cb__conn_t *c) { return c->out.bytes >= CB__OUT_HIGH_WATER; }
 
+/* Frees a buffer handed over with CB__DATA_FREE or CB__DATA_HELD. */
+static void drop_data(cb__conn_t *c, const char *p, size_t n, int flags) {
+  if (flags != CB__DATA_FREE && flags != CB__DATA_HELD) return;
+  free((void *)p);
+  if (flags == CB__DATA_HELD) cb__echo_release(c, n);
+}
+
 static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h1_t *h = r->stream;
   cb__conn_t *c = h->c;
   if (h->head_only || n == 0) {
-    if (flags == CB__DATA_FREE) free((void *)p);
+    drop_data(c, p, n, flags);
     return 0;
   }
   if (h->chunked_res) {
@@ -654,7 +662,9 @@ static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   }
   if (flags == CB__DATA_COPY || n <= CB__COPY_MAX) {
     cb__outq_copy(&c->out, p, n);
-    if (flags == CB__DATA_FREE) free((void *)p);
+    drop_data(c, p, n, flags);
+  } else if (flags == CB__DATA_HELD) {
+    cb__outq_ref_range(&c->out, p, 0, n, 1, n); /* the budget comes back when the buffer is freed */
   } else {
     cb__outq_ref(&c->out, p, n, flags == CB__DATA_FREE);
   }

@@ -497,3 +497,14 @@ int count_threads(void) { return count_dir("/proc/self/task"); }
 
 /* The directory stream itself holds one descriptor while it is read. */
 int count_fds(void) { return count_dir("/proc/self/fd") - 1; }
+
+long vm_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  if (f == NULL) FAIL("cannot open /proc/self/status");
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "VmRSS:", 6) == 0) kb = atol(line + 6);
+  fclose(f);
+  return kb;
+}

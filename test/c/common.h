@@ -140,6 +140,8 @@ uint64_t now_ms(void);
 /* The number of threads and of open file descriptors of this process (from /proc/self). */
 int count_threads(void);
 int count_fds(void);
+/* This process's resident memory in kB (VmRSS of /proc/self/status). */
+long vm_rss_kb(void);
 
 #define ASSERT_ERR(a, b)                                                                                   \
   do {                                                                                                     \

@@ -592,18 +592,6 @@ TEST(h2_headers_on_closed_stream) {
 
 /* ---- floods and limits ---- */
 
-static long vm_rss_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = -1;
-  if (f == NULL) FAIL("cannot open /proc/self/status");
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, "VmRSS:", 6) == 0) kb = atol(line + 6);
-  fclose(f);
-  return kb;
-}
-
-
 TEST_T(h2_continuation_flood, 40000) {
   cb_server_t *srv = start_default();
   int port = cb_server_port(srv);
