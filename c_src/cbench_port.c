@@ -133,10 +133,10 @@ static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, char *host, 
       if (decode_cpus(buf, idx, cpus, &n) != 0 || n < 0) return -1;
       cfg->cpus = n ? cpus : NULL;
       cfg->ncpus = n;
-    } else if (strcmp(key, "enable_h2") == 0) {
+    } else if (strcmp(key, "enable_h2") == 0 || strcmp(key, "enable_h1") == 0) {
       int b;
       if (ei_decode_boolean(buf, idx, &b) != 0) return -1;
-      cfg->enable_h2 = b;
+      *(strcmp(key, "enable_h2") == 0 ? &cfg->enable_h2 : &cfg->enable_h1) = b;
     } else if (strcmp(key, "port") == 0) {
       if (decode_uint(buf, idx, 65535, &u)) return -1;
       cfg->port = (int)u;

@@ -15,7 +15,7 @@ static void usage(FILE *f) {
           "usage: cbench-server [--host H] [--port P] [--threads N] [--cpus 0,1,...]\n"
           "                     [--max-header-bytes N] [--max-body-bytes N]\n"
           "                     [--header-timeout-ms N] [--idle-timeout-ms N] [--stop-timeout-ms N]\n"
-          "                     [--max-concurrent-streams N] [--no-h2] [--fixture-dir DIR]\n"
+          "                     [--max-concurrent-streams N] [--no-h2 | --no-h1] [--fixture-dir DIR]\n"
           "defaults: --host 127.0.0.1 --port 8080 --threads <online CPUs> --max-header-bytes 16384\n"
           "          --max-body-bytes 10000000 --header-timeout-ms 10000 --idle-timeout-ms 60000\n"
           "          --stop-timeout-ms 5000 --max-concurrent-streams 128\n");
@@ -83,7 +83,12 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (strcmp(a, "--no-h2") == 0) {
+      if (!cfg.enable_h1) goto bad;
       cfg.enable_h2 = 0;
+      continue;
+    } else if (strcmp(a, "--no-h1") == 0) { /* an h2c-only listener */
+      if (!cfg.enable_h2) goto bad;
+      cfg.enable_h1 = 0;
       continue;
     } else if (v == NULL) {
       goto bad;

@@ -41,7 +41,7 @@ so_path() ->
 -spec start(map()) -> {ok, handle()} | {error, term()}.
 start(Opts = #{ip := Ip}) ->
     NifOpts = maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes,
-                         header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2,
+                         header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2, enable_h1,
                          h2_max_concurrent_streams], Opts),
     try start_nif(NifOpts#{ip => list_to_binary(inet:ntoa(Ip))})
     catch error:{not_loaded, ?MODULE} -> {error, not_loaded()}

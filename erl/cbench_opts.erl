@@ -23,6 +23,7 @@ defaults(Engine) ->
              idle_timeout_ms => 60000,
              stop_timeout_ms => 5000,
              enable_h2 => true,
+             enable_h1 => true,
              h2_max_concurrent_streams => 128},
     case Engine of
         ehttpd -> Base#{close => false};
@@ -39,7 +40,7 @@ validate(Engine, Opts) when is_map(Opts) ->
             {error, {bad_option, Bad}};
         [] ->
             Merged = maps:merge(Defaults, Opts),
-            case [K || K <- lists:sort(maps:keys(Merged)), not valid(K, maps:get(K, Merged))] of
+            case [K || K <- lists:sort(maps:keys(Merged)), not valid(Engine, K, Merged)] of
                 [Bad | _] -> {error, {bad_option, Bad}};
                 [] -> {ok, finish(Merged)}
             end
@@ -56,6 +57,12 @@ ip(Ip) when is_tuple(Ip) -> Ip;
 ip(Ip) ->
     {ok, Addr} = inet:parse_strict_address(unicode:characters_to_list(Ip)),
     Addr.
+
+%% enable_h1 => false is an h2c-only listener: the ehttpd engine, which has no HTTP/2, cannot be one, and a
+%% C engine needs HTTP/2 on for it.
+valid(ehttpd, enable_h1, #{enable_h1 := E}) -> E =:= true;
+valid(_, enable_h1, #{enable_h1 := E, enable_h2 := H2}) -> is_boolean(E) andalso (E orelse H2 =:= true);
+valid(_, K, Opts) -> valid(K, maps:get(K, Opts)).
 
 valid(port, P) -> is_integer(P) andalso P >= 0 andalso P =< 65535;
 valid(ip, Ip) when is_tuple(Ip) -> inet:is_ip_address(Ip);

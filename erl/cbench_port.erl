@@ -30,7 +30,7 @@ start(Opts = #{ip := Ip, stop_timeout_ms := StopMs}) ->
     case open() of
         {ok, Port} ->
             PortOpts = maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes,
-                                  header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2,
+                                  header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2, enable_h1,
                                   h2_max_concurrent_streams], Opts),
             case request(Port, {start, PortOpts#{ip => list_to_binary(inet:ntoa(Ip))}}, 30000) of
                 {ok, TcpPort, Threads, Cpus} ->

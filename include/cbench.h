@@ -68,6 +68,9 @@ typedef struct cb_config_s {
   const char *fixture_dir;     /* NULL (default): the fixture files live in memory (memfd), nothing on disk.
                                 * A directory: the files are written there as tiny, small and big (or reused
                                 * when already there with the right size) and left for other servers to use */
+  int enable_h1;               /* serve HTTP/1.0 and HTTP/1.1; default 1. 0 with enable_h2: an h2c-only
+                                * listener, where anything but the HTTP/2 client preface gets
+                                * GOAWAY(PROTOCOL_ERROR) and a close. Both 0: UV_EINVAL */
 } cb_config_t;
 
 /* The routes of the fixture table, as indexes into cb_stats_t.requests_by_route. */
@@ -131,7 +134,7 @@ CB_EXTERN void cb_config_init(cb_config_t *cfg);
 /* Starts a server: writes the fixture files, starts the worker threads, and returns once every worker listens
  * (or the first error, with every thread joined and every resource freed).
  * On success *out is the server, owned by the caller until cb_server_stop().
- * Errors: UV_EINVAL (bad host, port or NULL argument), CB_ETHREADS (threads or a CPU out of range),
+ * Errors: UV_EINVAL (bad host, port or NULL argument, or neither HTTP/1 nor HTTP/2 enabled), CB_ETHREADS (threads or a CPU out of range),
  * CB_ELIMIT (a zero limit or timeout), CB_EFIXTURE, UV_EADDRINUSE, UV_EACCES, UV_ENOMEM, and any error of
  * socket(2), bind(2), listen(2) or pthread_create(3) as a UV_E* code. Blocks for the handshake (milliseconds). */
 CB_EXTERN int cb_server_start(const cb_config_t *cfg, cb_server_t **out);

@@ -20,7 +20,7 @@
 #define ATOMS(X)                                                                                      \
   X(ok) X(error) X(stopped) X(true) X(false) X(ip) X(port) X(threads) X(cpus) X(backlog)               \
   X(max_header_bytes) X(max_body_bytes) X(header_timeout_ms) X(idle_timeout_ms) X(stop_timeout_ms)    \
-  X(enable_h2) X(h2_max_concurrent_streams) X(conns_accepted) X(conns_open) X(conns_closed)           \
+  X(enable_h2) X(enable_h1) X(h2_max_concurrent_streams) X(conns_accepted) X(conns_open) X(conns_closed)           \
   X(requests) X(requests_by_route) X(conns_by_proto) X(requests_by_proto) X(bytes_read)               \
   X(bytes_written) X(status_400) X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts)  \
   X(resets) X(h2_errors) X(accept_backoffs)
@@ -179,6 +179,19 @@ static int get_uint(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, ErlNifUI
 
 /* Fills cfg from the options map that cbench_nif:start/1 built (every key present, values checked there;
  * they are checked again here because a NIF must survive any term). host points into hostbuf. */
+/* A boolean option: 1 when it is present and true or false (stored in *out), 0 otherwise. */
+static int get_bool(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, int *out) {
+  ERL_NIF_TERM v;
+  if (!enif_get_map_value(env, map, key, &v)) return 0;
+  if (enif_is_identical(v, atom_true))
+    *out = 1;
+  else if (enif_is_identical(v, atom_false))
+    *out = 0;
+  else
+    return 0;
+  return 1;
+}
+
 static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, char *hostbuf, size_t hostlen,
                          int *cpus) {
   ErlNifUInt64 u;
@@ -211,12 +224,7 @@ static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, cha
   cfg->stop_timeout_ms = (unsigned)u;
   if (!get_uint(env, map, atom_h2_max_concurrent_streams, UINT32_MAX, &u)) return 0;
   cfg->h2_max_concurrent_streams = (unsigned)u;
-  if (!enif_get_map_value(env, map, atom_enable_h2, &v)) return 0;
-  if (enif_is_identical(v, atom_true))
-    cfg->enable_h2 = 1;
-  else if (enif_is_identical(v, atom_false))
-    cfg->enable_h2 = 0;
-  else
+  if (!get_bool(env, map, atom_enable_h2, &cfg->enable_h2) || !get_bool(env, map, atom_enable_h1, &cfg->enable_h1))
     return 0;
 
   unsigned len;

@@ -243,7 +243,10 @@ static int detect(cb__conn_t *c, const char *data, size_t len) {
     return 0;
   }
   int err;
-  if (is_prefix && c->w->cfg->enable_h2 && cb__h2_available()) {
+  /* An h2c-only listener (enable_h1 0) gives anything to HTTP/2, which answers a bad preface with
+   * GOAWAY(PROTOCOL_ERROR) and closes. The shared port can only answer it as HTTP/1.1 would: a broken
+   * preface is a request line `PRI * HTTP/2.0` there, a 400 (docs/wire.md). */
+  if ((is_prefix || !c->w->cfg->enable_h1) && c->w->cfg->enable_h2 && cb__h2_available()) {
     CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
     err = cb__h2_attach_prior(c);
   } else {

@@ -22,6 +22,7 @@ void cb_config_init(cb_config_t *cfg) {
   cfg->stop_timeout_ms = 5000;
   cfg->enable_h2 = 1;
   cfg->h2_max_concurrent_streams = 128;
+  cfg->enable_h1 = 1;
 }
 
 static int online_cpus(void) {
@@ -38,6 +39,7 @@ static int validate(const cb_config_t *cfg) {
   if (cfg->max_header_bytes < 64 || cfg->max_header_bytes > (1u << 24)) return CB_ELIMIT;
   if (cfg->max_body_bytes == 0 || cfg->header_timeout_ms == 0 || cfg->idle_timeout_ms == 0) return CB_ELIMIT;
   if (cfg->backlog < 0) return UV_EINVAL;
+  if (!cfg->enable_h1 && !(cfg->enable_h2 && cb__h2_available())) return UV_EINVAL; /* nothing to serve */
   if (cfg->enable_h2 && (cfg->h2_max_concurrent_streams == 0 || cfg->h2_max_concurrent_streams > 1u << 20))
     return CB_ELIMIT;
   return 0;

@@ -7,11 +7,11 @@
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([start_bad_input/1, other_calls_bad_input/1, url_and_port/1, servers_list/1,
          stop_twice/1, settings_map/1, start_banner/1, app_stop_stops_servers/1,
-         same_stats_keys/1]).
+         same_stats_keys/1, h2c_only_listener/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
-     settings_map, same_stats_keys, start_banner, app_stop_stops_servers].
+     settings_map, same_stats_keys, h2c_only_listener, start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(inets),
@@ -30,14 +30,46 @@ start_bad_input(_Config) ->
     Bad = [{port, -1}, {port, 65536}, {port, "80"}, {ip, "not an ip"}, {ip, {1, 2, 3}},
            {ip, 42}, {threads, 0}, {threads, 257}, {threads, two}, {cpus, [a]}, {cpus, [-1]},
            {cpus, x}, {max_header_bytes, 0}, {max_body_bytes, 0}, {header_timeout_ms, 0},
-           {idle_timeout_ms, -5}, {stop_timeout_ms, infinity}, {enable_h2, yes},
+           {idle_timeout_ms, -5}, {stop_timeout_ms, infinity}, {enable_h2, yes}, {enable_h1, yes},
            {h2_max_concurrent_streams, 0}, {backlog, 0}, {bogus, 1}, {"port", 1}],
     [?assertEqual({{error, {bad_option, K}}, E}, {cbench:start_server(E, #{K => V}), E})
      || {K, V} <- Bad, E <- [nif, port, ehttpd]],
     ?assertEqual({error, {bad_option, close}}, cbench:start_server(nif, #{close => true})),
     ?assertEqual({error, {bad_option, close}}, cbench:start_server(port, #{close => false})),
     ?assertEqual({error, {bad_option, close}}, cbench:start_server(ehttpd, #{close => 1})),
+    %% An h2c-only listener: the ehttpd engine has no HTTP/2; a C engine needs h2c on for it.
+    ?assertEqual({error, {bad_option, enable_h1}}, cbench:start_server(ehttpd, #{enable_h1 => false})),
+    [?assertEqual({error, {bad_option, enable_h1}},
+                  cbench:start_server(E, #{enable_h1 => false, enable_h2 => false}))
+     || E <- [nif, port]],
     ?assertEqual([], cbench:servers()).
+
+%% enable_h1 => false (nif and port): the HTTP/2 preface is served, anything else gets
+%% GOAWAY(PROTOCOL_ERROR) and a close (h2spec 3.5/2).
+h2c_only_listener(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, enable_h1 => false}),
+         {ok, C} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+         ok = gen_tcp:send(C, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"),
+         Frames = recv_all(C, <<>>),
+         ?assertEqual({E, [{4, 0}, {7, 1}]}, {E, frame_types(Frames)}), %% SETTINGS, GOAWAY(PROTOCOL_ERROR)
+         {ok, S2} = cbench:start_server(E, #{port => 0, threads => 1}),
+         ok = cbench:stop_server(S2),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port]],
+    ok.
+
+recv_all(C, Acc) ->
+    case gen_tcp:recv(C, 0, 5000) of
+        {ok, B} -> recv_all(C, <<Acc/binary, B/binary>>);
+        {error, closed} -> Acc
+    end.
+
+%% [{Type, GoawayCode or 0}] of the frames in B.
+frame_types(<<Len:24, Type:8, _Flags:8, _:32, Payload:Len/binary, Rest/binary>>) ->
+    Code = case {Type, Payload} of {7, <<_:32, C:32, _/binary>>} -> C; _ -> 0 end,
+    [{Type, Code} | frame_types(Rest)];
+frame_types(<<>>) -> [].
 
 other_calls_bad_input(_Config) ->
     [?assertError(badarg, F(X)) || F <- [fun cbench:stop_server/1, fun cbench:port/1,

@@ -217,6 +217,19 @@ else
   bad "SIGINT: the stats miss what finished while draining: $(cat "$work/int.out")"
 fi
 
+# --no-h1: an h2c-only listener. HTTP/2 with prior knowledge is served; an HTTP/1.1 request is not (it gets
+# GOAWAY(PROTOCOL_ERROR) and a close, so curl fails).
+start_server noh1 --port 0 --threads 1 --no-h1
+body=$(curl -sS --max-time 5 --http2-prior-knowledge "http://127.0.0.1:$PORT/hello" || true)
+if [ "$body" = "Hello, Joe!" ]; then ok; else bad "--no-h1: h2c prior knowledge answered '$body'"; fi
+if curl -sS --max-time 5 --http1.1 -o /dev/null "http://127.0.0.1:$PORT/hello" 2>/dev/null; then
+  bad "--no-h1: an HTTP/1.1 request was answered"
+else
+  ok
+fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "SIGTERM of the --no-h1 server: exit status $?"
+
 # Every option is accepted.
 start_server opts --host 127.0.0.1 --port 0 --threads 2 --cpus 0 --max-header-bytes 2048 --max-body-bytes 100 \
   --header-timeout-ms 2000 --idle-timeout-ms 3000 --stop-timeout-ms 500
@@ -237,7 +250,7 @@ wait "$OPTS_PID" || bad "SIGTERM of the options server: exit status $?"
 # Bad arguments: usage on stderr, exit status 2, nothing on stdout.
 for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--threads -1" "--threads x" \
   "--threads 100000" "--cpus a,b" "--max-body-bytes" "--max-header-bytes 0" "--header-timeout-ms -5" \
-  "--idle-timeout-ms 1x" "--host" "extra-argument"; do
+  "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"

@@ -812,3 +812,36 @@ TEST(wire_echo_budget_returned) {
   buf_free(&exp);
   test_stop(srv);
 }
+
+/* ---- the h2c-only listener (enable_h1 0, --no-h1) ---- */
+
+/* h2spec 3.5/2: on a listener that serves only HTTP/2, anything but the client preface gets
+ * GOAWAY(PROTOCOL_ERROR) and a close. (On the shared port the same bytes are an HTTP/1.1 request line: 400.) */
+TEST(h2_only_listener) {
+  cb_config_t cfg;
+  cb_server_t *srv;
+  test_config(&cfg);
+  cfg.enable_h1 = 0;
+  cfg.enable_h2 = 0;
+  ASSERT_ERR(cb_server_start(&cfg, &srv), CB_EINVAL);
+  cfg.enable_h2 = 1;
+  srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  static const char *const bad[] = {"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+                                    "\x16\x03\x01\x00\xa5\x01\x00\x00"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    h2cl_t *cl = h2_open(port);
+    cl_sends(cl->fd, bad[i]);
+    ASSERT_EQ(h2_wait_goaway(cl, 5000), CL_OK);
+    ASSERT_EQ(cl->goaway_code, NGHTTP2_PROTOCOL_ERROR);
+    int rc = h2_wait_closed(cl, 5000);
+    ASSERT(rc == CL_EOF || rc == CL_RESET);
+    h2_free(cl);
+  }
+  h2_check_hello(port);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.conns_by_proto[CB_PROTO_HTTP1], 0);
+  ASSERT_EQ(st.status_400, 0);
+  test_stop(srv);
+}
