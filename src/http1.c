@@ -188,7 +188,7 @@ static const uint8_t tchar[256] = {
  * Methods: GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a
  * fixture path, 404 elsewhere); any other method is not implemented: 501, then close (RFC 9110 15.6.2), over
  * HTTP/1.1 and HTTP/2 alike. llhttp stops at a method it does not know itself (HPE_INVALID_METHOD, see
- * method_error()), so the connection cannot go on after a 501. PRI (the HTTP/2 preface seen by HTTP/1.1, a
+ * unknown_method()), so the connection cannot go on after a 501. PRI (the HTTP/2 preface seen by HTTP/1.1, a
  * broken one or h2c switched off) stays a 400.
  * Versions: HTTP/1.0 and HTTP/1.1 are served; HTTP/0.9 (no version, or written out) is a 400; any other
  * version (HTTP/2.0, HTTP/1.2) is a 505, then close. */
