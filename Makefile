@@ -23,10 +23,14 @@ ifneq ($(CI),)
 WARN += -Werror
 endif
 OPT ?= -O2 -g
-CFLAGS_LIB := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE \
+# llhttp's strict mode (its own switch, for its sources and its header alike) checks the CRLF after chunk data
+# and after every CR, and allows only visible ASCII in the request target; without it any two bytes end a
+# chunk, a request smuggling risk (docs/wire.md).
+LLHTTP_DEFS := -DLLHTTP_STRICT_MODE=1
+CFLAGS_LIB := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE $(LLHTTP_DEFS) \
   -Iinclude -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS) $(EXTRA_CFLAGS)
 # llhttp is generated code: compile it with the library's flags but without our warning set.
-CFLAGS_LLHTTP := -std=gnu11 $(OPT) -fPIC -fvisibility=hidden -I$(LLHTTP_INC) $(EXTRA_CFLAGS)
+CFLAGS_LLHTTP := -std=gnu11 $(OPT) -fPIC -fvisibility=hidden $(LLHTTP_DEFS) -I$(LLHTTP_INC) $(EXTRA_CFLAGS)
 LDFLAGS_EXTRA ?=
 
 LIB_SRCS := $(wildcard src/*.c)
@@ -56,7 +60,7 @@ lib: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 $(BUILD)/obj/%.o: src/%.c src/*.h include/cbench.h | $(BUILD)/obj
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
-$(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | $(BUILD)/obj/llhttp
+$(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile | $(BUILD)/obj/llhttp
 	$(CC) $(CFLAGS_LLHTTP) -c $< -o $@
 
 $(BUILD)/obj $(BUILD)/obj/llhttp:

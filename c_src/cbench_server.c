@@ -1,5 +1,5 @@
 /* cbench-server: the engine as a standalone program. Prints one ready line, serves until SIGINT or SIGTERM,
- * then prints the stats and exits 0 after a graceful stop. */
+ * then stops gracefully, prints the stats and exits 0. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -203,9 +203,9 @@ int main(int argc, char **argv) {
 
   int sig = 0;
   sigwait(&set, &sig);
+  /* The stats once the graceful stop is over, so that what finished while draining is counted. */
   cb_stats_t stats;
-  cb_server_stats(srv, &stats);
-  cb_server_stop(srv);
+  cb_server_stop_stats(srv, &stats);
   print_stats(&stats);
   return 0;
 }

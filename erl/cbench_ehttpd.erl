@@ -29,7 +29,9 @@
 -record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
               headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
               framing = none :: none | chunked | {length, non_neg_integer()},
-              expect = false :: boolean()}).
+              expect = false :: boolean(),
+              %% The answer has begun (a streamed echo): a later error closes without a status.
+              started = false :: boolean()}).
 
 -define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
 -define(LINGER_MS, 1000).
@@ -187,7 +189,10 @@ next_request(S, Cfg, Fresh) ->
             M = method(Method),
             T = target(Uri),
             Req = #req{method = M, target = T, version = Version},
-            read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+            case request_line(M, T, Version) of
+                ok -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+                Status -> error_close(S, Cfg, Status)
+            end;
         {ok, {http_error, _}} -> error_close(S, Cfg, 400);
         {ok, _Other} -> error_close(S, Cfg, 400);
         {error, timeout} -> head_timeout(S, Cfg);
@@ -240,6 +245,27 @@ target({absoluteURI, Scheme, Host, Port, Path}) ->
 target({scheme, Scheme, Rest}) -> <<Scheme/binary, ":", Rest/binary>>;
 target(T) when is_binary(T) -> T.
 
+%% The request line's checks, in the C engine's order (docs/wire.md): a method other than RFC 9110's
+%% and PATCH is not implemented (501; PRI, the HTTP/2 preface, is a 400); the target may hold visible
+%% ASCII only (0x21-0x7E); HTTP/0.9 is a 400 at once; a version other than 1.0 and 1.1 is a 505
+%% (two-digit numbers are malformed: 400).
+request_line(M, T, Version) ->
+    Known = [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"CONNECT">>,
+             <<"OPTIONS">>, <<"TRACE">>, <<"PATCH">>],
+    VisibleAscii = lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)),
+    case lists:member(M, Known) of
+        false when M =:= <<"PRI">> -> 400;
+        false -> 501;
+        true when not VisibleAscii -> 400;
+        true ->
+            case Version of
+                {1, Minor} when Minor =< 1 -> ok;
+                {0, 9} -> 400;
+                {Major, Minor} when Major =< 9, Minor =< 9 -> 505;
+                _ -> 400
+            end
+    end.
+
 %% http_bin keeps trailing whitespace in values; HTTP (and llhttp) drops it.
 trim(<<>>) -> <<>>;
 trim(V) ->
@@ -250,9 +276,47 @@ trim(V) ->
 
 %% Works out keep-alive, the body framing and Expect from the headers; error means 400.
 frame(Req = #req{version = {1, Minor}, headers = Hs}) ->
-    frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
+    case host_ok(Hs, Minor) of
+        true -> frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
+        false -> error
+    end;
 frame(_) ->
     error.
+
+%% Host (RFC 9112 3.2): exactly one in HTTP/1.1, at most one in HTTP/1.0, and its value is
+%% uri-host [":" port] (RFC 3986): a reg-name (unreserved, sub-delims, %HH) or an IP literal in
+%% brackets, then digits after the colon; it may be empty.
+host_ok(Hs, Minor) ->
+    case [V || {N, V} <- Hs, cbench_http:lower(N) =:= <<"host">>] of
+        [] -> Minor =:= 0;
+        [V] -> valid_host(V);
+        _ -> false
+    end.
+
+valid_host(<<"[", Rest/binary>>) ->
+    case binary:split(Rest, <<"]">>) of
+        [Lit, Port] when Lit =/= <<>> ->
+            lists:all(fun(C) -> host_char(C) orelse C =:= $: end, binary_to_list(Lit))
+                andalso port_ok(Port);
+        _ -> false
+    end;
+valid_host(V) ->
+    case binary:split(V, <<":">>) of
+        [Name] -> reg_name(Name);
+        [Name, Port] -> reg_name(Name) andalso port_ok(<<":", Port/binary>>)
+    end.
+
+reg_name(<<>>) -> true;
+reg_name(<<$%, A, B, Rest/binary>>) ->
+    hex_digit(A) =/= error andalso hex_digit(B) =/= error andalso reg_name(Rest);
+reg_name(<<C, Rest/binary>>) -> host_char(C) andalso reg_name(Rest).
+
+host_char(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+host_char(C) -> lists:member(C, "-._~!$&'()*+,;=").
+
+port_ok(<<>>) -> true;
+port_ok(<<":", Digits/binary>>) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(Digits));
+port_ok(_) -> false.
 
 frame([], Req, CL, TE, _Minor) ->
     case {CL, TE} of
@@ -366,8 +430,8 @@ echo_chunked(S, Cfg, Req) ->
     case send(S, cbench_http:head(200, [ct(octet)], chunked, conn_mode(Req))) of
         ok ->
             Send = fun(Piece, ok) -> send(S, cbench_http:chunk(Piece)) end,
-            case body(S, Cfg, Req, fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end,
-                      ok) of
+            case body(S, Cfg, Req#req{started = true},
+                      fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end, ok) of
                 {ok, ok} -> send(S, cbench_http:last_chunk());
                 Error -> Error
             end;
@@ -380,9 +444,9 @@ body(_S, _Cfg, #req{framing = none}, _Fun, Acc) ->
 body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
     ok = inet:setopts(S, [{packet, raw}]),
     body_length(S, Cfg, N, Fun, Acc);
-body(S, Cfg, #req{framing = chunked}, Fun, Acc) ->
+body(S, Cfg, Req = #req{framing = chunked}, Fun, Acc) ->
     ok = inet:setopts(S, [{packet, raw}]),
-    body_chunked(S, Cfg, 0, Fun, Acc).
+    body_chunked(S, Cfg, Req, 0, Fun, Acc).
 
 body_length(_S, _Cfg, 0, _Fun, Acc) ->
     {ok, Acc};
@@ -398,27 +462,35 @@ body_length(S, Cfg, Left, Fun, Acc) ->
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-body_chunked(S, Cfg, Total, Fun, Acc) ->
-    case read_line(S, Cfg) of
+body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
+    body_chunked(S, Cfg, Req, Total, 0, Fun, Acc).
+
+%% Ext: the bytes of chunk extensions so far; they may take max_header_bytes in all (413 over it).
+body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
+    case read_line(S, Cfg, Cfg#cfg.max_header + 64) of
         {ok, Line} ->
-            case chunk_size(Line) of
-                {ok, 0} -> trailers(S, Cfg, Acc);
-                {ok, Size} when Total + Size > Cfg#cfg.max_body ->
-                    error_close(S, Cfg, 413), {error, too_large};
-                {ok, Size} ->
+            case chunk_line(Line) of
+                {ok, _, E} when Ext + E > Cfg#cfg.max_header ->
+                    fail(S, Cfg, Req, 413), {error, too_large};
+                {ok, 0, _} -> trailers(S, Cfg, Req, 0, Acc);
+                {ok, Size, _} when Total + Size > Cfg#cfg.max_body ->
+                    fail(S, Cfg, Req, 413), {error, too_large};
+                {ok, Size, E} ->
                     ok = inet:setopts(S, [{packet, raw}]),
                     case chunk_data(S, Cfg, Size, Fun, Acc) of
                         {ok, Acc1} ->
                             case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
-                                {ok, <<"\r\n">>} -> body_chunked(S, Cfg, Total + Size, Fun, Acc1);
-                                {ok, _} -> error_close(S, Cfg, 400), {error, bad_chunk};
+                                {ok, <<"\r\n">>} ->
+                                    body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
+                                {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
                                 {error, E} -> bump(Cfg, resets), {error, E}
                             end;
                         Error -> Error
                     end;
                 error ->
-                    error_close(S, Cfg, 400), {error, bad_chunk}
+                    fail(S, Cfg, Req, 400), {error, bad_chunk}
             end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 413), {error, too_large};
         Error -> Error
     end.
 
@@ -435,31 +507,110 @@ chunk_data(S, Cfg, Left, Fun, Acc) ->
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-trailers(S, Cfg, Acc) ->
-    case read_line(S, Cfg) of
+%% Trailers are parsed like header lines and dropped (no route sees them); they have their own
+%% budget, max_header_bytes: over it, 431 (docs/wire.md).
+trailers(S, Cfg, Req, Bytes, Acc) ->
+    case read_line(S, Cfg, Cfg#cfg.max_header) of
         {ok, <<"\r\n">>} -> {ok, Acc};
         {ok, <<"\n">>} -> {ok, Acc};
-        {ok, _Trailer} -> trailers(S, Cfg, Acc);
+        {ok, Line} when Bytes + byte_size(Line) > Cfg#cfg.max_header ->
+            fail(S, Cfg, Req, 431), {error, too_large};
+        {ok, Line} when binary_part(Line, byte_size(Line), -2) =/= <<"\r\n">> ->
+            fail(S, Cfg, Req, 400), {error, bad_trailer};
+        {ok, Line} ->
+            %% httph_bin decides on a line only once it sees the next (a value may continue).
+            case erlang:decode_packet(httph_bin, <<Line/binary, "\r\n">>, []) of
+                {ok, {http_header, _, _, _, _}, <<"\r\n">>} ->
+                    trailers(S, Cfg, Req, Bytes + byte_size(Line), Acc);
+                _ ->
+                    fail(S, Cfg, Req, 400), {error, bad_trailer}
+            end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 431), {error, too_large};
         Error -> Error
     end.
 
-read_line(S, Cfg) ->
+%% One line of the chunked framing; {error, emsgsize} when it is longer than Max.
+%% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
+read_line(S, Cfg, Max) ->
     ok = inet:setopts(S, [{packet, line}]),
+    read_line(S, Cfg, Max, <<>>).
+
+read_line(S, Cfg, Max, Acc) ->
     case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
-        {ok, Line} -> {ok, Line};
-        {error, emsgsize} -> error_close(S, Cfg, 400), {error, bad_chunk};
+        {ok, Piece} ->
+            Line = <<Acc/binary, Piece/binary>>,
+            case binary:last(Line) of
+                _ when byte_size(Line) > Max -> {error, emsgsize};
+                $\n -> {ok, Line};
+                _ -> read_line(S, Cfg, Max, Line)
+            end;
+        {error, emsgsize} -> {error, emsgsize};
         {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
         {error, E} -> bump(Cfg, resets), {error, E}
     end.
 
-%% A chunk-size line: hex digits, optional extensions after `;', then CRLF.
-chunk_size(Line) ->
-    Hex = hd(binary:split(hd(binary:split(Line, [<<";">>, <<"\r">>, <<"\n">>])), <<" ">>)),
-    case byte_size(Hex) of
-        N when N >= 1, N =< 15 ->
-            try {ok, binary_to_integer(Hex, 16)} catch error:badarg -> error end;
+%% A chunk-size line as the C engine (llhttp in strict mode) reads it: hex digits, then extensions
+%% `;name' or `;name=value' (a token, or a quoted string without backslash escapes), then CRLF.
+%% Returns {ok, Size, ExtBytes}, ExtBytes counted as the C engine counts them (name, value, 2), or
+%% error.
+chunk_line(Line) ->
+    case binary:split(Line, <<"\r\n">>) of
+        [Head, <<>>] -> chunk_hex(Head, 0, 0);
         _ -> error
     end.
+
+chunk_hex(<<C, Rest/binary>>, N, V) when V < 16#1000000000000000 ->
+    case hex_digit(C) of
+        error when N > 0 -> chunk_exts(<<C, Rest/binary>>, V, 0);
+        error -> error;
+        D -> chunk_hex(Rest, N + 1, V * 16 + D)
+    end;
+chunk_hex(<<>>, N, V) when N > 0 -> {ok, V, 0};
+chunk_hex(_, _, _) -> error.
+
+hex_digit(C) when C >= $0, C =< $9 -> C - $0;
+hex_digit(C) when C >= $a, C =< $f -> C - $a + 10;
+hex_digit(C) when C >= $A, C =< $F -> C - $A + 10;
+hex_digit(_) -> error.
+
+chunk_exts(<<>>, V, E) -> {ok, V, E};
+chunk_exts(<<$;, Rest/binary>>, V, E) ->
+    case token(Rest, 0) of
+        {0, _} -> error;
+        {N, <<$=, Value/binary>>} ->
+            case ext_value(Value) of
+                {ok, L, Rest1} -> chunk_exts(Rest1, V, E + N + L + 2);
+                error -> error
+            end;
+        {N, Rest1} -> chunk_exts(Rest1, V, E + N + 2)
+    end;
+chunk_exts(_, _, _) -> error.
+
+ext_value(<<$", Rest/binary>>) -> quoted(Rest, 2);
+ext_value(B) ->
+    case token(B, 0) of
+        {0, _} -> error;
+        {N, Rest} -> {ok, N, Rest}
+    end.
+
+quoted(<<$", Rest/binary>>, L) -> {ok, L, Rest};
+quoted(<<C, Rest/binary>>, L) when C =:= $\t; C =:= $\s; C =:= 16#21; C >= 16#23, C =/= $\\ ->
+    quoted(Rest, L + 1);
+quoted(_, _) -> error.
+
+%% The length of the token at the start of B (RFC 9110 tchar) and what follows it.
+token(B, N) ->
+    case B of
+        <<C, Rest/binary>> ->
+            case is_tchar(C) of
+                true -> token(Rest, N + 1);
+                false -> {N, B}
+            end;
+        <<>> -> {N, B}
+    end.
+
+is_tchar(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+is_tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
 
 %%% Responses
 
@@ -551,21 +702,30 @@ send(S, Data) ->
         {error, _} = E -> E
     end.
 
+%% A request that fails while its body is read: the error answer, or, when the answer has already
+%% begun (a streamed echo), a close without a second status.
+fail(S, Cfg, #req{started = true}, Status) ->
+    bump_status(Cfg, Status),
+    _ = gen_tcp:shutdown(S, write),
+    {error, closed};
+fail(S, Cfg, _Req, Status) ->
+    error_close(S, Cfg, Status).
+
 %% An error answer, then a lingering close: shut our side, drop what the peer still sends for a
 %% short while, so that it reads the answer instead of a reset.
 error_close(S, Cfg, Status) ->
-    case Status of
-        400 -> bump(Cfg, status_400);
-        413 -> bump(Cfg, status_413);
-        431 -> bump(Cfg, status_431);
-        _ -> ok
-    end,
+    bump_status(Cfg, Status),
     _ = gen_tcp:send(S, cbench_http:head(Status, [], 0, close)),
     _ = gen_tcp:shutdown(S, write),
     _ = inet:setopts(S, [{packet, raw}]),
     Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
     drain(S, Deadline),
     {error, closed}.
+
+bump_status(Cfg, 400) -> bump(Cfg, status_400);
+bump_status(Cfg, 413) -> bump(Cfg, status_413);
+bump_status(Cfg, 431) -> bump(Cfg, status_431);
+bump_status(_Cfg, _) -> ok.
 
 drain(S, Deadline) ->
     Left = Deadline - erlang:monotonic_time(millisecond),

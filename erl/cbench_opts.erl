@@ -35,6 +35,9 @@ validate(Engine, Opts) when is_map(Opts) ->
     Rows = maps:from_list([{K, R} || R = #{key := K} <- rows(Engine)]),
     Merged = maps:merge(defaults(Engine), Opts),
     case check(lists:sort(maps:to_list(Merged)), Engine, Rows, #{}) of
+        {ok, #{enable_h1 := false, enable_h2 := false}} ->
+            %% Neither protocol left to serve (the C library refuses it too).
+            {error, {bad_option, enable_h1, false, {requires, {enable_h2, true}}}};
         {ok, Valid} -> {ok, finish(Valid)};
         Error -> Error
     end.
@@ -70,6 +73,9 @@ unknown(K, Engine) ->
         [] -> {known, lists:sort([K1 || #{key := K1} <- rows(Engine)])}
     end.
 
+value(#{key := enable_h1}, false, ehttpd) ->
+    %% An h2c-only listener: the ehttpd engine has no HTTP/2.
+    {error, {engines, [nif, port]}};
 value(#{type := integer, min := Min, max := Max}, V, _) when is_integer(V), V >= Min, V =< Max ->
     {ok, V};
 value(#{type := boolean}, V, _) when is_boolean(V) ->

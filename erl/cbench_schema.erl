@@ -18,6 +18,7 @@
                   idle_timeout_ms => 1..4294967295,
                   stop_timeout_ms => 0..4294967295,
                   enable_h2 => boolean(),
+                  enable_h1 => boolean(),
                   h2_max_concurrent_streams => 1..1048576,
                   close => boolean()}.
 
@@ -73,6 +74,10 @@ options() ->
        default => true, allowed => boolean,
        engines => [nif, port, ehttpd],
        doc => "serve h2c (prior knowledge and Upgrade)"},
+     #{key => enable_h1, name => enable_h1, type => boolean, min => 0, max => 1,
+       default => true, allowed => boolean,
+       engines => [nif, port, ehttpd],
+       doc => "serve HTTP/1.x; off (with h2c on): an h2c-only listener, anything but the preface gets GOAWAY"},
      #{key => h2_max_concurrent_streams, name => h2_max_concurrent_streams, type => integer, min => 1, max => 1048576,
        default => 128, allowed => {integer, 1, 1048576},
        engines => [nif, port, ehttpd],

@@ -70,6 +70,9 @@ typedef struct cb_config_s {
   const char *fixture_dir;     /* NULL (default): the fixture files live in memory (memfd), nothing on disk.
                                 * A directory: the files are written there as tiny, small and big (or reused
                                 * when already there with the right size) and left for other servers to use */
+  int enable_h1;               /* serve HTTP/1.0 and HTTP/1.1; default 1. 0 with enable_h2: an h2c-only
+                                * listener, where anything but the HTTP/2 client preface gets
+                                * GOAWAY(PROTOCOL_ERROR) and a close. Both 0: UV_EINVAL */
 } cb_config_t;
 
 /* The routes of the fixture table, as indexes into cb_stats_t.requests_by_route. */
@@ -218,6 +221,11 @@ CB_EXTERN int cb_server_stats(const cb_server_t *srv, cb_stats_t *out);
  * threads. Blocks until done. `srv` is invalid afterwards.
  * Returns 0, or UV_EINVAL for NULL. Must not be called from a worker thread. */
 CB_EXTERN int cb_server_stop(cb_server_t *srv);
+
+/* cb_server_stop(), and when `final` is not NULL, fills it with the counters as they stand once every worker
+ * has stopped: requests finished while draining, their bytes and the closed connections included (stats read
+ * before a stop miss them). Returns 0, or UV_EINVAL for a NULL srv. Must not be called from a worker thread. */
+CB_EXTERN int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final);
 
 /* Text for an error code returned by this library (cbench's own or libuv's). Never NULL. */
 CB_EXTERN const char *cb_strerror(int err);

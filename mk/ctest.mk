@@ -30,7 +30,8 @@ FUZZ_SMOKE_SECONDS ?= 20
 FUZZ_SEED ?=
 FUZZ_SMOKE_SEED := 1
 FUZZ_SEED_FLAG = $(if $(FUZZ_SEED),-seed=$(FUZZ_SEED))
-FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Iinclude -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS)
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer $(LLHTTP_DEFS) -Iinclude -Isrc -I$(LLHTTP_INC) \
+  $(DEP_CFLAGS)
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.c=$(FUZZ_DIR)/obj/%.o) \
   $(FUZZ_DIR)/obj/llhttp/llhttp.o $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o
@@ -110,7 +111,7 @@ $(FUZZ_DIR)/obj/%.o: src/%.c src/*.h include/cbench.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c
+$(FUZZ_DIR)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
 

@@ -1,6 +1,7 @@
 /* One connection: the socket's read and write path, its timeouts and its close. The bytes go to a protocol
  * (c->ops): first to detection, which tells the HTTP/2 client preface from an HTTP/1.x request. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -61,6 +62,7 @@ static void free_conn(cb__conn_t *c) {
   cb__worker_t *w = c->w;
   if (c->ops && c->ops->destroy) c->ops->destroy(c);
   cb__outq_free(&c->out);
+  cb__echo_release(c, c->out.released);
   if (c->fd >= 0) close(c->fd);
   if (c->prev) c->prev->next = c->next;
   else w->conns = c->next;
@@ -110,6 +112,33 @@ void cb__conn_stop(cb__conn_t *c) {
   }
 }
 
+void cb__conn_head_begin(cb__conn_t *c) { c->head_start = uv_now(&c->w->loop); }
+
+void cb__conn_progress(cb__conn_t *c) { c->last_activity = uv_now(&c->w->loop); }
+
+/* ---- the echo budget ---- */
+
+static size_t times(size_t a, size_t k) { return a > SIZE_MAX / k ? SIZE_MAX : a * k; }
+
+int cb__echo_hold(cb__conn_t *c, size_t n) {
+  if (n == 0) return 0;
+  size_t body = c->w->cfg->max_body_bytes;
+  if (n > times(body, CB__ECHO_CONN_BODIES) - c->echo_held) return UV_ENOBUFS;
+  uint64_t total = __atomic_add_fetch(c->w->echo_total, (uint64_t)n, __ATOMIC_RELAXED);
+  if (total > times(body, CB__ECHO_SERVER_BODIES)) {
+    __atomic_sub_fetch(c->w->echo_total, (uint64_t)n, __ATOMIC_RELAXED);
+    return UV_ENOBUFS;
+  }
+  c->echo_held += n;
+  return 0;
+}
+
+void cb__echo_release(cb__conn_t *c, size_t n) {
+  if (n == 0) return;
+  c->echo_held -= n;
+  __atomic_sub_fetch(c->w->echo_total, (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* ---- the after-event step: deferred protocol work, flush, poll and timer ---- */
 
 static void flush(cb__conn_t *c) {
@@ -126,6 +155,10 @@ static void flush(cb__conn_t *c) {
   }
   CB__STAT_ADD(c->w, bytes_written, n);
   c->write_blocked = c->out.bytes > 0;
+  if (c->out.released > 0) { /* echo buffers that left with this write */
+    cb__echo_release(c, c->out.released);
+    c->out.released = 0;
+  }
 }
 
 static void update_poll(cb__conn_t *c) {
@@ -154,12 +187,13 @@ static void update_timer(cb__conn_t *c) {
       c->head_start = uv_now(&c->w->loop);
       uv_timer_start(&c->timer, on_timer, c->w->cfg->header_timeout_ms, 0);
     }
-  } else if (mode == CB__TIMER_IDLE) {
-    /* Activity moves the idle deadline; the timer itself is only started when none runs, and on firing it
-     * re-arms for what is left (on_timer). That keeps timer-heap work off the per-request path. */
-    c->last_activity = uv_now(&c->w->loop);
-    if (c->timer_mode != CB__TIMER_IDLE) {
-      c->timer_mode = CB__TIMER_IDLE;
+  } else if (mode == CB__TIMER_IDLE || mode == CB__TIMER_STALL) {
+    /* Activity (idle) or progress (stall, cb__conn_progress) moves the deadline; the timer itself is only
+     * started when none runs, and on firing it re-arms for what is left (on_timer). That keeps timer-heap
+     * work off the per-request path. */
+    if (mode == CB__TIMER_IDLE || c->timer_mode != CB__TIMER_STALL) c->last_activity = uv_now(&c->w->loop);
+    if (c->timer_mode != mode) {
+      c->timer_mode = (uint8_t)mode;
       uv_timer_start(&c->timer, on_timer, c->w->cfg->idle_timeout_ms, 0);
     }
   } else if (c->timer_mode != CB__TIMER_HELD) {
@@ -209,7 +243,10 @@ static int detect(cb__conn_t *c, const char *data, size_t len) {
     return 0;
   }
   int err;
-  if (is_prefix && c->w->cfg->enable_h2 && cb__h2_available()) {
+  /* An h2c-only listener (enable_h1 0) gives anything to HTTP/2, which answers a bad preface with
+   * GOAWAY(PROTOCOL_ERROR) and closes. The shared port can only answer it as HTTP/1.1 would: a broken
+   * preface is a request line `PRI * HTTP/2.0` there, a 400 (docs/wire.md). */
+  if ((is_prefix || !c->w->cfg->enable_h1) && c->w->cfg->enable_h2 && cb__h2_available()) {
     CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
     err = cb__h2_attach_prior(c);
   } else {
@@ -286,10 +323,14 @@ static void on_timer(uv_timer_t *t) {
     cb__conn_close(c);
     return;
   }
-  if (mode == CB__TIMER_IDLE) {
-    uint64_t idle = uv_now(&c->w->loop) - c->last_activity, limit = c->w->cfg->idle_timeout_ms;
-    if (idle < limit) { /* there was activity since the timer started: wait for the rest */
-      uv_timer_start(&c->timer, on_timer, limit - idle, 0);
+  if (mode == CB__TIMER_IDLE || mode == CB__TIMER_STALL || mode == CB__TIMER_HEADER) {
+    /* The deadline may have moved since the timer started (activity, progress, a new head): wait for the
+     * rest. */
+    int head = mode == CB__TIMER_HEADER;
+    uint64_t since = uv_now(&c->w->loop) - (head ? c->head_start : c->last_activity);
+    uint64_t limit = head ? c->w->cfg->header_timeout_ms : c->w->cfg->idle_timeout_ms;
+    if (since < limit) {
+      uv_timer_start(&c->timer, on_timer, limit - since, 0);
       return;
     }
   }

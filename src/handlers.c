@@ -29,25 +29,54 @@ const cb__handler_t cb__h_root = {.on_end = root_end};
 const cb__handler_t cb__h_hello = {.on_end = hello_end};
 const cb__handler_t cb__h_json = {.on_end = json_end};
 
-/* ---- /echo: the whole body, with content-length ---- */
+/* ---- /echo: the whole body, with content-length ----
+ * The buffer is held from the echo budget (cb__echo_hold): a body that would take a connection or the server
+ * over it is refused with 503, and the rest of it is read and dropped. */
+
+static void echo_refuse(cb__req_t *r) {
+  free(r->u.echo.buf);
+  cb__echo_release(r->conn, r->u.echo.cap);
+  r->u.echo.buf = NULL;
+  r->u.echo.len = r->u.echo.cap = 0;
+  r->u.echo.refused = 1;
+  cb__res_head(r, 503, NULL, NULL, 0, 0);
+  cb__res_end(r);
+}
 
 static void echo_head(cb__req_t *r) {
   /* The protocol has already refused a declared length over the body limit, so this is bounded. */
   r->u.echo.buf = NULL;
   r->u.echo.len = 0;
-  r->u.echo.cap = r->content_length > 0 ? (size_t)r->content_length : 0;
-  if (r->u.echo.cap > 0) {
-    r->u.echo.buf = malloc(r->u.echo.cap);
-    if (r->u.echo.buf == NULL) r->u.echo.cap = 0;
+  r->u.echo.cap = 0;
+  r->u.echo.refused = 0;
+  size_t want = r->content_length > 0 ? (size_t)r->content_length : 0;
+  if (want == 0) return;
+  if (cb__echo_hold(r->conn, want) != 0) {
+    echo_refuse(r);
+    return;
   }
+  r->u.echo.cap = want;
+  r->u.echo.buf = malloc(want);
+  if (r->u.echo.buf == NULL) echo_refuse(r);
 }
 
 static void echo_body(cb__req_t *r, const char *p, size_t n) {
+  if (r->u.echo.refused) return;
   if (r->u.echo.len + n > r->u.echo.cap) {
     size_t cap = r->u.echo.cap ? r->u.echo.cap : 4096;
     while (cap < r->u.echo.len + n) cap *= 2;
+    /* The protocol refuses a body over the limit before it gets here: never hold more than that. */
+    size_t max = r->conn->w->cfg->max_body_bytes;
+    if (cap > max && r->u.echo.len + n <= max) cap = max;
+    if (cb__echo_hold(r->conn, cap - r->u.echo.cap) != 0) {
+      echo_refuse(r);
+      return;
+    }
     char *b = realloc(r->u.echo.buf, cap);
-    if (b == NULL) return; /* out of memory: the echo comes back short rather than crashing */
+    if (b == NULL) { /* out of memory: the echo comes back short rather than crashing */
+      cb__echo_release(r->conn, cap - r->u.echo.cap);
+      return;
+    }
     r->u.echo.buf = b;
     r->u.echo.cap = cap;
   }
@@ -56,17 +85,22 @@ static void echo_body(cb__req_t *r, const char *p, size_t n) {
 }
 
 static void echo_end(cb__req_t *r) {
+  if (r->u.echo.refused) return; /* answered already */
   char *buf = r->u.echo.buf;
   size_t len = r->u.echo.len;
-  r->u.echo.buf = NULL; /* ownership moves to the protocol */
+  cb__echo_release(r->conn, r->u.echo.cap - len); /* what stays held is what goes out */
+  r->u.echo.buf = NULL; /* ownership, and the budget it holds, move to the protocol */
+  r->u.echo.cap = 0;
   cb__res_head(r, 200, ct_octet, NULL, 0, (int64_t)len);
-  if (buf != NULL) cb__res_data(r, buf, len, CB__DATA_FREE);
+  if (buf != NULL) cb__res_data(r, buf, len, CB__DATA_HELD);
   cb__res_end(r);
 }
 
 static void echo_free(cb__req_t *r) {
   free(r->u.echo.buf);
+  cb__echo_release(r->conn, r->u.echo.cap);
   r->u.echo.buf = NULL;
+  r->u.echo.cap = 0;
 }
 
 const cb__handler_t cb__h_echo = {.on_head = echo_head, .on_body = echo_body, .on_end = echo_end,

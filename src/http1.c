@@ -27,6 +27,17 @@ typedef struct {
   int nhdrs, hdrs_cap;
   size_t url_len;
   size_t head_bytes;  /* counted against max_header_bytes */
+  size_t trailer_bytes; /* the trailer section of a chunked body, counted against its own max_header_bytes */
+  size_t ext_bytes;     /* chunk extensions of the request, counted against their own max_header_bytes */
+  size_t ext_len;       /* bytes of the current extension name or value */
+  uint8_t ext_quoted;   /* the current extension value is a quoted string */
+  uint8_t ext_resume;   /* paused after an extension value: parse() goes on (see on_ext_value_complete) */
+  uint8_t url_at_end;   /* the target ran to the end of the last read: its next byte decides HTTP/0.9 */
+  uint8_t unknown_method; /* llhttp refused the method: its request line is held until it can be judged */
+  uint8_t version_len;  /* bytes of the version digits seen (`1.1`), kept in `version` */
+  char version[3];
+  char last_byte;       /* the last byte of the last read (what came before a parse error at a read's start) */
+  const char *exec_end; /* the end of the bytes llhttp is parsing now */
   size_t field_start; /* where the current header's name starts in `head` */
   int keep_all;       /* keep every header (the /headers route), not only those the protocol reads */
   int keep_cur;       /* the current header is kept */
@@ -57,6 +68,9 @@ static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
 /* ---- the head ---- */
 
 static int head_append(h1_t *h, const char *p, size_t n) {
+  /* Once the head is complete its offsets are pointers into `head`: growing it would free what they point
+   * to. Nothing may append then (trailers take their own path); refuse rather than move the buffer. */
+  if (!h->in_head) return -1;
   if (n == 0) return 0;
   if (h->head_len + n > h->head_cap) {
     size_t cap = h->head_cap ? h->head_cap : 512;
@@ -81,6 +95,19 @@ static int count_head(h1_t *h, size_t n) {
   return 0;
 }
 
+/* Trailers (the fields after the last chunk) come through the same header callbacks as the head, but after
+ * on_headers_complete. They are parsed (llhttp checks their syntax, we check the names) and dropped: nothing
+ * of them is kept or shown to a handler. Their own budget is max_header_bytes, counted like the head's;
+ * over it: 431. */
+static int count_trailer(h1_t *h, size_t n) {
+  h->trailer_bytes += n;
+  if (h->trailer_bytes > h->c->w->cfg->max_header_bytes) {
+    h->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
 static int lower_eq(const char *a, size_t n, const char *lit) {
   if (strlen(lit) != n) return 0;
   for (size_t i = 0; i < n; i++) {
@@ -93,10 +120,15 @@ static int lower_eq(const char *a, size_t n, const char *lit) {
 
 static int on_message_begin(llhttp_t *p) {
   h1_t *h = H(p);
+  if (h->requests > 0) cb__conn_head_begin(h->c); /* pipelined heads: each has its own header timeout */
   h->head_len = 0;
   h->nhdrs = 0;
   h->url_len = 0;
   h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
+  h->trailer_bytes = 0;
+  h->ext_bytes = 0;
+  h->ext_len = 0;
+  h->version_len = 0;
   h->keep_all = 0;
   h->in_head = 1;
   h->in_msg = 1;
@@ -116,6 +148,11 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (count_head(h, n) || head_append(h, at, n)) return -1;
   h->url_len += n;
+  /* A target ended by the line's end, without a version, is an HTTP/0.9 request: 400 at once (llhttp would
+   * wait for header lines). Where the target reaches the end of the read, the next read's first byte
+   * decides (parse()). */
+  h->url_at_end = at + n == h->exec_end;
+  if (!h->url_at_end && (at[n] == '\r' || at[n] == '\n')) return -1;
   return 0;
 }
 
@@ -147,11 +184,83 @@ static const uint8_t tchar[256] = {
     ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
 };
 
+/* ---- the request line: method and version ----
+ * Methods: GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a
+ * fixture path, 404 elsewhere); any other method is not implemented: 501, then close (RFC 9110 15.6.2), over
+ * HTTP/1.1 and HTTP/2 alike. llhttp stops at a method it does not know itself (HPE_INVALID_METHOD, see
+ * unknown_method()), so the connection cannot go on after a 501. PRI (the HTTP/2 preface seen by HTTP/1.1, a
+ * broken one or h2c switched off) stays a 400.
+ * Versions: HTTP/1.0 and HTTP/1.1 are served; HTTP/0.9 (no version, or written out) is a 400; any other
+ * version (HTTP/2.0, HTTP/1.2) is a 505, then close. */
+static int known_method(uint8_t m) {
+  switch (m) {
+    case HTTP_GET: case HTTP_HEAD: case HTTP_POST: case HTTP_PUT: case HTTP_DELETE: case HTTP_CONNECT:
+    case HTTP_OPTIONS: case HTTP_TRACE: case HTTP_PATCH:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+static int on_method_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  uint8_t m = llhttp_get_method(p);
+  if (known_method(m)) return 0;
+  if (m != HTTP_PRI) h->err_status = 501;
+  return -1;
+}
+
+static int on_version(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  for (size_t i = 0; i < n && h->version_len < sizeof h->version; i++) h->version[h->version_len++] = at[i];
+  return 0;
+}
+
+static int on_version_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  if (p->http_major == 1 && p->http_minor <= 1) return 0;
+  if (!(p->http_major == 0 && p->http_minor == 9)) h->err_status = 505;
+  return -1;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+
+/* After a method llhttp does not know: the rest of the method (token bytes), SP, a target of visible ASCII,
+ * SP, HTTP/d.d, CRLF. 1: such a line (the method is the only fault: 501); 0: not one (400); -1: not all of it
+ * has arrived yet. */
+static int unknown_method_line(const char *p, const char *end) {
+  static const char form[] = " HTTP/d.d\r\n";
+  while (p < end && tchar[(unsigned char)*p]) p++;
+  if (p == end) return -1;
+  if (*p++ != ' ') return 0;
+  const char *t = p;
+  while (p < end && *p > ' ' && *p < 0x7f) p++;
+  if (p == end) return -1;
+  if (p == t) return 0;
+  for (size_t i = 0; i < sizeof form - 1; i++, p++) {
+    if (p == end) return -1;
+    if (form[i] == 'd' ? !is_digit(*p) : *p != form[i]) return 0;
+  }
+  return 1;
+}
+
+/* A version llhttp refuses although it is DIGIT.DIGIT (HTTP/1.2, HTTP/3.0): 505 like HTTP/2.0. */
+static int unknown_version(const h1_t *h) {
+  const char *v = h->version;
+  if (h->version_len != 3 || !is_digit(v[0]) || v[1] != '.' || !is_digit(v[2])) return 0;
+  return !((v[0] == '1' && (v[2] == '0' || v[2] == '1')) || (v[0] == '0' && v[2] == '9') ||
+           (v[0] == '2' && v[2] == '0'));
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
-  if (count_head(h, n)) return -1;
+  if (h->in_head ? count_head(h, n) : count_trailer(h, n)) return -1;
   for (size_t i = 0; i < n; i++)
     if (!tchar[(unsigned char)at[i]]) return -1; /* 400 */
+  if (!h->in_head) { /* a trailer: only remember that the name is not empty */
+    h->keep_cur = 2;
+    return 0;
+  }
   if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
   h->field_start = h->head_len;
   h->keep_cur = 2;
@@ -160,13 +269,18 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
 
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
+  if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
+    if (h->keep_cur != 2) return -1;
+    h->keep_cur = 0;
+    return 0;
+  }
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
   if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
   const char *name = h->head + h->field_start;
   size_t n = h->head_len - h->field_start;
-  int keep = h->keep_all || lower_eq(name, n, "expect") || lower_eq(name, n, "upgrade") ||
-             lower_eq(name, n, "http2-settings");
+  int keep = h->keep_all || lower_eq(name, n, "host") || lower_eq(name, n, "expect") ||
+             lower_eq(name, n, "upgrade") || lower_eq(name, n, "http2-settings");
   h->keep_cur = keep;
   if (!keep) {
     h->head_len = h->field_start; /* not needed: drop the copied name */
@@ -189,6 +303,7 @@ static int on_header_field_complete(llhttp_t *p) {
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
+  if (!h->in_head) return count_trailer(h, n);
   if (count_head(h, n)) return -1;
   if (!h->keep_cur) return 0;
   if (head_append(h, at, n)) return -1;
@@ -199,13 +314,58 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
 static int on_header_value_complete(llhttp_t *p) {
   h1_t *h = H(p);
   h->keep_cur = 0;
-  return count_head(h, 4); /* ": " and CRLF */
+  return h->in_head ? count_head(h, 4) : count_trailer(h, 4); /* ": " and CRLF */
 }
 
 static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
   for (int i = 0; i < h->nhdrs; i++)
     if (lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, lname)) return &h->hdrs[i];
   return NULL;
+}
+
+/* Host (RFC 9112 3.2): an HTTP/1.1 request carries exactly one, any request at most one, and its value is
+ * uri-host [":" port] (RFC 3986 3.2.2): a reg-name (unreserved, sub-delims, %HH; IPv4 addresses are
+ * reg-names too) or an IP literal in brackets, then digits after the colon. It may be empty. Otherwise:
+ * 400. HTTP/1.0 may leave it out. */
+static int host_char(char ch, int literal) {
+  if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || is_digit(ch)) return 1;
+  if (ch == ':') return literal;
+  return ch != '\0' && strchr("-._~!$&'()*+,;=", ch) != NULL;
+}
+
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+
+static int valid_host(const char *v, size_t n) {
+  size_t i = 0;
+  if (n > 0 && v[0] == '[') {
+    for (i = 1; i < n && v[i] != ']'; i++)
+      if (!host_char(v[i], 1)) return 0;
+    if (i == n || i == 1) return 0;
+    i++;
+  } else {
+    for (; i < n && v[i] != ':'; i++) {
+      if (v[i] == '%') {
+        if (i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
+        i += 2;
+      } else if (!host_char(v[i], 0)) {
+        return 0;
+      }
+    }
+  }
+  if (i < n && v[i++] != ':') return 0;
+  for (; i < n; i++)
+    if (!is_digit(v[i])) return 0;
+  return 1;
+}
+
+static int host_ok(const h1_t *h) {
+  const cb__hdr_t *host = NULL;
+  for (int i = 0; i < h->nhdrs; i++) {
+    if (!lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, "host")) continue;
+    if (host != NULL) return 0;
+    host = &h->hdrs[i];
+  }
+  return host ? valid_host(host->value, host->value_len) : h->http10;
 }
 
 /* Whether a token list (a header value) holds `token`, compared without case. */
@@ -257,6 +417,7 @@ static int on_headers_complete(llhttp_t *p) {
   r->nheaders = h->nhdrs;
   r->method = method_bit(llhttp_get_method(p));
   h->http10 = p->http_major == 1 && p->http_minor == 0;
+  if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
   h->head_only = r->method == CB__M_HEAD;
   int has_body = 0;
@@ -284,6 +445,64 @@ static int on_headers_complete(llhttp_t *p) {
   CB__STAT_INC(c->w, requests_by_proto[CB_PROTO_HTTP1]);
   cb__req_dispatch(r);
   return 0;
+}
+
+/* ---- chunk extensions ----
+ * `;name` or `;name=value` after a chunk size (RFC 9112 7.1.1), the value a token or a quoted string. No
+ * route uses them, but they cost time and memory to read: all the extensions of a request together may take
+ * max_header_bytes, counted like a head (name, value, and 2 bytes for ';' and '='); over it: 413, as Node
+ * answers since CVE-2024-22019. llhttp checks the characters; an empty name or value is a 400 here. */
+static int count_ext(h1_t *h, size_t n) {
+  h->ext_bytes += n;
+  if (h->ext_bytes > h->c->w->cfg->max_header_bytes) {
+    h->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_ext_name(llhttp_t *p, const char *at, size_t n) {
+  (void)at;
+  H(p)->ext_len += n;
+  return count_ext(H(p), n);
+}
+
+static int on_ext_name_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  if (h->ext_len == 0) return -1;
+  h->ext_len = 0;
+  return count_ext(h, 2); /* ';' and '=' */
+}
+
+static int on_ext_value(llhttp_t *p, const char *at, size_t n) {
+  h1_t *h = H(p);
+  if (h->ext_len == 0 && n > 0) h->ext_quoted = at[0] == '"';
+  h->ext_len += n;
+  return count_ext(h, n);
+}
+
+/* Whether llhttp loses its way after a token value ended by ';' (`5;a=b;c=d`: 400 in llhttp 8.1, which
+ * takes the ';' and then expects the end of the line). Probed once, so that a fixed llhttp is used as is. */
+static int ext_semicolon_bug;
+static uv_once_t ext_probe_once = UV_ONCE_INIT;
+
+static void probe_ext_semicolon(void) {
+  static const char req[] = "POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n1;a=b;c=d\r\nx\r\n0\r\n\r\n";
+  llhttp_settings_t none;
+  llhttp_t probe;
+  llhttp_settings_init(&none);
+  llhttp_init(&probe, HTTP_REQUEST, &none);
+  ext_semicolon_bug = llhttp_execute(&probe, req, sizeof req - 1) != HPE_OK;
+}
+
+static int on_ext_value_complete(llhttp_t *p) {
+  h1_t *h = H(p);
+  if (h->ext_len == 0) return -1;
+  h->ext_len = 0;
+  if (!ext_semicolon_bug || h->ext_quoted) return 0;
+  /* Pause here: parse() looks at the byte that ended the value and, for a ';', gives it to llhttp again. */
+  h->ext_resume = 1;
+  return HPE_PAUSED;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n) {
@@ -326,6 +545,9 @@ static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_url_complete = on_url_complete,
+    .on_method_complete = on_method_complete,
+    .on_version = on_version,
+    .on_version_complete = on_version_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -333,6 +555,10 @@ static const llhttp_settings_t settings = {
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,
+    .on_chunk_extension_name = on_ext_name,
+    .on_chunk_extension_name_complete = on_ext_name_complete,
+    .on_chunk_extension_value = on_ext_value,
+    .on_chunk_extension_value_complete = on_ext_value_complete,
 };
 
 /* ---- responses ---- */
@@ -406,11 +632,18 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
 
 static int over_high_water(const cb__conn_t *c) { return c->out.bytes >= CB__OUT_HIGH_WATER; }
 
+/* Frees a buffer handed over with CB__DATA_FREE or CB__DATA_HELD. */
+static void drop_data(cb__conn_t *c, const char *p, size_t n, int flags) {
+  if (flags != CB__DATA_FREE && flags != CB__DATA_HELD) return;
+  free((void *)p);
+  if (flags == CB__DATA_HELD) cb__echo_release(c, n);
+}
+
 static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h1_t *h = r->stream;
   cb__conn_t *c = h->c;
   if (h->head_only || n == 0) {
-    if (flags == CB__DATA_FREE) free((void *)p);
+    drop_data(c, p, n, flags);
     return 0;
   }
   if (h->chunked_res) {
@@ -429,7 +662,9 @@ static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   }
   if (flags == CB__DATA_COPY || n <= CB__COPY_MAX) {
     cb__outq_copy(&c->out, p, n);
-    if (flags == CB__DATA_FREE) free((void *)p);
+    drop_data(c, p, n, flags);
+  } else if (flags == CB__DATA_HELD) {
+    cb__outq_ref_range(&c->out, p, 0, n, 1, n); /* the budget comes back when the buffer is freed */
   } else {
     cb__outq_ref(&c->out, p, n, flags == CB__DATA_FREE);
   }
@@ -475,9 +710,11 @@ static void send_error(h1_t *h, int status) {
   }
   h->dead = 1;
   cb__req_t *r = &h->req;
-  int started = r->res_state == CB__RES_HEAD;
+  /* The request has been answered, or its answer has begun (a streamed echo, or trailers over their limit
+   * after the response): no second status; close after what is queued. */
+  int started = h->in_msg && r->res_state != CB__RES_NONE;
   if (r->handler) cb__req_release(r);
-  if (started) { /* mid-response (a streamed echo): no status can be sent any more; cut the response */
+  if (started) {
     cb__conn_close_linger(c);
     return;
   }
@@ -530,30 +767,90 @@ static int upgrade(h1_t *h, const char *rest, const char *end) {
   return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
 }
 
-static int parse(h1_t *h, const char *data, size_t len) {
-  llhttp_errno_t e = llhttp_execute(&h->parser, data, len);
-  if (e == HPE_OK) return 0;
-  if (e == HPE_PAUSED) {
-    if (h->dead) return 0;
-    const char *pos = llhttp_get_error_pos(&h->parser);
-    return hold(h, pos, (size_t)(data + len - pos));
+/* Decides on a request line whose method llhttp refused, from the bytes held since (`pending`): 501 for a
+ * well-formed line, 400 otherwise, or wait for more (the header timeout still runs). */
+static void decide_unknown_method(h1_t *h) {
+  int r = unknown_method_line(h->pending, h->pending + h->pending_len);
+  if (r < 0 && (h->pending_len > h->c->w->cfg->max_header_bytes || h->pending_len >= PENDING_MAX))
+    send_error(h, 431);
+  else if (r >= 0)
+    send_error(h, r ? 501 : 400);
+}
+
+/* llhttp stopped at `pos`, the first byte that no method it knows continues. What it took before is a prefix
+ * of a known method (capitals and '-'); the bytes from pos on tell the rest. */
+static int unknown_method(h1_t *h, const char *pos, const char *start, const char *end) {
+  char before = pos > start ? pos[-1] : h->last_byte;
+  int taken = (before >= 'A' && before <= 'Z') || before == '-';
+  if (!taken && (pos == end || !tchar[(unsigned char)*pos])) { /* an empty method */
+    send_error(h, 400);
+    return 0;
   }
-  if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, llhttp_get_error_pos(&h->parser), data + len);
-  if (e == HPE_PAUSED_UPGRADE) {
-    /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
-    const char *pos = llhttp_get_error_pos(&h->parser);
-    llhttp_resume_after_upgrade(&h->parser);
-    if (h->dead) return 0;
-    if (h->waiting) return hold(h, pos, (size_t)(data + len - pos));
-    return parse(h, pos, (size_t)(data + len - pos));
-  }
-  send_error(h, h->err_status ? h->err_status : 400);
+  h->unknown_method = 1;
+  h->pending_len = 0;
+  if (hold(h, pos, (size_t)(end - pos)) != 0) return -1;
+  decide_unknown_method(h);
   return 0;
+}
+
+static int parse(h1_t *h, const char *data, size_t len) {
+  const char *end = data + len, *start = data;
+  llhttp_errno_t e;
+  if (len == 0) return 0;
+  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
+    h->url_at_end = 0;
+    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
+      send_error(h, 400);
+      return 0;
+    }
+  }
+  /* A loop, not recursion: a read can hold thousands of pauses (extensions, upgrade requests). */
+  for (;;) {
+    h->exec_end = end;
+    e = llhttp_execute(&h->parser, data, (size_t)(end - data));
+    h->last_byte = end[-1];
+    if (e == HPE_OK) return 0;
+    const char *pos = llhttp_get_error_pos(&h->parser);
+    if (e == HPE_PAUSED && h->ext_resume) {
+      /* After a token extension value ended by ';' (see on_ext_value_complete), llhttp 8.1 has consumed the
+       * ';' but waits for the end of the size line: hand it the ';' again, then the rest. */
+      h->ext_resume = 0;
+      llhttp_resume(&h->parser);
+      if (pos > data && pos[-1] == ';' && (e = llhttp_execute(&h->parser, ";", 1)) != HPE_OK) {
+        send_error(h, 400);
+        return 0;
+      }
+      data = pos;
+      continue;
+    }
+    if (e == HPE_PAUSED) {
+      if (h->dead) return 0;
+      return hold(h, pos, (size_t)(end - pos));
+    }
+    if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, pos, end);
+    if (e == HPE_PAUSED_UPGRADE) {
+      /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
+      llhttp_resume_after_upgrade(&h->parser);
+      if (h->dead) return 0;
+      if (h->waiting) return hold(h, pos, (size_t)(end - pos));
+      data = pos;
+      continue;
+    }
+    if (e == HPE_INVALID_METHOD && !h->err_status) return unknown_method(h, pos, start, end);
+    if (e == HPE_INVALID_VERSION && !h->err_status && unknown_version(h)) h->err_status = 505;
+    send_error(h, h->err_status ? h->err_status : 400);
+    return 0;
+  }
 }
 
 static int h1_read(cb__conn_t *c, const char *data, size_t len) {
   h1_t *h = c->proto_state;
   if (h->dead) return 0;
+  if (h->unknown_method) { /* the request line of an unknown method goes on */
+    if (hold(h, data, len) != 0) return -1;
+    decide_unknown_method(h);
+    return 0;
+  }
   if (h->waiting || h->pending_len > 0) return hold(h, data, len);
   return parse(h, data, len);
 }
@@ -660,6 +957,7 @@ static const cb__conn_ops_t h1_ops = {
 };
 
 int cb__h1_attach(cb__conn_t *c) {
+  uv_once(&ext_probe_once, probe_ext_semicolon);
   h1_t *h = calloc(1, sizeof *h);
   if (h == NULL) return UV_ENOMEM;
   llhttp_init(&h->parser, HTTP_REQUEST, &settings);

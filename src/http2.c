@@ -29,6 +29,7 @@ typedef struct {
   uint8_t kind;
   uint8_t touched; /* part of a PIECE_FREE buffer was referenced by the output queue */
   uint32_t credit; /* request-body bytes whose receive window is given back once this piece is sent */
+  size_t held;     /* PIECE_FREE: echo-budget bytes of the buffer, given back when it is freed */
   int fd;
   const char *base;
   uint64_t off;
@@ -48,7 +49,7 @@ struct h2s {
   size_t head_len, head_cap;
   cb__hdr_t *hdrs;
   int nhdrs, hdrs_cap;
-  size_t path_len, head_bytes;
+  size_t path_len;
   uint8_t have_path, keep_all, too_large, refused, dispatched, head_only;
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
@@ -59,6 +60,12 @@ struct h2s {
   uint32_t phead, ptail, pcap;
   size_t queued;
 };
+
+/* Client stream ids remembered as opened or not, for HEADERS on a lower id (RFC 9113 5.1.1): the last
+ * OPENED_WINDOW odd ids below the highest one. */
+#define OPENED_WINDOW 1024
+/* Header blocks over the header limit a connection may send (each refused) before it is ended. */
+#define OVERSIZED_BLOCKS_MAX 3
 
 struct h2c {
   nghttp2_session *session;
@@ -71,6 +78,22 @@ struct h2c {
   uint8_t would_block; /* a send callback refused a frame because the output queue was full */
   uint8_t upgraded;    /* started with Upgrade: h2c (for the per-protocol counters) */
   uint8_t hold_data;   /* upgraded, and the client's preface has not arrived yet: DATA waits for it */
+  uint8_t peer_eof;    /* the peer closed its sending side: complete requests are answered, then close */
+  uint8_t timed_out;   /* a timeout sent GOAWAY; the next one closes (the GOAWAY could not leave) */
+  uint8_t calm;        /* end with GOAWAY(ENHANCE_YOUR_CALM): too many oversized header blocks */
+  uint8_t oversized;   /* header blocks over the limit so far */
+  uint8_t block_over;  /* the header block being decoded is over the limit */
+  uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
+  size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
+  /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
+   * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
+  uint32_t preface_left;
+  uint32_t payload_left;
+  uint8_t fh[9], fh_len;
+  uint8_t ftype;
+  uint8_t block_open;
+  int32_t max_sid;     /* the highest stream id the client opened */
+  uint8_t opened[OPENED_WINDOW / 8];
 };
 
 static const cb__proto_t h2_proto;
@@ -128,17 +151,23 @@ static void give_credit(h2s_t *s, piece_t *p) {
   p->credit = 0;
 }
 
+/* Frees a PIECE_FREE buffer, or, when frames already queued still point into it, releases it after them in
+ * order. Its echo budget comes back with the memory. */
+static void free_piece(h2s_t *s, piece_t *p) {
+  cb__conn_t *c = s->h->c;
+  if (p->touched) {
+    cb__outq_ref_range(&c->out, p->base, 0, 0, 1, p->held);
+  } else {
+    free((void *)p->base);
+    cb__echo_release(c, p->held);
+  }
+}
+
 static void drop_pieces(h2s_t *s) {
-  cb__outq_t *q = &s->h->c->out;
   for (uint32_t i = s->phead; i < s->ptail; i++) {
     piece_t *p = &s->pieces[i];
     give_credit(s, p);
-    if (p->kind != PIECE_FREE) continue;
-    /* Frames already queued may still point into the buffer: release it after them, in order. */
-    if (p->touched)
-      cb__outq_ref_range(q, p->base, 0, 0, 1);
-    else
-      free((void *)p->base);
+    if (p->kind == PIECE_FREE) free_piece(s, p);
   }
   s->phead = s->ptail = 0;
   s->queued = 0;
@@ -178,7 +207,7 @@ static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
   return 0;
 }
 
-static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen) {
+static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen, int lower) {
   if (s->nhdrs == s->hdrs_cap) {
     int cap = s->hdrs_cap ? 2 * s->hdrs_cap : 16;
     cb__hdr_t *a = realloc(s->hdrs, (size_t)cap * sizeof *a);
@@ -188,6 +217,8 @@ static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t 
   }
   size_t at = s->head_len;
   if (head_append(s, name, nlen) || head_append(s, value, vlen)) return -1;
+  for (size_t i = 0; lower && i < nlen; i++) /* an HTTP/1.1 name (upgrade): lowercase, as HTTP/2 sends them */
+    if (s->head[at + i] >= 'A' && s->head[at + i] <= 'Z') s->head[at + i] += 32;
   /* Offsets until the head is complete: the buffer may still move. */
   s->hdrs[s->nhdrs++] = (cb__hdr_t){(const char *)(uintptr_t)at, nlen, (const char *)(uintptr_t)(at + nlen), vlen};
   return 0;
@@ -268,7 +299,8 @@ static int stream_full(const h2s_t *s) {
 static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h2s_t *s = r->stream;
   if (!s->provider || n == 0 || s->refused) {
-    if (flags == CB__DATA_FREE) free((void *)p);
+    if (flags == CB__DATA_FREE || flags == CB__DATA_HELD) free((void *)p);
+    if (flags == CB__DATA_HELD) cb__echo_release(s->h->c, n);
     return 0;
   }
   piece_t piece = {.kind = PIECE_STATIC, .fd = -1, .base = p, .off = 0, .len = n};
@@ -284,11 +316,12 @@ static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
       piece.credit = (uint32_t)n;
       s->body_held += n;
     }
-  } else if (flags == CB__DATA_FREE) {
+  } else if (flags == CB__DATA_FREE || flags == CB__DATA_HELD) {
     piece.kind = PIECE_FREE;
+    piece.held = flags == CB__DATA_HELD ? n : 0;
   }
   if (push_piece(s, piece) != 0) {
-    if (piece.kind == PIECE_FREE) free((void *)piece.base);
+    if (piece.kind == PIECE_FREE) free_piece(s, &piece);
     return 1;
   }
   return stream_full(s);
@@ -351,12 +384,7 @@ static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf,
       s->queued -= n;
       if (p->len > 0) break;
       give_credit(s, p);
-      if (p->kind == PIECE_FREE) {
-        if (p->touched) /* earlier frames still point into it: release it after them */
-          cb__outq_ref_range(&s->h->c->out, p->base, 0, 0, 1);
-        else
-          free((void *)p->base);
-      }
+      if (p->kind == PIECE_FREE) free_piece(s, p);
       s->phead++;
     }
     if (s->phead == s->ptail) {
@@ -392,14 +420,10 @@ static int send_data(nghttp2_session *session, nghttp2_frame *frame, const uint8
       cb__outq_file(q, p->fd, p->off, n);
     } else if (n <= CB__COPY_MAX) {
       cb__outq_copy(q, p->base + p->off, n);
-      if (last && p->kind == PIECE_FREE) {
-        if (p->touched)
-          cb__outq_ref_range(q, p->base, 0, 0, 1);
-        else
-          free((void *)p->base);
-      }
+      if (last && p->kind == PIECE_FREE) free_piece(s, p);
     } else {
-      cb__outq_ref_range(q, p->base, p->off, n, last && p->kind == PIECE_FREE);
+      int release = last && p->kind == PIECE_FREE;
+      cb__outq_ref_range(q, p->base, p->off, n, release, release ? p->held : 0);
       if (!last) p->touched = 1;
     }
     p->off += n;
@@ -454,15 +478,30 @@ static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
 }
 
+/* The same for an HTTP/1.1 name (any case) against a lowercase literal. */
+static int ci_eq(const char *a, size_t n, const char *lit) {
+  if (strlen(lit) != n) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((a[i] >= 'A' && a[i] <= 'Z' ? a[i] + 32 : a[i]) != lit[i]) return 0;
+  return 1;
+}
+
+/* GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a fixture path,
+ * 404 elsewhere); any other method is not implemented: 0, answered 501 as over HTTP/1.1 (http1.c). */
 static uint8_t method_bit(const uint8_t *v, size_t n) {
+  static const char *const others[] = {"PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"};
   if (n == 3 && memcmp(v, "GET", 3) == 0) return CB__M_GET;
   if (n == 4 && memcmp(v, "HEAD", 4) == 0) return CB__M_HEAD;
   if (n == 4 && memcmp(v, "POST", 4) == 0) return CB__M_POST;
-  return CB__M_OTHER;
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+    if (strlen(others[i]) == n && memcmp(v, others[i], n) == 0) return CB__M_OTHER;
+  return 0;
 }
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  h->block_bytes = 0;
+  h->block_over = 0;
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   if ((uint32_t)h->nstreams >= h->c->w->cfg->h2_max_concurrent_streams) {
     /* Over our SETTINGS_MAX_CONCURRENT_STREAMS: a stream error, REFUSED_STREAM (RFC 9113 5.1.2), so the
@@ -478,19 +517,38 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   return 0;
 }
 
+static void refuse(h2s_t *s, int status, int ends);
+
+/* A header block over the header limit. A request is answered 431 at the block's end (too_large), and the
+ * engine does no more work per field. nghttp2 still checks every field it decodes, though: 16,000 references
+ * to one 4,000-byte field cost it ~30 ms per frame (the HPACK bomb). So a block that goes on to four times the
+ * limit is only decoded from there (HPACK must stay in step), not looked at: TEMPORAL_CALLBACK_FAILURE, after
+ * which nghttp2 resets the stream (INTERNAL_ERROR, no 431). A connection that sends more than
+ * OVERSIZED_BLOCKS_MAX oversized blocks is ended: GOAWAY(ENHANCE_YOUR_CALM). */
+static int block_too_large(h2c_t *h, const nghttp2_frame *frame, h2s_t *s) {
+  if (!h->block_over) {
+    h->block_over = 1;
+    if (++h->oversized > OVERSIZED_BLOCKS_MAX) {
+      h->calm = 1;
+      return NGHTTP2_ERR_CALLBACK_FAILURE; /* nghttp2_session_mem_recv stops here; h2_read sends the GOAWAY */
+    }
+    if (s != NULL && frame->headers.cat == NGHTTP2_HCAT_REQUEST) s->too_large = 1;
+  }
+  size_t limit = h->c->w->cfg->max_header_bytes;
+  return h->block_bytes / 4 > limit ? NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE : 0;
+}
+
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *ud) {
   (void)flags;
   h2c_t *h = ud;
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-  if (s == NULL || s->too_large) return 0;
-  /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE. */
-  s->head_bytes += nlen + vlen + 32;
-  if (s->head_bytes > h->c->w->cfg->max_header_bytes) {
-    s->too_large = 1;
-    return 0;
-  }
+  /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE.
+   * Every block counts, trailers and refused streams' too: each costs nghttp2 the same work. */
+  h->block_bytes += nlen + vlen + 32;
+  if (h->block_bytes > h->c->w->cfg->max_header_bytes) return block_too_large(h, frame, s);
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST || s == NULL || s->refused || s->too_large) return 0;
   if (nlen > 0 && name[0] == ':') {
     if (lower_eq(name, nlen, ":method")) {
       s->req.method = method_bit(value, vlen);
@@ -509,11 +567,11 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
   }
-  if (s->keep_all && add_header(s, name, nlen, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  if (s->keep_all && add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   return 0;
 }
 
-/* Answers a refused request (431, 413) on its stream; the handler never sees it. */
+/* Answers a refused request (431, 413, 501) on its stream; the handler never sees it. */
 static void refuse(h2s_t *s, int status, int ends) {
   cb__worker_t *w = s->h->c->w;
   if (status == 431) CB__STAT_INC(w, status_431);
@@ -545,6 +603,10 @@ static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
     refuse(s, 431, ends);
     return;
   }
+  if (r->method == 0) { /* a method the engine does not implement */
+    refuse(s, 501, ends);
+    return;
+  }
   if (r->content_length > 0 && (uint64_t)r->content_length > w->cfg->max_body_bytes) {
     refuse(s, 413, ends);
     return;
@@ -571,6 +633,7 @@ static void request_done(h2s_t *s) {
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK)) h->settings_seen = 1;
   if (h->hold_data && frame->hd.type == NGHTTP2_SETTINGS) {
     /* The upgraded client has sent its preface: the response to the upgrade request may now flow. (curl
      * 7.88 fails when more than 32 KiB of DATA follow the 101 before it has sent its preface.) */
@@ -582,6 +645,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     }
   }
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  cb__conn_progress(h->c);
   h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   if (s == NULL) return 0;
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -594,6 +658,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
                          void *ud) {
   h2c_t *h = ud;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
+  cb__conn_progress(h->c);
   /* Receive windows are given back by hand (no automatic WINDOW_UPDATE): at once for bytes nobody keeps,
    * later for bytes a handler copied into its response. */
   size_t held = 0;
@@ -629,6 +694,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) cb__conn_progress(h->c);
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
     h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
@@ -639,6 +705,101 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
       (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_CANCEL &&
        frame->rst_stream.error_code != NGHTTP2_NO_ERROR))
     CB__STAT_INC(h->c->w, h2_errors);
+  return 0;
+}
+
+/* ---- the peer's frames, followed beside nghttp2 ----
+ * nghttp2 says neither when a header block is half received nor which stream ids the client opened; both
+ * are read here off the frame headers, before nghttp2 parses the same bytes. */
+
+static int opened_get(const h2c_t *h, int32_t sid) {
+  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+  return h->opened[i >> 3] >> (i & 7) & 1;
+}
+
+static void opened_set(h2c_t *h, int32_t sid, int on) {
+  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+  if (on)
+    h->opened[i >> 3] |= (uint8_t)(1u << (i & 7));
+  else
+    h->opened[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* A client HEADERS frame on stream sid. Above every id so far, it opens the stream (the ids skipped are
+ * never opened: RFC 9113 5.1.1 closes them implicitly). Below, it must go to a stream the client opened
+ * (trailers, or a reuse of a closed stream that nghttp2 judges); on one it never opened it is a connection
+ * error, PROTOCOL_ERROR (h2spec 5.1.1/2; nghttp2 cannot tell such an id from a closed one it forgot). Ids too
+ * far below to be remembered, even ids and 0 are left to nghttp2. */
+static int headers_sid_ok(h2c_t *h, int32_t sid) {
+  if (sid <= 0 || (sid & 1) == 0) return 1;
+  if (sid > h->max_sid) {
+    if ((int64_t)sid - h->max_sid >= 2 * OPENED_WINDOW)
+      memset(h->opened, 0, sizeof h->opened);
+    else
+      for (int32_t k = h->max_sid + 2; k < sid; k += 2) opened_set(h, k, 0);
+    opened_set(h, sid, 1);
+    h->max_sid = sid;
+    return 1;
+  }
+  return (int64_t)h->max_sid - sid >= 2 * OPENED_WINDOW || opened_get(h, sid);
+}
+
+/* Follows [p, p + n). Returns n, or where a frame starts that must end the connection (a HEADERS frame on a
+ * stream never opened): nghttp2 gets the bytes before it. */
+static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
+  size_t o = 0;
+  while (o < n) {
+    size_t left = n - o, take;
+    if (h->preface_left > 0 || h->payload_left > 0) {
+      uint32_t *skip = h->preface_left > 0 ? &h->preface_left : &h->payload_left;
+      take = left < *skip ? left : *skip;
+      *skip -= (uint32_t)take;
+      o += take;
+      continue;
+    }
+    size_t start = o;
+    /* A new frame: the header deadline counts from it, unless it continues an open header block (or the
+     * preface and first SETTINGS, which count from the connection's start). */
+    if (h->fh_len == 0 && h->settings_seen && !h->block_open) cb__conn_head_begin(h->c);
+    take = left < 9u - h->fh_len ? left : 9u - h->fh_len;
+    memcpy(h->fh + h->fh_len, p + o, take);
+    h->fh_len = (uint8_t)(h->fh_len + take);
+    o += take;
+    if (h->fh_len < 9) break;
+    h->fh_len = 0;
+    h->payload_left = (uint32_t)h->fh[0] << 16 | (uint32_t)h->fh[1] << 8 | h->fh[2];
+    h->ftype = h->fh[3];
+    int32_t sid = (int32_t)((uint32_t)(h->fh[5] & 0x7f) << 24 | (uint32_t)h->fh[6] << 16 |
+                            (uint32_t)h->fh[7] << 8 | h->fh[8]);
+    if (h->ftype == NGHTTP2_HEADERS) {
+      if (!headers_sid_ok(h, sid)) return start;
+      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+    } else if (h->ftype == NGHTTP2_CONTINUATION) {
+      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+    }
+  }
+  return n;
+}
+
+/* Whether the peer is in the middle of something that must arrive promptly: the preface and first SETTINGS,
+ * a frame header, a header block, or a frame other than DATA. */
+static int in_head(const h2c_t *h) {
+  return h->preface_left > 0 || !h->settings_seen || h->fh_len > 0 || h->block_open ||
+         (h->payload_left > 0 && h->ftype != NGHTTP2_DATA);
+}
+
+static int h2_read(cb__conn_t *c, const char *data, size_t len) {
+  h2c_t *h = c->proto_state;
+  size_t ok = track(h, (const uint8_t *)data, len);
+  ssize_t rv = nghttp2_session_mem_recv(h->session, (const uint8_t *)data, ok);
+  if (rv >= 0 && ok < len) rv = NGHTTP2_ERR_PROTO; /* HEADERS on a stream never opened */
+  if (rv < 0) {
+    /* Bad preface, a protocol error or a flood: nghttp2 gives up on the session. Say why in GOAWAY, then
+     * close. */
+    CB__STAT_INC(c->w, h2_errors);
+    uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+    nghttp2_session_terminate_session(h->session, code);
+  }
   return 0;
 }
 
@@ -671,6 +832,8 @@ static h2c_t *session_new(cb__conn_t *c) {
   h2c_t *h = calloc(1, sizeof *h);
   if (h == NULL) return NULL;
   h->c = c;
+  h->preface_left = 24; /* the client magic, after an upgrade too */
+  h->max_sid = -1;
   if (callbacks == NULL || options == NULL ||
       nghttp2_session_server_new2(&h->session, callbacks, h, options) != 0) {
     free(h);
@@ -750,7 +913,13 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
     free(h);
     return UV_EINVAL;
   }
+  /* nghttp2 1.52 gives a server's stream 1 no user data whatever is passed to upgrade2: without this, its
+   * close was never seen, and the stream stayed with the connection until it closed. */
+  nghttp2_session_set_stream_user_data(h->session, 1, s);
   h->hold_data = 1; /* set after upgrade2, which applies HTTP2-Settings as a received SETTINGS frame */
+  h->max_sid = 1;   /* stream 1 is the upgrade request */
+  opened_set(h, 1, 1);
+  cb__conn_head_begin(c); /* the preface and SETTINGS have the header timeout from the 101 on */
   /* Stream 1 is the upgrade request: its head comes from HTTP/1.1, and it has no body. */
   s->req.method = r->method;
   s->req.content_length = r->content_length;
@@ -759,34 +928,16 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
   for (int i = 0; s->keep_all && i < r->nheaders; i++) {
     const cb__hdr_t *x = &r->headers[i];
-    char lname[128];
-    if (x->name_len > sizeof lname) continue;
-    for (size_t k = 0; k < x->name_len; k++) {
-      char ch = x->name[k];
-      lname[k] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
-    }
     /* Connection-specific fields of the HTTP/1.1 request do not belong to the HTTP/2 stream. */
-    if (lower_eq((const uint8_t *)lname, x->name_len, "connection") || lower_eq((const uint8_t *)lname, x->name_len, "upgrade") ||
-        lower_eq((const uint8_t *)lname, x->name_len, "http2-settings"))
+    if (ci_eq(x->name, x->name_len, "connection") || ci_eq(x->name, x->name_len, "upgrade") ||
+        ci_eq(x->name, x->name_len, "http2-settings"))
       continue;
-    add_header(s, (const uint8_t *)lname, x->name_len, (const uint8_t *)x->value, x->value_len);
+    add_header(s, (const uint8_t *)x->name, x->name_len, (const uint8_t *)x->value, x->value_len, 1);
   }
   CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_UPGRADE]);
   attach(c, h);
   request_head_done(h, s, 1);
   request_done(s);
-  return 0;
-}
-
-static int h2_read(cb__conn_t *c, const char *data, size_t len) {
-  h2c_t *h = c->proto_state;
-  ssize_t rv = nghttp2_session_mem_recv(h->session, (const uint8_t *)data, len);
-  if (rv < 0) {
-    /* Bad preface or a flood: nghttp2 gives up on the session. Say why in GOAWAY, then close. */
-    CB__STAT_INC(c->w, h2_errors);
-    nghttp2_session_terminate_session(h->session,
-                                      rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
-  }
   return 0;
 }
 
@@ -800,7 +951,7 @@ static void h2_after(cb__conn_t *c) {
   /* nghttp2 wants neither to read nor to write once GOAWAY is out and its streams are done. */
   if (!nghttp2_session_want_read(h->session) && !nghttp2_session_want_write(h->session))
     cb__conn_close_linger(c);
-  else if (h->stopping && h->nstreams == 0 && !nghttp2_session_want_write(h->session))
+  else if ((h->stopping || h->peer_eof) && h->nstreams == 0 && !nghttp2_session_want_write(h->session))
     cb__conn_close_linger(c);
 }
 
@@ -818,20 +969,38 @@ static int h2_writable(cb__conn_t *c, int produce) {
 }
 
 static void h2_eof(cb__conn_t *c) {
-  /* The peer will not send again: streams still waiting for request bytes never complete. */
-  cb__conn_close(c);
+  /* The peer closed its sending side (SHUT_WR) but may still read, as over HTTP/1.1: the requests that are
+   * complete get their answers, then the connection closes (h2_after); those still waiting for request bytes
+   * never complete and are reset. */
+  h2c_t *h = c->proto_state;
+  h->peer_eof = 1;
+  for (h2s_t *s = h->streams; s != NULL; s = s->next)
+    if (!s->req.req_done) nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
 }
 
+/* Which timeout runs: the header timeout while the preface, a frame or a header block is incomplete; the idle
+ * timeout on activity when no stream is open; the stall timeout (idle_timeout_ms without progress: no request
+ * bytes in, no response bytes out) while a stream waits on the peer, for request bytes or for room to send
+ * (flow control, a socket that does not drain, an upgrade's preface); none while every stream waits on its
+ * handler (/delay). */
 static int h2_timer_mode(const cb__conn_t *c) {
   const h2c_t *h = c->proto_state;
+  if (in_head(h)) return CB__TIMER_HEADER;
+  if (h->nstreams == 0) return CB__TIMER_IDLE;
+  if (c->write_blocked || h->hold_data) return CB__TIMER_STALL;
   for (const h2s_t *s = h->streams; s != NULL; s = s->next)
-    if (!s->req.req_done) return CB__TIMER_IDLE; /* a request body is awaited */
-  return h->nstreams > 0 ? CB__TIMER_HELD : CB__TIMER_IDLE;
+    if (!s->req.req_done || s->phead != s->ptail || s->req.blocked || s->res_ended) return CB__TIMER_STALL;
+  return CB__TIMER_HELD;
 }
 
 static void h2_timeout(cb__conn_t *c, int mode) {
   (void)mode;
   h2c_t *h = c->proto_state;
+  if (h->timed_out) { /* the GOAWAY of the first timeout could not leave either */
+    cb__conn_close(c);
+    return;
+  }
+  h->timed_out = 1;
   nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
   h->stopping = 1;
 }

@@ -92,6 +92,7 @@ typedef struct {
   uint64_t off;  /* arena offset (ARENA), file offset (FILE), or bytes already sent of ptr (REF, FREE) */
   const char *ptr; /* REF and FREE */
   size_t len;
+  size_t held;   /* FREE: echo-budget bytes that ptr holds, given back when it is freed (cb__echo_hold) */
 } cb__out_t;
 
 typedef struct {
@@ -100,6 +101,7 @@ typedef struct {
   char *arena;
   size_t alen, acap;
   size_t bytes; /* queued, not yet written */
+  size_t released; /* echo-budget bytes of buffers freed since the owner last looked (see cb__out_t.held) */
 } cb__outq_t;
 
 typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
@@ -113,8 +115,9 @@ int cb__outq_copy(cb__outq_t *q, const void *p, size_t n);
 /* References bytes that outlive the write (static payloads); with free_after the queue frees them once sent. */
 int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after);
 /* References base[off, off + n). With free_after, base is freed once this entry is written; with n == 0 that is
- * a release ordered after every entry queued before it (earlier references into base stay valid). */
-int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after);
+ * a release ordered after every entry queued before it (earlier references into base stay valid). held: the
+ * echo-budget bytes base holds (0 if none), added to q->released when it is freed. */
+int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after, size_t held);
 int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n);
 /* Writes what the socket takes: writev for bytes, sendfile for file ranges. Returns the number of bytes
  * written (>= 0) or a negative UV_E* error. With fd < 0 everything goes to sink (tests). */
@@ -122,7 +125,11 @@ ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg);
 
 /* ---- conn.c: one connection ---- */
 
-enum { CB__TIMER_NONE, CB__TIMER_HEADER, CB__TIMER_IDLE, CB__TIMER_LINGER, CB__TIMER_HELD };
+/* HEADER: a head must complete within header_timeout_ms of c->head_start. IDLE: any event moves the
+ * deadline (idle_timeout_ms). STALL: only progress the protocol reports (cb__conn_progress) moves it, so a
+ * peer that keeps a connection busy with frames but lets no request or response advance is still cut.
+ * HELD: a handler's own timer decides (/delay). LINGER: the close after an error answer. */
+enum { CB__TIMER_NONE, CB__TIMER_HEADER, CB__TIMER_IDLE, CB__TIMER_LINGER, CB__TIMER_HELD, CB__TIMER_STALL };
 
 /* What a protocol does for a connection. All run on the worker's thread. */
 typedef struct {
@@ -135,7 +142,8 @@ typedef struct {
   int (*writable)(cb__conn_t *c, int produce);
   /* Runs after every event, before the flush: deferred work (resuming a paused parser). */
   void (*after)(cb__conn_t *c);
-  /* Which timeout applies now: CB__TIMER_HEADER, CB__TIMER_IDLE (re-armed on activity) or CB__TIMER_HELD. */
+  /* Which timeout applies now: CB__TIMER_HEADER, CB__TIMER_IDLE (re-armed on activity), CB__TIMER_STALL
+   * (re-armed on progress) or CB__TIMER_HELD. */
   int (*timer_mode)(const cb__conn_t *c);
   /* The timeout fired in the given mode. */
   void (*timeout)(cb__conn_t *c, int mode);
@@ -170,7 +178,8 @@ struct cb__conn_s {
   uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
-  uint64_t last_activity; /* loop time of the last event in idle mode (the idle deadline counts from it) */
+  uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
+  size_t echo_held;      /* request-body bytes held for echo on this connection (cb__echo_hold) */
   size_t detect_len;
   char detect[24];       /* bytes held back while telling HTTP/1.1 from the HTTP/2 preface */
 };
@@ -189,6 +198,20 @@ void cb__conn_close(cb__conn_t *c);
 void cb__conn_close_linger(cb__conn_t *c);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
+/* A new request head begins: the header timeout counts from now (a protocol that is already in header mode,
+ * with pipelined heads or HTTP/2 header blocks, would otherwise keep the first head's deadline). */
+void cb__conn_head_begin(cb__conn_t *c);
+/* A request or response advanced (stall mode's deadline counts from the last call). */
+void cb__conn_progress(cb__conn_t *c);
+
+/* Request-body bytes a handler keeps for its answer (the /echo body) are bounded per connection and per server:
+ * CB__ECHO_CONN_BODIES and CB__ECHO_SERVER_BODIES times max_body_bytes. cb__echo_hold() takes n bytes from
+ * both budgets and returns 0, or UV_ENOBUFS (nothing taken) when either would go over; cb__echo_release()
+ * gives them back. The server-wide count is one atomic add per body buffer, never per request. */
+#define CB__ECHO_CONN_BODIES 2
+#define CB__ECHO_SERVER_BODIES 32
+int cb__echo_hold(cb__conn_t *c, size_t n);
+void cb__echo_release(cb__conn_t *c, size_t n);
 
 /* ---- worker.c ---- */
 
@@ -215,6 +238,9 @@ struct cb__worker_s {
   char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
   size_t date_len;
   cb_stats_t stats;
+  uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
+  uint64_t echo_own;
+  int trim_pending;     /* the last connection closed: return free memory to the system (worker.c) */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -243,7 +269,8 @@ void cb__date_refresh(cb__worker_t *w);
 enum {
   CB__DATA_STATIC = 0, /* lives for the process: referenced, never copied or freed */
   CB__DATA_COPY = 1,   /* valid only during the call: copied */
-  CB__DATA_FREE = 2    /* malloc'd: the protocol owns it and frees it once sent or dropped */
+  CB__DATA_FREE = 2,   /* malloc'd: the protocol owns it and frees it once sent or dropped */
+  CB__DATA_HELD = 3    /* as FREE, and its n bytes were taken with cb__echo_hold(): given back when freed */
 };
 
 typedef struct {
@@ -314,7 +341,8 @@ struct cb__req_s {
   union {
     struct {
       char *buf;
-      size_t len, cap;
+      size_t len, cap; /* cap bytes are held from the echo budget while buf is the handler's */
+      int refused;     /* over the echo budget: answered 503, the rest of the body is dropped */
     } echo;
     struct {
       unsigned next;
@@ -375,6 +403,7 @@ int cb__h2_available(void);
 /* ---- server.c ---- */
 struct cb_server_s {
   cb_config_t cfg;
+  uint64_t echo_total; /* request-body bytes held for echo by every worker (atomic) */
   char host[64];
   int cpus[CB_MAX_THREADS];
   int port;

@@ -44,6 +44,9 @@ static const cb_option_t options[] = {
      .doc = "a graceful stop lets in-flight responses finish this long"},
     {.name = "enable_h2", .flag = "--no-h2", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 1,
      .err = UV_EINVAL, FIELD(enable_h2), .doc = "serve h2c (prior knowledge and Upgrade)"},
+    {.name = "enable_h1", .flag = "--no-h1", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 1,
+     .err = UV_EINVAL, FIELD(enable_h1),
+     .doc = "serve HTTP/1.x; off (with h2c on): an h2c-only listener, anything but the preface gets GOAWAY"},
     {.name = "h2_max_concurrent_streams", .flag = "--max-concurrent-streams", .type = CB_OPT_UINT, .min = 1,
      .max = 1u << 20, .def = 128, .err = CB_ELIMIT, FIELD(h2_max_concurrent_streams),
      .doc = "SETTINGS_MAX_CONCURRENT_STREAMS"},
@@ -155,6 +158,10 @@ int cb_config_check(const cb_config_t *cfg, const cb_option_t **bad) {
     if (!has_field(o) || check_one(cfg, o)) continue;
     if (bad != NULL) *bad = o;
     return o->err;
+  }
+  if (!cfg->enable_h1 && !(cfg->enable_h2 && cb__h2_available())) { /* nothing left to serve */
+    if (bad != NULL) *bad = cb_config_option("enable_h1");
+    return UV_EINVAL;
   }
   return 0;
 }

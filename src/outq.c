@@ -33,11 +33,16 @@ int cb__outq_init(cb__outq_t *q) {
 }
 
 void cb__outq_free(cb__outq_t *q) {
-  for (uint32_t i = q->head; i < q->tail; i++)
-    if (q->q[i].kind == CB__OUT_FREE) free((void *)q->q[i].ptr);
+  size_t released = q->released;
+  for (uint32_t i = q->head; i < q->tail; i++) {
+    if (q->q[i].kind != CB__OUT_FREE) continue;
+    free((void *)q->q[i].ptr);
+    released += q->q[i].held;
+  }
   free(q->q);
   free(q->arena);
   memset(q, 0, sizeof *q);
+  q->released = released; /* for the owner to give back */
 }
 
 static cb__out_t *push(cb__outq_t *q) {
@@ -78,7 +83,7 @@ void cb__outq_commit(cb__outq_t *q, size_t n) {
   } else {
     cb__out_t *e = push(q);
     if (e == NULL) return; /* out of memory: the bytes are dropped and the peer sees a short response */
-    *e = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n};
+    *e = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
   }
   q->alen += n;
   q->bytes += n;
@@ -102,19 +107,24 @@ int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after) {
     if (free_after) free((void *)p);
     return UV_ENOMEM;
   }
-  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = 0, .ptr = p, .len = n};
+  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = 0, .ptr = p, .len = n,
+                   .held = 0};
   q->bytes += n;
   return 0;
 }
 
-int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after) {
+int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after, size_t held) {
   if (n == 0 && !free_after) return 0;
   cb__out_t *e = push(q);
   if (e == NULL) {
-    if (free_after) free((void *)base);
+    if (free_after) {
+      free((void *)base);
+      q->released += held;
+    }
     return UV_ENOMEM;
   }
-  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = off, .ptr = base, .len = n};
+  *e = (cb__out_t){.kind = free_after ? CB__OUT_FREE : CB__OUT_REF, .fd = -1, .off = off, .ptr = base, .len = n,
+                   .held = free_after ? held : 0};
   q->bytes += n;
   return 0;
 }
@@ -123,7 +133,7 @@ int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n) {
   if (n == 0) return 0;
   cb__out_t *e = push(q);
   if (e == NULL) return UV_ENOMEM;
-  *e = (cb__out_t){.kind = CB__OUT_FILE, .fd = fd, .off = off, .len = n};
+  *e = (cb__out_t){.kind = CB__OUT_FILE, .fd = fd, .off = off, .len = n, .held = 0};
   q->bytes += n;
   return 0;
 }
@@ -142,7 +152,10 @@ static void consume(cb__outq_t *q, size_t n) {
     n -= take;
     e->off += take; /* arena offset, file offset, or progress into a referenced buffer */
     if (e->len > 0) break;
-    if (e->kind == CB__OUT_FREE) free((void *)e->ptr);
+    if (e->kind == CB__OUT_FREE) {
+      free((void *)e->ptr);
+      q->released += e->held;
+    }
     q->head++;
   }
   if (q->head == q->tail) { /* empty: the arena and the entry array start over */

@@ -216,16 +216,19 @@ int cb_server_worker_cpu(const cb_server_t *srv, int i) {
   return srv->workers[i]->cpu;
 }
 
-int cb_server_stop(cb_server_t *srv) {
+int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final) {
   if (srv == NULL) return UV_EINVAL;
   for (int i = 0; i < srv->nworkers; i++) cb__worker_post_stop(srv->workers[i]);
   for (int i = 0; i < srv->nworkers; i++) {
     cb__worker_join(srv->workers[i]);
     close(srv->workers[i]->lfd);
   }
+  if (final != NULL) cb_server_stats(srv, final); /* the workers are joined, their counters still here */
   free_server(srv);
   return 0;
 }
+
+int cb_server_stop(cb_server_t *srv) { return cb_server_stop_stats(srv, NULL); }
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 

@@ -1,6 +1,7 @@
 /* One worker: a thread with its own loop and its own SO_REUSEPORT listening socket. The kernel spreads new
  * connections over the workers' sockets, so no lock or hand-off is on the accept path. */
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -32,7 +33,18 @@ void cb__date_refresh(cb__worker_t *w) {
   w->date_len = n > 0 ? (size_t)n : 0;
 }
 
-static void on_date_timer(uv_timer_t *t) { cb__date_refresh(t->data); }
+/* Once a second. The allocator keeps what closed connections freed (291 MB after 9,500 h2c connections): when
+ * the worker's last connection has closed since the last tick and none is open now, the free memory goes back
+ * to the system. From this timer, so that a client opening and closing connections one by one does not pay a
+ * malloc_trim each. */
+static void on_date_timer(uv_timer_t *t) {
+  cb__worker_t *w = t->data;
+  cb__date_refresh(w);
+  if (w->trim_pending && w->nconns == 0) {
+    w->trim_pending = 0;
+    malloc_trim(0);
+  }
+}
 
 /* ---- accept ---- */
 
@@ -108,6 +120,7 @@ static void close_worker_handles(cb__worker_t *w) {
 }
 
 void cb__worker_conn_gone(cb__worker_t *w) {
+  if (w->nconns == 0) w->trim_pending = 1; /* see on_date_timer */
   if (w->stopping && w->nconns == 0 && w->lfd >= 0) close_worker_handles(w);
 }
 
@@ -146,6 +159,7 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
                     int index, int lfd, int cpu) {
   memset(w, 0, sizeof *w);
   w->srv = srv;
+  w->echo_total = &srv->echo_total;
   w->cfg = cfg;
   w->fx = fx;
   w->index = index;
@@ -231,6 +245,7 @@ void cb__worker_join(cb__worker_t *w) {
 
 int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixtures_t *fx) {
   memset(w, 0, sizeof *w);
+  w->echo_total = &w->echo_own;
   w->cfg = cfg;
   w->fx = fx;
   w->lfd = -1;

@@ -9,12 +9,13 @@
          stop_twice/1, settings_map/1, start_banner/1, app_stop_stops_servers/1,
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
-         with_server/1]).
+         with_server/1, h2c_only_listener/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
+     h2c_only_listener,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -58,6 +59,13 @@ start_bad_input(_Config) ->
     ?assertEqual({error, {bad_option, close, false, {engines, [ehttpd]}}},
                  cbench:start_server(port, #{close => false})),
     ?assertEqual({error, {bad_option, close, 1, boolean}}, cbench:start_server(ehttpd, #{close => 1})),
+    %% An h2c-only listener: the ehttpd engine has no HTTP/2; a C engine needs h2c on for it.
+    ?assertEqual({error, {bad_option, enable_h1, false, {engines, [nif, port]}}},
+                 cbench:start_server(ehttpd, #{enable_h1 => false})),
+    [?assertEqual({error, {bad_option, enable_h1, false, {requires, {enable_h2, true}}}},
+                  cbench:start_server(E, #{enable_h1 => false, enable_h2 => false}))
+     || E <- [nif, port]],
+    ?assertEqual({error, {bad_option, enable_h1, yes, boolean}}, cbench:start_server(nif, #{enable_h1 => yes})),
     ?assertEqual([], cbench:servers()).
 
 %% The bounds come from the engine's table (cbench_schema, generated from src/options.c), and the
@@ -203,6 +211,33 @@ with_server(_Config) ->
     ?assertError({start_server, {bad_option, port, -1, {integer, 0, 65535}}},
                  cbench:with_server(nif, #{port => -1}, fun(_) -> ok end)),
     ?assertError(badarg, cbench:with_server(nif, #{}, not_a_fun)).
+
+%% enable_h1 => false (nif and port): the HTTP/2 preface is served, anything else gets
+%% GOAWAY(PROTOCOL_ERROR) and a close (h2spec 3.5/2).
+h2c_only_listener(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, enable_h1 => false}),
+         {ok, C} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+         ok = gen_tcp:send(C, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"),
+         Frames = recv_all(C, <<>>),
+         ?assertEqual({E, [{4, 0}, {7, 1}]}, {E, frame_types(Frames)}), %% SETTINGS, GOAWAY(PROTOCOL_ERROR)
+         {ok, S2} = cbench:start_server(E, #{port => 0, threads => 1}),
+         ok = cbench:stop_server(S2),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port]],
+    ok.
+
+recv_all(C, Acc) ->
+    case gen_tcp:recv(C, 0, 5000) of
+        {ok, B} -> recv_all(C, <<Acc/binary, B/binary>>);
+        {error, closed} -> Acc
+    end.
+
+%% [{Type, GoawayCode or 0}] of the frames in B.
+frame_types(<<Len:24, Type:8, _Flags:8, _:32, Payload:Len/binary, Rest/binary>>) ->
+    Code = case {Type, Payload} of {7, <<_:32, C:32, _/binary>>} -> C; _ -> 0 end,
+    [{Type, Code} | frame_types(Rest)];
+frame_types(<<>>) -> [].
 
 other_calls_bad_input(_Config) ->
     [?assertError(badarg, F(X)) || F <- [fun cbench:stop_server/1, fun cbench:port/1,

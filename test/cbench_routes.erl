@@ -9,7 +9,8 @@
 -export([routes_raw/1, routes_httpc/1, head/1, not_found_and_405/1, params_400/1, headers_json/1,
          http10/1, connection_close/1, keepalive/1, pipelining/1, get_with_body/1, echo_bodies/1,
          expect_continue/1, limit_431/1, limit_413/1, malformed_400/1, header_timeout/1,
-         idle_timeout/1, stats_keys/1]).
+         idle_timeout/1, stats_keys/1, trailers/1, chunk_framing/1, bad_targets/1, request_line/1,
+         host_header/1]).
 %% Helpers for other suites.
 -export([exchange/3, resp/4, get/2, mask/1, file_content/1]).
 
@@ -26,7 +27,8 @@ opts() ->
 cases() ->
     [routes_raw, routes_httpc, head, not_found_and_405, params_400, headers_json, http10,
      connection_close, keepalive, pipelining, get_with_body, echo_bodies, expect_continue,
-     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys].
+     limit_431, limit_413, malformed_400, header_timeout, idle_timeout, stats_keys, trailers,
+     chunk_framing, bad_targets, request_line, host_header].
 
 %% @doc Starts a server of Engine for a suite and returns the Config entries.
 -spec start(atom(), list()) -> list().
@@ -458,6 +460,125 @@ stats_keys(Config) ->
     ?assert(maps:get(requests, After) > maps:get(requests, Before)),
     ?assert(maps:get(bytes_read, After) > maps:get(bytes_read, Before)),
     ok.
+
+%% @doc Trailers of a chunked body are read and dropped: /headers does not list them, and every route
+%% answers as without them. Their own budget is max_header_bytes (4096 here): over it, 431; when the
+%% answer has begun (/echo/chunked), the connection is cut without a second status.
+trailers(Config) ->
+    P = port(Config),
+    Chunked = fun(Path, Trailers) ->
+                      ["GET ", Path, " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n",
+                       Trailers, "\r\n"]
+              end,
+    Big = ["X-Trailer: ", binary:copy(<<"A">>, 3000), "\r\n"],
+    Many = [["X-T", integer_to_list(I), ": ", integer_to_list(I), "\r\n"] || I <- lists:seq(1, 20)],
+    Json = ok200(?JSON, <<"{\"host\":\"x\",\"transfer-encoding\":\"chunked\"}">>),
+    S = exchange(P, Chunked("/headers", Big), Json),
+    exchange(S, Chunked("/headers", Many), Json),
+    exchange(S, Chunked("/delay/1", Big), ok200(?TEXT, <<"ok">>)),
+    exchange(S, Chunked("/status/201", Big), empty(<<"201 Created">>)),
+    still_open(S),
+    gen_tcp:close(S),
+    TooBig = ["X-Trailer: ", binary:copy(<<"A">>, 5000), "\r\n"],
+    closed(exchange(P, Chunked("/hello", TooBig), error_close(<<"431 Request Header Fields Too Large">>))),
+    TooMany = [["X-T", integer_to_list(I), ": ", binary:copy(<<"v">>, 100), "\r\n"]
+               || I <- lists:seq(1, 60)],
+    closed(exchange(P, Chunked("/hello", TooMany), error_close(<<"431 Request Header Fields Too Large">>))),
+    closed(exchange(P, Chunked("/hello", "X Bad: 1\r\n"), error_close(<<"400 Bad Request">>))),
+    S2 = exchange(P, "POST /echo/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "3\r\nabc\r\n",
+                  resp(<<"200 OK">>, ?OCTET, <<"transfer-encoding: chunked">>, <<"3\r\nabc\r\n">>)),
+    ok = gen_tcp:send(S2, ["0\r\n" | TooBig]),
+    closed(S2).
+
+%% @doc Chunked framing: CRLF after chunk data is checked (no smuggling), extensions `;a=b;c=d' and
+%% quoted values are accepted, malformed ones are 400, and all of a request's extensions together may
+%% take max_header_bytes (4096 here): over it, 413.
+chunk_framing(Config) ->
+    P = port(Config),
+    Post = fun(Body) ->
+                   ["POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", Body]
+           end,
+    E400 = error_close(<<"400 Bad Request">>),
+    S = exchange(P, Post("5;a=b;c=d\r\nhello\r\n0\r\n\r\n"), ok200(?OCTET, <<"hello">>)),
+    exchange(S, Post("5;a=\"b c\";d\r\nhello\r\n3;q=1;r=\"\";s\r\nabc\r\n0;z=9\r\n\r\n"),
+             ok200(?OCTET, <<"helloabc">>)),
+    still_open(S),
+    gen_tcp:close(S),
+    [closed(exchange(P, Post(Body), E400))
+     || Body <- ["2\r\nabcd0\r\n\r\n", "2\r\nab\n0\r\n\r\n", "2\r\nabXY0\r\n\r\n",
+                 "5;=b\r\nhello\r\n0\r\n\r\n", "5;a=\r\nhello\r\n0\r\n\r\n",
+                 "5;a=b;\r\nhello\r\n0\r\n\r\n", "5; a=b\r\nhello\r\n0\r\n\r\n",
+                 "5 ;a=b\r\nhello\r\n0\r\n\r\n", "5;a=\"x\\\\y\"\r\nhello\r\n0\r\n\r\n",
+                 "5;a=b c\r\nhello\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n"]],
+    E413 = error_close(<<"413 Content Too Large">>),
+    closed(exchange(P, Post(["1", lists:duplicate(1100, ";a=b"), "\r\nx\r\n0\r\n\r\n"]), E413)),
+    %% Spread over chunks: 10 chunks of 600 bytes of extensions.
+    Ext = [";e=", binary:copy(<<"v">>, 595)],
+    closed(exchange(P, Post([[["1", Ext, "\r\nx\r\n"] || _ <- lists:seq(1, 10)], "0\r\n\r\n"]), E413)).
+
+%% @doc The request target holds visible ASCII only: control bytes and raw non-ASCII bytes get 400.
+bad_targets(Config) ->
+    P = port(Config),
+    E400 = error_close(<<"400 Bad Request">>),
+    [closed(exchange(P, ["GET /he", [C], "llo HTTP/1.1\r\nHost: x\r\n\r\n"], E400))
+     || C <- [1, 8, 9, 12, 16#1b, 16#7f, 16#80, 16#c3, 16#ff]],
+    closed(exchange(P, "GET /hello?a\x01b HTTP/1.1\r\nHost: x\r\n\r\n", E400)),
+    S = exchange(P, "GET /hello?a=%C3%A9&b=~!$'()*+,;= HTTP/1.1\r\nHost: x\r\n\r\n",
+                 ok200(?TEXT, <<"Hello, Joe!">>)),
+    gen_tcp:close(S).
+
+%% @doc The request line: methods other than RFC 9110's and PATCH get 501, HTTP/0.9 (a line without
+%% a version) gets 400 at once, versions other than 1.0 and 1.1 get 505; each closes. Known methods
+%% other than GET, HEAD and POST get 405 on a fixture path and 404 elsewhere.
+request_line(Config) ->
+    P = port(Config),
+    E = fun(Status) -> error_close(Status) end,
+    [closed(exchange(P, Req, E(Status)))
+     || {Req, Status} <-
+            [{"FOO /hello HTTP/1.1\r\nHost: x\r\n\r\n", <<"501 Not Implemented">>},
+             {"PROPFIND /hello HTTP/1.1\r\nHost: x\r\n\r\n", <<"501 Not Implemented">>},
+             {"get /hello HTTP/1.1\r\nHost: x\r\n\r\n", <<"501 Not Implemented">>},
+             {"FOO /nope HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", <<"501 Not Implemented">>},
+             {"G@T /hello HTTP/1.1\r\nHost: x\r\n\r\n", <<"400 Bad Request">>},
+             {"GARBAGE\r\n\r\n", <<"400 Bad Request">>},
+             {"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n", <<"400 Bad Request">>},
+             {"GET /hello\r\n", <<"400 Bad Request">>},
+             {"GET /hello HTTP/0.9\r\n\r\n", <<"400 Bad Request">>},
+             {"GET /hello HTTP/2.0\r\nHost: x\r\n\r\n", <<"505 HTTP Version Not Supported">>},
+             {"GET /hello HTTP/1.2\r\nHost: x\r\n\r\n", <<"505 HTTP Version Not Supported">>},
+             {"GET /hello HTTP/3.0\r\nHost: x\r\n\r\n", <<"505 HTTP Version Not Supported">>},
+             {"GET /hello HTTP/1.10\r\nHost: x\r\n\r\n", <<"400 Bad Request">>}]],
+    A = resp(<<"405 Method Not Allowed">>, [<<"allow: GET, HEAD">>], <<"content-length: 0">>, <<>>),
+    S = exchange(P, "PATCH /hello HTTP/1.1\r\nHost: x\r\n\r\n", A),
+    [exchange(S, [M, " /hello HTTP/1.1\r\nHost: x\r\n\r\n"], A)
+     || M <- ["PUT", "DELETE", "OPTIONS", "TRACE"]],
+    exchange(S, "OPTIONS /nope HTTP/1.1\r\nHost: x\r\n\r\n", empty(<<"404 Not Found">>)),
+    still_open(S),
+    gen_tcp:close(S).
+
+%% @doc Host (RFC 9112 3.2): an HTTP/1.1 request without one, with two, or with a malformed one gets
+%% 400; HTTP/1.0 may leave it out; an empty one, an IP literal and a port are fine.
+host_header(Config) ->
+    P = port(Config),
+    E400 = error_close(<<"400 Bad Request">>),
+    Req = fun(Version, Hosts) -> ["GET /hello ", Version, "\r\n", [["Host: ", H, "\r\n"] || H <- Hosts], "\r\n"] end,
+    [closed(exchange(P, Req(V, Hs), E400))
+     || {V, Hs} <- [{"HTTP/1.1", []}, {"HTTP/1.1", ["a", "b"]}, {"HTTP/1.1", ["a", "a"]},
+                    {"HTTP/1.0", ["a", "a"]}, {"HTTP/1.1", ["a b"]}, {"HTTP/1.1", ["a:b"]},
+                    {"HTTP/1.1", ["a/b"]}, {"HTTP/1.1", ["a%4"]}, {"HTTP/1.1", ["[::1"]},
+                    {"HTTP/1.1", ["[]"]}, {"HTTP/1.1", ["a@b"]}, {"HTTP/1.0", ["x y"]}]],
+    Hello = ok200(?TEXT, <<"Hello, Joe!">>),
+    S = exchange(P, Req("HTTP/1.1", [""]), Hello),
+    [exchange(S, Req("HTTP/1.1", [H]), Hello)
+     || H <- ["127.0.0.1:8080", "[::1]:80", "[v1.x]", "example.com", "ex-ample.com:", "a%20b",
+              "a.b_c~d!$&'()*+,;="]],
+    still_open(S),
+    gen_tcp:close(S),
+    S2 = exchange(P, "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                  resp(<<"200 OK">>, ?TEXT, <<"content-length: 11\r\nconnection: keep-alive">>,
+                       <<"Hello, Joe!">>)),
+    gen_tcp:close(S2).
 
 wait_stats(Server, Pred) -> wait_stats(Server, Pred, 50).
 wait_stats(Server, _Pred, 0) -> cbench:stats(Server);

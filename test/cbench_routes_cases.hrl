@@ -3,7 +3,8 @@
 -export([routes_raw/1, routes_httpc/1, head/1, not_found_and_405/1, params_400/1, headers_json/1,
          http10/1, connection_close/1, keepalive/1, pipelining/1, get_with_body/1, echo_bodies/1,
          expect_continue/1, limit_431/1, limit_413/1, malformed_400/1, header_timeout/1,
-         idle_timeout/1, stats_keys/1]).
+         idle_timeout/1, stats_keys/1, trailers/1, chunk_framing/1, bad_targets/1,
+         request_line/1, host_header/1]).
 
 
 routes_raw(C) -> cbench_routes:routes_raw(C).
@@ -25,3 +26,8 @@ malformed_400(C) -> cbench_routes:malformed_400(C).
 header_timeout(C) -> cbench_routes:header_timeout(C).
 idle_timeout(C) -> cbench_routes:idle_timeout(C).
 stats_keys(C) -> cbench_routes:stats_keys(C).
+trailers(C) -> cbench_routes:trailers(C).
+chunk_framing(C) -> cbench_routes:chunk_framing(C).
+bad_targets(C) -> cbench_routes:bad_targets(C).
+request_line(C) -> cbench_routes:request_line(C).
+host_header(C) -> cbench_routes:host_header(C).

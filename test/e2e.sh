@@ -204,11 +204,34 @@ kill -TERM "$MAIN_PID"
 if wait "$MAIN_PID"; then ok; else bad "SIGTERM: exit status $?, expected 0"; fi
 if grep -q "requests" "$work/main.out" "$work/main.err"; then ok; else bad "SIGTERM: no stats printed"; fi
 
-# SIGINT the same.
+# SIGINT the same. A request in flight finishes during the graceful stop, and the stats printed after the
+# stop count it: its connection is closed, none is open.
 start_server int --port 0 --threads 1 --no-h2
 curl -sS --max-time 5 -o /dev/null "http://127.0.0.1:$PORT/hello" || bad "--no-h2 server does not answer"
+curl -sS --max-time 10 -o "$work/delay.out" "http://127.0.0.1:$PORT/delay/700" &
+CURL_PID=$!
+sleep 0.3
 kill -INT "$SPID"
 if wait "$SPID"; then ok; else bad "SIGINT: exit status $?, expected 0"; fi
+if wait "$CURL_PID" && [ "$(cat "$work/delay.out")" = ok ]; then ok; else bad "SIGINT: /delay/700 not answered while draining"; fi
+if grep -q "conns accepted 2 open 0 closed 2, requests 2" "$work/int.out" && grep -q " delay 1" "$work/int.out"; then
+  ok
+else
+  bad "SIGINT: the stats miss what finished while draining: $(cat "$work/int.out")"
+fi
+
+# --no-h1: an h2c-only listener. HTTP/2 with prior knowledge is served; an HTTP/1.1 request is not (it gets
+# GOAWAY(PROTOCOL_ERROR) and a close, so curl fails).
+start_server noh1 --port 0 --threads 1 --no-h1
+body=$(curl -sS --max-time 5 --http2-prior-knowledge "http://127.0.0.1:$PORT/hello" || true)
+if [ "$body" = "Hello, Joe!" ]; then ok; else bad "--no-h1: h2c prior knowledge answered '$body'"; fi
+if curl -sS --max-time 5 --http1.1 -o /dev/null "http://127.0.0.1:$PORT/hello" 2>/dev/null; then
+  bad "--no-h1: an HTTP/1.1 request was answered"
+else
+  ok
+fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "SIGTERM of the --no-h1 server: exit status $?"
 
 # Every option is accepted.
 start_server opts --host 127.0.0.1 --port 0 --threads 2 --cpus 0 --max-header-bytes 2048 --max-body-bytes 100 \
@@ -277,7 +300,7 @@ wait "$OPTS_PID" || bad "SIGTERM of the options server: exit status $?"
 # Bad arguments: usage on stderr, exit status 2, nothing on stdout.
 for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--threads -1" "--threads x" \
   "--threads 100000" "--cpus a,b" "--max-body-bytes" "--max-header-bytes 0" "--header-timeout-ms -5" \
-  "--idle-timeout-ms 1x" "--host" "extra-argument"; do
+  "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"

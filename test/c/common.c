@@ -430,6 +430,17 @@ long cl_response_len(const char *p, size_t len, int head_request) {
   return -1;
 }
 
+void expect_error(int port, const void *req, size_t len, int status) {
+  buf_t exp = {0};
+  int fd = cl_connect(port);
+  cbt_log("expecting %d for a request of %zu bytes: %.60s", status, len, (const char *)req);
+  exp_error_close(&exp, status);
+  ROUNDTRIP(fd, req, len, &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  buf_free(&exp);
+}
+
 /* ---- servers ---- */
 
 void test_config(cb_config_t *cfg) {
@@ -486,3 +497,14 @@ int count_threads(void) { return count_dir("/proc/self/task"); }
 
 /* The directory stream itself holds one descriptor while it is read. */
 int count_fds(void) { return count_dir("/proc/self/fd") - 1; }
+
+long vm_rss_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  if (f == NULL) FAIL("cannot open /proc/self/status");
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "VmRSS:", 6) == 0) kb = atol(line + 6);
+  fclose(f);
+  return kb;
+}

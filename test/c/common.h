@@ -120,6 +120,10 @@ long cl_response_len(const char *p, size_t len, int head_request);
     buf_free(&eq_rest_);                                                                                   \
   } while (0)
 
+/* Sends `req` on a new connection and expects exactly the empty error answer `status` and a close. */
+void expect_error(int port, const void *req, size_t len, int status);
+#define EXPECT_ERROR(port, s, status) expect_error((port), (s), sizeof(s) - 1, (status))
+
 /* ---- servers ---- */
 
 /* cb_config_init() plus port 0 and one thread. */
@@ -136,6 +140,8 @@ uint64_t now_ms(void);
 /* The number of threads and of open file descriptors of this process (from /proc/self). */
 int count_threads(void);
 int count_fds(void);
+/* This process's resident memory in kB (VmRSS of /proc/self/status). */
+long vm_rss_kb(void);
 
 #define ASSERT_ERR(a, b)                                                                                   \
   do {                                                                                                     \

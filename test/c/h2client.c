@@ -200,6 +200,7 @@ h2resp_t *h2_stream(h2cl_t *cl, int32_t sid) {
     if (r == NULL) FAIL("out of memory");
     r->sid = sid;
     r->rst = H2_NO_RST;
+    r->window = cl->srv_initial_window;
     cl->streams[i] = r;
   }
   return cl->streams[i];
@@ -212,23 +213,26 @@ static h2resp_t *find_stream(h2cl_t *cl, int32_t sid) {
   return r && r->sid == sid ? r : NULL;
 }
 
-static int got_window(h2cl_t *cl, const void *arg) {
-  (void)arg;
-  return cl->conn_window > 0;
+static int got_stream_window(h2cl_t *cl, const void *arg) {
+  const h2resp_t *r = arg;
+  return cl->conn_window > 0 && (r->window > 0 || r->rst != H2_NO_RST);
 }
 
 void h2_send_body(h2cl_t *cl, int32_t sid, const void *body, size_t len, int end) {
   const char *p = body;
+  h2resp_t *r = h2_stream(cl, sid);
   do {
     size_t n = len < 16384 ? len : 16384;
-    if ((int64_t)n > cl->conn_window && n > 0) {
-      /* The server's connection window is smaller than the body: wait for its WINDOW_UPDATE. Streams get a
-       * 1 MiB window from the server's SETTINGS; the tests send less than that per stream. */
-      if (h2_run(cl, got_window, NULL, 10000) != CL_OK) FAIL("no WINDOW_UPDATE from the server");
+    if (n > 0 && ((int64_t)n > cl->conn_window || (int64_t)n > r->window)) {
+      /* The server's windows are smaller than the body: wait for its WINDOW_UPDATEs. */
+      if (h2_run(cl, got_stream_window, r, 10000) != CL_OK) FAIL("no WINDOW_UPDATE from the server");
+      if (r->rst != H2_NO_RST) return; /* the server reset the stream: nothing more is wanted */
       if ((int64_t)n > cl->conn_window) n = (size_t)cl->conn_window;
+      if ((int64_t)n > r->window) n = (size_t)r->window;
     }
     h2_send_frame(cl, NGHTTP2_DATA, end && n == len ? NGHTTP2_FLAG_END_STREAM : 0, sid, p, n);
     cl->conn_window -= (int64_t)n;
+    r->window -= (int64_t)n;
     p += n;
     len -= n;
   } while (len > 0);
@@ -350,7 +354,11 @@ static void process(h2cl_t *cl, const h2frame_t *f) {
       uint16_t id = (uint16_t)(p[i] << 8 | p[i + 1]);
       uint32_t v = get32(p + i + 2);
       if (id == NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) cl->srv_max_streams = v;
-      if (id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) cl->srv_initial_window = v;
+      if (id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) { /* open streams' windows move by the difference */
+        for (size_t k = 0; k < H2_MAX_STREAMS; k++)
+          if (cl->streams[k] != NULL) cl->streams[k]->window += (int64_t)v - (int64_t)cl->srv_initial_window;
+        cl->srv_initial_window = v;
+      }
       if (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE) cl->srv_max_frame = v;
       if (id == NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE) cl->srv_max_header_list = v;
     }
@@ -377,6 +385,8 @@ static void process(h2cl_t *cl, const h2frame_t *f) {
   case NGHTTP2_WINDOW_UPDATE:
     if (len != 4) FAIL("WINDOW_UPDATE of length %zu", len);
     if (f->sid == 0) cl->conn_window += get32(p) & 0x7fffffffu;
+    else if ((size_t)f->sid / 2 < H2_MAX_STREAMS && cl->streams[f->sid / 2] != NULL)
+      cl->streams[f->sid / 2]->window += get32(p) & 0x7fffffffu;
     break;
   case NGHTTP2_PRIORITY:
     break;

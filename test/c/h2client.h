@@ -32,6 +32,7 @@ typedef struct {
   int nheaders;  /* header blocks received (1 for a response, 2 with trailers) */
   int ndata;     /* DATA frames received */
   int end_seq;   /* 1 for the first stream of the connection to end (END_STREAM), 2 for the next, ... */
+  int64_t window; /* what we may still send on the stream: the server's initial window plus its updates */
 } h2resp_t;
 
 /* One frame as read: the payload points into the client's input buffer until the next read. */
@@ -114,7 +115,8 @@ h2resp_t *h2_stream(h2cl_t *cl, int32_t sid);
  * body is larger than what the server allows. Returns the stream's record. */
 h2resp_t *h2_request(h2cl_t *cl, int32_t sid, const char *method, const char *path, const char *const *extra,
                      size_t nextra, const void *body, size_t body_len);
-/* Sends DATA on sid in frames of at most 16384 bytes, END_STREAM on the last when end is set. */
+/* Sends DATA on sid in frames of at most 16384 bytes, END_STREAM on the last when end is set; waits for the
+ * server's WINDOW_UPDATEs (connection and stream) when its windows are used up. */
 void h2_send_body(h2cl_t *cl, int32_t sid, const void *body, size_t len, int end);
 
 /* Reads and processes one frame. Returns CL_OK, CL_EOF, CL_RESET or CL_TIMEOUT. */

@@ -482,7 +482,7 @@ TEST(api_fixture_dir) {
     buf_t exp = {0};
     int fd = cl_connect(cb_server_port(srv));
     exp_route(&exp, "GET", "/file/small", CONN_NONE);
-    ROUNDTRIP_S(fd, "GET /file/small HTTP/1.1\r\n\r\n", &exp);
+    ROUNDTRIP_S(fd, "GET /file/small HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
     close(fd);
     buf_free(&exp);
   }

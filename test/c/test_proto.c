@@ -100,50 +100,50 @@ static const pcase_t cases[] = {
      "HTTP/1.1 200 OK\r\n" D "content-length: 12\r\n\r\nhello world!", 0},
     {"hello", "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ncontent-length: 11\r\n\r\nHello, Joe!", 0},
-    {"json", "GET /json HTTP/1.1\r\n\r\n",
+    {"json", "GET /json HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: 25\r\n\r\n"
      "{\"message\":\"Hello, Joe!\"}",
      0},
-    {"head hello", "HEAD /hello HTTP/1.1\r\n\r\n",
+    {"head hello", "HEAD /hello HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ncontent-length: 11\r\n\r\n", 0},
-    {"head file big", "HEAD /file/big HTTP/1.1\r\n\r\n",
+    {"head file big", "HEAD /file/big HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D OCTET "content-length: 5242880\r\n\r\n", 0},
-    {"stream", "GET /stream HTTP/1.1\r\n\r\n",
+    {"stream", "GET /stream HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
      "7\r\nhello, \r\n4\r\nJoe!\r\n0\r\n\r\n",
      0},
-    {"head stream", "HEAD /stream HTTP/1.1\r\n\r\n",
+    {"head stream", "HEAD /stream HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n", 0},
-    {"head sse", "HEAD /sse/big HTTP/1.1\r\n\r\n",
+    {"head sse", "HEAD /sse/big HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/event-stream\r\ncache-control: no-cache\r\n"
      "transfer-encoding: chunked\r\n\r\n",
      0},
-    {"status 200", "GET /status/200 HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"status 204", "GET /status/204 HTTP/1.1\r\n\r\n", "HTTP/1.1 204 No Content\r\n" D "\r\n", 0},
-    {"status 304", "GET /status/304 HTTP/1.1\r\n\r\n", "HTTP/1.1 304 Not Modified\r\n" D "\r\n", 0},
-    {"status 299", "GET /status/299 HTTP/1.1\r\n\r\n", "HTTP/1.1 299 Unknown\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"status 413", "GET /status/413 HTTP/1.1\r\n\r\n",
+    {"status 200", "GET /status/200 HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 200 OK\r\n" D "content-length: 0\r\n\r\n", 0},
+    {"status 204", "GET /status/204 HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 204 No Content\r\n" D "\r\n", 0},
+    {"status 304", "GET /status/304 HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 304 Not Modified\r\n" D "\r\n", 0},
+    {"status 299", "GET /status/299 HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 299 Unknown\r\n" D "content-length: 0\r\n\r\n", 0},
+    {"status 413", "GET /status/413 HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 413 Content Too Large\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"status 599 head", "HEAD /status/599 HTTP/1.1\r\n\r\n",
+    {"status 599 head", "HEAD /status/599 HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 599 Unknown\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"status bad", "GET /status/600 HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\n\r\n",
+    {"status bad", "GET /status/600 HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\n\r\n",
      0},
-    {"delay bad", "GET /delay/60001 HTTP/1.1\r\n\r\n",
+    {"delay bad", "GET /delay/60001 HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"not found", "GET /nope HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"not found post", "POST /nope HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
+    {"not found", "GET /nope HTTP/1.1\r\nhost: x\r\n\r\n", "HTTP/1.1 404 Not Found\r\n" D "content-length: 0\r\n\r\n", 0},
+    {"not found post", "POST /nope HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabc",
      "HTTP/1.1 404 Not Found\r\n" D "content-length: 0\r\n\r\n", 0},
-    {"405 get route", "DELETE /hello HTTP/1.1\r\n\r\n",
+    {"405 get route", "DELETE /hello HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 405 Method Not Allowed\r\n" D "allow: GET, HEAD\r\ncontent-length: 0\r\n\r\n", 0},
-    {"405 echo", "GET /echo HTTP/1.1\r\n\r\n",
+    {"405 echo", "GET /echo HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 405 Method Not Allowed\r\n" D "allow: POST\r\ncontent-length: 0\r\n\r\n", 0},
-    {"405 echo chunked head", "HEAD /echo/chunked HTTP/1.1\r\n\r\n",
+    {"405 echo chunked head", "HEAD /echo/chunked HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 405 Method Not Allowed\r\n" D "allow: POST\r\ncontent-length: 0\r\n\r\n", 0},
-    {"echo", "POST /echo HTTP/1.1\r\ncontent-length: 4\r\n\r\nabcd",
+    {"echo", "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nabcd",
      "HTTP/1.1 200 OK\r\n" D OCTET "content-length: 4\r\n\r\nabcd", 0},
-    {"echo chunked request", "POST /echo HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
+    {"echo chunked request", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D OCTET "content-length: 3\r\n\r\nabc", 0},
-    {"echo chunked empty", "POST /echo/chunked HTTP/1.1\r\ncontent-length: 0\r\n\r\n",
+    {"echo chunked empty", "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D OCTET "transfer-encoding: chunked\r\n\r\n0\r\n\r\n", 0},
     {"headers", "GET /headers HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-a: 2\r\nX-Esc: \"\\\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: 40\r\n\r\n"
@@ -155,35 +155,59 @@ static const pcase_t cases[] = {
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ncontent-length: 11\r\nconnection: keep-alive\r\n\r\n"
      "Hello, Joe!",
      0},
-    {"connection close", "GET / HTTP/1.1\r\nconnection: close\r\n\r\n",
+    {"connection close", "GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-length: 12\r\nconnection: close\r\n\r\nhello world!", 1},
-    {"404 connection close", "GET /x HTTP/1.1\r\nconnection: close\r\n\r\n",
+    {"404 connection close", "GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
      "HTTP/1.1 404 Not Found\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"pipelined", "GET / HTTP/1.1\r\n\r\nHEAD /json HTTP/1.1\r\n\r\nGET /status/204 HTTP/1.1\r\n\r\n",
+    {"pipelined", "GET / HTTP/1.1\r\nhost: x\r\n\r\nHEAD /json HTTP/1.1\r\nhost: x\r\n\r\nGET /status/204 HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-length: 12\r\n\r\nhello world!"
      "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: 25\r\n\r\n"
      "HTTP/1.1 204 No Content\r\n" D "\r\n",
      0},
-    {"expect", "POST /echo HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\nhi",
+    {"expect", "POST /echo HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\nhi",
      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n" D OCTET "content-length: 2\r\n\r\nhi", 0},
-    {"expect over limit", "POST /echo HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 1001\r\n\r\n",
+    {"expect over limit", "POST /echo HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 1001\r\n\r\n",
      "HTTP/1.1 413 Content Too Large\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"413 declared", "POST /echo HTTP/1.1\r\ncontent-length: 5000\r\n\r\n",
+    {"413 declared", "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5000\r\n\r\n",
      "HTTP/1.1 413 Content Too Large\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
     {"400 garbage", "HELLO\r\n\r\n",
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"400 header", "GET / HTTP/1.1\r\nbad\r\n\r\n",
+    {"400 header", "GET / HTTP/1.1\r\nhost: x\r\nbad\r\n\r\n",
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"400 chunk size", "POST /echo HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nxyz\r\n",
+    {"400 chunk size", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nxyz\r\n",
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"400 cl and te", "POST /echo HTTP/1.1\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+    {"400 cl and te", "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
-    {"400 after good", "GET / HTTP/1.1\r\n\r\n\x01\x02\x03\r\n\r\n",
+    {"400 after good", "GET / HTTP/1.1\r\nhost: x\r\n\r\n\x01\x02\x03\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-length: 12\r\n\r\nhello world!"
      "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n",
      1},
-    {"nothing after close", "GET / HTTP/1.0\r\n\r\nGET /hello HTTP/1.1\r\n\r\n",
+    {"nothing after close", "GET / HTTP/1.0\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-length: 12\r\nconnection: close\r\n\r\nhello world!", 1},
+    /* Chunk extensions: several per chunk, token and quoted values (llhttp 8.1 needed help with `;` after a
+     * token value, see on_ext_value_complete); then malformed ones. */
+    {"chunk extensions", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+     "2;a=b;c=d\r\nab\r\n1;e=\"f;g\";h;i=j\r\nc\r\n0;k=l;m\r\n\r\n",
+     "HTTP/1.1 200 OK\r\n" D OCTET "content-length: 3\r\n\r\nabc", 0},
+    {"400 chunk ext empty value", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+     "2;a=\r\nab\r\n0\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    {"400 chunk ext trailing semicolon", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+     "2;a=b;\r\nab\r\n0\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    /* The CRLF after chunk data is checked: two other bytes there once smuggled what followed. */
+    {"400 chunk terminator", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+     "2\r\nabcd0\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    {"400 chunk terminator smuggling", "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+     "3\r\nabcXX0\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    {"400 target control byte", "GET /he\x01llo HTTP/1.1\r\nhost: x\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    {"400 target tab", "GET /he\tllo HTTP/1.1\r\nhost: x\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
+    {"400 target non-ascii", "GET /caf\xc3\xa9 HTTP/1.1\r\nhost: x\r\n\r\n",
+     "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n", 1},
 };
 
 /* Feeds `req` in pieces split at `cuts` (sorted offsets, ncuts of them) and checks the output and the state. */
@@ -267,7 +291,7 @@ TEST(proto_echo_chunked_pieces) {
   buf_t exp = {0};
   tc_open(&t, NULL);
   /* One chunk per piece read, whatever the request's own chunking. */
-  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc");
+  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc");
   tc_feeds(&t, "defg");
   tc_feeds(&t, "hij");
   buf_adds(&exp, "HTTP/1.1 200 OK\r\n" D OCTET "transfer-encoding: chunked\r\n\r\n"
@@ -276,7 +300,7 @@ TEST(proto_echo_chunked_pieces) {
   ASSERT_MEM_EQ(t.out.p, t.out.len, exp.p, exp.len);
   buf_reset(&t.out);
   buf_reset(&exp);
-  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel");
+  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel");
   tc_feeds(&t, "lo\r\n6\r\n world\r\n");
   tc_feeds(&t, "0\r\n\r\n");
   buf_adds(&exp, "HTTP/1.1 200 OK\r\n" D OCTET "transfer-encoding: chunked\r\n\r\n"
@@ -301,7 +325,7 @@ TEST(proto_files_and_streams) {
   for (i = 0; i < sizeof paths / sizeof paths[0]; i++) exp_route(&exp, "GET", paths[i], CONN_NONE);
   {
     buf_t req = {0};
-    for (i = 0; i < sizeof paths / sizeof paths[0]; i++) buf_addf(&req, "GET %s HTTP/1.1\r\n\r\n", paths[i]);
+    for (i = 0; i < sizeof paths / sizeof paths[0]; i++) buf_addf(&req, "GET %s HTTP/1.1\r\nhost: x\r\n\r\n", paths[i]);
     tc_feed(&t, req.p, req.len);
     buf_free(&req);
   }
@@ -316,7 +340,7 @@ TEST(proto_pipelined_delay_in_order) {
   tconn_t t;
   buf_t exp = {0};
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /hello HTTP/1.1\r\n\r\nGET /delay/30 HTTP/1.1\r\n\r\nGET /json HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\nGET /delay/30 HTTP/1.1\r\nhost: x\r\n\r\nGET /json HTTP/1.1\r\nhost: x\r\n\r\n");
   exp_route(&exp, "GET", "/hello", CONN_NONE);
   exp_route(&exp, "GET", "/delay/30", CONN_NONE);
   exp_route(&exp, "GET", "/json", CONN_NONE);
@@ -331,7 +355,7 @@ TEST(proto_run_until_idle_fires_delay) {
   tconn_t t;
   buf_t exp = {0};
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /delay/20 HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /delay/20 HTTP/1.1\r\nhost: x\r\n\r\n");
   ASSERT_EQ(t.out.len, 0);
   t.closed = cb__testconn_run(t.tc, 1);
   exp_route(&exp, "GET", "/delay/20", CONN_NONE);
@@ -349,19 +373,19 @@ TEST(proto_limits) {
   static const char e413[] = "HTTP/1.1 413 Content Too Large\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n";
   /* 431 */
   tc_open(&t, NULL);
-  buf_adds(&req, "GET / HTTP/1.1\r\nx: ");
+  buf_adds(&req, "GET / HTTP/1.1\r\nhost: x\r\nx: ");
   while (req.len < 1100) buf_adds(&req, "v");
   buf_adds(&req, "\r\n\r\n");
   tc_feed(&t, req.p, req.len);
   mask_dates(t.out.p, t.out.len);
   ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
   ASSERT_EQ(t.closed, 1);
-  tc_feeds(&t, "GET / HTTP/1.1\r\n\r\n"); /* ignored */
+  tc_feeds(&t, "GET / HTTP/1.1\r\nhost: x\r\n\r\n"); /* ignored */
   ASSERT_EQ(t.out.len, sizeof e431 - 1);
   tc_close(&t);
   /* 431 for a head that is fed slowly and never ends. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET / HTTP/1.1\r\n");
+  tc_feeds(&t, "GET / HTTP/1.1\r\nhost: x\r\n");
   for (int i = 0; i < 200 && !t.closed; i++) tc_feeds(&t, "x-header: 0123456789\r\n");
   mask_dates(t.out.p, t.out.len);
   ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
@@ -369,7 +393,7 @@ TEST(proto_limits) {
   /* 413 received in chunks */
   tc_open(&t, NULL);
   buf_reset(&req);
-  buf_adds(&req, "POST /echo HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+  buf_adds(&req, "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n");
   tc_feed(&t, req.p, req.len);
   for (int i = 0; i < 20 && !t.closed; i++) {
     buf_reset(&req);
@@ -385,7 +409,7 @@ TEST(proto_limits) {
   /* 413 received with /echo/chunked: the head and the pieces under the limit may have gone out already, but
    * the answer ends there. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+  tc_feeds(&t, "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n");
   for (int i = 0; i < 20 && !t.closed; i++) tc_feeds(&t, "100\r\n0123456789abcdef0123456789abcdef0123456789abcdef"
                                                          "0123456789abcdef0123456789abcdef0123456789abcdef"
                                                          "0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -402,7 +426,7 @@ TEST(proto_timeouts) {
   static const char e408[] = "HTTP/1.1 408 Request Timeout\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n";
   /* Part of a head: 408. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /hello HTTP/1.1\r\n");
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n");
   tc_run_until_closed(&t, 3000);
   mask_dates(t.out.p, t.out.len);
   ASSERT_MEM_EQ(t.out.p, t.out.len, e408, sizeof e408 - 1);
@@ -416,7 +440,7 @@ TEST(proto_timeouts) {
   tc_close(&t);
   /* Idle after an exchange: a silent close. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /status/200 HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /status/200 HTTP/1.1\r\nhost: x\r\n\r\n");
   buf_reset(&t.out);
   tc_run_until_closed(&t, 3000);
   ASSERT_EQ(t.out.len, 0);
@@ -433,7 +457,7 @@ TEST(proto_eof) {
   tconn_t t;
   /* EOF after a complete request: the answer still goes out. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /hello HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
   t.closed = cb__testconn_eof(t.tc);
   ASSERT_EQ(t.closed, 1);
   ASSERT_GT(t.out.len, 0);
@@ -445,17 +469,17 @@ TEST(proto_eof) {
   ASSERT_EQ(t.out.len, 0);
   tc_close(&t);
   tc_open(&t, NULL);
-  tc_feeds(&t, "POST /echo HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc");
+  tc_feeds(&t, "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc");
   ASSERT_EQ(cb__testconn_eof(t.tc), 1);
   ASSERT_EQ(t.out.len, 0);
   tc_close(&t);
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /delay/50 HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /delay/50 HTTP/1.1\r\nhost: x\r\n\r\n");
   cb__testconn_eof(t.tc);
   tc_close(&t);
   /* Freed with work pending (a stream half-way, a delay): no leak, clean loop. */
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /delay/10000 HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /delay/10000 HTTP/1.1\r\nhost: x\r\n\r\n");
   tc_close(&t);
 }
 
@@ -463,9 +487,9 @@ TEST(proto_stats) {
   tconn_t t;
   cb_stats_t st;
   size_t in = 0;
-  static const char *const reqs[] = {"GET /hello HTTP/1.1\r\n\r\n", "GET /nope HTTP/1.1\r\n\r\n",
-                                     "POST /json HTTP/1.1\r\n\r\n", "GET /file/tiny HTTP/1.1\r\n\r\n",
-                                     "GET /status/500 HTTP/1.1\r\n\r\n"};
+  static const char *const reqs[] = {"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", "GET /nope HTTP/1.1\r\nhost: x\r\n\r\n",
+                                     "POST /json HTTP/1.1\r\nhost: x\r\n\r\n", "GET /file/tiny HTTP/1.1\r\nhost: x\r\n\r\n",
+                                     "GET /status/500 HTTP/1.1\r\nhost: x\r\n\r\n"};
   size_t i;
   tc_open(&t, NULL);
   for (i = 0; i < 5; i++) {
@@ -490,7 +514,7 @@ TEST(proto_stats_route_400) {
   tconn_t t;
   cb_stats_t st;
   tc_open(&t, NULL);
-  tc_feeds(&t, "GET /status/abc HTTP/1.1\r\n\r\nGET /delay/x HTTP/1.1\r\n\r\n");
+  tc_feeds(&t, "GET /status/abc HTTP/1.1\r\nhost: x\r\n\r\nGET /delay/x HTTP/1.1\r\nhost: x\r\n\r\n");
   cb__testconn_stats(t.tc, &st);
   ASSERT_EQ(st.status_400, 2);
   ASSERT_EQ(st.requests, 2);

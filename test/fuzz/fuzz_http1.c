@@ -5,7 +5,10 @@
  *             with the whole first byte, so the parser sees every kind of split point;
  *   bit 4     run the loop (without blocking) after every read, so timers and deferred writes interleave;
  *   bit 5     signal end of input (peer closed its side) after the last read;
- *   bit 6     use small limits (header 256 bytes, body 64 bytes) instead of the larger fuzz defaults.
+ *   bit 6     use small limits (header 256 bytes, body 64 bytes) instead of the larger fuzz defaults;
+ *   bit 7     chunked-body mode: the second byte picks a route, a fixed head `POST|GET route HTTP/1.1` with
+ *             `transfer-encoding: chunked` is fed first, and the rest is its body, so that every input goes
+ *             through chunk sizes, extensions, the CRLF after chunk data and trailers.
  * The loop is never run until idle: a /delay/60000 would sleep. The connection is freed with whatever is still
  * pending, and cb__testconn_free() must report a clean loop.
  *
@@ -39,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.idle_timeout_ms = 1000;
   tc = cb__testconn_new(&cfg, sink, NULL);
   if (tc == NULL) abort();
+  if ((ctl & 0x80) && size > 0) {
+    static const char *const heads[] = {
+        "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+        "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+        "GET /headers HTTP/1.1\r\nhost: x\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n",
+        "GET /delay/1 HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+        "GET /status/201 HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+        "POST /hello HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ntransfer-encoding: chunked\r\n\r\n",
+    };
+    const char *head = heads[data[0] % (sizeof heads / sizeof heads[0])];
+    data++;
+    size--;
+    cb__testconn_feed(tc, head, strlen(head));
+  }
 
   nfeeds = (ctl & 0x0f) + 1;
   rng = ctl * 2654435761u + 1;
