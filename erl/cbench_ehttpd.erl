@@ -483,7 +483,7 @@ body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
                                 {ok, <<"\r\n">>} ->
                                     body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
                                 {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
-                                {error, E} -> bump(Cfg, resets), {error, E}
+                                {error, Why} -> bump(Cfg, resets), {error, Why}
                             end;
                         Error -> Error
                     end;
