@@ -183,6 +183,14 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* Combinations no single flag can judge (--no-h1 with --no-h2: nothing left to serve) are usage errors too. */
+  const cb_option_t *bad = NULL;
+  if (cb_config_check(&cfg, &bad) != 0 && bad != NULL && bad->type == CB_OPT_BOOL) {
+    fprintf(stderr, "cbench-server: %s leaves nothing to serve with the other protocol off\n", bad->flag);
+    usage(stderr);
+    return 2;
+  }
+
   /* Signals are taken before the workers start so that they inherit the mask and only main sees them. */
   sigset_t set;
   sigemptyset(&set);
