@@ -23,7 +23,9 @@ defaults(Engine) ->
              idle_timeout_ms => 60000,
              stop_timeout_ms => 5000,
              enable_h2 => true,
-             h2_max_concurrent_streams => 128},
+             h2_max_concurrent_streams => 128,
+             journal => 10000,
+             journal_body_bytes => 65536},
     case Engine of
         ehttpd -> Base#{close => false};
         _ -> Base
@@ -78,6 +80,8 @@ valid(stop_timeout_ms, N) -> timeout(N);
 valid(enable_h2, B) -> is_boolean(B);
 valid(h2_max_concurrent_streams, N) -> is_integer(N) andalso N >= 1 andalso N < 1 bsl 31;
 valid(close, B) -> is_boolean(B);
+valid(journal, N) -> is_integer(N) andalso N >= 0 andalso N =< 10000000;
+valid(journal_body_bytes, N) -> is_integer(N) andalso N >= 0 andalso N =< 1 bsl 30;
 valid(_, _) -> false.
 
 timeout(N) -> is_integer(N) andalso N >= 1 andalso N < 1 bsl 32.

@@ -1,28 +1,40 @@
 %%% @doc One running server of any engine: a process under cbench_server_sup that owns the engine
 %%% (the NIF resource, the port, or the ehttpd listener and acceptors) and stops it in terminate/2.
+%%% Besides the engine it keeps what is the same for every engine: the expectations of
+%%% cbench:expect/4 and the callers of cbench:await/4, woken by `{cbench_journal, Seq}' messages
+%%% that the engine sends while someone waits.
 %%%
 %%% The engine modules share one shape: start(Opts) -> {ok, H} | {error, R}, stop(H), port(H),
-%%% stats(H), info(H), and for engines that get messages (the port), handle_info(Msg, H).
+%%% stats(H), info(H); route_add(H, Match, Response), route_remove(H, Id), routes_reset(H),
+%%% down(H) and up(H), each -> {Reply, H1}; stubs(H), journal(H, Since), journal_clear(H),
+%%% journal_notify(H, Bool); and for engines that get messages (the port), handle_info(Msg, H).
 -module(cbench_server).
 -behaviour(gen_server).
 
--export([start_link/2, call/2, engine_module/1]).
+-export([start_link/2, call/2, call/3, engine_module/1]).
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
+
+-define(CALL_TIMEOUT, 60000).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.
 -spec start_link(nif | port | ehttpd, map()) -> {ok, pid()} | {error, term()}.
 start_link(Engine, Opts) ->
     proc_lib:start_link(?MODULE, init, [{Engine, Opts}]).
 
-%% @doc A synchronous request to a server: port, stats, info, or {error, not_running}.
--spec call(pid(), port | stats | info) -> term().
+%% @doc A synchronous request to a server, or {error, not_running}.
+-spec call(pid(), term()) -> term().
 call(Pid, Req) ->
+    call(Pid, Req, ?CALL_TIMEOUT).
+
+%% @doc The same with a timeout (await/4 waits longer than the default minute).
+-spec call(pid(), term(), timeout()) -> term().
+call(Pid, Req, Timeout) ->
     %% Only servers are called: any other pid (a dead server, a shell) answers not_running
     %% instead of timing out.
     case whereis(cbench_server_sup) =/= undefined andalso
         lists:member(Pid, cbench_server_sup:servers()) of
         true ->
-            try gen_server:call(Pid, Req, 60000)
+            try gen_server:call(Pid, Req, Timeout)
             catch exit:{Reason, _} when Reason =:= noproc; Reason =:= normal;
                                         Reason =:= shutdown ->
                     {error, not_running}
@@ -46,7 +58,8 @@ init({Engine, Opts}) ->
         {ok, H} ->
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
-                                                 opts => Opts});
+                                                 opts => Opts, expects => [],
+                                                 waiters => cbench_waiters:new()});
         {error, Reason} ->
             proc_lib:init_ack({error, Reason}),
             exit(normal)
@@ -60,13 +73,84 @@ handle_call(stats, _From, S = #{mod := Mod, handle := H}) ->
 handle_call(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
+handle_call({stub, Match, Response}, _From, S) ->
+    engine(S, route_add, [Match, Response]);
+handle_call({expect, Match, Response, Count}, _From, S = #{expects := Es}) ->
+    case engine(S, route_add, [Match, Response]) of
+        {reply, {ok, Id}, S1} ->
+            E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
+            {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
+        Other -> Other
+    end;
+handle_call({unstub, Id}, _From, S = #{expects := Es}) ->
+    {reply, Reply, S1} = engine(S, route_remove, [Id]),
+    {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id]}};
+handle_call(stubs, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Mod:stubs(H), S};
+handle_call(reset, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Reply, S1} = engine(S, routes_reset, []),
+    ok = Mod:journal_clear(H),
+    {reply, Reply, S1#{expects := []}};
+handle_call({requests, Filter = #{since := Since}}, _From, S = #{mod := Mod, handle := H}) ->
+    Reply = case Mod:journal(H, Since) of
+                {error, _} = Error -> Error;
+                Entries -> cbench_journal:filter(Filter, Entries)
+            end,
+    {reply, Reply, S};
+handle_call(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Mod:journal_clear(H), S};
+handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
+    Hits = maps:from_list([{Id, N} || #{id := Id, hits := N} <- Mod:stubs(H)]),
+    {reply, cbench_expect:verify(Es, Hits, Mod:journal(H, 0)), S};
+handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
+            S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    %% Wake-ups are turned on before the journal is read, so that a request recorded in between
+    %% is either in what is read or announced by a message.
+    cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
+    case Mod:journal(H, Since) of
+        {error, _} = Error ->
+            cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),
+            {reply, Error, S};
+        Entries ->
+            {Ws1, Replies} = cbench_waiters:add(Ws, From, Filter, Count, {Entries, Timeout}),
+            {noreply, answer(Replies, S#{waiters := Ws1})}
+    end;
+handle_call(down, _From, S) ->
+    engine(S, down, []);
+handle_call(up, _From, S) ->
+    engine(S, up, []);
 handle_call(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
+
+%% A call that changes the engine's handle.
+engine(S = #{mod := Mod, handle := H}, Fun, Args) ->
+    {Reply, H1} = apply(Mod, Fun, [H | Args]),
+    {reply, Reply, S#{handle := H1}}.
+
+%% Sends the replies of waiters that are done; with nobody left waiting, the engine stops waking us.
+answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    [gen_server:reply(From, Reply) || {From, Reply} <- Replies],
+    Replies =/= [] andalso cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),
+    S.
 
 %% @private
 handle_cast(_Msg, S) -> {noreply, S}.
 
 %% @private
+handle_info({cbench_journal, _Seq}, S = #{waiters := []}) ->
+    {noreply, S};
+handle_info({cbench_journal, _Seq}, S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    %% A burst of requests sends a burst of wake-ups: one read serves them all.
+    flush_journal_messages(),
+    case Mod:journal(H, cbench_waiters:since(Ws)) of
+        {error, _} -> {noreply, S};
+        Entries ->
+            {Ws1, Replies} = cbench_waiters:feed(Ws, Entries),
+            {noreply, answer(Replies, S#{waiters := Ws1})}
+    end;
+handle_info({cbench_await_timeout, Ref}, S = #{waiters := Ws}) ->
+    {Ws1, Replies} = cbench_waiters:expire(Ws, Ref),
+    {noreply, answer(Replies, S#{waiters := Ws1})};
 handle_info({'EXIT', _From, Reason} = Msg, S = #{mod := Mod, handle := H}) ->
     case erlang:function_exported(Mod, handle_info, 2) andalso Mod:handle_info(Msg, H) of
         {ok, H1} -> {noreply, S#{handle := H1}};
@@ -82,6 +166,12 @@ handle_info(Msg, S = #{mod := Mod, handle := H}) ->
         false -> {noreply, S}
     end.
 
+flush_journal_messages() ->
+    receive {cbench_journal, _} -> flush_journal_messages()
+    after 0 -> ok
+    end.
+
 %% @private
-terminate(_Reason, #{mod := Mod, handle := H}) ->
+terminate(_Reason, #{mod := Mod, handle := H, waiters := Ws}) ->
+    [gen_server:reply(From, Reply) || {From, Reply} <- cbench_waiters:cancel_all(Ws)],
     Mod:stop(H).
