@@ -228,9 +228,31 @@ static void encode_counters(ei_x_buff *x, const uint64_t *v, int n, const char *
   }
 }
 
+/* Requests by route name; a name that repeats (stubs may share one) is added up into its first entry. */
+static void encode_route_counts(ei_x_buff *x, const cb_route_counts_t *rc) {
+  size_t n = 0;
+  for (size_t i = 0; i < rc->count; i++) {
+    size_t k = 0;
+    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
+    if (k == i) n++;
+  }
+  ei_x_encode_map_header(x, (long)n);
+  for (size_t i = 0; i < rc->count; i++) {
+    size_t k = 0;
+    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
+    if (k < i) continue;
+    uint64_t sum = 0;
+    for (size_t j = i; j < rc->count; j++)
+      if (strcmp(rc->items[j].name.ptr, rc->items[i].name.ptr) == 0) sum += rc->items[j].requests;
+    ei_x_encode_atom_len(x, rc->items[i].name.ptr, (int)rc->items[i].name.len);
+    ei_x_encode_ulonglong(x, sum);
+  }
+}
+
 static void do_stats(void) {
   cb_stats_t st;
-  if (server == NULL || cb_server_stats(server, &st) != 0) {
+  cb_route_counts_t *rc = NULL;
+  if (server == NULL || cb_server_stats(server, &st) != 0 || cb_server_route_counts(server, &rc) != 0) {
     ei_x_buff x;
     new_reply(&x);
     ei_x_encode_tuple_header(&x, 2);
@@ -263,7 +285,8 @@ static void do_stats(void) {
     ei_x_encode_ulonglong(&x, scalars[i].value);
   }
   ei_x_encode_atom(&x, "requests_by_route");
-  encode_counters(&x, st.requests_by_route, CB_ROUTE_COUNT, cb_route_name);
+  encode_route_counts(&x, rc);
+  cb_route_counts_free(rc);
   ei_x_encode_atom(&x, "conns_by_proto");
   encode_counters(&x, st.conns_by_proto, CB_PROTO_COUNT, cb_proto_name);
   ei_x_encode_atom(&x, "requests_by_proto");

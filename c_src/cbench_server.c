@@ -48,15 +48,15 @@ static int parse_cpus(const char *s, int *cpus, int *n) {
 }
 
 
-static void print_stats(const cb_stats_t *s) {
+static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   printf("cbench-server stats: conns accepted %llu open %llu closed %llu, requests %llu, bytes read %llu "
          "written %llu\n",
          (unsigned long long)s->conns_accepted, (unsigned long long)s->conns_open,
          (unsigned long long)s->conns_closed, (unsigned long long)s->requests,
          (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_written);
   printf("  by route:");
-  for (int i = 0; i < CB_ROUTE_COUNT; i++)
-    if (s->requests_by_route[i]) printf(" %s %llu", cb_route_name(i), (unsigned long long)s->requests_by_route[i]);
+  for (size_t i = 0; rc != NULL && i < rc->count; i++)
+    if (rc->items[i].requests) printf(" %s %llu", rc->items[i].name.ptr, (unsigned long long)rc->items[i].requests);
   printf("\n  by protocol:");
   for (int i = 0; i < CB_PROTO_COUNT; i++)
     printf(" %s %llu/%llu", cb_proto_name(i), (unsigned long long)s->conns_by_proto[i],
@@ -150,9 +150,12 @@ int main(int argc, char **argv) {
   int sig = 0;
   sigwait(&set, &sig);
   cb_stats_t stats;
+  cb_route_counts_t *counts = NULL;
   cb_server_stats(srv, &stats);
+  if (cb_server_route_counts(srv, &counts) != 0) counts = NULL;
   cb_server_stop(srv);
-  print_stats(&stats);
+  print_stats(&stats, counts);
+  cb_route_counts_free(counts);
   return 0;
 
 bad:

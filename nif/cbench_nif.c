@@ -29,8 +29,7 @@
 ATOMS(DECLARE_ATOM)
 #undef DECLARE_ATOM
 
-/* Route and protocol names come from the engine, so a route added there appears here without an edit. */
-static ERL_NIF_TERM atom_route[CB_ROUTE_COUNT];
+/* Protocol names come from the engine; route names come with the counts (cb_server_route_counts). */
 static ERL_NIF_TERM atom_proto[CB_PROTO_COUNT];
 
 typedef struct {
@@ -291,7 +290,7 @@ static ERL_NIF_TERM stop_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 }
 
 static ERL_NIF_TERM counter_map(ErlNifEnv *env, const uint64_t *values, ERL_NIF_TERM *keys, int n) {
-  ERL_NIF_TERM vals[(int)CB_ROUTE_COUNT + (int)CB_PROTO_COUNT];
+  ERL_NIF_TERM vals[CB_PROTO_COUNT];
   ERL_NIF_TERM map;
   for (int i = 0; i < n; i++) vals[i] = enif_make_uint64(env, values[i]);
   if (!enif_make_map_from_arrays(env, keys, vals, (size_t)n, &map)) map = enif_make_new_map(env);
@@ -304,12 +303,24 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   nif_server_t *res;
   if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
   cb_stats_t st;
+  cb_route_counts_t *rc = NULL;
   int err = CB_ESTOPPED;
   enif_rwlock_rlock(res->lock);
   if (res->srv != NULL) err = cb_server_stats(res->srv, &st);
+  if (err == 0) err = cb_server_route_counts(res->srv, &rc);
   enif_rwlock_runlock(res->lock);
   if (err == CB_ESTOPPED) return enif_make_tuple2(env, atom_error, atom_stopped);
   if (err < 0) return make_error(env, err);
+  /* Requests by route name: names that repeat (stubs may share a name) are added up. */
+  ERL_NIF_TERM by_route = enif_make_new_map(env);
+  for (size_t i = 0; i < rc->count; i++) {
+    ERL_NIF_TERM key = enif_make_atom_len(env, rc->items[i].name.ptr, rc->items[i].name.len), old;
+    uint64_t n = rc->items[i].requests;
+    ErlNifUInt64 prev;
+    if (enif_get_map_value(env, by_route, key, &old) && enif_get_uint64(env, old, &prev)) n += prev;
+    enif_make_map_put(env, by_route, key, enif_make_uint64(env, n), &by_route);
+  }
+  cb_route_counts_free(rc);
 
   ERL_NIF_TERM keys[] = {atom_conns_accepted, atom_conns_open,   atom_conns_closed, atom_requests,
                          atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
@@ -325,7 +336,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
       enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
       enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
       enif_make_uint64(env, st.accept_backoffs),
-      counter_map(env, st.requests_by_route, atom_route, CB_ROUTE_COUNT),
+      by_route,
       counter_map(env, st.conns_by_proto, atom_proto, CB_PROTO_COUNT),
       counter_map(env, st.requests_by_proto, atom_proto, CB_PROTO_COUNT)};
   ERL_NIF_TERM map;
@@ -365,11 +376,6 @@ static int setup(ErlNifEnv *env) {
 #define MAKE_ATOM(name) atom_##name = enif_make_atom(env, #name);
   ATOMS(MAKE_ATOM)
 #undef MAKE_ATOM
-  for (int i = 0; i < CB_ROUTE_COUNT; i++) {
-    const char *name = cb_route_name(i);
-    if (name == NULL) return LOAD_ATOMS;
-    atom_route[i] = enif_make_atom(env, name);
-  }
   for (int i = 0; i < CB_PROTO_COUNT; i++) {
     const char *name = cb_proto_name(i);
     if (name == NULL) return LOAD_ATOMS;
