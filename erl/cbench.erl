@@ -18,7 +18,7 @@
 -type filter() :: cbench_spec:filter().
 -type entry() :: cbench_journal:entry().
 -type problem() :: cbench_expect:problem().
--type stub_info() :: #{id := pos_integer(), match := cbench_spec:canon_match(),
+-type stub_info() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
                        response := cbench_spec:canon_response(), hits := non_neg_integer(),
                        left := non_neg_integer() | infinity}.
 

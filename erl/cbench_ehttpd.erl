@@ -21,6 +21,7 @@
 
 -export_type([handle/0]).
 
+-include_lib("kernel/include/file.hrl").
 -include("cbench_ehttpd.hrl").
 
 -record(h, {listen :: gen_tcp:socket() | undefined, acceptors :: [pid()],
@@ -99,20 +100,28 @@ port(#h{port = P}) -> P.
 info(#h{threads = T, scheds = S}) -> #{threads => T, schedulers => S}.
 
 %% @doc The counters, with the keys of cbench:stats/1. Bytes are added when a connection closes.
+%% requests_by_route has the fixture routes and not_found (atoms), then the stubs' names (binaries;
+%% stubs of one name add up).
 -spec stats(handle()) -> map().
-stats(#h{cnt = Cnt}) ->
+stats(#h{cnt = Cnt, stubs = Stubs}) ->
     Keys = ?STAT_KEYS,
     Base = maps:from_list([{K, counters:get(Cnt, I)}
                            || {I, K} <- lists:zip(lists:seq(1, length(Keys)), Keys)]),
     Names = cbench_fixture_routes:names(),
-    ByRoute = maps:from_list([{R, counters:get(Cnt, length(Keys) + I)}
+    Fixture = maps:from_list([{R, counters:get(Cnt, length(Keys) + I)}
                               || {I, R} <- lists:zip(lists:seq(1, length(Names)), Names)]),
+    ByRoute = lists:foldl(fun(#{name := N, counts := C}, Acc) ->
+                                  maps:update_with(N, fun(V) -> V + route_count(C) end,
+                                                   route_count(C), Acc)
+                          end, Fixture, Stubs),
     #{conns_accepted := Acc, conns_closed := Closed, requests := Reqs} = Base,
     Base#{conns_open => Acc - Closed,
           requests_by_route => ByRoute,
           conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0},
           requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0},
           h2_errors => 0}.
+
+route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
 
 %%% Routes
 
@@ -121,10 +130,14 @@ stats(#h{cnt = Cnt}) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
 route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
     Response1 = case Response of
-                    #{body := {file, Path}} ->
+                    #{body := {file, Path}, chunks := Chunks} ->
                         %% Served like the fixture files: the size is fixed when the stub is added.
                         case file:read_file_info(Path) of
-                            {ok, Info} -> {ok, Response#{file_size => element(2, Info)}};
+                            {ok, #file_info{size = Size}} ->
+                                case cbench_spec:chunks_fit_size(Chunks, Size) of
+                                    true -> {ok, Response#{file_size => Size}};
+                                    false -> {error, {bad_stub, {chunks, Chunks}}}
+                                end;
                             {error, E} -> {error, {bad_stub, {file, Path, E}}}
                         end;
                     _ -> {ok, Response}
@@ -135,8 +148,12 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                        #{times := infinity} -> undefined;
                        #{times := N} -> A = atomics:new(1, []), atomics:put(A, 1, N), A
                    end,
-            Stub = #{id => Id, match => Match, response => R, hits => counters:new(1, []),
-                     left => Left},
+            Name = case Match of
+                       #{name := undefined} -> <<"stub_", (integer_to_binary(Id))/binary>>;
+                       #{name := N0} -> N0
+                   end,
+            Stub = #{id => Id, name => Name, match => Match, response => R,
+                     counts => counters:new(2, [write_concurrency]), left => Left},
             H1 = H#h{stubs = Stubs ++ [Stub], next_id = Id + 1},
             publish(H1),
             {{ok, Id}, H1};
@@ -162,18 +179,16 @@ routes_reset(H) ->
     publish(H1),
     {ok, H1}.
 
-%% @doc The stubs, oldest first, with the requests each answered and the uses it has left.
--spec stubs(handle()) -> [#{id := pos_integer(), match := cbench_spec:canon_match(),
-                            response := cbench_spec:canon_response(),
-                            hits := non_neg_integer(), left := non_neg_integer() | infinity}].
+%% @doc The stubs, oldest first: name, the requests each answered and the uses it has left.
+-spec stubs(handle()) -> [#{id := pos_integer(), name := binary(), hits := non_neg_integer(),
+                            left := non_neg_integer() | infinity}].
 stubs(#h{stubs = Stubs}) ->
-    [#{id => Id, match => M, response => maps:remove(file_size, R),
-       hits => counters:get(Hits, 1),
+    [#{id => Id, name => Name, hits => counters:get(Counts, 1),
        left => case Left of
                    undefined -> infinity;
                    _ -> max(0, atomics:get(Left, 1))
                end}
-     || #{id := Id, match := M, response := R, hits := Hits, left := Left} <- Stubs].
+     || #{id := Id, name := Name, counts := Counts, left := Left} <- Stubs].
 
 publish(#h{stubs = Stubs, cfg = #cfg{table = Key}}) ->
     Fixture = cbench_fixture_routes:routes(),

@@ -5,10 +5,10 @@
 %%% (cbench_router) and answers with a fixture handler or a stub, in request order.
 %%%
 %%% When the journal is on, each request is recorded just before the last write of its response,
-%%% so that a client that has read a response finds it in the journal. The bytes a response has
-%%% written so far and the part of the request body the journal keeps live in the process
-%%% dictionary for the request's duration: the writes happen deep in the handlers, and threading
-%%% them through every handler would double their arguments.
+%%% so that a client that has read a response finds it in the journal. The part of the request
+%%% body the journal keeps, and the connection's number and peer, live in the process dictionary:
+%%% the body is read deep in the handlers, and threading it through every one of them would double
+%%% their arguments.
 -module(cbench_ehttpd_conn).
 
 -export([conn/3]).
@@ -23,13 +23,12 @@
               %% For the journal: arrival (system time and monotonic, microseconds), the route's
               %% name and the stub that answered.
               arrival = 0 :: integer(), t0 = 0 :: integer(),
-              route = not_found :: atom(), stub :: pos_integer() | undefined}).
+              route = not_found :: atom() | binary(), stub :: pos_integer() | undefined}).
 
 -define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
 -define(LINGER_MS, 1000).
 
 %% Process dictionary keys (see the module doc).
--define(OUT, cbench_out).
 -define(BODY, cbench_body).
 
 bump(#cfg{cnt = Cnt}, I) -> counters:add(Cnt, I, 1).
@@ -65,8 +64,11 @@ conn(_Acceptor, Cfg, S) ->
 journal_conn(#cfg{journal = J}, S) ->
     put(cbench_conn, cbench_journal:next_conn(J)),
     put(cbench_peer, case inet:peername(S) of
-                         {ok, Peer} -> Peer;
-                         _ -> undefined
+                         {ok, {Ip, Port}} when tuple_size(Ip) =:= 8 ->
+                             iolist_to_binary(["[", inet:ntoa(Ip), "]:", integer_to_list(Port)]);
+                         {ok, {Ip, Port}} ->
+                             iolist_to_binary([inet:ntoa(Ip), ":", integer_to_list(Port)]);
+                         _ -> <<>>
                      end).
 
 %% The original ehttpd: skip the head, answer, close.
@@ -219,7 +221,7 @@ request(S, Cfg = #cfg{max_body = MaxBody}, #req{framing = {length, N}}) when N >
     error_close(S, Cfg, 413);
 request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target}) ->
     {Path, Query} = split_target(Target),
-    Cfg#cfg.journal =/= undefined andalso begin put(?OUT, 0), put(?BODY, {[], 0, 0}) end,
+    Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
     bump(Cfg, ?REQUESTS),
     Lookup = cbench_router:lookup(cbench_router:table(Cfg#cfg.table), Method, Path, Query,
                                   Req0#req.headers),
@@ -234,17 +236,20 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
                     echo_chunked -> echo_chunked(S, Cfg, Req);
                     _ -> after_body(S, Cfg, Req, fun() -> respond(S, Cfg, Req, Route) end)
                 end;
-            {ok, {stub, Id, Response, Hits}} ->
-                counters:add(Hits, 1, 1),
-                Req = Req0#req{route = stub, stub = Id},
+            {ok, {stub, Id, Name, Response, Counts}} ->
+                counters:add(Counts, 1, 1),
+                Req = Req0#req{route = Name, stub = Id},
                 after_body(S, Cfg, Req, fun() -> stub(S, Cfg, Req, Response) end);
             {not_allowed, Allow, Target405} ->
-                %% Counted under the first route of the path; the journal names the rule.
-                case Target405 of
-                    {fixture, _, Stat} -> counters:add(Cnt, Stat, 1);
-                    {stub, _, _, _} -> ok
-                end,
-                Req = Req0#req{route = method_not_allowed},
+                %% Counted and journaled under the first route whose path matched.
+                Req = case Target405 of
+                          {fixture, Route, Stat} ->
+                              counters:add(Cnt, Stat, 1),
+                              Req0#req{route = Route};
+                          {stub, _, Name, _, Counts} ->
+                              counters:add(Counts, 2, 1),
+                              Req0#req{route = Name}
+                      end,
                 bump(Cfg, ?STATUS_405),
                 after_body(S, Cfg, Req,
                            fun() -> simple(S, Cfg, Req, 405, [{<<"allow">>, Allow}], <<>>) end);
@@ -281,8 +286,9 @@ after_body(S, Cfg, Req, Respond) ->
 echo(S, Cfg, Req) ->
     case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
         {ok, Body} ->
-            finish(S, Cfg, Req, 200,
-                   [cbench_http:head(200, [ct(octet)], iolist_size(Body), conn_mode(Req)),
+            Size = iolist_size(Body),
+            finish(S, Cfg, Req, 200, out(Req, Size),
+                   [cbench_http:head(200, [ct(octet)], Size, conn_mode(Req)),
                     body_unless_head(Req, Body)]);
         Error -> Error
     end.
@@ -293,7 +299,7 @@ echo_chunked(S, Cfg, Req) ->
             Send = fun(Piece, ok) -> send(S, cbench_http:chunk(Piece)) end,
             case body(S, Cfg, Req, fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end,
                       ok) of
-                {ok, ok} -> finish(S, Cfg, Req, 200, cbench_http:last_chunk());
+                {ok, ok} -> finish(S, Cfg, Req, 200, request_body, cbench_http:last_chunk());
                 Error -> Error
             end;
         Error -> Error
@@ -443,14 +449,15 @@ respond(S, Cfg, Req, headers) ->
 
 %% A fixed-size answer; 204 and 304 have neither body nor content-length.
 simple(S, Cfg, Req, Status, Headers, _Body) when Status =:= 204; Status =:= 304 ->
-    finish(S, Cfg, Req, Status, cbench_http:head(Status, Headers, none, conn_mode(Req)));
+    finish(S, Cfg, Req, Status, 0, cbench_http:head(Status, Headers, none, conn_mode(Req)));
 simple(S, Cfg, Req, Status, Headers, Body) ->
-    finish(S, Cfg, Req, Status,
-           [cbench_http:head(Status, Headers, iolist_size(Body), conn_mode(Req)),
+    Size = iolist_size(Body),
+    finish(S, Cfg, Req, Status, out(Req, Size),
+           [cbench_http:head(Status, Headers, Size, conn_mode(Req)),
             body_unless_head(Req, Body)]).
 
 streamed(S, Cfg, Req, Headers, Pieces) ->
-    finish(S, Cfg, Req, 200,
+    finish(S, Cfg, Req, 200, out(Req, iolist_size(Pieces)),
            [cbench_http:head(200, Headers, chunked, conn_mode(Req)),
             body_unless_head(Req, [[cbench_http:chunk(P) || P <- Pieces],
                                    cbench_http:last_chunk()])]).
@@ -458,7 +465,7 @@ streamed(S, Cfg, Req, Headers, Pieces) ->
 send_file(S, Cfg, Req, Status, Headers, Path, Size) ->
     Head = cbench_http:head(Status, Headers, Size, conn_mode(Req)),
     case Req#req.method of
-        <<"HEAD">> -> finish(S, Cfg, Req, Status, Head);
+        <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, Head);
         _ ->
             case send(S, Head) of
                 ok ->
@@ -474,8 +481,7 @@ sendfile(S, Cfg, Path, Offset, Size) ->
     try file:sendfile(Fd, S, Offset, Size, []) of
         {ok, Size} ->
             %% send_oct does not count what sendfile wrote.
-            counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, Size),
-            out(Size);
+            counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, Size);
         {ok, _} -> {error, short_sendfile};
         Error -> Error
     after
@@ -501,13 +507,13 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
     Head = fun(Framing, Mode) -> cbench_http:head(Status, Headers, Framing, Mode) end,
     case {Chunks, Req#req.method, Body} of
         _ when Status =:= 204; Status =:= 304 ->
-            finish(S, Cfg, Req, Status, Head(none, conn_mode(Req)));
+            finish(S, Cfg, Req, Status, 0, Head(none, conn_mode(Req)));
         {none, <<"HEAD">>, _} ->
-            finish(S, Cfg, Req, Status, Head(Size, conn_mode(Req)));
+            finish(S, Cfg, Req, Status, 0, Head(Size, conn_mode(Req)));
         {none, _, {file, Path}} ->
             send_file(S, Cfg, Req, Status, Headers, Path, Size);
         {none, _, _} ->
-            finish(S, Cfg, Req, Status, [Head(Size, conn_mode(Req)), slice(Body, 0, Size)]);
+            finish(S, Cfg, Req, Status, Size, [Head(Size, conn_mode(Req)), slice(Body, 0, Size)]);
         {{N, Interval}, Method, _} ->
             %% HTTP/1.0 has no chunked coding: the pieces go raw and the close ends the body.
             Chunked = Req#req.version =/= {1, 0},
@@ -516,17 +522,17 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
                     false -> Head(none, close)
                 end,
             case Method of
-                <<"HEAD">> -> finish(S, Cfg, Req, Status, H);
-                _ -> pieces(S, Cfg, Req, Status, Body, H, cbench_spec:pieces(Size, N),
+                <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, H);
+                _ -> pieces(S, Cfg, Req, {Status, Size}, Body, H, cbench_spec:pieces(Size, N),
                             Interval, Chunked)
             end
     end.
 
 %% The head goes with the first piece, each next piece `Interval' ms after the one before, the
-%% last chunk with the last piece (journaled just before that write).
-pieces(S, Cfg, Req, Status, _Body, Head, [], _Interval, Chunked) ->
-    finish(S, Cfg, Req, Status, [Head, last_chunk(Chunked)]);
-pieces(S, Cfg, Req, Status, Body, Head, [{Off, Len} | Rest], Interval, Chunked) ->
+%% last chunk with the last piece (journaled just before that write). Answer is {Status, Size}.
+pieces(S, Cfg, Req, {Status, _}, _Body, Head, [], _Interval, Chunked) ->
+    finish(S, Cfg, Req, Status, 0, [Head, last_chunk(Chunked)]);
+pieces(S, Cfg, Req, Answer, Body, Head, [{Off, Len} | Rest], Interval, Chunked) ->
     {Pre, Post} = case Chunked of
                       true -> {[cbench_http:lower(integer_to_binary(Len, 16)), <<"\r\n">>],
                                <<"\r\n">>};
@@ -540,21 +546,21 @@ pieces(S, Cfg, Req, Status, Body, Head, [{Off, Len} | Rest], Interval, Chunked) 
                {file, Path} ->
                    then(send(S, [Head, Pre]),
                         fun() -> then(sendfile(S, Cfg, Path, Off, Len),
-                                      fun() -> last_or_send(S, Cfg, Req, Status, Rest, Tail) end)
+                                      fun() -> last_or_send(S, Cfg, Req, Answer, Rest, Tail) end)
                         end);
                _ ->
-                   last_or_send(S, Cfg, Req, Status, Rest, [Head, Pre, slice(Body, Off, Len), Tail])
+                   last_or_send(S, Cfg, Req, Answer, Rest, [Head, Pre, slice(Body, Off, Len), Tail])
            end,
     case {Sent, Rest} of
         {ok, []} -> ok;
         {ok, _} ->
             receive after Interval -> ok end,
-            pieces(S, Cfg, Req, Status, Body, <<>>, Rest, Interval, Chunked);
+            pieces(S, Cfg, Req, Answer, Body, <<>>, Rest, Interval, Chunked);
         {Error, _} -> Error
     end.
 
-last_or_send(S, Cfg, Req, Status, [], Data) -> finish(S, Cfg, Req, Status, Data);
-last_or_send(S, _Cfg, _Req, _Status, _More, Data) -> send(S, Data).
+last_or_send(S, Cfg, Req, {Status, Size}, [], Data) -> finish(S, Cfg, Req, Status, Size, Data);
+last_or_send(S, _Cfg, _Req, _Answer, _More, Data) -> send(S, Data).
 
 last_chunk(true) -> cbench_http:last_chunk();
 last_chunk(false) -> <<>>.
@@ -570,35 +576,32 @@ slice({bytes, _}, Off, Len) -> cbench_fixture:bytes(Off, Len).
 
 send(S, Data) ->
     case gen_tcp:send(S, Data) of
-        ok -> out(Data);
+        ok -> ok;
         {error, _} = E -> E
     end.
 
-%% Counts what a response wrote (bytes, or their size), for the journal's bytes_out.
-out(Written) ->
-    case get(?OUT) of
-        undefined -> ok;
-        Out when is_integer(Written) -> put(?OUT, Out + Written), ok;
-        Out -> put(?OUT, Out + iolist_size(Written)), ok
-    end.
+%% The body bytes a response sends: none to HEAD.
+out(#req{method = <<"HEAD">>}, _Size) -> 0;
+out(_Req, Size) -> Size.
 
 %% The last write of a response: journaled first, so that a client that has read the response
-%% finds its request in the journal.
-finish(S, Cfg, Req, Status, Data) ->
-    Cfg#cfg.journal =/= undefined andalso journal(Cfg, Req, Status, iolist_size(Data)),
+%% finds its request in the journal. BodyBytes: the journal's bytes_out.
+finish(S, Cfg, Req, Status, BodyBytes, Data) ->
+    journal(Cfg, Req, Status, BodyBytes),
     send(S, Data).
 
-%% Records the request; More is what the response writes after what send/2 has counted.
-journal(#cfg{journal = undefined}, _Req, _Status, _More) -> ok;
-journal(#cfg{journal = J}, Req = #req{target = Target}, Status, More) ->
+%% Records the request. BodyBytes is the response body's size, or `request_body' for an echo.
+journal(#cfg{journal = undefined}, _Req, _Status, _BodyBytes) -> ok;
+journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
     {Path, Query} = split_target(Target),
     {Kept, _, Total} = get(?BODY),
     cbench_journal:record(
-      J, #{time => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
+      J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
            headers => [{cbench_http:lower(N), V} || {N, V} <- Req#req.headers],
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
-           stub => Req#req.stub, status => Status, bytes_out => get(?OUT) + More,
+           stub => Req#req.stub, status => Status,
+           bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
 
 %% Keeps the first journal_body_bytes of a request body for the journal.

@@ -17,14 +17,16 @@
             body_bytes :: non_neg_integer(), listener :: pid()}).
 -opaque journal() :: #j{}.
 
-%% One recorded request. The C engines' entries have the same keys.
--type entry() :: #{seq := pos_integer(), time := integer(),
+%% One recorded request (docs/beam.md): route is the name of the route that answered (an atom for
+%% the fixture routes and not_found, a binary for a stub), also for a 405 (the first route whose
+%% path matched); stub is the id of the stub that answered; bytes_out counts the response body.
+-type entry() :: #{seq := pos_integer(), time_us := integer(),
                    proto := http1 | h2c_prior | h2c_upgrade, conn := pos_integer(),
-                   stream := non_neg_integer(), peer := {inet:ip_address(), inet:port_number()},
+                   stream := non_neg_integer(), peer := binary(),
                    method := binary(), path := binary(), query := binary(),
                    headers := [{binary(), binary()}], body := binary(),
-                   body_length := non_neg_integer(), route := atom(),
-                   stub := pos_integer() | undefined, status := 100..599,
+                   body_length := non_neg_integer(), route := atom() | binary(),
+                   stub := pos_integer() | undefined, status := 0 | 100..599,
                    bytes_out := non_neg_integer(), duration_us := non_neg_integer()}.
 
 %% Atomics slots.

@@ -20,6 +20,9 @@
 
 -export_type([table/0, route/0, target/0]).
 
+-define(IS_HEX(C), ((C >= $0 andalso C =< $9) orelse (C >= $a andalso C =< $f) orelse
+                    (C >= $A andalso C =< $F))).
+
 -record(route, {order :: non_neg_integer(),
                 methods :: any | [binary()],
                 path :: cbench_spec:canon_path(),
@@ -30,13 +33,15 @@
                 %% claims one); undefined: unlimited.
                 left :: atomics:atomics_ref() | undefined}).
 -opaque route() :: #route{}.
+%% A stub's counters: 1, the requests it answered; 2, the 405s counted under it (the first route
+%% whose path matched a request whose method it did not take).
 -type target() :: {fixture, cbench_fixture_routes:name(), StatIndex :: pos_integer()}
-                | {stub, Id :: pos_integer(), cbench_spec:canon_response(),
-                   Hits :: counters:counters_ref()}.
+                | {stub, Id :: pos_integer(), Name :: binary(), cbench_spec:canon_response(),
+                   counters:counters_ref()}.
 -opaque table() :: {#{binary() => [#route{}]}, [#route{}]}.
 
--type stub() :: #{id := pos_integer(), match := cbench_spec:canon_match(),
-                  response := cbench_spec:canon_response(), hits := counters:counters_ref(),
+-type stub() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
+                  response := cbench_spec:canon_response(), counts := counters:counters_ref(),
                   left := atomics:atomics_ref() | undefined}.
 
 %% @doc Builds a table from the stubs (in the order they were added) and the fixture routes with
@@ -48,9 +53,9 @@ compile(Stubs, Fixture) ->
                             #{id := B, match := #{priority := PB}}) -> {PA, A} >= {PB, B} end,
                         Stubs),
     NStubs = length(Sorted),
-    StubRoutes = [route(I, M, {stub, Id, R, Hits}, Left)
-                  || {I, #{id := Id, match := M, response := R, hits := Hits, left := Left}}
-                         <- lists:zip(lists:seq(1, NStubs), Sorted)],
+    StubRoutes = [route(I, M, {stub, Id, Name, R, Counts}, Left)
+                  || {I, #{id := Id, name := Name, match := M, response := R, counts := Counts,
+                           left := Left}} <- lists:zip(lists:seq(1, NStubs), Sorted)],
     FixtureRoutes = [route(NStubs + I, M, {fixture, Name, Stat}, undefined)
                      || {I, {#{name := Name, match := M}, Stat}}
                             <- lists:zip(lists:seq(1, length(Fixture)), Fixture)],
@@ -167,14 +172,26 @@ all_present(Matchers, Fields) ->
               end, Matchers).
 
 %% @doc A query string split into its `name=value' fields (`name' alone has the value <<>>),
-%% without percent-decoding.
+%% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).
 -spec query_fields(binary()) -> [{binary(), binary()}].
 query_fields(<<>>) -> [];
 query_fields(Query) ->
     [case binary:split(F, <<"=">>) of
-         [N, V] -> {N, V};
-         [N] -> {N, <<>>}
+         [N, V] -> {decode(N), decode(V)};
+         [N] -> {decode(N), <<>>}
      end || F <- binary:split(Query, <<"&">>, [global]), F =/= <<>>].
+
+decode(B) -> decode(B, <<>>).
+
+decode(<<$+, Rest/binary>>, Acc) -> decode(Rest, <<Acc/binary, $\s>>);
+decode(<<$%, H, L, Rest/binary>>, Acc) when ?IS_HEX(H), ?IS_HEX(L) ->
+    decode(Rest, <<Acc/binary, (hex(H) * 16 + hex(L))>>);
+decode(<<C, Rest/binary>>, Acc) -> decode(Rest, <<Acc/binary, C>>);
+decode(<<>>, Acc) -> Acc.
+
+hex(C) when C >= $0, C =< $9 -> C - $0;
+hex(C) when C >= $a, C =< $f -> C - $a + 10;
+hex(C) -> C - $A + 10.
 
 spent(#route{left = undefined}) -> false;
 spent(#route{left = Left}) -> atomics:get(Left, 1) =< 0.

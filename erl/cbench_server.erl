@@ -58,7 +58,7 @@ init({Engine, Opts}) ->
         {ok, H} ->
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
-                                                 opts => Opts, expects => [],
+                                                 opts => Opts, expects => [], stubs => #{},
                                                  waiters => cbench_waiters:new()});
         {error, Reason} ->
             proc_lib:init_ack({error, Reason}),
@@ -74,23 +74,27 @@ handle_call(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O})
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
 handle_call({stub, Match, Response}, _From, S) ->
-    engine(S, route_add, [Match, Response]);
-handle_call({expect, Match, Response, Count}, _From, S = #{expects := Es}) ->
-    case engine(S, route_add, [Match, Response]) of
-        {reply, {ok, Id}, S1} ->
+    add_stub(S, Match, Response);
+handle_call({expect, Match, Response, Count}, _From, S) ->
+    case add_stub(S, Match, Response) of
+        {reply, {ok, Id}, S1 = #{expects := Es}} ->
             E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;
-handle_call({unstub, Id}, _From, S = #{expects := Es}) ->
+handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
     {reply, Reply, S1} = engine(S, route_remove, [Id]),
-    {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id]}};
-handle_call(stubs, _From, S = #{mod := Mod, handle := H}) ->
-    {reply, Mod:stubs(H), S};
+    {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
+                       stubs := maps:remove(Id, Stubs)}};
+handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
+    Reply = lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
+                       [maps:merge(Info, maps:get(Id, Stubs, #{}))
+                        || Info = #{id := Id} <- Mod:stubs(H)]),
+    {reply, Reply, S};
 handle_call(reset, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Reply, S1} = engine(S, routes_reset, []),
     ok = Mod:journal_clear(H),
-    {reply, Reply, S1#{expects := []}};
+    {reply, Reply, S1#{expects := [], stubs := #{}}};
 handle_call({requests, Filter = #{since := Since}}, _From, S = #{mod := Mod, handle := H}) ->
     Reply = case Mod:journal(H, Since) of
                 {error, _} = Error -> Error;
@@ -121,6 +125,14 @@ handle_call(up, _From, S) ->
     engine(S, up, []);
 handle_call(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
+
+%% The canonical terms of each stub are kept here, so that stubs/1 shows them for every engine.
+add_stub(S = #{stubs := Stubs}, Match, Response) ->
+    case engine(S, route_add, [Match, Response]) of
+        {reply, {ok, Id}, S1} ->
+            {reply, {ok, Id}, S1#{stubs := Stubs#{Id => #{match => Match, response => Response}}}};
+        Other -> Other
+    end.
 
 %% A call that changes the engine's handle.
 engine(S = #{mod := Mod, handle := H}, Fun, Args) ->

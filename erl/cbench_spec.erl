@@ -10,8 +10,8 @@
 
 -include_lib("kernel/include/file.hrl").
 
--export([match/1, response/1, stub/2, filter/1, path/1, method/1, describe/1, methods_order/1,
-         pieces/2]).
+-export([match/1, response/1, stub/2, filter/1, path/1, method/1, describe/1, path_text/1,
+         methods_order/1, known_methods/0, pieces/2, chunks_fit_size/2]).
 
 -export_type([match/0, response/0, filter/0, path_pattern/0, canon_match/0, canon_response/0,
               canon_path/0, canon_filter/0, why/0]).
@@ -24,7 +24,7 @@
 -type match() :: path_pattern()
                | #{path := path_pattern(), method => method() | [method()] | any,
                    headers => field_matcher(), query => field_matcher(),
-                   priority => integer()}.
+                   priority => integer(), name => iodata()}.
 -type response() :: #{status => 200..599, headers => [{iodata() | atom(), iodata()}],
                       body => iodata() | {bytes, non_neg_integer()} | {file, file:name_all()},
                       delay_ms => non_neg_integer(),
@@ -39,7 +39,7 @@
 -type canon_field() :: {binary(), present | {equal, binary()}}.
 -type canon_match() :: #{methods := any | [binary()], path := canon_path(),
                          headers := [canon_field()], query := [canon_field()],
-                         priority := integer()}.
+                         priority := integer(), name := binary() | undefined}.
 -type canon_response() :: #{status := 200..599, headers := [{binary(), binary()}],
                             body := {data, binary()} | {bytes, non_neg_integer()}
                                   | {file, binary()},
@@ -56,8 +56,15 @@
 -define(MAX_BYTES, 1 bsl 40).
 %% A body given as bytes is copied into the engine (and over the port): keep it reasonable.
 -define(MAX_DATA, 64 * 1024 * 1024).
--define(MAX_FIELDS, 64).
+-define(MAX_MATCHERS, 32).
+-define(MAX_HEADERS, 64).
 -define(MAX_PATH, 4096).
+-define(MAX_PARAMS, 8).
+-define(MAX_NAME, 128).
+-define(MAX_VALUE, 8192).
+%% The methods a route can name (include/cbench.h, CB_METHOD_*), in the order of an allow header.
+-define(METHODS, [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"PATCH">>,
+                  <<"OPTIONS">>, <<"CONNECT">>, <<"TRACE">>]).
 
 %% Response headers the engine writes itself (framing, connection management, date): a stub that
 %% set them would send a message that contradicts its own framing, or a forbidden h2 field.
@@ -79,15 +86,17 @@ stub(Match, Response) ->
     end.
 
 %% @doc A Match term (a map, or a bare path standing for `#{path => Path}') in canonical form.
-%% Method atoms are uppercased (`get' is `GET'); binaries and strings are taken as they are (HTTP
-%% methods are case-sensitive). Header names are lowercased; query names and values are compared
-%% as they appear in the target, without percent-decoding.
+%% Methods are those of include/cbench.h (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT,
+%% TRACE) or `any'; atoms are uppercased (`get' is `GET'), binaries and strings taken as they are
+%% (methods are case-sensitive). Header names are lowercased (they match without case); query
+%% names and values are compared with the request's after percent-decoding it (`+' as space).
+%% `name' names the route in the journal and the counters (default `stub_<id>').
 -spec match(match()) -> {ok, canon_match()} | {error, {bad_stub, why()}}.
 match(Path) when is_binary(Path); is_list(Path) ->
     match(#{path => Path});
 match(M) when is_map(M) ->
     check(fun() ->
-                  known_keys(M, [path, method, headers, query, priority]),
+                  known_keys(M, [path, method, headers, query, priority, name]),
                   P = case M of
                           #{path := P0} -> path_or_fail(P0);
                           _ -> fail({missing, path})
@@ -96,7 +105,8 @@ match(M) when is_map(M) ->
                     path => P,
                     headers => fields(headers, maps:get(headers, M, []), fun lower/1),
                     query => fields(query, maps:get(query, M, []), fun(B) -> B end),
-                    priority => priority(maps:get(priority, M, 0))}
+                    priority => priority(maps:get(priority, M, 0)),
+                    name => name(maps:get(name, M, undefined))}
           end);
 match(_) ->
     error(badarg).
@@ -113,6 +123,7 @@ response(R) when is_map(R) ->
                            end,
                   Body = body(maps:get(body, R, <<>>)),
                   Chunks = chunks(maps:get(chunks, R, none)),
+                  chunks_fit(Chunks, body_size(Body)),
                   bodyless(Status, Body, Chunks),
                   #{status => Status,
                     headers => response_headers(maps:get(headers, R, [])),
@@ -182,27 +193,30 @@ describe(#{methods := Ms, path := P} = M) ->
                 {N, V} <- Fs],
     iolist_to_binary([Method, <<" ">>, path_text(P), Extra]).
 
+%% @doc A canonical path as the pattern text the C engine takes (`/files/*', `/users/{id}').
+-spec path_text(canon_path()) -> binary().
 path_text({exact, P}) -> P;
 path_text({prefix, P}) -> <<P/binary, "*">>;
 path_text({segments, Segs}) ->
     iolist_to_binary([[<<"/">>, case S of {param, N} -> [<<"{">>, N, <<"}">>]; _ -> S end]
                       || S <- Segs]).
 
-%% @doc The methods of an `allow' header in their conventional order (GET, HEAD, POST, PUT, DELETE,
-%% PATCH, OPTIONS, then the rest sorted); GET brings HEAD, as it does when matching.
+%% @doc The methods of an `allow' header in the engines' order (GET, HEAD, POST, PUT, DELETE,
+%% PATCH, OPTIONS, CONNECT, TRACE); GET brings HEAD, as it does when matching.
 -spec methods_order([binary()]) -> [binary()].
 methods_order(Ms) ->
     All = case lists:member(<<"GET">>, Ms) of
               true -> [<<"HEAD">> | Ms];
               false -> Ms
           end,
-    Known = [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"PATCH">>,
-             <<"OPTIONS">>],
-    [K || K <- Known, lists:member(K, All)]
-        ++ lists:usort([M || M <- All, not lists:member(M, Known)]).
+    [K || K <- ?METHODS, lists:member(K, All)].
 
-%% @doc How `chunks => {N, _}' splits a body of Size bytes, as every engine sends it: into
-%% min(N, Size) pieces of Size div K bytes, the first Size rem K of them one byte longer, given as
+%% @doc The methods a route can name.
+-spec known_methods() -> [binary()].
+known_methods() -> ?METHODS.
+
+%% @doc How `chunks => {N, _}' splits a body of Size bytes (N =< Size), as every engine sends it:
+%% N pieces of Size div N bytes, the first Size rem N of them one byte longer, given as
 %% {Offset, Length}. An empty body has no piece (the head, then the end of the body).
 -spec pieces(non_neg_integer(), pos_integer()) -> [{non_neg_integer(), pos_integer()}].
 pieces(0, _N) -> [];
@@ -241,19 +255,35 @@ times(N) -> int_in(times, N, 1, 1 bsl 62).
 methods(any) -> any;
 methods([]) -> fail({method, []});
 methods(L = [C | _]) when is_integer(C) -> [one_method(L)];  % a string
-methods(L) when is_list(L), length(L) =< ?MAX_FIELDS -> lists:usort([one_method(M) || M <- L]);
+methods(L) when is_list(L), length(L) =< 16 -> lists:usort([one_method(M) || M <- L]);
 methods(M) -> [one_method(M)].
 
 one_method(any) -> any;
 one_method(M) when is_atom(M), M =/= undefined ->
-    token(method, string:uppercase(atom_to_binary(M)));
-one_method(M) when is_binary(M) -> token(method, M);
+    known_method(M, string:uppercase(atom_to_binary(M)));
+one_method(M) when is_binary(M) -> known_method(M, M);
 one_method(M) when is_list(M) ->
     try list_to_binary(M) of
-        B -> token(method, B)
+        B -> known_method(M, B)
     catch error:badarg -> fail({method, M})
     end;
 one_method(M) -> fail({method, M}).
+
+known_method(Given, B) ->
+    case lists:member(B, ?METHODS) of
+        true -> B;
+        false -> fail({method, Given})
+    end.
+
+name(undefined) -> undefined;
+name(N) ->
+    case to_bin(N) of
+        {ok, B} when byte_size(B) >= 1, byte_size(B) =< ?MAX_NAME ->
+            lists:all(fun(C) -> C > 32 andalso C < 127 end, binary_to_list(B))
+                orelse fail({name, N}),
+            B;
+        _ -> fail({name, N})
+    end.
 
 token(Key, B) ->
     case B =/= <<>> andalso byte_size(B) =< 256 andalso is_token(B) of
@@ -274,14 +304,14 @@ to_bin(_) -> error.
 
 %% Header and query matchers: a list of {Name, present | Value} or a map of the same.
 fields(Key, M, Norm) when is_map(M) -> fields(Key, lists:sort(maps:to_list(M)), Norm);
-fields(Key, L, Norm) when is_list(L), length(L) =< ?MAX_FIELDS ->
+fields(Key, L, Norm) when is_list(L), length(L) =< ?MAX_MATCHERS ->
     [field(Key, F, Norm) || F <- L];
 fields(Key, V, _) -> fail({Key, V}).
 
 field(Key, {Name, Value} = F, Norm) ->
     N = case to_bin(Name) of
             {ok, B} when Key =:= headers -> Norm(token(Key, B));
-            {ok, B} when B =/= <<>> -> query_part(Key, B, "&=#"), B;
+            {ok, B} when B =/= <<>>, byte_size(B) =< ?MAX_VALUE -> B;
             _ -> fail({Key, F})
         end,
     case Value of
@@ -289,24 +319,17 @@ field(Key, {Name, Value} = F, Norm) ->
         _ ->
             case to_bin(Value) of
                 {ok, V} when Key =:= headers -> {N, {equal, header_value(Key, V)}};
-                {ok, V} -> query_part(Key, V, "&#"), {N, {equal, V}};
+                {ok, V} when byte_size(V) =< ?MAX_VALUE -> {N, {equal, V}};
                 error -> fail({Key, F})
             end
     end;
 field(Key, F, _) -> fail({Key, F}).
 
-query_part(Key, B, Forbidden) ->
-    case lists:all(fun(C) -> C > 32 andalso C < 127 andalso not lists:member(C, Forbidden) end,
-                   binary_to_list(B)) of
-        true -> B;
-        false -> fail({Key, B})
-    end.
-
 %% A field value as HTTP/1.1 and HTTP/2 both accept it: visible bytes, spaces and tabs inside, none
 %% at either end (RFC 9113 8.2.1), no CR, LF or NUL.
 header_value(Key, V) ->
     Ok = lists:all(fun(C) -> C =:= $\t orelse (C >= 32 andalso C =/= 127) end, binary_to_list(V))
-        andalso not edge_space(V) andalso byte_size(V) =< 8192,
+        andalso not edge_space(V) andalso byte_size(V) =< ?MAX_VALUE,
     case Ok of
         true -> V;
         false -> fail({Key, V})
@@ -316,7 +339,7 @@ edge_space(<<>>) -> false;
 edge_space(V) ->
     lists:member(binary:first(V), " \t") orelse lists:member(binary:last(V), " \t").
 
-response_headers(L) when is_list(L), length(L) =< ?MAX_FIELDS ->
+response_headers(L) when is_list(L), length(L) =< ?MAX_HEADERS ->
     [response_header(H) || H <- L];
 response_headers(V) -> fail({headers, V}).
 
@@ -362,6 +385,20 @@ chunks({N, Ms}) when is_integer(N), N >= 1, N =< ?MAX_CHUNKS,
                      is_integer(Ms), Ms >= 0, Ms =< ?MAX_DELAY_MS -> {N, Ms};
 chunks(V) -> fail({chunks, V}).
 
+chunks_fit(_Chunks, unknown) -> ok;
+chunks_fit(Chunks, Size) -> chunks_fit_size(Chunks, Size) orelse fail({chunks, Chunks}).
+
+%% @doc Whether a body of Size bytes can go in `chunks' pieces: N pieces need N bytes (an empty
+%% body goes as one empty piece).
+-spec chunks_fit_size(none | {pos_integer(), non_neg_integer()}, non_neg_integer()) -> boolean().
+chunks_fit_size(none, _) -> true;
+chunks_fit_size({1, _}, 0) -> true;
+chunks_fit_size({N, _}, Size) -> N =< Size.
+
+body_size({data, B}) -> byte_size(B);
+body_size({bytes, N}) -> N;
+body_size({file, _}) -> unknown.
+
 %% 204 and 304 carry no body (RFC 9110), so neither bytes nor pieces of one.
 bodyless(Status, Body, Chunks) when Status =:= 204; Status =:= 304 ->
     Body =:= {data, <<>>} orelse fail({body_not_allowed, Status}),
@@ -390,7 +427,9 @@ path_or_fail(P0) ->
 
 segments(P, P0) ->
     [<<>> | Segs] = binary:split(P, <<"/">>, [global]),
-    [segment(S, P0) || S <- Segs].
+    Canon = [segment(S, P0) || S <- Segs],
+    length([S || {param, _} = S <- Canon]) =< ?MAX_PARAMS orelse fail({path, P0}),
+    Canon.
 
 segment(<<"{", Rest/binary>>, P0) when byte_size(Rest) >= 2 ->
     Name = binary_part(Rest, 0, byte_size(Rest) - 1),
