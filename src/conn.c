@@ -1,6 +1,7 @@
 /* One connection: the socket's read and write path, its timeouts and its close. The bytes go to a protocol
  * (c->ops): first to detection, which tells the HTTP/2 client preface from an HTTP/1.x request. */
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,7 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg)
   uv_timer_init(&w->loop, &c->timer);
   c->timer.data = c;
   c->head_start = uv_now(&w->loop);
+  c->id = __atomic_add_fetch(w->conn_ids, 1, __ATOMIC_RELAXED);
   c->next = w->conns;
   if (w->conns) w->conns->prev = c;
   w->conns = c;
@@ -48,9 +50,20 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg)
   return c;
 }
 
-int cb__conn_accept(cb__worker_t *w, int fd) {
+int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer) {
   cb__conn_t *c = cb__conn_new(w, fd, NULL, NULL);
   if (c == NULL) return UV_ENOMEM;
+  if (peer->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
+    c->peer_family = AF_INET;
+    c->peer_port = ntohs(a->sin_port);
+    memcpy(c->peer_addr, &a->sin_addr, 4);
+  } else if (peer->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)peer;
+    c->peer_family = AF_INET6;
+    c->peer_port = ntohs(a->sin6_port);
+    memcpy(c->peer_addr, &a->sin6_addr, 16);
+  }
   update_poll(c);
   return 0;
 }
