@@ -197,11 +197,9 @@ publish(#h{stubs = Stubs, cfg = #cfg{table = Key}}) ->
 
 %%% Journal
 
-%% @doc The journal's entries after sequence number Since; `{error, journal_disabled}' when the
-%% server was started with `journal => 0'.
--spec journal(handle(), non_neg_integer()) -> [cbench_journal:entry()] | {error, journal_disabled}.
-journal(#h{cfg = #cfg{journal = undefined}}, _Since) -> {error, journal_disabled};
-journal(#h{cfg = #cfg{journal = J}}, Since) -> cbench_journal:read(J, Since).
+%% @doc The journal's entries after the filter's `since' (cbench_server applies the rest).
+-spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()].
+journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_journal:read(J, Since).
 
 %% @doc Empties the journal.
 -spec journal_clear(handle()) -> ok.
@@ -268,7 +266,8 @@ close_conns(#cfg{cnt = Cnt}, Server) ->
     {links, Links} = process_info(self(), links),
     Conns = [P || P <- Links, is_pid(P), P =/= Server],
     Refs = [monitor(process, P) || P <- Conns],
-    [exit(P, kill) || P <- Conns],
+    %% Unlinked first: a killed link would kill this acceptor too, and through it the server.
+    [begin unlink(P), exit(P, kill) end || P <- Conns],
     [receive
          {'DOWN', R, process, _, killed} -> counters:add(Cnt, ?CONNS_CLOSED, 1);
          {'DOWN', R, process, _, _} -> ok

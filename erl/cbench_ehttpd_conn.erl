@@ -27,6 +27,9 @@
 
 -define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
 -define(LINGER_MS, 1000).
+%% The C engine writes generated content in runs of at most this many bytes (CB__GEN_SPAN), so a
+%% chunked piece of it is that many chunks.
+-define(GEN_SPAN, 1048576).
 
 %% Process dictionary keys (see the module doc).
 -define(BODY, cbench_body).
@@ -533,23 +536,25 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
 pieces(S, Cfg, Req, {Status, _}, _Body, Head, [], _Interval, Chunked) ->
     finish(S, Cfg, Req, Status, 0, [Head, last_chunk(Chunked)]);
 pieces(S, Cfg, Req, Answer, Body, Head, [{Off, Len} | Rest], Interval, Chunked) ->
-    {Pre, Post} = case Chunked of
-                      true -> {[cbench_http:lower(integer_to_binary(Len, 16)), <<"\r\n">>],
-                               <<"\r\n">>};
-                      false -> {<<>>, <<>>}
-                  end,
-    Tail = case Rest of
-               [] -> [Post, last_chunk(Chunked)];
-               _ -> Post
-           end,
+    End = case Rest of
+              [] -> last_chunk(Chunked);
+              _ -> <<>>
+          end,
     Sent = case Body of
                {file, Path} ->
+                   %% sendfile writes the piece; its chunk framing goes around it.
+                   {Pre, Post} = case Chunked of
+                                     true -> {chunk_size_line(Len), <<"\r\n">>};
+                                     false -> {<<>>, <<>>}
+                                 end,
                    then(send(S, [Head, Pre]),
                         fun() -> then(sendfile(S, Cfg, Path, Off, Len),
-                                      fun() -> last_or_send(S, Cfg, Req, Answer, Rest, Tail) end)
+                                      fun() -> last_or_send(S, Cfg, Req, Answer, Rest,
+                                                            [Post, End]) end)
                         end);
                _ ->
-                   last_or_send(S, Cfg, Req, Answer, Rest, [Head, Pre, slice(Body, Off, Len), Tail])
+                   last_or_send(S, Cfg, Req, Answer, Rest,
+                                [Head, framed(Body, Off, Len, Chunked), End])
            end,
     case {Sent, Rest} of
         {ok, []} -> ok;
@@ -558,6 +563,19 @@ pieces(S, Cfg, Req, Answer, Body, Head, [{Off, Len} | Rest], Interval, Chunked) 
             pieces(S, Cfg, Req, Answer, Body, <<>>, Rest, Interval, Chunked);
         {Error, _} -> Error
     end.
+
+%% A piece as chunks: one for given bytes, one per ?GEN_SPAN bytes of generated content (as the C
+%% engine writes it); raw over HTTP/1.0.
+framed(Body, Off, Len, false) -> slice(Body, Off, Len);
+framed({data, _} = Body, Off, Len, true) -> chunk(slice(Body, Off, Len), Len);
+framed({bytes, _}, Off, Len, true) when Len > ?GEN_SPAN ->
+    [chunk(cbench_fixture:bytes(Off, ?GEN_SPAN), ?GEN_SPAN)
+     | framed({bytes, 0}, Off + ?GEN_SPAN, Len - ?GEN_SPAN, true)];
+framed({bytes, _}, Off, Len, true) -> chunk(cbench_fixture:bytes(Off, Len), Len).
+
+chunk(Data, Len) -> [chunk_size_line(Len), Data, <<"\r\n">>].
+
+chunk_size_line(Len) -> [cbench_http:lower(integer_to_binary(Len, 16)), <<"\r\n">>].
 
 last_or_send(S, Cfg, Req, {Status, Size}, [], Data) -> finish(S, Cfg, Req, Status, Size, Data);
 last_or_send(S, _Cfg, _Req, _Answer, _More, Data) -> send(S, Data).

@@ -95,8 +95,8 @@ handle_call(reset, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Reply, S1} = engine(S, routes_reset, []),
     ok = Mod:journal_clear(H),
     {reply, Reply, S1#{expects := [], stubs := #{}}};
-handle_call({requests, Filter = #{since := Since}}, _From, S = #{mod := Mod, handle := H}) ->
-    Reply = case Mod:journal(H, Since) of
+handle_call({requests, Filter}, _From, S) ->
+    Reply = case journal(S, Filter) of
                 {error, _} = Error -> Error;
                 Entries -> cbench_journal:filter(Filter, Entries)
             end,
@@ -105,13 +105,14 @@ handle_call(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:journal_clear(H), S};
 handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
     Hits = maps:from_list([{Id, N} || #{id := Id, hits := N} <- Mod:stubs(H)]),
-    {reply, cbench_expect:verify(Es, Hits, Mod:journal(H, 0)), S};
+    {reply, cbench_expect:verify(Es, Hits, journal(S, everything(0))), S};
 handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
             S = #{mod := Mod, handle := H, waiters := Ws}) ->
     %% Wake-ups are turned on before the journal is read, so that a request recorded in between
     %% is either in what is read or announced by a message.
-    cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
-    case Mod:journal(H, Since) of
+    Disabled = maps:get(journal, maps:get(opts, S)) =:= 0,
+    not Disabled andalso cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
+    case journal(S, everything(Since)) of
         {error, _} = Error ->
             cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),
             {reply, Error, S};
@@ -125,6 +126,12 @@ handle_call(up, _From, S) ->
     engine(S, up, []);
 handle_call(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
+
+%% The journal's entries that may match Filter, or {error, journal_disabled}.
+journal(#{opts := #{journal := 0}}, _Filter) -> {error, journal_disabled};
+journal(#{mod := Mod, handle := H}, Filter) -> Mod:journal(H, Filter).
+
+everything(Since) -> #{since => Since, methods => any, path => any, stub => any}.
 
 %% The canonical terms of each stub are kept here, so that stubs/1 shows them for every engine.
 add_stub(S = #{stubs := Stubs}, Match, Response) ->
@@ -149,12 +156,11 @@ answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->
 handle_cast(_Msg, S) -> {noreply, S}.
 
 %% @private
-handle_info({cbench_journal, _Seq}, S = #{waiters := []}) ->
-    {noreply, S};
-handle_info({cbench_journal, _Seq}, S = #{mod := Mod, handle := H, waiters := Ws}) ->
+handle_info({cbench_journal, _Seq}, S = #{waiters := Ws}) ->
     %% A burst of requests sends a burst of wake-ups: one read serves them all.
     flush_journal_messages(),
-    case Mod:journal(H, cbench_waiters:since(Ws)) of
+    case cbench_waiters:is_empty(Ws) orelse journal(S, everything(cbench_waiters:since(Ws))) of
+        true -> {noreply, S};
         {error, _} -> {noreply, S};
         Entries ->
             {Ws1, Replies} = cbench_waiters:feed(Ws, Entries),

@@ -216,18 +216,13 @@ methods_order(Ms) ->
 known_methods() -> ?METHODS.
 
 %% @doc How `chunks => {N, _}' splits a body of Size bytes (N =< Size), as every engine sends it:
-%% N pieces of Size div N bytes, the first Size rem N of them one byte longer, given as
-%% {Offset, Length}. An empty body has no piece (the head, then the end of the body).
+%% piece k (from 0) ends at Size * (k + 1) div N, given as {Offset, Length}. An empty body has no
+%% piece (the head, then the end of the body).
 -spec pieces(non_neg_integer(), pos_integer()) -> [{non_neg_integer(), pos_integer()}].
 pieces(0, _N) -> [];
 pieces(Size, N) ->
-    K = min(N, Size),
-    {Base, Extra} = {Size div K, Size rem K},
-    {Pieces, _} = lists:mapfoldl(fun(I, Off) ->
-                                         Len = Base + case I =< Extra of true -> 1; false -> 0 end,
-                                         {{Off, Len}, Off + Len}
-                                 end, 0, lists:seq(1, K)),
-    Pieces.
+    Ends = [Size * K div N || K <- lists:seq(0, N)],
+    [{Start, End - Start} || {Start, End} <- lists:zip(lists:droplast(Ends), tl(Ends))].
 
 %%% Internals: every check throws {bad_stub, Why}, caught once in check/1.
 
