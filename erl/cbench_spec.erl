@@ -359,8 +359,7 @@ body({file, Path} = F) ->
         end,
     Abs = filename:absname(P),
     case file:read_file_info(Abs) of
-        {ok, #file_info{type = regular, access = Access}}
-          when Access =:= read; Access =:= read_write ->
+        {ok, #file_info{type = regular}} ->
             case file:open(Abs, [read, raw]) of
                 {ok, Fd} -> ok = file:close(Fd), {file, Abs};
                 {error, E} -> fail({file, P, E})
@@ -392,7 +391,12 @@ chunks_fit_size({N, _}, Size) -> N =< Size.
 
 body_size({data, B}) -> byte_size(B);
 body_size({bytes, N}) -> N;
-body_size({file, _}) -> unknown.
+body_size({file, Path}) ->
+    %% The engine takes the size again when it adds the stub (and checks again).
+    case file:read_file_info(Path) of
+        {ok, #file_info{size = Size}} -> Size;
+        _ -> unknown
+    end.
 
 %% 204 and 304 carry no body (RFC 9110), so neither bytes nor pieces of one.
 bodyless(Status, Body, Chunks) when Status =:= 204; Status =:= 304 ->

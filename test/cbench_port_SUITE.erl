@@ -8,7 +8,7 @@
 
 -include("cbench_routes_cases.hrl").
 
-all() -> cbench_routes:cases() ++ [eof_exits_zero, eof_status, malformed_frames, program_killed, owner_killed].
+all() -> cbench_routes:cases() ++ cbench_stubs:cases() ++ [eof_exits_zero, eof_status, malformed_frames, program_killed, owner_killed].
 
 init_per_suite(Config) -> cbench_routes:start(port, Config).
 
