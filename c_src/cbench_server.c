@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cbench.h"
+#include "stub_json.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -16,9 +17,12 @@ static void usage(FILE *f) {
           "                     [--max-header-bytes N] [--max-body-bytes N]\n"
           "                     [--header-timeout-ms N] [--idle-timeout-ms N] [--stop-timeout-ms N]\n"
           "                     [--max-concurrent-streams N] [--no-h2] [--fixture-dir DIR]\n"
+          "                     [--stubs FILE] [--journal N] [--journal-body-bytes N]\n"
           "defaults: --host 127.0.0.1 --port 8080 --threads <online CPUs> --max-header-bytes 16384\n"
           "          --max-body-bytes 10000000 --header-timeout-ms 10000 --idle-timeout-ms 60000\n"
-          "          --stop-timeout-ms 5000 --max-concurrent-streams 128\n");
+          "          --stop-timeout-ms 5000 --max-concurrent-streams 128 --journal 10000\n"
+          "          --journal-body-bytes 65536\n"
+          "--stubs FILE: routes to add before serving, as JSON (docs/routes.md)\n");
 }
 
 /* A non-negative decimal number up to max, all of s. */
@@ -74,7 +78,7 @@ int main(int argc, char **argv) {
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
-  const char *a = NULL;
+  const char *a = NULL, *stubs = NULL;
   for (int i = 1; i < argc; i++) {
     a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -91,6 +95,14 @@ int main(int argc, char **argv) {
       cfg.host = v;
     } else if (strcmp(a, "--fixture-dir") == 0) {
       cfg.fixture_dir = v;
+    } else if (strcmp(a, "--stubs") == 0) {
+      stubs = v;
+    } else if (strcmp(a, "--journal") == 0) {
+      if (parse_num(v, CB_JOURNAL_MAX, &n)) goto bad;
+      cfg.journal = (unsigned)n;
+    } else if (strcmp(a, "--journal-body-bytes") == 0) {
+      if (parse_num(v, CB_JOURNAL_BODY_MAX, &n)) goto bad;
+      cfg.journal_body_bytes = (size_t)n;
     } else if (strcmp(a, "--cpus") == 0) {
       if (parse_cpus(v, cpus, &cfg.ncpus) != 0) goto bad;
       cfg.cpus = cpus;
@@ -140,6 +152,14 @@ int main(int argc, char **argv) {
     else
       fprintf(stderr, "cbench-server: cannot start: %s (%s)\n", cb_strerror(err), cb_err_name(err));
     return 1;
+  }
+  if (stubs != NULL) {
+    char msg[1024];
+    if (cb_stubs_json_load(srv, stubs, msg, sizeof msg) < 0) {
+      fprintf(stderr, "cbench-server: %s\n", msg);
+      cb_server_stop(srv);
+      return 2;
+    }
   }
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;

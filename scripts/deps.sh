@@ -4,7 +4,7 @@
 # command to run and exit 1.
 set -eu
 
-PACKAGES="libuv1-dev libnghttp2-dev node-llhttp pkg-config gcc make clang libclang-rt-14-dev
+PACKAGES="libuv1-dev libnghttp2-dev node-llhttp libjansson-dev pkg-config gcc make clang libclang-rt-14-dev
 erlang-nox erlang-dev erlang-common-test erlang-eunit rebar3 nghttp2-client wrk curl"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

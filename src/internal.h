@@ -558,6 +558,9 @@ void cb__req_dispatch(cb__req_t *r);
 int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);
 extern const cb__handler_t cb__h_method_not_allowed;
 
+/* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
+int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
+
 /* ---- journal.c ---- */
 /* A worker's journal: seq and floor are the server's sequence counter and clear mark (atomics). */
 int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__journal_t **out);

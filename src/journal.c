@@ -471,11 +471,12 @@ int cb_server_requests(cb_server_t *srv, const cb_request_filter_t *filter, cb_r
     return err;
   }
   size_t k = 0;
-  for (int i = 0; i < priv->nblocks; i++) {
+  for (int i = 0; i < priv->nblocks && total > 0; i++) {
+    if (priv->blocks[i]->n == 0) continue;
     memcpy(list->items + k, priv->blocks[i]->items, priv->blocks[i]->n * sizeof *list->items);
     k += priv->blocks[i]->n;
   }
-  qsort(list->items, total, sizeof *list->items, by_seq);
+  if (total > 1) qsort(list->items, total, sizeof *list->items, by_seq);
   list->count = filter->limit && filter->limit < total ? filter->limit : total;
   *out = list;
   return 0;

@@ -336,8 +336,10 @@ int cb__rtable_build(cb__routes_t *reg, cb__rtable_t **out) {
   }
   memset(t->use, 0, (size_t)reg->nworkers * sizeof(use_t));
   for (int i = 0; i < reg->nworkers; i++) t->use[i].t = t;
-  memcpy(t->routes, reg->stubs, (size_t)reg->nstubs * sizeof *t->routes);
-  qsort(t->routes, (size_t)reg->nstubs, sizeof *t->routes, stub_order);
+  if (reg->nstubs > 0) {
+    memcpy(t->routes, reg->stubs, (size_t)reg->nstubs * sizeof *t->routes);
+    qsort(t->routes, (size_t)reg->nstubs, sizeof *t->routes, stub_order);
+  }
   memcpy(t->routes + reg->nstubs, reg->fixtures, (size_t)reg->nfixtures * sizeof *t->routes);
   t->n = n;
   for (int i = 0; i < n; i++) cb__route_ref(t->routes[i]);

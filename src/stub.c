@@ -260,16 +260,13 @@ static int valid_name(cb_str_t name) {
 
 /* ---- the public API ---- */
 
-int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
-  if (srv == NULL || stub == NULL || id == NULL) return UV_EINVAL;
-  if (cb__on_worker_thread()) return UV_EBUSY;
+int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
+  if (stub == NULL || id == NULL) return UV_EINVAL;
   if (stub->name.ptr != NULL && !valid_name(stub->name)) return UV_EINVAL;
   if (stub->name.ptr == NULL && stub->name.len != 0) return UV_EINVAL;
   stub_t *st;
   int err = stub_new(&stub->response, &st);
   if (err) return err;
-  uv_mutex_lock(&srv->api_mu);
-  cb__routes_t *reg = srv->routes;
   cb__routes_lock(reg);
   uint64_t sid = cb__routes_next_id(reg); /* ids are never reused, even when the add fails */
   cb__routes_unlock(reg);
@@ -283,7 +280,7 @@ int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
   err = cb__route_new(&stub->match, name.ptr, name.len, &stub_kind, &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
-    goto out;
+    return err;
   }
   rt->stub_id = sid;
   err = cb__routes_slot(reg, rt);
@@ -294,18 +291,29 @@ int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
   }
   if (err) {
     cb__route_unref(reg, rt);
-    goto out;
-  }
-  err = cb__routes_publish(srv);
-  if (err) { /* not in any worker's table: take it back out */
-    cb__routes_lock(reg);
-    cb__routes_take(reg, sid);
-    cb__routes_unlock(reg);
-    cb__route_unref(reg, rt);
-    goto out;
+    return err;
   }
   *id = sid;
-out:
+  return 0;
+}
+
+int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
+  if (srv == NULL || stub == NULL || id == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  uv_mutex_lock(&srv->api_mu);
+  uint64_t sid;
+  int err = cb__stub_append(srv->routes, stub, &sid);
+  if (err == 0) {
+    err = cb__routes_publish(srv);
+    if (err) { /* not in any worker's table: take it back out */
+      cb__routes_lock(srv->routes);
+      cb__route_t *rt = cb__routes_take(srv->routes, sid);
+      cb__routes_unlock(srv->routes);
+      cb__route_unref(srv->routes, rt);
+    } else {
+      *id = sid;
+    }
+  }
   uv_mutex_unlock(&srv->api_mu);
   return err;
 }

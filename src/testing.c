@@ -112,6 +112,21 @@ uint64_t cb__testconn_route_count(cb__testconn_t *tc, const char *name) {
   return sum;
 }
 
+int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *id) {
+  int err = cb__stub_append(tc->routes, stub, id);
+  if (err) return err;
+  /* One worker, driven by this thread: the new table is swapped in directly instead of through a queue. */
+  cb__rtable_t *t;
+  cb__routes_lock(tc->routes);
+  err = cb__rtable_build(tc->routes, &t);
+  cb__routes_unlock(tc->routes);
+  if (err) return err;
+  cb__rtable_t *old = tc->w->table;
+  tc->w->table = t;
+  cb__rtable_retire(old, 0);
+  return 0;
+}
+
 int cb__testconn_free(cb__testconn_t *tc) {
   int rc = cb__worker_close_test(tc->w);
   cb__rtable_retire(tc->w->table, 0);
