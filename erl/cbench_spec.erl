@@ -293,6 +293,7 @@ tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
 
 to_bin(V) when is_binary(V) -> {ok, V};
 to_bin(V) when is_atom(V) -> {ok, atom_to_binary(V)};
+to_bin(V) when is_integer(V) -> {ok, integer_to_binary(V)};
 to_bin(V) when is_list(V) ->
     try {ok, iolist_to_binary(V)} catch error:_ -> error end;
 to_bin(_) -> error.
@@ -364,6 +365,7 @@ body({file, Path} = F) ->
                 {ok, Fd} -> ok = file:close(Fd), {file, Abs};
                 {error, E} -> fail({file, P, E})
             end;
+        {ok, #file_info{type = directory}} -> fail({file, P, eisdir});
         {ok, _} -> fail({file, P, not_regular});
         {error, E} -> fail({file, P, E})
     end;

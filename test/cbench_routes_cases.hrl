@@ -9,7 +9,7 @@
          stub_chunks/1, stub_head_http10/1, stub_times/1, stub_httpc/1, unstub_and_reset/1,
          stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
          journal_filters/1, journal_bounds/1, journal_disabled/1, expect_verify/1,
-         await_other_process/1, down_up/1]).
+         await_other_process/1, down_up/1, stub_h2/1]).
 
 routes_raw(C) -> cbench_routes:routes_raw(C).
 routes_httpc(C) -> cbench_routes:routes_httpc(C).
@@ -53,3 +53,4 @@ journal_disabled(C) -> cbench_stubs:journal_disabled(C).
 expect_verify(C) -> cbench_stubs:expect_verify(C).
 await_other_process(C) -> cbench_stubs:await_other_process(C).
 down_up(C) -> cbench_stubs:down_up(C).
+stub_h2(C) -> cbench_stubs:stub_h2(C).

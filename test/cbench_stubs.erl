@@ -7,7 +7,9 @@
 
 -include_lib("stdlib/include/assert.hrl").
 
--export([cases/0]).
+-export([cases/0, h2_cases/0]).
+%% Over h2c (the C engines).
+-export([stub_h2/1]).
 -export([stub_paths/1, stub_methods_405/1, stub_fields/1, stub_priority/1, stub_responses/1,
          stub_chunks/1, stub_head_http10/1, stub_times/1, stub_httpc/1, unstub_and_reset/1,
          stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
@@ -27,6 +29,10 @@ cases() ->
      stub_head_http10, stub_times, stub_httpc, unstub_and_reset, stubs_listed, stats_by_route,
      swaps_while_requests, journal_entries, journal_filters, journal_bounds, journal_disabled,
      expect_verify, await_other_process, down_up].
+
+%% @doc The cases over h2c, for the engines that serve it (nif and port).
+-spec h2_cases() -> [atom()].
+h2_cases() -> [stub_h2].
 
 server(Config) -> proplists:get_value(server, Config).
 port(Config) -> proplists:get_value(port, Config).
@@ -560,3 +566,68 @@ down_up(Config) ->
     ?assertEqual(3, length(cbench:requests(S, #{path => "/du"}))),
     gen_tcp:close(Busy),
     gen_tcp:close(Idle).
+
+%%% HTTP/2
+
+%% @doc The same stubs over h2c with real clients: curl (prior knowledge) for the head and body byte
+%% for byte, nghttp for the DATA frames of `chunks' (one or more per piece, never across two); the
+%% journal records the stream.
+stub_h2(Config) ->
+    S = reset(Config),
+    {Path, File} = tmp_file(Config, "h2.bin", 3000),
+    Gen = cbench_routes:file_content(70000),
+    Stubs = [{"/h2/headers", #{status => 201, headers => [{"x-a", "1"}, {"x-b", "2"}, {"x-a", "3"}],
+                               body => [<<"io">>, "list"]},
+              {201, [<<"x-a: 1">>, <<"x-b: 2">>, <<"x-a: 3">>, <<"content-length: 6">>], <<"iolist">>}},
+             {"/h2/bytes", #{body => {bytes, 70000}}, {200, [<<"content-length: 70000">>], Gen}},
+             {"/h2/file", #{body => {file, Path}}, {200, [<<"content-length: 3000">>], File}},
+             {"/h2/204", #{status => 204}, {204, [], <<>>}},
+             {"/h2/chunks", #{body => <<"0123456789">>, chunks => {3, 20}},
+              {200, [], <<"0123456789">>}},
+             {"/h2/gen", #{body => {bytes, 40000}, chunks => {2, 0}, headers => [{"x-g", "g"}]},
+              {200, [<<"x-g: g">>], binary:part(Gen, 0, 40000)}}],
+    [{ok, _} = cbench:stub(S, P, R) || {P, R, _} <- Stubs],
+    Dir = proplists:get_value(priv_dir, Config),
+    [begin
+         {Head, Body} = curl(Dir, cbench:url(S, P), ""),
+         ?assertEqual({P, h2_head(Status, Headers)}, {P, Head}),
+         ?assertEqual({P, Expected}, {P, Body})
+     end || {P, _, {Status, Headers, Expected}} <- Stubs],
+    %% HEAD: the GET's head, no body (curl -I writes the head where the body would go).
+    HeadOnly = h2_head(201, [<<"x-a: 1">>, <<"x-b: 2">>, <<"x-a: 3">>, <<"content-length: 6">>]),
+    {HeadOnly, HeadAsBody} = curl(Dir, cbench:url(S, "/h2/headers"), "-I"),
+    ?assertEqual(HeadOnly, cbench_routes:mask(HeadAsBody)),
+    %% Each piece of `chunks' is its own DATA frame (or frames).
+    ?assertEqual([3, 3, 4], data_frames(cbench:url(S, "/h2/chunks"))),
+    ?assertEqual(40000, lists:sum(data_frames(cbench:url(S, "/h2/gen")))),
+    [#{proto := h2c_prior, stream := Stream, method := <<"GET">>, path := <<"/h2/headers">>,
+       headers := [{<<"host">>, _} | _], status := 201, bytes_out := 6, route := <<"stub_", _/binary>>}
+     | _] = cbench:requests(S),
+    ?assert(Stream >= 1 andalso Stream rem 2 =:= 1),
+    ok.
+
+%% The masked head and the body curl got over h2c (prior knowledge).
+curl(Dir, Url, Flags) ->
+    HeadFile = filename:join(Dir, "h2.head"),
+    BodyFile = filename:join(Dir, "h2.body"),
+    _ = file:delete(BodyFile),
+    Cmd = io_lib:format("curl -sS --max-time 20 --http2-prior-knowledge ~s -D '~s' -o '~s' '~s' 2>&1",
+                        [Flags, HeadFile, BodyFile, Url]),
+    Out = os:cmd(lists:flatten(Cmd)),
+    {ok, Head} = file:read_file(HeadFile),
+    Body = case file:read_file(BodyFile) of
+               {ok, B} -> B;
+               {error, enoent} -> <<>>  % nothing to write: curl makes no file
+           end,
+    ?assertEqual({Url, ""}, {Url, Out}),
+    {cbench_routes:mask(Head), Body}.
+
+h2_head(Status, Lines) ->
+    iolist_to_binary(["HTTP/2 ", integer_to_list(Status), " \r\ndate: X\r\n",
+                      [[L, "\r\n"] || L <- Lines], "\r\n"]).
+
+%% The lengths of the non-empty DATA frames nghttp received.
+data_frames(Url) ->
+    Out = os:cmd("nghttp -nv -t 20 '" ++ Url ++ "'"),
+    {match, Lens} = re:run(Out, "recv DATA frame <length=([0-9]+)", [global, {capture, all_but_first, list}]),
+    [N || [L] <- Lens, (N = list_to_integer(L)) > 0].
