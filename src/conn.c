@@ -70,9 +70,33 @@ int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer) {
 
 /* ---- close ---- */
 
+static void run_releases(cb__conn_t *c) {
+  uint32_t n = c->rel_n;
+  c->rel_n = 0;
+  if (n) c->rel_fn(c->rel_arg, n);
+}
+
+void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg) {
+  if (c->out.bytes == 0) { /* nothing queued refers to anything */
+    fn(arg, 1);
+    return;
+  }
+  if (c->rel_n > 0 && (c->rel_fn != fn || c->rel_arg != arg)) {
+    /* Another pending release (a table swap happened between two requests): it goes into the queue, behind
+     * everything queued now, which is later than its mark, never earlier. */
+    cb__outq_call(&c->out, c->rel_fn, c->rel_arg, c->rel_n);
+    c->rel_n = 0;
+  }
+  c->rel_fn = fn;
+  c->rel_arg = arg;
+  c->rel_n++;
+  c->rel_mark = c->out.written + c->out.bytes;
+}
+
 static void free_conn(cb__conn_t *c) {
   cb__worker_t *w = c->w;
   if (c->ops && c->ops->destroy) c->ops->destroy(c);
+  run_releases(c);
   cb__outq_free(&c->out);
   if (c->fd >= 0) close(c->fd);
   if (c->prev) c->prev->next = c->next;
@@ -139,6 +163,7 @@ static void flush(cb__conn_t *c) {
   }
   CB__STAT_ADD(c->w, bytes_written, n);
   c->write_blocked = c->out.bytes > 0;
+  if (c->rel_n > 0 && c->out.written >= c->rel_mark) run_releases(c);
 }
 
 static void update_poll(cb__conn_t *c) {

@@ -512,10 +512,12 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     /* Kept in the head buffer, by offset until the head is complete. */
     if (lower_eq(name, nlen, ":method") && !s->have_method) {
       s->req.method = (uint16_t)cb_method_bit((cb_str_t){(const char *)value, vlen});
-      s->method_off = s->head_len;
       s->method_len = vlen;
       s->have_method = 1;
-      if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      /* A known method's name is a constant; another one is kept with the head. */
+      s->req.method_str = cb__method_name(s->req.method);
+      s->method_off = s->head_len;
+      if (s->req.method_str == NULL && head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     } else if (lower_eq(name, nlen, ":path") && !s->have_path) {
       s->path_off = s->head_len;
       s->have_path = 1;
@@ -585,7 +587,7 @@ static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
   r->path = s->have_path ? s->head + s->path_off : ""; /* CONNECT has no :path */
   r->path_len = s->path_len;
   r->target_len = s->target_len;
-  r->method_str = s->have_method ? s->head + s->method_off : "";
+  if (r->method_str == NULL) r->method_str = s->have_method ? s->head + s->method_off : "";
   r->method_len = s->method_len;
   r->authority = s->have_authority ? s->head + s->authority_off : NULL;
   r->authority_len = s->authority_len;

@@ -100,11 +100,11 @@ const char *cb__reason(int status);
 
 enum { CB__OUT_ARENA, CB__OUT_REF, CB__OUT_FREE, CB__OUT_FILE, CB__OUT_CALL };
 
-typedef void (*cb__release_fn)(void *arg);
+typedef void (*cb__release_fn)(void *arg, uint32_t n);
 
 typedef struct {
   uint8_t kind;
-  int fd;        /* CB__OUT_FILE */
+  int fd;        /* CB__OUT_FILE; CALL: n */
   union {
     uint64_t off;      /* arena offset (ARENA), file offset (FILE), or bytes already sent of ptr (REF, FREE) */
     cb__release_fn fn; /* CALL */
@@ -119,6 +119,7 @@ typedef struct {
   char *arena;
   size_t alen, acap;
   size_t bytes; /* queued, not yet written */
+  uint64_t written; /* bytes written since the queue was made */
 } cb__outq_t;
 
 typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
@@ -135,9 +136,9 @@ int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after);
  * a release ordered after every entry queued before it (earlier references into base stay valid). */
 int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after);
 int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n);
-/* Runs fn(arg) once every entry queued before it has been written, or when the queue is freed (the connection
- * closed); at once when nothing is queued. The release of what earlier entries reference (a route table). */
-void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg);
+/* Runs fn(arg, n) once every entry queued before it has been written, or when the queue is freed (the
+ * connection closed); at once when nothing is queued. The release of what earlier entries reference. */
+void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg, uint32_t n);
 /* Writes what the socket takes: writev for bytes, sendfile for file ranges. Returns the number of bytes
  * written (>= 0) or a negative UV_E* error. With fd < 0 everything goes to sink (tests). */
 ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg);
@@ -199,6 +200,12 @@ struct cb__conn_s {
   uint16_t peer_port;
   uint8_t peer_family;   /* AF_INET, AF_INET6, or 0 (test connections) */
   uint8_t peer_addr[16];
+  /* Releases waiting for the output queued before them (cb__conn_release_after): n calls of fn(arg) once
+   * out.written reaches mark. One pending (fn, arg) at a time; another goes into the queue as a CALL entry. */
+  cb__release_fn rel_fn;
+  void *rel_arg;
+  uint32_t rel_n;
+  uint64_t rel_mark;
 };
 
 int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer);
@@ -215,6 +222,9 @@ void cb__conn_close(cb__conn_t *c);
 void cb__conn_close_linger(cb__conn_t *c);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
+/* Calls fn(arg, 1) once everything queued for the socket so far has been written (or the connection is gone):
+ * a response's references into a route table end there. A counter and a mark, not a queue entry per call. */
+void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg);
 
 /* ---- worker.c ---- */
 
@@ -424,9 +434,12 @@ typedef struct {
   unsigned mbit; /* CB_METHOD_* of the method, 0 for another */
 } cb__match_in_t;
 
-/* Whether rt's path, headers and query match; fills r->params on a PARAMS match. */
+/* Whether rt's path matches (fills r->params on a PARAMS match); whether its headers and query do. */
+int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
 
+/* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */
+const char *cb__method_name(unsigned bit);
 /* The allow header value for a method mask, in the fixed order. Returns its length; buf has 80 bytes. */
 size_t cb__allow_string(unsigned mask, char *buf);
 

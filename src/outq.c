@@ -36,7 +36,7 @@ void cb__outq_free(cb__outq_t *q) {
   /* In order, like a flush: a CALL releases what the entries before it reference. */
   for (uint32_t i = q->head; i < q->tail; i++) {
     if (q->q[i].kind == CB__OUT_FREE) free((void *)q->q[i].ptr);
-    if (q->q[i].kind == CB__OUT_CALL) q->q[i].fn((void *)q->q[i].ptr);
+    if (q->q[i].kind == CB__OUT_CALL) q->q[i].fn((void *)q->q[i].ptr, (uint32_t)q->q[i].fd);
   }
   free(q->q);
   free(q->arena);
@@ -135,17 +135,17 @@ int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n) {
   return 0;
 }
 
-void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg) {
+void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg, uint32_t n) {
   if (q->head == q->tail) {
-    fn(arg);
+    fn(arg, n);
     return;
   }
   cb__out_t *e = push(q);
   if (e == NULL) { /* out of memory: release now rather than never (the bytes are gone too: see commit) */
-    fn(arg);
+    fn(arg, n);
     return;
   }
-  *e = (cb__out_t){.kind = CB__OUT_CALL, .fd = -1, .fn = fn, .ptr = arg, .len = 0};
+  *e = (cb__out_t){.kind = CB__OUT_CALL, .fd = (int)n, .fn = fn, .ptr = arg, .len = 0};
 }
 
 static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
@@ -155,11 +155,12 @@ static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
 /* Drops `n` written bytes from the front of the queue. */
 static void consume(cb__outq_t *q, size_t n) {
   q->bytes -= n;
+  q->written += n;
   while (q->head < q->tail && (n > 0 || q->q[q->head].len == 0)) {
     cb__out_t *e = &q->q[q->head];
     if (e->kind == CB__OUT_CALL) {
       q->head++; /* first: the callback may queue more */
-      e->fn((void *)e->ptr);
+      e->fn((void *)e->ptr, (uint32_t)e->fd);
       continue;
     }
     size_t take = n < e->len ? n : e->len;

@@ -72,6 +72,7 @@ struct cb__rtable_s {
   index_t exact, seg;
   uint32_t *wild; /* ranks of routes that are candidates for every path */
   int nwild;
+  uint32_t first_nonexact; /* the rank of the first route that is not an exact path (n when none) */
   use_t *use; /* one cache line per worker */
 };
 
@@ -220,10 +221,24 @@ void cb__routes_free(cb__routes_t *reg) {
 
 /* ---- building a table ---- */
 
-static uint32_t hash_bytes(const char *p, size_t n) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
-  return h;
+/* A multiplicative hash over 8 bytes at a time: paths are short, and this runs once per request. */
+static inline uint32_t hash_bytes(const char *p, size_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  while (n >= 8) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    h = (h ^ v) * 0xff51afd7ed558ccdull;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  if (n > 0) {
+    uint64_t v = 0;
+    memcpy(&v, p, n);
+    h = (h ^ v) * 0xc4ceb9fe1a85ec53ull;
+  }
+  h ^= h >> 32;
+  return (uint32_t)h;
 }
 
 /* The literal first segment a route's paths must have ("files" for "/files/x" or "/files/{id}"), or -1. */
@@ -244,7 +259,7 @@ static int first_segment(const cb__route_t *rt, const char **key, size_t *klen) 
   return 0;
 }
 
-static bucket_t *probe(const index_t *ix, const char *key, size_t klen, uint32_t h) {
+static inline bucket_t *probe(const index_t *ix, const char *key, size_t klen, uint32_t h) {
   for (uint32_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
     bucket_t *b = &ix->b[i];
     if (b->key == NULL) return b;
@@ -351,11 +366,13 @@ int cb__rtable_build(cb__routes_t *reg, cb__rtable_t **out) {
     table_free(t);
     return err;
   }
+  t->first_nonexact = (uint32_t)n;
   for (int i = 0; i < n; i++) {
     const char *key;
     size_t klen;
-    if (t->routes[i]->path_kind != CB__PATH_EXACT && first_segment(t->routes[i], &key, &klen) != 0)
-      t->wild[t->nwild++] = (uint32_t)i;
+    if (t->routes[i]->path_kind == CB__PATH_EXACT) continue;
+    if ((uint32_t)i < t->first_nonexact) t->first_nonexact = (uint32_t)i;
+    if (first_segment(t->routes[i], &key, &klen) != 0) t->wild[t->nwild++] = (uint32_t)i;
   }
   *out = t;
   return 0;
@@ -374,9 +391,10 @@ void cb__rtable_retire(cb__rtable_t *t, int worker) {
 }
 
 /* A request's use ends (its output has left, or its connection closed). */
-static void use_release(void *arg) {
+static void use_release(void *arg, uint32_t n) {
   use_t *u = arg;
-  if (--u->uses == 0 && u->retired) let_go(u->t);
+  u->uses -= n;
+  if (u->uses == 0 && u->retired) let_go(u->t);
 }
 
 static void swap_call(cb__worker_t *w, cb__call_t *call) {
@@ -410,10 +428,23 @@ static inline void count(cb__worker_t *w, uint32_t idx) {
   __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
 }
 
-static const uint32_t *lookup(const index_t *ix, const char *key, size_t klen, uint32_t *len) {
+static inline const uint32_t *lookup(const index_t *ix, const char *key, size_t klen, uint32_t *len) {
   const bucket_t *b = probe(ix, key, klen, hash_bytes(key, klen));
   *len = b->len;
   return b->key ? ix->list + b->start : NULL;
+}
+
+/* Whether rt answers; path_known: the exact index has already compared the path. */
+static inline int try_route(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in, unsigned *allow,
+                            const cb__route_t **first405, int path_known) {
+  if (!path_known && !cb__route_match_path(rt, r, in)) return 0;
+  if ((rt->nheaders || rt->nquery) && !cb__route_match_rest(rt, r, in)) return 0;
+  if (rt->methods != 0 && !(rt->mmask & in->mbit)) {
+    *allow |= rt->mmask;
+    if (*first405 == NULL) *first405 = rt;
+    return 0;
+  }
+  return rt->kind->claim == NULL || rt->kind->claim(rt);
 }
 
 void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in) {
@@ -421,6 +452,17 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
   uint32_t na, nb, nc = (uint32_t)t->nwild, ia = 0, ib = 0, ic = 0;
   const uint32_t *a = lookup(&t->exact, in->path, in->path_len, &na);
   const uint32_t *b = NULL;
+  const cb__route_t *hit = NULL, *first405 = NULL;
+  unsigned allow = 0;
+  /* The common case: an exact route that comes before every prefix or {param} route answers, and the other
+   * indexes need not be looked at. */
+  while (ia < na && a[ia] < t->first_nonexact) {
+    const cb__route_t *rt = t->routes[a[ia++]];
+    if (try_route(rt, r, in, &allow, &first405, 1)) {
+      hit = rt;
+      goto found;
+    }
+  }
   nb = 0;
   if (in->path_len > 0 && in->path[0] == '/') {
     const char *seg = in->path + 1, *end = in->path + in->path_len;
@@ -428,8 +470,6 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
     b = lookup(&t->seg, seg, (size_t)((slash ? slash : end) - seg), &nb);
   }
   const uint32_t *c = t->wild;
-  const cb__route_t *hit = NULL, *first405 = NULL;
-  unsigned allow = 0;
   /* The three candidate lists are each in table order: merge them. */
   for (;;) {
     uint32_t next = UINT32_MAX;
@@ -441,16 +481,12 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
     if (ib < nb && b[ib] == next) ib++;
     if (ic < nc && c[ic] == next) ic++;
     const cb__route_t *rt = t->routes[next];
-    if (!cb__route_match_rest(rt, r, in)) continue;
-    if (rt->methods != 0 && !(rt->mmask & in->mbit)) {
-      allow |= rt->mmask;
-      if (first405 == NULL) first405 = rt;
-      continue;
+    if (try_route(rt, r, in, &allow, &first405, 0)) {
+      hit = rt;
+      break;
     }
-    if (rt->kind->claim && !rt->kind->claim(rt)) continue;
-    hit = rt;
-    break;
   }
+found:
   if (hit != NULL) {
     r->route = hit;
     count(w, 2 * hit->slot);
@@ -469,7 +505,7 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
 void cb__rtable_release(cb__req_t *r) {
   cb__rtable_t *t = r->table;
   r->table = NULL;
-  cb__outq_call(&r->conn->out, use_release, &t->use[r->conn->w->index]);
+  cb__conn_release_after(r->conn, use_release, &t->use[r->conn->w->index]);
 }
 
 cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n) {
