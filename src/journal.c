@@ -240,7 +240,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
                 .conn_id = c->id,
                 .body_len = r->body_received,
                 .bytes_out = r->bytes_out,
-                .stub_id = rt->stub_id,
+                .stub_id = r->allow ? 0 : rt->stub_id, /* a 405 is the rule's answer, not the stub's (cbench.h) */
                 .dpos = (uint64_t)pos,
                 .dlen = (uint32_t)need,
                 .nheaders = (uint32_t)(r->nheaders + add_host),

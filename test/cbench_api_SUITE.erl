@@ -31,7 +31,9 @@ start_bad_input(_Config) ->
            {ip, 42}, {threads, 0}, {threads, 257}, {threads, two}, {cpus, [a]}, {cpus, [-1]},
            {cpus, x}, {max_header_bytes, 0}, {max_body_bytes, 0}, {header_timeout_ms, 0},
            {idle_timeout_ms, -5}, {stop_timeout_ms, infinity}, {enable_h2, yes},
-           {h2_max_concurrent_streams, 0}, {backlog, 0}, {bogus, 1}, {"port", 1}],
+           {h2_max_concurrent_streams, 0}, {backlog, 0}, {bogus, 1}, {"port", 1},
+           {journal, -1}, {journal, 10000001}, {journal, off}, {journal_body_bytes, -1},
+           {journal_body_bytes, 1 bsl 31}],
     [?assertEqual({{error, {bad_option, K}}, E}, {cbench:start_server(E, #{K => V}), E})
      || {K, V} <- Bad, E <- [nif, port, ehttpd]],
     ?assertEqual({error, {bad_option, close}}, cbench:start_server(nif, #{close => true})),
