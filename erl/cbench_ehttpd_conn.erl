@@ -17,6 +17,7 @@
 
 %% The request being served.
 -record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
+              %% Names lowercased, values as received (trailing whitespace dropped), in order.
               headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
               framing = none :: none | chunked | {length, non_neg_integer()},
               expect = false :: boolean(),
@@ -117,7 +118,8 @@ read_headers(S, Cfg, Req, Bytes, Deadline) ->
                 Bytes1 > Cfg#cfg.max_header ->
                     error_close(S, Cfg, 431);
                 true ->
-                    Hs = [{Name, trim(Value)} | Req#req.headers],
+                    %% Names lowercased once, here: framing, routing and the journal compare them.
+                    Hs = [{cbench_http:lower(Name), trim(Value)} | Req#req.headers],
                     read_headers(S, Cfg, Req#req{headers = Hs}, Bytes1, Deadline)
             end;
         {ok, http_eoh} ->
@@ -175,7 +177,7 @@ frame([], Req, CL, TE, _Minor) ->
         _ -> error
     end;
 frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
-    case cbench_http:lower(Name) of
+    case Name of
         <<"content-length">> when CL =:= undefined ->
             case is_digits(Value) of
                 true -> frame(Rest, Req, binary_to_integer(Value), TE, Minor);
@@ -616,7 +618,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
     cbench_journal:record(
       J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
-           headers => [{cbench_http:lower(N), V} || {N, V} <- Req#req.headers],
+           headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,

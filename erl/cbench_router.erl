@@ -104,7 +104,7 @@ unpublish(Key) ->
     ok.
 
 %% @doc The route of a request: Path is the target before `?', Query what follows it (<<>> when
-%% none), Headers as received. A stub with `times' is claimed here, so that exactly that many
+%% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so that exactly that many
 %% requests get it even when connections race.
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
           {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
@@ -160,8 +160,7 @@ method_matches(Ms, M) -> lists:member(M, Ms).
 
 fields_match(#route{headers = [], query = []}, _, _) -> true;
 fields_match(#route{headers = H, query = Q}, Query, Headers) ->
-    (H =:= [] orelse
-     all_present(H, [{cbench_http:lower(N), V} || {N, V} <- Headers])) andalso
+    (H =:= [] orelse all_present(H, Headers)) andalso
         (Q =:= [] orelse all_present(Q, query_fields(Query))).
 
 %% Each matcher must find a field of its name: any one for `present', one with exactly that value
