@@ -208,6 +208,7 @@ TEST_T(routes_matchers, 60000) {
       {"GET", "/q?flag=&a=1%202", NULL, NULL, NULL, 200, "query", NULL},
       {"GET", "/q?a=12&flag", NULL, NULL, NULL, 404, NULL, NULL},
       {"GET", "/q?a=1+2", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/q", NULL, NULL, NULL, 404, NULL, NULL}, /* no query at all */
       {"PUT", "/m", "content-length: 0\r\n", NULL, NULL, 200, "put", NULL},
       {"PATCH", "/m", "content-length: 0\r\n", NULL, NULL, 200, "delete", NULL},
       {"GET", "/m", NULL, NULL, NULL, 405, NULL, "allow: PUT, DELETE, PATCH\r\n"},
