@@ -333,8 +333,9 @@ CB_EXTERN void cb_route_counts_free(cb_route_counts_t *counts);
  * sequence order and keeps the newest cfg.journal requests. A worker also drops its oldest entries early when
  * their heads and bodies together pass about cfg.journal KiB (plus room for one largest request). */
 
-/* One journaled request. Every string is a NUL-terminated copy owned by the list it came in (or, inside a
- * listener, valid during the call only). */
+/* One journaled request. In a list from cb_server_requests() every string is a NUL-terminated copy owned by
+ * the list. Inside a listener the strings point into the journal: valid during the call only, and not
+ * NUL-terminated (use the lengths). */
 typedef struct cb_request_s {
   uint64_t seq;        /* server-wide, from 1, in order of arrival (head complete) */
   int64_t time_us;     /* arrival, wall clock (CLOCK_REALTIME), microseconds since the epoch */
