@@ -9,6 +9,7 @@
 #   --mode callgrind  the server under callgrind; instructions per request from two runs of N1 and N2 requests
 #                     (their difference cancels start-up): independent of the machine's load
 #   --proto h2c|h1    (default h2c)   --seconds S (default 5)   --n1 N --n2 N (callgrind, default 2000/12000)
+#   --runs R          (cpu mode, default 3) every case R times, the cases interleaved; the median is reported
 # Results go to stdout as a table, and to bench/results/routes-<time>.txt.
 set -euo pipefail
 
@@ -18,6 +19,7 @@ PROTO=h2c
 SECONDS_RUN=5
 N1=2000
 N2=12000
+RUNS=3
 while [ $# -gt 0 ]; do
   case $1 in
     --mode) MODE=$2; shift 2 ;;
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_RUN=$2; shift 2 ;;
     --n1) N1=$2; shift 2 ;;
     --n2) N2=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
     *) echo "usage: bench/routes.sh [--mode cpu|callgrind] [--proto h2c|h1] [--seconds S] [--n1 N] [--n2 N]" >&2; exit 2 ;;
   esac
 done
@@ -109,7 +112,7 @@ load() {
 }
 
 # case NAME TARGET SERVER-ARGS...: one figure per case.
-declare -A fig
+declare -A fig runs
 run_case() {
   local name=$1 target=$2
   shift 2
@@ -123,8 +126,11 @@ run_case() {
     stop
     local hz
     hz=$(getconf CLK_TCK)
-    fig[$name]=$(awk -v t=$((t1 - t0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.3f", t * 1e6 / hz / n }')
-    echo "$name: $n requests, ${fig[$name]} us server CPU per request" >&2
+    local v
+    v=$(awk -v t=$((t1 - t0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.3f", t * 1e6 / hz / n }')
+    runs[$name]="${runs[$name]:-} $v"
+    fig[$name]=$(echo "${runs[$name]}" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR] = $1} END { print a[int((NR + 1) / 2)] }')
+    echo "$name: $n requests, $v us server CPU per request (median so far ${fig[$name]})" >&2
   else
     local ir=()
     for n in "$N1" "$N2"; do
@@ -138,19 +144,23 @@ run_case() {
   fi
 }
 
-run_case builtin_hello "http://127.0.0.1:PORT/hello" --journal 0
-run_case stub_hello "http://127.0.0.1:PORT/hello2" --journal 0 --stubs "$work/hello.json"
-run_case route_1 "$work/one.uris" --journal 0 --stubs "$work/one.json"
-run_case routes_100 "$work/many.uris" --journal 0 --stubs "$work/many.json"
-run_case journal_off "http://127.0.0.1:PORT/hello" --journal 0
-run_case journal_on "http://127.0.0.1:PORT/hello" --journal 10000
+rounds=$([ "$MODE" = cpu ] && echo "$RUNS" || echo 1)
+for _ in $(seq 1 "$rounds"); do
+  run_case builtin_hello "http://127.0.0.1:PORT/hello" --journal 0
+  run_case stub_hello "http://127.0.0.1:PORT/hello2" --journal 0 --stubs "$work/hello.json"
+  run_case route_1 "$work/one.uris" --journal 0 --stubs "$work/one.json"
+  run_case routes_100 "$work/many.uris" --journal 0 --stubs "$work/many.json"
+  run_case journal_off "http://127.0.0.1:PORT/hello" --journal 0
+  run_case journal_on "http://127.0.0.1:PORT/hello" --journal 10000
+done
 
 unit=$([ "$MODE" = cpu ] && echo "us server CPU per request" || echo "instructions per request")
 ratio() { awk -v a="${fig[$1]}" -v b="${fig[$2]}" 'BEGIN { printf "%.3f", a / b }'; }
 mkdir -p bench/results
 out="bench/results/routes-$(date -u +%Y%m%dT%H%M%SZ)-$MODE-$PROTO.txt"
 {
-  echo "bench/routes.sh --mode $MODE --proto $PROTO ($unit; server 1 thread on CPU $SCPU, h2load on CPU $LCPU)"
+  echo "bench/routes.sh --mode $MODE --proto $PROTO ($unit; server 1 thread on CPU $SCPU, h2load on CPU $LCPU;"
+  echo "$([ "$MODE" = cpu ] && echo "median of $RUNS runs of $SECONDS_RUN s, 50 connections" || echo "runs of $N1 and $N2 requests"))"
   echo "| comparison | case | base | ratio | goal |"
   echo "| --- | --- | --- | --- | --- |"
   echo "| stub vs built-in /hello | ${fig[stub_hello]} | ${fig[builtin_hello]} | $(ratio stub_hello builtin_hello) | <= 1.05 |"

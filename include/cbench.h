@@ -232,8 +232,10 @@ typedef struct cb_header_s {
 typedef enum {
   CB_BODY_BYTES,     /* body: the bytes, copied by cb_server_route_add (may be empty) */
   CB_BODY_GENERATED, /* body_size bytes of fixture content: byte i is i % 251, like the fixture files */
-  CB_BODY_FILE       /* body: a file path; opened and mapped once, at add time, and served zero copy (sendfile
-                      * or the mapping) like the fixture files. Its size is taken then; it must not shrink */
+  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. Up to 1 MiB it is read into
+                      * memory then (served like bytes); a bigger one is sent with sendfile(2) from the open
+                      * file, never mapped: if it shrinks later, the responses that reach past its end are cut
+                      * short (their connections closed) instead of faulting */
 } cb_body_kind;
 
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
@@ -266,10 +268,10 @@ typedef struct cb_stub_s {
 } cb_stub_t;
 
 /* Adds a stub in front of the table. The library copies everything it needs (strings, header lists, body
- * bytes; a CB_BODY_FILE is opened and mapped) before returning: `stub` and everything it points to may be
+ * bytes; a CB_BODY_FILE is opened, and read when small) before returning: `stub` and everything it points to may be
  * freed at once. On success *id is the stub's id: unique for the server's life, starting at 1.
  * Errors: UV_EINVAL (a bad field: see the limits above), CB_ELIMIT (more than CB_MAX_ROUTES routes live), the
- * error of open(2), fstat(2) or mmap(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
+ * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
  * UV_EBUSY (called from a worker thread). */
 CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
 
@@ -333,8 +335,9 @@ CB_EXTERN void cb_route_counts_free(cb_route_counts_t *counts);
  * sequence order and keeps the newest cfg.journal requests. A worker also drops its oldest entries early when
  * their heads and bodies together pass about cfg.journal KiB (plus room for one largest request). */
 
-/* One journaled request. Every string is a NUL-terminated copy owned by the list it came in (or, inside a
- * listener, valid during the call only). */
+/* One journaled request. In a list from cb_server_requests() every string is a NUL-terminated copy owned by
+ * the list. Inside a listener the strings point into the journal: valid during the call only, and not
+ * NUL-terminated (use the lengths). */
 typedef struct cb_request_s {
   uint64_t seq;        /* server-wide, from 1, in order of arrival (head complete) */
   int64_t time_us;     /* arrival, wall clock (CLOCK_REALTIME), microseconds since the epoch */

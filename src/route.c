@@ -305,8 +305,9 @@ static int decoded_eq(const char *raw, size_t n, const char *want, size_t wn) {
 }
 
 static int query_ok(const cb__matcher_t *m, const cb__match_in_t *in) {
+  if (in->query == NULL) return 0; /* no '?' at all */
   const char *p = in->query, *end = in->query + in->query_len;
-  while (p != NULL && p < end) {
+  while (p < end) {
     const char *amp = memchr(p, '&', (size_t)(end - p));
     const char *pe = amp ? amp : end;
     const char *eq = memchr(p, '=', (size_t)(pe - p));

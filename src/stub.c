@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,11 +25,10 @@ typedef struct {
   int nheaders;
   char *hbuf;
   cb_body_kind kind;
-  const char *body; /* BYTES: the copy; FILE: the mapping (NULL when empty) */
+  const char *body; /* BYTES (and small files): the copy; FILE: NULL (sent with sendfile) */
   uint64_t len;
   char *owned;
   int fd;
-  void *map;
   unsigned delay_ms, chunks, interval_ms;
   uint64_t times;
   uint64_t claimed; /* atomic: answers given, when times > 0 */
@@ -42,7 +40,6 @@ static void stub_free(void *arg) {
   free(st->headers);
   free(st->hbuf);
   free(st->owned);
-  if (st->map != NULL) munmap(st->map, (size_t)st->len);
   if (st->fd >= 0) close(st->fd);
   free(st);
 }
@@ -176,6 +173,11 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
   return 0;
 }
 
+/* Files up to this size are read into memory when the stub is added; bigger ones are sent with sendfile(2).
+ * Never mapped: a file someone truncates while it is served would make a read of its mapping fault (SIGBUS,
+ * the end of a node that hosts the NIF), where sendfile just comes up short and that connection is closed. */
+#define FILE_IN_MEMORY_MAX (1u << 20)
+
 static int open_body_file(stub_t *st, cb_str_t path) {
   if (path.ptr == NULL || path.len == 0 || path.len >= 4096 || memchr(path.ptr, '\0', path.len)) return UV_EINVAL;
   char p[4096];
@@ -188,12 +190,23 @@ static int open_body_file(stub_t *st, cb_str_t path) {
   if (S_ISDIR(sb.st_mode)) return UV_EISDIR;
   if (!S_ISREG(sb.st_mode)) return UV_EINVAL;
   st->len = (uint64_t)sb.st_size;
-  if (st->len > 0) {
-    void *m = mmap(NULL, (size_t)st->len, PROT_READ, MAP_SHARED, st->fd, 0);
-    if (m == MAP_FAILED) return uv_translate_sys_error(errno);
-    st->map = m;
-    st->body = m;
+  if (st->len > FILE_IN_MEMORY_MAX) return 0;
+  /* Small: read once, then served like bytes. */
+  st->owned = malloc(st->len ? st->len : 1);
+  if (st->owned == NULL) return UV_ENOMEM;
+  uint64_t got = 0;
+  while (got < st->len) {
+    ssize_t n = pread(st->fd, st->owned + got, (size_t)(st->len - got), (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return uv_translate_sys_error(errno);
+    if (n == 0) break; /* it shrank meanwhile: serve what was there */
+    got += (uint64_t)n;
   }
+  st->len = got;
+  st->body = st->owned;
+  st->kind = CB_BODY_BYTES;
+  close(st->fd);
+  st->fd = -1;
   return 0;
 }
 
