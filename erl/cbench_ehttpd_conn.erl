@@ -269,6 +269,8 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
             next_request(S, Cfg, false);
         ok ->
             ok;
+        close ->
+            ok;
         {error, _} ->
             ok
     end.
@@ -526,10 +528,15 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
                     true -> Head(chunked, conn_mode(Req));
                     false -> Head(none, close)
                 end,
-            case Method of
-                <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, H);
-                _ -> pieces(S, Cfg, Req, {Status, Size}, Body, H, cbench_spec:pieces(Size, N),
-                            Interval, Chunked)
+            Sent = case Method of
+                       <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, H);
+                       _ -> pieces(S, Cfg, Req, {Status, Size}, Body, H,
+                                   cbench_spec:pieces(Size, N), Interval, Chunked)
+                   end,
+            %% The head said `connection: close' to HTTP/1.0, even to one that asked to keep it.
+            case {Sent, Chunked} of
+                {ok, false} -> close;
+                _ -> Sent
             end
     end.
 

@@ -6,7 +6,8 @@
 %%%
 %%% The engine modules share one shape: start(Opts) -> {ok, H} | {error, R}, stop(H), port(H),
 %%% stats(H), info(H); route_add(H, Match, Response), route_remove(H, Id), routes_reset(H),
-%%% down(H) and up(H), each -> {Reply, H1}; stubs(H), journal(H, Since), journal_clear(H),
+%%% down(H) and up(H), each -> {Reply, H1}; stubs(H), journal(H, Filter) (the entries that may
+%%% match a canonical filter: at least those after its `since'), journal_clear(H),
 %%% journal_notify(H, Bool); and for engines that get messages (the port), handle_info(Msg, H).
 -module(cbench_server).
 -behaviour(gen_server).
@@ -87,14 +88,17 @@ handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
     {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
                        stubs := maps:remove(Id, Stubs)}};
 handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
-    Reply = lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
-                       [maps:merge(Info, maps:get(Id, Stubs, #{}))
-                        || Info = #{id := Id} <- Mod:stubs(H)]),
+    Reply = case Mod:stubs(H) of
+                {error, _} = Error -> Error;
+                Infos -> lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
+                                    [maps:merge(Info, maps:get(Id, Stubs, #{}))
+                                     || Info = #{id := Id} <- Infos])
+            end,
     {reply, Reply, S};
-handle_call(reset, _From, S = #{mod := Mod, handle := H}) ->
-    {reply, Reply, S1} = engine(S, routes_reset, []),
-    ok = Mod:journal_clear(H),
-    {reply, Reply, S1#{expects := [], stubs := #{}}};
+handle_call(reset, _From, S) ->
+    {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
+    Cleared = Mod:journal_clear(H),
+    {reply, case Reply of ok -> Cleared; _ -> Reply end, S1#{expects := [], stubs := #{}}};
 handle_call({requests, Filter}, _From, S) ->
     Reply = case journal(S, Filter) of
                 {error, _} = Error -> Error;
@@ -104,14 +108,20 @@ handle_call({requests, Filter}, _From, S) ->
 handle_call(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:journal_clear(H), S};
 handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
-    Hits = maps:from_list([{Id, N} || #{id := Id, hits := N} <- Mod:stubs(H)]),
-    {reply, cbench_expect:verify(Es, Hits, journal(S, everything(0))), S};
+    Reply = case Mod:stubs(H) of
+                {error, _} = Error -> Error;
+                Infos ->
+                    Hits = maps:from_list([{Id, N} || #{id := Id, hits := N} <- Infos]),
+                    cbench_expect:verify(Es, Hits, journal(S, everything(0)))
+            end,
+    {reply, Reply, S};
+handle_call({await, _, _, _}, _From, S = #{opts := #{journal := 0}}) ->
+    {reply, {error, journal_disabled}, S};
 handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
             S = #{mod := Mod, handle := H, waiters := Ws}) ->
     %% Wake-ups are turned on before the journal is read, so that a request recorded in between
     %% is either in what is read or announced by a message.
-    Disabled = maps:get(journal, maps:get(opts, S)) =:= 0,
-    not Disabled andalso cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
+    cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
     case journal(S, everything(Since)) of
         {error, _} = Error ->
             cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),

@@ -238,6 +238,13 @@ stub_head_http10(Config) ->
     C1 = exchange(P, "GET /hc HTTP/1.0\r\n\r\n",
                   resp(<<"200 OK">>, [], <<"connection: close">>, <<"abcdef">>)),
     ?assertEqual({error, closed}, gen_tcp:recv(C1, 0, ?TIMEOUT)),
+    %% Even when it asked to keep the connection: the close ends the body.
+    C3 = exchange(P, "GET /hc HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                  resp(<<"200 OK">>, [], <<"connection: close">>, <<"abcdef">>)),
+    ?assertEqual({error, closed}, gen_tcp:recv(C3, 0, ?TIMEOUT)),
+    C4 = exchange(P, "HEAD /hc HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                  resp(<<"200 OK">>, [], <<"connection: close">>, <<>>)),
+    ?assertEqual({error, closed}, gen_tcp:recv(C4, 0, ?TIMEOUT)),
     C2 = exchange(P, "GET /hd HTTP/1.0\r\n\r\n",
                   resp(<<"200 OK">>, [<<"x-h: 1">>], <<"content-length: 5\r\nconnection: close">>,
                        <<"body!">>)),
