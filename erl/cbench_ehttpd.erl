@@ -10,6 +10,8 @@
 -module(cbench_ehttpd).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
+%% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}]).
 %% Process entry points.
 -export([acceptor/4, conn/3]).
 

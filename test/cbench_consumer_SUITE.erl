@@ -6,9 +6,9 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0]).
--export([rebar3_checkout_project/1]).
+-export([rebar3_checkout_project/1, warnings_as_errors_only_in_test_profile/1]).
 
-all() -> [rebar3_checkout_project].
+all() -> [rebar3_checkout_project, warnings_as_errors_only_in_test_profile].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -34,7 +34,17 @@ rebar3_checkout_project(Config) ->
     {Status, Out} = run(Dir, ["ct"], 150000),
     ct:log("rebar3 ct in ~s:~n~s", [Dir, Out]),
     ?assertEqual(0, Status),
-    ?assertMatch({match, _}, re:run(Out, "All 1 tests passed")).
+    ?assertMatch({match, _}, re:run(Out, "All 1 tests passed")),
+    %% The pre-compile hook does not flood the consumer's output with compiler commands.
+    ?assertEqual(nomatch, re:run(Out, "-std=gnu11|-fPIC")).
+
+%% A dependency is built with its default profile: warnings_as_errors there would let a warning
+%% that a newer OTP adds break a consumer's build, so it is only in cbench's own test profile.
+warnings_as_errors_only_in_test_profile(_Config) ->
+    {ok, Terms} = file:consult(filename:join(repo_root(), "rebar.config")),
+    ?assertNot(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Terms))),
+    Test = proplists:get_value(test, proplists:get_value(profiles, Terms)),
+    ?assert(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Test))).
 
 %% The example of docs/beam.md, "Use it in your test suite".
 suite_source() ->
