@@ -4,8 +4,12 @@
 # ALL_TARGETS (built by `make`) and CLEAN_PATHS.
 
 PREFIX ?= /usr/local
+# The version of include/cbench.h (CBENCH_VERSION_*), for cbench.pc.
+VERSION := $(shell sed -n 's/^\#define CBENCH_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)/\2/p' include/cbench.h | paste -sd.)
 BUILD ?= build
 CC ?= cc
+LD ?= ld
+OBJCOPY ?= objcopy
 # Dependencies come from Debian packages only: llhttp's C sources ship in node-llhttp.
 LLHTTP_DIR ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
@@ -37,11 +41,18 @@ ALL_TARGETS := $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 TEST_TARGETS :=
 CLEAN_PATHS := $(BUILD)
 
-.PHONY: all deps lib run serve test install clean
-all: lib
+.PHONY: all deps deps-c deps-build deps-test lib run serve test install clean
+all: deps-build lib
 
-deps:
-	@scripts/deps.sh
+# Each target asks scripts/deps.sh only for the Debian packages it needs: the C library and CLI (c), the BEAM
+# side too (build), or everything the tests and benchmarks run (test).
+deps: deps-test
+deps-c:
+	@scripts/deps.sh c
+deps-build:
+	@scripts/deps.sh build
+deps-test:
+	@scripts/deps.sh test
 
 lib: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 
@@ -54,7 +65,18 @@ $(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c | $(BUILD)/obj/llhttp
 $(BUILD)/obj $(BUILD)/obj/llhttp:
 	@mkdir -p $@
 
+# The shipped static library exports the public API only: its objects are linked into one (ld -r) and every
+# hidden symbol (the internal cb__ functions, llhttp, all compiled with -fvisibility=hidden) is made local, so
+# a program with its own llhttp, or its own copy of our internals, links without "multiple definition".
 $(BUILD)/libcbench.a: $(ALL_OBJS)
+	@rm -f $@ $(BUILD)/obj/cbench-all.o
+	$(LD) -r -o $(BUILD)/obj/cbench-all.o $^
+	$(OBJCOPY) --localize-hidden $(BUILD)/obj/cbench-all.o $(BUILD)/obj/cbench-public.o
+	ar rcs $@ $(BUILD)/obj/cbench-public.o
+
+# The C tests and the benchmarks of internals link the objects as they are (cb__ symbols global): this archive
+# is never installed.
+$(BUILD)/libcbench-internal.a: $(ALL_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -69,19 +91,19 @@ include $(sort $(wildcard mk/*.mk))
 
 all: $(ALL_TARGETS)
 
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory $(TEST_TARGETS)
 	@echo "make test: all test groups passed"
 
 # A node with the three engines (ehttpd 8080, nif 8081, port 8082) under the benchmark settings. Stop it with
 # cbench:stop() then q(), or Ctrl-C twice.
 ERL_RUN_FLAGS ?= +sbt db +sbwt none +sbwtdcpu none +sbwtdio none
-run: deps
+run: deps-build
 	@$(MAKE) --no-print-directory beam
 	$(ERL) $(ERL_RUN_FLAGS) -pa _build/default/lib/cbench/ebin -s cbench
 
 # cbench-server alone on 127.0.0.1:8080 (Ctrl-C stops it and prints its stats).
-serve: deps
+serve: deps-c
 	@$(MAKE) --no-print-directory $(BUILD)/cbench-server
 	$(BUILD)/cbench-server --host 127.0.0.1 --port 8080
 
@@ -92,7 +114,7 @@ install: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 	ln -sf libcbench.so.0 $(DESTDIR)$(PREFIX)/lib/libcbench.so
 	install -m 644 include/cbench.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/cbench-server $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' cbench.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cbench.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' cbench.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cbench.pc
 
 clean:
 	rm -rf $(CLEAN_PATHS)

@@ -13,10 +13,12 @@
  *   {journal_listen, Bool}           ->  ok | {error, Reason}
  * and, unsolicited, while listening:     {cbench_journal, Seq}
  *
- * Opts is the map cbench_port:start/1 builds: every key of cb_config_t that Erlang sets, each value checked
- * here again. EOF on stdin means the node went away: the server is stopped and the program exits 0. A frame
- * that does not decode is a bug on the other side, so the program exits with EXIT_MALFORMED rather than guess;
- * the arguments of the route and journal commands, checked field by field, get {error, badarg} instead.
+ * Opts is the map cbench_port:start/1 builds, keyed by the names of the engine's option table, each value
+ * checked here again against that table: a bad one is answered {error, {bad_option, Key, Value, Allowed}}.
+ * EOF on stdin means the node went away: the server is stopped and the program exits 0. A frame that does not
+ * decode (not a map of atoms, an unknown command) is a bug on the other side, so the program exits with
+ * EXIT_MALFORMED rather than guess; the arguments of the route and journal commands, checked field by field,
+ * get {error, badarg} instead.
  * When Opts lists CPUs, the whole process (this thread and so every engine thread it starts) is first
  * restricted to that set, so that the port engine runs on the same CPUs as the node's schedulers.
  */
@@ -168,12 +170,15 @@ void port_encode_route_name(ei_x_buff *x, const char *p, size_t n) {
   ei_x_encode_binary(x, p, (long)n);
 }
 
-/* ---- Decoding {start, Opts} ---- */
-
+/* ---- Decoding {start, Opts} ----
+ *
+ * Walks the engine's option table (cb_config_options()), as the NIF does: an option added there is decoded here
+ * without an edit. A value of the wrong type or out of bounds is answered {error, {bad_option, Key, Value,
+ * Allowed}}, the same term as the NIF's and the Erlang API's. */
 
 /* cpus arrive as a list of integers, or as a string when every value is below 256 (term_to_binary's
  * STRING_EXT). */
-static int decode_cpus(const char *buf, int *idx, int *cpus, int *ncpus) {
+static int decode_cpus(const char *buf, int *idx, const cb_option_t *o, int *cpus, int *ncpus) {
   int type, size;
   if (ei_get_type(buf, idx, &type, &size) != 0) return -1;
   if (type == ERL_STRING_EXT) {
@@ -182,87 +187,150 @@ static int decode_cpus(const char *buf, int *idx, int *cpus, int *ncpus) {
     if (ei_decode_string(buf, idx, s) != 0) return -1;
     for (int i = 0; i < size; i++) cpus[i] = (unsigned char)s[i];
     *ncpus = size;
-    return 0;
+  } else {
+    int arity;
+    if (ei_decode_list_header(buf, idx, &arity) != 0 || arity > CB_MAX_THREADS) return -1;
+    for (int i = 0; i < arity; i++) {
+      unsigned long long v;
+      if (ei_decode_ulonglong(buf, idx, &v) != 0 || v > o->max) return -1;
+      cpus[i] = (int)v;
+    }
+    if (arity > 0) {
+      int tail; /* a proper list ends with [] */
+      if (ei_decode_list_header(buf, idx, &tail) != 0 || tail != 0) return -1;
+    }
+    *ncpus = arity;
   }
-  int arity;
-  if (ei_decode_list_header(buf, idx, &arity) != 0 || arity > CB_MAX_THREADS) return -1;
-  for (int i = 0; i < arity; i++) {
-    long v;
-    if (ei_decode_long(buf, idx, &v) != 0 || v < 0 || v > 65535) return -1;
-    cpus[i] = (int)v;
-  }
-  if (arity > 0) {
-    int tail; /* a proper list ends with [] */
-    if (ei_decode_list_header(buf, idx, &tail) != 0 || tail != 0) return -1;
-  }
-  *ncpus = arity;
+  for (int i = 0; i < *ncpus; i++)
+    if ((unsigned long long)cpus[i] < o->min || (unsigned long long)cpus[i] > o->max) return -1;
   return 0;
 }
 
-static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, char *host, size_t hostlen, int *cpus) {
+static int decode_option(const char *buf, int *idx, const cb_option_t *o, cb_config_t *cfg, char *host,
+                         size_t hostlen, int *cpus) {
+  unsigned long long u;
+  int b, type, size, n;
+  long len;
+  switch (o->type) {
+    case CB_OPT_UINT: return ei_decode_ulonglong(buf, idx, &u) == 0 && cb_config_set_uint(cfg, o, u) == 0 ? 0 : -1;
+    case CB_OPT_BOOL: return ei_decode_boolean(buf, idx, &b) == 0 ? cb_config_set_uint(cfg, o, (uint64_t)b) : -1;
+    case CB_OPT_HOST:
+    case CB_OPT_STRING:
+      /* Only the host is a string Erlang passes; another string option would need a buffer of its own. */
+      if (o->type != CB_OPT_HOST || ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT ||
+          (uint64_t)size < o->min || (uint64_t)size > o->max || (size_t)size >= hostlen ||
+          ei_decode_binary(buf, idx, host, &len) != 0 || memchr(host, 0, (size_t)len) != NULL)
+        return -1;
+      host[len] = '\0';
+      cfg->host = host;
+      return 0;
+    case CB_OPT_CPUS:
+      if (decode_cpus(buf, idx, o, cpus, &n) != 0) return -1;
+      cfg->cpus = n ? cpus : NULL;
+      cfg->ncpus = n;
+      return 0;
+  }
+  return -1;
+}
+
+static void encode_allowed(ei_x_buff *x, const cb_option_t *o) {
+  switch (o->type) {
+    case CB_OPT_UINT:
+      ei_x_encode_tuple_header(x, 3);
+      ei_x_encode_atom(x, "integer");
+      ei_x_encode_ulonglong(x, o->min);
+      ei_x_encode_ulonglong(x, o->max);
+      return;
+    case CB_OPT_BOOL: ei_x_encode_atom(x, "boolean"); return;
+    case CB_OPT_HOST: ei_x_encode_atom(x, "address"); return;
+    case CB_OPT_STRING:
+      ei_x_encode_tuple_header(x, 2);
+      ei_x_encode_atom(x, "string");
+      ei_x_encode_ulonglong(x, o->max);
+      return;
+    case CB_OPT_CPUS:
+      ei_x_encode_tuple_header(x, 2);
+      ei_x_encode_atom(x, "list");
+      ei_x_encode_tuple_header(x, 3);
+      ei_x_encode_atom(x, "integer");
+      ei_x_encode_ulonglong(x, o->min);
+      ei_x_encode_ulonglong(x, o->max);
+      return;
+  }
+}
+
+/* {error, {bad_option, Key, Value, Allowed}}: Key and Value are the request's own bytes; Allowed is the row's
+ * bounds, the names the engine takes (o == NULL: an unknown key), or the CPUs this process may run on. */
+typedef enum { ALLOWED_ROW, ALLOWED_KNOWN, ALLOWED_AVAILABLE } allowed_kind;
+
+static void reply_bad_option(const char *buf, int key_idx, int value_idx, int end_idx, const cb_option_t *o,
+                             allowed_kind kind, const int *avail, int navail) {
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "error");
+  ei_x_encode_tuple_header(&x, 4);
+  ei_x_encode_atom(&x, "bad_option");
+  ei_x_append_buf(&x, buf + key_idx, value_idx - key_idx);
+  ei_x_append_buf(&x, buf + value_idx, end_idx - value_idx);
+  if (kind == ALLOWED_ROW) {
+    encode_allowed(&x, o);
+  } else if (kind == ALLOWED_KNOWN) {
+    int n;
+    const cb_option_t *opts = cb_config_options(&n);
+    ei_x_encode_tuple_header(&x, 2);
+    ei_x_encode_atom(&x, "known");
+    for (int i = 0; i < n; i++) {
+      if (opts[i].flags & CB_OPT_F_EHTTPD_ONLY) continue;
+      ei_x_encode_list_header(&x, 1);
+      ei_x_encode_atom(&x, opts[i].name);
+    }
+    ei_x_encode_empty_list(&x);
+  } else {
+    ei_x_encode_tuple_header(&x, 2);
+    ei_x_encode_atom(&x, "available");
+    for (int i = 0; i < navail; i++) {
+      ei_x_encode_list_header(&x, 1);
+      ei_x_encode_long(&x, avail[i]);
+    }
+    ei_x_encode_empty_list(&x);
+  }
+  port_send(&x);
+}
+
+/* Decodes the options map into cfg. Returns 1 when it did; 0 after answering a bad option; -1 when the term is
+ * not a map of atom keys (a bug on the other side). cpus_at: where the cpus key, its value and the value's end
+ * are in buf (cpus_at[0] = -1: absent), to answer a pin the kernel refuses. */
+static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, char *host, size_t hostlen, int *cpus,
+                       int cpus_at[3]) {
   int arity;
   if (ei_decode_map_header(buf, idx, &arity) != 0) return -1;
   cb_config_init(cfg);
   cfg->port = 0;
+  cpus_at[0] = -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
-    unsigned long long u;
+    int key_idx = *idx;
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
-    if (strcmp(key, "ip") == 0) {
-      int type, size;
-      long len;
-      if (ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT || size <= 0 ||
-          (size_t)size >= hostlen || ei_decode_binary(buf, idx, host, &len) != 0)
-        return -1;
-      host[len] = '\0';
-      cfg->host = host;
-    } else if (strcmp(key, "cpus") == 0) {
-      int n = 0;
-      if (decode_cpus(buf, idx, cpus, &n) != 0 || n < 0) return -1;
-      cfg->cpus = n ? cpus : NULL;
-      cfg->ncpus = n;
-    } else if (strcmp(key, "enable_h2") == 0) {
-      int b;
-      if (ei_decode_boolean(buf, idx, &b) != 0) return -1;
-      cfg->enable_h2 = b;
-    } else if (strcmp(key, "port") == 0) {
-      if (port_get_uint(buf, idx, 65535, &u)) return -1;
-      cfg->port = (int)u;
-    } else if (strcmp(key, "threads") == 0) {
-      if (port_get_uint(buf, idx, CB_MAX_THREADS, &u)) return -1;
-      cfg->threads = (int)u;
-    } else if (strcmp(key, "backlog") == 0) {
-      if (port_get_uint(buf, idx, 65535, &u)) return -1;
-      cfg->backlog = (int)u;
-    } else if (strcmp(key, "max_header_bytes") == 0) {
-      if (port_get_uint(buf, idx, SIZE_MAX, &u)) return -1;
-      cfg->max_header_bytes = (size_t)u;
-    } else if (strcmp(key, "max_body_bytes") == 0) {
-      if (port_get_uint(buf, idx, SIZE_MAX, &u)) return -1;
-      cfg->max_body_bytes = (size_t)u;
-    } else if (strcmp(key, "header_timeout_ms") == 0) {
-      if (port_get_uint(buf, idx, UINT32_MAX, &u)) return -1;
-      cfg->header_timeout_ms = (unsigned)u;
-    } else if (strcmp(key, "idle_timeout_ms") == 0) {
-      if (port_get_uint(buf, idx, UINT32_MAX, &u)) return -1;
-      cfg->idle_timeout_ms = (unsigned)u;
-    } else if (strcmp(key, "stop_timeout_ms") == 0) {
-      if (port_get_uint(buf, idx, UINT32_MAX, &u)) return -1;
-      cfg->stop_timeout_ms = (unsigned)u;
-    } else if (strcmp(key, "h2_max_concurrent_streams") == 0) {
-      if (port_get_uint(buf, idx, UINT32_MAX, &u)) return -1;
-      cfg->h2_max_concurrent_streams = (unsigned)u;
-    } else if (strcmp(key, "journal") == 0) {
-      if (port_get_uint(buf, idx, CB_JOURNAL_MAX, &u)) return -1;
-      cfg->journal = (unsigned)u;
-    } else if (strcmp(key, "journal_body_bytes") == 0) {
-      if (port_get_uint(buf, idx, CB_JOURNAL_BODY_MAX, &u)) return -1;
-      cfg->journal_body_bytes = (size_t)u;
-    } else {
-      return -1;
+    int value_idx = *idx, end_idx = value_idx;
+    if (ei_skip_term(buf, &end_idx) != 0) return -1;
+    const cb_option_t *o = cb_config_option(key);
+    if (o == NULL || strcmp(o->name, key) != 0 || (o->flags & CB_OPT_F_EHTTPD_ONLY)) {
+      reply_bad_option(buf, key_idx, value_idx, end_idx, NULL, ALLOWED_KNOWN, NULL, 0);
+      return 0;
     }
+    if (o->type == CB_OPT_CPUS) {
+      cpus_at[0] = key_idx;
+      cpus_at[1] = value_idx;
+      cpus_at[2] = end_idx;
+    }
+    if (decode_option(buf, idx, o, cfg, host, hostlen, cpus) != 0) {
+      reply_bad_option(buf, key_idx, value_idx, end_idx, o, ALLOWED_ROW, NULL, 0);
+      return 0;
+    }
+    *idx = end_idx;
   }
-  return 0;
+  return 1;
 }
 
 /* Restricts this process to the engine's CPUs before the engine starts its threads (they inherit it). */
@@ -281,8 +349,10 @@ static void pin_process(const cb_config_t *cfg) {
 static void do_start(const char *buf, int *idx) {
   cb_config_t cfg;
   char host[64];
-  int cpus[CB_MAX_THREADS];
-  if (decode_opts(buf, idx, &cfg, host, sizeof host, cpus) != 0) port_die(EXIT_MALFORMED);
+  int cpus[CB_MAX_THREADS], cpus_at[3];
+  int decoded = decode_opts(buf, idx, &cfg, host, sizeof host, cpus, cpus_at);
+  if (decoded < 0) port_die(EXIT_MALFORMED);
+  if (decoded == 0) return;
   if (port_server != NULL) {
     ei_x_buff x;
     port_new(&x);
@@ -292,11 +362,20 @@ static void do_start(const char *buf, int *idx) {
     port_send(&x);
     return;
   }
+  /* The CPUs we may run on before pin_process narrows them, for the answer to a refused pin. */
+  int avail[CB_MAX_THREADS];
+  int navail = cb_cpus_allowed(avail, CB_MAX_THREADS);
   pin_process(&cfg);
   int err = cb_server_start(&cfg, &port_server);
   if (err < 0) {
     port_server = NULL;
-    port_reply_error(err);
+    /* Every bound was checked while decoding, so CB_ETHREADS with a CPU list is a pin the kernel refused. */
+    if (err == CB_ETHREADS && cfg.ncpus > 0 && cpus_at[0] >= 0) {
+      reply_bad_option(buf, cpus_at[0], cpus_at[1], cpus_at[2], NULL, ALLOWED_AVAILABLE, avail,
+                       navail < 0 ? 0 : (navail < CB_MAX_THREADS ? navail : CB_MAX_THREADS));
+    } else {
+      port_reply_error(err);
+    }
     return;
   }
   cb_route_counts_t *rc;

@@ -11,46 +11,122 @@
 #include "cbench.h"
 #include "stub_json.h"
 
+/* Flags, their defaults and their ranges all come from the option table (cb_config_options()). */
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: cbench-server [--host H] [--port P] [--threads N] [--cpus 0,1,...]\n"
-          "                     [--max-header-bytes N] [--max-body-bytes N]\n"
-          "                     [--header-timeout-ms N] [--idle-timeout-ms N] [--stop-timeout-ms N]\n"
-          "                     [--max-concurrent-streams N] [--no-h2] [--fixture-dir DIR]\n"
-          "                     [--stubs FILE] [--journal N] [--journal-body-bytes N]\n"
-          "defaults: --host 127.0.0.1 --port 8080 --threads <online CPUs> --max-header-bytes 16384\n"
-          "          --max-body-bytes 10000000 --header-timeout-ms 10000 --idle-timeout-ms 60000\n"
-          "          --stop-timeout-ms 5000 --max-concurrent-streams 128 --journal 10000\n"
-          "          --journal-body-bytes 65536\n"
-          "--stubs FILE: routes to add before serving, as JSON (docs/routes.md)\n");
+  int n;
+  const cb_option_t *opts = cb_config_options(&n);
+  fprintf(f, "usage: cbench-server [options]\n");
+  for (int i = 0; i < n; i++) {
+    const cb_option_t *o = &opts[i];
+    if (o->flag == NULL) continue;
+    char arg[48];
+    switch (o->type) {
+      case CB_OPT_BOOL: snprintf(arg, sizeof arg, " (%s: %s)", o->name, o->def ? "off" : "on"); break;
+      case CB_OPT_UINT:
+        snprintf(arg, sizeof arg, " N (%llu..%llu, default %llu)", (unsigned long long)o->min,
+                 (unsigned long long)o->max, (unsigned long long)o->def);
+        break;
+      case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
+      case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
+      case CB_OPT_STRING: snprintf(arg, sizeof arg, " DIR"); break;
+    }
+    fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
+  }
+  fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md)\n");
+  fprintf(f, "  --version\n  --help\n");
 }
 
-/* A non-negative decimal number up to max, all of s. */
-static int parse_num(const char *s, unsigned long long max, unsigned long long *out) {
-  if (s == NULL || *s < '0' || *s > '9') return -1;
+static const cb_option_t *find_flag(const char *flag) {
+  int n;
+  const cb_option_t *opts = cb_config_options(&n);
+  for (int i = 0; i < n; i++)
+    if (opts[i].flag != NULL && strcmp(opts[i].flag, flag) == 0) return &opts[i];
+  return NULL;
+}
+
+/* A decimal number, all of s. */
+static int parse_num(const char *s, unsigned long long *out) {
+  if (*s < '0' || *s > '9') return -1;
   char *end;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v > max) return -1;
+  if (errno != 0 || *end != '\0') return -1;
   *out = v;
   return 0;
 }
 
-static int parse_cpus(const char *s, int *cpus, int *n) {
+static int parse_cpus(const char *s, const cb_option_t *o, int *cpus, int *n) {
   *n = 0;
   while (*s) {
     char *end;
     if (*s < '0' || *s > '9') return -1;
-    long v = strtol(s, &end, 10);
-    if (v < 0 || v > 4095 || *n == CB_MAX_THREADS) return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || v < o->min || v > o->max || *n == CB_MAX_THREADS) return -1;
     cpus[(*n)++] = (int)v;
-    if (*end == ',') end++;
+    if (*end == ',' && end[1] != '\0') end++;
     else if (*end != '\0') return -1;
     s = end;
   }
   return *n > 0 ? 0 : -1;
 }
 
+/* Sets the option of one flag from its value. Returns 0, or -1 after printing what the flag accepts. */
+static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *cpus) {
+  unsigned long long n;
+  switch (o->type) {
+    case CB_OPT_BOOL: return cb_config_set_uint(cfg, o, !o->def);
+    case CB_OPT_UINT:
+      if (parse_num(v, &n) == 0 && cb_config_set_uint(cfg, o, n) == 0) return 0;
+      fprintf(stderr, "cbench-server: %s takes an integer from %llu to %llu, not '%s'\n", o->flag,
+              (unsigned long long)o->min, (unsigned long long)o->max, v);
+      return -1;
+    case CB_OPT_CPUS:
+      if (parse_cpus(v, o, cpus, &cfg->ncpus) == 0) {
+        cfg->cpus = cpus;
+        return 0;
+      }
+      fprintf(stderr, "cbench-server: %s takes a comma-separated list of 1 to %d CPU numbers from %llu to %llu, "
+              "not '%s'\n", o->flag, CB_MAX_THREADS, (unsigned long long)o->min, (unsigned long long)o->max, v);
+      return -1;
+    case CB_OPT_HOST:
+    case CB_OPT_STRING:
+      if (strlen(v) >= o->min && strlen(v) <= o->max) {
+        memcpy((char *)cfg + o->offset, &v, sizeof v);
+        return 0;
+      }
+      fprintf(stderr, "cbench-server: %s takes %llu to %llu characters\n", o->flag, (unsigned long long)o->min,
+              (unsigned long long)o->max);
+      return -1;
+  }
+  return -1;
+}
+
+/* Why the start failed, in the words of the flag that caused it. Returns the exit status: 2 for an argument
+ * that cannot work on this machine, 1 otherwise. */
+static int start_error(const cb_config_t *cfg, int err) {
+  if (err == CB_EADDRINUSE) {
+    fprintf(stderr, "cbench-server: %s:%d is already in use\n", cfg->host, cfg->port);
+    return 1;
+  }
+  if (err == CB_EAI_NONAME) {
+    fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
+            "or a name the resolver knows\n", cfg->host);
+    return 2;
+  }
+  if (err == CB_ETHREADS && cfg->ncpus > 0) {
+    int allowed[CB_MAX_THREADS];
+    int n = cb_cpus_allowed(allowed, CB_MAX_THREADS);
+    fprintf(stderr, "cbench-server: cannot pin the workers to --cpus");
+    for (int i = 0; i < cfg->ncpus; i++) fprintf(stderr, "%c%d", i ? ',' : ' ', cfg->cpus[i]);
+    fprintf(stderr, ": this process may run on CPUs");
+    for (int i = 0; i < n && i < CB_MAX_THREADS; i++) fprintf(stderr, "%c%d", i ? ',' : ' ', allowed[i]);
+    fprintf(stderr, "\n");
+    return 2;
+  }
+  fprintf(stderr, "cbench-server: cannot start: %s (%s)\n", cb_strerror(err), cb_err_name(err));
+  return 1;
+}
 
 static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   printf("cbench-server stats: conns accepted %llu open %llu closed %llu, requests %llu, bytes read %llu "
@@ -78,62 +154,45 @@ int main(int argc, char **argv) {
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
-  const char *a = NULL, *stubs = NULL;
+  const char *stubs = NULL;
   for (int i = 1; i < argc; i++) {
-    a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    unsigned long long n;
+    const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;
-    } else if (strcmp(a, "--no-h2") == 0) {
-      cfg.enable_h2 = 0;
-      continue;
-    } else if (v == NULL) {
-      goto bad;
-    } else if (strcmp(a, "--host") == 0) {
-      cfg.host = v;
-    } else if (strcmp(a, "--fixture-dir") == 0) {
-      cfg.fixture_dir = v;
-    } else if (strcmp(a, "--stubs") == 0) {
-      stubs = v;
-    } else if (strcmp(a, "--journal") == 0) {
-      if (parse_num(v, CB_JOURNAL_MAX, &n)) goto bad;
-      cfg.journal = (unsigned)n;
-    } else if (strcmp(a, "--journal-body-bytes") == 0) {
-      if (parse_num(v, CB_JOURNAL_BODY_MAX, &n)) goto bad;
-      cfg.journal_body_bytes = (size_t)n;
-    } else if (strcmp(a, "--cpus") == 0) {
-      if (parse_cpus(v, cpus, &cfg.ncpus) != 0) goto bad;
-      cfg.cpus = cpus;
-    } else if (strcmp(a, "--port") == 0) {
-      if (parse_num(v, 65535, &n)) goto bad;
-      cfg.port = (int)n;
-    } else if (strcmp(a, "--threads") == 0) {
-      if (parse_num(v, CB_MAX_THREADS, &n) || n == 0) goto bad;
-      cfg.threads = (int)n;
-    } else if (strcmp(a, "--max-header-bytes") == 0) {
-      if (parse_num(v, 1u << 24, &n) || n < 64) goto bad;
-      cfg.max_header_bytes = (size_t)n;
-    } else if (strcmp(a, "--max-body-bytes") == 0) {
-      if (parse_num(v, SIZE_MAX, &n) || n == 0) goto bad;
-      cfg.max_body_bytes = (size_t)n;
-    } else if (strcmp(a, "--header-timeout-ms") == 0) {
-      if (parse_num(v, UINT_MAX, &n) || n == 0) goto bad;
-      cfg.header_timeout_ms = (unsigned)n;
-    } else if (strcmp(a, "--idle-timeout-ms") == 0) {
-      if (parse_num(v, UINT_MAX, &n) || n == 0) goto bad;
-      cfg.idle_timeout_ms = (unsigned)n;
-    } else if (strcmp(a, "--stop-timeout-ms") == 0) {
-      if (parse_num(v, UINT_MAX, &n)) goto bad;
-      cfg.stop_timeout_ms = (unsigned)n;
-    } else if (strcmp(a, "--max-concurrent-streams") == 0) {
-      if (parse_num(v, 1u << 20, &n) || n == 0) goto bad;
-      cfg.h2_max_concurrent_streams = (unsigned)n;
-    } else {
-      goto bad;
     }
-    i++;
+    if (strcmp(a, "--stubs") == 0) { /* not an engine option: the CLI adds the stubs after the start */
+      if (i + 1 == argc) {
+        fprintf(stderr, "cbench-server: %s needs a value\n", a);
+        usage(stderr);
+        return 2;
+      }
+      stubs = argv[++i];
+      continue;
+    }
+    if (strcmp(a, "--version") == 0) {
+      printf("cbench-server %s\n", cb_version());
+      return 0;
+    }
+    const cb_option_t *o = find_flag(a);
+    if (o == NULL) {
+      fprintf(stderr, "cbench-server: unknown argument: %s\n", a);
+      usage(stderr);
+      return 2;
+    }
+    const char *v = NULL;
+    if (o->type != CB_OPT_BOOL) {
+      if (i + 1 == argc) {
+        fprintf(stderr, "cbench-server: %s needs a value\n", a);
+        usage(stderr);
+        return 2;
+      }
+      v = argv[++i];
+    }
+    if (set_flag(&cfg, o, v, cpus) != 0) {
+      usage(stderr);
+      return 2;
+    }
   }
 
   /* Signals are taken before the workers start so that they inherit the mask and only main sees them. */
@@ -146,13 +205,7 @@ int main(int argc, char **argv) {
 
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
-  if (err) {
-    if (err == CB_EADDRINUSE)
-      fprintf(stderr, "cbench-server: %s:%d is already in use\n", cfg.host, cfg.port);
-    else
-      fprintf(stderr, "cbench-server: cannot start: %s (%s)\n", cb_strerror(err), cb_err_name(err));
-    return 1;
-  }
+  if (err) return start_error(&cfg, err);
   if (stubs != NULL) {
     char msg[1024];
     if (cb_stubs_json_load(srv, stubs, msg, sizeof msg) < 0) {
@@ -163,8 +216,9 @@ int main(int argc, char **argv) {
   }
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
-  printf("cbench-server listening on http://%s%s%s:%d with %d threads\n", v6 ? "[" : "", host, v6 ? "]" : "",
-         cb_server_port(srv), cb_server_threads(srv));
+  int threads = cb_server_threads(srv);
+  printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
+         cb_server_port(srv), threads, threads == 1 ? "" : "s");
   fflush(stdout);
 
   int sig = 0;
@@ -177,9 +231,4 @@ int main(int argc, char **argv) {
   print_stats(&stats, counts);
   cb_route_counts_free(counts);
   return 0;
-
-bad:
-  fprintf(stderr, "cbench-server: bad or incomplete argument: %s\n", a);
-  usage(stderr);
-  return 2;
 }

@@ -3,16 +3,45 @@
 %%% them. `erl -s cbench' starts all three engines and prints where they listen.
 -module(cbench).
 
--export([start_server/2, stop_server/1, port/1, url/2, stats/1, servers/0, settings/0,
-         start/0, stop/0]).
+-export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2,
+         stats/1, servers/0, settings/0, start/0, stop/0]).
 -export([stub/3, unstub/2, stubs/1, reset/1, requests/1, requests/2, clear_requests/1,
          expect/4, verify/1, await/4, down/1, up/1]).
 
--export_type([engine/0, server/0, match/0, response/0, filter/0, entry/0, stub_info/0,
-              problem/0]).
+%% The API: called by users, not from this application.
+-ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
+              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {start, 0}, {stop, 0},
+              {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
+              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1}]).
+
+-export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
+              match/0, response/0, filter/0, entry/0, stub_info/0, problem/0]).
 
 -type engine() :: nif | port | ehttpd.
 -type server() :: pid().
+%% The options, with their types from the engine's option table (docs/beam.md); dialyzer flags a
+%% misspelt key or a value of the wrong type in a caller.
+-type opts() :: cbench_schema:opts().
+%% A fixture route's name; a stub's name is a binary.
+-type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big |
+                 stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status |
+                 headers | not_found.
+-type proto() :: http1 | h2c_prior | h2c_upgrade.
+%% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
+%% has the fixture routes (atoms) and the stubs by name (binaries).
+-type stats() :: #{conns_accepted := non_neg_integer(), conns_open := non_neg_integer(),
+                   conns_closed := non_neg_integer(), requests := non_neg_integer(),
+                   requests_by_route := #{route() | binary() => non_neg_integer()},
+                   conns_by_proto := #{proto() => non_neg_integer()},
+                   requests_by_proto := #{proto() => non_neg_integer()},
+                   bytes_read := non_neg_integer(), bytes_written := non_neg_integer(),
+                   status_400 := non_neg_integer(), status_404 := non_neg_integer(),
+                   status_405 := non_neg_integer(), status_413 := non_neg_integer(),
+                   status_431 := non_neg_integer(), timeouts := non_neg_integer(),
+                   resets := non_neg_integer(), h2_errors := non_neg_integer(),
+                   accept_backoffs := non_neg_integer()}.
+-type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
+                        {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
 -type response() :: cbench_spec:response().
 -type filter() :: cbench_spec:filter().
@@ -22,11 +51,21 @@
                        response := cbench_spec:canon_response(), hits := non_neg_integer(),
                        left := non_neg_integer() | infinity}.
 
-%% @doc Starts a server under the cbench application (started if needed). Opts: see docs/beam.md.
-%% Unknown keys or bad values: {error, {bad_option, Key}}; Engine not an atom or Opts not a map:
-%% badarg.
--spec start_server(engine(), map()) -> {ok, server()} | {error, term()}.
-start_server(Engine, Opts) when is_atom(Engine), is_map(Opts) ->
+%% @doc Starts a server under the cbench application (started if needed); it runs until stopped,
+%% whoever started it. Opts: see docs/beam.md. A bad option: {error, {bad_option, Key, Value,
+%% Allowed}}; Engine not an atom or Opts not a map: badarg.
+-spec start_server(engine(), opts()) -> {ok, server()} | {error, error_reason()}.
+start_server(Engine, Opts) ->
+    start_server(Engine, Opts, none).
+
+%% @doc As start_server/2, and linked to the caller: the server stops when the caller exits (for
+%% any reason), and the caller gets the server's exit signal if the server crashes. stop_server/1
+%% unlinks before stopping it.
+-spec start_link_server(engine(), opts()) -> {ok, server()} | {error, error_reason()}.
+start_link_server(Engine, Opts) ->
+    start_server(Engine, Opts, self()).
+
+start_server(Engine, Opts, Owner) when is_atom(Engine), is_map(Opts) ->
     case lists:member(Engine, cbench_opts:engines()) of
         false ->
             {error, {bad_engine, Engine}};
@@ -34,19 +73,37 @@ start_server(Engine, Opts) when is_atom(Engine), is_map(Opts) ->
             case application:ensure_all_started(cbench) of
                 {ok, _} ->
                     case cbench_opts:validate(Engine, Opts) of
-                        {ok, Valid} -> cbench_server_sup:start_server(Engine, Valid);
+                        {ok, Valid} -> cbench_server_sup:start_server(Engine, Valid, Owner);
                         Error -> Error
                     end;
                 Error ->
                     Error
             end
     end;
-start_server(_, _) ->
+start_server(_, _, _) ->
+    error(badarg).
+
+%% @doc Runs Fun(Server) with a server started (linked) for it, and always stops the server:
+%% returns Fun's result or re-raises its exception. A server that cannot start raises
+%% `error({start_server, Reason})'.
+-spec with_server(engine(), opts(), fun((server()) -> Result)) -> Result.
+with_server(Engine, Opts, Fun) when is_function(Fun, 1) ->
+    case start_link_server(Engine, Opts) of
+        {ok, Server} ->
+            try Fun(Server)
+            after stop_server(Server)
+            end;
+        {error, Reason} ->
+            error({start_server, Reason})
+    end;
+with_server(_, _, _) ->
     error(badarg).
 
 %% @doc Stops a server and waits for its engine to stop. Stopping it again is fine.
 -spec stop_server(server()) -> ok.
 stop_server(Server) when is_pid(Server) ->
+    %% A server of start_link_server/2 would take its caller down with it when stopped.
+    unlink(Server),
     case whereis(cbench_server_sup) of
         undefined -> ok;
         _ -> cbench_server_sup:stop_server(Server)
@@ -61,7 +118,8 @@ port(Server) when is_pid(Server) ->
 port(_) ->
     error(badarg).
 
-%% @doc `http://IP:PORT' followed by Path, as a string for a string path, a binary for a binary.
+%% @doc `http://IP:PORT' joined with Path by one slash (`"hello"' and `"/hello"' give the same
+%% URL; `""' gives the bare `http://IP:PORT'), as a string for a string path, a binary for a binary.
 -spec url(server(), string() | binary()) -> string() | binary() | {error, not_running}.
 url(Server, Path) when is_pid(Server), is_binary(Path) ->
     case url(Server, binary_to_list(Path)) of
@@ -74,18 +132,22 @@ url(Server, Path) when is_pid(Server), is_list(Path) ->
         true ->
             case cbench_server:call(Server, info) of
                 #{ip := Ip, port := Port} -> "http://" ++ host(Ip) ++ ":" ++
-                                                 integer_to_list(Port) ++ Path;
+                                                 integer_to_list(Port) ++ path(Path);
                 Error -> Error
             end
     end;
 url(_, _) ->
     error(badarg).
 
+path("") -> "";
+path(P = "/" ++ _) -> P;
+path(P) -> "/" ++ P.
+
 host(Ip) when tuple_size(Ip) =:= 8 -> "[" ++ inet:ntoa(Ip) ++ "]";
 host(Ip) -> inet:ntoa(Ip).
 
 %% @doc The counters of a server; the same keys for every engine (those of cb_stats_t).
--spec stats(server()) -> map() | {error, term()}.
+-spec stats(server()) -> stats() | {error, term()}.
 stats(Server) when is_pid(Server) ->
     cbench_server:call(Server, stats);
 stats(_) ->

@@ -4,6 +4,7 @@
 -behaviour(gen_server).
 
 -export([start_link/0]).
+-ignore_xref([{start_link, 0}]). %% the child spec of cbench_sup
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2]).
 
 -define(TAB, cbench_clock).

@@ -16,6 +16,10 @@
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1]).
+%% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+              {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
+              {journal_notify, 2}, {down, 1}, {up, 1}]).
 %% Process entry points.
 -export([acceptor/4]).
 

@@ -3,7 +3,7 @@
 -module(cbench_fixture).
 
 -compile({no_auto_import, [size/1]}).
--export([path/1, size/1, ensure/0, cleanup/0, content/1, bytes/2]).
+-export([path/1, size/1, ensure/0, cleanup/0, bytes/2]).
 
 -define(KEY, {?MODULE, dir}).
 %% The block generated bodies are sliced from: 261 periods of 251 bytes (65,511 bytes).

@@ -5,9 +5,8 @@
 %%% once a second, so that a request never formats a date itself.
 -module(cbench_http).
 
--export([reason/1, date_value/0, date_value/1, date_line/0, head/4, chunk/1, last_chunk/0,
-         line/0, bigline/0, sse_event/1, headers_json/1, status_param/1, delay_param/1,
-         lower/1]).
+-export([date_value/1, head/4, chunk/1, last_chunk/0, line/0, bigline/0, sse_event/1,
+         headers_json/1, status_param/1, delay_param/1, lower/1]).
 
 -define(CLOCK_TAB, cbench_clock).
 

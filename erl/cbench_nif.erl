@@ -3,12 +3,21 @@
 %%% owns the server: when it dies, the server stops (a monitor in the NIF).
 -module(cbench_nif).
 
--export([start/1, stop/1, port/1, stats/1, info/1, so_path/0]).
+-export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1]).
 -export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2]).
+%% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+              {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
+              {journal_notify, 2}, {down, 1}, {up, 1},
+              %% The NIFs themselves (the test suites call them directly).
+              {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1},
+              {down_nif, 1}, {up_nif, 1}, {route_add_nif, 3}, {route_remove_nif, 2},
+              {route_reset_nif, 1}, {stubs_nif, 1}, {requests_nif, 2}, {requests_clear_nif, 1},
+              {journal_listen_nif, 2}]).
 
 -on_load(init/0).
 
@@ -45,11 +54,8 @@ so_path() ->
 
 %% @doc Starts the engine with options validated by cbench_opts; the caller becomes the owner.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
-start(Opts = #{ip := Ip}) ->
-    NifOpts = maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes,
-                         header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2,
-                         h2_max_concurrent_streams, journal, journal_body_bytes], Opts),
-    try start_nif(NifOpts#{ip => list_to_binary(inet:ntoa(Ip))})
+start(Opts) ->
+    try start_nif(cbench_opts:engine_map(Opts))
     catch error:{not_loaded, ?MODULE} -> {error, not_loaded()}
     end.
 

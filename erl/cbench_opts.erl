@@ -1,87 +1,146 @@
-%%% @doc Validation of cbench:start_server/2 options: a map in, a complete map out (every default
-%%% filled in), `{error, {bad_option, Key}}' for an unknown key or a value out of range.
+%%% @doc Validation of cbench:start_server/2 options against the engine's option table
+%%% (cbench_schema, generated from src/options.c): a map in, a complete map out (every default
+%%% filled in), `{error, {bad_option, Key, Value, Allowed}}' for an unknown key or a bad value. No
+%%% NIF is loaded: the ehttpd engine validates with the same table as the C engines.
 -module(cbench_opts).
 
--export([validate/2, defaults/1, engines/0]).
+-export([validate/2, engines/0, engine_map/1]).
+
+-export_type([bad_option/0]).
+
+%% Allowed: `{integer, Min, Max}', `boolean', `address' (an IP tuple, an address literal or a host
+%% name that resolves), `{list, {integer, Min, Max}}' (CPU numbers), `{known, Keys}' (the keys the
+%% engine takes, for an unknown key), `{available, Cpus}' (the CPUs the node may run on, for a pin
+%% the kernel refused), `{engines, Engines}' (an option other engines take).
+-type bad_option() :: {bad_option, Key :: term(), Value :: term(), Allowed :: term()}.
 
 %% @doc The engines start_server/2 knows.
--spec engines() -> [nif | port | ehttpd].
+-spec engines() -> [cbench:engine()].
 engines() -> [nif, port, ehttpd].
 
-%% @doc The defaults of an engine's options (port 0: an ephemeral port).
--spec defaults(nif | port | ehttpd) -> map().
+%% @doc The defaults of an engine's options: the table's, except those a test node wants
+%% different from a standalone server: port 0 (an ephemeral port, not 8080), threads = the
+%% schedulers online (not the online CPUs), cpus = the schedulers' CPUs when they are bound.
+-spec defaults(cbench:engine()) -> map().
 defaults(Engine) ->
-    Threads = cbench_settings:default_threads(),
-    Base = #{port => 0,
-             ip => {127, 0, 0, 1},
-             threads => Threads,
-             cpus => default,
-             backlog => 1024,
-             max_header_bytes => 16384,
-             max_body_bytes => 10000000,
-             header_timeout_ms => 10000,
-             idle_timeout_ms => 60000,
-             stop_timeout_ms => 5000,
-             enable_h2 => true,
-             h2_max_concurrent_streams => 128,
-             journal => 10000,
-             journal_body_bytes => 65536},
-    case Engine of
-        ehttpd -> Base#{close => false};
-        _ -> Base
+    Table = maps:from_list([{K, D} || #{key := K, default := D} <- rows(Engine)]),
+    Table#{port => 0, ip => {127, 0, 0, 1}, threads => cbench_settings:default_threads(),
+           cpus => default}.
+
+%% @doc Checks every option and fills in the defaults. `threads => 0' becomes the online CPUs,
+%% `cpus => default' the CPUs of the schedulers (when they are bound) for as many threads, and a
+%% host name in `ip' its first IPv4 address (else its first IPv6 one).
+-spec validate(cbench:engine(), map()) -> {ok, map()} | {error, bad_option()}.
+validate(Engine, Opts) when is_map(Opts) ->
+    Rows = maps:from_list([{K, R} || R = #{key := K} <- rows(Engine)]),
+    Merged = maps:merge(defaults(Engine), Opts),
+    case check(lists:sort(maps:to_list(Merged)), Engine, Rows, #{}) of
+        {ok, Valid} -> {ok, finish(Valid)};
+        Error -> Error
     end.
 
-%% @doc Checks every option and fills in the defaults. `cpus => default' becomes the CPUs of the
-%% schedulers (when they are bound) for as many threads as asked.
--spec validate(nif | port | ehttpd, map()) -> {ok, map()} | {error, {bad_option, term()}}.
-validate(Engine, Opts) when is_map(Opts) ->
-    Defaults = defaults(Engine),
-    case [K || K <- maps:keys(Opts), not maps:is_key(K, Defaults)] of
-        [Bad | _] ->
-            {error, {bad_option, Bad}};
-        [] ->
-            Merged = maps:merge(Defaults, Opts),
-            case [K || K <- lists:sort(maps:keys(Merged)), not valid(K, maps:get(K, Merged))] of
-                [Bad | _] -> {error, {bad_option, Bad}};
-                [] -> {ok, finish(Merged)}
+%% @doc The options map of the NIF and the port program: the table's names as keys (`host' for
+%% `ip', as a binary), without the options of the ehttpd engine.
+-spec engine_map(map()) -> map().
+engine_map(Opts = #{ip := Ip}) ->
+    M = maps:from_list([{Name, maps:get(K, Opts)}
+                        || #{key := K, name := Name} <- rows(nif), maps:is_key(K, Opts)]),
+    M#{host => list_to_binary(inet:ntoa(Ip))}.
+
+rows(Engine) ->
+    [R || R = #{engines := Es} <- cbench_schema:options(), lists:member(Engine, Es)].
+
+check([], _Engine, _Rows, Acc) ->
+    {ok, Acc};
+check([{K, V} | Rest], Engine, Rows, Acc) ->
+    case maps:find(K, Rows) of
+        error ->
+            {error, {bad_option, K, V, unknown(K, Engine)}};
+        {ok, Row} ->
+            case value(Row, V, Engine) of
+                {ok, V1} -> check(Rest, Engine, Rows, Acc#{K => V1});
+                {error, Allowed} -> {error, {bad_option, K, V, Allowed}}
             end
     end.
 
-finish(Opts = #{ip := Ip, cpus := Cpus, threads := Threads}) ->
-    Opts#{ip := ip(Ip),
+%% An option of another engine names the engines that take it; anything else, the known keys.
+unknown(K, Engine) ->
+    case [Es || #{key := K1, engines := Es} <- cbench_schema:options(), K1 =:= K] of
+        [Es] -> {engines, Es};
+        [] -> {known, lists:sort([K1 || #{key := K1} <- rows(Engine)])}
+    end.
+
+value(#{type := integer, min := Min, max := Max}, V, _) when is_integer(V), V >= Min, V =< Max ->
+    {ok, V};
+value(#{type := boolean}, V, _) when is_boolean(V) ->
+    {ok, V};
+value(#{type := address}, V, _) ->
+    case address(V) of
+        {ok, Ip} -> {ok, Ip};
+        error -> {error, address}
+    end;
+value(#{type := cpus}, default, _) ->
+    {ok, default};
+value(#{type := cpus}, V, ehttpd) when V =/= [] ->
+    %% The ehttpd engine runs on schedulers (acceptor i on scheduler i): it pins nothing, and a pin
+    %% that would not happen is refused rather than reported as done.
+    {error, {engines, [nif, port]}};
+value(#{type := cpus, min := Min, max := Max}, V, _) when is_list(V), length(V) =< 256 ->
+    case lists:all(fun(C) -> is_integer(C) andalso C >= Min andalso C =< Max end, V) of
+        true -> {ok, V};
+        false -> {error, {list, {integer, Min, Max}}}
+    end;
+value(#{allowed := Allowed}, _, _) ->
+    {error, Allowed}.
+
+%% An IP tuple, an address literal, or a host name that resolves (its first IPv4 address, else its
+%% first IPv6 one, as the C engine picks).
+address(Ip) when is_tuple(Ip) ->
+    case inet:is_ip_address(Ip) of
+        true -> {ok, Ip};
+        false -> error
+    end;
+address(Name) when is_binary(Name) ->
+    try unicode:characters_to_list(Name) of
+        L when is_list(L) -> address(L);
+        _ -> error
+    catch _:_ -> error
+    end;
+address(Name) when is_list(Name); is_atom(Name) ->
+    try
+        case inet:parse_strict_address(Name) of
+            {ok, Ip} -> {ok, Ip};
+            {error, _} -> resolve(Name)
+        end
+    catch _:_ -> error
+    end;
+address(_) ->
+    error.
+
+resolve(Name) ->
+    case inet:getaddr(Name, inet) of
+        {ok, Ip} -> {ok, Ip};
+        {error, _} ->
+            case inet:getaddr(Name, inet6) of
+                {ok, Ip} -> {ok, Ip};
+                {error, _} -> error
+            end
+    end.
+
+finish(Opts = #{cpus := Cpus, threads := Threads0}) ->
+    Threads = case Threads0 of
+                  0 -> online_cpus();
+                  _ -> Threads0
+              end,
+    Opts#{threads := Threads,
           cpus := case Cpus of
                       default -> cbench_settings:default_cpus(Threads);
                       _ -> Cpus
                   end}.
 
-ip(Ip) when is_tuple(Ip) -> Ip;
-ip(Ip) ->
-    {ok, Addr} = inet:parse_strict_address(unicode:characters_to_list(Ip)),
-    Addr.
-
-valid(port, P) -> is_integer(P) andalso P >= 0 andalso P =< 65535;
-valid(ip, Ip) when is_tuple(Ip) -> inet:is_ip_address(Ip);
-valid(ip, Ip) when is_list(Ip); is_binary(Ip) ->
-    try inet:parse_strict_address(unicode:characters_to_list(Ip)) of
-        {ok, _} -> true;
-        _ -> false
-    catch _:_ -> false
-    end;
-valid(threads, N) -> is_integer(N) andalso N >= 1 andalso N =< 256;
-valid(cpus, default) -> true;
-valid(cpus, L) when is_list(L), length(L) =< 256 ->
-    lists:all(fun(C) -> is_integer(C) andalso C >= 0 andalso C < 1024 end, L);
-valid(backlog, N) -> is_integer(N) andalso N >= 1 andalso N =< 65535;
-valid(max_header_bytes, N) -> is_integer(N) andalso N >= 64 andalso N =< 1 bsl 30;
-valid(max_body_bytes, N) -> is_integer(N) andalso N >= 1 andalso N < 1 bsl 62;
-valid(header_timeout_ms, N) -> timeout(N);
-valid(idle_timeout_ms, N) -> timeout(N);
-valid(stop_timeout_ms, N) -> timeout(N);
-valid(enable_h2, B) -> is_boolean(B);
-valid(h2_max_concurrent_streams, N) -> is_integer(N) andalso N >= 1 andalso N < 1 bsl 31;
-valid(close, B) -> is_boolean(B);
-valid(journal, N) -> is_integer(N) andalso N >= 0 andalso N =< 10000000;
-valid(journal_body_bytes, N) -> is_integer(N) andalso N >= 0 andalso N =< 1 bsl 30;
-valid(_, _) -> false.
-
-timeout(N) -> is_integer(N) andalso N >= 1 andalso N < 1 bsl 32.
+%% The C engine's `threads => 0': as many as the online CPUs.
+online_cpus() ->
+    case erlang:system_info(logical_processors_online) of
+        N when is_integer(N), N > 0 -> min(N, 256);
+        _ -> erlang:system_info(schedulers_online)
+    end.

@@ -8,6 +8,12 @@
          journal_notify/2, down/1, up/1]).
 %% Lower level, for tests of the program itself.
 -export([open/0, request/3]).
+%% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
+              {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
+              {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
+              %% For the test suites of the program itself.
+              {exe_path, 0}, {open, 0}, {request, 3}]).
 
 -export_type([handle/0]).
 
@@ -31,13 +37,10 @@ exe_path() ->
 
 %% @doc Starts the program and the engine in it with options validated by cbench_opts.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
-start(Opts = #{ip := Ip, stop_timeout_ms := StopMs}) ->
+start(Opts = #{stop_timeout_ms := StopMs}) ->
     case open() of
         {ok, Port} ->
-            PortOpts = maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes,
-                                  header_timeout_ms, idle_timeout_ms, stop_timeout_ms, enable_h2,
-                                  h2_max_concurrent_streams, journal, journal_body_bytes], Opts),
-            case request(Port, {start, PortOpts#{ip => list_to_binary(inet:ntoa(Ip))}}, 30000) of
+            case request(Port, {start, cbench_opts:engine_map(Opts)}, 30000) of
                 {ok, TcpPort, Threads, Cpus} ->
                     {ok, #h{port = Port, tcp_port = TcpPort, threads = Threads, cpus = Cpus,
                             stop_timeout = StopMs}};

@@ -15,10 +15,9 @@
 %%% looks only at the few that share the request's first segment.
 -module(cbench_router).
 
--export([compile/2, publish/2, table/1, unpublish/1, lookup/5, claim/1]).
--export([path_matches/2, query_fields/1]).
+-export([compile/2, publish/2, table/1, unpublish/1, lookup/5, path_matches/2]).
 
--export_type([table/0, route/0, target/0]).
+-export_type([table/0, target/0]).
 
 -define(IS_HEX(C), ((C >= $0 andalso C =< $9) orelse (C >= $a andalso C =< $f) orelse
                     (C >= $A andalso C =< $F))).
@@ -32,7 +31,6 @@
                 %% Uses left for a stub with `times' (atomics, decremented by the request that
                 %% claims one); undefined: unlimited.
                 left :: atomics:atomics_ref() | undefined}).
--opaque route() :: #route{}.
 %% A stub's counters: 1, the requests it answered; 2, the 405s counted under it (the first route
 %% whose path matched a request whose method it did not take).
 -type target() :: {fixture, cbench_fixture_routes:name(), StatIndex :: pos_integer()}
@@ -104,8 +102,8 @@ unpublish(Key) ->
     ok.
 
 %% @doc The route of a request: Path is the target before `?', Query what follows it (<<>> when
-%% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so that exactly that many
-%% requests get it even when connections race.
+%% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so
+%% that exactly that many requests get it even when connections race.
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
           {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
 lookup({Buckets, Wild}, Method, Path, Query, Headers) ->
@@ -170,9 +168,8 @@ all_present(Matchers, Fields) ->
                  ({N, {equal, V}}) -> lists:member({N, V}, Fields)
               end, Matchers).
 
-%% @doc A query string split into its `name=value' fields (`name' alone has the value <<>>),
+%% A query string split into its `name=value' fields (`name' alone has the value <<>>),
 %% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).
--spec query_fields(binary()) -> [{binary(), binary()}].
 query_fields(<<>>) -> [];
 query_fields(Query) ->
     [case binary:split(F, <<"=">>) of
@@ -195,7 +192,6 @@ hex(C) -> C - $A + 10.
 spent(#route{left = undefined}) -> false;
 spent(#route{left = Left}) -> atomics:get(Left, 1) =< 0.
 
-%% @doc Takes one use of a route; false when none is left.
--spec claim(route()) -> boolean().
+%% Takes one use of a route; false when none is left.
 claim(#route{left = undefined}) -> true;
 claim(#route{left = Left}) -> atomics:sub_get(Left, 1, 1) >= 0.

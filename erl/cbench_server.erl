@@ -12,15 +12,17 @@
 -module(cbench_server).
 -behaviour(gen_server).
 
--export([start_link/2, call/2, call/3, engine_module/1]).
+-export([start_link/3, call/2, call/3]).
+-ignore_xref([{start_link, 3}]). %% the child spec of cbench_server_sup
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 -define(CALL_TIMEOUT, 60000).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.
--spec start_link(nif | port | ehttpd, map()) -> {ok, pid()} | {error, term()}.
-start_link(Engine, Opts) ->
-    proc_lib:start_link(?MODULE, init, [{Engine, Opts}]).
+%% Owner (a pid, or none): a process linked to the server, whose exit stops it.
+-spec start_link(cbench:engine(), map(), pid() | none) -> {ok, pid()} | {error, term()}.
+start_link(Engine, Opts, Owner) ->
+    proc_lib:start_link(?MODULE, init, [{Engine, Opts, Owner}]).
 
 %% @doc A synchronous request to a server, or {error, not_running}.
 -spec call(pid(), term()) -> term().
@@ -51,16 +53,19 @@ engine_module(port) -> cbench_port;
 engine_module(ehttpd) -> cbench_ehttpd.
 
 %% @private
-init({Engine, Opts}) ->
+init({Engine, Opts, Owner}) ->
     %% Exits of the engine's linked processes and ports come as messages; shutdown runs terminate/2.
     process_flag(trap_exit, true),
     Mod = engine_module(Engine),
     case Mod:start(Opts) of
         {ok, H} ->
+            %% Linked before the caller hears of the server, so no exit of the owner is missed (an
+            %% owner already gone arrives as {'EXIT', Owner, noproc}).
+            _ = is_pid(Owner) andalso link(Owner),
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
-                                                 opts => Opts, expects => [], stubs => #{},
-                                                 waiters => cbench_waiters:new()});
+                                                 opts => Opts, owner => Owner, expects => [],
+                                                 stubs => #{}, waiters => cbench_waiters:new()});
         {error, Reason} ->
             proc_lib:init_ack({error, Reason}),
             exit(normal)
@@ -166,6 +171,9 @@ answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->
 handle_cast(_Msg, S) -> {noreply, S}.
 
 %% @private
+handle_info({'EXIT', Owner, _Reason}, S = #{owner := Owner}) ->
+    %% The process of start_link_server/2 exited: the server goes with it.
+    {stop, shutdown, S};
 handle_info({cbench_journal, _Seq}, S = #{waiters := Ws}) ->
     %% A burst of requests sends a burst of wake-ups: one read serves them all.
     flush_journal_messages(),
@@ -200,6 +208,14 @@ flush_journal_messages() ->
     end.
 
 %% @private
-terminate(_Reason, #{mod := Mod, handle := H, waiters := Ws}) ->
+terminate(Reason, #{mod := Mod, handle := H, owner := Owner, waiters := Ws}) ->
     [gen_server:reply(From, Reply) || {From, Reply} <- cbench_waiters:cancel_all(Ws)],
+    %% A stop (stop_server/1, the application stopping) does not take the owner of
+    %% start_link_server/2 down; a crash still reaches it through the link.
+    _ = is_pid(Owner) andalso stopped(Reason) andalso unlink(Owner),
     Mod:stop(H).
+
+stopped(normal) -> true;
+stopped(shutdown) -> true;
+stopped({shutdown, _}) -> true;
+stopped(_) -> false.

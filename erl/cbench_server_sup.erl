@@ -3,18 +3,20 @@
 -module(cbench_server_sup).
 -behaviour(supervisor).
 
--export([start_link/0, start_server/2, stop_server/1, servers/0]).
+-export([start_link/0, start_server/3, stop_server/1, servers/0]).
 -export([init/1]).
+-ignore_xref([{start_link, 0}]). %% the child spec of cbench_sup
 
 %% @doc Starts the supervisor (under cbench_sup).
 -spec start_link() -> {ok, pid()}.
 start_link() ->
     supervisor:start_link({local, ?MODULE}, ?MODULE, []).
 
-%% @doc Starts a server with validated options.
--spec start_server(nif | port | ehttpd, map()) -> {ok, pid()} | {error, term()}.
-start_server(Engine, Opts) ->
-    supervisor:start_child(?MODULE, [Engine, Opts]).
+%% @doc Starts a server with validated options; Owner (a pid, or none) is linked to it and the
+%% server stops when Owner exits.
+-spec start_server(cbench:engine(), map(), pid() | none) -> {ok, pid()} | {error, term()}.
+start_server(Engine, Opts, Owner) ->
+    supervisor:start_child(?MODULE, [Engine, Opts, Owner]).
 
 %% @doc Stops a server and waits until its engine is stopped; unknown or stopped servers are fine.
 -spec stop_server(pid()) -> ok.

@@ -2,8 +2,7 @@
 %%% threads and CPUs every engine gets by default, so that one node compares engines on equal terms.
 -module(cbench_settings).
 
--export([settings/0, default_threads/0, default_cpus/1, bindings/0, bound/0, busy_wait/0,
-         schedulers_of/1]).
+-export([settings/0, default_threads/0, default_cpus/1]).
 
 %% @doc What the node applies: schedulers, bindings, busy-wait and the default per engine.
 -spec settings() -> map().

@@ -10,8 +10,10 @@
 
 -include_lib("kernel/include/file.hrl").
 
--export([match/1, response/1, stub/2, filter/1, path/1, method/1, describe/1, path_text/1,
-         methods_order/1, known_methods/0, pieces/2, chunks_fit_size/2]).
+-export([match/1, response/1, stub/2, filter/1, path/1, describe/1, path_text/1,
+         methods_order/1, pieces/2, chunks_fit_size/2]).
+%% The single terms on their own, for the routes of later kinds and the test suites.
+-ignore_xref([{response, 1}, {path, 1}]).
 
 -export_type([match/0, response/0, filter/0, path_pattern/0, canon_match/0, canon_response/0,
               canon_path/0, canon_filter/0, why/0]).
@@ -173,13 +175,6 @@ path(P) ->
     catch throw:{bad_stub, Why} -> {error, Why}
     end.
 
-%% @doc A method term as the engines compare it: atoms uppercased, `any' kept.
--spec method(method() | any) -> {ok, binary() | any} | {error, why()}.
-method(M) ->
-    try {ok, one_method(M)}
-    catch throw:{bad_stub, Why} -> {error, Why}
-    end.
-
 %% @doc A short readable text for a canonical match (`GET /users/{id}'), used in verify/1 problems.
 -spec describe(canon_match()) -> binary().
 describe(#{methods := Ms, path := P} = M) ->
@@ -210,10 +205,6 @@ methods_order(Ms) ->
               false -> Ms
           end,
     [K || K <- ?METHODS, lists:member(K, All)].
-
-%% @doc The methods a route can name.
--spec known_methods() -> [binary()].
-known_methods() -> ?METHODS.
 
 %% @doc How `chunks => {N, _}' splits a body of Size bytes (N =< Size), as every engine sends it:
 %% piece k (from 0) ends at Size * (k + 1) div N, given as {Offset, Length}. An empty body has no

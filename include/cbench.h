@@ -40,6 +40,7 @@ extern "C" {
 #define CB_EACCES (-EACCES)
 #define CB_ENOENT (-ENOENT)
 #define CB_EBUSY (-EBUSY)
+#define CB_EAI_NONAME (-3008) /* UV_EAI_NONAME: a host name that does not resolve */
 
 /* Error codes of cbench's own (libuv's codes are small negative errno values; these stay clear of them). */
 enum {
@@ -53,14 +54,15 @@ enum {
 #define CB_MAX_THREADS 256
 
 /* Server configuration. Initialise with cb_config_init(), then change what you need. The server copies what it
- * needs at start: the strings and arrays may be freed once cb_server_start() returns. */
+ * needs at start: the strings and arrays may be freed once cb_server_start() returns. The bounds of every field
+ * are in the option table (cb_config_options()). */
 typedef struct cb_config_s {
-  const char *host;            /* address to bind, IPv4 or IPv6 literal; default "127.0.0.1" */
+  const char *host;            /* address to bind: an IPv4 or IPv6 literal or a host name; default "127.0.0.1" */
   int port;                    /* 0 binds an ephemeral port (see cb_server_port()); default 8080 */
   int threads;                 /* worker threads, 1..CB_MAX_THREADS; 0 = online CPUs (the default) */
   const int *cpus;             /* optional: worker i is pinned to cpus[i % ncpus]; NULL = no pinning */
   int ncpus;                   /* entries in cpus */
-  int backlog;                 /* listen(2) backlog per worker; default 1024 */
+  int backlog;                 /* listen(2) backlog per worker, 1..65535; default 1024 */
   size_t max_header_bytes;     /* request line plus headers; over it: 431. Default 16384 */
   size_t max_body_bytes;       /* declared or received request body; over it: 413. Default 10000000 */
   unsigned header_timeout_ms;  /* time allowed for a whole request head; default 10000 */
@@ -111,15 +113,76 @@ typedef struct cb_stats_s {
 
 typedef struct cb_server_s cb_server_t;
 
-/* Fills *cfg with the defaults listed in cb_config_t. */
+/* Fills *cfg with the defaults listed in cb_config_t (they come from the option table below). */
 CB_EXTERN void cb_config_init(cb_config_t *cfg);
 
+/* ---- The option schema ----
+ *
+ * One table, in src/options.c, holds every option's name, type, bounds, default and one-line doc. It is the
+ * source of cb_config_init()'s defaults and of cb_server_start()'s checks, and cbench-server (its flags and
+ * their error messages), the NIF and the port program (which decode options by walking it) and the Erlang API
+ * (erl/cbench_schema.erl, generated from it) all read it, so a new option is one row there. */
+
+typedef enum {
+  CB_OPT_UINT,   /* an integer field (int, unsigned or size_t) within [min, max] */
+  CB_OPT_BOOL,   /* an int field, 0 or 1 */
+  CB_OPT_HOST,   /* const char *: an IPv4 or IPv6 literal or a host name (resolved at start); max = longest */
+  CB_OPT_STRING, /* const char *, NULL allowed; max = longest length */
+  CB_OPT_CPUS    /* the cpus / ncpus pair: at most CB_MAX_THREADS CPU numbers, each within [min, max] */
+} cb_opt_type;
+
+/* cb_option_t.flags */
+#define CB_OPT_F_C_ONLY 1u      /* not an option of the Erlang API (fixture_dir) */
+#define CB_OPT_F_EHTTPD_ONLY 2u /* an option of the Erlang ehttpd engine only, no field of cb_config_t */
+
+typedef struct cb_option_s {
+  const char *name;    /* the cb_config_t field and the Erlang option key ("max_header_bytes") */
+  const char *erl_key; /* the Erlang key when it differs from name ("ip" for host), else NULL */
+  const char *flag;    /* cbench-server's flag ("--max-header-bytes"), or NULL. A BOOL flag takes no value and
+                        * sets the opposite of the default ("--no-h2") */
+  cb_opt_type type;
+  uint64_t min, max;   /* inclusive bounds: of the value (UINT), of each CPU (CPUS), 0 and the longest length
+                        * (HOST, STRING) */
+  uint64_t def;        /* the default of a UINT or BOOL */
+  const char *def_str; /* the default of a HOST or STRING (NULL: none) */
+  const char *doc;     /* one line for usage texts and docs */
+  int err;             /* what cb_server_start() returns when this option is out of range */
+  unsigned flags;      /* CB_OPT_F_* */
+  size_t offset;       /* where the field lies in cb_config_t (CPUS: cpus; ncpus follows it) */
+  size_t size;         /* its size (sizeof int, unsigned or size_t) */
+} cb_option_t;
+
+/* The option table and its length (*count, when count is not NULL). Static, never freed, any thread. */
+CB_EXTERN const cb_option_t *cb_config_options(int *count);
+
+/* The row named `name` (or whose erl_key is `name`), or NULL. */
+CB_EXTERN const cb_option_t *cb_config_option(const char *name);
+
+/* Sets a UINT or BOOL option of *cfg after checking it against the table's bounds.
+ * Errors: the option's err (CB_ELIMIT, CB_ETHREADS, UV_EINVAL) when out of range; UV_EINVAL for another type. */
+CB_EXTERN int cb_config_set_uint(cb_config_t *cfg, const cb_option_t *opt, uint64_t value);
+
+/* The value of a UINT or BOOL option of *cfg (0 for other types). */
+CB_EXTERN uint64_t cb_config_get_uint(const cb_config_t *cfg, const cb_option_t *opt);
+
+/* Checks *cfg against the table, as cb_server_start() does. Returns 0, or the first bad option's err with
+ * *bad (when bad is not NULL) set to its row. A host name is checked for length here, resolved at start. */
+CB_EXTERN int cb_config_check(const cb_config_t *cfg, const cb_option_t **bad);
+
+/* The CPUs this process may run on (sched_getaffinity), ascending, at most max of them into out.
+ * Returns how many there are in all (which may exceed max), or a negative UV_E* error. */
+CB_EXTERN int cb_cpus_allowed(int *out, int max);
+
 /* Starts a server: writes the fixture files, starts the worker threads, and returns once every worker listens
- * (or the first error, with every thread joined and every resource freed).
+ * and is pinned (or the first error, with every thread joined and every resource freed).
  * On success *out is the server, owned by the caller until cb_server_stop().
- * Errors: UV_EINVAL (bad host, port or NULL argument), CB_ETHREADS (threads or a CPU out of range),
- * CB_ELIMIT (a zero limit or timeout), CB_EFIXTURE, UV_EADDRINUSE, UV_EACCES, UV_ENOMEM, and any error of
- * socket(2), bind(2), listen(2) or pthread_create(3) as a UV_E* code. Blocks for the handshake (milliseconds). */
+ * cfg->host is an address literal or a host name: a name is resolved with getaddrinfo(3) and its first IPv4
+ * address is bound (its first IPv6 one when it has no IPv4 address).
+ * Errors: an option out of the table's range: that option's err (cb_config_check() says which);
+ * CB_ETHREADS also when a worker could not be pinned to its CPU (a CPU that is offline or outside this
+ * process's allowed set: see cb_cpus_allowed()); CB_EAI_NONAME (= UV_EAI_NONAME: a host name that does not resolve),
+ * UV_EINVAL (NULL argument), CB_EFIXTURE, UV_EADDRINUSE, UV_EACCES, UV_ENOMEM, and any error of socket(2),
+ * bind(2), listen(2) or pthread_create(3) as a UV_E* code. Blocks for the handshake (milliseconds). */
 CB_EXTERN int cb_server_start(const cb_config_t *cfg, cb_server_t **out);
 
 /* The TCP port every worker listens on (the bound port when cfg.port was 0). */
@@ -128,7 +191,8 @@ CB_EXTERN int cb_server_port(const cb_server_t *srv);
 /* The number of worker threads. */
 CB_EXTERN int cb_server_threads(const cb_server_t *srv);
 
-/* The CPU worker `i` is pinned to, or -1 when it is not pinned or `i` is out of range. */
+/* The CPU worker `i` is pinned to, as the kernel reports it (pthread_getaffinity_np() after pinning), or -1 when
+ * it is not pinned or `i` is out of range. */
 CB_EXTERN int cb_server_worker_cpu(const cb_server_t *srv, int i);
 
 /* Sums the workers' counters into *out. Lock-free: counters are read while the workers run, so the sum is a

@@ -15,10 +15,10 @@ BEAM_PRIV := priv/cbench_nif.so priv/cbench_port
 BEAM_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(EXTRA_CFLAGS)
 
 ALL_TARGETS += $(BEAM_PRIV)
-TEST_TARGETS += test-beam
+TEST_TARGETS += test-beam beam-xref hook-test dialyzer-test mix-test
 CLEAN_PATHS += $(BEAM_PRIV) _build/default/lib/cbench _build/test/lib/cbench ct_logs logs
 
-.PHONY: beam-priv beam beam-clean node test-beam
+.PHONY: beam-priv beam beam-clean node test-beam beam-xref hook-test dialyzer-test mix-test
 
 # What rebar3's pre-compile hook builds: only the C parts (rebar3 compiles erl/ itself).
 beam-priv: $(BEAM_PRIV)
@@ -51,3 +51,22 @@ node: beam
 # The Common Test suites of test/ (ehttpd, nif, port, API, lifecycle, consumer project).
 test-beam: $(BEAM_PRIV)
 	$(REBAR3) ct --dir test --readable true
+
+# rebar3 xref: undefined calls, unused locals, and unused exports (the API and callbacks are marked with
+# -ignore_xref, so an unused export it reports is a real finding).
+beam-xref: $(BEAM_PRIV)
+	$(REBAR3) xref
+
+# rebar3's pre-compile hook as a consumer meets it: a missing Debian package named in one line, quiet builds,
+# the compiler's output on failure (test/hook.sh).
+hook-test:
+	test/hook.sh
+
+# Dialyzer flags a misspelt option or stats key in a consumer's module (test/dialyzer.sh; the PLT is built once
+# into build/, about 30 s).
+dialyzer-test: $(BEAM_PRIV)
+	PLT=$(BUILD)/dialyzer-base.plt test/dialyzer.sh
+
+# An Elixir Mix project with cbench as a rebar3 path dependency (test/mix.sh; skipped when mix is absent).
+mix-test: $(BEAM_PRIV)
+	test/mix.sh

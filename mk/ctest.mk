@@ -2,7 +2,9 @@
 #
 #   make c-test           C tests (test/c/*.c, one binary, each test in its own process)
 #   make e2e              test/e2e.sh against $(BUILD)/cbench-server with curl and h2load
-#   make pkgconfig-test   `make install` into a temporary prefix, build test/pkgconfig/hello.c with pkg-config
+#   make pkgconfig-test   `make install` into a temporary prefix; hello.c linked dynamically (rpath, LD_LIBRARY_PATH)
+#                         and fully statically with pkg-config; collide.c (its own llhttp) with the static library
+#   make lib-symbols-test nm: the shipped libcbench.a / .so export exactly the cb_* API
 #   make asan             the library, the C tests and e2e again in build/asan with ASan + UBSan
 #   make fuzz             libFuzzer on the HTTP/1.1 connection code for FUZZ_SECONDS (default 60)
 #   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS (default 20) with a fixed seed, as `make test` runs it
@@ -35,17 +37,18 @@ FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.c=$(FUZZ_DIR)/obj/%.o) \
   $(FUZZ_DIR)/obj/llhttp/llhttp.o $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o
 FUZZ_RUN_FLAGS := -max_len=4096 -timeout=20 -rss_limit_mb=2048 -dict=test/fuzz/http1.dict -print_final_stats=1
 
-TEST_TARGETS += c-test e2e pkgconfig-test asan fuzz-smoke
+TEST_TARGETS += c-test e2e lib-symbols-test pkgconfig-test asan fuzz-smoke
 CLEAN_PATHS += build/asan $(FUZZ_DIR)
 
-.PHONY: c-test e2e pkgconfig-test asan asan-run fuzz fuzz-smoke
+.PHONY: c-test e2e pkgconfig-test lib-symbols-test asan asan-run fuzz fuzz-smoke
 
-# The stub-file loader of the CLI (c_src/stub_json.c) is tested in the same binary.
+# The tests use internal cb__ functions (socket-less connections): they link the internal archive. The
+# stub-file loader of the CLI (c_src/stub_json.c) is tested in the same binary.
 $(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h c_src/stub_json.c c_src/stub_json.h \
-  $(BUILD)/libcbench.a
+  $(BUILD)/libcbench-internal.a
 	@mkdir -p $(@D)
-	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) c_src/stub_json.c $(BUILD)/libcbench.a $(DEP_LIBS) $(JSON_LIBS) \
-	  $(LDFLAGS_EXTRA)
+	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) c_src/stub_json.c $(BUILD)/libcbench-internal.a $(DEP_LIBS) \
+	  $(JSON_LIBS) $(LDFLAGS_EXTRA)
 
 c-test: $(CTEST_BIN)
 	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)
@@ -53,19 +56,47 @@ c-test: $(CTEST_BIN)
 e2e: $(BUILD)/cbench-server
 	CBENCH_SERVER=$(BUILD)/cbench-server test/e2e.sh
 
+# A prefix install used the three ways a C user links it: dynamically (found through rpath, and through
+# LD_LIBRARY_PATH), fully statically with pkg-config --static (ldd: no libcbench, no shared library at all),
+# and statically beside a program that has its own llhttp and cb__ names.
 pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 	@set -e; p=$$(mktemp -d); trap 'rm -rf "$$p"' EXIT; \
 	echo "pkgconfig-test: make install PREFIX=$$p"; \
 	$(MAKE) --no-print-directory install PREFIX=$$p >/dev/null; \
 	export PKG_CONFIG_PATH=$$p/lib/pkgconfig; \
 	echo "pkgconfig-test: pkg-config --cflags --libs cbench: $$(pkg-config --cflags --libs cbench)"; \
+	echo "pkgconfig-test: pkg-config --static --libs cbench: $$(pkg-config --static --libs cbench)"; \
 	$(CC) -std=gnu11 $(WARN) -o $$p/hello-shared test/pkgconfig/hello.c \
 	  $$(pkg-config --cflags --libs cbench) -Wl,-rpath,$$p/lib; \
-	$(CC) -std=gnu11 $(WARN) -o $$p/hello-static test/pkgconfig/hello.c \
-	  $$(pkg-config --static --cflags --libs cbench | sed 's/-lcbench/-l:libcbench.a/'); \
+	$(CC) -std=gnu11 $(WARN) -o $$p/hello-ldpath test/pkgconfig/hello.c $$(pkg-config --cflags --libs cbench); \
+	$(CC) -std=gnu11 $(WARN) -static -o $$p/hello-static test/pkgconfig/hello.c \
+	  $$(pkg-config --static --cflags --libs cbench) 2>$$p/static.log || { cat $$p/static.log; exit 1; }; \
+	$(CC) -std=gnu11 $(WARN) -o $$p/collide test/pkgconfig/collide.c -I$$p/include $$p/lib/libcbench.a \
+	  $$(pkg-config --libs libuv libnghttp2) -lpthread; \
 	if ldd $$p/hello-shared | grep -q "$$p/lib/libcbench.so"; then :; \
 	  else echo "pkgconfig-test: hello-shared is not linked to the installed libcbench.so"; exit 1; fi; \
-	$$p/hello-shared && $$p/hello-static
+	if ldd $$p/hello-static 2>&1 | grep -q libcbench; then \
+	  echo "pkgconfig-test: hello-static depends on a shared libcbench: $$(ldd $$p/hello-static)"; exit 1; fi; \
+	echo "pkgconfig-test: ldd hello-static: $$(ldd $$p/hello-static 2>&1 | head -1 | sed 's/^[[:space:]]*//')"; \
+	if $$p/hello-ldpath >/dev/null 2>&1; then \
+	  echo "pkgconfig-test: hello-ldpath ran without LD_LIBRARY_PATH (is a libcbench.so installed system-wide?)"; fi; \
+	$$p/hello-shared && LD_LIBRARY_PATH=$$p/lib $$p/hello-ldpath && $$p/hello-static && $$p/collide
+
+# The shipped static library's global symbols are the public API and nothing else: no cb__ internals, no
+# llhttp (a program with its own copy of either must link); the shared library exports the same set.
+lib-symbols-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so
+	@set -e; \
+	bad=$$(nm -g --defined-only $(BUILD)/libcbench.a | awk 'NF == 3 { print $$3 }' | grep -v '^cb_[a-z]' || true); \
+	bad="$$bad$$(nm -g --defined-only $(BUILD)/libcbench.a | awk 'NF == 3 { print $$3 }' | grep '^cb__' || true)"; \
+	if [ -n "$$bad" ]; then echo "lib-symbols-test: libcbench.a exports $$(echo "$$bad" | wc -l) non-API symbols:" $$(echo "$$bad" | head -8) ...; exit 1; fi; \
+	a=$$(nm -g --defined-only $(BUILD)/libcbench.a | awk 'NF == 3 { print $$3 }' | sort); \
+	so=$$(nm -D --defined-only $(BUILD)/libcbench.so | awk 'NF == 3 { print $$3 }' | sort); \
+	if [ "$$a" != "$$so" ]; then echo "lib-symbols-test: libcbench.a and libcbench.so export different symbols"; \
+	  echo "libcbench.a:" $$a; echo "libcbench.so:" $$so; exit 1; fi; \
+	api=$$(sed -n 's/^CB_EXTERN [^(]*[ *]\(cb_[a-z_]*\)(.*/\1/p' include/cbench.h | sort); \
+	if [ "$$a" != "$$api" ]; then echo "lib-symbols-test: exports differ from the CB_EXTERN functions of cbench.h"; \
+	  echo "cbench.h:" $$api; echo "libcbench.a:" $$a; exit 1; fi; \
+	echo "lib-symbols-test: libcbench.a and libcbench.so export exactly the $$(echo "$$a" | wc -l) cb_* functions of cbench.h"
 
 # The sanitizer build is the same Makefile with BUILD, OPT and flags overridden; it builds only what the tests
 # need (the library, the CLI and the test binary) and runs the C tests and e2e.

@@ -19,6 +19,12 @@
 NIF_ATOMS(DEFINE_ATOM)
 #undef DEFINE_ATOM
 
+/* Option names come from the engine's option table: an option added there is decoded here without an edit. */
+#define MAX_OPTIONS 64 /* room for the table's rows; load fails (LOAD_ATOMS) if it ever has more */
+static const cb_option_t *options;
+static int noptions;
+static ERL_NIF_TERM atom_option[MAX_OPTIONS];
+
 /* Protocol names come from the engine; route names come with the counts (cb_server_route_counts). */
 static ERL_NIF_TERM proto_names[CB_PROTO_COUNT];
 
@@ -203,69 +209,110 @@ ERL_NIF_TERM nif_route_name(ErlNifEnv *env, const char *p, size_t n) {
   return nif_binary(env, p, n);
 }
 
-static int get_uint(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, ErlNifUInt64 max, ErlNifUInt64 *out) {
-  ERL_NIF_TERM v;
-  return enif_get_map_value(env, map, key, &v) && enif_get_uint64(env, v, out) && *out <= max;
+/* What an option accepts, the same term on every engine (erl/cbench_schema.erl has it for each option). */
+static ERL_NIF_TERM allowed_term(ErlNifEnv *env, const cb_option_t *o) {
+  switch (o->type) {
+    case CB_OPT_UINT:
+      return enif_make_tuple3(env, atom_integer, enif_make_uint64(env, o->min), enif_make_uint64(env, o->max));
+    case CB_OPT_BOOL: return atom_boolean;
+    case CB_OPT_HOST: return atom_address;
+    case CB_OPT_STRING: return enif_make_tuple2(env, atom_string, enif_make_uint64(env, o->max));
+    case CB_OPT_CPUS:
+      return enif_make_tuple2(env, atom_list, enif_make_tuple3(env, atom_integer, enif_make_uint64(env, o->min),
+                                                                 enif_make_uint64(env, o->max)));
+  }
+  return atom_error;
 }
 
-/* Fills cfg from the options map that cbench_nif:start/1 built (every key present, values checked there;
- * they are checked again here because a NIF must survive any term). host points into hostbuf. */
-static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, char *hostbuf, size_t hostlen,
-                         int *cpus) {
+/* The option names the engine takes, for the answer to an unknown key. */
+static ERL_NIF_TERM known_term(ErlNifEnv *env) {
+  ERL_NIF_TERM l = enif_make_list(env, 0);
+  for (int i = noptions - 1; i >= 0; i--)
+    if (!(options[i].flags & CB_OPT_F_EHTTPD_ONLY)) l = enif_make_list_cell(env, atom_option[i], l);
+  return enif_make_tuple2(env, atom_known, l);
+}
+
+static ERL_NIF_TERM bad_option(ErlNifEnv *env, ERL_NIF_TERM key, ERL_NIF_TERM value, ERL_NIF_TERM allowed) {
+  return enif_make_tuple2(env, atom_error, enif_make_tuple4(env, atom_bad_option, key, value, allowed));
+}
+
+/* Sets one option of cfg from its term. 0 when the term is of the option's type and within its bounds. */
+static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, cb_config_t *cfg, char *hostbuf,
+                         size_t hostlen, int *cpus) {
   ErlNifUInt64 u;
-  ERL_NIF_TERM v;
   ErlNifBinary bin;
-
-  if (!enif_is_map(env, map)) return 0;
-  cb_config_init(cfg);
-  if (!enif_get_map_value(env, map, atom_ip, &v) || !enif_inspect_iolist_as_binary(env, v, &bin) ||
-      bin.size == 0 || bin.size >= hostlen)
-    return 0;
-  memcpy(hostbuf, bin.data, bin.size);
-  hostbuf[bin.size] = '\0';
-  cfg->host = hostbuf;
-  if (!get_uint(env, map, atom_port, 65535, &u)) return 0;
-  cfg->port = (int)u;
-  if (!get_uint(env, map, atom_threads, CB_MAX_THREADS, &u)) return 0;
-  cfg->threads = (int)u;
-  if (!get_uint(env, map, atom_backlog, 65535, &u)) return 0;
-  cfg->backlog = (int)u;
-  if (!get_uint(env, map, atom_max_header_bytes, SIZE_MAX, &u)) return 0;
-  cfg->max_header_bytes = (size_t)u;
-  if (!get_uint(env, map, atom_max_body_bytes, SIZE_MAX, &u)) return 0;
-  cfg->max_body_bytes = (size_t)u;
-  if (!get_uint(env, map, atom_header_timeout_ms, UINT32_MAX, &u)) return 0;
-  cfg->header_timeout_ms = (unsigned)u;
-  if (!get_uint(env, map, atom_idle_timeout_ms, UINT32_MAX, &u)) return 0;
-  cfg->idle_timeout_ms = (unsigned)u;
-  if (!get_uint(env, map, atom_stop_timeout_ms, UINT32_MAX, &u)) return 0;
-  cfg->stop_timeout_ms = (unsigned)u;
-  if (!get_uint(env, map, atom_h2_max_concurrent_streams, UINT32_MAX, &u)) return 0;
-  cfg->h2_max_concurrent_streams = (unsigned)u;
-  if (!get_uint(env, map, atom_journal, CB_JOURNAL_MAX, &u)) return 0;
-  cfg->journal = (unsigned)u;
-  if (!get_uint(env, map, atom_journal_body_bytes, CB_JOURNAL_BODY_MAX, &u)) return 0;
-  cfg->journal_body_bytes = (size_t)u;
-  if (!enif_get_map_value(env, map, atom_enable_h2, &v)) return 0;
-  if (enif_is_identical(v, atom_true))
-    cfg->enable_h2 = 1;
-  else if (enif_is_identical(v, atom_false))
-    cfg->enable_h2 = 0;
-  else
-    return 0;
-
   unsigned len;
-  if (!enif_get_map_value(env, map, atom_cpus, &v) || !enif_get_list_length(env, v, &len) || len > CB_MAX_THREADS)
-    return 0;
-  ERL_NIF_TERM head, tail = v;
-  for (unsigned i = 0; i < len; i++) {
-    int cpu;
-    if (!enif_get_list_cell(env, tail, &head, &tail) || !enif_get_int(env, head, &cpu)) return 0;
-    cpus[i] = cpu;
+  switch (o->type) {
+    case CB_OPT_UINT: return enif_get_uint64(env, v, &u) && cb_config_set_uint(cfg, o, u) == 0 ? 0 : -1;
+    case CB_OPT_BOOL:
+      if (!enif_is_identical(v, atom_true) && !enif_is_identical(v, atom_false)) return -1;
+      return cb_config_set_uint(cfg, o, enif_is_identical(v, atom_true));
+    case CB_OPT_HOST:
+    case CB_OPT_STRING: {
+      /* Only the host is a string Erlang passes; another string option would need a buffer of its own. */
+      if (o->type != CB_OPT_HOST || !enif_inspect_iolist_as_binary(env, v, &bin) || bin.size < o->min ||
+          bin.size > o->max || bin.size >= hostlen || memchr(bin.data, 0, bin.size) != NULL)
+        return -1;
+      memcpy(hostbuf, bin.data, bin.size);
+      hostbuf[bin.size] = '\0';
+      memcpy((char *)cfg + o->offset, &hostbuf, sizeof hostbuf);
+      return 0;
+    }
+    case CB_OPT_CPUS: {
+      if (!enif_get_list_length(env, v, &len) || len > CB_MAX_THREADS) return -1;
+      ERL_NIF_TERM head, tail = v;
+      for (unsigned i = 0; i < len; i++) {
+        if (!enif_get_list_cell(env, tail, &head, &tail) || !enif_get_uint64(env, head, &u) || u < o->min ||
+            u > o->max)
+          return -1;
+        cpus[i] = (int)u;
+      }
+      cfg->cpus = len ? cpus : NULL;
+      cfg->ncpus = (int)len;
+      return 0;
+    }
   }
-  cfg->cpus = len ? cpus : NULL;
-  cfg->ncpus = (int)len;
-  return 1;
+  return -1;
+}
+
+/* Fills cfg from an options map (cbench_nif:start/1 builds it from validated options; it is checked again here,
+ * against the same table, because a NIF must survive any term). Keys are the table's names; a key that is
+ * missing keeps cb_config_init()'s default. Returns 0, or -1 with *err set to {error, {bad_option, Key, Value,
+ * Allowed}}. host points into hostbuf. */
+static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, char *hostbuf, size_t hostlen,
+                         int *cpus, ERL_NIF_TERM *err) {
+  ErlNifMapIterator it;
+  ERL_NIF_TERM k, v;
+  cb_config_init(cfg);
+  if (!enif_map_iterator_create(env, map, &it, ERL_NIF_MAP_ITERATOR_FIRST)) {
+    *err = enif_make_badarg(env);
+    return -1;
+  }
+  int rc = 0;
+  for (; rc == 0 && enif_map_iterator_get_pair(env, &it, &k, &v); enif_map_iterator_next(env, &it)) {
+    const cb_option_t *o = NULL;
+    for (int i = 0; i < noptions && o == NULL; i++)
+      if (enif_is_identical(k, atom_option[i]) && !(options[i].flags & CB_OPT_F_EHTTPD_ONLY)) o = &options[i];
+    if (o == NULL) {
+      *err = bad_option(env, k, v, known_term(env));
+      rc = -1;
+    } else if (decode_option(env, o, v, cfg, hostbuf, hostlen, cpus) != 0) {
+      *err = bad_option(env, k, v, allowed_term(env, o));
+      rc = -1;
+    }
+  }
+  enif_map_iterator_destroy(env, &it);
+  return rc;
+}
+
+/* {available, Cpus}: the CPUs this process may run on, for the answer to a pin the kernel refused. */
+static ERL_NIF_TERM available_term(ErlNifEnv *env) {
+  int cpus[CB_MAX_THREADS];
+  int n = cb_cpus_allowed(cpus, CB_MAX_THREADS);
+  ERL_NIF_TERM l = enif_make_list(env, 0);
+  for (int i = (n < CB_MAX_THREADS ? n : CB_MAX_THREADS) - 1; i >= 0; i--)
+    l = enif_make_list_cell(env, enif_make_int(env, cpus[i]), l);
+  return enif_make_tuple2(env, atom_available, l);
 }
 
 int nif_get_server(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res) {
@@ -294,10 +341,18 @@ static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   cb_config_t cfg;
   char host[64];
   int cpus[CB_MAX_THREADS];
-  if (!decode_config(env, argv[0], &cfg, host, sizeof host, cpus)) return enif_make_badarg(env);
+  ERL_NIF_TERM bad = 0;
+  if (!enif_is_map(env, argv[0])) return enif_make_badarg(env);
+  if (decode_config(env, argv[0], &cfg, host, sizeof host, cpus, &bad) != 0) return bad;
 
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
+  /* Every bound was checked above, so CB_ETHREADS with a CPU list is a pin the kernel refused. */
+  if (err == CB_ETHREADS && cfg.ncpus > 0) {
+    ERL_NIF_TERM v;
+    enif_get_map_value(env, argv[0], atom_cpus, &v);
+    return bad_option(env, atom_cpus, v, available_term(env));
+  }
   if (err < 0) return nif_error(env, err);
   cb_route_counts_t *rc;
   if (cb_server_route_counts(srv, &rc) == 0) {
@@ -463,6 +518,9 @@ static int setup(ErlNifEnv *env) {
     if (name == NULL) return LOAD_ATOMS;
     proto_names[i] = enif_make_atom(env, name);
   }
+  options = cb_config_options(&noptions);
+  if (noptions > MAX_OPTIONS) return LOAD_ATOMS;
+  for (int i = 0; i < noptions; i++) atom_option[i] = enif_make_atom(env, options[i].name);
   ErlNifResourceTypeInit init = {.dtor = server_dtor, .stop = NULL, .down = server_down};
   server_type = enif_open_resource_type_x(env, "cbench_server", &init, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER,
                                           NULL);

@@ -13,16 +13,15 @@
 
 /* Atoms, made once in load from this one list. */
 #define NIF_ATOMS(X)                                                                                  \
-  X(ok) X(error) X(stopped) X(true) X(false) X(undefined) X(ip) X(port) X(threads) X(cpus) X(backlog)  \
-  X(max_header_bytes) X(max_body_bytes) X(header_timeout_ms) X(idle_timeout_ms) X(stop_timeout_ms)    \
-  X(enable_h2) X(h2_max_concurrent_streams) X(journal) X(journal_body_bytes) X(conns_accepted)        \
-  X(conns_open) X(conns_closed) X(requests) X(requests_by_route) X(conns_by_proto)                    \
-  X(requests_by_proto) X(bytes_read) X(bytes_written) X(status_400) X(status_404) X(status_405)       \
-  X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) X(name)           \
-  X(methods) X(any) X(path) X(headers) X(query) X(priority) X(present) X(equal) X(status) X(body)     \
-  X(data) X(bytes) X(file) X(delay_ms) X(chunks) X(none) X(times) X(infinity) X(id) X(hits) X(left)   \
-  X(seq) X(time_us) X(proto) X(conn) X(stream) X(peer) X(method) X(body_length) X(route) X(stub)      \
-  X(bytes_out) X(duration_us) X(since) X(cbench_journal) X(not_found)
+  X(ok) X(error) X(stopped) X(true) X(false) X(undefined) X(threads) X(cpus) X(bad_option) X(integer)  \
+  X(boolean) X(address) X(string) X(list) X(available) X(known) X(conns_accepted) X(conns_open)       \
+  X(conns_closed) X(requests) X(requests_by_route) X(conns_by_proto) X(requests_by_proto)             \
+  X(bytes_read) X(bytes_written) X(status_400) X(status_404) X(status_405) X(status_413) X(status_431) \
+  X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) X(name) X(methods) X(any) X(path) X(headers)  \
+  X(query) X(priority) X(present) X(equal) X(status) X(body) X(data) X(bytes) X(file) X(delay_ms)     \
+  X(chunks) X(none) X(times) X(infinity) X(id) X(hits) X(left) X(seq) X(time_us) X(proto) X(conn)     \
+  X(stream) X(peer) X(method) X(body_length) X(route) X(stub) X(bytes_out) X(duration_us) X(since)    \
+  X(cbench_journal)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)

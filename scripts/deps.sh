@@ -1,11 +1,39 @@
 #!/bin/sh
-# Checks that every Debian package cbench needs is installed (dpkg-query only: fast, no network).
-# When some are missing: as root, `apt-get update` once and `apt-get install -y` them; otherwise print the
-# command to run and exit 1.
+# The Debian packages cbench needs, in three sets, each a superset of the one before:
+#
+#   c       the C library and cbench-server (make serve, make install)
+#   priv    the NIF and the port program too: what rebar3's pre-compile hook builds when cbench is a dependency
+#   build   the whole BEAM side: the Erlang application and a node to run it (make, make run)
+#   test    what the tests and benchmarks run besides (make test, make bench): clang and the sanitizer
+#           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl
+#
+# usage: scripts/deps.sh [c|priv|build|test] [--check]
+#
+# Checks with dpkg-query only (fast, no network). When some are missing: as root, `apt-get update` once and
+# `apt-get install -y --no-install-recommends` them (recommends would bring hundreds of desktop packages; what
+# cbench needs is listed here explicitly); otherwise print the command to run and exit 1. With --check, never
+# install: print one line naming the missing packages and exit 1.
 set -eu
 
-PACKAGES="libuv1-dev libnghttp2-dev node-llhttp libjansson-dev pkg-config gcc make clang libclang-rt-14-dev
-erlang-nox erlang-dev erlang-common-test erlang-eunit rebar3 nghttp2-client wrk curl"
+C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev"
+PRIV_PACKAGES="$C_PACKAGES erlang-dev"
+BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
+TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
+erlang-dialyzer erlang-tools nghttp2-client wrk curl"
+
+set_name=build
+check_only=""
+for arg in "$@"; do
+  case "$arg" in
+    c) PACKAGES=$C_PACKAGES; set_name=$arg ;;
+    priv) PACKAGES=$PRIV_PACKAGES; set_name=$arg ;;
+    build) PACKAGES=$BUILD_PACKAGES; set_name=$arg ;;
+    test) PACKAGES=$TEST_PACKAGES; set_name=$arg ;;
+    --check) check_only=1 ;;
+    *) echo "usage: scripts/deps.sh [c|priv|build|test] [--check]" >&2; exit 2 ;;
+  esac
+done
+PACKAGES=${PACKAGES:-$BUILD_PACKAGES}
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "deps.sh: dpkg-query not found: cbench is built on Debian 12 (or a derivative) with these packages:" >&2
@@ -28,15 +56,22 @@ if [ -z "$missing" ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "deps.sh: missing Debian packages: $missing" >&2
-  echo "run as root:" >&2
-  echo "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+install="apt-get install -y --no-install-recommends $missing"
+if [ -n "$check_only" ]; then
+  echo "cbench: missing Debian packages ($set_name): $missing (as root: apt-get update && $install)" >&2
   exit 1
 fi
 
-echo "deps.sh: installing missing Debian packages: $missing"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "deps.sh: missing Debian packages ($set_name): $missing" >&2
+  echo "run as root:" >&2
+  echo "apt-get update && DEBIAN_FRONTEND=noninteractive $install"
+  exit 1
+fi
+
+echo "deps.sh: installing missing Debian packages ($set_name): $missing"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
+# Another apt-get (an unattended upgrade, a parallel install) may hold the dpkg lock: wait for it.
 # shellcheck disable=SC2086 # one word per package
-apt-get install -y $missing
+apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends $missing

@@ -271,7 +271,9 @@ struct cb__worker_s {
   uv_timer_t aux_timer; /* accept backoff, then the stop deadline */
   uv_thread_t thread;
   int index;
-  int cpu;      /* -1: not pinned */
+  int cpu;      /* -1: not pinned; else the CPU the kernel confirmed (read back after pinning) */
+  int pin_err;  /* set by the thread before it posts ready: 0 or CB_ETHREADS */
+  uv_sem_t ready; /* posted once by the thread when it is pinned (the start handshake) */
   int lfd;      /* listening socket, -1 for a test worker */
   const cb_config_t *cfg; /* the server's copy */
   const cb__fixtures_t *fx;
@@ -297,7 +299,12 @@ struct cb__worker_s {
 
 int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
                     int index, int lfd, int cpu);
+/* Starts the worker's thread; then cb__worker_wait_ready() waits until it is pinned and returns 0, or
+ * CB_ETHREADS when the pin did not happen (the thread runs its loop either way: stop and join it). */
 int cb__worker_start(cb__worker_t *w);
+int cb__worker_wait_ready(cb__worker_t *w);
+/* Destroys the mutex and semaphore of a worker whose thread never ran (cb__worker_join does it otherwise). */
+void cb__worker_destroy_sync(cb__worker_t *w);
 void cb__worker_post_stop(cb__worker_t *w);
 void cb__worker_join(cb__worker_t *w);
 /* Runs the commands posted to w (the async callback; also after the loop ends). */

@@ -1,6 +1,7 @@
 /* cb_server_*: configuration, the start handshake, stop, and the stats sum. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,60 +10,52 @@
 
 #include "internal.h"
 
-void cb_config_init(cb_config_t *cfg) {
-  memset(cfg, 0, sizeof *cfg);
-  cfg->host = "127.0.0.1";
-  cfg->port = 8080;
-  cfg->threads = 0;
-  cfg->backlog = 1024;
-  cfg->max_header_bytes = 16384;
-  cfg->max_body_bytes = 10000000;
-  cfg->header_timeout_ms = 10000;
-  cfg->idle_timeout_ms = 60000;
-  cfg->stop_timeout_ms = 5000;
-  cfg->enable_h2 = 1;
-  cfg->h2_max_concurrent_streams = 128;
-  cfg->journal = 10000;
-  cfg->journal_body_bytes = 65536;
-}
-
 static int online_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n < 1 ? 1 : (n > CB_MAX_THREADS ? CB_MAX_THREADS : (int)n);
 }
 
-static int validate(const cb_config_t *cfg) {
-  if (cfg->port < 0 || cfg->port > 65535 || cfg->host == NULL) return UV_EINVAL;
-  if (cfg->threads < 0 || cfg->threads > CB_MAX_THREADS) return CB_ETHREADS;
-  if (cfg->ncpus < 0 || cfg->ncpus > CB_MAX_THREADS || (cfg->ncpus > 0 && cfg->cpus == NULL)) return CB_ETHREADS;
-  for (int i = 0; i < cfg->ncpus; i++)
-    if (cfg->cpus[i] < 0 || cfg->cpus[i] >= CPU_SETSIZE) return CB_ETHREADS;
-  if (cfg->max_header_bytes < 64 || cfg->max_header_bytes > (1u << 24)) return CB_ELIMIT;
-  if (cfg->max_body_bytes == 0 || cfg->header_timeout_ms == 0 || cfg->idle_timeout_ms == 0) return CB_ELIMIT;
-  if (cfg->backlog < 0) return UV_EINVAL;
-  if (cfg->enable_h2 && (cfg->h2_max_concurrent_streams == 0 || cfg->h2_max_concurrent_streams > 1u << 20))
-    return CB_ELIMIT;
-  if (cfg->journal > CB_JOURNAL_MAX || cfg->journal_body_bytes > CB_JOURNAL_BODY_MAX) return CB_ELIMIT;
+static int set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+  else
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
   return 0;
 }
 
+/* An address literal, or else a name: its first IPv4 address, or its first IPv6 one when it has no IPv4
+ * address (a fixture bound to "localhost" should be reachable as 127.0.0.1, whatever order the resolver
+ * prefers). */
 static int parse_host(const char *host, int port, struct sockaddr_storage *ss, socklen_t *len) {
   memset(ss, 0, sizeof *ss);
   struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
   if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
     a4->sin_family = AF_INET;
-    a4->sin_port = htons((uint16_t)port);
     *len = sizeof *a4;
-    return 0;
+    return set_port(ss, port);
   }
   if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
     a6->sin6_family = AF_INET6;
-    a6->sin6_port = htons((uint16_t)port);
     *len = sizeof *a6;
-    return 0;
+    return set_port(ss, port);
   }
-  return UV_EINVAL;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc != 0) return rc == EAI_MEMORY ? UV_ENOMEM : UV_EAI_NONAME;
+  const struct addrinfo *pick = NULL;
+  for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+    if (ai->ai_family == AF_INET && (pick = ai) != NULL) break;
+  for (const struct addrinfo *ai = res; pick == NULL && ai != NULL; ai = ai->ai_next)
+    if (ai->ai_family == AF_INET6) pick = ai;
+  int err = UV_EAI_NONAME;
+  if (pick != NULL && pick->ai_addrlen <= sizeof *ss) {
+    memcpy(ss, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
+    err = set_port(ss, port);
+  }
+  freeaddrinfo(res);
+  return err;
 }
 
 /* A socket bound to addr. reuseport: join the group of the server's other workers. */
@@ -115,10 +108,7 @@ static int open_listeners(cb_server_t *srv, int port, int *fds) {
         goto fail;
       }
       /* Port 0: the other workers join the port the kernel picked. */
-      if (ss.ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)srv->port);
-      else
-        ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)srv->port);
+      set_port(&ss, srv->port);
     }
   }
   return 0;
@@ -146,9 +136,8 @@ static void free_server(cb_server_t *srv) {
 
 int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   if (cfg == NULL || out == NULL) return UV_EINVAL;
-  int err = validate(cfg);
+  int err = cb_config_check(cfg, NULL);
   if (err) return err;
-  if (strlen(cfg->host) >= 64) return UV_EINVAL;
 
   cb_server_t *srv = calloc(1, sizeof *srv);
   if (srv == NULL) return UV_ENOMEM;
@@ -224,6 +213,12 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       if (err) break;
     }
   }
+  /* The handshake: each started worker has pinned itself (or failed to) before it reports ready. A pin that
+   * did not happen fails the start: the same settings for every engine is the point of pinning. */
+  for (int i = 0; i < started; i++) {
+    int ready = cb__worker_wait_ready(srv->workers[i]);
+    if (err == 0) err = ready;
+  }
   if (err) {
     /* Undo: the started workers stop and are joined; the others never ran, so their loops are ours. */
     for (int i = 0; i < started; i++) cb__worker_post_stop(srv->workers[i]);
@@ -233,7 +228,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       cb__worker_post_stop(w);
       uv_run(&w->loop, UV_RUN_DEFAULT);
       uv_loop_close(&w->loop);
-      uv_mutex_destroy(&w->cmd_mutex);
+      cb__worker_destroy_sync(w);
       cb__rtable_retire(w->table, i);
     }
     for (int i = 0; i < srv->nworkers; i++) /* the stop sequence closed a started worker's socket */

@@ -59,7 +59,8 @@ static unsigned npieces(const stub_t *st) { return st->chunks ? st->chunks : 1; 
 
 /* Where piece k ends: pieces of nearly equal size. */
 static uint64_t piece_end(const stub_t *st, unsigned k) {
-  return (uint64_t)((unsigned __int128)st->len * (k + 1) / npieces(st));
+  if (st->chunks <= 1) return st->len; /* one piece: no 128-bit division on the common path */
+  return (uint64_t)((unsigned __int128)st->len * (k + 1) / st->chunks);
 }
 
 static void stub_produce(cb__req_t *r) {

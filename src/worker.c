@@ -213,9 +213,14 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
   w->cpu = cpu;
   int err = uv_mutex_init(&w->cmd_mutex);
   if (err) return err;
-  err = init_loop(w);
+  err = uv_sem_init(&w->ready, 0);
   if (err) {
     uv_mutex_destroy(&w->cmd_mutex);
+    return err;
+  }
+  err = init_loop(w);
+  if (err) {
+    cb__worker_destroy_sync(w);
     return err;
   }
   uv_async_init(&w->loop, &w->async, on_async);
@@ -234,21 +239,37 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
     close_worker_handles(w);
     uv_run(&w->loop, UV_RUN_DEFAULT);
     uv_loop_close(&w->loop);
-    uv_mutex_destroy(&w->cmd_mutex);
+    cb__worker_destroy_sync(w);
   }
   return err;
 }
 
+void cb__worker_destroy_sync(cb__worker_t *w) {
+  uv_sem_destroy(&w->ready);
+  uv_mutex_destroy(&w->cmd_mutex);
+}
+
+/* Pins the calling thread to w->cpu and reads back what the kernel applied: w->cpu becomes that CPU, and a pin
+ * that did not happen (an offline CPU, one outside the process's allowed set) is CB_ETHREADS. */
+static int pin(cb__worker_t *w) {
+  if (w->cpu < 0) return 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(w->cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) return CB_ETHREADS;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0 || CPU_COUNT(&set) != 1 ||
+      !CPU_ISSET(w->cpu, &set))
+    return CB_ETHREADS;
+  return 0;
+}
 
 static void worker_main(void *arg) {
   cb__worker_t *w = arg;
   cb__worker_mark_thread();
-  if (w->cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(w->cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  }
+  w->pin_err = pin(w);
+  uv_sem_post(&w->ready);
+  /* After a failed pin the starter posts a stop, which this loop runs like any other. */
   uv_run(&w->loop, UV_RUN_DEFAULT);
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
@@ -264,9 +285,14 @@ int cb__worker_start(cb__worker_t *w) {
   return uv_thread_create_ex(&w->thread, &opts, worker_main, w);
 }
 
+int cb__worker_wait_ready(cb__worker_t *w) {
+  uv_sem_wait(&w->ready);
+  return w->pin_err;
+}
+
 void cb__worker_join(cb__worker_t *w) {
   uv_thread_join(&w->thread);
-  uv_mutex_destroy(&w->cmd_mutex);
+  cb__worker_destroy_sync(w);
 }
 
 /* ---- test workers: no thread, no listener ---- */

@@ -7,11 +7,15 @@
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([start_bad_input/1, other_calls_bad_input/1, url_and_port/1, servers_list/1,
          stop_twice/1, settings_map/1, start_banner/1, app_stop_stops_servers/1,
-         same_stats_keys/1]).
+         same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
+         cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
+         with_server/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
-     settings_map, same_stats_keys, start_banner, app_stop_stops_servers].
+     settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
+     cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
+     start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(inets),
@@ -27,19 +31,181 @@ start_bad_input(_Config) ->
     ?assertError(badarg, cbench:start_server(nif, [])),
     ?assertError(badarg, cbench:start_server(nif, [{port, 0}])),
     ?assertEqual({error, {bad_engine, nginx}}, cbench:start_server(nginx, #{})),
-    Bad = [{port, -1}, {port, 65536}, {port, "80"}, {ip, "not an ip"}, {ip, {1, 2, 3}},
-           {ip, 42}, {threads, 0}, {threads, 257}, {threads, two}, {cpus, [a]}, {cpus, [-1]},
-           {cpus, x}, {max_header_bytes, 0}, {max_body_bytes, 0}, {header_timeout_ms, 0},
-           {idle_timeout_ms, -5}, {stop_timeout_ms, infinity}, {enable_h2, yes},
-           {h2_max_concurrent_streams, 0}, {backlog, 0}, {bogus, 1}, {"port", 1},
-           {journal, -1}, {journal, 10000001}, {journal, off}, {journal_body_bytes, -1},
-           {journal_body_bytes, 1 bsl 31}],
-    [?assertEqual({{error, {bad_option, K}}, E}, {cbench:start_server(E, #{K => V}), E})
-     || {K, V} <- Bad, E <- [nif, port, ehttpd]],
-    ?assertEqual({error, {bad_option, close}}, cbench:start_server(nif, #{close => true})),
-    ?assertEqual({error, {bad_option, close}}, cbench:start_server(port, #{close => false})),
-    ?assertEqual({error, {bad_option, close}}, cbench:start_server(ehttpd, #{close => 1})),
+    Bad = [{port, -1, {integer, 0, 65535}}, {port, 65536, {integer, 0, 65535}},
+           {port, "80", {integer, 0, 65535}}, {ip, "not an ip.invalid", address},
+           {ip, {1, 2, 3}, address}, {ip, 42, address}, {threads, -1, {integer, 0, 256}},
+           {threads, 257, {integer, 0, 256}}, {threads, two, {integer, 0, 256}},
+           {max_header_bytes, 0, {integer, 64, 16777216}},
+           {max_header_bytes, 16777217, {integer, 64, 16777216}},
+           {max_body_bytes, 0, {integer, 1, 1 bsl 62}},
+           {header_timeout_ms, 0, {integer, 1, 4294967295}},
+           {idle_timeout_ms, -5, {integer, 1, 4294967295}},
+           {stop_timeout_ms, infinity, {integer, 0, 4294967295}}, {enable_h2, yes, boolean},
+           {h2_max_concurrent_streams, 0, {integer, 1, 1048576}},
+           {h2_max_concurrent_streams, 1048577, {integer, 1, 1048576}},
+           {backlog, 0, {integer, 1, 65535}}, {journal, -1, {integer, 0, 10000000}},
+           {journal, 10000001, {integer, 0, 10000000}}, {journal, off, {integer, 0, 10000000}},
+           {journal_body_bytes, -1, {integer, 0, 67108864}},
+           {journal_body_bytes, 67108865, {integer, 0, 67108864}}],
+    [?assertEqual({{error, {bad_option, K, V, A}}, E}, {cbench:start_server(E, #{K => V}), E})
+     || {K, V, A} <- Bad, E <- [nif, port, ehttpd]],
+    [?assertEqual({{error, {bad_option, cpus, V, {list, {integer, 0, 1023}}}}, E},
+                  {cbench:start_server(E, #{cpus => V}), E})
+     || V <- [[a], [-1], x, [1024]], E <- [nif, port]],
+    %% Unknown keys name the keys the engine takes; an option of another engine names those.
+    [?assertMatch({error, {bad_option, K, 1, {known, [backlog | _]}}},
+                  cbench:start_server(E, #{K => 1}))
+     || K <- [bogus, "port", fixture_dir], E <- [nif, port, ehttpd]],
+    ?assertEqual({error, {bad_option, close, true, {engines, [ehttpd]}}},
+                 cbench:start_server(nif, #{close => true})),
+    ?assertEqual({error, {bad_option, close, false, {engines, [ehttpd]}}},
+                 cbench:start_server(port, #{close => false})),
+    ?assertEqual({error, {bad_option, close, 1, boolean}}, cbench:start_server(ehttpd, #{close => 1})),
     ?assertEqual([], cbench:servers()).
+
+%% The bounds come from the engine's table (cbench_schema, generated from src/options.c), and the
+%% NIF and the port program, given a value Erlang would let through, answer with the same term as
+%% the Erlang check: one table drives every engine. Each bound is accepted at min and max.
+bounds_table_drives_all_engines(_Config) ->
+    Rows = [R || R = #{type := integer, engines := [nif | _]} <- cbench_schema:options()],
+    ?assert(length(Rows) >= 9),
+    {ok, Valid} = cbench_opts:validate(nif, #{threads => 1}),
+    Engine = cbench_opts:engine_map(Valid),
+    [begin
+         Out = [V || V <- [Min - 1, Max + 1], V >= 0],
+         [begin
+              Expected = {error, {bad_option, K, V, {integer, Min, Max}}},
+              [?assertEqual({E, Expected}, {E, cbench:start_server(E, #{K => V})})
+               || E <- [nif, port, ehttpd]],
+              ?assertEqual({nif, {error, {bad_option, Name, V, {integer, Min, Max}}}},
+                           {nif, cbench_nif:start_nif(Engine#{Name => V})}),
+              ?assertEqual({port, {error, {bad_option, Name, V, {integer, Min, Max}}}},
+                           {port, port_start(Engine#{Name => V})})
+          end || V <- Out],
+         [?assertMatch({ok, #{K := V}}, cbench_opts:validate(E, #{K => V}))
+          || V <- [Min, Max], E <- [nif, port, ehttpd],
+             {K, V} =/= {threads, 0}] %% threads 0 becomes the online CPUs (threads_zero)
+     end || #{key := K, name := Name, min := Min, max := Max} <- Rows],
+    %% The engines decode every option of the table (a key they did not know would be refused).
+    {ok, S} = cbench:start_server(nif, maps:from_list(
+                                         [{K, D} || #{key := K, default := D, engines := [nif | _]}
+                                                        <- cbench_schema:options(),
+                                                    K =/= ip, K =/= port, K =/= cpus] ++
+                                             [{port, 0}])),
+    ok = cbench:stop_server(S),
+    ?assertMatch({error, {bad_option, bogus, 1, {known, _}}}, port_start(Engine#{bogus => 1})),
+    ?assertMatch({error, {bad_option, bogus, 1, {known, _}}}, cbench_nif:start_nif(Engine#{bogus => 1})).
+
+%% The port program's own answer to a start request, without the Erlang check in front of it.
+port_start(Opts) ->
+    {ok, P} = cbench_port:open(),
+    R = cbench_port:request(P, {start, Opts}, 10000),
+    _ = cbench_port:request(P, stop, 10000),
+    catch port_close(P),
+    R.
+
+%% A pin the kernel refuses (a CPU the node may not run on) is an error on the C engines, with
+%% the CPUs that are available; nothing keeps running.
+cpu_pin_refused(_Config) ->
+    Avail = available_cpus(),
+    [Cpu | _] = [C || C <- lists:seq(1023, 0, -1), not lists:member(C, Avail)],
+    [?assertEqual({E, {error, {bad_option, cpus, Cpus, {available, Avail}}}},
+                  {E, cbench:start_server(E, #{cpus => Cpus, threads => 2})})
+     || E <- [nif, port], Cpus <- [[Cpu], [hd(Avail), Cpu]]],
+    ?assertEqual({error, {bad_option, cpus, [Cpu], {engines, [nif, port]}}},
+                 cbench:start_server(ehttpd, #{cpus => [Cpu]})),
+    ?assertEqual([], cbench:servers()).
+
+%% What servers() reports for a pinned server is what the kernel applied.
+cpu_pin_reported(_Config) ->
+    [Cpu | _] = available_cpus(),
+    [begin
+         {ok, S} = cbench:start_server(E, #{cpus => [Cpu], threads => 2}),
+         ?assertMatch([#{cpus := [Cpu, Cpu], threads := 2}],
+                      [I || I = #{server := S1} <- cbench:servers(), S1 =:= S]),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port]].
+
+%% The CPUs this node may run on, as the kernel says (Cpus_allowed_list: "0-1,4").
+available_cpus() ->
+    {ok, Status} = file:read_file("/proc/self/status"),
+    {match, [List]} = re:run(Status, "Cpus_allowed_list:\\s*(\\S+)", [{capture, all_but_first, list}]),
+    lists:append([case string:split(R, "-") of
+                      [A] -> [list_to_integer(A)];
+                      [A, B] -> lists:seq(list_to_integer(A), list_to_integer(B))
+                  end || R <- string:split(List, ",", all)]).
+
+%% A path without a leading slash is joined with one; "" is the bare base URL.
+url_join(_Config) ->
+    {ok, S} = cbench:start_server(ehttpd, #{port => 0, threads => 1}),
+    Base = "http://127.0.0.1:" ++ integer_to_list(cbench:port(S)),
+    ?assertEqual(Base ++ "/hello", cbench:url(S, "hello")),
+    ?assertEqual(Base ++ "/hello", cbench:url(S, "/hello")),
+    ?assertEqual(list_to_binary(Base ++ "/hello"), cbench:url(S, <<"hello">>)),
+    ?assertEqual(Base ++ "/", cbench:url(S, "/")),
+    ?assertEqual(Base, cbench:url(S, "")),
+    ok = cbench:stop_server(S).
+
+%% ip => "localhost" resolves (its IPv4 address); a name that does not resolve is a bad option.
+host_names(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, ip => Name}),
+         ?assertMatch("http://127.0.0.1:" ++ _, cbench:url(S, "/")),
+         {ok, {{_, 200, _}, _, "Hello, Joe!"}} = httpc:request(cbench:url(S, "/hello")),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd], Name <- ["localhost", <<"localhost">>, localhost]],
+    [?assertEqual({error, {bad_option, ip, "nosuch.invalid", address}},
+                  cbench:start_server(E, #{ip => "nosuch.invalid"}))
+     || E <- [nif, port, ehttpd]].
+
+%% threads => 0 is the online CPUs, as in the C API.
+threads_zero(_Config) ->
+    Online = erlang:system_info(logical_processors_online),
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 0}),
+         ?assertMatch([#{threads := Online}], [I || I = #{server := S1} <- cbench:servers(), S1 =:= S]),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% start_link_server/2: the server stops when its caller exits, normally or not; stopping it
+%% from the caller does not take the caller down.
+start_link_server(_Config) ->
+    [begin
+         Self = self(),
+         {Pid, Ref} = spawn_monitor(fun() ->
+                                            {ok, S} = cbench:start_link_server(nif, #{port => 0, threads => 1}),
+                                            Self ! {server, S},
+                                            receive go -> ok end,
+                                            exit(Why)
+                                    end),
+         S = receive {server, S0} -> S0 end,
+         SRef = monitor(process, S),
+         Pid ! go,
+         receive {'DOWN', Ref, process, Pid, _} -> ok end,
+         receive {'DOWN', SRef, process, S, _} -> ok after 10000 -> ct:fail(server_alive) end,
+         ?assertEqual([], cbench:servers())
+     end || Why <- [normal, kill_me]],
+    {ok, S2} = cbench:start_link_server(port, #{port => 0, threads => 1}),
+    ?assert(lists:member(S2, element(2, process_info(self(), links)))),
+    ok = cbench:stop_server(S2),
+    ?assertEqual([], cbench:servers()).
+
+%% with_server/3 returns Fun's result and stops the server; an exception in Fun is re-raised and
+%% the server stopped all the same.
+with_server(_Config) ->
+    {Port, Hello} = cbench:with_server(ehttpd, #{port => 0, threads => 1},
+                                       fun(S) ->
+                                               {ok, {{_, 200, _}, _, B}} = httpc:request(cbench:url(S, "hello")),
+                                               {cbench:port(S), B}
+                                       end),
+    ?assertEqual("Hello, Joe!", Hello),
+    ?assertEqual({error, econnrefused}, gen_tcp:connect({127, 0, 0, 1}, Port, [], 1000)),
+    ?assertError(oops, cbench:with_server(nif, #{port => 0, threads => 1}, fun(_) -> error(oops) end)),
+    ?assertThrow(t, cbench:with_server(port, #{port => 0, threads => 1}, fun(_) -> throw(t) end)),
+    ?assertEqual([], cbench:servers()),
+    ?assertError({start_server, {bad_option, port, -1, {integer, 0, 65535}}},
+                 cbench:with_server(nif, #{port => -1}, fun(_) -> ok end)),
+    ?assertError(badarg, cbench:with_server(nif, #{}, not_a_fun)).
 
 other_calls_bad_input(_Config) ->
     [?assertError(badarg, F(X)) || F <- [fun cbench:stop_server/1, fun cbench:port/1,

@@ -7,9 +7,9 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0]).
--export([rebar3_checkout_project/1]).
+-export([rebar3_checkout_project/1, warnings_as_errors_only_in_test_profile/1]).
 
-all() -> [rebar3_checkout_project].
+all() -> [rebar3_checkout_project, warnings_as_errors_only_in_test_profile].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -37,7 +37,17 @@ rebar3_checkout_project(Config) ->
     ct:log("rebar3 ct in ~s:~n~s", [Dir, Out]),
     ?assertEqual(0, Status),
     %% The README's suite has three cases.
-    ?assertMatch({match, _}, re:run(Out, "All 3 tests passed")).
+    ?assertMatch({match, _}, re:run(Out, "All 3 tests passed")),
+    %% The pre-compile hook does not flood the consumer's output with compiler commands.
+    ?assertEqual(nomatch, re:run(Out, "-std=gnu11|-fPIC")).
+
+%% A dependency is built with its default profile: warnings_as_errors there would let a warning
+%% that a newer OTP adds break a consumer's build, so it is only in cbench's own test profile.
+warnings_as_errors_only_in_test_profile(_Config) ->
+    {ok, Terms} = file:consult(filename:join(repo_root(), "rebar.config")),
+    ?assertNot(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Terms))),
+    Test = proplists:get_value(test, proplists:get_value(profiles, Terms)),
+    ?assert(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Test))).
 
 %% The suite of the README: the erlang code block that starts with -module(fixture_SUITE).
 readme_suite(Root) ->

@@ -51,7 +51,10 @@ resource_after_stop(_Config) ->
     ?assertEqual({error, stopped}, cbench_nif:stats(H)),
     ?assertEqual(P, cbench_nif:port(H)),
     ?assertError(badarg, cbench_nif:stop(make_ref())),
-    ?assertError(badarg, cbench_nif:start_nif(#{})),
+    ?assertMatch({error, {bad_option, bogus, 1, {known, [host | _]}}},
+                 cbench_nif:start_nif(#{bogus => 1})),
+    ?assertEqual({error, {bad_option, port, -1, {integer, 0, 65535}}},
+                 cbench_nif:start_nif(#{port => -1})),
     ?assertError(badarg, cbench_nif:start_nif(not_a_map)),
     ?assertError(badarg, cbench_nif:stats_nif(<<>>)),
     ok.

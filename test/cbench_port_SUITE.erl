@@ -36,7 +36,8 @@ eof_status(_Config) ->
     Exe = cbench_port:exe_path(),
     ?assertEqual("0\n", os:cmd("'" ++ Exe ++ "' </dev/null >/dev/null; echo $?")).
 
-%% A frame that is not a request makes the program exit non-zero: {error, {port_exited, S}}.
+%% A frame that is not a request (not a map of atom keys) makes the program exit non-zero:
+%% {error, {port_exited, S}}.
 malformed_frames(_Config) ->
     %% A program that exits while a frame is being written closes the port with epipe.
     process_flag(trap_exit, true),
@@ -44,8 +45,18 @@ malformed_frames(_Config) ->
          {ok, Port} = cbench_port:open(),
          ?assertMatch({error, {port_exited, S}} when S =/= 0,
                       cbench_port:request(Port, Term, 10000))
-     end || Term <- [hello, {start, not_a_map}, {start, #{bogus => 1}}, {start, #{port => -1}},
-                     {start, #{ip => 42}}, [stats], <<"raw">>, {stats, extra}]],
+     end || Term <- [hello, {start, not_a_map}, {start, #{"port" => 1}}, [stats], <<"raw">>,
+                     {stats, extra}]],
+    %% A well-formed request with a bad option is answered, from the engine's option table, and
+    %% the program goes on.
+    {ok, P0} = cbench_port:open(),
+    [?assertMatch({error, {bad_option, K, V, _}}, cbench_port:request(P0, {start, #{K => V}}, 10000))
+     || {K, V} <- [{bogus, 1}, {port, -1}, {host, 42}, {ip, <<"127.0.0.1">>}, {close, true},
+                   {cpus, [a]}, {enable_h2, 1}]],
+    ?assertEqual({error, {bad_option, port, 65536, {integer, 0, 65535}}},
+                 cbench_port:request(P0, {start, #{port => 65536}}, 10000)),
+    ?assertEqual(ok, cbench_port:request(P0, stop, 10000)),
+    true = port_close(P0),
     %% Bytes that are not the external term format at all, and a frame over the size limit.
     {ok, P1} = cbench_port:open(),
     true = port_command(P1, <<1, 2, 3>>),
@@ -79,8 +90,8 @@ owner_killed(_Config) ->
     ok = wait_gone(OsPid, 200),
     ?assertEqual({error, econnrefused}, gen_tcp:connect({127, 0, 0, 1}, P, [], 1000)).
 
-port_opts(Opts = #{ip := Ip}) ->
-    (maps:without([ip], Opts))#{ip => list_to_binary(inet:ntoa(Ip))}.
+port_opts(Opts) ->
+    cbench_opts:engine_map(Opts).
 
 receive_exit(Port) ->
     receive {Port, {exit_status, _}} = M -> M after 10000 -> timeout end.

@@ -233,7 +233,7 @@ port_survives_any_term(_Config) ->
     {ok, Port} = cbench_port:open(),
     {ok, Opts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
     ?assertEqual({error, stopped}, cbench_port:request(Port, stubs, 5000)),
-    {ok, _, 1, _} = cbench_port:request(Port, {start, port_opts(Opts)}, 10000),
+    {ok, _, 1, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(Opts)}, 10000),
     [case cbench_port:request(Port, {route_add, M, R}, 5000) of
          {error, badarg} -> ok;
          {ok, Id} -> ok = cbench_port:request(Port, {route_remove, Id}, 5000);
@@ -249,8 +249,3 @@ port_survives_any_term(_Config) ->
     ?assertMatch({ok, #{requests := 0}}, cbench_port:request(Port, stats, 5000)),
     ok = cbench_port:request(Port, stop, 10000),
     port_close(Port).
-
-port_opts(Opts = #{ip := Ip}) ->
-    (maps:with([port, threads, cpus, backlog, max_header_bytes, max_body_bytes, header_timeout_ms,
-                idle_timeout_ms, stop_timeout_ms, enable_h2, h2_max_concurrent_streams, journal,
-                journal_body_bytes], Opts))#{ip => list_to_binary(inet:ntoa(Ip))}.

@@ -25,7 +25,7 @@ ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "e2e: FAILED: $*" >&2; }
 
 # start_server NAME ARGS...: starts the server in the background, waits for its ready line, sets PORT and
-# SPID. The ready line is exactly "cbench-server listening on http://HOST:PORT with N threads".
+# SPID. The ready line is exactly "cbench-server listening on http://HOST:PORT with N threads" ("1 thread").
 start_server() {
   local name=$1 i line
   shift
@@ -38,11 +38,12 @@ start_server() {
     if ! kill -0 "$SPID" 2>/dev/null; then break; fi
     sleep 0.05
   done
-  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads$ ]]; then
+  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://(127\.0\.0\.1|localhost):([0-9]+)\ with\ (1\ thread|[02-9]\ threads|[1-9][0-9]+\ threads)$ ]]; then
     echo "e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
     exit 1
   fi
-  PORT=${BASH_REMATCH[1]}
+  PORT=${BASH_REMATCH[2]}
+  THREADS_LINE=${BASH_REMATCH[3]}
 }
 
 # ---- expected bodies, made with printf only ----
@@ -185,8 +186,10 @@ h2load_check() {
     bad "h2load $path exited with an error: $(echo "$out" | tail -5)"
     return
   }
-  if echo "$out" | grep -q "requests: $n total, $n started, $n done, $n succeeded, 0 failed, 0 errored, 0 timeout" &&
-    echo "$out" | grep -q "status codes: $n 2xx"; then
+  # Here-strings, not `echo | grep -q`: grep -q exits at the first match, and under pipefail the echo that
+  # gets SIGPIPE for it would fail the check.
+  if grep -q "requests: $n total, $n started, $n done, $n succeeded, 0 failed, 0 errored, 0 timeout" <<<"$out" &&
+    grep -q "status codes: $n 2xx" <<<"$out"; then
     ok
   else
     bad "h2load $path: $(echo "$out" | grep -E '^(requests|status codes):')"
@@ -214,6 +217,53 @@ code=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' --data-binary "@$wor
 if [ "$code" = 413 ]; then ok; else bad "--max-body-bytes 100: /echo of 1024 bytes answered $code, expected 413"; fi
 OPTS_PORT=$PORT
 OPTS_PID=$SPID
+
+# --threads 0 is the online CPUs; one thread is "1 thread"; a host name resolves.
+start_server zero --port 0 --threads 0
+if [ "$THREADS_LINE" = "$(nproc) thread$([ "$(nproc)" = 1 ] || echo s)" ]; then ok; else bad "--threads 0: '$THREADS_LINE', expected $(nproc) threads"; fi
+kill -TERM "$SPID"; wait "$SPID" || bad "SIGTERM of the --threads 0 server: exit status $?"
+start_server one --host localhost --port 0 --threads 1
+if [ "$THREADS_LINE" = "1 thread" ]; then ok; else bad "--threads 1: '$THREADS_LINE', expected '1 thread'"; fi
+body=$(curl -sS --max-time 5 "http://127.0.0.1:$PORT/hello" || true)
+if [ "$body" = "Hello, Joe!" ]; then ok; else bad "--host localhost: /hello on 127.0.0.1 answered '$body'"; fi
+kill -TERM "$SPID"; wait "$SPID" || bad "SIGTERM of the localhost server: exit status $?"
+
+# --version prints the library's version and exits 0.
+if [ "$("$SERVER" --version)" = "cbench-server 0.1.0" ]; then ok; else bad "--version: '$("$SERVER" --version 2>&1)'"; fi
+
+# Arguments that cannot work on this machine: exit status 2 and a message that names the flag.
+# A CPU this process may not run on: the pin is refused, nothing runs.
+allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+declare -A may_run=()
+IFS=, read -r -a ranges <<<"$allowed"
+for r in "${ranges[@]}"; do
+  for ((c = ${r%-*}; c <= ${r#*-}; c++)); do may_run[$c]=1; done
+done
+cpu=1023
+while [ "$cpu" -gt 0 ] && [ -n "${may_run[$cpu]:-}" ]; do cpu=$((cpu - 1)); done
+for args in "--cpus $cpu" "--host nosuch.invalid"; do
+  set +e
+  # shellcheck disable=SC2086 # split the arguments
+  timeout 10 "$SERVER" --port 0 $args >"$work/refused.out" 2>"$work/refused.err"
+  rc=$?
+  set -e
+  flag=${args%% *}
+  if [ "$rc" = 2 ] && grep -q -- "$flag" "$work/refused.err" && [ ! -s "$work/refused.out" ]; then
+    ok
+  else
+    bad "'cbench-server $args' (allowed CPUs $allowed): exit status $rc, expected 2 with a message naming $flag (stderr: $(head -c 300 "$work/refused.err"))"
+  fi
+done
+# A value out of range: the message names the flag and the range from the option table.
+set +e
+"$SERVER" --max-header-bytes 10 >/dev/null 2>"$work/range.err"
+rc=$?
+set -e
+if [ "$rc" = 2 ] && grep -q -- "--max-header-bytes takes an integer from 64 to 16777216, not '10'" "$work/range.err"; then
+  ok
+else
+  bad "--max-header-bytes 10: exit status $rc, stderr: $(head -c 300 "$work/range.err")"
+fi
 
 # Port in use: a clear message and exit status 1.
 set +e

@@ -43,7 +43,7 @@ run_server() {
     kill -0 "$SPID" 2>/dev/null || break
     sleep 0.05
   done
-  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads$ ]]; then
+  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads?$ ]]; then
     echo "h2-e2e: server $name did not start: $(cat "$work/$name.out" "$work/$name.err")" >&2
     exit 1
   fi

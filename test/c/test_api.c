@@ -160,6 +160,11 @@ static void bad_ncpus(cb_config_t *c) {
 static void bad_host_name(cb_config_t *c) { c->host = "not-an-address"; }
 static void bad_host_empty(cb_config_t *c) { c->host = ""; }
 static void bad_host_v4(cb_config_t *c) { c->host = "127.0.0.256"; }
+static void bad_host_long(cb_config_t *c) { c->host = "a123456789.b123456789.c123456789.d123456789.e123456789.f123456789.invalid"; }
+static void bad_backlog(cb_config_t *c) { c->backlog = 0; }
+static void bad_max_header_huge(cb_config_t *c) { c->max_header_bytes = (1u << 24) + 1; }
+static void bad_streams_huge(cb_config_t *c) { c->h2_max_concurrent_streams = (1u << 20) + 1; }
+static void bad_enable_h2(cb_config_t *c) { c->enable_h2 = 2; }
 static void bad_port_neg(cb_config_t *c) { c->port = -1; }
 static void bad_port_huge(cb_config_t *c) { c->port = 65536; }
 static void bad_max_header(cb_config_t *c) { c->max_header_bytes = 0; }
@@ -174,9 +179,14 @@ static const bad_config_t bad_configs[] = {
     {"cpu 100000", bad_cpu_huge, CB_ETHREADS},
     {"cpu -1", bad_cpu_neg, CB_ETHREADS},
     {"ncpus -1", bad_ncpus, CB_ETHREADS},
-    {"host not-an-address", bad_host_name, UV_EINVAL},
+    {"host not-an-address", bad_host_name, CB_EAI_NONAME},
     {"host empty", bad_host_empty, UV_EINVAL},
-    {"host 127.0.0.256", bad_host_v4, UV_EINVAL},
+    {"host 127.0.0.256", bad_host_v4, CB_EAI_NONAME},
+    {"host too long", bad_host_long, UV_EINVAL},
+    {"backlog 0", bad_backlog, UV_EINVAL},
+    {"max_header_bytes 2^24+1", bad_max_header_huge, CB_ELIMIT},
+    {"h2_max_concurrent_streams 2^20+1", bad_streams_huge, CB_ELIMIT},
+    {"enable_h2 2", bad_enable_h2, UV_EINVAL},
     {"port -1", bad_port_neg, UV_EINVAL},
     {"port 65536", bad_port_huge, UV_EINVAL},
     {"max_header_bytes 0", bad_max_header, CB_ELIMIT},
@@ -308,6 +318,99 @@ TEST_T(api_many_start_stop_cycles, 90000) {
   }
 }
 
+/* The option table is what cb_config_init() and the checks use: every default comes from it, every UINT bound
+ * is enforced at exactly min and max, and cb_config_check() names the row of a bad value. */
+TEST(api_option_table) {
+  int n = 0;
+  const cb_option_t *opts = cb_config_options(&n);
+  cb_config_t cfg;
+  ASSERT_GE(n, 13);
+  cb_config_init(&cfg);
+  ASSERT_ERR(cb_config_check(&cfg, NULL), 0);
+  for (int i = 0; i < n; i++) {
+    const cb_option_t *o = &opts[i];
+    const cb_option_t *bad = NULL;
+    ASSERT_EQ(cb_config_option(o->name), o);
+    if (o->erl_key != NULL) ASSERT_EQ(cb_config_option(o->erl_key), o);
+    if (o->flags & CB_OPT_F_EHTTPD_ONLY) {
+      ASSERT_ERR(cb_config_set_uint(&cfg, o, 0), UV_EINVAL); /* no field to set */
+      continue;
+    }
+    if (o->type != CB_OPT_UINT && o->type != CB_OPT_BOOL) continue;
+    ASSERT_EQ(cb_config_get_uint(&cfg, o), o->def);
+    ASSERT_ERR(cb_config_set_uint(&cfg, o, o->max), 0);
+    ASSERT_EQ(cb_config_get_uint(&cfg, o), o->max);
+    ASSERT_ERR(cb_config_check(&cfg, NULL), 0);
+    ASSERT_ERR(cb_config_set_uint(&cfg, o, o->min), 0);
+    ASSERT_EQ(cb_config_get_uint(&cfg, o), o->min);
+    ASSERT_ERR(cb_config_check(&cfg, NULL), 0);
+    ASSERT_ERR(cb_config_set_uint(&cfg, o, o->max + 1), o->err);
+    if (o->min > 0) ASSERT_ERR(cb_config_set_uint(&cfg, o, o->min - 1), o->err);
+    ASSERT_EQ(cb_config_get_uint(&cfg, o), o->min); /* a rejected value changes nothing */
+    /* Written past the setter, an out-of-range value is caught by the check, which names the option (a
+     * 32-bit field whose bound is UINT32_MAX cannot hold one). */
+    cb_config_t raw = cfg;
+    if (o->size == sizeof(size_t)) {
+      size_t v = (size_t)o->max + 1;
+      memcpy((char *)&raw + o->offset, &v, sizeof v);
+    } else if (o->max < 0x7fffffff) {
+      int v = (int)o->max + 1;
+      memcpy((char *)&raw + o->offset, &v, sizeof v);
+    }
+    if (o->size == sizeof(size_t) || o->max < 0x7fffffff) {
+      ASSERT_ERR(cb_config_check(&raw, &bad), o->err);
+      ASSERT_NOT_NULL(bad);
+      ASSERT_STR_EQ(bad->name, o->name);
+    }
+    cb_config_set_uint(&cfg, o, o->def);
+  }
+  ASSERT_NULL(cb_config_option("no_such_option"));
+  ASSERT_STR_EQ(cb_config_option("ip")->name, "host");
+}
+
+/* A pin the kernel refuses (a CPU this process may not run on) fails the start with CB_ETHREADS, and nothing
+ * is left running: the handshake waits for every worker's pin. */
+TEST(api_cpu_pin_refused) {
+  int allowed[CB_MAX_THREADS];
+  int nallowed = cb_cpus_allowed(allowed, CB_MAX_THREADS);
+  int cpus[2] = {-1, -1};
+  cb_config_t cfg;
+  cb_server_t *srv = NULL;
+  int fds;
+  ASSERT_GT(nallowed, 0);
+  /* libuv opens its process-wide descriptors with the first loop: count after one server has run. */
+  test_config(&cfg);
+  test_stop(test_start(&cfg));
+  fds = count_fds();
+  for (int cpu = 1023; cpu >= 0 && cpus[1] < 0; cpu--) {
+    int ok = 0;
+    for (int i = 0; i < nallowed && i < CB_MAX_THREADS; i++) ok |= allowed[i] == cpu;
+    if (!ok) cpus[1] = cpu;
+  }
+  ASSERT_GE(cpus[1], 0);
+  cpus[0] = allowed[0]; /* worker 0 pins fine, worker 1 does not: worker 0 must be stopped too */
+  test_config(&cfg);
+  cfg.threads = 2;
+  cfg.cpus = cpus;
+  cfg.ncpus = 2;
+  ASSERT_ERR(cb_config_check(&cfg, NULL), 0);
+  ASSERT_ERR(cb_server_start(&cfg, &srv), CB_ETHREADS);
+  ASSERT_NULL(srv);
+  ASSERT_EQ(count_threads(), 1);
+  ASSERT_EQ(count_fds(), fds);
+}
+
+/* A host name is resolved; "localhost" binds its IPv4 address. */
+TEST(api_host_name) {
+  cb_config_t cfg;
+  cb_server_t *srv;
+  test_config(&cfg);
+  cfg.host = "localhost";
+  srv = test_start(&cfg);
+  check_hello(cb_server_port(srv));
+  test_stop(srv);
+}
+
 TEST(api_cpu_pinning) {
   static const int cpus[] = {0};
   cb_config_t cfg;
@@ -317,6 +420,7 @@ TEST(api_cpu_pinning) {
   cfg.cpus = cpus;
   cfg.ncpus = 1;
   srv = test_start(&cfg);
+  /* Read back from the kernel after pinning. */
   ASSERT_EQ(cb_server_worker_cpu(srv, 0), 0);
   ASSERT_EQ(cb_server_worker_cpu(srv, 1), 0);
   ASSERT_EQ(cb_server_worker_cpu(srv, 2), -1);
