@@ -1,7 +1,8 @@
 %%% @doc cbench used as a dependency: a throwaway rebar3 project with cbench in `_checkouts' and
 %%% `{deps, [cbench]}' compiles and runs the Common Test suite of the README ("Use it in your test
 %%% suite"), taken from README.md itself: a nif fixture on port 0 with stubs, the journal,
-%%% expect/verify, await and down/up. Offline: no hex access is needed.
+%%% expect/verify, await and down/up, and a server for one case with with_server/3. Offline: no hex
+%%% access is needed.
 -module(cbench_consumer_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
@@ -36,8 +37,8 @@ rebar3_checkout_project(Config) ->
     {Status, Out} = run(Dir, ["ct"], 150000),
     ct:log("rebar3 ct in ~s:~n~s", [Dir, Out]),
     ?assertEqual(0, Status),
-    %% The README's suite has three cases.
-    ?assertMatch({match, _}, re:run(Out, "All 3 tests passed")),
+    %% The README's suite has four cases.
+    ?assertMatch({match, _}, re:run(Out, "All 4 tests passed")),
     %% The pre-compile hook does not flood the consumer's output with compiler commands.
     ?assertEqual(nomatch, re:run(Out, "-std=gnu11|-fPIC")).
 
