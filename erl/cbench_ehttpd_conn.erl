@@ -639,7 +639,7 @@ keep_body(#cfg{journal = J}, Piece) ->
     Take = min(Room, byte_size(Piece)),
     Kept1 = case Take of
                 0 -> Kept;
-                _ -> [Kept | binary:copy(binary_part(Piece, 0, Take))]
+                _ -> [Kept, binary:copy(binary_part(Piece, 0, Take))]
             end,
     put(?BODY, {Kept1, KeptN + Take, Total + byte_size(Piece)}).
 

@@ -47,7 +47,9 @@
                                   | {file, binary()},
                             delay_ms := non_neg_integer(),
                             chunks := none | {pos_integer(), non_neg_integer()},
-                            times := pos_integer() | infinity}.
+                            times := pos_integer() | infinity,
+                            %% The ehttpd engine's: a body file's size, taken when the stub is added.
+                            file_size => non_neg_integer()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | pos_integer(), since := non_neg_integer()}.
 -type why() :: term().
