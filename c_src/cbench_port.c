@@ -1,14 +1,24 @@
 /* cbench_port: the C engine beside a BEAM node, spoken to over stdin/stdout with {packet, 4} frames of
  * ei-encoded terms (see erl/cbench_port.erl):
  *
- *   {start, Opts}  ->  {ok, Port, Threads, Cpus} | {error, Reason}
- *   stats          ->  {ok, StatsMap} | {error, stopped}
- *   stop           ->  ok
+ *   {start, Opts}                    ->  {ok, Port, Threads, Cpus} | {error, Reason}
+ *   stats                            ->  {ok, StatsMap} | {error, stopped}
+ *   stop                             ->  ok
+ *   down | up                        ->  ok | {error, Reason}
+ *   {route_add, Match, Response}     ->  {ok, Id} | {error, Reason}       (port_stub.c)
+ *   {route_remove, Id} | route_reset ->  ok | {error, Reason}
+ *   stubs                            ->  {ok, [#{id, name, hits, left}]}
+ *   {requests, Filter}               ->  {ok, [Entry]} | {error, Reason}  (port_journal.c)
+ *   requests_clear                   ->  ok | {error, Reason}
+ *   {journal_listen, Bool}           ->  ok | {error, Reason}
+ * and, unsolicited, while listening:     {cbench_journal, Seq}
  *
  * Opts is the map cbench_port:start/1 builds, keyed by the names of the engine's option table, each value
  * checked here again against that table: a bad one is answered {error, {bad_option, Key, Value, Allowed}}.
  * EOF on stdin means the node went away: the server is stopped and the program exits 0. A frame that does not
- * decode (not a map of atoms) is a bug on the other side, so the program exits with EXIT_MALFORMED.
+ * decode (not a map of atoms, an unknown command) is a bug on the other side, so the program exits with
+ * EXIT_MALFORMED rather than guess; the arguments of the route and journal commands, checked field by field,
+ * get {error, badarg} instead.
  * When Opts lists CPUs, the whole process (this thread and so every engine thread it starts) is first
  * restricted to that set, so that the port engine runs on the same CPUs as the node's schedulers.
  */
@@ -17,65 +27,147 @@
 #endif
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/uio.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <ei.h>
+#include "port.h"
 
-#include "cbench.h"
+/* Requests are small except a stub's body, which cbench_spec bounds at 64 MiB; anything larger is not from
+ * cbench_port.erl. */
+#define MAX_FRAME ((64u << 20) + (1u << 20))
 
-enum { EXIT_MALFORMED = 2, EXIT_TOO_LARGE = 3, EXIT_IO = 4, EXIT_NOMEM = 5 };
+cb_server_t *port_server;
 
-/* Requests are small (an options map); anything larger is not from cbench_port.erl. */
-#define MAX_FRAME (1u << 20)
-
-static cb_server_t *server;
-
-static void die(int status) {
-  if (server != NULL) cb_server_stop(server);
+void port_die(int status) {
+  if (port_server != NULL) cb_server_stop(port_server);
   exit(status);
 }
 
-static void write_all(const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(STDOUT_FILENO, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) die(EXIT_IO);
-    p += w;
-    n -= (size_t)w;
-  }
-}
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void send_reply(ei_x_buff *x) {
+/* One frame, length and term, written whole: 0, or -1 when stdout is gone. */
+static int write_frame(ei_x_buff *x) {
   unsigned char len[4] = {(unsigned char)(x->index >> 24), (unsigned char)(x->index >> 16),
                           (unsigned char)(x->index >> 8), (unsigned char)x->index};
-  write_all((const char *)len, 4);
-  write_all(x->buff, (size_t)x->index);
+  struct iovec iov[2] = {{len, 4}, {x->buff, (size_t)x->index}};
+  int n = 2, rc = 0;
+  pthread_mutex_lock(&write_lock);
+  while (n > 0) {
+    ssize_t w = writev(STDOUT_FILENO, iov, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      rc = -1;
+      break;
+    }
+    while (n > 0 && (size_t)w >= iov[0].iov_len) { /* drop what was written */
+      w -= (ssize_t)iov[0].iov_len;
+      iov[0] = iov[1];
+      n--;
+    }
+    if (n > 0) {
+      iov[0].iov_base = (char *)iov[0].iov_base + w;
+      iov[0].iov_len -= (size_t)w;
+    }
+  }
+  pthread_mutex_unlock(&write_lock);
   ei_x_free(x);
+  return rc;
 }
 
-static void new_reply(ei_x_buff *x) {
-  if (ei_x_new_with_version(x) != 0) die(EXIT_NOMEM);
+void port_send(ei_x_buff *x) {
+  if (write_frame(x) != 0) port_die(EXIT_IO);
 }
 
-/* {error, Name}: the engine's error name lowercased without the CB_ prefix, as the NIF answers. */
-static void reply_error(int err) {
+void port_send_from_worker(ei_x_buff *x) { (void)write_frame(x); }
+
+void port_new(ei_x_buff *x) {
+  if (ei_x_new_with_version(x) != 0) port_die(EXIT_NOMEM);
+}
+
+void port_reply_ok(void) {
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_atom(&x, "ok");
+  port_send(&x);
+}
+
+void port_reply_error_atom(const char *atom) {
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "error");
+  ei_x_encode_atom(&x, atom);
+  port_send(&x);
+}
+
+void port_reply_error(int err) {
   const char *name = cb_err_name(err);
   if (strncmp(name, "CB_", 3) == 0) name += 3;
   char buf[64];
   size_t i;
   for (i = 0; name[i] != '\0' && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)name[i]);
   buf[i] = '\0';
-  ei_x_buff x;
-  new_reply(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "error");
-  ei_x_encode_atom(&x, buf);
-  send_reply(&x);
+  port_reply_error_atom(buf);
+}
+
+void port_reply_result(int err) {
+  if (err < 0)
+    port_reply_error(err);
+  else
+    port_reply_ok();
+}
+
+int port_get_bin(const char *buf, int *idx, cb_str_t *out) {
+  int type, size;
+  if (ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT || size < 0) return -1;
+  /* BINARY_EXT is the tag, a 4-byte length, then the bytes: point at them instead of copying. */
+  out->ptr = buf + *idx + 5;
+  out->len = (size_t)size;
+  return ei_skip_term(buf, idx);
+}
+
+int port_get_uint(const char *buf, int *idx, unsigned long long max, unsigned long long *out) {
+  return ei_decode_ulonglong(buf, idx, out) == 0 && *out <= max ? 0 : -1;
+}
+
+int port_is_atom(const char *buf, int *idx, const char *name) {
+  char atom[MAXATOMLEN_UTF8];
+  int i = *idx;
+  if (ei_decode_atom(buf, &i, atom) != 0 || strcmp(atom, name) != 0) return 0;
+  *idx = i;
+  return 1;
+}
+
+/* The fixture route names (see port_encode_route_name), taken at start: the counts list the fixture routes,
+ * then not_found, before any stub. */
+static struct {
+  size_t n;
+  char names[64][CB_MAX_NAME + 1];
+} fixture;
+
+void port_fixture_names(const cb_route_counts_t *rc) {
+  fixture.n = 0;
+  for (size_t i = 0; i < rc->count && fixture.n < 64 && rc->items[i].name.len <= CB_MAX_NAME; i++) {
+    memcpy(fixture.names[fixture.n], rc->items[i].name.ptr, rc->items[i].name.len);
+    fixture.names[fixture.n][rc->items[i].name.len] = '\0';
+    fixture.n++;
+    if (strcmp(rc->items[i].name.ptr, "not_found") == 0) break;
+  }
+}
+
+void port_encode_route_name(ei_x_buff *x, const char *p, size_t n) {
+  for (size_t i = 0; i < fixture.n; i++)
+    if (strlen(fixture.names[i]) == n && memcmp(fixture.names[i], p, n) == 0) {
+      ei_x_encode_atom_len(x, p, (int)n);
+      return;
+    }
+  ei_x_encode_binary(x, p, (long)n);
 }
 
 /* ---- Decoding {start, Opts} ----
@@ -174,7 +266,7 @@ typedef enum { ALLOWED_ROW, ALLOWED_KNOWN, ALLOWED_AVAILABLE } allowed_kind;
 static void reply_bad_option(const char *buf, int key_idx, int value_idx, int end_idx, const cb_option_t *o,
                              allowed_kind kind, const int *avail, int navail) {
   ei_x_buff x;
-  new_reply(&x);
+  port_new(&x);
   ei_x_encode_tuple_header(&x, 2);
   ei_x_encode_atom(&x, "error");
   ei_x_encode_tuple_header(&x, 4);
@@ -203,7 +295,7 @@ static void reply_bad_option(const char *buf, int key_idx, int value_idx, int en
     }
     ei_x_encode_empty_list(&x);
   }
-  send_reply(&x);
+  port_send(&x);
 }
 
 /* Decodes the options map into cfg. Returns 1 when it did; 0 after answering a bad option; -1 when the term is
@@ -259,46 +351,51 @@ static void do_start(const char *buf, int *idx) {
   char host[64];
   int cpus[CB_MAX_THREADS], cpus_at[3];
   int decoded = decode_opts(buf, idx, &cfg, host, sizeof host, cpus, cpus_at);
-  if (decoded < 0) die(EXIT_MALFORMED);
+  if (decoded < 0) port_die(EXIT_MALFORMED);
   if (decoded == 0) return;
-  if (server != NULL) {
+  if (port_server != NULL) {
     ei_x_buff x;
-    new_reply(&x);
+    port_new(&x);
     ei_x_encode_tuple_header(&x, 2);
     ei_x_encode_atom(&x, "error");
     ei_x_encode_atom(&x, "already_started");
-    send_reply(&x);
+    port_send(&x);
     return;
   }
   /* The CPUs we may run on before pin_process narrows them, for the answer to a refused pin. */
   int avail[CB_MAX_THREADS];
   int navail = cb_cpus_allowed(avail, CB_MAX_THREADS);
   pin_process(&cfg);
-  int err = cb_server_start(&cfg, &server);
+  int err = cb_server_start(&cfg, &port_server);
   if (err < 0) {
-    server = NULL;
+    port_server = NULL;
     /* Every bound was checked while decoding, so CB_ETHREADS with a CPU list is a pin the kernel refused. */
     if (err == CB_ETHREADS && cfg.ncpus > 0 && cpus_at[0] >= 0) {
       reply_bad_option(buf, cpus_at[0], cpus_at[1], cpus_at[2], NULL, ALLOWED_AVAILABLE, avail,
                        navail < 0 ? 0 : (navail < CB_MAX_THREADS ? navail : CB_MAX_THREADS));
     } else {
-      reply_error(err);
+      port_reply_error(err);
     }
     return;
   }
-  int threads = cb_server_threads(server);
+  cb_route_counts_t *rc;
+  if (cb_server_route_counts(port_server, &rc) == 0) {
+    port_fixture_names(rc);
+    cb_route_counts_free(rc);
+  }
+  int threads = cb_server_threads(port_server);
   ei_x_buff x;
-  new_reply(&x);
+  port_new(&x);
   ei_x_encode_tuple_header(&x, 4);
   ei_x_encode_atom(&x, "ok");
-  ei_x_encode_long(&x, cb_server_port(server));
+  ei_x_encode_long(&x, cb_server_port(port_server));
   ei_x_encode_long(&x, threads);
   for (int i = 0; i < threads; i++) {
     ei_x_encode_list_header(&x, 1);
-    ei_x_encode_long(&x, cb_server_worker_cpu(server, i));
+    ei_x_encode_long(&x, cb_server_worker_cpu(port_server, i));
   }
   ei_x_encode_empty_list(&x);
-  send_reply(&x);
+  port_send(&x);
 }
 
 static void encode_counters(ei_x_buff *x, const uint64_t *v, int n, const char *(*name)(int)) {
@@ -309,15 +406,37 @@ static void encode_counters(ei_x_buff *x, const uint64_t *v, int n, const char *
   }
 }
 
+/* Requests by route name; a name that repeats (stubs may share one) is added up into its first entry. */
+static void encode_route_counts(ei_x_buff *x, const cb_route_counts_t *rc) {
+  size_t n = 0;
+  for (size_t i = 0; i < rc->count; i++) {
+    size_t k = 0;
+    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
+    if (k == i) n++;
+  }
+  ei_x_encode_map_header(x, (long)n);
+  for (size_t i = 0; i < rc->count; i++) {
+    size_t k = 0;
+    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
+    if (k < i) continue;
+    uint64_t sum = 0;
+    for (size_t j = i; j < rc->count; j++)
+      if (strcmp(rc->items[j].name.ptr, rc->items[i].name.ptr) == 0) sum += rc->items[j].requests;
+    port_encode_route_name(x, rc->items[i].name.ptr, rc->items[i].name.len);
+    ei_x_encode_ulonglong(x, sum);
+  }
+}
+
 static void do_stats(void) {
   cb_stats_t st;
-  if (server == NULL || cb_server_stats(server, &st) != 0) {
+  cb_route_counts_t *rc = NULL;
+  if (port_server == NULL || cb_server_stats(port_server, &st) != 0 || cb_server_route_counts(port_server, &rc) != 0) {
     ei_x_buff x;
-    new_reply(&x);
+    port_new(&x);
     ei_x_encode_tuple_header(&x, 2);
     ei_x_encode_atom(&x, "error");
     ei_x_encode_atom(&x, "stopped");
-    send_reply(&x);
+    port_send(&x);
     return;
   }
   const struct {
@@ -335,7 +454,7 @@ static void do_stats(void) {
   };
   int nscalars = (int)(sizeof scalars / sizeof scalars[0]);
   ei_x_buff x;
-  new_reply(&x);
+  port_new(&x);
   ei_x_encode_tuple_header(&x, 2);
   ei_x_encode_atom(&x, "ok");
   ei_x_encode_map_header(&x, nscalars + 3);
@@ -344,21 +463,66 @@ static void do_stats(void) {
     ei_x_encode_ulonglong(&x, scalars[i].value);
   }
   ei_x_encode_atom(&x, "requests_by_route");
-  encode_counters(&x, st.requests_by_route, CB_ROUTE_COUNT, cb_route_name);
+  encode_route_counts(&x, rc);
+  cb_route_counts_free(rc);
   ei_x_encode_atom(&x, "conns_by_proto");
   encode_counters(&x, st.conns_by_proto, CB_PROTO_COUNT, cb_proto_name);
   ei_x_encode_atom(&x, "requests_by_proto");
   encode_counters(&x, st.requests_by_proto, CB_PROTO_COUNT, cb_proto_name);
-  send_reply(&x);
+  port_send(&x);
 }
 
 static void do_stop(void) {
-  if (server != NULL) cb_server_stop(server);
-  server = NULL;
+  if (port_server != NULL) cb_server_stop(port_server);
+  port_server = NULL;
   ei_x_buff x;
-  new_reply(&x);
+  port_new(&x);
   ei_x_encode_atom(&x, "ok");
-  send_reply(&x);
+  port_send(&x);
+}
+
+/* Commands that need a started server answer {error, stopped} without one. */
+static int started(void) {
+  if (port_server != NULL) return 1;
+  port_reply_error_atom("stopped");
+  return 0;
+}
+
+static void atom_command(const char *cmd) {
+  if (strcmp(cmd, "stats") == 0) {
+    do_stats();
+  } else if (strcmp(cmd, "stop") == 0) {
+    do_stop();
+  } else if (strcmp(cmd, "down") == 0) {
+    if (started()) port_reply_result(cb_server_down(port_server));
+  } else if (strcmp(cmd, "up") == 0) {
+    if (started()) port_reply_result(cb_server_up(port_server));
+  } else if (strcmp(cmd, "route_reset") == 0) {
+    if (started()) port_route_reset();
+  } else if (strcmp(cmd, "stubs") == 0) {
+    if (started()) port_stubs();
+  } else if (strcmp(cmd, "requests_clear") == 0) {
+    if (started()) port_requests_clear();
+  } else {
+    port_die(EXIT_MALFORMED);
+  }
+}
+
+/* {Cmd, Args...}: args is the index of the first argument. */
+static void tuple_command(const char *cmd, int arity, const char *buf, int *args) {
+  if (strcmp(cmd, "start") == 0 && arity == 2) {
+    do_start(buf, args);
+  } else if (strcmp(cmd, "route_add") == 0 && arity == 3) {
+    if (started()) port_route_add(buf, args);
+  } else if (strcmp(cmd, "route_remove") == 0 && arity == 2) {
+    if (started()) port_route_remove(buf, args);
+  } else if (strcmp(cmd, "requests") == 0 && arity == 2) {
+    if (started()) port_requests(buf, args);
+  } else if (strcmp(cmd, "journal_listen") == 0 && arity == 2) {
+    if (started()) port_journal_listen(buf, args);
+  } else {
+    port_die(EXIT_MALFORMED);
+  }
 }
 
 /* One frame: the whole term must be consumed, or it is malformed. */
@@ -366,25 +530,20 @@ static void dispatch(const char *buf, int len) {
   int idx = 0, version, arity, type, size;
   char cmd[MAXATOMLEN_UTF8];
   if (ei_decode_version(buf, &idx, &version) != 0 || ei_get_type(buf, &idx, &type, &size) != 0)
-    die(EXIT_MALFORMED);
+    port_die(EXIT_MALFORMED);
   if (type == ERL_ATOM_EXT || type == ERL_SMALL_ATOM_EXT || type == ERL_ATOM_UTF8_EXT ||
       type == ERL_SMALL_ATOM_UTF8_EXT) {
-    if (ei_decode_atom(buf, &idx, cmd) != 0) die(EXIT_MALFORMED);
-    if (idx != len) die(EXIT_MALFORMED);
-    if (strcmp(cmd, "stats") == 0)
-      do_stats();
-    else if (strcmp(cmd, "stop") == 0)
-      do_stop();
-    else
-      die(EXIT_MALFORMED);
+    if (ei_decode_atom(buf, &idx, cmd) != 0 || idx != len) port_die(EXIT_MALFORMED);
+    atom_command(cmd);
     return;
   }
-  if (ei_decode_tuple_header(buf, &idx, &arity) != 0 || arity != 2 || ei_decode_atom(buf, &idx, cmd) != 0 ||
-      strcmp(cmd, "start") != 0)
-    die(EXIT_MALFORMED);
-  int opts_idx = idx;
-  if (ei_skip_term(buf, &idx) != 0 || idx != len) die(EXIT_MALFORMED);
-  do_start(buf, &opts_idx);
+  if (ei_decode_tuple_header(buf, &idx, &arity) != 0 || arity < 2 || ei_decode_atom(buf, &idx, cmd) != 0)
+    port_die(EXIT_MALFORMED);
+  int args = idx;
+  for (int i = 1; i < arity; i++)
+    if (ei_skip_term(buf, &idx) != 0) port_die(EXIT_MALFORMED);
+  if (idx != len) port_die(EXIT_MALFORMED);
+  tuple_command(cmd, arity, buf, &args);
 }
 
 int main(void) {
@@ -394,20 +553,22 @@ int main(void) {
   for (;;) {
     ssize_t n = read(STDIN_FILENO, buf + have, sizeof buf - have);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) die(EXIT_IO);
-    if (n == 0) die(have == 0 ? 0 : EXIT_MALFORMED); /* EOF: the node closed the port or died */
+    if (n < 0) port_die(EXIT_IO);
+    if (n == 0) port_die(have == 0 ? 0 : EXIT_MALFORMED); /* EOF: the node closed the port or died */
     have += (size_t)n;
     /* Dispatch every complete frame and keep the remainder for the next read. */
     size_t off = 0;
     while (have - off >= 4) {
       const unsigned char *p = (const unsigned char *)buf + off;
       uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-      if (len > MAX_FRAME) die(EXIT_TOO_LARGE);
+      if (len > MAX_FRAME) port_die(EXIT_TOO_LARGE);
       if (have - off - 4 < len) break;
       dispatch(buf + off + 4, (int)len);
       off += 4 + len;
     }
-    memmove(buf, buf + off, have - off);
-    have -= off;
+    if (off > 0) { /* a big frame arrives in many reads: move only what follows a dispatched one */
+      memmove(buf, buf + off, have - off);
+      have -= off;
+    }
   }
 }

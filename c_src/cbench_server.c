@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cbench.h"
+#include "stub_json.h"
 
 /* Flags, their defaults and their ranges all come from the option table (cb_config_options()). */
 static void usage(FILE *f) {
@@ -31,6 +32,7 @@ static void usage(FILE *f) {
     }
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
   }
+  fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md)\n");
   fprintf(f, "  --version\n  --help\n");
 }
 
@@ -126,15 +128,15 @@ static int start_error(const cb_config_t *cfg, int err) {
   return 1;
 }
 
-static void print_stats(const cb_stats_t *s) {
+static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   printf("cbench-server stats: conns accepted %llu open %llu closed %llu, requests %llu, bytes read %llu "
          "written %llu\n",
          (unsigned long long)s->conns_accepted, (unsigned long long)s->conns_open,
          (unsigned long long)s->conns_closed, (unsigned long long)s->requests,
          (unsigned long long)s->bytes_read, (unsigned long long)s->bytes_written);
   printf("  by route:");
-  for (int i = 0; i < CB_ROUTE_COUNT; i++)
-    if (s->requests_by_route[i]) printf(" %s %llu", cb_route_name(i), (unsigned long long)s->requests_by_route[i]);
+  for (size_t i = 0; rc != NULL && i < rc->count; i++)
+    if (rc->items[i].requests) printf(" %s %llu", rc->items[i].name.ptr, (unsigned long long)rc->items[i].requests);
   printf("\n  by protocol:");
   for (int i = 0; i < CB_PROTO_COUNT; i++)
     printf(" %s %llu/%llu", cb_proto_name(i), (unsigned long long)s->conns_by_proto[i],
@@ -152,11 +154,21 @@ int main(int argc, char **argv) {
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
+  const char *stubs = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;
+    }
+    if (strcmp(a, "--stubs") == 0) { /* not an engine option: the CLI adds the stubs after the start */
+      if (i + 1 == argc) {
+        fprintf(stderr, "cbench-server: %s needs a value\n", a);
+        usage(stderr);
+        return 2;
+      }
+      stubs = argv[++i];
+      continue;
     }
     if (strcmp(a, "--version") == 0) {
       printf("cbench-server %s\n", cb_version());
@@ -202,6 +214,14 @@ int main(int argc, char **argv) {
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
   if (err) return start_error(&cfg, err);
+  if (stubs != NULL) {
+    char msg[1024];
+    if (cb_stubs_json_load(srv, stubs, msg, sizeof msg) < 0) {
+      fprintf(stderr, "cbench-server: %s\n", msg);
+      cb_server_stop(srv);
+      return 2;
+    }
+  }
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
@@ -213,7 +233,10 @@ int main(int argc, char **argv) {
   sigwait(&set, &sig);
   /* The stats once the graceful stop is over, so that what finished while draining is counted. */
   cb_stats_t stats;
+  cb_route_counts_t *counts = NULL;
+  if (cb_server_route_counts(srv, &counts) != 0) counts = NULL;
   cb_server_stop_stats(srv, &stats);
-  print_stats(&stats);
+  print_stats(&stats, counts);
+  cb_route_counts_free(counts);
   return 0;
 }

@@ -5,26 +5,33 @@
 
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2,
          stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
+-export([stub/3, unstub/2, stubs/1, reset/1, requests/1, requests/2, clear_requests/1,
+         expect/4, verify/1, await/4, down/1, up/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
-              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0}]).
+              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
+              {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
+              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1}]).
 
--export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0]).
+-export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
+              match/0, response/0, filter/0, entry/0, stub_info/0, problem/0]).
 
 -type engine() :: nif | port | ehttpd.
 -type server() :: pid().
 %% The options, with their types from the engine's option table (docs/beam.md); dialyzer flags a
 %% misspelt key or a value of the wrong type in a caller.
 -type opts() :: cbench_schema:opts().
+%% A fixture route's name; a stub's name is a binary.
 -type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big |
                  stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status |
                  headers | not_found.
 -type proto() :: http1 | h2c_prior | h2c_upgrade.
-%% The counters of stats/1: the same keys for every engine (those of cb_stats_t).
+%% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
+%% has the fixture routes (atoms) and the stubs by name (binaries).
 -type stats() :: #{conns_accepted := non_neg_integer(), conns_open := non_neg_integer(),
                    conns_closed := non_neg_integer(), requests := non_neg_integer(),
-                   requests_by_route := #{route() => non_neg_integer()},
+                   requests_by_route := #{route() | binary() => non_neg_integer()},
                    conns_by_proto := #{proto() => non_neg_integer()},
                    requests_by_proto := #{proto() => non_neg_integer()},
                    bytes_read := non_neg_integer(), bytes_written := non_neg_integer(),
@@ -35,6 +42,14 @@
                    accept_backoffs := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
+-type match() :: cbench_spec:match().
+-type response() :: cbench_spec:response().
+-type filter() :: cbench_spec:filter().
+-type entry() :: cbench_journal:entry().
+-type problem() :: cbench_expect:problem().
+-type stub_info() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
+                       response := cbench_spec:canon_response(), hits := non_neg_integer(),
+                       left := non_neg_integer() | infinity}.
 
 %% @doc Starts a server under the cbench application (started if needed); it runs until stopped,
 %% whoever started it. Opts: see docs/beam.md. A bad option: {error, {bad_option, Key, Value,
@@ -136,6 +151,125 @@ host(Ip) -> inet:ntoa(Ip).
 stats(Server) when is_pid(Server) ->
     cbench_server:call(Server, stats);
 stats(_) ->
+    error(badarg).
+
+%%% Routes as data: stubs, the journal, expectations, down/up (docs/beam.md).
+
+%% @doc Adds a stub: requests that Match get Response (both described in docs/beam.md), before
+%% the fixture routes and older stubs of the same priority. Match or Response not a map (Match may
+%% also be a bare path): badarg; anything wrong inside them: {error, {bad_stub, Why}}.
+-spec stub(server(), match(), response()) -> {ok, pos_integer()} | {error, term()}.
+stub(Server, Match, Response) when is_pid(Server) ->
+    case cbench_spec:stub(Match, Response) of
+        {ok, M, R} -> cbench_server:call(Server, {stub, M, R});
+        Error -> Error
+    end;
+stub(_, _, _) ->
+    error(badarg).
+
+%% @doc Removes a stub (or an expectation); {error, not_found} for an unknown id.
+-spec unstub(server(), pos_integer()) -> ok | {error, not_found | not_running}.
+unstub(Server, Id) when is_pid(Server), is_integer(Id) ->
+    cbench_server:call(Server, {unstub, Id});
+unstub(_, _) ->
+    error(badarg).
+
+%% @doc The stubs, oldest first, in canonical form, with the requests each answered and the uses
+%% it has left.
+-spec stubs(server()) -> [stub_info()] | {error, not_running}.
+stubs(Server) when is_pid(Server) ->
+    cbench_server:call(Server, stubs);
+stubs(_) ->
+    error(badarg).
+
+%% @doc Back to the fixture table: every stub and expectation removed, the journal cleared.
+-spec reset(server()) -> ok | {error, not_running}.
+reset(Server) when is_pid(Server) ->
+    cbench_server:call(Server, reset);
+reset(_) ->
+    error(badarg).
+
+%% @doc Every request in the journal, oldest first.
+-spec requests(server()) -> [entry()] | {error, term()}.
+requests(Server) ->
+    requests(Server, #{}).
+
+%% @doc The journal's requests that match Filter: `method', `path' (a path pattern), `stub' (an
+%% id), `since' (a sequence number: the entries after it). {error, journal_disabled} when the
+%% server runs with `journal => 0'.
+-spec requests(server(), filter()) -> [entry()] | {error, term()}.
+requests(Server, Filter) when is_pid(Server), is_map(Filter) ->
+    case cbench_spec:filter(Filter) of
+        {ok, F} -> cbench_server:call(Server, {requests, F});
+        Error -> Error
+    end;
+requests(_, _) ->
+    error(badarg).
+
+%% @doc Empties the journal (sequence numbers go on).
+-spec clear_requests(server()) -> ok | {error, not_running}.
+clear_requests(Server) when is_pid(Server) ->
+    cbench_server:call(Server, clear_requests);
+clear_requests(_) ->
+    error(badarg).
+
+%% @doc A stub that must answer exactly N requests (`#{times => N}') or at least N
+%% (`#{at_least => N}'); verify/1 checks. Count not one of those maps: {error, {bad_stub,
+%% {expect, Count}}}.
+-spec expect(server(), match(), response(),
+             #{times => non_neg_integer()} | #{at_least => non_neg_integer()}) ->
+          {ok, pos_integer()} | {error, term()}.
+expect(Server, Match, Response, Count) when is_pid(Server), is_map(Count) ->
+    case cbench_spec:stub(Match, Response) of
+        {ok, M, R} ->
+            case cbench_expect:count(Count) of
+                {ok, C} -> cbench_server:call(Server, {expect, M, R, C});
+                error -> {error, {bad_stub, {expect, Count}}}
+            end;
+        Error -> Error
+    end;
+expect(_, _, _, _) ->
+    error(badarg).
+
+%% @doc `ok' when every expectation got its count and the journal holds no request that nothing
+%% was set up for (a 404, or a 405 by the method rule); else `{error, Problems}':
+%% `{expected, What, N, got, M}', `{no_request_arrived, What, expected, N}',
+%% `{unexpected_request, Method, Path}'.
+-spec verify(server()) -> ok | {error, [problem()] | not_running}.
+verify(Server) when is_pid(Server) ->
+    cbench_server:call(Server, verify);
+verify(_) ->
+    error(badarg).
+
+%% @doc Waits until the journal holds Count requests that match Filter (those already there
+%% count), at most TimeoutMs: `{ok, Entries}' (the first Count), or `{error, {timeout, SoFar}}'.
+%% The engine wakes the waiter when it records a request; nothing polls.
+-spec await(server(), filter(), pos_integer(), non_neg_integer()) ->
+          {ok, [entry()]} | {error, term()}.
+await(Server, Filter, Count, TimeoutMs)
+  when is_pid(Server), is_map(Filter), is_integer(Count), Count >= 1, is_integer(TimeoutMs),
+       TimeoutMs >= 0, TimeoutMs < 1 bsl 32 ->
+    case cbench_spec:filter(Filter) of
+        {ok, F} -> cbench_server:call(Server, {await, F, Count, TimeoutMs}, TimeoutMs + 60000);
+        Error -> Error
+    end;
+await(_, _, _, _) ->
+    error(badarg).
+
+%% @doc Closes the listener and every connection; returns once they are closed. Connections are
+%% refused until up/1. The stubs, journal and counters stay.
+-spec down(server()) -> ok | {error, not_running}.
+down(Server) when is_pid(Server) ->
+    cbench_server:call(Server, down);
+down(_) ->
+    error(badarg).
+
+%% @doc Listens again on the same port; returns once the server accepts connections.
+%% {error, eaddrinuse} when another socket took the port meanwhile.
+-spec up(server()) -> ok | {error, term()}.
+up(Server) when is_pid(Server) ->
+    cbench_server:call(Server, up);
+up(_) ->
     error(badarg).
 
 %% @doc The running servers.

@@ -1,49 +1,45 @@
 %%% @doc The ehttpd-style Erlang engine: one gen_tcp acceptor per scheduler, spawned with
-%%% `{scheduler, I}', each connection a process on its acceptor's scheduler reading heads with
-%%% `{packet, http_bin}' and bodies with `{packet, raw}'. It serves the route table of docs/wire.md
-%%% byte for byte; with `close => true' it is the original ehttpd (one canned answer, then close).
+%%% `{scheduler, I}', each connection a process on its acceptor's scheduler (cbench_ehttpd_conn).
+%%% It serves the route table of docs/wire.md byte for byte, plus the stubs added at run time;
+%%% with `close => true' it is the original ehttpd (one canned answer, then close).
 %%%
-%%% Process tree: the caller of start/1 (a cbench_server, which traps exits) links to the acceptors;
-%%% each connection is linked to its acceptor and always exits normally, so stop/1 (killing the
-%%% acceptors) takes every connection and its socket down with it, while a closing connection
-%%% never disturbs its acceptor.
+%%% This module owns the engine's lifecycle and tables, and runs in the server process
+%%% (cbench_server): the listener and acceptors, the counters, the route table (the stubs and the
+%%% fixture routes, compiled by cbench_router and published for the connections to read), the
+%%% journal ring, and down/up.
+%%%
+%%% Process tree: the server process (which traps exits) links to the acceptors; each connection is
+%%% linked to its acceptor and always exits normally, so stop/1 (killing the acceptors) takes every
+%%% connection and its socket down with it, while a closing connection never disturbs its acceptor.
 -module(cbench_ehttpd).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
+         journal_notify/2, down/1, up/1]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}]).
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+              {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
+              {journal_notify, 2}, {down, 1}, {up, 1}]).
 %% Process entry points.
--export([acceptor/4, conn/3]).
+-export([acceptor/4]).
 
 -export_type([handle/0]).
 
--record(h, {listen :: gen_tcp:socket(), acceptors :: [pid()], cnt :: counters:counters_ref(),
-            port :: inet:port_number(), threads :: pos_integer(),
-            scheds :: [pos_integer()]}).
+-include_lib("kernel/include/file.hrl").
+-include("cbench_ehttpd.hrl").
+
+-record(h, {listen :: gen_tcp:socket() | undefined, acceptors :: [pid()],
+            cnt :: counters:counters_ref(), port :: inet:port_number(),
+            threads :: pos_integer(), scheds :: [pos_integer()], cfg :: #cfg{},
+            listen_opts :: list(), ip :: inet:ip_address(),
+            %% Stubs in the order they were added.
+            stubs = [] :: [map()], next_id = 1 :: pos_integer()}).
 -opaque handle() :: #h{}.
 
-%% Per-connection settings, copied once into each connection process.
--record(cfg, {cnt, max_header, max_body, header_timeout, idle_timeout, close_mode}).
-
-%% The request being served.
--record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
-              headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
-              framing = none :: none | chunked | {length, non_neg_integer()},
-              expect = false :: boolean(),
-              %% The answer has begun (a streamed echo): a later error closes without a status.
-              started = false :: boolean()}).
-
--define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
--define(LINGER_MS, 1000).
 -define(TCP_DEFER_ACCEPT, {raw, 6, 9, <<1:32/native>>}).
 
-%% Counter slots, in the order of cb_stats_t.
--define(STAT_KEYS, [conns_accepted, conns_closed, requests, bytes_read, bytes_written, status_400,
-                    status_404, status_405, status_413, status_431, timeouts, resets,
-                    accept_backoffs]).
--define(NROUTES, 18).
-
-%% @doc Listens and spawns the acceptors, linked to the caller. Opts is validated by cbench_opts.
+%% @doc Listens and spawns the acceptors, linked to the caller (the server process, which also
+%% receives the journal's wake-ups). Opts is validated by cbench_opts.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
 start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
                max_header_bytes := MaxHeader}) ->
@@ -60,30 +56,43 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
         {ok, L} ->
             {ok, Bound} = inet:port(L),
             _ = cbench_fixture:ensure(),
-            Cnt = counters:new(length(?STAT_KEYS) + ?NROUTES, [write_concurrency]),
+            Fixture = cbench_fixture_routes:routes(),
+            Cnt = counters:new(length(?STAT_KEYS) + length(Fixture) + 1, [write_concurrency]),
             Cfg = #cfg{cnt = Cnt, max_header = MaxHeader,
                        max_body = maps:get(max_body_bytes, Opts),
                        header_timeout = maps:get(header_timeout_ms, Opts),
                        idle_timeout = maps:get(idle_timeout_ms, Opts),
-                       close_mode = maps:get(close, Opts, false)},
+                       close_mode = maps:get(close, Opts, false),
+                       table = make_ref(),
+                       not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
+                       journal = cbench_journal:new(maps:get(journal, Opts, 0),
+                                                    maps:get(journal_body_bytes, Opts, 0),
+                                                    self())},
             Online = erlang:system_info(schedulers_online),
             Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
-            Accs = [spawn_opt(?MODULE, acceptor, [L, S, Cfg, Cnt], [link, {scheduler, S}])
-                    || S <- Scheds],
-            {ok, #h{listen = L, acceptors = Accs, cnt = Cnt, port = Bound, threads = Threads,
-                    scheds = Scheds}};
+            H = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
+                   cfg = Cfg, listen_opts = ListenOpts, ip = Ip, acceptors = []},
+            publish(H),
+            {ok, spawn_acceptors(H)};
         {error, Reason} ->
             {error, Reason}
     end.
 
+spawn_acceptors(H = #h{listen = L, scheds = Scheds, cfg = Cfg}) ->
+    Server = self(),
+    H#h{acceptors = [spawn_opt(?MODULE, acceptor, [L, S, Cfg, Server], [link, {scheduler, S}])
+                     || S <- Scheds]}.
+
 %% @doc Closes the listener and kills the acceptors, which takes every connection with them.
 %% Unlike the C engine, in-flight responses are not given stop_timeout_ms to finish.
 -spec stop(handle()) -> ok.
-stop(#h{listen = L, acceptors = Accs}) ->
-    _ = gen_tcp:close(L),
+stop(#h{listen = L, acceptors = Accs, cfg = #cfg{table = Key, journal = J}}) ->
+    _ = L =/= undefined andalso gen_tcp:close(L),
     Refs = [monitor(process, A) || A <- Accs],
     [exit(A, kill) || A <- Accs],
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
+    cbench_router:unpublish(Key),
+    cbench_journal:delete(J),
     ok.
 
 %% @doc The bound TCP port.
@@ -95,11 +104,20 @@ port(#h{port = P}) -> P.
 info(#h{threads = T, scheds = S}) -> #{threads => T, schedulers => S}.
 
 %% @doc The counters, with the keys of cbench:stats/1. Bytes are added when a connection closes.
+%% requests_by_route has the fixture routes and not_found (atoms), then the stubs' names (binaries;
+%% stubs of one name add up).
 -spec stats(handle()) -> map().
-stats(#h{cnt = Cnt}) ->
-    Base = maps:from_list([{K, counters:get(Cnt, idx(K))} || K <- ?STAT_KEYS]),
-    ByRoute = maps:from_list([{R, counters:get(Cnt, route_idx(R))}
-                              || R <- cbench_http:route_names()]),
+stats(#h{cnt = Cnt, stubs = Stubs}) ->
+    Keys = ?STAT_KEYS,
+    Base = maps:from_list([{K, counters:get(Cnt, I)}
+                           || {I, K} <- lists:zip(lists:seq(1, length(Keys)), Keys)]),
+    Names = cbench_fixture_routes:names(),
+    Fixture = maps:from_list([{R, counters:get(Cnt, length(Keys) + I)}
+                              || {I, R} <- lists:zip(lists:seq(1, length(Names)), Names)]),
+    ByRoute = lists:foldl(fun(#{name := N, counts := C}, Acc) ->
+                                  maps:update_with(N, fun(V) -> V + route_count(C) end,
+                                                   route_count(C), Acc)
+                          end, Fixture, Stubs),
     #{conns_accepted := Acc, conns_closed := Closed, requests := Reqs} = Base,
     Base#{conns_open => Acc - Closed,
           requests_by_route => ByRoute,
@@ -107,629 +125,155 @@ stats(#h{cnt = Cnt}) ->
           requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0},
           h2_errors => 0}.
 
-idx(K) -> idx(K, ?STAT_KEYS, 1).
-idx(K, [K | _], I) -> I;
-idx(K, [_ | T], I) -> idx(K, T, I + 1).
+route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
 
-route_idx(R) -> length(?STAT_KEYS) + idx(R, cbench_http:route_names(), 1).
+%%% Routes
 
-bump(#cfg{cnt = Cnt}, K) -> counters:add(Cnt, idx(K), 1).
+%% @doc Adds a stub (canonical terms of cbench_spec) and publishes the new table.
+-spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
+          {{ok, pos_integer()} | {error, term()}, handle()}.
+route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
+    Response1 = case Response of
+                    #{body := {file, Path}, chunks := Chunks} ->
+                        %% Served like the fixture files: the size is fixed when the stub is added.
+                        case file:read_file_info(Path) of
+                            {ok, #file_info{size = Size}} ->
+                                case cbench_spec:chunks_fit_size(Chunks, Size) of
+                                    true -> {ok, Response#{file_size => Size}};
+                                    false -> {error, {bad_stub, {chunks, Chunks}}}
+                                end;
+                            {error, E} -> {error, {bad_stub, {file, Path, E}}}
+                        end;
+                    _ -> {ok, Response}
+                end,
+    case Response1 of
+        {ok, R} ->
+            Left = case R of
+                       #{times := infinity} -> undefined;
+                       #{times := N} -> A = atomics:new(1, []), atomics:put(A, 1, N), A
+                   end,
+            Name = case Match of
+                       #{name := undefined} -> <<"stub_", (integer_to_binary(Id))/binary>>;
+                       #{name := N0} -> N0
+                   end,
+            Stub = #{id => Id, name => Name, match => Match, response => R,
+                     counts => counters:new(2, [write_concurrency]), left => Left},
+            H1 = H#h{stubs = Stubs ++ [Stub], next_id = Id + 1},
+            publish(H1),
+            {{ok, Id}, H1};
+        Error ->
+            {Error, H}
+    end.
+
+%% @doc Removes a stub; `{error, not_found}' for an id that is not (or no longer) there.
+-spec route_remove(handle(), pos_integer()) -> {ok | {error, not_found}, handle()}.
+route_remove(H = #h{stubs = Stubs}, Id) ->
+    case [S || S = #{id := I} <- Stubs, I =/= Id] of
+        Stubs -> {{error, not_found}, H};
+        Left ->
+            H1 = H#h{stubs = Left},
+            publish(H1),
+            {ok, H1}
+    end.
+
+%% @doc Back to the fixture table: every stub removed.
+-spec routes_reset(handle()) -> {ok, handle()}.
+routes_reset(H) ->
+    H1 = H#h{stubs = []},
+    publish(H1),
+    {ok, H1}.
+
+%% @doc The stubs, oldest first: name, the requests each answered and the uses it has left.
+-spec stubs(handle()) -> [#{id := pos_integer(), name := binary(), hits := non_neg_integer(),
+                            left := non_neg_integer() | infinity}].
+stubs(#h{stubs = Stubs}) ->
+    [#{id => Id, name => Name, hits => counters:get(Counts, 1),
+       left => case Left of
+                   undefined -> infinity;
+                   _ -> max(0, atomics:get(Left, 1))
+               end}
+     || #{id := Id, name := Name, counts := Counts, left := Left} <- Stubs].
+
+publish(#h{stubs = Stubs, cfg = #cfg{table = Key}}) ->
+    Fixture = cbench_fixture_routes:routes(),
+    Stats = lists:seq(length(?STAT_KEYS) + 1, length(?STAT_KEYS) + length(Fixture)),
+    cbench_router:publish(Key, cbench_router:compile(Stubs, lists:zip(Fixture, Stats))).
+
+%%% Journal
+
+%% @doc The journal's entries after the filter's `since' (cbench_server applies the rest).
+-spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()].
+journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_journal:read(J, Since).
+
+%% @doc Empties the journal.
+-spec journal_clear(handle()) -> ok.
+journal_clear(#h{cfg = #cfg{journal = J}}) -> cbench_journal:clear(J).
+
+%% @doc Turns on or off the `{cbench_journal, Seq}' messages to the server process.
+-spec journal_notify(handle(), boolean()) -> ok.
+journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_journal:notify(J, On).
+
+%%% Down and up
+
+%% @doc Closes the listener and every connection, and returns once they are all closed: new
+%% connections are refused until up/1. Down twice is fine.
+-spec down(handle()) -> {ok, handle()}.
+down(H = #h{listen = undefined}) -> {ok, H};
+down(H = #h{listen = L, acceptors = Accs}) ->
+    Refs = [monitor(process, A) || A <- Accs],
+    %% Each acceptor sees its accept fail with `closed', closes its connections and exits.
+    ok = gen_tcp:close(L),
+    [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
+    {ok, H#h{listen = undefined, acceptors = []}}.
+
+%% @doc Listens again on the same port (and address) with new acceptors. Up while up is fine.
+-spec up(handle()) -> {ok | {error, term()}, handle()}.
+up(H = #h{listen = undefined, port = Port, listen_opts = Opts}) ->
+    case gen_tcp:listen(Port, Opts) of
+        {ok, L} -> {ok, spawn_acceptors(H#h{listen = L})};
+        {error, _} = Error -> {Error, H}
+    end;
+up(H) -> {ok, H}.
 
 %%% Acceptor
 
 %% @private
--spec acceptor(gen_tcp:socket(), pos_integer(), #cfg{}, counters:counters_ref()) -> no_return().
-acceptor(L, Sched, Cfg, Cnt) ->
+-spec acceptor(gen_tcp:socket(), pos_integer(), #cfg{}, pid()) -> no_return().
+acceptor(L, Sched, Cfg = #cfg{cnt = Cnt}, Server) ->
     case gen_tcp:accept(L) of
         {ok, S} ->
-            counters:add(Cnt, idx(conns_accepted), 1),
-            Pid = spawn_opt(?MODULE, conn, [self(), Cfg, S], [link, {scheduler, Sched}]),
+            counters:add(Cnt, ?CONNS_ACCEPTED, 1),
+            Pid = spawn_opt(cbench_ehttpd_conn, conn, [self(), Cfg, S],
+                            [link, {scheduler, Sched}]),
             %% sendfile needs the socket's owner; the connection waits for this handoff.
             case gen_tcp:controlling_process(S, Pid) of
                 ok -> Pid ! {go, S};
                 {error, _} -> exit(Pid, kill), gen_tcp:close(S)
             end,
-            acceptor(L, Sched, Cfg, Cnt);
+            acceptor(L, Sched, Cfg, Server);
         {error, closed} ->
+            close_conns(Cfg, Server),
             exit(normal);
         {error, E} when E =:= emfile; E =:= enfile ->
             %% Back off instead of spinning while descriptors are exhausted.
-            counters:add(Cnt, idx(accept_backoffs), 1),
+            counters:add(Cnt, ?ACCEPT_BACKOFFS, 1),
             receive after 100 -> ok end,
-            acceptor(L, Sched, Cfg, Cnt);
+            acceptor(L, Sched, Cfg, Server);
         {error, _} ->
-            acceptor(L, Sched, Cfg, Cnt)
+            acceptor(L, Sched, Cfg, Server)
     end.
 
-%%% Connection
-
-%% @private
--spec conn(pid(), #cfg{}, gen_tcp:socket()) -> ok.
-conn(_Acceptor, Cfg, S) ->
-    receive {go, S} -> ok end,
-    try
-        case Cfg#cfg.close_mode of
-            true -> ehttpd_loop(S);
-            false -> next_request(S, Cfg, true)
-        end
-    catch
-        Class:Reason:Stack ->
-            %% A bug here must not kill the acceptor (we are linked): log it and close.
-            logger:error("cbench_ehttpd connection crashed: ~p:~p ~p", [Class, Reason, Stack]),
-            bump(Cfg, resets)
-    end,
-    case inet:getstat(S, [recv_oct, send_oct]) of
-        {ok, [{recv_oct, R}, {send_oct, W}]} ->
-            counters:add(Cfg#cfg.cnt, idx(bytes_read), R),
-            counters:add(Cfg#cfg.cnt, idx(bytes_written), W);
-        _ -> ok
-    end,
-    _ = gen_tcp:close(S),
-    bump(Cfg, conns_closed),
+%% The listener closed (down/1): every connection of this acceptor (its linked processes) is killed
+%% and waited for, so that down/1 returns with every socket closed. A killed connection could not
+%% count itself closed, so it is counted here.
+close_conns(#cfg{cnt = Cnt}, Server) ->
+    {links, Links} = process_info(self(), links),
+    Conns = [P || P <- Links, is_pid(P), P =/= Server],
+    Refs = [monitor(process, P) || P <- Conns],
+    %% Unlinked first: a killed link would kill this acceptor too, and through it the server.
+    [begin unlink(P), exit(P, kill) end || P <- Conns],
+    [receive
+         {'DOWN', R, process, _, killed} -> counters:add(Cnt, ?CONNS_CLOSED, 1);
+         {'DOWN', R, process, _, _} -> ok
+     end || R <- Refs],
     ok.
-
-%% The original ehttpd: skip the head, answer, close.
-ehttpd_loop(S) ->
-    case gen_tcp:recv(S, 0) of
-        {ok, http_eoh} -> gen_tcp:send(S, ?EHTTPD_ANSWER);
-        {ok, _} -> ehttpd_loop(S);
-        {error, _} -> ok
-    end.
-
-next_request(S, Cfg, Fresh) ->
-    %% A fresh connection gets the header timeout; between requests the idle timeout runs until
-    %% the request line is complete, and the header timeout for the rest of the head.
-    Wait = case Fresh of
-               true -> Cfg#cfg.header_timeout;
-               false -> Cfg#cfg.idle_timeout
-           end,
-    case gen_tcp:recv(S, 0, Wait) of
-        {ok, {http_request, Method, Uri, Version}} ->
-            Deadline = erlang:monotonic_time(millisecond) + Cfg#cfg.header_timeout,
-            M = method(Method),
-            T = target(Uri),
-            Req = #req{method = M, target = T, version = Version},
-            case request_line(M, T, Version) of
-                ok -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
-                Status -> error_close(S, Cfg, Status)
-            end;
-        {ok, {http_error, _}} -> error_close(S, Cfg, 400);
-        {ok, _Other} -> error_close(S, Cfg, 400);
-        {error, timeout} -> head_timeout(S, Cfg);
-        {error, emsgsize} -> error_close(S, Cfg, 431);
-        {error, _} -> ok
-    end.
-
-read_headers(S, Cfg, Req, Bytes, Deadline) ->
-    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    case gen_tcp:recv(S, 0, Left) of
-        {ok, {http_header, _, _Field, Name, Value}} ->
-            Bytes1 = Bytes + byte_size(Name) + byte_size(Value) + 4,
-            if
-                Bytes1 > Cfg#cfg.max_header ->
-                    error_close(S, Cfg, 431);
-                true ->
-                    Hs = [{Name, trim(Value)} | Req#req.headers],
-                    read_headers(S, Cfg, Req#req{headers = Hs}, Bytes1, Deadline)
-            end;
-        {ok, http_eoh} ->
-            Req1 = Req#req{headers = lists:reverse(Req#req.headers)},
-            case frame(Req1) of
-                {ok, Req2} -> request(S, Cfg, Req2);
-                error -> error_close(S, Cfg, 400)
-            end;
-        {ok, _} -> error_close(S, Cfg, 400);
-        {error, timeout} -> bump(Cfg, timeouts), error_close(S, Cfg, 408);
-        {error, emsgsize} -> error_close(S, Cfg, 431);
-        {error, _} -> bump(Cfg, resets)
-    end.
-
-%% A timed-out head: 408 if any of it arrived, a silent close otherwise.
-head_timeout(S, Cfg) ->
-    bump(Cfg, timeouts),
-    ok = inet:setopts(S, [{packet, raw}]),
-    case gen_tcp:recv(S, 0, 0) of
-        {ok, _Partial} -> error_close(S, Cfg, 408);
-        _ -> ok
-    end.
-
-method(M) when is_atom(M) -> atom_to_binary(M);
-method(M) -> M.
-
-target({abs_path, P}) -> P;
-target('*') -> <<"*">>;
-target({absoluteURI, Scheme, Host, Port, Path}) ->
-    iolist_to_binary([atom_to_binary(Scheme), "://", Host,
-                      case Port of undefined -> ""; _ -> [":", integer_to_binary(Port)] end,
-                      Path]);
-target({scheme, Scheme, Rest}) -> <<Scheme/binary, ":", Rest/binary>>;
-target(T) when is_binary(T) -> T.
-
-%% The request line's checks, in the C engine's order (docs/wire.md): a method other than RFC 9110's
-%% and PATCH is not implemented (501; PRI, the HTTP/2 preface, is a 400); the target may hold visible
-%% ASCII only (0x21-0x7E); HTTP/0.9 is a 400 at once; a version other than 1.0 and 1.1 is a 505
-%% (two-digit numbers are malformed: 400).
-request_line(M, T, Version) ->
-    Known = [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"CONNECT">>,
-             <<"OPTIONS">>, <<"TRACE">>, <<"PATCH">>],
-    VisibleAscii = lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)),
-    case lists:member(M, Known) of
-        false when M =:= <<"PRI">> -> 400;
-        false -> 501;
-        true when not VisibleAscii -> 400;
-        true ->
-            case Version of
-                {1, Minor} when Minor =< 1 -> ok;
-                {0, 9} -> 400;
-                {Major, Minor} when Major =< 9, Minor =< 9 -> 505;
-                _ -> 400
-            end
-    end.
-
-%% http_bin keeps trailing whitespace in values; HTTP (and llhttp) drops it.
-trim(<<>>) -> <<>>;
-trim(V) ->
-    case binary:last(V) of
-        C when C =:= $\s; C =:= $\t -> trim(binary:part(V, 0, byte_size(V) - 1));
-        _ -> V
-    end.
-
-%% Works out keep-alive, the body framing and Expect from the headers; error means 400.
-frame(Req = #req{version = {1, Minor}, headers = Hs}) ->
-    case host_ok(Hs, Minor) of
-        true -> frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
-        false -> error
-    end;
-frame(_) ->
-    error.
-
-%% Host (RFC 9112 3.2): exactly one in HTTP/1.1, at most one in HTTP/1.0, and its value is
-%% uri-host [":" port] (RFC 3986): a reg-name (unreserved, sub-delims, %HH) or an IP literal in
-%% brackets, then digits after the colon; it may be empty.
-host_ok(Hs, Minor) ->
-    case [V || {N, V} <- Hs, cbench_http:lower(N) =:= <<"host">>] of
-        [] -> Minor =:= 0;
-        [V] -> valid_host(V);
-        _ -> false
-    end.
-
-valid_host(<<"[", Rest/binary>>) ->
-    case binary:split(Rest, <<"]">>) of
-        [Lit, Port] when Lit =/= <<>> ->
-            lists:all(fun(C) -> host_char(C) orelse C =:= $: end, binary_to_list(Lit))
-                andalso port_ok(Port);
-        _ -> false
-    end;
-valid_host(V) ->
-    case binary:split(V, <<":">>) of
-        [Name] -> reg_name(Name);
-        [Name, Port] -> reg_name(Name) andalso port_ok(<<":", Port/binary>>)
-    end.
-
-reg_name(<<>>) -> true;
-reg_name(<<$%, A, B, Rest/binary>>) ->
-    hex_digit(A) =/= error andalso hex_digit(B) =/= error andalso reg_name(Rest);
-reg_name(<<C, Rest/binary>>) -> host_char(C) andalso reg_name(Rest).
-
-host_char(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
-host_char(C) -> lists:member(C, "-._~!$&'()*+,;=").
-
-port_ok(<<>>) -> true;
-port_ok(<<":", Digits/binary>>) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(Digits));
-port_ok(_) -> false.
-
-frame([], Req, CL, TE, _Minor) ->
-    case {CL, TE} of
-        {undefined, undefined} -> {ok, Req};
-        {undefined, chunked} -> {ok, Req#req{framing = chunked}};
-        {N, undefined} when is_integer(N) -> {ok, Req#req{framing = {length, N}}};
-        _ -> error
-    end;
-frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
-    case cbench_http:lower(Name) of
-        <<"content-length">> when CL =:= undefined ->
-            case is_digits(Value) of
-                true -> frame(Rest, Req, binary_to_integer(Value), TE, Minor);
-                false -> error
-            end;
-        <<"content-length">> -> error;
-        <<"transfer-encoding">> ->
-            Codings = tokens(Value),
-            case lists:last([<<>> | Codings]) of
-                <<"chunked">> when length(Codings) =:= 1, TE =:= undefined ->
-                    frame(Rest, Req, CL, chunked, Minor);
-                _ -> error
-            end;
-        <<"connection">> ->
-            Tokens = tokens(Value),
-            Keep = case Minor of
-                       0 -> lists:member(<<"keep-alive">>, Tokens);
-                       _ -> not lists:member(<<"close">>, Tokens)
-                   end,
-            frame(Rest, Req#req{keep = Keep}, CL, TE, Minor);
-        <<"expect">> ->
-            frame(Rest, Req#req{expect = cbench_http:lower(Value) =:= <<"100-continue">>},
-                  CL, TE, Minor);
-        _ ->
-            frame(Rest, Req, CL, TE, Minor)
-    end.
-
-is_digits(<<>>) -> false;
-is_digits(B) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(B)).
-
-tokens(Value) ->
-    [cbench_http:lower(string:trim(T)) || T <- binary:split(Value, <<",">>, [global])].
-
-%% How the response ends the connection: docs/wire.md, "connection" header rule.
-conn_mode(#req{keep = false}) -> close;
-conn_mode(#req{version = {1, 0}}) -> keep_alive;
-conn_mode(_) -> default.
-
-request(S, Cfg = #cfg{max_body = MaxBody}, #req{framing = {length, N}}) when N > MaxBody ->
-    error_close(S, Cfg, 413);
-request(S, Cfg, Req = #req{method = Method, target = Target}) ->
-    {Route, Allowed} = cbench_http:route(Target),
-    bump(Cfg, requests),
-    counters:add(Cfg#cfg.cnt, route_idx(Route), 1),
-    MethodOk = case {Allowed, Method} of
-                   {any, _} -> true;
-                   {get, <<"GET">>} -> true;
-                   {get, <<"HEAD">>} -> true;
-                   {post, <<"POST">>} -> true;
-                   _ -> false
-               end,
-    continue(S, Req),
-    Result =
-        case {MethodOk, Route} of
-            {true, echo} -> echo(S, Cfg, Req);
-            {true, echo_chunked} -> echo_chunked(S, Cfg, Req);
-            {true, _} -> after_body(S, Cfg, Req, fun() -> respond(S, Cfg, Req, Route) end);
-            {false, _} ->
-                Allow = case Allowed of
-                            get -> <<"GET, HEAD">>;
-                            post -> <<"POST">>
-                        end,
-                bump(Cfg, status_405),
-                after_body(S, Cfg, Req,
-                           fun() -> simple(S, Req, 405, [{<<"allow">>, Allow}], <<>>) end)
-        end,
-    case Result of
-        ok when Req#req.keep ->
-            ok = inet:setopts(S, [{packet, http_bin}]),
-            next_request(S, Cfg, false);
-        ok ->
-            ok;
-        {error, _} ->
-            ok
-    end.
-
-%% Expect: 100-continue is answered only when a body will be read.
-continue(S, #req{expect = true, framing = F}) when F =/= none, F =/= {length, 0} ->
-    gen_tcp:send(S, <<"HTTP/1.1 100 Continue\r\n\r\n">>);
-continue(_, _) ->
-    ok.
-
-%% Reads and drops a request body, then runs Respond.
-after_body(_S, _Cfg, #req{framing = none}, Respond) ->
-    Respond();
-after_body(S, Cfg, Req, Respond) ->
-    case body(S, Cfg, Req, fun(_, Acc) -> {ok, Acc} end, ok) of
-        {ok, ok} -> Respond();
-        Error -> Error
-    end.
-
-echo(S, Cfg, Req) ->
-    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
-        {ok, Body} ->
-            send(S, [cbench_http:head(200, [ct(octet)], iolist_size(Body), conn_mode(Req)),
-                     body_unless_head(Req, Body)]);
-        Error -> Error
-    end.
-
-echo_chunked(S, Cfg, Req) ->
-    case send(S, cbench_http:head(200, [ct(octet)], chunked, conn_mode(Req))) of
-        ok ->
-            Send = fun(Piece, ok) -> send(S, cbench_http:chunk(Piece)) end,
-            case body(S, Cfg, Req#req{started = true},
-                      fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end, ok) of
-                {ok, ok} -> send(S, cbench_http:last_chunk());
-                Error -> Error
-            end;
-        Error -> Error
-    end.
-
-%% Reads the body in raw mode, folding Fun over the pieces as they are read.
-body(_S, _Cfg, #req{framing = none}, _Fun, Acc) ->
-    {ok, Acc};
-body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
-    ok = inet:setopts(S, [{packet, raw}]),
-    body_length(S, Cfg, N, Fun, Acc);
-body(S, Cfg, Req = #req{framing = chunked}, Fun, Acc) ->
-    ok = inet:setopts(S, [{packet, raw}]),
-    body_chunked(S, Cfg, Req, 0, Fun, Acc).
-
-body_length(_S, _Cfg, 0, _Fun, Acc) ->
-    {ok, Acc};
-body_length(S, Cfg, Left, Fun, Acc) ->
-    %% Exact lengths only: reading "what is there" could swallow the next pipelined request.
-    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
-        {ok, Piece} ->
-            case Fun(Piece, Acc) of
-                {ok, Acc1} -> body_length(S, Cfg, Left - byte_size(Piece), Fun, Acc1);
-                Error -> Error
-            end;
-        {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
-        {error, E} -> bump(Cfg, resets), {error, E}
-    end.
-
-body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
-    body_chunked(S, Cfg, Req, Total, 0, Fun, Acc).
-
-%% Ext: the bytes of chunk extensions so far; they may take max_header_bytes in all (413 over it).
-body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
-    case read_line(S, Cfg, Cfg#cfg.max_header + 64) of
-        {ok, Line} ->
-            case chunk_line(Line) of
-                {ok, _, E} when Ext + E > Cfg#cfg.max_header ->
-                    fail(S, Cfg, Req, 413), {error, too_large};
-                {ok, 0, _} -> trailers(S, Cfg, Req, 0, Acc);
-                {ok, Size, _} when Total + Size > Cfg#cfg.max_body ->
-                    fail(S, Cfg, Req, 413), {error, too_large};
-                {ok, Size, E} ->
-                    ok = inet:setopts(S, [{packet, raw}]),
-                    case chunk_data(S, Cfg, Size, Fun, Acc) of
-                        {ok, Acc1} ->
-                            case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
-                                {ok, <<"\r\n">>} ->
-                                    body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
-                                {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
-                                {error, Why} -> bump(Cfg, resets), {error, Why}
-                            end;
-                        Error -> Error
-                    end;
-                error ->
-                    fail(S, Cfg, Req, 400), {error, bad_chunk}
-            end;
-        {error, emsgsize} -> fail(S, Cfg, Req, 413), {error, too_large};
-        Error -> Error
-    end.
-
-chunk_data(_S, _Cfg, 0, _Fun, Acc) ->
-    {ok, Acc};
-chunk_data(S, Cfg, Left, Fun, Acc) ->
-    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
-        {ok, Piece} ->
-            case Fun(Piece, Acc) of
-                {ok, Acc1} -> chunk_data(S, Cfg, Left - byte_size(Piece), Fun, Acc1);
-                Error -> Error
-            end;
-        {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
-        {error, E} -> bump(Cfg, resets), {error, E}
-    end.
-
-%% Trailers are parsed like header lines and dropped (no route sees them); they have their own
-%% budget, max_header_bytes: over it, 431 (docs/wire.md).
-trailers(S, Cfg, Req, Bytes, Acc) ->
-    case read_line(S, Cfg, Cfg#cfg.max_header) of
-        {ok, <<"\r\n">>} -> {ok, Acc};
-        {ok, <<"\n">>} -> {ok, Acc};
-        {ok, Line} when Bytes + byte_size(Line) > Cfg#cfg.max_header ->
-            fail(S, Cfg, Req, 431), {error, too_large};
-        {ok, Line} when binary_part(Line, byte_size(Line), -2) =/= <<"\r\n">> ->
-            fail(S, Cfg, Req, 400), {error, bad_trailer};
-        {ok, Line} ->
-            %% httph_bin decides on a line only once it sees the next (a value may continue).
-            case erlang:decode_packet(httph_bin, <<Line/binary, "\r\n">>, []) of
-                {ok, {http_header, _, _, _, _}, <<"\r\n">>} ->
-                    trailers(S, Cfg, Req, Bytes + byte_size(Line), Acc);
-                _ ->
-                    fail(S, Cfg, Req, 400), {error, bad_trailer}
-            end;
-        {error, emsgsize} -> fail(S, Cfg, Req, 431), {error, too_large};
-        Error -> Error
-    end.
-
-%% One line of the chunked framing; {error, emsgsize} when it is longer than Max.
-%% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
-read_line(S, Cfg, Max) ->
-    ok = inet:setopts(S, [{packet, line}]),
-    read_line(S, Cfg, Max, <<>>).
-
-read_line(S, Cfg, Max, Acc) ->
-    case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
-        {ok, Piece} ->
-            Line = <<Acc/binary, Piece/binary>>,
-            case binary:last(Line) of
-                _ when byte_size(Line) > Max -> {error, emsgsize};
-                $\n -> {ok, Line};
-                _ -> read_line(S, Cfg, Max, Line)
-            end;
-        {error, emsgsize} -> {error, emsgsize};
-        {error, timeout} -> bump(Cfg, timeouts), {error, timeout};
-        {error, E} -> bump(Cfg, resets), {error, E}
-    end.
-
-%% A chunk-size line as the C engine (llhttp in strict mode) reads it: hex digits, then extensions
-%% `;name' or `;name=value' (a token, or a quoted string without backslash escapes), then CRLF.
-%% Returns {ok, Size, ExtBytes}, ExtBytes counted as the C engine counts them (name, value, 2), or
-%% error.
-chunk_line(Line) ->
-    case binary:split(Line, <<"\r\n">>) of
-        [Head, <<>>] -> chunk_hex(Head, 0, 0);
-        _ -> error
-    end.
-
-chunk_hex(<<C, Rest/binary>>, N, V) when V < 16#1000000000000000 ->
-    case hex_digit(C) of
-        error when N > 0 -> chunk_exts(<<C, Rest/binary>>, V, 0);
-        error -> error;
-        D -> chunk_hex(Rest, N + 1, V * 16 + D)
-    end;
-chunk_hex(<<>>, N, V) when N > 0 -> {ok, V, 0};
-chunk_hex(_, _, _) -> error.
-
-hex_digit(C) when C >= $0, C =< $9 -> C - $0;
-hex_digit(C) when C >= $a, C =< $f -> C - $a + 10;
-hex_digit(C) when C >= $A, C =< $F -> C - $A + 10;
-hex_digit(_) -> error.
-
-chunk_exts(<<>>, V, E) -> {ok, V, E};
-chunk_exts(<<$;, Rest/binary>>, V, E) ->
-    case token(Rest, 0) of
-        {0, _} -> error;
-        {N, <<$=, Value/binary>>} ->
-            case ext_value(Value) of
-                {ok, L, Rest1} -> chunk_exts(Rest1, V, E + N + L + 2);
-                error -> error
-            end;
-        {N, Rest1} -> chunk_exts(Rest1, V, E + N + 2)
-    end;
-chunk_exts(_, _, _) -> error.
-
-ext_value(<<$", Rest/binary>>) -> quoted(Rest, 2);
-ext_value(B) ->
-    case token(B, 0) of
-        {0, _} -> error;
-        {N, Rest} -> {ok, N, Rest}
-    end.
-
-quoted(<<$", Rest/binary>>, L) -> {ok, L, Rest};
-quoted(<<C, Rest/binary>>, L) when C =:= $\t; C =:= $\s; C =:= 16#21; C >= 16#23, C =/= $\\ ->
-    quoted(Rest, L + 1);
-quoted(_, _) -> error.
-
-%% The length of the token at the start of B (RFC 9110 tchar) and what follows it.
-token(B, N) ->
-    case B of
-        <<C, Rest/binary>> ->
-            case is_tchar(C) of
-                true -> token(Rest, N + 1);
-                false -> {N, B}
-            end;
-        <<>> -> {N, B}
-    end.
-
-is_tchar(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
-is_tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
-
-%%% Responses
-
-ct(text) -> {<<"content-type">>, <<"text/plain">>};
-ct(json) -> {<<"content-type">>, <<"application/json">>};
-ct(octet) -> {<<"content-type">>, <<"application/octet-stream">>};
-ct(sse) -> {<<"content-type">>, <<"text/event-stream">>}.
-
--define(NO_CACHE, {<<"cache-control">>, <<"no-cache">>}).
-
-respond(S, _Cfg, Req, root) -> simple(S, Req, 200, [], <<"hello world!">>);
-respond(S, _Cfg, Req, hello) -> simple(S, Req, 200, [ct(text)], <<"Hello, Joe!">>);
-respond(S, _Cfg, Req, json) ->
-    simple(S, Req, 200, [ct(json)], <<"{\"message\":\"Hello, Joe!\"}">>);
-respond(S, Cfg, Req, Route) when Route =:= file_tiny; Route =:= file_small;
-                                 Route =:= file_big ->
-    Size = cbench_fixture:size(Route),
-    case send(S, cbench_http:head(200, [ct(octet)], Size, conn_mode(Req))) of
-        ok when Req#req.method =:= <<"HEAD">> -> ok;
-        ok ->
-            {ok, Fd} = file:open(cbench_fixture:path(Route), [read, raw, binary]),
-            try file:sendfile(Fd, S, 0, Size, []) of
-                {ok, Size} ->
-                    %% send_oct does not count what sendfile wrote.
-                    counters:add(Cfg#cfg.cnt, idx(bytes_written), Size);
-                {ok, _} -> {error, short_sendfile};
-                Error -> Error
-            after
-                file:close(Fd)
-            end;
-        Error -> Error
-    end;
-respond(S, _Cfg, Req, stream) ->
-    streamed(S, Req, [ct(text)], [<<"hello, ">>, <<"Joe!">>]);
-respond(S, _Cfg, Req, stream_small) ->
-    streamed(S, Req, [ct(octet)], lists:duplicate(100, cbench_http:line()));
-respond(S, _Cfg, Req, stream_big) ->
-    streamed(S, Req, [ct(octet)], lists:duplicate(64, cbench_http:bigline()));
-respond(S, _Cfg, Req, sse) ->
-    streamed(S, Req, [ct(sse), ?NO_CACHE],
-             lists:duplicate(32, cbench_http:sse_event(cbench_http:line())));
-respond(S, _Cfg, Req, sse_small) ->
-    streamed(S, Req, [ct(sse), ?NO_CACHE],
-             lists:duplicate(100, cbench_http:sse_event(cbench_http:line())));
-respond(S, _Cfg, Req, sse_big) ->
-    streamed(S, Req, [ct(sse), ?NO_CACHE],
-             lists:duplicate(64, cbench_http:sse_event(cbench_http:bigline())));
-respond(S, Cfg, Req, delay) ->
-    case cbench_http:delay_param(Req#req.target) of
-        {ok, Ms} ->
-            %% A timer in this connection's process: the scheduler serves others meanwhile.
-            receive after Ms -> ok end,
-            simple(S, Req, 200, [ct(text)], <<"ok">>);
-        error ->
-            bump(Cfg, status_400),
-            simple(S, Req, 400, [], <<>>)
-    end;
-respond(S, Cfg, Req, status) ->
-    case cbench_http:status_param(Req#req.target) of
-        {ok, Code} when Code =:= 204; Code =:= 304 ->
-            send(S, cbench_http:head(Code, [], none, conn_mode(Req)));
-        {ok, Code} ->
-            simple(S, Req, Code, [], <<>>);
-        error ->
-            bump(Cfg, status_400),
-            simple(S, Req, 400, [], <<>>)
-    end;
-respond(S, _Cfg, Req, headers) ->
-    simple(S, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers));
-respond(S, Cfg, Req, not_found) ->
-    bump(Cfg, status_404),
-    simple(S, Req, 404, [], <<>>).
-
-simple(S, Req, Status, Headers, Body) ->
-    send(S, [cbench_http:head(Status, Headers, byte_size(Body), conn_mode(Req)),
-             body_unless_head(Req, Body)]).
-
-streamed(S, Req, Headers, Pieces) ->
-    send(S, [cbench_http:head(200, Headers, chunked, conn_mode(Req)),
-             body_unless_head(Req, [[cbench_http:chunk(P) || P <- Pieces],
-                                    cbench_http:last_chunk()])]).
-
-body_unless_head(#req{method = <<"HEAD">>}, _) -> <<>>;
-body_unless_head(_, Body) -> Body.
-
-send(S, Data) ->
-    case gen_tcp:send(S, Data) of
-        ok -> ok;
-        {error, _} = E -> E
-    end.
-
-%% A request that fails while its body is read: the error answer, or, when the answer has already
-%% begun (a streamed echo), a close without a second status.
-fail(S, Cfg, #req{started = true}, Status) ->
-    bump_status(Cfg, Status),
-    _ = gen_tcp:shutdown(S, write),
-    {error, closed};
-fail(S, Cfg, _Req, Status) ->
-    error_close(S, Cfg, Status).
-
-%% An error answer, then a lingering close: shut our side, drop what the peer still sends for a
-%% short while, so that it reads the answer instead of a reset.
-error_close(S, Cfg, Status) ->
-    bump_status(Cfg, Status),
-    _ = gen_tcp:send(S, cbench_http:head(Status, [], 0, close)),
-    _ = gen_tcp:shutdown(S, write),
-    _ = inet:setopts(S, [{packet, raw}]),
-    Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
-    drain(S, Deadline),
-    {error, closed}.
-
-bump_status(Cfg, 400) -> bump(Cfg, status_400);
-bump_status(Cfg, 413) -> bump(Cfg, status_413);
-bump_status(Cfg, 431) -> bump(Cfg, status_431);
-bump_status(_Cfg, _) -> ok.
-
-drain(S, Deadline) ->
-    Left = Deadline - erlang:monotonic_time(millisecond),
-    case Left > 0 andalso gen_tcp:recv(S, 0, Left) of
-        {ok, _} -> drain(S, Deadline);
-        _ -> ok
-    end.

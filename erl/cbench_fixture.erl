@@ -3,9 +3,11 @@
 -module(cbench_fixture).
 
 -compile({no_auto_import, [size/1]}).
--export([path/1, size/1, ensure/0, cleanup/0]).
+-export([path/1, size/1, ensure/0, cleanup/0, bytes/2]).
 
 -define(KEY, {?MODULE, dir}).
+%% The block generated bodies are sliced from: 261 periods of 251 bytes (65,511 bytes).
+-define(BLOCK, 65511).
 
 %% @doc The size in bytes of a fixture file.
 -spec size(file_tiny | file_small | file_big) -> pos_integer().
@@ -24,6 +26,26 @@ content(Route) ->
     Period = list_to_binary(lists:seq(0, 250)),
     N = size(Route),
     binary:part(binary:copy(Period, N div 251 + 1), 0, N).
+
+%% @doc Len bytes of the generated content (byte i is i rem 251) from offset Off, as slices of one
+%% block made once per node: the stubs' `{bytes, N}' bodies of the ehttpd engine.
+-spec bytes(non_neg_integer(), non_neg_integer()) -> iodata().
+bytes(Off, Len) ->
+    Block = case persistent_term:get({?MODULE, block}, undefined) of
+                undefined ->
+                    B = binary:part(binary:copy(list_to_binary(lists:seq(0, 250)), 263), 0,
+                                    ?BLOCK + 251),
+                    persistent_term:put({?MODULE, block}, B),
+                    B;
+                B -> B
+            end,
+    slices(Block, Off rem 251, Len).
+
+slices(_Block, _Start, 0) -> [];
+slices(Block, Start, Len) when Len =< ?BLOCK -> [binary_part(Block, Start, Len)];
+slices(Block, Start, Len) ->
+    %% ?BLOCK is a multiple of 251, so the next slice starts at the same phase.
+    [binary_part(Block, Start, ?BLOCK) | slices(Block, Start, Len - ?BLOCK)].
 
 %% @doc Writes the files once per node and returns their directory.
 -spec ensure() -> file:filename_all().

@@ -5,15 +5,8 @@
 %%% once a second, so that a request never formats a date itself.
 -module(cbench_http).
 
--export([date_value/1, head/4, chunk/1, last_chunk/0,
-         line/0, bigline/0, sse_event/1, headers_json/1, route/1, status_param/1, delay_param/1,
-         route_names/0, lower/1]).
-
--export_type([route/0]).
-
--type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big
-               | stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status
-               | headers | not_found.
+-export([date_value/1, head/4, chunk/1, last_chunk/0, line/0, bigline/0, sse_event/1,
+         headers_json/1, status_param/1, delay_param/1, lower/1]).
 
 -define(CLOCK_TAB, cbench_clock).
 
@@ -181,31 +174,6 @@ escape_byte(C) -> <<C>>.
 -spec lower(binary()) -> binary().
 lower(Bin) -> << <<(if C >= $A, C =< $Z -> C + 32; true -> C end)>> || <<C>> <= Bin >>.
 
-%% @doc The route of a request path (the target before the first `?') and the methods it allows.
-%% The parameter of /delay and /status is checked later, after the method (405 before 400).
--spec route(binary()) -> {route(), get | post | any}.
-route(Target) ->
-    path_route(strip_query(Target)).
-
-path_route(<<"/">>) -> {root, get};
-path_route(<<"/hello">>) -> {hello, get};
-path_route(<<"/json">>) -> {json, get};
-path_route(<<"/echo">>) -> {echo, post};
-path_route(<<"/echo/chunked">>) -> {echo_chunked, post};
-path_route(<<"/file/tiny">>) -> {file_tiny, get};
-path_route(<<"/file/small">>) -> {file_small, get};
-path_route(<<"/file/big">>) -> {file_big, get};
-path_route(<<"/stream">>) -> {stream, get};
-path_route(<<"/stream/small">>) -> {stream_small, get};
-path_route(<<"/stream/big">>) -> {stream_big, get};
-path_route(<<"/sse">>) -> {sse, get};
-path_route(<<"/sse/small">>) -> {sse_small, get};
-path_route(<<"/sse/big">>) -> {sse_big, get};
-path_route(<<"/delay/", _/binary>>) -> {delay, get};
-path_route(<<"/status/", _/binary>>) -> {status, get};
-path_route(<<"/headers">>) -> {headers, get};
-path_route(_) -> {not_found, any}.
-
 %% @doc The milliseconds of a /delay/{ms} target: 1 to 5 digits, at most 60000.
 -spec delay_param(binary()) -> {ok, 0..60000} | error.
 delay_param(Target) ->
@@ -237,9 +205,3 @@ digits(Path, Prefix, MaxDigits, Min, Max) ->
             end;
         _ -> error
     end.
-
-%% @doc The route names in the order of cb_route_id in include/cbench.h.
--spec route_names() -> [route()].
-route_names() ->
-    [root, hello, json, echo, echo_chunked, file_tiny, file_small, file_big, stream, stream_small,
-     stream_big, sse, sse_small, sse_big, delay, status, headers, not_found].

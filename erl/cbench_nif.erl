@@ -4,15 +4,26 @@
 -module(cbench_nif).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
--export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1]).
+-export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
+         journal_notify/2, down/1, up/1]).
+-export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
+         route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
+         requests_clear_nif/1, journal_listen_nif/2]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1},
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+              {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
+              {journal_notify, 2}, {down, 1}, {up, 1},
               %% The NIFs themselves (the test suites call them directly).
-              {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1}]).
+              {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1},
+              {down_nif, 1}, {up_nif, 1}, {route_add_nif, 3}, {route_remove_nif, 2},
+              {route_reset_nif, 1}, {stubs_nif, 1}, {requests_nif, 2}, {requests_clear_nif, 1},
+              {journal_listen_nif, 2}]).
 
 -on_load(init/0).
 
--nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1]).
+-nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
+       route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
+       requests_clear_nif/1, journal_listen_nif/2]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -71,6 +82,46 @@ stats(H) -> stats_nif(H).
 -spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()]}.
 info(H) -> info_nif(H).
 
+%% @doc Adds a stub (canonical terms); dirty I/O: returns once every worker uses the new table.
+-spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
+          {{ok, pos_integer()} | {error, term()}, handle()}.
+route_add(H, Match, Response) ->
+    {cbench_c_terms:add_result(route_add_nif(H, cbench_c_terms:match(Match), Response), Response),
+     H}.
+
+%% @doc Removes a stub; {error, not_found} for an unknown id.
+-spec route_remove(handle(), pos_integer()) -> {ok | {error, term()}, handle()}.
+route_remove(H, Id) -> {cbench_c_terms:remove_result(route_remove_nif(H, Id)), H}.
+
+%% @doc Removes every stub.
+-spec routes_reset(handle()) -> {ok | {error, term()}, handle()}.
+routes_reset(H) -> {route_reset_nif(H), H}.
+
+%% @doc The stubs with their names, hits and uses left.
+-spec stubs(handle()) -> [map()] | {error, stopped}.
+stubs(H) -> stubs_nif(H).
+
+%% @doc The journal's entries that may match a canonical filter (the engine applies part of it).
+-spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()] | {error, term()}.
+journal(H, Filter) -> requests_nif(H, cbench_c_terms:filter(Filter)).
+
+%% @doc Empties the journal.
+-spec journal_clear(handle()) -> ok | {error, term()}.
+journal_clear(H) -> requests_clear_nif(H).
+
+%% @doc Turns on or off the `{cbench_journal, Seq}' messages to the calling process.
+-spec journal_notify(handle(), boolean()) -> ok | {error, term()}.
+journal_notify(H, true) -> journal_listen_nif(H, self());
+journal_notify(H, false) -> journal_listen_nif(H, false).
+
+%% @doc Closes the listeners and every connection (returns once they are closed).
+-spec down(handle()) -> {ok | {error, term()}, handle()}.
+down(H) -> {down_nif(H), H}.
+
+%% @doc Listens again on the same port.
+-spec up(handle()) -> {ok | {error, term()}, handle()}.
+up(H) -> {up_nif(H), H}.
+
 %% @private
 start_nif(_Opts) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
@@ -81,3 +132,21 @@ stats_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 port_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 info_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+down_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+up_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+route_add_nif(_H, _Match, _Response) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+route_remove_nif(_H, _Id) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+route_reset_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+stubs_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+requests_nif(_H, _Filter) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+requests_clear_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+journal_listen_nif(_H, _PidOrFalse) -> erlang:nif_error({not_loaded, ?MODULE}).

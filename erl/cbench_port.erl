@@ -4,10 +4,14 @@
 -module(cbench_port).
 
 -export([start/1, stop/1, port/1, stats/1, info/1, handle_info/2, exe_path/0]).
+-export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
+         journal_notify/2, down/1, up/1]).
 %% Lower level, for tests of the program itself.
 -export([open/0, request/3]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
+              {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
+              {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
               %% For the test suites of the program itself.
               {exe_path, 0}, {open, 0}, {request, 3}]).
 
@@ -16,6 +20,9 @@
 -record(h, {port :: port(), tcp_port :: inet:port_number(), threads :: pos_integer(),
             cpus :: [integer()], stop_timeout :: non_neg_integer()}).
 -opaque handle() :: #h{}.
+
+%% Engine calls wait for every worker, normally microseconds.
+-define(CALL_TIMEOUT, 30000).
 
 %% @doc Where the port program is: priv/ of the cbench application, or next to ebin/.
 -spec exe_path() -> file:filename().
@@ -60,21 +67,28 @@ open() ->
     end.
 
 %% @doc Sends one request and waits for its reply; a program that exits instead gives
-%% {error, {port_exited, Status}}.
+%% {error, {port_exited, Status}}. The journal's wake-ups that arrive meanwhile (unsolicited
+%% `{cbench_journal, Seq}' frames) are passed on to the calling process as messages.
 -spec request(port(), term(), timeout()) -> term().
 request(Port, Term, Timeout) ->
     try port_command(Port, term_to_binary(Term)) of
-        true ->
-            receive
-                {Port, {data, Bin}} -> binary_to_term(Bin);
-                {Port, {exit_status, Status}} -> {error, {port_exited, Status}}
-            after Timeout ->
-                {error, timeout}
-            end
+        true -> reply(Port, erlang:monotonic_time(millisecond) + Timeout)
     catch error:badarg ->
             receive {Port, {exit_status, Status}} -> {error, {port_exited, Status}}
             after 0 -> {error, port_closed}
             end
+    end.
+
+reply(Port, Deadline) ->
+    receive
+        {Port, {data, Bin}} ->
+            case binary_to_term(Bin) of
+                {cbench_journal, _} = Wake -> self() ! Wake, reply(Port, Deadline);
+                Reply -> Reply
+            end;
+        {Port, {exit_status, Status}} -> {error, {port_exited, Status}}
+    after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
+        {error, timeout}
     end.
 
 %% @doc Stops the engine, then closes the program (which exits 0 on EOF).
@@ -109,8 +123,63 @@ stats(#h{port = Port}) ->
         Error -> Error
     end.
 
+%% @doc Adds a stub (canonical terms); returns once every worker uses the new table.
+-spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
+          {{ok, pos_integer()} | {error, term()}, handle()}.
+route_add(H = #h{port = Port}, Match, Response) ->
+    Reply = request(Port, {route_add, cbench_c_terms:match(Match), Response}, ?CALL_TIMEOUT),
+    {cbench_c_terms:add_result(Reply, Response), H}.
+
+%% @doc Removes a stub; {error, not_found} for an unknown id.
+-spec route_remove(handle(), pos_integer()) -> {ok | {error, term()}, handle()}.
+route_remove(H = #h{port = Port}, Id) ->
+    {cbench_c_terms:remove_result(request(Port, {route_remove, Id}, ?CALL_TIMEOUT)), H}.
+
+%% @doc Removes every stub.
+-spec routes_reset(handle()) -> {ok | {error, term()}, handle()}.
+routes_reset(H = #h{port = Port}) -> {request(Port, route_reset, ?CALL_TIMEOUT), H}.
+
+%% @doc The stubs with their names, hits and uses left.
+-spec stubs(handle()) -> [map()] | {error, term()}.
+stubs(#h{port = Port}) ->
+    case request(Port, stubs, ?CALL_TIMEOUT) of
+        {ok, List} -> List;
+        Error -> Error
+    end.
+
+%% @doc The journal's entries that may match a canonical filter (the engine applies part of it).
+-spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()] | {error, term()}.
+journal(#h{port = Port}, Filter) ->
+    case request(Port, {requests, cbench_c_terms:filter(Filter)}, ?CALL_TIMEOUT) of
+        {ok, Entries} -> Entries;
+        Error -> Error
+    end.
+
+%% @doc Empties the journal.
+-spec journal_clear(handle()) -> ok | {error, term()}.
+journal_clear(#h{port = Port}) -> request(Port, requests_clear, ?CALL_TIMEOUT).
+
+%% @doc Turns on or off the `{cbench_journal, Seq}' messages to the calling process (the port's
+%% owner, which gets the program's frames).
+-spec journal_notify(handle(), boolean()) -> ok | {error, term()}.
+journal_notify(#h{port = Port}, On) -> request(Port, {journal_listen, On}, ?CALL_TIMEOUT).
+
+%% @doc Closes the listeners and every connection (returns once they are closed).
+-spec down(handle()) -> {ok | {error, term()}, handle()}.
+down(H = #h{port = Port}) -> {request(Port, down, ?CALL_TIMEOUT), H}.
+
+%% @doc Listens again on the same port.
+-spec up(handle()) -> {ok | {error, term()}, handle()}.
+up(H = #h{port = Port}) -> {request(Port, up, ?CALL_TIMEOUT), H}.
+
 %% @doc Messages for the owning cbench_server: the program exiting by itself ends the server.
 -spec handle_info(term(), handle()) -> {ok, handle()} | {stop, term()} | false.
+handle_info({Port, {data, Bin}}, H = #h{port = Port}) ->
+    case binary_to_term(Bin) of
+        {cbench_journal, _} = Wake -> self() ! Wake;
+        _ -> ok  % a reply that came after its request timed out
+    end,
+    {ok, H};
 handle_info({Port, {exit_status, Status}}, #h{port = Port}) ->
     {stop, {port_exited, Status}};
 handle_info({'EXIT', Port, Reason}, #h{port = Port}) when Reason =/= normal ->

@@ -20,6 +20,8 @@
                   enable_h2 => boolean(),
                   enable_h1 => boolean(),
                   h2_max_concurrent_streams => 1..1048576,
+                  journal => 0..10000000,
+                  journal_body_bytes => 0..67108864,
                   close => boolean()}.
 
 -type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,
@@ -82,6 +84,14 @@ options() ->
        default => 128, allowed => {integer, 1, 1048576},
        engines => [nif, port, ehttpd],
        doc => "SETTINGS_MAX_CONCURRENT_STREAMS"},
+     #{key => journal, name => journal, type => integer, min => 0, max => 10000000,
+       default => 10000, allowed => {integer, 0, 10000000},
+       engines => [nif, port, ehttpd],
+       doc => "requests kept in the request journal (the newest); 0 disables it"},
+     #{key => journal_body_bytes, name => journal_body_bytes, type => integer, min => 0, max => 67108864,
+       default => 65536, allowed => {integer, 0, 67108864},
+       engines => [nif, port, ehttpd],
+       doc => "request body bytes kept per journaled request"},
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],

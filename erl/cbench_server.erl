@@ -1,14 +1,22 @@
 %%% @doc One running server of any engine: a process under cbench_server_sup that owns the engine
 %%% (the NIF resource, the port, or the ehttpd listener and acceptors) and stops it in terminate/2.
+%%% Besides the engine it keeps what is the same for every engine: the expectations of
+%%% cbench:expect/4 and the callers of cbench:await/4, woken by `{cbench_journal, Seq}' messages
+%%% that the engine sends while someone waits.
 %%%
 %%% The engine modules share one shape: start(Opts) -> {ok, H} | {error, R}, stop(H), port(H),
-%%% stats(H), info(H), and for engines that get messages (the port), handle_info(Msg, H).
+%%% stats(H), info(H); route_add(H, Match, Response), route_remove(H, Id), routes_reset(H),
+%%% down(H) and up(H), each -> {Reply, H1}; stubs(H), journal(H, Filter) (the entries that may
+%%% match a canonical filter: at least those after its `since'), journal_clear(H),
+%%% journal_notify(H, Bool); and for engines that get messages (the port), handle_info(Msg, H).
 -module(cbench_server).
 -behaviour(gen_server).
 
--export([start_link/3, call/2]).
+-export([start_link/3, call/2, call/3]).
 -ignore_xref([{start_link, 3}]). %% the child spec of cbench_server_sup
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
+
+-define(CALL_TIMEOUT, 60000).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.
 %% Owner (a pid, or none): a process linked to the server, whose exit stops it.
@@ -16,15 +24,20 @@
 start_link(Engine, Opts, Owner) ->
     proc_lib:start_link(?MODULE, init, [{Engine, Opts, Owner}]).
 
-%% @doc A synchronous request to a server: port, stats, info, or {error, not_running}.
--spec call(pid(), port | stats | info) -> term().
+%% @doc A synchronous request to a server, or {error, not_running}.
+-spec call(pid(), term()) -> term().
 call(Pid, Req) ->
+    call(Pid, Req, ?CALL_TIMEOUT).
+
+%% @doc The same with a timeout (await/4 waits longer than the default minute).
+-spec call(pid(), term(), timeout()) -> term().
+call(Pid, Req, Timeout) ->
     %% Only servers are called: any other pid (a dead server, a shell) answers not_running
     %% instead of timing out.
     case whereis(cbench_server_sup) =/= undefined andalso
         lists:member(Pid, cbench_server_sup:servers()) of
         true ->
-            try gen_server:call(Pid, Req, 60000)
+            try gen_server:call(Pid, Req, Timeout)
             catch exit:{Reason, _} when Reason =:= noproc; Reason =:= normal;
                                         Reason =:= shutdown ->
                     {error, not_running}
@@ -51,7 +64,8 @@ init({Engine, Opts, Owner}) ->
             _ = is_pid(Owner) andalso link(Owner),
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
-                                                 opts => Opts, owner => Owner});
+                                                 opts => Opts, owner => Owner, expects => [],
+                                                 stubs => #{}, waiters => cbench_waiters:new()});
         {error, Reason} ->
             proc_lib:init_ack({error, Reason}),
             exit(normal)
@@ -65,8 +79,93 @@ handle_call(stats, _From, S = #{mod := Mod, handle := H}) ->
 handle_call(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
+handle_call({stub, Match, Response}, _From, S) ->
+    add_stub(S, Match, Response);
+handle_call({expect, Match, Response, Count}, _From, S) ->
+    case add_stub(S, Match, Response) of
+        {reply, {ok, Id}, S1 = #{expects := Es}} ->
+            E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
+            {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
+        Other -> Other
+    end;
+handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
+    {reply, Reply, S1} = engine(S, route_remove, [Id]),
+    {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
+                       stubs := maps:remove(Id, Stubs)}};
+handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
+    Reply = case Mod:stubs(H) of
+                {error, _} = Error -> Error;
+                Infos -> lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
+                                    [maps:merge(Info, maps:get(Id, Stubs, #{}))
+                                     || Info = #{id := Id} <- Infos])
+            end,
+    {reply, Reply, S};
+handle_call(reset, _From, S) ->
+    {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
+    Cleared = Mod:journal_clear(H),
+    {reply, case Reply of ok -> Cleared; _ -> Reply end, S1#{expects := [], stubs := #{}}};
+handle_call({requests, Filter}, _From, S) ->
+    Reply = case journal(S, Filter) of
+                {error, _} = Error -> Error;
+                Entries -> cbench_journal:filter(Filter, Entries)
+            end,
+    {reply, Reply, S};
+handle_call(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Mod:journal_clear(H), S};
+handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
+    Reply = case Mod:stubs(H) of
+                {error, _} = Error -> Error;
+                Infos ->
+                    Hits = maps:from_list([{Id, N} || #{id := Id, hits := N} <- Infos]),
+                    cbench_expect:verify(Es, Hits, journal(S, everything(0)))
+            end,
+    {reply, Reply, S};
+handle_call({await, _, _, _}, _From, S = #{opts := #{journal := 0}}) ->
+    {reply, {error, journal_disabled}, S};
+handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
+            S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    %% Wake-ups are turned on before the journal is read, so that a request recorded in between
+    %% is either in what is read or announced by a message.
+    cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, true),
+    case journal(S, everything(Since)) of
+        {error, _} = Error ->
+            cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),
+            {reply, Error, S};
+        Entries ->
+            {Ws1, Replies} = cbench_waiters:add(Ws, From, Filter, Count, {Entries, Timeout}),
+            {noreply, answer(Replies, S#{waiters := Ws1})}
+    end;
+handle_call(down, _From, S) ->
+    engine(S, down, []);
+handle_call(up, _From, S) ->
+    engine(S, up, []);
 handle_call(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
+
+%% The journal's entries that may match Filter, or {error, journal_disabled}.
+journal(#{opts := #{journal := 0}}, _Filter) -> {error, journal_disabled};
+journal(#{mod := Mod, handle := H}, Filter) -> Mod:journal(H, Filter).
+
+everything(Since) -> #{since => Since, methods => any, path => any, stub => any}.
+
+%% The canonical terms of each stub are kept here, so that stubs/1 shows them for every engine.
+add_stub(S = #{stubs := Stubs}, Match, Response) ->
+    case engine(S, route_add, [Match, Response]) of
+        {reply, {ok, Id}, S1} ->
+            {reply, {ok, Id}, S1#{stubs := Stubs#{Id => #{match => Match, response => Response}}}};
+        Other -> Other
+    end.
+
+%% A call that changes the engine's handle.
+engine(S = #{mod := Mod, handle := H}, Fun, Args) ->
+    {Reply, H1} = apply(Mod, Fun, [H | Args]),
+    {reply, Reply, S#{handle := H1}}.
+
+%% Sends the replies of waiters that are done; with nobody left waiting, the engine stops waking us.
+answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    [gen_server:reply(From, Reply) || {From, Reply} <- Replies],
+    Replies =/= [] andalso cbench_waiters:is_empty(Ws) andalso Mod:journal_notify(H, false),
+    S.
 
 %% @private
 handle_cast(_Msg, S) -> {noreply, S}.
@@ -75,6 +174,19 @@ handle_cast(_Msg, S) -> {noreply, S}.
 handle_info({'EXIT', Owner, _Reason}, S = #{owner := Owner}) ->
     %% The process of start_link_server/2 exited: the server goes with it.
     {stop, shutdown, S};
+handle_info({cbench_journal, _Seq}, S = #{waiters := Ws}) ->
+    %% A burst of requests sends a burst of wake-ups: one read serves them all.
+    flush_journal_messages(),
+    case cbench_waiters:is_empty(Ws) orelse journal(S, everything(cbench_waiters:since(Ws))) of
+        true -> {noreply, S};
+        {error, _} -> {noreply, S};
+        Entries ->
+            {Ws1, Replies} = cbench_waiters:feed(Ws, Entries),
+            {noreply, answer(Replies, S#{waiters := Ws1})}
+    end;
+handle_info({cbench_await_timeout, Ref}, S = #{waiters := Ws}) ->
+    {Ws1, Replies} = cbench_waiters:expire(Ws, Ref),
+    {noreply, answer(Replies, S#{waiters := Ws1})};
 handle_info({'EXIT', _From, Reason} = Msg, S = #{mod := Mod, handle := H}) ->
     case erlang:function_exported(Mod, handle_info, 2) andalso Mod:handle_info(Msg, H) of
         {ok, H1} -> {noreply, S#{handle := H1}};
@@ -90,8 +202,14 @@ handle_info(Msg, S = #{mod := Mod, handle := H}) ->
         false -> {noreply, S}
     end.
 
+flush_journal_messages() ->
+    receive {cbench_journal, _} -> flush_journal_messages()
+    after 0 -> ok
+    end.
+
 %% @private
-terminate(Reason, #{mod := Mod, handle := H, owner := Owner}) ->
+terminate(Reason, #{mod := Mod, handle := H, owner := Owner, waiters := Ws}) ->
+    [gen_server:reply(From, Reply) || {From, Reply} <- cbench_waiters:cancel_all(Ws)],
     %% A stop (stop_server/1, the application stopping) does not take the owner of
     %% start_link_server/2 down; a crash still reaches it through the link.
     _ = is_pid(Owner) andalso stopped(Reason) andalso unlink(Owner),

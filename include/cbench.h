@@ -4,7 +4,8 @@
  *
  * Threads: every function here may be called from any thread, but calls on one server must not race with
  * cb_server_stop() on that server (stop frees it). The engine runs its own worker threads; nothing in this
- * API calls back into the caller's code, and nothing in the library prints.
+ * API calls back into the caller's code except a journal listener the caller installs, and nothing in the
+ * library prints.
  *
  * Errors: functions return 0 (or a non-negative value) on success and a negative error code on failure:
  * libuv's UV_E* codes where one fits (UV_EADDRINUSE, UV_EINVAL, UV_ENOMEM, ...) and CB_E* below otherwise.
@@ -37,6 +38,8 @@ extern "C" {
 #define CB_ENOMEM (-ENOMEM)
 #define CB_EADDRINUSE (-EADDRINUSE)
 #define CB_EACCES (-EACCES)
+#define CB_ENOENT (-ENOENT)
+#define CB_EBUSY (-EBUSY)
 #define CB_EAI_NONAME (-3008) /* UV_EAI_NONAME: a host name that does not resolve */
 
 /* Error codes of cbench's own (libuv's codes are small negative errno values; these stay clear of them). */
@@ -73,30 +76,14 @@ typedef struct cb_config_s {
   int enable_h1;               /* serve HTTP/1.0 and HTTP/1.1; default 1. 0 with enable_h2: an h2c-only
                                 * listener, where anything but the HTTP/2 client preface gets
                                 * GOAWAY(PROTOCOL_ERROR) and a close. Both 0: UV_EINVAL */
+  unsigned journal;            /* requests kept in the request journal (the newest ones, over all workers);
+                                * 0 disables it. 0..CB_JOURNAL_MAX; default 10000 */
+  size_t journal_body_bytes;   /* request body bytes kept per journaled request (the full length is always
+                                * recorded). 0..CB_JOURNAL_BODY_MAX; default 65536 */
 } cb_config_t;
 
-/* The routes of the fixture table, as indexes into cb_stats_t.requests_by_route. */
-typedef enum {
-  CB_ROUTE_ROOT,
-  CB_ROUTE_HELLO,
-  CB_ROUTE_JSON,
-  CB_ROUTE_ECHO,
-  CB_ROUTE_ECHO_CHUNKED,
-  CB_ROUTE_FILE_TINY,
-  CB_ROUTE_FILE_SMALL,
-  CB_ROUTE_FILE_BIG,
-  CB_ROUTE_STREAM,
-  CB_ROUTE_STREAM_SMALL,
-  CB_ROUTE_STREAM_BIG,
-  CB_ROUTE_SSE,
-  CB_ROUTE_SSE_SMALL,
-  CB_ROUTE_SSE_BIG,
-  CB_ROUTE_DELAY,
-  CB_ROUTE_STATUS,
-  CB_ROUTE_HEADERS,
-  CB_ROUTE_NOT_FOUND, /* requests answered 404 */
-  CB_ROUTE_COUNT
-} cb_route_id;
+#define CB_JOURNAL_MAX 10000000u
+#define CB_JOURNAL_BODY_MAX (64u << 20)
 
 /* Protocols, as indexes into the per-protocol counters. */
 typedef enum {
@@ -111,8 +98,7 @@ typedef struct cb_stats_s {
   uint64_t conns_accepted;
   uint64_t conns_open;
   uint64_t conns_closed;
-  uint64_t requests; /* every request that reached a route or was answered 404/405 */
-  uint64_t requests_by_route[CB_ROUTE_COUNT];
+  uint64_t requests; /* every request that reached a route or was answered 404/405; by route: cb_server_route_counts() */
   uint64_t conns_by_proto[CB_PROTO_COUNT];    /* a connection upgraded to h2c counts under HTTP1 and UPGRADE */
   uint64_t requests_by_proto[CB_PROTO_COUNT]; /* the upgrade request itself counts under H2C_UPGRADE */
   uint64_t bytes_read;
@@ -226,15 +212,278 @@ CB_EXTERN int cb_server_stop(cb_server_t *srv);
  * has stopped: requests finished while draining, their bytes and the closed connections included (stats read
  * before a stop miss them). Returns 0, or UV_EINVAL for a NULL srv. Must not be called from a worker thread. */
 CB_EXTERN int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final);
+/* ==== Routes as data: stubs ====
+ *
+ * Every server answers from one route table. The fixture routes of the README are its default entries; stubs
+ * added at run time come before them. A route is a match (methods, path pattern, header and query matchers,
+ * priority) and an answer. Matching, for each request, in this order: routes with a higher `priority` first,
+ * among equal priorities the newest first, the fixture routes last; the first route whose path, headers, query
+ * and method all match answers (a stub whose `times` are used up is skipped). When none matches: 405 with an
+ * `allow` header when some route's path, headers and query matched but not its method (allow lists the union of
+ * those routes' methods in the order GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, TRACE), otherwise
+ * 404. A route that allows GET answers HEAD too (headers only).
+ *
+ * Tables are immutable values: every change builds a new table and hands it to every worker; the calls below
+ * return once every worker uses it, so a request sent after cb_server_route_add() returns sees the new stub.
+ * A request that began under the old table is answered from it, and the old table (with the stub bytes its
+ * responses reference) is freed once no worker and no queued response uses it.
+ *
+ * Threads: these functions may be called from any thread except an engine worker (from a worker, for example
+ * inside a journal listener, they return UV_EBUSY); calls on one server are serialised. They block until every
+ * worker has run the command (normally microseconds; at most as long as a worker's current loop iteration). */
+
+/* Bytes with a length. Strings in this API are never required to be NUL-terminated. An absent value is
+ * {NULL, 0}; an empty one is {"", 0}. */
+typedef struct cb_str_s {
+  const char *ptr;
+  size_t len;
+} cb_str_t;
+
+/* A cb_str_t for a string literal: CB_S("/hello"). */
+#define CB_S(lit) ((cb_str_t){(lit), sizeof(lit) - 1})
+
+/* Methods a route matches, as bits of cb_match_t.methods. 0 matches every method. Methods other than these nine
+ * are answered 501 before any route is looked at (docs/wire.md). */
+enum {
+  CB_METHOD_GET = 1 << 0, /* GET implies HEAD */
+  CB_METHOD_HEAD = 1 << 1,
+  CB_METHOD_POST = 1 << 2,
+  CB_METHOD_PUT = 1 << 3,
+  CB_METHOD_DELETE = 1 << 4,
+  CB_METHOD_PATCH = 1 << 5,
+  CB_METHOD_OPTIONS = 1 << 6,
+  CB_METHOD_CONNECT = 1 << 7,
+  CB_METHOD_TRACE = 1 << 8,
+  CB_METHOD_ALL = (1 << 9) - 1
+};
+
+/* The bit of a method name ("GET" -> CB_METHOD_GET; case-sensitive, as methods are), or 0 for another name. */
+CB_EXTERN unsigned cb_method_bit(cb_str_t name);
+
+/* A header or query-parameter matcher. name: a header name (compared without case) or a query parameter name
+ * (compared after percent-decoding, '+' as space). value: {NULL, 0} matches when the header or parameter is
+ * present (with any value); otherwise it must equal `value` exactly (query values percent-decoded first). A
+ * repeated header or parameter matches when any of its occurrences does. */
+typedef struct cb_matcher_s {
+  cb_str_t name;
+  cb_str_t value;
+} cb_matcher_t;
+
+/* Which requests a route answers.
+ * path is a pattern over the request path (the target before '?', compared as received, not decoded):
+ *   "/hello"           exactly this path;
+ *   "/files/" "*"      (one string, split here because a C comment cannot hold slash-star): every path that
+ *                      starts with "/files/"; a trailing '*' makes a prefix of what precedes it;
+ *   "/users/{id}/x"    segment by segment, where "{name}" matches one non-empty segment (no '/') and names a
+ *                      path parameter (at most CB_MAX_PATH_PARAMS per pattern; a segment is a parameter or
+ *                      literal text, not both).
+ * It must start with '/', may hold no control characters and no '?', and is at most CB_MAX_PATH bytes. */
+typedef struct cb_match_s {
+  unsigned methods; /* CB_METHOD_* bits; 0: any method */
+  cb_str_t path;
+  const cb_matcher_t *headers; /* all must match; at most CB_MAX_MATCHERS */
+  size_t nheaders;
+  const cb_matcher_t *query; /* all must match; at most CB_MAX_MATCHERS */
+  size_t nquery;
+  int priority; /* higher first; default 0. Fixture routes come after every stub whatever its priority */
+} cb_match_t;
+
+#define CB_MAX_PATH 4096
+#define CB_MAX_PATH_PARAMS 8
+#define CB_MAX_MATCHERS 32
+#define CB_MAX_HEADERS 64 /* response headers of a stub */
+#define CB_MAX_NAME 128   /* bytes of a route name */
+
+/* A response header: name (an RFC 9110 token, sent lowercased) and value (no CR, LF or NUL). */
+typedef struct cb_header_s {
+  cb_str_t name;
+  cb_str_t value;
+} cb_header_t;
+
+/* How a stub's body is given. */
+typedef enum {
+  CB_BODY_BYTES,     /* body: the bytes, copied by cb_server_route_add (may be empty) */
+  CB_BODY_GENERATED, /* body_size bytes of fixture content: byte i is i % 251, like the fixture files */
+  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. Up to 1 MiB it is read into
+                      * memory then (served like bytes); a bigger one is sent with sendfile(2) from the open
+                      * file, never mapped: if it shrinks later, the responses that reach past its end are cut
+                      * short (their connections closed) instead of faulting */
+} cb_body_kind;
+
+/* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
+ * content-length, or transfer-encoding: chunked over HTTP/1.1 when chunks > 0. */
+typedef struct cb_response_s {
+  int status;                 /* 200..599; 204 and 304 must have an empty body */
+  const cb_header_t *headers; /* sent in this order after date, repeated names allowed; not content-length,
+                               * transfer-encoding, connection, keep-alive, upgrade, te, proxy-connection or date
+                               * (the engine writes those). At most CB_MAX_HEADERS */
+  size_t nheaders;
+  cb_body_kind body_kind;
+  cb_str_t body;      /* CB_BODY_BYTES: the bytes; CB_BODY_FILE: the path */
+  uint64_t body_size; /* CB_BODY_GENERATED: the length */
+  unsigned delay_ms;  /* wait this long (from the end of the request) before the head; 0..3600000 */
+  unsigned chunks;    /* 0: the body in one piece with content-length. N > 0: the body as N pieces of nearly
+                       * equal size (N <= body length unless the body is empty and N is 1), streamed: one chunk
+                       * each over HTTP/1.1, one or more DATA frames each over h2c (a frame never spans two
+                       * pieces), each piece after `interval_ms` from the previous one */
+  unsigned interval_ms; /* 0..3600000 */
+  uint64_t times;       /* 0: answer forever. N: answer N times, then the stub is spent and matching goes on
+                         * past it as if it were not there (counted across workers with one atomic per hit) */
+} cb_response_t;
+
+/* A stub: a named match plus a response. */
+typedef struct cb_stub_s {
+  cb_str_t name; /* {NULL, 0}: "stub_<id>". 1..CB_MAX_NAME printable ASCII bytes, no space. Names need not be
+                  * unique: counts by name (cb_server_route_counts) add up the routes of one name */
+  cb_match_t match;
+  cb_response_t response;
+} cb_stub_t;
+
+/* Adds a stub in front of the table. The library copies everything it needs (strings, header lists, body
+ * bytes; a CB_BODY_FILE is opened, and read when small) before returning: `stub` and everything it points to may be
+ * freed at once. On success *id is the stub's id: unique for the server's life, starting at 1.
+ * Errors: UV_EINVAL (a bad field: see the limits above), CB_ELIMIT (more than CB_MAX_ROUTES routes live), the
+ * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
+ * UV_EBUSY (called from a worker thread). */
+CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
+
+#define CB_MAX_ROUTES 100000
+
+/* Removes the stub `id`. Requests already dispatched to it finish. Errors: UV_ENOENT (no such stub: never
+ * added, removed, or dropped by reset), UV_EINVAL, UV_EBUSY. */
+CB_EXTERN int cb_server_route_remove(cb_server_t *srv, uint64_t id);
+
+/* Removes every stub: the table is the fixture table again. Their counts go with them (see
+ * cb_server_route_counts); ids are never reused. The journal is not touched (cb_server_requests_clear).
+ * Errors: UV_EINVAL, UV_EBUSY. */
+CB_EXTERN int cb_server_route_reset(cb_server_t *srv);
+
+/* One stub as listed by cb_server_stubs(). The strings are NUL-terminated copies owned by the list. */
+typedef struct cb_stub_info_s {
+  uint64_t id;
+  cb_str_t name;
+  cb_str_t path;    /* the pattern as given */
+  unsigned methods; /* CB_METHOD_* bits, 0 = any */
+  int priority;
+  int status;
+  uint64_t times; /* as given; 0 = unlimited */
+  uint64_t hits;  /* requests this stub answered (not counting 405s on its path) */
+  int spent;      /* times > 0 and all used */
+} cb_stub_info_t;
+
+typedef struct cb_stub_list_s {
+  size_t count;
+  cb_stub_info_t *items; /* in matching order (first match first) */
+} cb_stub_list_t;
+
+/* Lists the live stubs. *out is allocated; free it with cb_stub_list_free(). Does not wait for the workers
+ * (counts are read lock-free). Errors: UV_EINVAL, UV_ENOMEM. */
+CB_EXTERN int cb_server_stubs(cb_server_t *srv, cb_stub_list_t **out);
+CB_EXTERN void cb_stub_list_free(cb_stub_list_t *list);
+
+/* Requests per route name, for the routes in the table now (fixture routes and live stubs) plus "not_found"
+ * (requests answered 404). A request answered 405 counts under the first route whose path matched. A route
+ * that is removed takes its count with it; the fixture routes' counts last for the server's life. */
+typedef struct cb_route_count_s {
+  cb_str_t name; /* NUL-terminated, owned by the list */
+  uint64_t requests;
+} cb_route_count_t;
+
+typedef struct cb_route_counts_s {
+  size_t count;
+  cb_route_count_t *items; /* fixture routes in table order, "not_found", then stub names in order of addition */
+} cb_route_counts_t;
+
+/* Errors: UV_EINVAL, UV_ENOMEM. Lock-free like cb_server_stats(); free with cb_route_counts_free(). */
+CB_EXTERN int cb_server_route_counts(cb_server_t *srv, cb_route_counts_t **out);
+CB_EXTERN void cb_route_counts_free(cb_route_counts_t *counts);
+
+/* ==== The request journal ====
+ *
+ * With cfg.journal > 0 every request that reached the route table (everything counted in cb_stats_t.requests;
+ * not the 400/408/413/431 answers to requests that never got that far) is recorded by its worker when its
+ * response is complete (or cut short). Each worker keeps its own ring; no lock is shared between workers (one
+ * atomic increment of a server-wide sequence counter per request). A read merges the workers' rings in
+ * sequence order and keeps the newest cfg.journal requests. A worker also drops its oldest entries early when
+ * their heads and bodies together pass about cfg.journal KiB (plus room for one largest request). */
+
+/* One journaled request. In a list from cb_server_requests() every string is a NUL-terminated copy owned by
+ * the list. Inside a listener the strings point into the journal: valid during the call only, and not
+ * NUL-terminated (use the lengths). */
+typedef struct cb_request_s {
+  uint64_t seq;        /* server-wide, from 1, in order of arrival (head complete) */
+  int64_t time_us;     /* arrival, wall clock (CLOCK_REALTIME), microseconds since the epoch */
+  int proto;           /* cb_proto_id */
+  uint64_t conn_id;    /* server-wide connection number, from 1 */
+  uint32_t stream_id;  /* HTTP/2 stream id; 0 over HTTP/1.x */
+  cb_str_t peer;       /* "127.0.0.1:50312", "[::1]:50312" */
+  cb_str_t method;     /* as received: "GET", "PURGE" */
+  cb_str_t path;       /* the target before '?' */
+  cb_str_t query;      /* after '?', without it; empty when none */
+  const cb_header_t *headers; /* every request header as received, names lowercased, order and repeats kept.
+                               * HTTP/2: the regular fields, with :authority first as "host" when the
+                               * request has no host field */
+  size_t nheaders;
+  cb_str_t body;       /* the first cfg.journal_body_bytes bytes of the body */
+  uint64_t body_len;   /* the whole body's length as received */
+  cb_str_t route;      /* the name of the route that answered ("hello", a stub's name), "not_found" for 404 */
+  uint64_t stub_id;    /* the stub that answered, 0 for a fixture route, 404 or 405 */
+  int status;          /* the status sent; 0 when the connection went away before a response began */
+  uint64_t bytes_out;  /* response body bytes produced for it (0 for HEAD), not counting head and framing */
+  uint64_t duration_us; /* from arrival to the end of the response */
+} cb_request_t;
+
+/* Which requests a read returns; zero it for "all". */
+typedef struct cb_request_filter_s {
+  cb_str_t method;  /* exact method, {NULL, 0}: any */
+  cb_str_t path;    /* exact path (before '?'), {NULL, 0}: any */
+  cb_str_t route;   /* exact route name, {NULL, 0}: any */
+  uint64_t stub_id; /* 0: any */
+  uint64_t since;   /* only seq > since */
+  size_t limit;     /* at most this many (the oldest that match), 0: no limit */
+} cb_request_filter_t;
+
+typedef struct cb_request_list_s {
+  size_t count;
+  cb_request_t *items; /* ascending seq */
+  void *priv_;         /* the library's: the memory the items point into */
+} cb_request_list_t;
+
+/* Reads the journal through every worker's command queue and merges it. *out is allocated; free it with
+ * cb_request_list_free(). With the journal disabled the list is empty.
+ * Errors: UV_EINVAL, UV_ENOMEM, UV_EBUSY. */
+CB_EXTERN int cb_server_requests(cb_server_t *srv, const cb_request_filter_t *filter, cb_request_list_t **out);
+CB_EXTERN void cb_request_list_free(cb_request_list_t *list);
+
+/* Empties the journal: every request that arrived before the call is dropped (one still in flight is not
+ * recorded when it ends). Sequence numbers go on. Errors: UV_EINVAL, UV_EBUSY. */
+CB_EXTERN int cb_server_requests_clear(cb_server_t *srv);
+
+/* Called on the worker's thread right after a request was recorded; `req` is valid during the call only. It
+ * must be quick and must not call this API's blocking functions (they return UV_EBUSY there). */
+typedef void (*cb_journal_fn)(void *ud, const cb_request_t *req);
+
+/* Sets (fn != NULL) or clears (fn == NULL) the journal listener. Returns once every worker uses the new
+ * setting: after a clear, the old fn is not running and will not be called again. Costs nothing per request
+ * while unset. Errors: UV_EINVAL, UV_EBUSY. */
+CB_EXTERN int cb_server_set_journal_listener(cb_server_t *srv, cb_journal_fn fn, void *ud);
+
+/* ==== Down and up ====
+ *
+ * cb_server_down() closes every worker's listening socket and every connection (at once, not gracefully:
+ * responses in flight are cut), and returns when all are closed: a connect then fails. cb_server_up() binds the
+ * same port again and returns when every worker listens. Stats, routes and the journal survive both. Calling
+ * either in the state it leads to does nothing and returns 0.
+ * Errors: UV_EINVAL, UV_EBUSY; up also UV_EADDRINUSE (someone took the port meanwhile) and the errors of
+ * socket(2), bind(2), listen(2). After a failed up the server stays down. */
+CB_EXTERN int cb_server_down(cb_server_t *srv);
+CB_EXTERN int cb_server_up(cb_server_t *srv);
 
 /* Text for an error code returned by this library (cbench's own or libuv's). Never NULL. */
 CB_EXTERN const char *cb_strerror(int err);
 
 /* The symbolic name of an error code ("EADDRINUSE", "CB_EFIXTURE"). Never NULL. */
 CB_EXTERN const char *cb_err_name(int err);
-
-/* The name of a route id ("hello", "file_big", "not_found"), or NULL when out of range. */
-CB_EXTERN const char *cb_route_name(int route);
 
 /* The name of a protocol id ("http1", "h2c_prior", "h2c_upgrade"), or NULL when out of range. */
 CB_EXTERN const char *cb_proto_name(int proto);

@@ -34,11 +34,15 @@ priv:
 
 # No -fvisibility=hidden: nif_init must stay visible. The engine comes in statically (compiled -fPIC);
 # libuv and nghttp2 are shared libraries the .so depends on.
-priv/cbench_nif.so: nif/cbench_nif.c include/cbench.h $(BUILD)/libcbench.a | priv
-	$(CC) $(BEAM_CFLAGS) -fPIC -shared -I$(ERTS_INCLUDE) -o $@ $< $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+NIF_SRCS := $(sort $(wildcard nif/*.c))
 
-priv/cbench_port: c_src/cbench_port.c include/cbench.h $(BUILD)/libcbench.a | priv
-	$(CC) $(BEAM_CFLAGS) -I$(EI_DIR)/include -o $@ $< -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+priv/cbench_nif.so: $(NIF_SRCS) nif/nif.h include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -fPIC -shared -I$(ERTS_INCLUDE) -o $@ $(NIF_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+PORT_SRCS := c_src/cbench_port.c c_src/port_stub.c c_src/port_journal.c
+
+priv/cbench_port: $(PORT_SRCS) c_src/port.h include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -I$(EI_DIR)/include -o $@ $(PORT_SRCS) -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
 # A node with every engine listening (the lead wires `make run` to this).
 node: beam

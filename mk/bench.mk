@@ -7,6 +7,9 @@
 #   make bench-h1           cbench-server vs nginx, /hello and /file/small, HTTP/1.1 (issue 2)
 #   make bench-node         nif, port, ehttpd in one node vs cbench-server (issue 4)
 #   make bench-h2           cbench-server vs h2o over h2c, plus /file/big over HTTP/1.1 (issue 3)
+#   make bench-routes       stubs, 100 routes and the journal against their baselines (issue 9, bench/routes.sh);
+#                           ROUTES_ARGS='--mode callgrind' counts instructions instead of CPU time
+#   make bench-ehttpd-routes  the same three comparisons on the ehttpd engine (bench/ehttpd/routes.sh)
 #   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
 
 BENCH_SRCS := $(wildcard bench/src/*.erl)
@@ -17,7 +20,9 @@ BENCH_ARGS ?=
 BENCH_PROFILE := $(if $(filter 1 yes true,$(FULL)),full,quick)
 BENCH_PEERS := $(if $(filter 0 no false,$(PEERS)),--no-peers,)
 
-.PHONY: bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+ROUTES_ARGS ?=
+
+.PHONY: bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -47,6 +52,14 @@ bench-node: deps bench-build bench-engines
 
 bench-h2: deps bench-build bench-engines
 	bench/run.sh --profile h2 $(BENCH_ARGS)
+
+bench-routes: deps $(BUILD)/cbench-server
+	bench/routes.sh $(ROUTES_ARGS)
+
+# The same comparisons on the ehttpd engine (bench/ehttpd/routes.sh).
+bench-ehttpd-routes: deps
+	rebar3 compile
+	bench/ehttpd/routes.sh $(EHTTPD_ROUTES_REQUESTS)
 
 bench-unit: bench-build $(BENCH_TEST_BEAMS)
 	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \

@@ -16,7 +16,8 @@ CTEST_HDRS := $(wildcard test/c/*.h)
 CTEST_BIN := $(BUILD)/test/cbench-tests
 CTEST_JOBS ?= 2
 CTEST_ARGS ?=
-CTEST_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -Itest/c $(DEP_CFLAGS) $(EXTRA_CFLAGS)
+CTEST_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -Itest/c -Ic_src $(DEP_CFLAGS) $(JSON_CFLAGS) \
+  $(EXTRA_CFLAGS)
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -42,10 +43,13 @@ CLEAN_PATHS += build/asan $(FUZZ_DIR)
 
 .PHONY: c-test e2e pkgconfig-test lib-symbols-test asan asan-run fuzz fuzz-smoke
 
-# The tests use internal cb__ functions (socket-less connections): they link the internal archive.
-$(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h $(BUILD)/libcbench-internal.a
+# The tests use internal cb__ functions (socket-less connections): they link the internal archive. The
+# stub-file loader of the CLI (c_src/stub_json.c) is tested in the same binary.
+$(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h c_src/stub_json.c c_src/stub_json.h \
+  $(BUILD)/libcbench-internal.a
 	@mkdir -p $(@D)
-	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) $(BUILD)/libcbench-internal.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) c_src/stub_json.c $(BUILD)/libcbench-internal.a $(DEP_LIBS) \
+	  $(JSON_LIBS) $(LDFLAGS_EXTRA)
 
 c-test: $(CTEST_BIN)
 	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)

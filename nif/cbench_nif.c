@@ -1,4 +1,5 @@
-/* The NIF glue: Erlang terms to engine calls, the server resource, and owner monitoring.
+/* The NIF glue: Erlang terms to engine calls, the server resource, and owner monitoring (nif.h lists the
+ * other files: stubs, the journal).
  *
  * A server is a resource (nif_server_t) that owns one cb_server_t. The engine is stopped exactly once, by
  * whichever comes first: stop_nif/1 (a dirty I/O NIF, so joining the engine's threads never blocks a normal
@@ -12,21 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <erl_nif.h>
+#include "nif.h"
 
-#include "cbench.h"
-
-/* Atoms, made once in load from this one list. */
-#define ATOMS(X)                                                                                      \
-  X(ok) X(error) X(stopped) X(true) X(false) X(threads) X(cpus) X(bad_option) X(integer) X(boolean)   \
-  X(address) X(string) X(list) X(available) X(known) X(conns_accepted) X(conns_open) X(conns_closed)  \
-  X(requests) X(requests_by_route) X(conns_by_proto) X(requests_by_proto) X(bytes_read)               \
-  X(bytes_written) X(status_400) X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts)  \
-  X(resets) X(h2_errors) X(accept_backoffs)
-
-#define DECLARE_ATOM(name) static ERL_NIF_TERM atom_##name;
-ATOMS(DECLARE_ATOM)
-#undef DECLARE_ATOM
+#define DEFINE_ATOM(name) ERL_NIF_TERM atom_##name;
+NIF_ATOMS(DEFINE_ATOM)
+#undef DEFINE_ATOM
 
 /* Option names come from the engine's option table: an option added there is decoded here without an edit. */
 #define MAX_OPTIONS 64 /* room for the table's rows; load fails (LOAD_ATOMS) if it ever has more */
@@ -34,20 +25,8 @@ static const cb_option_t *options;
 static int noptions;
 static ERL_NIF_TERM atom_option[MAX_OPTIONS];
 
-/* Route and protocol names come from the engine, so a route added there appears here without an edit. */
-static ERL_NIF_TERM atom_route[CB_ROUTE_COUNT];
-static ERL_NIF_TERM atom_proto[CB_PROTO_COUNT];
-
-typedef struct {
-  ErlNifRWLock *lock; /* stats take it shared; whoever stops the engine takes it exclusive to unhook srv */
-  cb_server_t *srv;   /* NULL once the engine is stopped or handed to the reaper */
-  ErlNifMonitor owner;
-  int monitored;
-  /* Copied at start so that port/info never need the engine. */
-  int port;
-  int threads;
-  int cpus[CB_MAX_THREADS];
-} nif_server_t;
+/* Protocol names come from the engine; route names come with the counts (cb_server_route_counts). */
+static ERL_NIF_TERM proto_names[CB_PROTO_COUNT];
 
 static ErlNifResourceType *server_type;
 
@@ -56,6 +35,7 @@ static ErlNifResourceType *server_type;
 typedef struct reap_s {
   struct reap_s *next;
   cb_server_t *srv;
+  nif_listener_t *listener; /* the engine may call it until it is stopped: freed after */
 } reap_t;
 
 /* One reaper per mapping of this library: the statics are shared by every load of the same .so (load and
@@ -80,6 +60,7 @@ static void *reaper_main(void *arg) {
     reaper.head = r->next;
     enif_mutex_unlock(reaper.mu);
     cb_server_stop(r->srv);
+    if (r->listener != NULL) enif_free(r->listener);
     enif_free(r);
     enif_mutex_lock(reaper.mu);
   }
@@ -121,11 +102,12 @@ static void reaper_release(void) {
 }
 
 /* Stops srv in the background; without a reaper (only after the last unload) it stops it here, blocking. */
-static void reap(cb_server_t *srv) {
+static void reap(cb_server_t *srv, nif_listener_t *listener) {
   reap_t *r = enif_alloc(sizeof *r);
   enif_mutex_lock(reaper.mu);
   if (r != NULL && reaper.running) {
     r->srv = srv;
+    r->listener = listener;
     r->next = reaper.head;
     reaper.head = r;
     enif_cond_signal(reaper.cv);
@@ -135,14 +117,18 @@ static void reap(cb_server_t *srv) {
   if (srv != NULL) {
     if (r != NULL) enif_free(r);
     cb_server_stop(srv);
+    if (listener != NULL) enif_free(listener);
   }
 }
 
-/* Takes the engine out of the resource; the caller stops it. NULL when someone else already did. */
-static cb_server_t *unhook(nif_server_t *res) {
+/* Takes the engine (and the listener it may call) out of the resource; the caller stops it, then frees the
+ * listener. srv is NULL when someone else already did. */
+static cb_server_t *unhook(nif_server_t *res, nif_listener_t **listener) {
   enif_rwlock_rwlock(res->lock);
   cb_server_t *srv = res->srv;
+  *listener = res->listener;
   res->srv = NULL;
+  res->listener = NULL;
   enif_rwlock_rwunlock(res->lock);
   return srv;
 }
@@ -151,8 +137,9 @@ static void server_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
   nif_server_t *res = obj;
   if (res->lock == NULL) return; /* start failed before the lock existed */
-  cb_server_t *srv = unhook(res);
-  if (srv != NULL) reap(srv);
+  nif_listener_t *l;
+  cb_server_t *srv = unhook(res, &l);
+  if (srv != NULL) reap(srv, l);
   enif_rwlock_destroy(res->lock);
 }
 
@@ -160,14 +147,14 @@ static void server_down(ErlNifEnv *env, void *obj, ErlNifPid *pid, ErlNifMonitor
   (void)env;
   (void)pid;
   (void)mon;
-  cb_server_t *srv = unhook(obj);
-  if (srv != NULL) reap(srv);
+  nif_listener_t *l;
+  cb_server_t *srv = unhook(obj, &l);
+  if (srv != NULL) reap(srv, l);
 }
 
 /* ---- Terms ---- */
 
-/* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */
-static ERL_NIF_TERM make_error(ErlNifEnv *env, int err) {
+ERL_NIF_TERM nif_error(ErlNifEnv *env, int err) {
   const char *name = cb_err_name(err);
   if (strncmp(name, "CB_", 3) == 0) name += 3;
   char buf[64];
@@ -175,6 +162,51 @@ static ERL_NIF_TERM make_error(ErlNifEnv *env, int err) {
   for (i = 0; name[i] != '\0' && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)name[i]);
   buf[i] = '\0';
   return enif_make_tuple2(env, atom_error, enif_make_atom(env, buf));
+}
+
+ERL_NIF_TERM nif_stopped(ErlNifEnv *env) { return enif_make_tuple2(env, atom_error, atom_stopped); }
+
+ERL_NIF_TERM nif_binary(ErlNifEnv *env, const char *p, size_t n) {
+  ERL_NIF_TERM t;
+  unsigned char *buf = enif_make_new_binary(env, n, &t);
+  if (n > 0) memcpy(buf, p, n);
+  return t;
+}
+
+/* The fixture names (see nif.h). Written once, by the first start of this load, before any reader can exist
+ * (readers need a started server); the mutex orders that first write against concurrent starts. */
+static struct {
+  ErlNifMutex *mu;
+  int known;
+  size_t n;
+  ERL_NIF_TERM atoms[NIF_MAX_FIXTURE_NAMES];
+  char names[NIF_MAX_FIXTURE_NAMES][CB_MAX_NAME + 1];
+} fixture;
+
+static void nif_fixture_names(ErlNifEnv *env, const cb_route_counts_t *rc) {
+  enif_mutex_lock(fixture.mu);
+  if (!fixture.known) {
+    size_t n = 0;
+    for (size_t i = 0; i < rc->count && n < NIF_MAX_FIXTURE_NAMES; i++) {
+      const cb_str_t *name = &rc->items[i].name;
+      if (name->len > CB_MAX_NAME) break;
+      memcpy(fixture.names[n], name->ptr, name->len);
+      fixture.names[n][name->len] = '\0';
+      fixture.atoms[n] = enif_make_atom_len(env, name->ptr, name->len);
+      n++;
+      if (name->len == 9 && memcmp(name->ptr, "not_found", 9) == 0) break; /* the stubs follow */
+    }
+    fixture.n = n;
+    __atomic_store_n(&fixture.known, 1, __ATOMIC_RELEASE);
+  }
+  enif_mutex_unlock(fixture.mu);
+}
+
+ERL_NIF_TERM nif_route_name(ErlNifEnv *env, const char *p, size_t n) {
+  if (__atomic_load_n(&fixture.known, __ATOMIC_ACQUIRE))
+    for (size_t i = 0; i < fixture.n; i++)
+      if (strlen(fixture.names[i]) == n && memcmp(fixture.names[i], p, n) == 0) return fixture.atoms[i];
+  return nif_binary(env, p, n);
 }
 
 /* What an option accepts, the same term on every engine (erl/cbench_schema.erl has it for each option). */
@@ -283,9 +315,22 @@ static ERL_NIF_TERM available_term(ErlNifEnv *env) {
   return enif_make_tuple2(env, atom_available, l);
 }
 
-static int get_server(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res) {
+int nif_get_server(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res) {
   return enif_get_resource(env, t, server_type, (void **)res);
 }
+
+int nif_lock(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res, cb_server_t **srv) {
+  if (!nif_get_server(env, t, res)) return 0;
+  enif_rwlock_rlock((*res)->lock);
+  *srv = (*res)->srv;
+  if (*srv == NULL) {
+    enif_rwlock_runlock((*res)->lock);
+    return -1;
+  }
+  return 1;
+}
+
+void nif_unlock(nif_server_t *res) { enif_rwlock_runlock(res->lock); }
 
 /* ---- NIFs ---- */
 
@@ -308,19 +353,24 @@ static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     enif_get_map_value(env, argv[0], atom_cpus, &v);
     return bad_option(env, atom_cpus, v, available_term(env));
   }
-  if (err < 0) return make_error(env, err);
+  if (err < 0) return nif_error(env, err);
+  cb_route_counts_t *rc;
+  if (cb_server_route_counts(srv, &rc) == 0) {
+    nif_fixture_names(env, rc);
+    cb_route_counts_free(rc);
+  }
 
   nif_server_t *res = enif_alloc_resource(server_type, sizeof *res);
   if (res == NULL) {
     cb_server_stop(srv);
-    return make_error(env, CB_ENOMEM);
+    return nif_error(env, CB_ENOMEM);
   }
   memset(res, 0, sizeof *res);
   res->lock = enif_rwlock_create("cbench_server");
   if (res->lock == NULL) {
     cb_server_stop(srv);
     enif_release_resource(res);
-    return make_error(env, CB_ENOMEM);
+    return nif_error(env, CB_ENOMEM);
   }
   res->srv = srv;
   res->port = cb_server_port(srv);
@@ -339,17 +389,42 @@ static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 static ERL_NIF_TERM stop_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_server_t *res;
-  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
-  cb_server_t *srv = unhook(res);
+  if (!nif_get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  nif_listener_t *l;
+  cb_server_t *srv = unhook(res, &l);
   if (srv != NULL) {
     if (res->monitored) enif_demonitor_process(env, res, &res->owner);
     cb_server_stop(srv);
+    if (l != NULL) enif_free(l);
   }
   return atom_ok;
 }
 
+/* down_nif(Resource) / up_nif(Resource) -> ok | {error, Reason}. Dirty I/O: they close or bind sockets and
+ * wait for every worker. */
+static ERL_NIF_TERM down_up(ErlNifEnv *env, ERL_NIF_TERM t, int (*fn)(cb_server_t *)) {
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, t, &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  int err = fn(srv);
+  nif_unlock(res);
+  return err < 0 ? nif_error(env, err) : atom_ok;
+}
+
+static ERL_NIF_TERM down_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  return down_up(env, argv[0], cb_server_down);
+}
+
+static ERL_NIF_TERM up_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  return down_up(env, argv[0], cb_server_up);
+}
+
 static ERL_NIF_TERM counter_map(ErlNifEnv *env, const uint64_t *values, ERL_NIF_TERM *keys, int n) {
-  ERL_NIF_TERM vals[(int)CB_ROUTE_COUNT + (int)CB_PROTO_COUNT];
+  ERL_NIF_TERM vals[CB_PROTO_COUNT];
   ERL_NIF_TERM map;
   for (int i = 0; i < n; i++) vals[i] = enif_make_uint64(env, values[i]);
   if (!enif_make_map_from_arrays(env, keys, vals, (size_t)n, &map)) map = enif_make_new_map(env);
@@ -360,14 +435,27 @@ static ERL_NIF_TERM counter_map(ErlNifEnv *env, const uint64_t *values, ERL_NIF_
 static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_server_t *res;
-  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  if (!nif_get_server(env, argv[0], &res)) return enif_make_badarg(env);
   cb_stats_t st;
+  cb_route_counts_t *rc = NULL;
   int err = CB_ESTOPPED;
   enif_rwlock_rlock(res->lock);
   if (res->srv != NULL) err = cb_server_stats(res->srv, &st);
+  if (err == 0) err = cb_server_route_counts(res->srv, &rc);
   enif_rwlock_runlock(res->lock);
   if (err == CB_ESTOPPED) return enif_make_tuple2(env, atom_error, atom_stopped);
-  if (err < 0) return make_error(env, err);
+  if (err < 0) return nif_error(env, err);
+  /* Requests by route name (atoms for the fixture routes, binaries for stubs): names that repeat (stubs may
+   * share a name) are added up. */
+  ERL_NIF_TERM by_route = enif_make_new_map(env);
+  for (size_t i = 0; i < rc->count; i++) {
+    ERL_NIF_TERM key = nif_route_name(env, rc->items[i].name.ptr, rc->items[i].name.len), old;
+    uint64_t n = rc->items[i].requests;
+    ErlNifUInt64 prev;
+    if (enif_get_map_value(env, by_route, key, &old) && enif_get_uint64(env, old, &prev)) n += prev;
+    enif_make_map_put(env, by_route, key, enif_make_uint64(env, n), &by_route);
+  }
+  cb_route_counts_free(rc);
 
   ERL_NIF_TERM keys[] = {atom_conns_accepted, atom_conns_open,   atom_conns_closed, atom_requests,
                          atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
@@ -383,9 +471,9 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
       enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
       enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
       enif_make_uint64(env, st.accept_backoffs),
-      counter_map(env, st.requests_by_route, atom_route, CB_ROUTE_COUNT),
-      counter_map(env, st.conns_by_proto, atom_proto, CB_PROTO_COUNT),
-      counter_map(env, st.requests_by_proto, atom_proto, CB_PROTO_COUNT)};
+      by_route,
+      counter_map(env, st.conns_by_proto, proto_names, CB_PROTO_COUNT),
+      counter_map(env, st.requests_by_proto, proto_names, CB_PROTO_COUNT)};
   ERL_NIF_TERM map;
   if (!enif_make_map_from_arrays(env, keys, vals, sizeof keys / sizeof keys[0], &map))
     return enif_raise_exception(env, enif_make_string(env, __FILE__ ": duplicate stats key", ERL_NIF_LATIN1));
@@ -396,7 +484,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 static ERL_NIF_TERM port_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_server_t *res;
-  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  if (!nif_get_server(env, argv[0], &res)) return enif_make_badarg(env);
   return enif_make_int(env, res->port);
 }
 
@@ -404,7 +492,7 @@ static ERL_NIF_TERM port_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 static ERL_NIF_TERM info_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_server_t *res;
-  if (!get_server(env, argv[0], &res)) return enif_make_badarg(env);
+  if (!nif_get_server(env, argv[0], &res)) return enif_make_badarg(env);
   ERL_NIF_TERM cpus = enif_make_list(env, 0);
   for (int i = res->threads - 1; i >= 0; i--) cpus = enif_make_list_cell(env, enif_make_int(env, res->cpus[i]), cpus);
   ERL_NIF_TERM keys[] = {atom_threads, atom_cpus};
@@ -421,17 +509,14 @@ enum { LOAD_OK, LOAD_ATOMS, LOAD_RESOURCE, LOAD_REAPER };
 
 static int setup(ErlNifEnv *env) {
 #define MAKE_ATOM(name) atom_##name = enif_make_atom(env, #name);
-  ATOMS(MAKE_ATOM)
+  NIF_ATOMS(MAKE_ATOM)
 #undef MAKE_ATOM
-  for (int i = 0; i < CB_ROUTE_COUNT; i++) {
-    const char *name = cb_route_name(i);
-    if (name == NULL) return LOAD_ATOMS;
-    atom_route[i] = enif_make_atom(env, name);
-  }
+  /* Like the reaper's: loads are serialised by the code server, so this check does not race. */
+  if (fixture.mu == NULL && (fixture.mu = enif_mutex_create("cbench_fixture_names")) == NULL) return LOAD_ATOMS;
   for (int i = 0; i < CB_PROTO_COUNT; i++) {
     const char *name = cb_proto_name(i);
     if (name == NULL) return LOAD_ATOMS;
-    atom_proto[i] = enif_make_atom(env, name);
+    proto_names[i] = enif_make_atom(env, name);
   }
   options = cb_config_options(&noptions);
   if (noptions > MAX_OPTIONS) return LOAD_ATOMS;
@@ -469,6 +554,16 @@ static ErlNifFunc funcs[] = {
     {"stats_nif", 1, stats_nif, 0},
     {"port_nif", 1, port_nif, 0},
     {"info_nif", 1, info_nif, 0},
+    /* Everything that goes through the workers' command queues waits for them: dirty I/O. */
+    {"down_nif", 1, down_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"up_nif", 1, up_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"route_add_nif", 3, nif_route_add, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"route_remove_nif", 2, nif_route_remove, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"route_reset_nif", 1, nif_route_reset, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"stubs_nif", 1, nif_stubs, 0},
+    {"requests_nif", 2, nif_requests, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"requests_clear_nif", 1, nif_requests_clear, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"journal_listen_nif", 2, nif_journal_listen, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

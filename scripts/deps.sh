@@ -15,10 +15,10 @@
 # install: print one line naming the missing packages and exit 1.
 set -eu
 
-C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp"
-# libwslay-dev and libjansson-dev: cbench-load (WebSocket framing, JSON), built by make and by rebar3's hook as
-# priv/cbench_load for cbench:load/2.
-PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev libjansson-dev"
+# libjansson-dev: JSON for cbench-server's --stubs file and for cbench-load. libwslay-dev: cbench-load's
+# WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
+C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev"
+PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
 erlang-dialyzer erlang-tools nghttp2-client wrk curl"

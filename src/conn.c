@@ -1,6 +1,7 @@
 /* One connection: the socket's read and write path, its timeouts and its close. The bytes go to a protocol
  * (c->ops): first to detection, which tells the HTTP/2 client preface from an HTTP/1.x request. */
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg)
   uv_timer_init(&w->loop, &c->timer);
   c->timer.data = c;
   c->head_start = uv_now(&w->loop);
+  c->id = __atomic_add_fetch(w->conn_ids, 1, __ATOMIC_RELAXED);
   c->next = w->conns;
   if (w->conns) w->conns->prev = c;
   w->conns = c;
@@ -49,18 +51,53 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg)
   return c;
 }
 
-int cb__conn_accept(cb__worker_t *w, int fd) {
+int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer) {
   cb__conn_t *c = cb__conn_new(w, fd, NULL, NULL);
   if (c == NULL) return UV_ENOMEM;
+  if (peer->sa_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
+    c->peer_family = AF_INET;
+    c->peer_port = ntohs(a->sin_port);
+    memcpy(c->peer_addr, &a->sin_addr, 4);
+  } else if (peer->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)peer;
+    c->peer_family = AF_INET6;
+    c->peer_port = ntohs(a->sin6_port);
+    memcpy(c->peer_addr, &a->sin6_addr, 16);
+  }
   update_poll(c);
   return 0;
 }
 
 /* ---- close ---- */
 
+static void run_releases(cb__conn_t *c) {
+  uint32_t n = c->rel_n;
+  c->rel_n = 0;
+  if (n) c->rel_fn(c->rel_arg, n);
+}
+
+void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg) {
+  if (c->out.bytes == 0) { /* nothing queued refers to anything */
+    fn(arg, 1);
+    return;
+  }
+  if (c->rel_n > 0 && (c->rel_fn != fn || c->rel_arg != arg)) {
+    /* Another pending release (a table swap happened between two requests): it goes into the queue, behind
+     * everything queued now, which is later than its mark, never earlier. */
+    cb__outq_call(&c->out, c->rel_fn, c->rel_arg, c->rel_n);
+    c->rel_n = 0;
+  }
+  c->rel_fn = fn;
+  c->rel_arg = arg;
+  c->rel_n++;
+  c->rel_mark = c->out.written + c->out.bytes;
+}
+
 static void free_conn(cb__conn_t *c) {
   cb__worker_t *w = c->w;
   if (c->ops && c->ops->destroy) c->ops->destroy(c);
+  run_releases(c);
   cb__outq_free(&c->out);
   cb__echo_release(c, c->out.released);
   if (c->fd >= 0) close(c->fd);
@@ -159,6 +196,7 @@ static void flush(cb__conn_t *c) {
     cb__echo_release(c, c->out.released);
     c->out.released = 0;
   }
+  if (c->rel_n > 0 && c->out.written >= c->rel_mark) run_releases(c);
 }
 
 static void update_poll(cb__conn_t *c) {

@@ -84,12 +84,6 @@ int cb__fixtures_open(cb__fixtures_t *fx, const char *dir) {
   return 0;
 }
 
-const char *cb__fixtures_map(const cb__fixtures_t *fx, int fd) {
-  for (int i = 0; i < CB__FILE_COUNT; i++)
-    if (fx->fd[i] == fd) return fx->map[i];
-  return NULL;
-}
-
 void cb__fixtures_close(cb__fixtures_t *fx) {
   for (int i = 0; i < CB__FILE_COUNT; i++) {
     if (fx->map[i] != NULL) munmap((void *)fx->map[i], (size_t)fx->size[i]);
@@ -128,4 +122,20 @@ static void build_payloads(void) {
 const cb__payloads_t *cb__payloads(void) {
   pthread_once(&payloads_once, build_payloads);
   return &payloads;
+}
+
+/* ---- generated content ---- */
+
+static char *generated;
+static pthread_once_t generated_once = PTHREAD_ONCE_INIT;
+
+static void build_generated(void) {
+  generated = malloc(CB__GEN_SPAN + 251);
+  if (generated == NULL) return;
+  for (size_t i = 0; i < CB__GEN_SPAN + 251; i++) generated[i] = (char)(i % 251);
+}
+
+const char *cb__generated(void) {
+  pthread_once(&generated_once, build_generated);
+  return generated;
 }

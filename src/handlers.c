@@ -25,9 +25,9 @@ static void root_end(cb__req_t *r) { fixed_end(r, NULL, STR("hello world!")); }
 static void hello_end(cb__req_t *r) { fixed_end(r, ct_text, STR("Hello, Joe!")); }
 static void json_end(cb__req_t *r) { fixed_end(r, ct_json, STR("{\"message\":\"Hello, Joe!\"}")); }
 
-const cb__handler_t cb__h_root = {.on_end = root_end};
-const cb__handler_t cb__h_hello = {.on_end = hello_end};
-const cb__handler_t cb__h_json = {.on_end = json_end};
+static const cb__handler_t h_root = {.on_end = root_end};
+static const cb__handler_t h_hello = {.on_end = hello_end};
+static const cb__handler_t h_json = {.on_end = json_end};
 
 /* ---- /echo: the whole body, with content-length ----
  * The buffer is held from the echo budget (cb__echo_hold): a body that would take a connection or the server
@@ -103,7 +103,7 @@ static void echo_free(cb__req_t *r) {
   r->u.echo.cap = 0;
 }
 
-const cb__handler_t cb__h_echo = {.on_head = echo_head, .on_body = echo_body, .on_end = echo_end,
+static const cb__handler_t h_echo = {.on_head = echo_head, .on_body = echo_body, .on_end = echo_end,
                                   .on_free = echo_free};
 
 /* ---- /echo/chunked: each piece back as it arrives, never the whole body ---- */
@@ -114,29 +114,31 @@ static void echo_chunked_body(cb__req_t *r, const char *p, size_t n) {
 }
 static void echo_chunked_end(cb__req_t *r) { cb__res_end(r); }
 
-const cb__handler_t cb__h_echo_chunked = {.on_head = echo_chunked_head, .on_body = echo_chunked_body,
+static const cb__handler_t h_echo_chunked = {.on_head = echo_chunked_head, .on_body = echo_chunked_body,
                                           .on_end = echo_chunked_end};
 
 /* ---- /file/{tiny,small,big} ---- */
 
 static void file_end(cb__req_t *r) {
   const cb__fixtures_t *fx = r->conn->w->fx;
-  int i = r->route->arg;
+  int i = r->route->iarg;
   cb__res_head(r, 200, ct_octet, NULL, 0, (int64_t)fx->size[i]);
-  cb__res_file(r, fx->fd[i], 0, (size_t)fx->size[i]);
+  cb__res_file(r, fx->fd[i], fx->map[i], 0, (size_t)fx->size[i]);
   cb__res_end(r);
 }
 
-const cb__handler_t cb__h_file = {.on_end = file_end};
+static const cb__handler_t h_file = {.on_end = file_end};
 
 /* ---- generators: /stream*, /sse* ----
  * A generator emits its pieces until the protocol says the connection's output is full, then waits for
  * on_writable. Pieces are static payloads: referenced, never copied. */
 
+static const cb__handler_t h_sse;
+
 static cb__slice_t piece(const cb__req_t *r, unsigned i, unsigned *count) {
   const cb__payloads_t *pl = cb__payloads();
-  int sse = r->handler == &cb__h_sse;
-  switch (r->route->arg) {
+  int sse = r->handler == &h_sse;
+  switch (r->route->iarg) {
     case 0:
       if (sse) {
         *count = 32;
@@ -157,7 +159,7 @@ static void gen_produce(cb__req_t *r) {
   unsigned count;
   r->blocked = 0;
   piece(r, 0, &count);
-  if (r->method == CB__M_HEAD) r->u.gen.next = count;
+  if (r->method == CB_METHOD_HEAD) r->u.gen.next = count;
   while (r->u.gen.next < count) {
     cb__slice_t s = piece(r, r->u.gen.next++, &count);
     if (cb__res_data(r, s.ptr, s.len, CB__DATA_STATIC)) {
@@ -171,7 +173,7 @@ static void gen_produce(cb__req_t *r) {
 }
 
 static void stream_end(cb__req_t *r) {
-  cb__res_head(r, 200, r->route->arg == 0 ? ct_text : ct_octet, NULL, 0, CB__STREAMED);
+  cb__res_head(r, 200, r->route->iarg == 0 ? ct_text : ct_octet, NULL, 0, CB__STREAMED);
   r->u.gen.next = 0;
   gen_produce(r);
 }
@@ -183,8 +185,8 @@ static void sse_end(cb__req_t *r) {
   gen_produce(r);
 }
 
-const cb__handler_t cb__h_stream = {.on_end = stream_end, .on_writable = gen_produce};
-const cb__handler_t cb__h_sse = {.on_end = sse_end, .on_writable = gen_produce};
+static const cb__handler_t h_stream = {.on_end = stream_end, .on_writable = gen_produce};
+static const cb__handler_t h_sse = {.on_end = sse_end, .on_writable = gen_produce};
 
 /* ---- route-level 400: a well-formed request with a bad parameter; the connection stays ---- */
 
@@ -226,7 +228,7 @@ static void delay_end(cb__req_t *r) {
   }
 }
 
-const cb__handler_t cb__h_delay = {.on_end = delay_end};
+static const cb__handler_t h_delay = {.on_end = delay_end};
 
 /* ---- /status/{code} ---- */
 
@@ -241,7 +243,7 @@ static void status_end(cb__req_t *r) {
   cb__res_end(r);
 }
 
-const cb__handler_t cb__h_status = {.on_end = status_end};
+static const cb__handler_t h_status = {.on_end = status_end};
 
 /* ---- /headers: the request headers as JSON ---- */
 
@@ -314,7 +316,7 @@ static void headers_end(cb__req_t *r) {
   cb__res_end(r);
 }
 
-const cb__handler_t cb__h_headers = {.on_end = headers_end};
+static const cb__handler_t h_headers = {.on_end = headers_end};
 
 /* ---- 404 and 405 ---- */
 
@@ -325,14 +327,81 @@ static void not_found_end(cb__req_t *r) {
 }
 
 static void method_not_allowed_end(cb__req_t *r) {
-  cb__hdr_t allow = {STR("allow"), r->route->allow, strlen(r->route->allow)};
+  char methods[80];
+  cb__hdr_t allow = {STR("allow"), methods, cb__allow_string(r->allow, methods)};
   CB__STAT_INC(r->conn->w, status_405);
   cb__res_head(r, 405, NULL, &allow, 1, 0);
   cb__res_end(r);
 }
 
-const cb__handler_t cb__h_not_found = {.on_end = not_found_end};
+static const cb__handler_t h_not_found = {.on_end = not_found_end};
 const cb__handler_t cb__h_method_not_allowed = {.on_end = method_not_allowed_end};
+
+/* ---- the fixture routes: the default table, built like stubs from a cb_match_t ---- */
+
+#define GET CB_METHOD_GET
+#define POST CB_METHOD_POST
+
+static const struct {
+  const char *name;
+  unsigned methods;
+  const char *path;
+  const cb__handler_t *handler;
+  int iarg;
+} fixture_routes[] = {
+    {"root", GET, "/", &h_root, 0},
+    {"hello", GET, "/hello", &h_hello, 0},
+    {"json", GET, "/json", &h_json, 0},
+    {"echo", POST, "/echo", &h_echo, 0},
+    {"echo_chunked", POST, "/echo/chunked", &h_echo_chunked, 0},
+    {"file_tiny", GET, "/file/tiny", &h_file, CB__FILE_TINY},
+    {"file_small", GET, "/file/small", &h_file, CB__FILE_SMALL},
+    {"file_big", GET, "/file/big", &h_file, CB__FILE_BIG},
+    {"stream", GET, "/stream", &h_stream, 0},
+    {"stream_small", GET, "/stream/small", &h_stream, 1},
+    {"stream_big", GET, "/stream/big", &h_stream, 2},
+    {"sse", GET, "/sse", &h_sse, 0},
+    {"sse_small", GET, "/sse/small", &h_sse, 1},
+    {"sse_big", GET, "/sse/big", &h_sse, 2},
+    {"headers", GET, "/headers", &h_headers, 0},
+    /* Prefix routes, so that a bad parameter (/delay/abc, /delay/1/2) reaches the handler and gets its 400. */
+    {"delay", GET, "/delay/*", &h_delay, 0},
+    {"status", GET, "/status/*", &h_status, 0},
+};
+
+#define NFIXTURES (sizeof fixture_routes / sizeof fixture_routes[0])
+
+static const cb__route_kind_t fixture_kind = {.claim = NULL, .free_arg = NULL};
+
+static int fixture_route(cb__routes_t *reg, const char *name, unsigned methods, const char *path,
+                         const cb__handler_t *h, int iarg, cb__route_t **out) {
+  cb_match_t m = {.methods = methods, .path = {path, strlen(path)}};
+  int err = cb__route_new(&m, name, strlen(name), &fixture_kind, h, NULL, out);
+  if (err) return err;
+  (*out)->fixture = 1;
+  (*out)->iarg = iarg;
+  err = cb__routes_slot(reg, *out);
+  if (err) {
+    cb__route_unref(reg, *out);
+    *out = NULL;
+  }
+  return err;
+}
+
+int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found) {
+  cb__route_t **a = calloc(NFIXTURES, sizeof *a);
+  if (a == NULL) return UV_ENOMEM;
+  *out = a;
+  *n = 0;
+  /* "not_found" never matches (its handler answers 404); it carries the 404 count. */
+  int err = fixture_route(reg, "not_found", 0, "/", &h_not_found, 0, not_found);
+  for (size_t i = 0; i < NFIXTURES && err == 0; i++) {
+    err = fixture_route(reg, fixture_routes[i].name, fixture_routes[i].methods, fixture_routes[i].path,
+                        fixture_routes[i].handler, fixture_routes[i].iarg, &a[i]);
+    if (err == 0) (*n)++;
+  }
+  return err;
+}
 
 /* ---- request timers and release ---- */
 
@@ -360,6 +429,7 @@ int cb__req_timer(cb__req_t *r, unsigned ms, cb__timer_fn fn) {
   return 0;
 }
 
+
 void cb__req_release(cb__req_t *r) {
   if (r->timer != NULL) { /* the request went away before its timer: the timer must not fire into it */
     r->timer->data = NULL;
@@ -368,4 +438,7 @@ void cb__req_release(cb__req_t *r) {
   }
   if (r->handler != NULL && r->handler->on_free != NULL) r->handler->on_free(r);
   r->handler = NULL;
+  if (r->jseq != 0) cb__journal_record(r->conn->w, r);
+  /* Last: the response may reference the table's bytes until the output queued so far has left. */
+  if (r->table != NULL) cb__rtable_release(r);
 }

@@ -39,8 +39,7 @@ typedef struct {
   char last_byte;       /* the last byte of the last read (what came before a parse error at a read's start) */
   const char *exec_end; /* the end of the bytes llhttp is parsing now */
   size_t field_start; /* where the current header's name starts in `head` */
-  int keep_all;       /* keep every header (the /headers route), not only those the protocol reads */
-  int keep_cur;       /* the current header is kept */
+  int keep_cur;       /* 2 while a header name is being read, 1 while its value is */
   uint8_t in_head;    /* a message began and its head is not complete */
   uint8_t in_msg;     /* a message began and is not complete */
   uint8_t waiting;    /* parsing is paused until the current response ends */
@@ -129,7 +128,6 @@ static int on_message_begin(llhttp_t *p) {
   h->ext_bytes = 0;
   h->ext_len = 0;
   h->version_len = 0;
-  h->keep_all = 0;
   h->in_head = 1;
   h->in_msg = 1;
   h->expect_continue = 0;
@@ -160,14 +158,6 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
 static size_t path_length(const char *url, size_t n) {
   const char *q = n > 0 ? memchr(url, '?', n) : NULL;
   return q ? (size_t)(q - url) : n;
-}
-
-static int on_url_complete(llhttp_t *p) {
-  h1_t *h = H(p);
-  /* Only /headers needs every header; the others need just the ones read below. */
-  size_t path_len = path_length(h->head, h->url_len);
-  h->keep_all = path_len == 8 && memcmp(h->head, "/headers", 8) == 0;
-  return 0;
 }
 
 /* RFC 9110 token characters: what a field name may hold (llhttp 8.1 lets spaces through in names). A table,
@@ -277,15 +267,9 @@ static int on_header_field_complete(llhttp_t *p) {
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
   if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
-  const char *name = h->head + h->field_start;
+  /* Every header is kept: routes match on them and the journal records them. */
   size_t n = h->head_len - h->field_start;
-  int keep = h->keep_all || lower_eq(name, n, "host") || lower_eq(name, n, "expect") ||
-             lower_eq(name, n, "upgrade") || lower_eq(name, n, "http2-settings");
-  h->keep_cur = keep;
-  if (!keep) {
-    h->head_len = h->field_start; /* not needed: drop the copied name */
-    return 0;
-  }
+  h->keep_cur = 1;
   if (h->nhdrs == h->hdrs_cap) {
     int cap = h->hdrs_cap ? 2 * h->hdrs_cap : 16;
     cb__hdr_t *a = realloc(h->hdrs, (size_t)cap * sizeof *a);
@@ -392,12 +376,18 @@ static int wants_h2c(h1_t *h, int has_body) {
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
 }
 
-static uint8_t method_bit(uint8_t m) {
+static uint16_t method_bit(uint8_t m) {
   switch (m) {
-    case HTTP_GET: return CB__M_GET;
-    case HTTP_HEAD: return CB__M_HEAD;
-    case HTTP_POST: return CB__M_POST;
-    default: return CB__M_OTHER;
+    case HTTP_GET: return CB_METHOD_GET;
+    case HTTP_HEAD: return CB_METHOD_HEAD;
+    case HTTP_POST: return CB_METHOD_POST;
+    case HTTP_PUT: return CB_METHOD_PUT;
+    case HTTP_DELETE: return CB_METHOD_DELETE;
+    case HTTP_PATCH: return CB_METHOD_PATCH;
+    case HTTP_OPTIONS: return CB_METHOD_OPTIONS;
+    case HTTP_CONNECT: return CB_METHOD_CONNECT;
+    case HTTP_TRACE: return CB_METHOD_TRACE;
+    default: return 0;
   }
 }
 
@@ -413,13 +403,16 @@ static int on_headers_complete(llhttp_t *p) {
   }
   r->path = h->head ? h->head : "";
   r->path_len = path_length(r->path, h->url_len);
+  r->target_len = h->url_len;
   r->headers = h->hdrs;
   r->nheaders = h->nhdrs;
   r->method = method_bit(llhttp_get_method(p));
+  r->method_str = llhttp_method_name(llhttp_get_method(p));
+  r->method_len = strlen(r->method_str);
   h->http10 = p->http_major == 1 && p->http_minor == 0;
   if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
-  h->head_only = r->method == CB__M_HEAD;
+  h->head_only = r->method == CB_METHOD_HEAD;
   int has_body = 0;
   if (p->flags & F_CHUNKED) {
     has_body = 1;
@@ -513,6 +506,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n) {
     h->err_status = 413;
     return -1;
   }
+  if (r->jseq) cb__journal_body(r, at, n);
   if (r->handler && r->handler->on_body) r->handler->on_body(r, at, n);
   return 0;
 }
@@ -639,27 +633,31 @@ static void drop_data(cb__conn_t *c, const char *p, size_t n, int flags) {
   if (flags == CB__DATA_HELD) cb__echo_release(c, n);
 }
 
+/* "SIZE\r\n" of a chunk of n bytes, in lowercase hex. */
+static int chunk_size_line(cb__conn_t *c, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  char *o = cb__outq_reserve(&c->out, 20);
+  if (o == NULL) return -1;
+  char tmp[16];
+  int k = 0;
+  do tmp[k++] = hex[n & 15];
+  while ((n >>= 4) != 0);
+  char *s = o;
+  while (k > 0) *o++ = tmp[--k];
+  o = PUTS(o, "\r\n");
+  cb__outq_commit(&c->out, (size_t)(o - s));
+  return 0;
+}
+
 static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h1_t *h = r->stream;
   cb__conn_t *c = h->c;
+  flags &= CB__DATA_OWNERSHIP; /* chunks are pieces already */
   if (h->head_only || n == 0) {
     drop_data(c, p, n, flags);
     return 0;
   }
-  if (h->chunked_res) {
-    static const char hex[] = "0123456789abcdef";
-    char *o = cb__outq_reserve(&c->out, 20);
-    if (o == NULL) return 1;
-    char tmp[16];
-    int k = 0;
-    size_t v = n;
-    do tmp[k++] = hex[v & 15];
-    while ((v >>= 4) != 0);
-    char *s = o;
-    while (k > 0) *o++ = tmp[--k];
-    o = PUTS(o, "\r\n");
-    cb__outq_commit(&c->out, (size_t)(o - s));
-  }
+  if (h->chunked_res && chunk_size_line(c, n) != 0) return 1;
   if (flags == CB__DATA_COPY || n <= CB__COPY_MAX) {
     cb__outq_copy(&c->out, p, n);
     drop_data(c, p, n, flags);
@@ -672,15 +670,20 @@ static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   return over_high_water(c);
 }
 
-static int h1_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
+static int h1_file(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n) {
   h1_t *h = r->stream;
-  if (h->head_only) return 0;
+  cb__conn_t *c = h->c;
+  if (h->head_only || n == 0) return 0;
+  if (h->chunked_res && chunk_size_line(c, n) != 0) return 1; /* a piece of a streamed body: one chunk */
   /* Small files leave from their mapping in the same writev as the head: one system call, where sendfile
    * would add one (file_tiny: 9.8 instead of 14.9 us of server CPU per request). Past that, sendfile spares
    * the copy into the socket (file_small: 24 instead of 41 us). */
-  const char *map = n <= CB__FILE_INLINE_MAX ? cb__fixtures_map(h->c->w->fx, fd) : NULL;
-  if (map != NULL) return cb__outq_ref(&h->c->out, map + off, n, 0);
-  return cb__outq_file(&h->c->out, fd, off, n);
+  if (map != NULL && n <= CB__FILE_INLINE_MAX)
+    cb__outq_ref(&c->out, map + off, n, 0);
+  else
+    cb__outq_file(&c->out, fd, off, n);
+  if (h->chunked_res) cb__outq_copy(&c->out, "\r\n", 2);
+  return over_high_water(c);
 }
 
 static void h1_end(cb__req_t *r) {
@@ -713,6 +716,7 @@ static void send_error(h1_t *h, int status) {
   /* The request has been answered, or its answer has begun (a streamed echo, or trailers over their limit
    * after the response): no second status; close after what is queued. */
   int started = h->in_msg && r->res_state != CB__RES_NONE;
+  if (!started && r->status == 0) r->status = status; /* what the journal records */
   if (r->handler) cb__req_release(r);
   if (started) {
     cb__conn_close_linger(c);

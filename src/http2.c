@@ -28,6 +28,7 @@ enum { PIECE_STATIC, PIECE_FREE, PIECE_FILE };
 typedef struct {
   uint8_t kind;
   uint8_t touched; /* part of a PIECE_FREE buffer was referenced by the output queue */
+  uint8_t piece_end; /* a DATA frame holding bytes of this piece holds none of the next */
   uint32_t credit; /* request-body bytes whose receive window is given back once this piece is sent */
   size_t held;     /* PIECE_FREE: echo-budget bytes of the buffer, given back when it is freed */
   int fd;
@@ -50,7 +51,9 @@ struct h2s {
   cb__hdr_t *hdrs;
   int nhdrs, hdrs_cap;
   size_t path_len;
-  uint8_t have_path, keep_all, too_large, refused, dispatched, head_only;
+  /* Where :path, :method and :authority are in `head` (offsets: the buffer may move until the head is done). */
+  size_t path_off, target_len, method_off, method_len, authority_off, authority_len;
+  uint8_t have_path, have_method, have_authority, too_large, refused, dispatched, head_only;
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
@@ -102,6 +105,13 @@ static nghttp2_session_callbacks *callbacks;
 static nghttp2_option *options;
 
 int cb__h2_available(void) { return 1; }
+
+int cb__h2_proto_id(const cb__conn_t *c) {
+  const h2c_t *h = c->proto_state;
+  return h != NULL && h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR;
+}
+
+uint32_t cb__h2_stream_id(const cb__req_t *r) { return (uint32_t)((const h2s_t *)r->stream)->id; }
 
 /* ---- streams ---- */
 
@@ -247,7 +257,12 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   h2s_t *s = r->stream;
   h2c_t *h = s->h;
   cb__worker_t *w = h->c->w;
-  nghttp2_nv nv[8];
+  nghttp2_nv stack_nv[16], *nv = stack_nv;
+  if (nextra > 12) { /* a stub's long header list */
+    nv = malloc((size_t)(nextra + 4) * sizeof *nv);
+    if (nv == NULL) nextra = 0;
+    if (nv == NULL) nv = stack_nv;
+  }
   int n = 0;
   char status_buf[3] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
   char len_buf[24];
@@ -255,7 +270,7 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   nv[n++] = NV(":status", 7, status_buf, 3);
   nv[n++] = NV("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
   if (ctype) nv[n++] = NV("content-type", 12, ctype, strlen(ctype));
-  for (int i = 0; i < nextra && n < 6; i++) nv[n++] = NV(extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
+  for (int i = 0; i < nextra; i++) nv[n++] = NV(extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
   if (content_length >= 0) {
     put_u64(len_buf, sizeof len_buf, (uint64_t)content_length, &len_len);
     nv[n++] = NV("content-length", 14, len_buf, len_len);
@@ -264,6 +279,7 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
   nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = provider_read};
   int rv = nghttp2_submit_response(h->session, s->id, nv, (size_t)n, s->provider ? &prd : NULL);
+  if (nv != stack_nv) free(nv); /* nghttp2 copied the fields */
   if (rv != 0) s->provider = 0;
   r->res_state = CB__RES_HEAD;
 }
@@ -298,12 +314,14 @@ static int stream_full(const h2s_t *s) {
 
 static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h2s_t *s = r->stream;
+  int piece_end = (flags & CB__DATA_PIECE_END) != 0;
+  flags &= CB__DATA_OWNERSHIP;
   if (!s->provider || n == 0 || s->refused) {
     if (flags == CB__DATA_FREE || flags == CB__DATA_HELD) free((void *)p);
     if (flags == CB__DATA_HELD) cb__echo_release(s->h->c, n);
     return 0;
   }
-  piece_t piece = {.kind = PIECE_STATIC, .fd = -1, .base = p, .off = 0, .len = n};
+  piece_t piece = {.kind = PIECE_STATIC, .piece_end = (uint8_t)piece_end, .fd = -1, .base = p, .off = 0, .len = n};
   if (flags == CB__DATA_COPY) { /* the caller's bytes are transient: keep a copy until it is sent */
     char *b = malloc(n);
     if (b == NULL) return 1;
@@ -327,14 +345,17 @@ static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
   return stream_full(s);
 }
 
-static int h2_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
+static int h2_file(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n) {
   h2s_t *s = r->stream;
   if (!s->provider || n == 0 || s->refused) return 0;
-  /* A fixture file goes out by reference into its mapping: each 16 KiB DATA frame is then one iovec next to
+  /* A mapped file goes out by reference into its mapping: each 16 KiB DATA frame is then one iovec next to
    * its header, and a batch of frames leaves in one writev instead of a sendfile per frame. */
-  const char *map = cb__fixtures_map(s->h->c->w->fx, fd);
-  if (map != NULL) return push_piece(s, (piece_t){.kind = PIECE_STATIC, .fd = -1, .base = map, .off = off, .len = n});
-  return push_piece(s, (piece_t){.kind = PIECE_FILE, .fd = fd, .base = NULL, .off = off, .len = n});
+  int rc;
+  if (map != NULL)
+    rc = push_piece(s, (piece_t){.kind = PIECE_STATIC, .piece_end = 1, .fd = -1, .base = map, .off = off, .len = n});
+  else
+    rc = push_piece(s, (piece_t){.kind = PIECE_FILE, .piece_end = 1, .fd = fd, .base = NULL, .off = off, .len = n});
+  return rc != 0 || stream_full(s);
 }
 
 static void h2_end(cb__req_t *r) {
@@ -384,8 +405,10 @@ static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf,
       s->queued -= n;
       if (p->len > 0) break;
       give_credit(s, p);
+      int end = p->piece_end;
       if (p->kind == PIECE_FREE) free_piece(s, p);
       s->phead++;
+      if (end) break; /* the next piece starts a frame of its own */
     }
     if (s->phead == s->ptail) {
       s->phead = s->ptail = 0;
@@ -486,18 +509,6 @@ static int ci_eq(const char *a, size_t n, const char *lit) {
   return 1;
 }
 
-/* GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a fixture path,
- * 404 elsewhere); any other method is not implemented: 0, answered 501 as over HTTP/1.1 (http1.c). */
-static uint8_t method_bit(const uint8_t *v, size_t n) {
-  static const char *const others[] = {"PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"};
-  if (n == 3 && memcmp(v, "GET", 3) == 0) return CB__M_GET;
-  if (n == 4 && memcmp(v, "HEAD", 4) == 0) return CB__M_HEAD;
-  if (n == 4 && memcmp(v, "POST", 4) == 0) return CB__M_POST;
-  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
-    if (strlen(others[i]) == n && memcmp(v, others[i], n) == 0) return CB__M_OTHER;
-  return 0;
-}
-
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
   h->block_bytes = 0;
@@ -550,15 +561,27 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   if (h->block_bytes > h->c->w->cfg->max_header_bytes) return block_too_large(h, frame, s);
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST || s == NULL || s->refused || s->too_large) return 0;
   if (nlen > 0 && name[0] == ':') {
-    if (lower_eq(name, nlen, ":method")) {
-      s->req.method = method_bit(value, vlen);
+    /* Kept in the head buffer, by offset until the head is complete. */
+    if (lower_eq(name, nlen, ":method") && !s->have_method) {
+      s->req.method = (uint16_t)cb_method_bit((cb_str_t){(const char *)value, vlen});
+      s->method_len = vlen;
+      s->have_method = 1;
+      /* A known method's name is a constant; another one is kept with the head. */
+      s->req.method_str = cb__method_name(s->req.method);
+      s->method_off = s->head_len;
+      if (s->req.method_str == NULL && head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     } else if (lower_eq(name, nlen, ":path") && !s->have_path) {
-      /* Pseudo-headers come first, so the path is known before any regular header. */
-      if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      s->path_off = s->head_len;
       s->have_path = 1;
-      const char *q = vlen > 0 ? memchr(s->head, '?', vlen) : NULL;
-      s->path_len = q ? (size_t)(q - s->head) : vlen;
-      s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
+      if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      const uint8_t *q = vlen > 0 ? memchr(value, '?', vlen) : NULL;
+      s->path_len = q ? (size_t)(q - value) : vlen;
+      s->target_len = vlen;
+    } else if (lower_eq(name, nlen, ":authority") && !s->have_authority) {
+      s->authority_off = s->head_len;
+      s->authority_len = vlen;
+      s->have_authority = 1;
+      if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     return 0;
   }
@@ -567,7 +590,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
   }
-  if (s->keep_all && add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  /* Every regular field is kept: routes match on them and the journal records them. */
+  if (add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   return 0;
 }
 
@@ -577,6 +601,7 @@ static void refuse(h2s_t *s, int status, int ends) {
   if (status == 431) CB__STAT_INC(w, status_431);
   if (status == 413) CB__STAT_INC(w, status_413);
   s->refused = 1;
+  if (s->req.res_state == CB__RES_NONE) s->req.status = status; /* what the journal records */
   if (s->req.handler) cb__req_release(&s->req);
   if (s->req.res_state == CB__RES_NONE) {
     s->head_only = 1;
@@ -615,11 +640,16 @@ static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
     s->hdrs[i].name = s->head + (uintptr_t)s->hdrs[i].name;
     s->hdrs[i].value = s->head + (uintptr_t)s->hdrs[i].value;
   }
-  r->path = s->head ? s->head : ""; /* CONNECT has no :path */
+  r->path = s->have_path ? s->head + s->path_off : ""; /* CONNECT has no :path */
   r->path_len = s->path_len;
+  r->target_len = s->target_len;
+  if (r->method_str == NULL) r->method_str = s->have_method ? s->head + s->method_off : "";
+  r->method_len = s->method_len;
+  r->authority = s->have_authority ? s->head + s->authority_off : NULL;
+  r->authority_len = s->authority_len;
   r->headers = s->hdrs;
   r->nheaders = s->nhdrs;
-  s->head_only = r->method == CB__M_HEAD;
+  s->head_only = r->method == CB_METHOD_HEAD;
   s->dispatched = 1;
   cb__req_dispatch(r);
 }
@@ -667,12 +697,15 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
     r->body_received += len;
     if (r->body_received > h->c->w->cfg->max_body_bytes) {
       refuse(s, 413, flags & NGHTTP2_FLAG_END_STREAM);
-    } else if (r->handler && r->handler->on_body) {
-      s->in_body = 1;
-      s->body_held = 0;
-      r->handler->on_body(r, (const char *)data, len);
-      s->in_body = 0;
-      held = s->body_held < len ? s->body_held : len;
+    } else {
+      if (r->jseq) cb__journal_body(r, (const char *)data, len);
+      if (r->handler && r->handler->on_body) {
+        s->in_body = 1;
+        s->body_held = 0;
+        r->handler->on_body(r, (const char *)data, len);
+        s->in_body = 0;
+        held = s->body_held < len ? s->body_held : len;
+      }
     }
   }
   if (len > held && nghttp2_session_consume(session, id, len - held) != 0)
@@ -906,7 +939,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   if (h == NULL) return UV_ENOMEM;
   h->upgraded = 1;
   h2s_t *s = stream_new(h, 1);
-  int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB__M_HEAD, s) : -1;
+  int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB_METHOD_HEAD, s) : -1;
   if (rv != 0) {
     if (s) stream_free(h, s, 1);
     nghttp2_session_del(h->session);
@@ -923,10 +956,14 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   /* Stream 1 is the upgrade request: its head comes from HTTP/1.1, and it has no body. */
   s->req.method = r->method;
   s->req.content_length = r->content_length;
-  if (head_append(s, (const uint8_t *)r->path, r->path_len) == 0) s->have_path = 1;
+  s->method_off = 0;
+  s->method_len = r->method_len;
+  if (head_append(s, (const uint8_t *)r->method_str, r->method_len) == 0) s->have_method = 1;
+  s->path_off = s->head_len;
+  if (head_append(s, (const uint8_t *)r->path, r->target_len) == 0) s->have_path = 1;
   s->path_len = r->path_len;
-  s->keep_all = s->path_len == 8 && memcmp(s->head, "/headers", 8) == 0;
-  for (int i = 0; s->keep_all && i < r->nheaders; i++) {
+  s->target_len = r->target_len;
+  for (int i = 0; i < r->nheaders; i++) {
     const cb__hdr_t *x = &r->headers[i];
     /* Connection-specific fields of the HTTP/1.1 request do not belong to the HTTP/2 stream. */
     if (ci_eq(x->name, x->name_len, "connection") || ci_eq(x->name, x->name_len, "upgrade") ||

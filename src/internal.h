@@ -7,7 +7,13 @@
  *   cb__outq_t     outq.c     a connection's output: copied bytes, referenced payloads and file ranges, in order
  *   http1.c / http2.c         protocols; each fills a cb__conn_ops_t (connection side) and a cb__proto_t (the
  *                             response API that handlers call)
- *   route.c / handlers.c      the route table and the fixture handlers, protocol-neutral
+ *   cmdq.c                    a worker's command queue, and calls that wait for every worker
+ *   route.c                   one route: its compiled match, its kind, its refcount; dispatch of a request
+ *   route_table.c             the immutable route table (sorted, indexed), its lifetime, the route registry
+ *                             (stubs in order, counter slots) shared by a server's tables
+ *   handlers.c                the fixture handlers and the fixture routes (the default table)
+ *   stub.c                    the stub route kind and the public cb_server_route_* API
+ *   journal.c                 the request journal: per-worker rings, reads through the queues
  *   fixture.c                 the fixture files and static payloads, made once and shared read-only
  */
 #ifndef CB_INTERNAL_H
@@ -15,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <uv.h>
 #include "cbench.h"
@@ -37,6 +44,10 @@ typedef struct cb__conn_s cb__conn_t;
 typedef struct cb__req_s cb__req_t;
 typedef struct cb__route_s cb__route_t;
 typedef struct cb__handler_s cb__handler_t;
+typedef struct cb__rtable_s cb__rtable_t;
+typedef struct cb__routes_s cb__routes_t;
+typedef struct cb__cmd_s cb__cmd_t;
+typedef struct cb__journal_s cb__journal_t;
 
 /* Counters have one writer (the worker's thread) and are read by cb_server_stats() from any thread: relaxed
  * atomic stores and loads keep that defined without a locked instruction on the hot path. */
@@ -59,8 +70,6 @@ typedef struct {
 
 int cb__fixtures_open(cb__fixtures_t *fx, const char *dir);
 void cb__fixtures_close(cb__fixtures_t *fx);
-/* The mapping of a fixture file given its descriptor, or NULL. */
-const char *cb__fixtures_map(const cb__fixtures_t *fx, int fd);
 
 typedef struct {
   const char *ptr;
@@ -77,6 +86,11 @@ typedef struct {
 
 const cb__payloads_t *cb__payloads(void);
 
+/* Generated content (byte i is i % 251) as one read-only buffer of CB__GEN_SPAN + 251 bytes: any run of up to
+ * CB__GEN_SPAN bytes starting at content offset `off` is gen + off % 251. Made on first use, never freed. */
+#define CB__GEN_SPAN (1u << 20)
+const char *cb__generated(void);
+
 /* ---- http_status.c ---- */
 
 /* The reason phrase of docs/wire.md for a status code ("Unknown" when it has none). */
@@ -84,13 +98,18 @@ const char *cb__reason(int status);
 
 /* ---- outq.c: a connection's ordered output ---- */
 
-enum { CB__OUT_ARENA, CB__OUT_REF, CB__OUT_FREE, CB__OUT_FILE };
+enum { CB__OUT_ARENA, CB__OUT_REF, CB__OUT_FREE, CB__OUT_FILE, CB__OUT_CALL };
+
+typedef void (*cb__release_fn)(void *arg, uint32_t n);
 
 typedef struct {
   uint8_t kind;
-  int fd;        /* CB__OUT_FILE */
-  uint64_t off;  /* arena offset (ARENA), file offset (FILE), or bytes already sent of ptr (REF, FREE) */
-  const char *ptr; /* REF and FREE */
+  int fd;        /* CB__OUT_FILE; CALL: n */
+  union {
+    uint64_t off;      /* arena offset (ARENA), file offset (FILE), or bytes already sent of ptr (REF, FREE) */
+    cb__release_fn fn; /* CALL */
+  };
+  const char *ptr; /* REF and FREE; CALL: the argument */
   size_t len;
   size_t held;   /* FREE: echo-budget bytes that ptr holds, given back when it is freed (cb__echo_hold) */
 } cb__out_t;
@@ -102,6 +121,7 @@ typedef struct {
   size_t alen, acap;
   size_t bytes; /* queued, not yet written */
   size_t released; /* echo-budget bytes of buffers freed since the owner last looked (see cb__out_t.held) */
+  uint64_t written; /* bytes written since the queue was made */
 } cb__outq_t;
 
 typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
@@ -119,6 +139,9 @@ int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after);
  * echo-budget bytes base holds (0 if none), added to q->released when it is freed. */
 int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after, size_t held);
 int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n);
+/* Runs fn(arg, n) once every entry queued before it has been written, or when the queue is freed (the
+ * connection closed); at once when nothing is queued. The release of what earlier entries reference. */
+void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg, uint32_t n);
 /* Writes what the socket takes: writev for bytes, sendfile for file ranges. Returns the number of bytes
  * written (>= 0) or a negative UV_E* error. With fd < 0 everything goes to sink (tests). */
 ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg);
@@ -182,9 +205,19 @@ struct cb__conn_s {
   size_t echo_held;      /* request-body bytes held for echo on this connection (cb__echo_hold) */
   size_t detect_len;
   char detect[24];       /* bytes held back while telling HTTP/1.1 from the HTTP/2 preface */
+  uint64_t id;           /* server-wide connection number, from 1 (the journal's conn_id) */
+  uint16_t peer_port;
+  uint8_t peer_family;   /* AF_INET, AF_INET6, or 0 (test connections) */
+  uint8_t peer_addr[16];
+  /* Releases waiting for the output queued before them (cb__conn_release_after): n calls of fn(arg) once
+   * out.written reaches mark. One pending (fn, arg) at a time; another goes into the queue as a CALL entry. */
+  cb__release_fn rel_fn;
+  void *rel_arg;
+  uint32_t rel_n;
+  uint64_t rel_mark;
 };
 
-int cb__conn_accept(cb__worker_t *w, int fd);
+int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer);
 cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg);
 /* Feeds bytes as if read from the socket, then runs the after-event work (flush, timers). */
 void cb__conn_input(cb__conn_t *c, const char *data, size_t len);
@@ -203,6 +236,9 @@ void cb__conn_stop(cb__conn_t *c);
 void cb__conn_head_begin(cb__conn_t *c);
 /* A request or response advanced (stall mode's deadline counts from the last call). */
 void cb__conn_progress(cb__conn_t *c);
+/* Calls fn(arg, 1) once everything queued for the socket so far has been written (or the connection is gone):
+ * a response's references into a route table end there. A counter and a mark, not a queue entry per call. */
+void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg);
 
 /* Request-body bytes a handler keeps for its answer (the /echo body) are bounded per connection and per server:
  * CB__ECHO_CONN_BODIES and CB__ECHO_SERVER_BODIES times max_body_bytes. cb__echo_hold() takes n bytes from
@@ -214,6 +250,41 @@ int cb__echo_hold(cb__conn_t *c, size_t n);
 void cb__echo_release(cb__conn_t *c, size_t n);
 
 /* ---- worker.c ---- */
+
+/* ---- cmdq.c: commands from other threads ----
+ * A command is posted to a worker's queue and runs on the worker's thread; a burst of commands costs one
+ * wake-up (the queue is swapped out whole and run in order). */
+
+typedef void (*cb__cmd_fn)(cb__worker_t *w, cb__cmd_t *cmd);
+
+struct cb__cmd_s {
+  cb__cmd_t *next;
+  cb__cmd_fn fn; /* owns cmd from here on (frees it, or signals whoever waits for it) */
+};
+
+/* Appends cmd to w's queue and wakes the worker. */
+void cb__worker_post(cb__worker_t *w, cb__cmd_t *cmd);
+
+/* A call that runs on every worker and is waited for. fn runs on each worker's thread with that worker's
+ * cb__call_t and must end with cb__call_done() (then or later, from that worker's thread). */
+typedef struct cb__call_s cb__call_t;
+typedef void (*cb__call_fn)(cb__worker_t *w, cb__call_t *call);
+typedef struct cb__wait_s cb__wait_t;
+struct cb__call_s {
+  cb__cmd_t cmd;
+  cb__call_fn fn;
+  cb__wait_t *wait;
+  void *arg;  /* the caller's, shared by every worker */
+  void *out;  /* the worker's result */
+  int err;
+};
+void cb__call_done(cb__call_t *call);
+/* Runs fn on every worker of srv and waits for all of them. calls: one per worker (srv->nworkers), filled
+ * here; each worker's result is left in calls[i].out / .err. Returns UV_EBUSY on a worker thread. */
+int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls);
+/* Whether the calling thread is one of the engine's workers (of any server); workers mark themselves. */
+int cb__on_worker_thread(void);
+void cb__worker_mark_thread(void);
 
 struct cb__worker_s {
   uv_loop_t loop;
@@ -233,14 +304,22 @@ struct cb__worker_s {
   cb__conn_t *conns; /* every open connection */
   uint64_t nconns;
   int stopping;
+  int listening; /* the listener handle is open (not after cb_server_down()) */
+  int listener_closing; /* its close callback has not run yet */
   uv_mutex_t cmd_mutex;
-  int cmd_stop; /* posted by cb_server_stop() */
+  cb__cmd_t *cmd_head, *cmd_tail; /* the command queue, under cmd_mutex */
+  cb__cmd_t stop_cmd;
+  cb__call_t *down_call;          /* a cb_server_down() waiting for the last connection to close */
   char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
   size_t date_len;
   cb_stats_t stats;
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;
   int trim_pending;     /* the last connection closed: return free memory to the system (worker.c) */
+  cb__rtable_t *table;   /* the route table requests are dispatched under */
+  uint64_t **counters;   /* the worker's counter chunks, indexed by route slot (route_table.c) */
+  uint64_t *conn_ids;    /* the server's connection counter (atomic) */
+  cb__journal_t *journal; /* NULL when disabled */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -254,6 +333,12 @@ int cb__worker_wait_ready(cb__worker_t *w);
 void cb__worker_destroy_sync(cb__worker_t *w);
 void cb__worker_post_stop(cb__worker_t *w);
 void cb__worker_join(cb__worker_t *w);
+/* Runs the commands posted to w (the async callback; also after the loop ends). */
+void cb__worker_run_commands(cb__worker_t *w);
+/* cb_server_down / up on the worker's thread: close the listener and every connection (done when the last one
+ * is freed), or start listening on lfd. */
+void cb__worker_down(cb__worker_t *w, cb__call_t *call);
+void cb__worker_up(cb__worker_t *w, cb__call_t *call);
 /* A test worker: loop and date cache only, driven by the caller's thread. */
 int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixtures_t *fx);
 int cb__worker_close_test(cb__worker_t *w);
@@ -267,10 +352,12 @@ void cb__date_refresh(cb__worker_t *w);
 #define CB__NO_BODY (-2)  /* 204 and 304: neither a length nor a body */
 
 enum {
-  CB__DATA_STATIC = 0, /* lives for the process: referenced, never copied or freed */
+  CB__DATA_STATIC = 0, /* outlives the response (the process's payloads, a route table's bytes): referenced */
   CB__DATA_COPY = 1,   /* valid only during the call: copied */
   CB__DATA_FREE = 2,   /* malloc'd: the protocol owns it and frees it once sent or dropped */
-  CB__DATA_HELD = 3    /* as FREE, and its n bytes were taken with cb__echo_hold(): given back when freed */
+  CB__DATA_HELD = 3,   /* as FREE, and its n bytes were taken with cb__echo_hold(): given back when freed */
+  CB__DATA_OWNERSHIP = 3, /* the mask of the four kinds above */
+  CB__DATA_PIECE_END = 4 /* flag: no DATA frame carries bytes of this piece and of the next one (h2c) */
 };
 
 typedef struct {
@@ -288,8 +375,9 @@ typedef struct {
   /* A piece of body. Returns 1 when the connection's output is above the high-water mark: a generator should
    * stop producing until its on_writable runs; 0 otherwise. */
   int (*data)(cb__req_t *r, const char *p, size_t n, int flags);
-  /* A file range, sent without copying through user space where the protocol can. */
-  int (*file)(cb__req_t *r, int fd, uint64_t off, size_t n);
+  /* A file range, sent without copying through user space: map is the file mapped read-only (or NULL), used
+   * where a reference is cheaper than sendfile. Ends a piece like CB__DATA_PIECE_END. */
+  int (*file)(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n);
   /* The response is complete. */
   void (*end)(cb__req_t *r);
 } cb__proto_t;
@@ -303,18 +391,130 @@ struct cb__handler_s {
   void (*on_free)(cb__req_t *r);                             /* release the handler's state (once) */
 };
 
-enum { CB__M_GET = 1, CB__M_HEAD = 2, CB__M_POST = 4, CB__M_OTHER = 8 };
+/* ---- route.c: routes ----
+ * A route is {name, match, kind, arg}: the match is compiled from the public cb_match_t (one code path for the
+ * fixture routes and for stubs); the kind is a table of callbacks (the core knows no kind by name: a new kind
+ * is a new file that fills a cb__route_kind_t); arg is the kind's. Routes are immutable and shared by every
+ * table that lists them (reference counted); each has a counter slot. */
+
+typedef struct {
+  /* Optional: whether the route may answer this request now (a stub whose times are used up may not). Called
+   * once the route matched in every other way; a route that says no is passed over. */
+  int (*claim)(const cb__route_t *rt);
+  /* Optional: frees arg when the route is freed (on whichever thread lets go of it last). */
+  void (*free_arg)(void *arg);
+} cb__route_kind_t;
+
+enum { CB__PATH_EXACT, CB__PATH_PREFIX, CB__PATH_PARAMS };
+
+typedef struct {
+  char *name; /* lowercased for headers, percent-decoded for query */
+  size_t name_len;
+  char *value; /* NULL: present */
+  size_t value_len;
+} cb__matcher_t;
+
+typedef struct {
+  uint16_t off, len; /* in the pattern */
+  uint8_t param;     /* "{name}": any one non-empty segment */
+} cb__seg_t;
 
 struct cb__route_s {
-  const char *path;
-  uint16_t path_len;
-  uint8_t prefix;  /* matches any path that starts with `path` */
-  uint8_t methods; /* CB__M_* mask */
-  uint8_t id;      /* cb_route_id */
-  const char *allow;
+  int refs; /* atomic: the registry's and each table's */
+  char *name;
+  size_t name_len;
+  uint64_t stub_id; /* 0 for fixture routes */
+  uint64_t seq;     /* order of addition: newer first among equal priorities */
+  int priority;
+  uint8_t fixture;
+  uint8_t path_kind;  /* CB__PATH_* */
+  unsigned methods;   /* CB_METHOD_* as given, 0 = any */
+  unsigned mmask;     /* what matches: methods, with HEAD when GET; CB_METHOD_ALL when any */
+  char *pattern;      /* as given */
+  size_t pattern_len;
+  const char *path;   /* EXACT: the path; PREFIX: the prefix; PARAMS: the pattern */
+  size_t path_len;
+  cb__seg_t *segs;
+  int nsegs;
+  cb__matcher_t *headers;
+  int nheaders;
+  cb__matcher_t *query;
+  int nquery;
+  uint32_t slot; /* counter slot: counters 2*slot (answered) and 2*slot+1 (405 on its path) */
+  const cb__route_kind_t *kind;
   const cb__handler_t *handler;
-  int arg;
+  void *arg;
+  int iarg; /* a fixture handler's parameter (which file, which stream) */
 };
+
+/* Compiles a route from a public match (validated here: UV_EINVAL). name is copied. The route starts with one
+ * reference, and no slot (route_table.c gives it one). */
+int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const cb__route_kind_t *kind,
+                  const cb__handler_t *handler, void *arg, cb__route_t **out);
+void cb__route_ref(cb__route_t *rt);
+/* Drops a reference; the last frees the route (its kind's free_arg, its slot through reg). */
+void cb__route_unref(cb__routes_t *reg, cb__route_t *rt);
+void cb__routes_slot_free(cb__routes_t *reg, uint32_t slot);
+/* RFC 9110 token / a field value with no control character but HTAB. */
+int cb__is_token(const char *p, size_t n);
+int cb__bad_value(const char *p, size_t n);
+
+/* A parsed request as the matchers see it. */
+typedef struct {
+  const char *path;
+  size_t path_len;
+  const char *query; /* after '?', NULL when none */
+  size_t query_len;
+  unsigned mbit; /* CB_METHOD_* of the method, 0 for another */
+} cb__match_in_t;
+
+/* Whether rt's path matches (fills r->params on a PARAMS match); whether its headers and query do. */
+int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
+int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
+
+/* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */
+const char *cb__method_name(unsigned bit);
+/* The allow header value for a method mask, in the fixed order. Returns its length; buf has 80 bytes. */
+size_t cb__allow_string(unsigned mask, char *buf);
+
+/* ---- route_table.c: tables and the registry ---- */
+
+/* The registry of a server (or of a test worker): the fixture routes, the stubs in order of addition, the
+ * counter slots and every worker's counter chunks. */
+int cb__routes_new(int nworkers, cb__routes_t **out);
+void cb__routes_free(cb__routes_t *reg);
+/* The worker's counter chunks (cb__worker_t.counters). */
+uint64_t **cb__routes_counters(cb__routes_t *reg, int worker);
+/* Sums counter `idx` over the workers (lock-free). */
+uint64_t cb__routes_count(cb__routes_t *reg, uint32_t idx);
+/* Gives rt a counter slot (zeroed). UV_ENOMEM, CB_ELIMIT. */
+int cb__routes_slot(cb__routes_t *reg, cb__route_t *rt);
+/* Locks the registry's lists (never held while waiting for a worker). */
+void cb__routes_lock(cb__routes_t *reg);
+void cb__routes_unlock(cb__routes_t *reg);
+/* The stubs in order of addition, under the lock; the fixtures and not_found. */
+cb__route_t **cb__routes_stubs(cb__routes_t *reg, int *n);
+cb__route_t **cb__routes_fixtures(cb__routes_t *reg, int *n);
+cb__route_t *cb__routes_not_found(cb__routes_t *reg);
+/* Under the lock: appends a stub (the registry takes over its reference) / removes one by id (the registry's
+ * reference is dropped once the lock is released: returned in *gone) / removes every stub. */
+int cb__routes_append(cb__routes_t *reg, cb__route_t *rt);
+cb__route_t *cb__routes_take(cb__routes_t *reg, uint64_t id);
+cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n); /* the caller frees the array */
+uint64_t cb__routes_next_id(cb__routes_t *reg);
+
+/* Builds a table of the registry's routes now (under its lock). nworkers as the registry's. */
+int cb__rtable_build(cb__routes_t *reg, cb__rtable_t **out);
+/* The worker lets go of a table it no longer dispatches under (once its requests are done with it). */
+void cb__rtable_retire(cb__rtable_t *t, int worker);
+/* The request's use of its table ends once the output queued so far has left. */
+void cb__rtable_release(cb__req_t *r);
+/* Publishes a new table built from srv's registry to every worker and waits until all use it. */
+int cb__routes_publish(cb_server_t *srv);
+
+/* Matches r against w's table: sets r->route (not_found when nothing matched), r->allow (405 when non-zero and
+ * no route matched). Takes a use of the table for r (released by cb__req_release). */
+void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in);
 
 typedef void (*cb__timer_fn)(cb__req_t *r);
 
@@ -326,12 +526,26 @@ struct cb__req_s {
   void *stream; /* the protocol's per-request state (HTTP/2 stream) */
   const cb__route_t *route;
   const cb__handler_t *handler;
-  /* Request head: valid until the request ends (on_end returns) */
-  const char *path;
+  cb__rtable_t *table; /* the table it was dispatched under (a use of it is held until release) */
+  /* Request head: valid until the request is released */
+  const char *path;  /* the target: path, then '?' and the query when target_len > path_len */
   size_t path_len;
+  size_t target_len;
+  const char *method_str;
+  size_t method_len;
+  const char *authority; /* HTTP/2 :authority, NULL when none */
+  size_t authority_len;
   const cb__hdr_t *headers;
   int nheaders;
-  uint8_t method;   /* CB__M_* */
+  uint16_t params[CB_MAX_PATH_PARAMS][2]; /* path parameters of a {name} pattern: offset and length in path */
+  uint16_t method;   /* CB_METHOD_* bit, 0 for another method */
+  uint16_t allow;    /* 405: the methods the path allows */
+  int status;        /* the status of the response head, 0 before */
+  uint64_t bytes_out; /* body bytes handed to the protocol */
+  uint64_t jseq;     /* journal sequence number, 0 when not journaled */
+  int64_t time_us;   /* arrival (journaled requests) */
+  char *jbody;       /* the journaled start of the body */
+  size_t jbody_len, jbody_cap;
   uint8_t res_state; /* CB__RES_* */
   uint8_t req_done;  /* the whole request (body included) was received */
   uint8_t blocked;   /* a generator was told to wait for on_writable */
@@ -348,6 +562,10 @@ struct cb__req_s {
       unsigned next;
     } gen;
     struct {
+      uint64_t off;   /* body bytes emitted */
+      unsigned piece; /* the piece being emitted */
+    } stub;
+    struct {
       char *json;
       size_t len;
     } headers;
@@ -360,29 +578,47 @@ struct cb__req_s {
 
 static inline void cb__res_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra,
                                 int nextra, int64_t content_length) {
+  r->status = status;
   r->proto->head(r, status, ctype, extra, nextra, content_length);
 }
 static inline int cb__res_data(cb__req_t *r, const char *p, size_t n, int flags) {
+  if (r->method != CB_METHOD_HEAD) r->bytes_out += n;
   return r->proto->data(r, p, n, flags);
 }
-static inline int cb__res_file(cb__req_t *r, int fd, uint64_t off, size_t n) {
-  return r->proto->file(r, fd, off, n);
+static inline int cb__res_file(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n) {
+  if (r->method != CB_METHOD_HEAD) r->bytes_out += n;
+  return r->proto->file(r, fd, map, off, n);
 }
 static inline void cb__res_end(cb__req_t *r) { r->proto->end(r); }
 
 /* Calls fn(r) after ms milliseconds on the worker's loop. One timer per request. Returns 0 or UV_ENOMEM. */
 int cb__req_timer(cb__req_t *r, unsigned ms, cb__timer_fn fn);
-/* Releases the request's handler state and timer. Called by the protocol exactly once per request. */
+/* Releases the request's handler state and timer, records it in the journal, and lets go of its route table
+ * once the output queued so far has left. Called by the protocol once the response is complete or the
+ * request is dropped; calling it again does nothing. */
 void cb__req_release(cb__req_t *r);
 
-/* route.c: matches r->path and r->method, counts the request, sets r->route and r->handler (404 and 405 have
- * handlers too) and runs on_head. */
+/* route.c: matches the request (r->path, r->method...), counts it, journals its arrival, sets r->route and
+ * r->handler (404 and 405 have handlers too) and runs on_head. */
 void cb__req_dispatch(cb__req_t *r);
 
-/* handlers.c */
-extern const cb__handler_t cb__h_root, cb__h_hello, cb__h_json, cb__h_echo, cb__h_echo_chunked, cb__h_file,
-    cb__h_stream, cb__h_sse, cb__h_delay, cb__h_status, cb__h_headers, cb__h_not_found,
-    cb__h_method_not_allowed;
+/* handlers.c: the fixture routes (built into reg) and the 404 and 405 handlers. */
+int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);
+extern const cb__handler_t cb__h_method_not_allowed;
+
+/* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
+int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
+
+/* ---- journal.c ---- */
+/* A worker's journal: seq and floor are the server's sequence counter and clear mark (atomics). */
+int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__journal_t **out);
+void cb__journal_free(cb__journal_t *j);
+/* The request arrived (dispatch): its sequence number and time. */
+void cb__journal_arrive(cb__worker_t *w, cb__req_t *r);
+/* A piece of its body arrived. */
+void cb__journal_body(cb__req_t *r, const char *p, size_t n);
+/* It is done: record it (and tell the listener). */
+void cb__journal_record(cb__worker_t *w, cb__req_t *r);
 
 /* ---- http1.c / http2.c ---- */
 
@@ -399,6 +635,9 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
 int cb__h2_settings_valid(const char *settings, size_t len);
 /* Whether this build serves HTTP/2. */
 int cb__h2_available(void);
+/* The cb_proto_id of an HTTP/2 connection (prior knowledge or upgrade), and a request's stream id. */
+int cb__h2_proto_id(const cb__conn_t *c);
+uint32_t cb__h2_stream_id(const cb__req_t *r);
 
 /* ---- server.c ---- */
 struct cb_server_s {
@@ -410,6 +649,13 @@ struct cb_server_s {
   int nworkers;
   cb__fixtures_t fx;
   cb__worker_t **workers;
+  cb__routes_t *routes;
+  uv_mutex_t api_mu;  /* serialises the calls that change or read through the workers */
+  int api_mu_ok;
+  int down;           /* cb_server_down() is in force (under api_mu) */
+  uint64_t conn_ids;  /* connections accepted, server-wide (atomic) */
+  uint64_t jseq;      /* journal sequence numbers given (atomic) */
+  uint64_t jfloor;    /* entries with seq <= this were cleared (atomic) */
 };
 
 #endif

@@ -1,4 +1,4 @@
-/* Names for error codes, routes and protocols. */
+/* Names for error codes and protocols. (Route names live in the route table.) */
 #include <uv.h>
 
 #include "internal.h"
@@ -30,31 +30,6 @@ const char *cb_err_name(int err) {
   static __thread char buf[64];
   uv_err_name_r(err, buf, sizeof buf);
   return buf;
-}
-
-static const char *const route_names[CB_ROUTE_COUNT] = {
-    [CB_ROUTE_ROOT] = "root",
-    [CB_ROUTE_HELLO] = "hello",
-    [CB_ROUTE_JSON] = "json",
-    [CB_ROUTE_ECHO] = "echo",
-    [CB_ROUTE_ECHO_CHUNKED] = "echo_chunked",
-    [CB_ROUTE_FILE_TINY] = "file_tiny",
-    [CB_ROUTE_FILE_SMALL] = "file_small",
-    [CB_ROUTE_FILE_BIG] = "file_big",
-    [CB_ROUTE_STREAM] = "stream",
-    [CB_ROUTE_STREAM_SMALL] = "stream_small",
-    [CB_ROUTE_STREAM_BIG] = "stream_big",
-    [CB_ROUTE_SSE] = "sse",
-    [CB_ROUTE_SSE_SMALL] = "sse_small",
-    [CB_ROUTE_SSE_BIG] = "sse_big",
-    [CB_ROUTE_DELAY] = "delay",
-    [CB_ROUTE_STATUS] = "status",
-    [CB_ROUTE_HEADERS] = "headers",
-    [CB_ROUTE_NOT_FOUND] = "not_found",
-};
-
-const char *cb_route_name(int route) {
-  return route >= 0 && route < CB_ROUTE_COUNT ? route_names[route] : NULL;
 }
 
 const char *cb_proto_name(int proto) {

@@ -53,6 +53,11 @@ static const cb_option_t options[] = {
     {.name = "fixture_dir", .flag = "--fixture-dir", .type = CB_OPT_STRING, .min = 0, .max = 511,
      .err = CB_EFIXTURE, .flags = CB_OPT_F_C_ONLY, FIELD(fixture_dir),
      .doc = "write the fixture files into this directory instead of keeping them in memory"},
+    {.name = "journal", .flag = "--journal", .type = CB_OPT_UINT, .min = 0, .max = CB_JOURNAL_MAX, .def = 10000,
+     .err = CB_ELIMIT, FIELD(journal), .doc = "requests kept in the request journal (the newest); 0 disables it"},
+    {.name = "journal_body_bytes", .flag = "--journal-body-bytes", .type = CB_OPT_UINT, .min = 0,
+     .max = CB_JOURNAL_BODY_MAX, .def = 65536, .err = CB_ELIMIT, FIELD(journal_body_bytes),
+     .doc = "request body bytes kept per journaled request"},
     {.name = "close", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
      .flags = CB_OPT_F_EHTTPD_ONLY, .doc = "ehttpd only: the original ehttpd (one canned answer, then close)"},
 };

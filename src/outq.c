@@ -33,11 +33,14 @@ int cb__outq_init(cb__outq_t *q) {
 }
 
 void cb__outq_free(cb__outq_t *q) {
+  /* In order, like a flush: a CALL releases what the entries before it reference. */
   size_t released = q->released;
   for (uint32_t i = q->head; i < q->tail; i++) {
-    if (q->q[i].kind != CB__OUT_FREE) continue;
-    free((void *)q->q[i].ptr);
-    released += q->q[i].held;
+    if (q->q[i].kind == CB__OUT_FREE) {
+      free((void *)q->q[i].ptr);
+      released += q->q[i].held;
+    }
+    if (q->q[i].kind == CB__OUT_CALL) q->q[i].fn((void *)q->q[i].ptr, (uint32_t)q->q[i].fd);
   }
   free(q->q);
   free(q->arena);
@@ -115,6 +118,11 @@ int cb__outq_ref(cb__outq_t *q, const char *p, size_t n, int free_after) {
 
 int cb__outq_ref_range(cb__outq_t *q, const char *base, size_t off, size_t n, int free_after, size_t held) {
   if (n == 0 && !free_after) return 0;
+  if (n == 0 && q->head == q->tail) { /* nothing queued refers to it any more */
+    free((void *)base);
+    q->released += held;
+    return 0;
+  }
   cb__out_t *e = push(q);
   if (e == NULL) {
     if (free_after) {
@@ -138,6 +146,19 @@ int cb__outq_file(cb__outq_t *q, int fd, uint64_t off, size_t n) {
   return 0;
 }
 
+void cb__outq_call(cb__outq_t *q, cb__release_fn fn, void *arg, uint32_t n) {
+  if (q->head == q->tail) {
+    fn(arg, n);
+    return;
+  }
+  cb__out_t *e = push(q);
+  if (e == NULL) { /* out of memory: release now rather than never (the bytes are gone too: see commit) */
+    fn(arg, n);
+    return;
+  }
+  *e = (cb__out_t){.kind = CB__OUT_CALL, .fd = (int)n, .fn = fn, .ptr = arg, .len = 0};
+}
+
 static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
   return e->kind == CB__OUT_ARENA ? q->arena + e->off : e->ptr + e->off;
 }
@@ -145,8 +166,14 @@ static const char *entry_ptr(const cb__outq_t *q, const cb__out_t *e) {
 /* Drops `n` written bytes from the front of the queue. */
 static void consume(cb__outq_t *q, size_t n) {
   q->bytes -= n;
+  q->written += n;
   while (q->head < q->tail && (n > 0 || q->q[q->head].len == 0)) {
     cb__out_t *e = &q->q[q->head];
+    if (e->kind == CB__OUT_CALL) {
+      q->head++; /* first: the callback may queue more */
+      e->fn((void *)e->ptr, (uint32_t)e->fd);
+      continue;
+    }
     size_t take = n < e->len ? n : e->len;
     e->len -= take;
     n -= take;
@@ -177,7 +204,7 @@ static ssize_t flush_to_sink(cb__outq_t *q, cb__sink_fn_t sink, void *arg) {
       if (r <= 0) return UV_EIO;
       n = (size_t)r;
       if (sink) sink(arg, buf, n);
-    } else if (sink) {
+    } else if (sink && n > 0) {
       sink(arg, entry_ptr(q, e), n);
     }
     consume(q, n);
@@ -210,10 +237,15 @@ ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
     for (uint32_t i = q->head; i < q->tail && n < OUTQ_IOV_MAX; i++) {
       cb__out_t *x = &q->q[i];
       if (x->kind == CB__OUT_FILE) break;
+      if (x->len == 0) continue; /* releases (CALL, FREE after): run by consume() in order */
       iov[n].iov_base = (void *)entry_ptr(q, x);
       iov[n].iov_len = x->len;
       want += x->len;
       n++;
+    }
+    if (n == 0) { /* only releases before a file range */
+      consume(q, 0);
+      continue;
     }
     ssize_t r = writev(fd, iov, n);
     if (r < 0) {

@@ -1,57 +1,381 @@
-/* The route table: path and method to a handler. Exact paths first, then the two prefix routes. */
+/* One route: its match compiled from the public cb_match_t (the fixture routes and the stubs go through the
+ * same code), matching a request against it, and dispatching a request through the worker's table. */
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
-#define GET_HEAD (CB__M_GET | CB__M_HEAD)
-#define ROUTE(p, pre, m, id, allow, h, arg) {p, sizeof(p) - 1, pre, m, id, allow, &h, arg}
+static const char *const method_names[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS",
+                                           "CONNECT", "TRACE"};
+#define NMETHODS (sizeof method_names / sizeof method_names[0])
 
-static const cb__route_t routes[] = {
-    ROUTE("/", 0, GET_HEAD, CB_ROUTE_ROOT, "GET, HEAD", cb__h_root, 0),
-    ROUTE("/hello", 0, GET_HEAD, CB_ROUTE_HELLO, "GET, HEAD", cb__h_hello, 0),
-    ROUTE("/json", 0, GET_HEAD, CB_ROUTE_JSON, "GET, HEAD", cb__h_json, 0),
-    ROUTE("/echo", 0, CB__M_POST, CB_ROUTE_ECHO, "POST", cb__h_echo, 0),
-    ROUTE("/echo/chunked", 0, CB__M_POST, CB_ROUTE_ECHO_CHUNKED, "POST", cb__h_echo_chunked, 0),
-    ROUTE("/file/tiny", 0, GET_HEAD, CB_ROUTE_FILE_TINY, "GET, HEAD", cb__h_file, CB__FILE_TINY),
-    ROUTE("/file/small", 0, GET_HEAD, CB_ROUTE_FILE_SMALL, "GET, HEAD", cb__h_file, CB__FILE_SMALL),
-    ROUTE("/file/big", 0, GET_HEAD, CB_ROUTE_FILE_BIG, "GET, HEAD", cb__h_file, CB__FILE_BIG),
-    ROUTE("/stream", 0, GET_HEAD, CB_ROUTE_STREAM, "GET, HEAD", cb__h_stream, 0),
-    ROUTE("/stream/small", 0, GET_HEAD, CB_ROUTE_STREAM_SMALL, "GET, HEAD", cb__h_stream, 1),
-    ROUTE("/stream/big", 0, GET_HEAD, CB_ROUTE_STREAM_BIG, "GET, HEAD", cb__h_stream, 2),
-    ROUTE("/sse", 0, GET_HEAD, CB_ROUTE_SSE, "GET, HEAD", cb__h_sse, 0),
-    ROUTE("/sse/small", 0, GET_HEAD, CB_ROUTE_SSE_SMALL, "GET, HEAD", cb__h_sse, 1),
-    ROUTE("/sse/big", 0, GET_HEAD, CB_ROUTE_SSE_BIG, "GET, HEAD", cb__h_sse, 2),
-    ROUTE("/headers", 0, GET_HEAD, CB_ROUTE_HEADERS, "GET, HEAD", cb__h_headers, 0),
-    ROUTE("/delay/", 1, GET_HEAD, CB_ROUTE_DELAY, "GET, HEAD", cb__h_delay, 0),
-    ROUTE("/status/", 1, GET_HEAD, CB_ROUTE_STATUS, "GET, HEAD", cb__h_status, 0),
-};
+unsigned cb_method_bit(cb_str_t name) {
+  if (name.ptr == NULL) return 0;
+  /* Every HTTP/2 request passes here: the common methods first, without a loop. */
+  if (name.len == 3 && memcmp(name.ptr, "GET", 3) == 0) return CB_METHOD_GET;
+  if (name.len == 4 && memcmp(name.ptr, "POST", 4) == 0) return CB_METHOD_POST;
+  for (unsigned i = 1; i < NMETHODS; i++)
+    if (strlen(method_names[i]) == name.len && memcmp(method_names[i], name.ptr, name.len) == 0) return 1u << i;
+  return 0;
+}
 
-static const cb__route_t not_found = {"", 0, 0, 0, CB_ROUTE_NOT_FOUND, NULL, &cb__h_not_found, 0};
-
-static const cb__route_t *route_find(const char *path, size_t len) {
-  /* A linear scan of 17 entries, most rejected on the length: cheaper than hashing the path. */
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-    const cb__route_t *r = &routes[i];
-    if (r->prefix) {
-      if (len >= r->path_len && memcmp(path, r->path, r->path_len) == 0) return r;
-    } else if (len == r->path_len && memcmp(path, r->path, len) == 0) {
-      return r;
-    }
-  }
+const char *cb__method_name(unsigned bit) {
+  for (unsigned i = 0; i < NMETHODS; i++)
+    if (bit == 1u << i) return method_names[i];
   return NULL;
 }
 
+size_t cb__allow_string(unsigned mask, char *buf) {
+  size_t o = 0;
+  if (mask & CB_METHOD_GET) mask |= CB_METHOD_HEAD;
+  for (unsigned i = 0; i < NMETHODS; i++) {
+    if (!(mask & (1u << i))) continue;
+    if (o > 0) {
+      memcpy(buf + o, ", ", 2);
+      o += 2;
+    }
+    size_t n = strlen(method_names[i]);
+    memcpy(buf + o, method_names[i], n);
+    o += n;
+  }
+  return o;
+}
+
+/* ---- compiling ---- */
+
+static char *dup_bytes(const char *p, size_t n) {
+  char *d = malloc(n + 1);
+  if (d == NULL) return NULL;
+  if (n) memcpy(d, p, n);
+  d[n] = '\0';
+  return d;
+}
+
+static int has_ctl(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if (ch < 0x20 || ch == 0x7f) return 1;
+  }
+  return 0;
+}
+
+/* A field value may hold no control character but HTAB (RFC 9110 section 5.5). */
+int cb__bad_value(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return 1;
+  }
+  return 0;
+}
+
+static int is_tchar(unsigned char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         (ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+}
+
+int cb__is_token(const char *p, size_t n) {
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!is_tchar((unsigned char)p[i])) return 0;
+  return 1;
+}
+
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decodes src (and '+' as space) into dst, which has room for n bytes. Returns the length. */
+static size_t url_decode(char *dst, const char *src, size_t n) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (src[i] == '+') {
+      dst[o++] = ' ';
+    } else if (src[i] == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
+      dst[o++] = (char)(hexval(src[i + 1]) << 4 | hexval(src[i + 2]));
+      i += 2;
+    } else {
+      dst[o++] = src[i];
+    }
+  }
+  return o;
+}
+
+static int compile_matchers(const cb_matcher_t *in, size_t n, int header, cb__matcher_t **out, int *nout) {
+  *out = NULL;
+  *nout = 0;
+  if (n == 0) return 0;
+  if (in == NULL || n > CB_MAX_MATCHERS) return UV_EINVAL;
+  cb__matcher_t *m = calloc(n, sizeof *m);
+  if (m == NULL) return UV_ENOMEM;
+  *out = m;
+  for (size_t i = 0; i < n; i++) {
+    const cb_matcher_t *x = &in[i];
+    if (x->name.ptr == NULL || x->name.len == 0 || x->name.len > 256) return UV_EINVAL;
+    if (x->value.ptr == NULL && x->value.len != 0) return UV_EINVAL;
+    if (x->value.len > 8192) return UV_EINVAL;
+    if (header) {
+      if (!cb__is_token(x->name.ptr, x->name.len)) return UV_EINVAL;
+      if (x->value.ptr && cb__bad_value(x->value.ptr, x->value.len)) return UV_EINVAL;
+    }
+    m[i].name = dup_bytes(x->name.ptr, x->name.len);
+    m[i].name_len = x->name.len;
+    if (m[i].name == NULL) return UV_ENOMEM;
+    if (header) {
+      for (size_t k = 0; k < m[i].name_len; k++)
+        if (m[i].name[k] >= 'A' && m[i].name[k] <= 'Z') m[i].name[k] += 32;
+    }
+    if (x->value.ptr) {
+      m[i].value = dup_bytes(x->value.ptr, x->value.len);
+      if (m[i].value == NULL) return UV_ENOMEM;
+      m[i].value_len = x->value.len;
+    }
+    (*nout)++;
+  }
+  return 0;
+}
+
+/* Splits a pattern into segments; "{name}" segments are parameters. */
+static int compile_params(cb__route_t *rt) {
+  const char *p = rt->pattern;
+  size_t n = rt->pattern_len;
+  int nsegs = 0, nparams = 0;
+  for (size_t i = 0; i < n; i++) nsegs += p[i] == '/';
+  rt->segs = calloc((size_t)nsegs, sizeof *rt->segs);
+  if (rt->segs == NULL) return UV_ENOMEM;
+  size_t i = 1;
+  for (int k = 0; k < nsegs; k++) {
+    size_t start = i;
+    while (i < n && p[i] != '/') i++;
+    size_t len = i - start;
+    cb__seg_t *s = &rt->segs[k];
+    s->off = (uint16_t)start;
+    s->len = (uint16_t)len;
+    const char *open = memchr(p + start, '{', len), *close = memchr(p + start, '}', len);
+    if (open || close) {
+      /* A parameter is a whole segment: "{" name "}" with a non-empty name of token characters. */
+      if (len < 3 || p[start] != '{' || p[i - 1] != '}' || !cb__is_token(p + start + 1, len - 2) ||
+          memchr(p + start + 1, '{', len - 2) || memchr(p + start + 1, '}', len - 2))
+        return UV_EINVAL;
+      s->param = 1;
+      if (++nparams > CB_MAX_PATH_PARAMS) return UV_EINVAL;
+    }
+    i++; /* the '/' */
+  }
+  rt->nsegs = nsegs;
+  if (nparams == 0) { /* no parameter after all: an exact path */
+    free(rt->segs);
+    rt->segs = NULL;
+    rt->nsegs = 0;
+    rt->path_kind = CB__PATH_EXACT;
+  }
+  return 0;
+}
+
+static void route_free(cb__route_t *rt) {
+  if (rt->kind && rt->kind->free_arg) rt->kind->free_arg(rt->arg);
+  for (int i = 0; i < rt->nheaders; i++) {
+    free(rt->headers[i].name);
+    free(rt->headers[i].value);
+  }
+  for (int i = 0; i < rt->nquery; i++) {
+    free(rt->query[i].name);
+    free(rt->query[i].value);
+  }
+  free(rt->headers);
+  free(rt->query);
+  free(rt->segs);
+  free(rt->pattern);
+  free(rt->name);
+  free(rt);
+}
+
+int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const cb__route_kind_t *kind,
+                  const cb__handler_t *handler, void *arg, cb__route_t **out) {
+  *out = NULL;
+  if (m == NULL || m->path.ptr == NULL || m->path.len == 0 || m->path.len > CB_MAX_PATH || m->path.ptr[0] != '/')
+    return UV_EINVAL;
+  if (has_ctl(m->path.ptr, m->path.len) || memchr(m->path.ptr, '?', m->path.len)) return UV_EINVAL;
+  if (m->methods & ~(unsigned)CB_METHOD_ALL) return UV_EINVAL;
+  cb__route_t *rt = calloc(1, sizeof *rt);
+  if (rt == NULL) return UV_ENOMEM;
+  rt->refs = 1;
+  rt->kind = kind;
+  rt->handler = handler;
+  rt->priority = m->priority;
+  rt->methods = m->methods;
+  rt->mmask = m->methods == 0 ? (unsigned)CB_METHOD_ALL
+                              : (m->methods | ((m->methods & CB_METHOD_GET) ? (unsigned)CB_METHOD_HEAD : 0u));
+  rt->name = dup_bytes(name, name_len);
+  rt->name_len = name_len;
+  rt->pattern = dup_bytes(m->path.ptr, m->path.len);
+  rt->pattern_len = m->path.len;
+  int err = rt->name && rt->pattern ? 0 : UV_ENOMEM;
+  if (err == 0) {
+    const char *p = rt->pattern;
+    size_t n = rt->pattern_len;
+    const char *star = memchr(p, '*', n);
+    if (star != NULL) {
+      /* A prefix: '*' only at the end, and no parameter before it. */
+      if (star != p + n - 1 || memchr(p, '{', n) || memchr(p, '}', n)) err = UV_EINVAL;
+      rt->path_kind = CB__PATH_PREFIX;
+      rt->path = p;
+      rt->path_len = n - 1;
+    } else if (memchr(p, '{', n) || memchr(p, '}', n)) {
+      rt->path_kind = CB__PATH_PARAMS;
+      rt->path = p;
+      rt->path_len = n;
+      err = compile_params(rt);
+    } else {
+      rt->path_kind = CB__PATH_EXACT;
+      rt->path = p;
+      rt->path_len = n;
+    }
+  }
+  if (err == 0) err = compile_matchers(m->headers, m->nheaders, 1, &rt->headers, &rt->nheaders);
+  if (err == 0) err = compile_matchers(m->query, m->nquery, 0, &rt->query, &rt->nquery);
+  if (err == 0) {
+    /* Query names and values are compared decoded: decode the matchers' too, once. */
+    for (int i = 0; i < rt->nquery; i++) {
+      rt->query[i].name_len = url_decode(rt->query[i].name, rt->query[i].name, rt->query[i].name_len);
+      if (rt->query[i].value)
+        rt->query[i].value_len = url_decode(rt->query[i].value, rt->query[i].value, rt->query[i].value_len);
+    }
+  }
+  if (err) {
+    rt->kind = NULL; /* arg stays the caller's on failure */
+    route_free(rt);
+    return err;
+  }
+  rt->arg = arg;
+  *out = rt;
+  return 0;
+}
+
+void cb__route_ref(cb__route_t *rt) { __atomic_add_fetch(&rt->refs, 1, __ATOMIC_RELAXED); }
+
+
+void cb__route_unref(cb__routes_t *reg, cb__route_t *rt) {
+  if (rt == NULL || __atomic_sub_fetch(&rt->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  if (rt->slot != 0) cb__routes_slot_free(reg, rt->slot);
+  route_free(rt);
+}
+
+/* ---- matching ---- */
+
+static int lower_eq(const char *a, const char *lower, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char ch = a[i];
+    if (ch >= 'A' && ch <= 'Z') ch += 32;
+    if (ch != lower[i]) return 0;
+  }
+  return 1;
+}
+
+static int header_ok(const cb__matcher_t *m, const cb__req_t *r) {
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *h = &r->headers[i];
+    if (h->name_len != m->name_len || !lower_eq(h->name, m->name, m->name_len)) continue;
+    if (m->value == NULL || (h->value_len == m->value_len && memcmp(h->value, m->value, m->value_len) == 0))
+      return 1;
+  }
+  /* HTTP/2 carries the host as :authority. */
+  if (r->authority && m->name_len == 4 && memcmp(m->name, "host", 4) == 0)
+    return m->value == NULL ||
+           (r->authority_len == m->value_len && memcmp(r->authority, m->value, m->value_len) == 0);
+  return 0;
+}
+
+/* Compares a raw (encoded) query piece with a decoded matcher string. */
+static int decoded_eq(const char *raw, size_t n, const char *want, size_t wn) {
+  char tmp[512];
+  if (n > sizeof tmp) {
+    char *d = malloc(n);
+    if (d == NULL) return 0;
+    size_t dn = url_decode(d, raw, n);
+    int eq = dn == wn && memcmp(d, want, wn) == 0;
+    free(d);
+    return eq;
+  }
+  size_t dn = url_decode(tmp, raw, n);
+  return dn == wn && memcmp(tmp, want, wn) == 0;
+}
+
+static int query_ok(const cb__matcher_t *m, const cb__match_in_t *in) {
+  if (in->query == NULL) return 0; /* no '?' at all */
+  const char *p = in->query, *end = in->query + in->query_len;
+  while (p < end) {
+    const char *amp = memchr(p, '&', (size_t)(end - p));
+    const char *pe = amp ? amp : end;
+    const char *eq = memchr(p, '=', (size_t)(pe - p));
+    const char *ne = eq ? eq : pe;
+    if (decoded_eq(p, (size_t)(ne - p), m->name, m->name_len)) {
+      if (m->value == NULL) return 1;
+      const char *v = eq ? eq + 1 : pe;
+      if (decoded_eq(v, (size_t)(pe - v), m->value, m->value_len)) return 1;
+    }
+    p = pe + 1;
+  }
+  return 0;
+}
+
+static int params_match(const cb__route_t *rt, cb__req_t *r, const char *path, size_t len) {
+  size_t i = 0;
+  int np = 0;
+  for (int k = 0; k < rt->nsegs; k++) {
+    if (i >= len || path[i] != '/') return 0;
+    i++;
+    size_t start = i;
+    while (i < len && path[i] != '/') i++;
+    size_t sl = i - start;
+    const cb__seg_t *s = &rt->segs[k];
+    if (s->param) {
+      if (sl == 0 || sl > UINT16_MAX || start > UINT16_MAX) return 0;
+      r->params[np][0] = (uint16_t)start;
+      r->params[np][1] = (uint16_t)sl;
+      np++;
+    } else if (sl != s->len || memcmp(path + start, rt->pattern + s->off, sl) != 0) {
+      return 0;
+    }
+  }
+  return i == len;
+}
+
+int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in) {
+  switch (rt->path_kind) {
+    case CB__PATH_EXACT:
+      return in->path_len == rt->path_len && memcmp(in->path, rt->path, rt->path_len) == 0;
+    case CB__PATH_PREFIX:
+      return in->path_len >= rt->path_len && memcmp(in->path, rt->path, rt->path_len) == 0;
+    default:
+      return params_match(rt, r, in->path, in->path_len);
+  }
+}
+
+int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in) {
+  for (int i = 0; i < rt->nheaders; i++)
+    if (!header_ok(&rt->headers[i], r)) return 0;
+  for (int i = 0; i < rt->nquery; i++)
+    if (!query_ok(&rt->query[i], in)) return 0;
+  return 1;
+}
+
+/* ---- dispatch ---- */
+
 void cb__req_dispatch(cb__req_t *r) {
   cb__worker_t *w = r->conn->w;
-  const cb__route_t *route = route_find(r->path, r->path_len);
-  if (route == NULL) route = &not_found;
-  r->route = route;
+  cb__match_in_t in;
+  in.path = r->path;
+  in.path_len = r->path_len;
+  in.query = r->target_len > r->path_len ? r->path + r->path_len + 1 : NULL;
+  in.query_len = in.query ? r->target_len - r->path_len - 1 : 0;
+  in.mbit = r->method;
   CB__STAT_INC(w, requests);
-  CB__STAT_INC(w, requests_by_route[route->id]);
-  if (route->id != CB_ROUTE_NOT_FOUND && (route->methods & r->method) == 0) {
-    r->handler = &cb__h_method_not_allowed;
-  } else {
-    r->handler = route->handler;
-  }
+  cb__rtable_dispatch(w, r, &in);
+  if (w->journal != NULL) cb__journal_arrive(w, r);
+  r->handler = r->allow ? &cb__h_method_not_allowed : r->route->handler;
   if (r->handler->on_head) r->handler->on_head(r);
 }

@@ -84,13 +84,13 @@ static int bound_port(int fd) {
 }
 
 /* Binds one listening socket per worker, all on the same port. */
-static int open_listeners(cb_server_t *srv, int *fds) {
+static int open_listeners(cb_server_t *srv, int port, int *fds) {
   struct sockaddr_storage ss;
   socklen_t len;
-  int err = parse_host(srv->cfg.host, srv->cfg.port, &ss, &len);
+  int err = parse_host(srv->cfg.host, port, &ss, &len);
   if (err) return err;
   for (int i = 0; i < srv->nworkers; i++) fds[i] = -1;
-  if (srv->cfg.port != 0) {
+  if (port != 0) {
     /* Sockets of one user that all set SO_REUSEPORT share a port silently: a second server would join ours
      * instead of failing. A probe bound without it fails with EADDRINUSE when anyone listens there. */
     int probe;
@@ -120,10 +120,17 @@ fail:
 
 static void free_server(cb_server_t *srv) {
   if (srv->workers != NULL) {
-    for (int i = 0; i < srv->nworkers; i++) free(srv->workers[i]);
+    for (int i = 0; i < srv->nworkers; i++) {
+      if (srv->workers[i] == NULL) continue;
+      cb__journal_free(srv->workers[i]->journal);
+      free(srv->workers[i]);
+    }
     free(srv->workers);
   }
+  /* Every table was let go of by the workers (or never handed out): the routes go with the registry. */
+  cb__routes_free(srv->routes);
   cb__fixtures_close(&srv->fx);
+  if (srv->api_mu_ok) uv_mutex_destroy(&srv->api_mu);
   free(srv);
 }
 
@@ -155,8 +162,21 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     free_server(srv);
     return err;
   }
-  err = open_listeners(srv, fds);
+  if (uv_mutex_init(&srv->api_mu) != 0) {
+    free_server(srv);
+    return UV_ENOMEM;
+  }
+  srv->api_mu_ok = 1;
+  cb__rtable_t *table = NULL;
+  err = cb__routes_new(srv->nworkers, &srv->routes);
+  if (err == 0) err = cb__rtable_build(srv->routes, &table);
   if (err) {
+    free_server(srv);
+    return err;
+  }
+  err = open_listeners(srv, cfg->port, fds);
+  if (err) {
+    for (int i = 0; i < srv->nworkers; i++) cb__rtable_retire(table, i);
     free_server(srv);
     return err;
   }
@@ -175,8 +195,18 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       srv->workers[i] = NULL;
       break;
     }
+    cb__worker_t *w = srv->workers[i];
+    w->table = table;
+    w->counters = cb__routes_counters(srv->routes, i);
+    w->conn_ids = &srv->conn_ids;
     inited++;
+    if (cfg->journal > 0) {
+      err = cb__journal_new(&srv->cfg, &srv->jseq, &srv->jfloor, &w->journal);
+      if (err) break;
+    }
   }
+  /* Workers that never got the table do not hold it: let go for them. */
+  for (int i = inited; i < srv->nworkers; i++) cb__rtable_retire(table, i);
   if (err == 0) {
     for (; started < inited; started++) {
       err = cb__worker_start(srv->workers[started]);
@@ -199,8 +229,10 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       uv_run(&w->loop, UV_RUN_DEFAULT);
       uv_loop_close(&w->loop);
       cb__worker_destroy_sync(w);
+      cb__rtable_retire(w->table, i);
     }
-    for (int i = 0; i < srv->nworkers; i++) close(fds[i]);
+    for (int i = 0; i < srv->nworkers; i++) /* the stop sequence closed a started worker's socket */
+      if (i >= inited || srv->workers[i] == NULL || srv->workers[i]->lfd >= 0) close(fds[i]);
     free_server(srv);
     return err;
   }
@@ -221,7 +253,7 @@ int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final) {
   for (int i = 0; i < srv->nworkers; i++) cb__worker_post_stop(srv->workers[i]);
   for (int i = 0; i < srv->nworkers; i++) {
     cb__worker_join(srv->workers[i]);
-    close(srv->workers[i]->lfd);
+    if (srv->workers[i]->lfd >= 0) close(srv->workers[i]->lfd);
   }
   if (final != NULL) cb_server_stats(srv, final); /* the workers are joined, their counters still here */
   free_server(srv);
@@ -229,6 +261,55 @@ int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final) {
 }
 
 int cb_server_stop(cb_server_t *srv) { return cb_server_stop_stats(srv, NULL); }
+/* ---- down and up ---- */
+
+static void down_call(cb__worker_t *w, cb__call_t *call) { cb__worker_down(w, call); }
+static void up_call(cb__worker_t *w, cb__call_t *call) { cb__worker_up(w, call); }
+
+int cb_server_down(cb_server_t *srv) {
+  if (srv == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  uv_mutex_lock(&srv->api_mu);
+  int err = 0;
+  if (!srv->down) {
+    cb__call_t *calls = malloc((size_t)srv->nworkers * sizeof *calls);
+    err = calls ? cb__call_all(srv, down_call, NULL, calls) : UV_ENOMEM;
+    free(calls);
+    if (err == 0) srv->down = 1;
+  }
+  uv_mutex_unlock(&srv->api_mu);
+  return err;
+}
+
+int cb_server_up(cb_server_t *srv) {
+  if (srv == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  uv_mutex_lock(&srv->api_mu);
+  int err = 0;
+  if (srv->down) {
+    int fds[CB_MAX_THREADS];
+    /* The same port again, with the probe that refuses a port someone took meanwhile. */
+    err = open_listeners(srv, srv->port, fds);
+    cb__call_t *calls = NULL;
+    if (err == 0) {
+      calls = malloc((size_t)srv->nworkers * sizeof *calls);
+      err = calls ? cb__call_all(srv, up_call, fds, calls) : UV_ENOMEM;
+      for (int i = 0; err == 0 && i < srv->nworkers; i++)
+        if (calls[i].err) err = calls[i].err;
+      if (err) { /* back to down: whoever took its socket closes it again */
+        cb__call_t *undo = malloc((size_t)srv->nworkers * sizeof *undo);
+        if (undo) cb__call_all(srv, down_call, NULL, undo);
+        free(undo);
+        for (int i = 0; calls && i < srv->nworkers; i++)
+          if (calls[i].err) close(fds[i]);
+      }
+    }
+    free(calls);
+    if (err == 0) srv->down = 0;
+  }
+  uv_mutex_unlock(&srv->api_mu);
+  return err;
+}
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 

@@ -8,6 +8,8 @@
 struct cb__testconn_s {
   cb_config_t cfg;
   cb__fixtures_t fx;
+  cb__routes_t *routes;
+  uint64_t conn_ids, jseq, jfloor;
   cb__worker_t *w;
   cb__conn_t *c;
   uint8_t freed; /* set by the connection when it is freed: tc->c is dangling from then on */
@@ -37,13 +39,21 @@ cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void 
   tc->w = malloc(sizeof *tc->w);
   if (tc->w == NULL) goto fail_fx;
   if (cb__worker_init_test(tc->w, &tc->cfg, &tc->fx) != 0) goto fail_w;
+  /* The same route registry and table as a server's, for one worker. */
+  tc->w->conn_ids = &tc->conn_ids;
+  if (cb__routes_new(1, &tc->routes) != 0 || cb__rtable_build(tc->routes, &tc->w->table) != 0) goto fail_loop;
+  tc->w->counters = cb__routes_counters(tc->routes, 0);
+  if (tc->cfg.journal > 0 && cb__journal_new(&tc->cfg, &tc->jseq, &tc->jfloor, &tc->w->journal) != 0)
+    goto fail_loop;
   tc->c = cb__conn_new(tc->w, -1, sink, arg);
-  if (tc->c == NULL) {
-    cb__worker_close_test(tc->w);
-    goto fail_w;
-  }
+  if (tc->c == NULL) goto fail_loop;
   tc->c->freed_flag = &tc->freed;
   return tc;
+fail_loop:
+  cb__worker_close_test(tc->w);
+  cb__rtable_retire(tc->w->table, 0);
+  cb__journal_free(tc->w->journal);
+  cb__routes_free(tc->routes);
 fail_w:
   free(tc->w);
 fail_fx:
@@ -88,8 +98,40 @@ void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out) {
   out->conns_open = out->conns_accepted - out->conns_closed;
 }
 
+uint64_t cb__testconn_route_count(cb__testconn_t *tc, const char *name) {
+  int n;
+  uint64_t sum = 0;
+  cb__route_t **fx = cb__routes_fixtures(tc->routes, &n);
+  cb__route_t *all[64];
+  int k = 0;
+  for (int i = 0; i < n && k < 63; i++) all[k++] = fx[i];
+  all[k++] = cb__routes_not_found(tc->routes);
+  for (int i = 0; i < k; i++)
+    if (strcmp(all[i]->name, name) == 0)
+      sum += cb__routes_count(tc->routes, 2 * all[i]->slot) + cb__routes_count(tc->routes, 2 * all[i]->slot + 1);
+  return sum;
+}
+
+int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *id) {
+  int err = cb__stub_append(tc->routes, stub, id);
+  if (err) return err;
+  /* One worker, driven by this thread: the new table is swapped in directly instead of through a queue. */
+  cb__rtable_t *t;
+  cb__routes_lock(tc->routes);
+  err = cb__rtable_build(tc->routes, &t);
+  cb__routes_unlock(tc->routes);
+  if (err) return err;
+  cb__rtable_t *old = tc->w->table;
+  tc->w->table = t;
+  cb__rtable_retire(old, 0);
+  return 0;
+}
+
 int cb__testconn_free(cb__testconn_t *tc) {
   int rc = cb__worker_close_test(tc->w);
+  cb__rtable_retire(tc->w->table, 0);
+  cb__journal_free(tc->w->journal);
+  cb__routes_free(tc->routes);
   cb__fixtures_close(&tc->fx);
   free(tc->w);
   free(tc);

@@ -34,6 +34,12 @@ int cb__testconn_run(cb__testconn_t *tc, int until_idle);
 /* Reads the worker's counters. */
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out);
 
+/* Requests counted under a route name on the test worker (names that repeat are added up). */
+uint64_t cb__testconn_route_count(cb__testconn_t *tc, const char *name);
+
+/* Adds a stub to the test worker's table, as cb_server_route_add() does for a server. */
+int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *id);
+
 /* Closes the connection, closes every handle, checks that the loop closes cleanly, frees everything.
  * Returns 0, or a negative code when the loop still had handles (a leak). */
 int cb__testconn_free(cb__testconn_t *tc);

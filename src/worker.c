@@ -52,15 +52,17 @@ static void on_listener(uv_poll_t *h, int status, int events);
 
 static void on_accept_backoff(uv_timer_t *t) {
   cb__worker_t *w = t->data;
-  if (!w->stopping) uv_poll_start(&w->listener, UV_READABLE, on_listener);
+  if (!w->stopping && w->listening) uv_poll_start(&w->listener, UV_READABLE, on_listener);
 }
 
 static void on_listener(uv_poll_t *h, int status, int events) {
   cb__worker_t *w = h->data;
   (void)events;
-  if (status < 0 || w->stopping) return;
+  if (status < 0 || w->stopping || !w->listening) return;
   for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
-    int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    int fd = accept4(w->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -74,7 +76,7 @@ static void on_listener(uv_poll_t *h, int status, int events) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (cb__conn_accept(w, fd) != 0) close(fd);
+    if (cb__conn_accept(w, fd, (const struct sockaddr *)&peer) != 0) close(fd);
   }
 }
 
@@ -83,10 +85,36 @@ static void on_listener(uv_poll_t *h, int status, int events) {
 static void stop_now(uv_timer_t *t);
 static void close_worker_handles(cb__worker_t *w);
 
+static void on_listener_closed(uv_handle_t *h);
+
+/* Closes the listening socket (stop, down). */
+static void close_listener(cb__worker_t *w) {
+  if (!w->listening) return;
+  w->listening = 0;
+  w->listener_closing = 1;
+  uv_close((uv_handle_t *)&w->listener, on_listener_closed); /* stops polling: the socket can be closed now */
+  close(w->lfd);
+  w->lfd = -1;
+}
+
+static void down_check(cb__worker_t *w) {
+  if (w->down_call != NULL && w->nconns == 0 && !w->listener_closing) {
+    cb__call_t *call = w->down_call;
+    w->down_call = NULL;
+    cb__call_done(call);
+  }
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  cb__worker_t *w = h->data;
+  w->listener_closing = 0;
+  down_check(w);
+}
+
 static void begin_stop(cb__worker_t *w) {
   if (w->stopping) return;
   w->stopping = 1;
-  uv_close((uv_handle_t *)&w->listener, NULL);
+  close_listener(w);
   uv_timer_stop(&w->aux_timer);
   /* Each connection finishes what is in flight, or closes now when idle. */
   cb__conn_t *c = w->conns;
@@ -121,22 +149,54 @@ static void close_worker_handles(cb__worker_t *w) {
 
 void cb__worker_conn_gone(cb__worker_t *w) {
   if (w->nconns == 0) w->trim_pending = 1; /* see on_date_timer */
-  if (w->stopping && w->nconns == 0 && w->lfd >= 0) close_worker_handles(w);
+  if (w->srv == NULL) return; /* a test worker: its owner closes it */
+  down_check(w);
+  if (w->stopping && w->nconns == 0) close_worker_handles(w);
 }
 
-static void on_async(uv_async_t *a) {
-  cb__worker_t *w = a->data;
-  uv_mutex_lock(&w->cmd_mutex);
-  int stop = w->cmd_stop;
-  uv_mutex_unlock(&w->cmd_mutex);
-  if (stop) begin_stop(w);
+static void on_async(uv_async_t *a) { cb__worker_run_commands(a->data); }
+
+static void stop_cmd(cb__worker_t *w, cb__cmd_t *cmd) {
+  (void)cmd; /* w->stop_cmd: nothing to free */
+  begin_stop(w);
 }
 
 void cb__worker_post_stop(cb__worker_t *w) {
-  uv_mutex_lock(&w->cmd_mutex);
-  w->cmd_stop = 1;
-  uv_mutex_unlock(&w->cmd_mutex);
-  uv_async_send(&w->async);
+  w->stop_cmd.fn = stop_cmd;
+  cb__worker_post(w, &w->stop_cmd);
+}
+
+/* ---- down and up ---- */
+
+void cb__worker_down(cb__worker_t *w, cb__call_t *call) {
+  close_listener(w);
+  uv_timer_stop(&w->aux_timer); /* an accept back-off would poll a closed socket */
+  for (cb__conn_t *c = w->conns; c != NULL;) {
+    cb__conn_t *next = c->next;
+    cb__conn_close(c);
+    c = next;
+  }
+  w->down_call = call; /* done when the last connection and the listener are freed */
+  down_check(w);
+}
+
+void cb__worker_up(cb__worker_t *w, cb__call_t *call) {
+  const int *fds = call->arg;
+  int err = w->listener_closing ? UV_EBUSY : uv_poll_init(&w->loop, &w->listener, fds[w->index]);
+  if (err == 0) {
+    w->listener.data = w;
+    w->lfd = fds[w->index];
+    w->listening = 1;
+    err = uv_poll_start(&w->listener, UV_READABLE, on_listener);
+    if (err) { /* the caller closes the socket */
+      w->listening = 0;
+      w->listener_closing = 1;
+      w->lfd = -1;
+      uv_close((uv_handle_t *)&w->listener, on_listener_closed);
+    }
+  }
+  call->err = err;
+  cb__call_done(call);
 }
 
 /* ---- the thread ---- */
@@ -182,8 +242,12 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
   err = uv_poll_init(&w->loop, &w->listener, lfd);
   if (err == 0) {
     w->listener.data = w;
+    w->listening = 1;
     err = uv_poll_start(&w->listener, UV_READABLE, on_listener);
-    if (err) uv_close((uv_handle_t *)&w->listener, NULL);
+    if (err) {
+      w->listening = 0;
+      uv_close((uv_handle_t *)&w->listener, NULL);
+    }
   }
   if (err) { /* undo on this thread: close what was opened and let the loop finish the closes */
     close_worker_handles(w);
@@ -216,6 +280,7 @@ static int pin(cb__worker_t *w) {
 
 static void worker_main(void *arg) {
   cb__worker_t *w = arg;
+  cb__worker_mark_thread();
   w->pin_err = pin(w);
   uv_sem_post(&w->ready);
   /* After a failed pin the starter posts a stop, which this loop runs like any other. */
@@ -223,6 +288,9 @@ static void worker_main(void *arg) {
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
   (void)rc;
+  /* Every connection is gone, and with it every use of a table: let go of the current one. */
+  cb__rtable_retire(w->table, w->index);
+  w->table = NULL;
 }
 
 int cb__worker_start(cb__worker_t *w) {
@@ -255,6 +323,7 @@ int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixt
 
 int cb__worker_close_test(cb__worker_t *w) {
   w->stopping = 1;
+  w->listening = 0;
   cb__conn_t *c = w->conns;
   while (c != NULL) {
     cb__conn_t *next = c->next;

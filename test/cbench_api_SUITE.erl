@@ -44,7 +44,10 @@ start_bad_input(_Config) ->
            {stop_timeout_ms, infinity, {integer, 0, 4294967295}}, {enable_h2, yes, boolean},
            {h2_max_concurrent_streams, 0, {integer, 1, 1048576}},
            {h2_max_concurrent_streams, 1048577, {integer, 1, 1048576}},
-           {backlog, 0, {integer, 1, 65535}}],
+           {backlog, 0, {integer, 1, 65535}}, {journal, -1, {integer, 0, 10000000}},
+           {journal, 10000001, {integer, 0, 10000000}}, {journal, off, {integer, 0, 10000000}},
+           {journal_body_bytes, -1, {integer, 0, 67108864}},
+           {journal_body_bytes, 67108865, {integer, 0, 67108864}}],
     [?assertEqual({{error, {bad_option, K, V, A}}, E}, {cbench:start_server(E, #{K => V}), E})
      || {K, V, A} <- Bad, E <- [nif, port, ehttpd]],
     [?assertEqual({{error, {bad_option, cpus, V, {list, {integer, 0, 1023}}}}, E},

@@ -1,6 +1,8 @@
 %%% @doc cbench used as a dependency: a throwaway rebar3 project with cbench in `_checkouts' and
-%%% `{deps, [cbench]}' compiles and runs a Common Test suite that starts a nif fixture on port 0,
-%%% requests /hello and /delay/10 with httpc, and stops it. Offline: no hex access is needed.
+%%% `{deps, [cbench]}' compiles and runs the Common Test suite of the README ("Use it in your test
+%%% suite"), taken from README.md itself: a nif fixture on port 0 with stubs, the journal,
+%%% expect/verify, await and down/up, and a server for one case with with_server/3. Offline: no hex
+%%% access is needed.
 -module(cbench_consumer_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
@@ -30,11 +32,13 @@ rebar3_checkout_project(Config) ->
     ok = file:write_file(filename:join([Dir, "src", "consumer.app.src"]),
                          "{application, consumer, [{vsn, \"0.1.0\"}, {applications, "
                          "[kernel, stdlib, cbench]}, {registered, []}]}.\n"),
-    ok = file:write_file(filename:join([Dir, "test", "fixture_SUITE.erl"]), suite_source()),
+    Source = readme_suite(repo_root()),
+    ok = file:write_file(filename:join([Dir, "test", "fixture_SUITE.erl"]), Source),
     {Status, Out} = run(Dir, ["ct"], 150000),
     ct:log("rebar3 ct in ~s:~n~s", [Dir, Out]),
     ?assertEqual(0, Status),
-    ?assertMatch({match, _}, re:run(Out, "All 1 tests passed")),
+    %% The README's suite has four cases.
+    ?assertMatch({match, _}, re:run(Out, "All 4 tests passed")),
     %% The pre-compile hook does not flood the consumer's output with compiler commands.
     ?assertEqual(nomatch, re:run(Out, "-std=gnu11|-fPIC")).
 
@@ -46,28 +50,12 @@ warnings_as_errors_only_in_test_profile(_Config) ->
     Test = proplists:get_value(test, proplists:get_value(profiles, Terms)),
     ?assert(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Test))).
 
-%% The example of docs/beam.md, "Use it in your test suite".
-suite_source() ->
-    <<"-module(fixture_SUITE).\n"
-      "-include_lib(\"common_test/include/ct.hrl\").\n"
-      "-export([all/0, init_per_suite/1, end_per_suite/1, hello_and_delay/1]).\n"
-      "\n"
-      "all() -> [hello_and_delay].\n"
-      "\n"
-      "init_per_suite(Config) ->\n"
-      "    {ok, _} = application:ensure_all_started(inets),\n"
-      "    {ok, Server} = cbench:start_server(nif, #{port => 0}),\n"
-      "    [{server, Server} | Config].\n"
-      "\n"
-      "end_per_suite(Config) ->\n"
-      "    ok = cbench:stop_server(?config(server, Config)).\n"
-      "\n"
-      "hello_and_delay(Config) ->\n"
-      "    Server = ?config(server, Config),\n"
-      "    {ok, {{_, 200, _}, _, \"Hello, Joe!\"}} = httpc:request(cbench:url(Server, \"/hello\")),\n"
-      "    {ok, {{_, 200, _}, _, \"ok\"}} = httpc:request(cbench:url(Server, \"/delay/10\")),\n"
-      "    #{requests := 2} = cbench:stats(Server),\n"
-      "    ok.\n">>.
+%% The suite of the README: the erlang code block that starts with -module(fixture_SUITE).
+readme_suite(Root) ->
+    {ok, Readme} = file:read_file(filename:join(Root, "README.md")),
+    [_, From] = binary:split(Readme, <<"```erlang\n-module(fixture_SUITE).">>),
+    [Body | _] = binary:split(From, <<"```">>),
+    <<"-module(fixture_SUITE).", Body/binary>>.
 
 %% rebar3 in Dir, without the environment of the rebar3 that runs this suite.
 run(Dir, Args, Timeout) ->

@@ -313,5 +313,47 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   fi
 done
 
+for args in "--journal -1" "--journal 10000001" "--journal-body-bytes x" "--stubs"; do
+  set +e
+  # shellcheck disable=SC2086 # split the arguments
+  timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
+  rc=$?
+  set -e
+  if [ "$rc" = 2 ] && grep -qi usage "$work/bad.err"; then ok; else bad "'cbench-server $args': exit status $rc, expected 2"; fi
+done
+
+# --stubs: a valid file is served (curl, HTTP/1.1 and h2c); a file with an error names file, line and field
+# and exits 2 without the ready line.
+cat >"$work/stubs.json" <<'JSON'
+[
+  {"name": "user", "match": {"method": "GET", "path": "/users/{id}"},
+   "response": {"status": 200, "headers": {"content-type": "application/json"}, "body": "{\"id\":1}"}},
+  {"match": {"path": "/gone"}, "response": {"status": 410}}
+]
+JSON
+start_server stubs --port 0 --threads 1 --stubs "$work/stubs.json" --journal 100
+body=$(curl -s "http://127.0.0.1:$PORT/users/42")
+if [ "$body" = '{"id":1}' ]; then ok; else bad "--stubs: GET /users/42 answered '$body'"; fi
+code=$(curl -s --http2-prior-knowledge -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/gone")
+if [ "$code" = 410 ]; then ok; else bad "--stubs: h2c GET /gone answered $code"; fi
+kill -INT "$SPID"
+wait "$SPID" || bad "--stubs server: exit status $?"
+if grep -q "user 1" "$work/stubs.out"; then ok; else bad "--stubs: stats lack 'user 1': $(cat "$work/stubs.out")"; fi
+printf '[
+  {"match": {"path": "/a"},
+   "response": {"status": "200"}}
+]
+' >"$work/badstubs.json"
+set +e
+timeout 10 "$SERVER" --port 0 --stubs "$work/badstubs.json" >"$work/badstubs.out" 2>"$work/badstubs.err"
+rc=$?
+set -e
+want="cbench-server: $work/badstubs.json:3: stubs[0].response.status: must be an integer from 200 to 599"
+if [ "$rc" = 2 ] && [ "$(cat "$work/badstubs.err")" = "$want" ] && [ ! -s "$work/badstubs.out" ]; then
+  ok
+else
+  bad "bad stub file: exit status $rc, stderr '$(cat "$work/badstubs.err")', expected 2 and '$want'"
+fi
+
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -508,3 +508,13 @@ long vm_rss_kb(void) {
   fclose(f);
   return kb;
 }
+
+uint64_t route_count(cb_server_t *srv, const char *name) {
+  cb_route_counts_t *rc = NULL;
+  uint64_t n = 0;
+  ASSERT_ERR(cb_server_route_counts(srv, &rc), 0);
+  for (size_t i = 0; i < rc->count; i++)
+    if (strcmp(rc->items[i].name.ptr, name) == 0) n += rc->items[i].requests;
+  cb_route_counts_free(rc);
+  return n;
+}

@@ -131,6 +131,8 @@ void test_config(cb_config_t *cfg);
 /* Starts a server, asserting success. */
 cb_server_t *test_start(const cb_config_t *cfg);
 void test_stop(cb_server_t *srv);
+/* Requests counted under a route name (cb_server_route_counts; names that repeat are added up). */
+uint64_t route_count(cb_server_t *srv, const char *name);
 /* Polls the server's stats until pred(stats, arg) holds or timeout_ms passes; returns the last stats read. */
 void wait_stats(cb_server_t *srv, cb_stats_t *st, int (*pred)(const cb_stats_t *, const void *), const void *arg,
                 int timeout_ms);

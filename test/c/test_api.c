@@ -282,17 +282,7 @@ TEST(api_error_names) {
   ASSERT_NOT_NULL(cb_strerror(0));
 }
 
-TEST(api_route_and_proto_names) {
-  static const char *routes[CB_ROUTE_COUNT] = {
-      [CB_ROUTE_HELLO] = "hello", [CB_ROUTE_FILE_BIG] = "file_big", [CB_ROUTE_NOT_FOUND] = "not_found"};
-  int i, k;
-  for (i = 0; i < CB_ROUTE_COUNT; i++) {
-    ASSERT_NOT_NULL(cb_route_name(i));
-    if (routes[i]) ASSERT_STR_EQ(cb_route_name(i), routes[i]);
-    for (k = 0; k < i; k++) ASSERT(strcmp(cb_route_name(i), cb_route_name(k)) != 0);
-  }
-  ASSERT_NULL(cb_route_name(-1));
-  ASSERT_NULL(cb_route_name(CB_ROUTE_COUNT));
+TEST(api_proto_names) {
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_HTTP1), "http1");
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H2C_PRIOR), "h2c_prior");
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H2C_UPGRADE), "h2c_upgrade");

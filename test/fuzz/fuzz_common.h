@@ -3,6 +3,9 @@
 #define CB_FUZZ_COMMON_H
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "testing.h"
 
 static size_t out_bytes;
 
@@ -17,6 +20,29 @@ static void sink(void *arg, const char *p, size_t len) {
 static const char *fixture_dir(void) {
   const char *env = getenv("CBT_FIXTURE_DIR");
   return env && *env ? env : "/tmp/cbench-fuzz-fixtures";
+}
+
+/* Stubs in front of the fixture routes, so that inputs reach every matcher kind (params, prefix, header and
+ * query matchers, methods), the stub answers (bytes, generated, pieces) and 405s over several routes. */
+static void add_stubs(cb__testconn_t *tc) {
+  static const cb_matcher_t hdr[] = {{CB_S("x-key"), CB_S("v1")}, {CB_S("host"), {NULL, 0}}};
+  static const cb_matcher_t query[] = {{CB_S("a"), CB_S("1 2")}, {CB_S("flag"), {NULL, 0}}};
+  static const cb_header_t out[] = {{CB_S("content-type"), CB_S("text/plain")}, {CB_S("x-a"), CB_S("1")}};
+  cb_stub_t st[4];
+  memset(st, 0, sizeof st);
+  st[0].match = (cb_match_t){.methods = CB_METHOD_GET, .path = CB_S("/users/{id}/x"), .headers = hdr, .nheaders = 2};
+  st[0].response = (cb_response_t){.status = 200, .headers = out, .nheaders = 2, .body = CB_S("matched")};
+  st[1].match = (cb_match_t){.methods = CB_METHOD_PUT | CB_METHOD_DELETE, .path = CB_S("/users/*"), .query = query,
+                             .nquery = 2};
+  st[1].response = (cb_response_t){.status = 201, .body_kind = CB_BODY_GENERATED, .body_size = 3000, .chunks = 3};
+  st[2].match = (cb_match_t){.methods = 0, .path = CB_S("/any/{a}/{b}"), .priority = 2};
+  st[2].response = (cb_response_t){.status = 204};
+  st[3].match = (cb_match_t){.methods = CB_METHOD_POST, .path = CB_S("/hello")};
+  st[3].response = (cb_response_t){.status = 200, .body = CB_S("posted"), .chunks = 2, .times = 3};
+  for (int i = 0; i < 4; i++) {
+    uint64_t id;
+    if (cb__testconn_route_add(tc, &st[i], &id) != 0) abort(); /* a fuzz run must not go on without them */
+  }
 }
 
 #endif

@@ -43,8 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.h2_max_concurrent_streams = (ctl & 0x40) ? 4 : 128;
   cfg.header_timeout_ms = 1000;
   cfg.idle_timeout_ms = 1000;
+  cfg.journal = 8; /* the journal records what the stubs and routes answered */
+  cfg.journal_body_bytes = 16;
   tc = cb__testconn_new(&cfg, sink, NULL);
   if (tc == NULL) abort();
+  add_stubs(tc);
 
   nfeeds = (ctl & 0x0f) + 1;
   rng = ctl * 2654435761u + 1;

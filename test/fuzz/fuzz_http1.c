@@ -40,8 +40,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   cfg.max_body_bytes = (ctl & 0x40) ? 64 : 65536;
   cfg.header_timeout_ms = 1000;
   cfg.idle_timeout_ms = 1000;
+  cfg.journal = 8; /* the journal records what the stubs and routes answered */
+  cfg.journal_body_bytes = 16;
   tc = cb__testconn_new(&cfg, sink, NULL);
   if (tc == NULL) abort();
+  add_stubs(tc);
   if ((ctl & 0x80) && size > 0) {
     static const char *const heads[] = {
         "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",

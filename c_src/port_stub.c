@@ -1,0 +1,246 @@
+/* The route commands of the port program: {route_add, Match, Response} decoded from cbench_spec's canonical
+ * terms into a cb_stub_t (every field checked; a term that does not decode gets {error, badarg}), route_remove,
+ * route_reset and the stub list. Strings point into the frame, which lives while the command runs;
+ * cb_server_route_add copies what it keeps.
+ */
+#include <string.h>
+
+#include "port.h"
+
+/* The arrays a decoded stub points into, on the caller's stack. */
+typedef struct {
+  cb_matcher_t headers[CB_MAX_MATCHERS];
+  cb_matcher_t query[CB_MAX_MATCHERS];
+  cb_header_t res_headers[CB_MAX_HEADERS];
+} stub_arrays_t;
+
+/* A proper list of n elements, each decoded by fn: 0 or -1. */
+static int get_list(const char *buf, int *idx, int max, int *n, int (*fn)(const char *, int *, void *, int),
+                    void *out) {
+  int arity;
+  if (ei_decode_list_header(buf, idx, &arity) != 0 || arity < 0 || arity > max) return -1;
+  for (int i = 0; i < arity; i++)
+    if (fn(buf, idx, out, i) != 0) return -1;
+  if (arity > 0) {
+    int tail;
+    if (ei_decode_list_header(buf, idx, &tail) != 0 || tail != 0) return -1;
+  }
+  *n = arity;
+  return 0;
+}
+
+/* {Name, present | {equal, Value}} */
+static int get_matcher(const char *buf, int *idx, void *out, int i) {
+  cb_matcher_t *m = (cb_matcher_t *)out + i;
+  int arity;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2 || port_get_bin(buf, idx, &m->name) != 0)
+    return -1;
+  if (port_is_atom(buf, idx, "present")) {
+    m->value = (cb_str_t){NULL, 0};
+    return 0;
+  }
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2 || !port_is_atom(buf, idx, "equal")) return -1;
+  return port_get_bin(buf, idx, &m->value);
+}
+
+/* {Name, Value} */
+static int get_header(const char *buf, int *idx, void *out, int i) {
+  cb_header_t *h = (cb_header_t *)out + i;
+  int arity;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2) return -1;
+  return port_get_bin(buf, idx, &h->name) != 0 || port_get_bin(buf, idx, &h->value) != 0 ? -1 : 0;
+}
+
+/* A method name's bit, or'ed into *(unsigned *)out. */
+static int get_method(const char *buf, int *idx, void *out, int i) {
+  (void)i;
+  cb_str_t name;
+  unsigned bit;
+  if (port_get_bin(buf, idx, &name) != 0 || (bit = cb_method_bit(name)) == 0) return -1;
+  *(unsigned *)out |= bit;
+  return 0;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority}, each key once. */
+static int decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
+  int arity, seen = 0, n;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
+  for (int i = 0; i < arity; i++) {
+    char key[MAXATOMLEN_UTF8];
+    if (ei_decode_atom(buf, idx, key) != 0) return -1;
+    if (strcmp(key, "name") == 0) {
+      if (port_is_atom(buf, idx, "undefined"))
+        st->name = (cb_str_t){NULL, 0};
+      else if (port_get_bin(buf, idx, &st->name) != 0)
+        return -1;
+      seen |= 1;
+    } else if (strcmp(key, "methods") == 0) {
+      st->match.methods = 0;
+      if (!port_is_atom(buf, idx, "any") &&
+          (get_list(buf, idx, 16, &n, get_method, &st->match.methods) != 0 || n == 0))
+        return -1;
+      seen |= 2;
+    } else if (strcmp(key, "path") == 0) {
+      if (port_get_bin(buf, idx, &st->match.path) != 0) return -1;
+      seen |= 4;
+    } else if (strcmp(key, "headers") == 0) {
+      if (get_list(buf, idx, CB_MAX_MATCHERS, &n, get_matcher, a->headers) != 0) return -1;
+      st->match.headers = a->headers;
+      st->match.nheaders = (size_t)n;
+      seen |= 8;
+    } else if (strcmp(key, "query") == 0) {
+      if (get_list(buf, idx, CB_MAX_MATCHERS, &n, get_matcher, a->query) != 0) return -1;
+      st->match.query = a->query;
+      st->match.nquery = (size_t)n;
+      seen |= 16;
+    } else if (strcmp(key, "priority") == 0) {
+      long p;
+      if (ei_decode_long(buf, idx, &p) != 0 || p < -2147483647L || p > 2147483647L) return -1;
+      st->match.priority = (int)p;
+      seen |= 32;
+    } else {
+      return -1;
+    }
+  }
+  return seen == 63 ? 0 : -1;
+}
+
+/* {data, Bin} | {bytes, N} | {file, Path} */
+static int decode_body(const char *buf, int *idx, cb_response_t *res) {
+  int arity;
+  unsigned long long u;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2) return -1;
+  if (port_is_atom(buf, idx, "data")) {
+    res->body_kind = CB_BODY_BYTES;
+    return port_get_bin(buf, idx, &res->body);
+  }
+  if (port_is_atom(buf, idx, "bytes")) {
+    res->body_kind = CB_BODY_GENERATED;
+    if (port_get_uint(buf, idx, UINT64_MAX, &u) != 0) return -1;
+    res->body_size = u;
+    return 0;
+  }
+  if (port_is_atom(buf, idx, "file")) {
+    res->body_kind = CB_BODY_FILE;
+    return port_get_bin(buf, idx, &res->body) != 0 || res->body.len == 0 ? -1 : 0;
+  }
+  return -1;
+}
+
+/* Response: #{status, headers, body, delay_ms, chunks, times}, each key once. */
+static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_arrays_t *a) {
+  int arity, seen = 0, n;
+  unsigned long long u;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
+  for (int i = 0; i < arity; i++) {
+    char key[MAXATOMLEN_UTF8];
+    if (ei_decode_atom(buf, idx, key) != 0) return -1;
+    if (strcmp(key, "status") == 0) {
+      if (port_get_uint(buf, idx, 599, &u) != 0) return -1;
+      res->status = (int)u;
+      seen |= 1;
+    } else if (strcmp(key, "headers") == 0) {
+      if (get_list(buf, idx, CB_MAX_HEADERS, &n, get_header, a->res_headers) != 0) return -1;
+      res->headers = a->res_headers;
+      res->nheaders = (size_t)n;
+      seen |= 2;
+    } else if (strcmp(key, "body") == 0) {
+      if (decode_body(buf, idx, res) != 0) return -1;
+      seen |= 4;
+    } else if (strcmp(key, "delay_ms") == 0) {
+      if (port_get_uint(buf, idx, UINT32_MAX, &u) != 0) return -1;
+      res->delay_ms = (unsigned)u;
+      seen |= 8;
+    } else if (strcmp(key, "chunks") == 0) {
+      unsigned long long ms;
+      if (port_is_atom(buf, idx, "none")) {
+        res->chunks = 0;
+        res->interval_ms = 0;
+      } else if (ei_decode_tuple_header(buf, idx, &n) != 0 || n != 2 || port_get_uint(buf, idx, UINT32_MAX, &u) != 0 ||
+                 u == 0 || port_get_uint(buf, idx, UINT32_MAX, &ms) != 0) {
+        return -1;
+      } else {
+        res->chunks = (unsigned)u;
+        res->interval_ms = (unsigned)ms;
+      }
+      seen |= 16;
+    } else if (strcmp(key, "times") == 0) {
+      if (port_is_atom(buf, idx, "infinity"))
+        res->times = 0;
+      else if (port_get_uint(buf, idx, UINT64_MAX, &u) != 0 || u == 0)
+        return -1;
+      else
+        res->times = u;
+      seen |= 32;
+    } else {
+      return -1;
+    }
+  }
+  return seen == 63 ? 0 : -1;
+}
+
+void port_route_add(const char *buf, int *idx) {
+  stub_arrays_t arrays;
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  if (decode_match(buf, idx, &st, &arrays) != 0 || decode_response(buf, idx, &st.response, &arrays) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  uint64_t id;
+  int err = cb_server_route_add(port_server, &st, &id);
+  if (err < 0) {
+    port_reply_error(err);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "ok");
+  ei_x_encode_ulonglong(&x, id);
+  port_send(&x);
+}
+
+void port_route_remove(const char *buf, int *idx) {
+  unsigned long long id;
+  if (port_get_uint(buf, idx, UINT64_MAX, &id) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  port_reply_result(cb_server_route_remove(port_server, id));
+}
+
+void port_route_reset(void) { port_reply_result(cb_server_route_reset(port_server)); }
+
+/* {ok, [#{id, name, hits, left}]}, left being infinity or the uses left, as the NIF answers. */
+void port_stubs(void) {
+  cb_stub_list_t *list;
+  int err = cb_server_stubs(port_server, &list);
+  if (err < 0) {
+    port_reply_error(err);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "ok");
+  if (list->count > 0) ei_x_encode_list_header(&x, (long)list->count);
+  for (size_t i = 0; i < list->count; i++) {
+    const cb_stub_info_t *s = &list->items[i];
+    ei_x_encode_map_header(&x, 4);
+    ei_x_encode_atom(&x, "id");
+    ei_x_encode_ulonglong(&x, s->id);
+    ei_x_encode_atom(&x, "name");
+    ei_x_encode_binary(&x, s->name.ptr, (long)s->name.len);
+    ei_x_encode_atom(&x, "hits");
+    ei_x_encode_ulonglong(&x, s->hits);
+    ei_x_encode_atom(&x, "left");
+    if (s->times == 0)
+      ei_x_encode_atom(&x, "infinity");
+    else
+      ei_x_encode_ulonglong(&x, s->spent || s->hits >= s->times ? 0 : s->times - s->hits);
+  }
+  ei_x_encode_empty_list(&x);
+  cb_stub_list_free(list);
+  port_send(&x);
+}

@@ -1,0 +1,421 @@
+/* Stubs from a JSON file, parsed with jansson (Debian's libjansson-dev).
+ *
+ * jansson gives no positions for the values of a parsed document, so when a field is wrong its line is found
+ * by walking the text again with jansson itself: JSON_DISABLE_EOF_CHECK decodes one value at an offset and
+ * says how many bytes it took, which is enough to step over array elements and object members (only
+ * whitespace, ':' and ',' are skipped by hand). */
+#include "stub_json.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A field's place: array indexes and object keys from the root. */
+typedef struct {
+  int n;
+  struct {
+    const char *key; /* NULL: index */
+    size_t index;
+  } at[8];
+} where_t;
+
+typedef struct {
+  const char *file;
+  const char *text;
+  size_t len;
+  const char *dir; /* for relative body files */
+  size_t dir_len;
+  char *msg;
+  size_t msgcap;
+  int root_is_object; /* {"stubs": [...]} */
+} ctx_t;
+
+static size_t skip_ws(const char *t, size_t len, size_t pos) {
+  while (pos < len && (t[pos] == ' ' || t[pos] == '\t' || t[pos] == '\n' || t[pos] == '\r')) pos++;
+  return pos;
+}
+
+/* The offset just past the JSON value at pos, or 0. */
+static size_t value_end(const char *t, size_t len, size_t pos) {
+  json_error_t e;
+  json_t *v = json_loadb(t + pos, len - pos, JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &e);
+  if (v == NULL) return 0;
+  json_decref(v);
+  return pos + (size_t)e.position;
+}
+
+/* The offset of the value named by w (as far as it can be followed). */
+static size_t locate(const ctx_t *c, const where_t *w) {
+  const char *t = c->text;
+  size_t len = c->len, pos = skip_ws(t, len, 0);
+  for (int d = 0; d < w->n && pos < len; d++) {
+    if (t[pos] == '[' && w->at[d].key == NULL) {
+      pos = skip_ws(t, len, pos + 1);
+      for (size_t i = 0; i < w->at[d].index && pos < len && t[pos] != ']'; i++) {
+        size_t end = value_end(t, len, pos);
+        if (end == 0) return pos;
+        pos = skip_ws(t, len, end);
+        if (pos < len && t[pos] == ',') pos = skip_ws(t, len, pos + 1);
+      }
+    } else if (t[pos] == '{' && w->at[d].key != NULL) {
+      size_t obj = pos, found = 0;
+      pos = skip_ws(t, len, pos + 1);
+      while (pos < len && t[pos] != '}') {
+        json_error_t e;
+        json_t *k = json_loadb(t + pos, len - pos, JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, &e);
+        if (k == NULL) return pos;
+        int hit = json_is_string(k) && strcmp(json_string_value(k), w->at[d].key) == 0;
+        json_decref(k);
+        pos = skip_ws(t, len, pos + (size_t)e.position);
+        if (pos < len && t[pos] == ':') pos = skip_ws(t, len, pos + 1);
+        if (hit) {
+          found = 1;
+          break;
+        }
+        size_t end = value_end(t, len, pos);
+        if (end == 0) return pos;
+        pos = skip_ws(t, len, end);
+        if (pos < len && t[pos] == ',') pos = skip_ws(t, len, pos + 1);
+      }
+      if (!found) return obj; /* a missing field: the object that lacks it */
+    } else {
+      break;
+    }
+  }
+  return pos;
+}
+
+static int line_of(const ctx_t *c, size_t pos) {
+  int line = 1;
+  for (size_t i = 0; i < pos && i < c->len; i++) line += c->text[i] == '\n';
+  return line;
+}
+
+static void field_name(const ctx_t *c, const where_t *w, char *out, size_t cap) {
+  size_t o = 0;
+  out[0] = '\0';
+  for (int d = c->root_is_object ? 1 : 0; d < w->n && o < cap; d++) {
+    int n;
+    if (w->at[d].key)
+      n = snprintf(out + o, cap - o, "%s%s", o ? "." : "", w->at[d].key);
+    else
+      n = snprintf(out + o, cap - o, "%s[%zu]", o ? "" : "stubs", w->at[d].index);
+    if (n < 0) break;
+    o += (size_t)n;
+  }
+}
+
+__attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, const where_t *w, const char *fmt, ...) {
+  char field[256], what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  field_name(c, w, field, sizeof field);
+  snprintf(c->msg, c->msgcap, "%s:%d: %s: %s", c->file, line_of(c, locate(c, w)), field[0] ? field : "stubs", what);
+  return -1;
+}
+
+static where_t sub(const where_t *w, const char *key, size_t index) {
+  where_t x = *w;
+  if (x.n < 8) {
+    x.at[x.n].key = key;
+    x.at[x.n].index = index;
+    x.n++;
+  }
+  return x;
+}
+
+/* ---- fields ---- */
+
+static int get_uint(const ctx_t *c, const where_t *w, json_t *obj, const char *key, uint64_t max, uint64_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (v == NULL) return 0;
+  where_t f = sub(w, key, 0);
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+    return fail(c, &f, "must be an integer from 0 to %llu", (unsigned long long)max);
+  *out = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+static int check_keys(const ctx_t *c, const where_t *w, json_t *obj, const char *const *keys) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(obj, key, v) {
+    int known = 0;
+    for (size_t i = 0; keys[i] && !known; i++) known = strcmp(key, keys[i]) == 0;
+    if (!known) {
+      where_t f = sub(w, key, 0);
+      return fail(c, &f, "unknown field");
+    }
+  }
+  return 0;
+}
+
+static int parse_methods(const ctx_t *c, const where_t *w, json_t *v, unsigned *out) {
+  *out = 0;
+  if (v == NULL) return 0;
+  if (json_is_string(v)) {
+    if (strcmp(json_string_value(v), "any") == 0) return 0;
+    unsigned bit = cb_method_bit((cb_str_t){json_string_value(v), json_string_length(v)});
+    if (bit == 0) return fail(c, w, "unknown method \"%s\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, "
+                                    "TRACE, or \"any\")", json_string_value(v));
+    *out = bit;
+    return 0;
+  }
+  if (!json_is_array(v) || json_array_size(v) == 0) return fail(c, w, "must be a method, a list of methods, or \"any\"");
+  size_t i;
+  json_t *m;
+  json_array_foreach(v, i, m) {
+    where_t f = sub(w, NULL, i);
+    unsigned bit = json_is_string(m) ? cb_method_bit((cb_str_t){json_string_value(m), json_string_length(m)}) : 0;
+    if (bit == 0) return fail(c, &f, "must be a method name");
+    *out |= bit;
+  }
+  return 0;
+}
+
+/* {"name": "value" | true} into matchers. */
+static int parse_matchers(const ctx_t *c, const where_t *w, json_t *v, cb_matcher_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (v == NULL) return 0;
+  if (!json_is_object(v)) return fail(c, w, "must be an object of name: \"value\" or name: true");
+  *out = calloc(json_object_size(v) + 1, sizeof **out);
+  const char *key;
+  json_t *x;
+  json_object_foreach(v, key, x) {
+    where_t f = sub(w, key, 0);
+    cb_matcher_t *m = &(*out)[(*n)++];
+    m->name = (cb_str_t){key, strlen(key)};
+    if (json_is_true(x)) continue; /* present */
+    if (!json_is_string(x)) return fail(c, &f, "must be a string (equal) or true (present)");
+    m->value = (cb_str_t){json_string_value(x), json_string_length(x)};
+  }
+  return 0;
+}
+
+static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (v == NULL) return 0;
+  if (json_is_object(v)) {
+    *out = calloc(json_object_size(v) + 1, sizeof **out);
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x) {
+      where_t f = sub(w, key, 0);
+      if (!json_is_string(x)) return fail(c, &f, "must be a string");
+      (*out)[(*n)++] = (cb_header_t){{key, strlen(key)}, {json_string_value(x), json_string_length(x)}};
+    }
+    return 0;
+  }
+  if (!json_is_array(v)) return fail(c, w, "must be an object, or a list of [name, value] pairs");
+  *out = calloc(json_array_size(v) + 1, sizeof **out);
+  size_t i;
+  json_t *pair;
+  json_array_foreach(v, i, pair) {
+    where_t f = sub(w, NULL, i);
+    json_t *k = json_array_get(pair, 0), *x = json_array_get(pair, 1);
+    if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_string(k) || !json_is_string(x))
+      return fail(c, &f, "must be a [name, value] pair of strings");
+    (*out)[(*n)++] = (cb_header_t){{json_string_value(k), json_string_length(k)}, {json_string_value(x), json_string_length(x)}};
+  }
+  return 0;
+}
+
+/* The body: "text", {"bytes": N}, {"file": "path"} or {"json": any}. *owned is what to free afterwards. */
+static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t *res, char **owned) {
+  *owned = NULL;
+  res->body_kind = CB_BODY_BYTES;
+  if (v == NULL) return 0;
+  if (json_is_string(v)) {
+    res->body = (cb_str_t){json_string_value(v), json_string_length(v)};
+    return 0;
+  }
+  if (!json_is_object(v) || json_object_size(v) != 1)
+    return fail(c, w, "must be a string, or an object with one of bytes, file, json");
+  json_t *x;
+  if ((x = json_object_get(v, "bytes")) != NULL) {
+    where_t f = sub(w, "bytes", 0);
+    if (!json_is_integer(x) || json_integer_value(x) < 0) return fail(c, &f, "must be a non-negative integer");
+    res->body_kind = CB_BODY_GENERATED;
+    res->body_size = (uint64_t)json_integer_value(x);
+    return 0;
+  }
+  if ((x = json_object_get(v, "file")) != NULL) {
+    where_t f = sub(w, "file", 0);
+    if (!json_is_string(x) || json_string_length(x) == 0) return fail(c, &f, "must be a file path");
+    const char *p = json_string_value(x);
+    res->body_kind = CB_BODY_FILE;
+    if (p[0] != '/' && c->dir_len > 0) { /* relative to the stub file's directory */
+      size_t n = c->dir_len + 1 + strlen(p) + 1;
+      *owned = malloc(n);
+      snprintf(*owned, n, "%.*s/%s", (int)c->dir_len, c->dir, p);
+      p = *owned;
+    }
+    res->body = (cb_str_t){p, strlen(p)};
+    return 0;
+  }
+  if ((x = json_object_get(v, "json")) != NULL) {
+    *owned = json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY);
+    res->body = (cb_str_t){*owned, *owned ? strlen(*owned) : 0};
+    return 0;
+  }
+  return fail(c, w, "must be a string, or an object with one of bytes, file, json");
+}
+
+static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *s) {
+  static const char *const stub_keys[] = {"name", "match", "response", NULL};
+  static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
+  static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", NULL};
+  if (!json_is_object(s)) return fail(c, w, "must be an object with match and response");
+  if (check_keys(c, w, s, stub_keys)) return -1;
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  char *owned = NULL;
+  int rc = -1;
+  json_t *name = json_object_get(s, "name"), *match = json_object_get(s, "match"), *res = json_object_get(s, "response");
+  where_t wm = sub(w, "match", 0), wr = sub(w, "response", 0);
+  if (name != NULL) {
+    where_t f = sub(w, "name", 0);
+    if (!json_is_string(name)) return fail(c, &f, "must be a string");
+    st.name = (cb_str_t){json_string_value(name), json_string_length(name)};
+  }
+  if (!json_is_object(match)) return fail(c, &wm, "must be an object with at least a path");
+  if (res != NULL && !json_is_object(res)) return fail(c, &wr, "must be an object");
+  if (check_keys(c, &wm, match, match_keys) || (res && check_keys(c, &wr, res, res_keys))) return -1;
+  json_t *path = json_object_get(match, "path");
+  where_t wp = sub(&wm, "path", 0);
+  if (!json_is_string(path) || json_string_value(path)[0] != '/')
+    return fail(c, &wp, "must be a path pattern starting with /");
+  st.match.path = (cb_str_t){json_string_value(path), json_string_length(path)};
+  where_t wmeth = sub(&wm, "method", 0), wh = sub(&wm, "headers", 0), wq = sub(&wm, "query", 0);
+  if (parse_methods(c, &wmeth, json_object_get(match, "method"), &st.match.methods)) return -1;
+  cb_matcher_t *hm = NULL, *qm = NULL;
+  cb_header_t *rh = NULL;
+  if (parse_matchers(c, &wh, json_object_get(match, "headers"), &hm, &st.match.nheaders)) goto out;
+  st.match.headers = hm;
+  if (parse_matchers(c, &wq, json_object_get(match, "query"), &qm, &st.match.nquery)) goto out;
+  st.match.query = qm;
+  json_t *prio = json_object_get(match, "priority");
+  if (prio != NULL) {
+    where_t f = sub(&wm, "priority", 0);
+    if (!json_is_integer(prio) || json_integer_value(prio) < -1000000 || json_integer_value(prio) > 1000000) {
+      fail(c, &f, "must be an integer from -1000000 to 1000000");
+      goto out;
+    }
+    st.match.priority = (int)json_integer_value(prio);
+  }
+  st.response.status = 200;
+  if (res != NULL) {
+    json_t *status = json_object_get(res, "status");
+    if (status != NULL) {
+      where_t f = sub(&wr, "status", 0);
+      if (!json_is_integer(status) || json_integer_value(status) < 200 || json_integer_value(status) > 599) {
+        fail(c, &f, "must be an integer from 200 to 599");
+        goto out;
+      }
+      st.response.status = (int)json_integer_value(status);
+    }
+    where_t wrh = sub(&wr, "headers", 0), wb = sub(&wr, "body", 0);
+    if (parse_headers(c, &wrh, json_object_get(res, "headers"), &rh, &st.response.nheaders)) goto out;
+    st.response.headers = rh;
+    if (parse_body(c, &wb, json_object_get(res, "body"), &st.response, &owned)) goto out;
+    uint64_t v;
+    v = 0;
+    if (get_uint(c, &wr, res, "delay_ms", 3600000, &v)) goto out;
+    st.response.delay_ms = (unsigned)v;
+    v = 0;
+    if (get_uint(c, &wr, res, "chunks", 1000000, &v)) goto out;
+    st.response.chunks = (unsigned)v;
+    v = 0;
+    if (get_uint(c, &wr, res, "interval_ms", 3600000, &v)) goto out;
+    st.response.interval_ms = (unsigned)v;
+    if (get_uint(c, &wr, res, "times", UINT64_MAX >> 1, &st.response.times)) goto out;
+  }
+  uint64_t id;
+  int err = cb_server_route_add(srv, &st, &id);
+  if (err) {
+    /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values, a file). */
+    const char *hint = st.response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
+    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body", hint,
+         cb_strerror(err), cb_err_name(err));
+    goto out;
+  }
+  rc = 0;
+out:
+  free(hm);
+  free(qm);
+  free(rh);
+  free(owned);
+  return rc;
+}
+
+int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msgcap) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    snprintf(msg, msgcap, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  char *text = NULL;
+  size_t len = 0, cap = 0, n;
+  char buf[65536];
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    if (len + n > cap) {
+      cap = (len + n) * 2;
+      char *t = realloc(text, cap);
+      if (t == NULL) {
+        free(text);
+        fclose(f);
+        snprintf(msg, msgcap, "%s: out of memory", path);
+        return -1;
+      }
+      text = t;
+    }
+    memcpy(text + len, buf, n);
+    len += n;
+  }
+  fclose(f);
+  const char *slash = strrchr(path, '/');
+  ctx_t c = {.file = path, .text = text ? text : "", .len = len, .dir = path,
+             .dir_len = slash ? (size_t)(slash - path) : 0, .msg = msg, .msgcap = msgcap};
+  if (slash == path) c.dir_len = 1; /* "/x.json": the root */
+  json_error_t e;
+  json_t *root = json_loadb(c.text, len, 0, &e);
+  int count = -1;
+  if (root == NULL) {
+    snprintf(msg, msgcap, "%s:%d: column %d: %s", path, e.line, e.column, e.text);
+    goto done;
+  }
+  where_t w = {0};
+  json_t *stubs = root;
+  if (json_is_object(root)) {
+    c.root_is_object = 1;
+    w = sub(&w, "stubs", 0);
+    stubs = json_object_get(root, "stubs");
+  }
+  if (!json_is_array(stubs)) {
+    fail(&c, &w, "must be a list of stubs (or an object with a \"stubs\" list)");
+    goto done;
+  }
+  size_t i;
+  json_t *s;
+  count = 0;
+  json_array_foreach(stubs, i, s) {
+    where_t ws = sub(&w, NULL, i);
+    if (add_stub(&c, srv, &ws, s) != 0) {
+      count = -1;
+      break;
+    }
+    count++;
+  }
+done:
+  json_decref(root);
+  free(text);
+  return count;
+}

@@ -1,0 +1,37 @@
+%%% @doc The terms the C engine's glue takes and gives, shared by the nif and port engines: a stub's
+%%% canonical match with its path as the pattern text include/cbench.h wants, the journal filter the
+%%% engine applies itself, and the engine's error names turned into cbench's errors.
+-module(cbench_c_terms).
+
+-export([match/1, filter/1, add_result/2, remove_result/1]).
+
+%% @doc A canonical match as the C glue decodes it: the path as pattern text.
+-spec match(cbench_spec:canon_match()) -> map().
+match(M = #{path := P}) ->
+    M#{path := cbench_spec:path_text(P)}.
+
+%% @doc What of a canonical filter the engine applies while reading (it returns no more than the
+%% filter keeps; cbench_journal:filter/2 then applies the whole filter): since, one method, an
+%% exact path, a stub.
+-spec filter(cbench_spec:canon_filter()) -> map().
+filter(#{since := Since, methods := Ms, path := P, stub := Stub}) ->
+    #{since => Since,
+      method => case Ms of [M] -> M; _ -> undefined end,
+      path => case P of {exact, Exact} -> Exact; _ -> undefined end,
+      stub => case Stub of any -> undefined; Id -> Id end}.
+
+%% @doc The result of adding a stub: a body file the engine cannot open, or a field it refuses
+%% (which cbench_spec should have caught), is a bad stub.
+-spec add_result({ok, pos_integer()} | {error, atom()}, cbench_spec:canon_response()) ->
+          {ok, pos_integer()} | {error, term()}.
+add_result({ok, Id}, _Response) -> {ok, Id};
+add_result({error, einval}, _Response) -> {error, {bad_stub, einval}};
+add_result({error, elimit}, _Response) -> {error, too_many_routes};
+add_result({error, E}, #{body := {file, Path}}) when E =/= stopped, E =/= enomem, E =/= ebusy ->
+    {error, {bad_stub, {file, Path, E}}};
+add_result({error, E}, _Response) -> {error, E}.
+
+%% @doc The result of removing a stub: an id the engine does not know is not_found.
+-spec remove_result(ok | {error, atom()}) -> ok | {error, term()}.
+remove_result({error, enoent}) -> {error, not_found};
+remove_result(Other) -> Other.

@@ -1,0 +1,31 @@
+%% What cbench_ehttpd hands each acceptor and, through it, each connection process.
+
+%% Counter slots, in the order of cb_stats_t; the route counters follow them.
+-define(STAT_KEYS, [conns_accepted, conns_closed, requests, bytes_read, bytes_written, status_400,
+                    status_404, status_405, status_413, status_431, timeouts, resets,
+                    accept_backoffs]).
+-define(CONNS_ACCEPTED, 1).
+-define(CONNS_CLOSED, 2).
+-define(REQUESTS, 3).
+-define(BYTES_READ, 4).
+-define(BYTES_WRITTEN, 5).
+-define(STATUS_400, 6).
+-define(STATUS_404, 7).
+-define(STATUS_405, 8).
+-define(STATUS_413, 9).
+-define(STATUS_431, 10).
+-define(TIMEOUTS, 11).
+-define(RESETS, 12).
+-define(ACCEPT_BACKOFFS, 13).
+
+-record(cfg, {cnt :: counters:counters_ref(),
+              max_header :: pos_integer(),
+              max_body :: pos_integer(),
+              header_timeout :: pos_integer(),
+              idle_timeout :: pos_integer(),
+              close_mode :: boolean(),
+              %% The key of the server's route table (cbench_router:table/1).
+              table :: reference(),
+              %% The counter slot of 404s.
+              not_found_stat :: pos_integer(),
+              journal :: cbench_journal:journal() | undefined}).

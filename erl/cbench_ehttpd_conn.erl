@@ -1,0 +1,826 @@
+%%% @doc One connection of the ehttpd engine: a process on its acceptor's scheduler that owns its
+%%% socket (so that `file:sendfile/5' works), reads heads with `{packet, http_bin}', bodies with
+%%% `{packet, raw}' (exact lengths, so a pipelined request is never swallowed) and chunk-size lines
+%%% with `{packet, line}', routes each request through the server's published table
+%%% (cbench_router) and answers with a fixture handler or a stub, in request order.
+%%%
+%%% When the journal is on, each request is recorded just before the last write of its response,
+%%% so that a client that has read a response finds it in the journal. The part of the request
+%%% body the journal keeps, and the connection's number and peer, live in the process dictionary:
+%%% the body is read deep in the handlers, and threading it through every one of them would double
+%%% their arguments.
+-module(cbench_ehttpd_conn).
+
+-export([conn/3]).
+
+-include("cbench_ehttpd.hrl").
+
+%% The request being served.
+-record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
+              %% Names lowercased, values as received (trailing whitespace dropped), in order.
+              headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
+              framing = none :: none | chunked | {length, non_neg_integer()},
+              expect = false :: boolean(),
+              %% For the journal: arrival (system time and monotonic, microseconds), the route's
+              %% name and the stub that answered.
+              arrival = 0 :: integer(), t0 = 0 :: integer(),
+              route = not_found :: atom() | binary(), stub :: pos_integer() | undefined,
+              %% The answer has begun (a streamed echo): a later error closes without a status.
+              started = false :: boolean()}).
+
+-define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
+-define(LINGER_MS, 1000).
+%% The C engine writes generated content in runs of at most this many bytes (CB__GEN_SPAN), so a
+%% chunked piece of it is that many chunks.
+-define(GEN_SPAN, 1048576).
+
+%% Process dictionary keys (see the module doc).
+-define(BODY, cbench_body).
+
+bump(#cfg{cnt = Cnt}, I) -> counters:add(Cnt, I, 1).
+
+%% @private
+-spec conn(pid(), #cfg{}, gen_tcp:socket()) -> ok.
+conn(_Acceptor, Cfg, S) ->
+    receive {go, S} -> ok end,
+    try
+        case Cfg#cfg.close_mode of
+            true -> ehttpd_loop(S);
+            false ->
+                Cfg#cfg.journal =/= undefined andalso journal_conn(Cfg, S),
+                next_request(S, Cfg, true)
+        end
+    catch
+        Class:Reason:Stack ->
+            %% A bug here must not kill the acceptor (we are linked): log it and close.
+            logger:error("cbench_ehttpd connection crashed: ~p:~p ~p", [Class, Reason, Stack]),
+            bump(Cfg, ?RESETS)
+    end,
+    case inet:getstat(S, [recv_oct, send_oct]) of
+        {ok, [{recv_oct, R}, {send_oct, W}]} ->
+            counters:add(Cfg#cfg.cnt, ?BYTES_READ, R),
+            counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, W);
+        _ -> ok
+    end,
+    _ = gen_tcp:close(S),
+    bump(Cfg, ?CONNS_CLOSED),
+    ok.
+
+%% What the journal records of the connection, taken once.
+journal_conn(#cfg{journal = J}, S) ->
+    put(cbench_conn, cbench_journal:next_conn(J)),
+    put(cbench_peer, case inet:peername(S) of
+                         {ok, {Ip, Port}} when tuple_size(Ip) =:= 8 ->
+                             iolist_to_binary(["[", inet:ntoa(Ip), "]:", integer_to_list(Port)]);
+                         {ok, {Ip, Port}} ->
+                             iolist_to_binary([inet:ntoa(Ip), ":", integer_to_list(Port)]);
+                         _ -> <<>>
+                     end).
+
+%% The original ehttpd: skip the head, answer, close.
+ehttpd_loop(S) ->
+    case gen_tcp:recv(S, 0) of
+        {ok, http_eoh} -> gen_tcp:send(S, ?EHTTPD_ANSWER);
+        {ok, _} -> ehttpd_loop(S);
+        {error, _} -> ok
+    end.
+
+next_request(S, Cfg, Fresh) ->
+    %% A fresh connection gets the header timeout; between requests the idle timeout runs until
+    %% the request line is complete, and the header timeout for the rest of the head.
+    Wait = case Fresh of
+               true -> Cfg#cfg.header_timeout;
+               false -> Cfg#cfg.idle_timeout
+           end,
+    case gen_tcp:recv(S, 0, Wait) of
+        {ok, {http_request, Method, Uri, Version}} ->
+            Deadline = erlang:monotonic_time(millisecond) + Cfg#cfg.header_timeout,
+            M = method(Method),
+            T = target(Uri),
+            Req0 = #req{method = M, target = T, version = Version},
+            Req = case Cfg#cfg.journal of
+                      undefined -> Req0;
+                      _ -> Req0#req{arrival = erlang:system_time(microsecond),
+                                    t0 = erlang:monotonic_time(microsecond)}
+                  end,
+            case request_line(M, T, Version) of
+                ok -> read_headers(S, Cfg, Req, byte_size(M) + byte_size(T) + 12, Deadline);
+                Status -> error_close(S, Cfg, Status)
+            end;
+        {ok, {http_error, _}} -> error_close(S, Cfg, 400);
+        {ok, _Other} -> error_close(S, Cfg, 400);
+        {error, timeout} -> head_timeout(S, Cfg);
+        {error, emsgsize} -> error_close(S, Cfg, 431);
+        {error, _} -> ok
+    end.
+
+read_headers(S, Cfg, Req, Bytes, Deadline) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    case gen_tcp:recv(S, 0, Left) of
+        {ok, {http_header, _, _Field, Name, Value}} ->
+            Bytes1 = Bytes + byte_size(Name) + byte_size(Value) + 4,
+            if
+                Bytes1 > Cfg#cfg.max_header ->
+                    error_close(S, Cfg, 431);
+                true ->
+                    %% Names lowercased once, here: framing, routing and the journal compare them.
+                    Hs = [{cbench_http:lower(Name), trim(Value)} | Req#req.headers],
+                    read_headers(S, Cfg, Req#req{headers = Hs}, Bytes1, Deadline)
+            end;
+        {ok, http_eoh} ->
+            Req1 = Req#req{headers = lists:reverse(Req#req.headers)},
+            case frame(Req1) of
+                {ok, Req2} -> request(S, Cfg, Req2);
+                error -> error_close(S, Cfg, 400)
+            end;
+        {ok, _} -> error_close(S, Cfg, 400);
+        {error, timeout} -> bump(Cfg, ?TIMEOUTS), error_close(S, Cfg, 408);
+        {error, emsgsize} -> error_close(S, Cfg, 431);
+        {error, _} -> bump(Cfg, ?RESETS)
+    end.
+
+%% A timed-out head: 408 if any of it arrived, a silent close otherwise.
+head_timeout(S, Cfg) ->
+    bump(Cfg, ?TIMEOUTS),
+    ok = inet:setopts(S, [{packet, raw}]),
+    case gen_tcp:recv(S, 0, 0) of
+        {ok, _Partial} -> error_close(S, Cfg, 408);
+        _ -> ok
+    end.
+
+method(M) when is_atom(M) -> atom_to_binary(M);
+method(M) -> M.
+
+target({abs_path, P}) -> P;
+target('*') -> <<"*">>;
+target({absoluteURI, Scheme, Host, Port, Path}) ->
+    iolist_to_binary([atom_to_binary(Scheme), "://", Host,
+                      case Port of undefined -> ""; _ -> [":", integer_to_binary(Port)] end,
+                      Path]);
+target({scheme, Scheme, Rest}) -> <<Scheme/binary, ":", Rest/binary>>;
+target(T) when is_binary(T) -> T.
+
+%% The request line's checks, in the C engine's order (docs/wire.md): a method other than RFC 9110's
+%% and PATCH is not implemented (501; PRI, the HTTP/2 preface, is a 400); the target may hold visible
+%% ASCII only (0x21-0x7E); HTTP/0.9 is a 400 at once; a version other than 1.0 and 1.1 is a 505
+%% (two-digit numbers are malformed: 400).
+request_line(M, T, Version) ->
+    Known = [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"CONNECT">>,
+             <<"OPTIONS">>, <<"TRACE">>, <<"PATCH">>],
+    VisibleAscii = lists:all(fun(C) -> C > 16#20 andalso C < 16#7f end, binary_to_list(T)),
+    case lists:member(M, Known) of
+        false when M =:= <<"PRI">> -> 400;
+        false -> 501;
+        true when not VisibleAscii -> 400;
+        true ->
+            case Version of
+                {1, Minor} when Minor =< 1 -> ok;
+                {0, 9} -> 400;
+                {Major, Minor} when Major =< 9, Minor =< 9 -> 505;
+                _ -> 400
+            end
+    end.
+
+%% http_bin keeps trailing whitespace in values; HTTP (and llhttp) drops it.
+trim(<<>>) -> <<>>;
+trim(V) ->
+    case binary:last(V) of
+        C when C =:= $\s; C =:= $\t -> trim(binary:part(V, 0, byte_size(V) - 1));
+        _ -> V
+    end.
+
+%% Works out keep-alive, the body framing and Expect from the headers; error means 400.
+frame(Req = #req{version = {1, Minor}, headers = Hs}) ->
+    case host_ok(Hs, Minor) of
+        true -> frame(Hs, Req#req{keep = Minor >= 1}, undefined, undefined, Minor);
+        false -> error
+    end;
+frame(_) ->
+    error.
+
+%% Host (RFC 9112 3.2): exactly one in HTTP/1.1, at most one in HTTP/1.0, and its value is
+%% uri-host [":" port] (RFC 3986): a reg-name (unreserved, sub-delims, %HH) or an IP literal in
+%% brackets, then digits after the colon; it may be empty.
+host_ok(Hs, Minor) ->
+    case [V || {N, V} <- Hs, cbench_http:lower(N) =:= <<"host">>] of
+        [] -> Minor =:= 0;
+        [V] -> valid_host(V);
+        _ -> false
+    end.
+
+valid_host(<<"[", Rest/binary>>) ->
+    case binary:split(Rest, <<"]">>) of
+        [Lit, Port] when Lit =/= <<>> ->
+            lists:all(fun(C) -> host_char(C) orelse C =:= $: end, binary_to_list(Lit))
+                andalso port_ok(Port);
+        _ -> false
+    end;
+valid_host(V) ->
+    case binary:split(V, <<":">>) of
+        [Name] -> reg_name(Name);
+        [Name, Port] -> reg_name(Name) andalso port_ok(<<":", Port/binary>>)
+    end.
+
+reg_name(<<>>) -> true;
+reg_name(<<$%, A, B, Rest/binary>>) ->
+    hex_digit(A) =/= error andalso hex_digit(B) =/= error andalso reg_name(Rest);
+reg_name(<<C, Rest/binary>>) -> host_char(C) andalso reg_name(Rest).
+
+host_char(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+host_char(C) -> lists:member(C, "-._~!$&'()*+,;=").
+
+port_ok(<<>>) -> true;
+port_ok(<<":", Digits/binary>>) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(Digits));
+port_ok(_) -> false.
+
+frame([], Req, CL, TE, _Minor) ->
+    case {CL, TE} of
+        {undefined, undefined} -> {ok, Req};
+        {undefined, chunked} -> {ok, Req#req{framing = chunked}};
+        {N, undefined} when is_integer(N) -> {ok, Req#req{framing = {length, N}}};
+        _ -> error
+    end;
+frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
+    case Name of
+        <<"content-length">> when CL =:= undefined ->
+            case is_digits(Value) of
+                true -> frame(Rest, Req, binary_to_integer(Value), TE, Minor);
+                false -> error
+            end;
+        <<"content-length">> -> error;
+        <<"transfer-encoding">> ->
+            Codings = tokens(Value),
+            case lists:last([<<>> | Codings]) of
+                <<"chunked">> when length(Codings) =:= 1, TE =:= undefined ->
+                    frame(Rest, Req, CL, chunked, Minor);
+                _ -> error
+            end;
+        <<"connection">> ->
+            Tokens = tokens(Value),
+            Keep = case Minor of
+                       0 -> lists:member(<<"keep-alive">>, Tokens);
+                       _ -> not lists:member(<<"close">>, Tokens)
+                   end,
+            frame(Rest, Req#req{keep = Keep}, CL, TE, Minor);
+        <<"expect">> ->
+            frame(Rest, Req#req{expect = cbench_http:lower(Value) =:= <<"100-continue">>},
+                  CL, TE, Minor);
+        _ ->
+            frame(Rest, Req, CL, TE, Minor)
+    end.
+
+is_digits(<<>>) -> false;
+is_digits(B) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(B)).
+
+tokens(Value) ->
+    [cbench_http:lower(string:trim(T)) || T <- binary:split(Value, <<",">>, [global])].
+
+%% How the response ends the connection: docs/wire.md, "connection" header rule.
+conn_mode(#req{keep = false}) -> close;
+conn_mode(#req{version = {1, 0}}) -> keep_alive;
+conn_mode(_) -> default.
+
+split_target(T) ->
+    case binary:match(T, <<"?">>) of
+        nomatch -> {T, <<>>};
+        {Pos, _} -> {binary_part(T, 0, Pos), binary_part(T, Pos + 1, byte_size(T) - Pos - 1)}
+    end.
+
+request(S, Cfg = #cfg{max_body = MaxBody}, #req{framing = {length, N}}) when N > MaxBody ->
+    error_close(S, Cfg, 413);
+request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target}) ->
+    {Path, Query} = split_target(Target),
+    Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
+    bump(Cfg, ?REQUESTS),
+    Lookup = cbench_router:lookup(cbench_router:table(Cfg#cfg.table), Method, Path, Query,
+                                  Req0#req.headers),
+    continue(S, Req0),
+    Result =
+        case Lookup of
+            {ok, {fixture, Route, Stat}} ->
+                counters:add(Cnt, Stat, 1),
+                Req = Req0#req{route = Route},
+                case Route of
+                    echo -> echo(S, Cfg, Req);
+                    echo_chunked -> echo_chunked(S, Cfg, Req);
+                    _ -> after_body(S, Cfg, Req, fun() -> respond(S, Cfg, Req, Route) end)
+                end;
+            {ok, {stub, Id, Name, Response, Counts}} ->
+                counters:add(Counts, 1, 1),
+                Req = Req0#req{route = Name, stub = Id},
+                after_body(S, Cfg, Req, fun() -> stub(S, Cfg, Req, Response) end);
+            {not_allowed, Allow, Target405} ->
+                %% Counted and journaled under the first route whose path matched.
+                Req = case Target405 of
+                          {fixture, Route, Stat} ->
+                              counters:add(Cnt, Stat, 1),
+                              Req0#req{route = Route};
+                          {stub, _, Name, _, Counts} ->
+                              counters:add(Counts, 2, 1),
+                              Req0#req{route = Name}
+                      end,
+                bump(Cfg, ?STATUS_405),
+                after_body(S, Cfg, Req,
+                           fun() -> simple(S, Cfg, Req, 405, [{<<"allow">>, Allow}], <<>>) end);
+            not_found ->
+                counters:add(Cnt, Cfg#cfg.not_found_stat, 1),
+                bump(Cfg, ?STATUS_404),
+                after_body(S, Cfg, Req0, fun() -> simple(S, Cfg, Req0, 404, [], <<>>) end)
+        end,
+    case Result of
+        ok when Req0#req.keep ->
+            ok = inet:setopts(S, [{packet, http_bin}]),
+            next_request(S, Cfg, false);
+        ok ->
+            ok;
+        close ->
+            ok;
+        {error, _} ->
+            ok
+    end.
+
+%% Expect: 100-continue is answered only when a body will be read.
+continue(S, #req{expect = true, framing = F}) when F =/= none, F =/= {length, 0} ->
+    gen_tcp:send(S, <<"HTTP/1.1 100 Continue\r\n\r\n">>);
+continue(_, _) ->
+    ok.
+
+%% Reads and drops a request body, then runs Respond.
+after_body(_S, _Cfg, #req{framing = none}, Respond) ->
+    Respond();
+after_body(S, Cfg, Req, Respond) ->
+    case body(S, Cfg, Req, fun(_, Acc) -> {ok, Acc} end, ok) of
+        {ok, ok} -> Respond();
+        Error -> Error
+    end.
+
+echo(S, Cfg, Req) ->
+    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
+        {ok, Body} ->
+            Size = iolist_size(Body),
+            finish(S, Cfg, Req, 200, out(Req, Size),
+                   [cbench_http:head(200, [ct(octet)], Size, conn_mode(Req)),
+                    body_unless_head(Req, Body)]);
+        Error -> Error
+    end.
+
+echo_chunked(S, Cfg, Req) ->
+    case send(S, cbench_http:head(200, [ct(octet)], chunked, conn_mode(Req))) of
+        ok ->
+            Send = fun(Piece, ok) -> send(S, cbench_http:chunk(Piece)) end,
+            case body(S, Cfg, Req#req{started = true},
+                      fun(P, A) -> case Send(P, A) of ok -> {ok, ok}; E -> E end end, ok) of
+                {ok, ok} -> finish(S, Cfg, Req, 200, request_body, cbench_http:last_chunk());
+                Error -> Error
+            end;
+        Error -> Error
+    end.
+
+%% Reads the body in raw mode, folding Fun over the pieces as they are read.
+body(_S, _Cfg, #req{framing = none}, _Fun, Acc) ->
+    {ok, Acc};
+body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
+    ok = inet:setopts(S, [{packet, raw}]),
+    body_length(S, Cfg, N, Fun, Acc);
+body(S, Cfg, Req = #req{framing = chunked}, Fun, Acc) ->
+    ok = inet:setopts(S, [{packet, raw}]),
+    body_chunked(S, Cfg, Req, 0, Fun, Acc).
+
+body_length(_S, _Cfg, 0, _Fun, Acc) ->
+    {ok, Acc};
+body_length(S, Cfg, Left, Fun, Acc) ->
+    %% Exact lengths only: reading "what is there" could swallow the next pipelined request.
+    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
+        {ok, Piece} ->
+            keep_body(Cfg, Piece),
+            case Fun(Piece, Acc) of
+                {ok, Acc1} -> body_length(S, Cfg, Left - byte_size(Piece), Fun, Acc1);
+                Error -> Error
+            end;
+        {error, timeout} -> bump(Cfg, ?TIMEOUTS), {error, timeout};
+        {error, E} -> bump(Cfg, ?RESETS), {error, E}
+    end.
+
+body_chunked(S, Cfg, Req, Total, Fun, Acc) ->
+    body_chunked(S, Cfg, Req, Total, 0, Fun, Acc).
+
+%% Ext: the bytes of chunk extensions so far; they may take max_header_bytes in all (413 over it).
+body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
+    case read_line(S, Cfg, Cfg#cfg.max_header + 64) of
+        {ok, Line} ->
+            case chunk_line(Line) of
+                {ok, _, E} when Ext + E > Cfg#cfg.max_header ->
+                    fail(S, Cfg, Req, 413), {error, too_large};
+                {ok, 0, _} -> trailers(S, Cfg, Req, 0, Acc);
+                {ok, Size, _} when Total + Size > Cfg#cfg.max_body ->
+                    fail(S, Cfg, Req, 413), {error, too_large};
+                {ok, Size, E} ->
+                    ok = inet:setopts(S, [{packet, raw}]),
+                    case chunk_data(S, Cfg, Size, Fun, Acc) of
+                        {ok, Acc1} ->
+                            case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
+                                {ok, <<"\r\n">>} ->
+                                    body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
+                                {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
+                                {error, Why} -> bump(Cfg, ?RESETS), {error, Why}
+                            end;
+                        Error -> Error
+                    end;
+                error ->
+                    fail(S, Cfg, Req, 400), {error, bad_chunk}
+            end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 413), {error, too_large};
+        Error -> Error
+    end.
+
+chunk_data(_S, _Cfg, 0, _Fun, Acc) ->
+    {ok, Acc};
+chunk_data(S, Cfg, Left, Fun, Acc) ->
+    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
+        {ok, Piece} ->
+            case Fun(Piece, Acc) of
+                {ok, Acc1} -> chunk_data(S, Cfg, Left - byte_size(Piece), Fun, Acc1);
+                Error -> Error
+            end;
+        {error, timeout} -> bump(Cfg, ?TIMEOUTS), {error, timeout};
+        {error, E} -> bump(Cfg, ?RESETS), {error, E}
+    end.
+
+%% Trailers are parsed like header lines and dropped (no route sees them); they have their own
+%% budget, max_header_bytes: over it, 431 (docs/wire.md).
+trailers(S, Cfg, Req, Bytes, Acc) ->
+    case read_line(S, Cfg, Cfg#cfg.max_header) of
+        {ok, <<"\r\n">>} -> {ok, Acc};
+        {ok, <<"\n">>} -> {ok, Acc};
+        {ok, Line} when Bytes + byte_size(Line) > Cfg#cfg.max_header ->
+            fail(S, Cfg, Req, 431), {error, too_large};
+        {ok, Line} when binary_part(Line, byte_size(Line), -2) =/= <<"\r\n">> ->
+            fail(S, Cfg, Req, 400), {error, bad_trailer};
+        {ok, Line} ->
+            %% httph_bin decides on a line only once it sees the next (a value may continue).
+            case erlang:decode_packet(httph_bin, <<Line/binary, "\r\n">>, []) of
+                {ok, {http_header, _, _, _, _}, <<"\r\n">>} ->
+                    trailers(S, Cfg, Req, Bytes + byte_size(Line), Acc);
+                _ ->
+                    fail(S, Cfg, Req, 400), {error, bad_trailer}
+            end;
+        {error, emsgsize} -> fail(S, Cfg, Req, 431), {error, too_large};
+        Error -> Error
+    end.
+
+%% One line of the chunked framing; {error, emsgsize} when it is longer than Max.
+%% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
+read_line(S, Cfg, Max) ->
+    ok = inet:setopts(S, [{packet, line}]),
+    read_line(S, Cfg, Max, <<>>).
+
+read_line(S, Cfg, Max, Acc) ->
+    case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
+        {ok, Piece} ->
+            Line = <<Acc/binary, Piece/binary>>,
+            case binary:last(Line) of
+                _ when byte_size(Line) > Max -> {error, emsgsize};
+                $\n -> {ok, Line};
+                _ -> read_line(S, Cfg, Max, Line)
+            end;
+        {error, emsgsize} -> {error, emsgsize};
+        {error, timeout} -> bump(Cfg, ?TIMEOUTS), {error, timeout};
+        {error, E} -> bump(Cfg, ?RESETS), {error, E}
+    end.
+
+%% A chunk-size line as the C engine (llhttp in strict mode) reads it: hex digits, then extensions
+%% `;name' or `;name=value' (a token, or a quoted string without backslash escapes), then CRLF.
+%% Returns {ok, Size, ExtBytes}, ExtBytes counted as the C engine counts them (name, value, 2), or
+%% error.
+chunk_line(Line) ->
+    case binary:split(Line, <<"\r\n">>) of
+        [Head, <<>>] -> chunk_hex(Head, 0, 0);
+        _ -> error
+    end.
+
+chunk_hex(<<C, Rest/binary>>, N, V) when V < 16#1000000000000000 ->
+    case hex_digit(C) of
+        error when N > 0 -> chunk_exts(<<C, Rest/binary>>, V, 0);
+        error -> error;
+        D -> chunk_hex(Rest, N + 1, V * 16 + D)
+    end;
+chunk_hex(<<>>, N, V) when N > 0 -> {ok, V, 0};
+chunk_hex(_, _, _) -> error.
+
+hex_digit(C) when C >= $0, C =< $9 -> C - $0;
+hex_digit(C) when C >= $a, C =< $f -> C - $a + 10;
+hex_digit(C) when C >= $A, C =< $F -> C - $A + 10;
+hex_digit(_) -> error.
+
+chunk_exts(<<>>, V, E) -> {ok, V, E};
+chunk_exts(<<$;, Rest/binary>>, V, E) ->
+    case token(Rest, 0) of
+        {0, _} -> error;
+        {N, <<$=, Value/binary>>} ->
+            case ext_value(Value) of
+                {ok, L, Rest1} -> chunk_exts(Rest1, V, E + N + L + 2);
+                error -> error
+            end;
+        {N, Rest1} -> chunk_exts(Rest1, V, E + N + 2)
+    end;
+chunk_exts(_, _, _) -> error.
+
+ext_value(<<$", Rest/binary>>) -> quoted(Rest, 2);
+ext_value(B) ->
+    case token(B, 0) of
+        {0, _} -> error;
+        {N, Rest} -> {ok, N, Rest}
+    end.
+
+quoted(<<$", Rest/binary>>, L) -> {ok, L, Rest};
+quoted(<<C, Rest/binary>>, L) when C =:= $\t; C =:= $\s; C =:= 16#21; C >= 16#23, C =/= $\\ ->
+    quoted(Rest, L + 1);
+quoted(_, _) -> error.
+
+%% The length of the token at the start of B (RFC 9110 tchar) and what follows it.
+token(B, N) ->
+    case B of
+        <<C, Rest/binary>> ->
+            case is_tchar(C) of
+                true -> token(Rest, N + 1);
+                false -> {N, B}
+            end;
+        <<>> -> {N, B}
+    end.
+
+is_tchar(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+is_tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
+
+%%% Fixture responses
+
+ct(text) -> {<<"content-type">>, <<"text/plain">>};
+ct(json) -> {<<"content-type">>, <<"application/json">>};
+ct(octet) -> {<<"content-type">>, <<"application/octet-stream">>};
+ct(sse) -> {<<"content-type">>, <<"text/event-stream">>}.
+
+-define(NO_CACHE, {<<"cache-control">>, <<"no-cache">>}).
+
+respond(S, Cfg, Req, root) -> simple(S, Cfg, Req, 200, [], <<"hello world!">>);
+respond(S, Cfg, Req, hello) -> simple(S, Cfg, Req, 200, [ct(text)], <<"Hello, Joe!">>);
+respond(S, Cfg, Req, json) ->
+    simple(S, Cfg, Req, 200, [ct(json)], <<"{\"message\":\"Hello, Joe!\"}">>);
+respond(S, Cfg, Req, Route) when Route =:= file_tiny; Route =:= file_small;
+                                 Route =:= file_big ->
+    Size = cbench_fixture:size(Route),
+    send_file(S, Cfg, Req, 200, [ct(octet)], cbench_fixture:path(Route), Size);
+respond(S, Cfg, Req, stream) ->
+    streamed(S, Cfg, Req, [ct(text)], [<<"hello, ">>, <<"Joe!">>]);
+respond(S, Cfg, Req, stream_small) ->
+    streamed(S, Cfg, Req, [ct(octet)], lists:duplicate(100, cbench_http:line()));
+respond(S, Cfg, Req, stream_big) ->
+    streamed(S, Cfg, Req, [ct(octet)], lists:duplicate(64, cbench_http:bigline()));
+respond(S, Cfg, Req, sse) ->
+    streamed(S, Cfg, Req, [ct(sse), ?NO_CACHE],
+             lists:duplicate(32, cbench_http:sse_event(cbench_http:line())));
+respond(S, Cfg, Req, sse_small) ->
+    streamed(S, Cfg, Req, [ct(sse), ?NO_CACHE],
+             lists:duplicate(100, cbench_http:sse_event(cbench_http:line())));
+respond(S, Cfg, Req, sse_big) ->
+    streamed(S, Cfg, Req, [ct(sse), ?NO_CACHE],
+             lists:duplicate(64, cbench_http:sse_event(cbench_http:bigline())));
+respond(S, Cfg, Req, delay) ->
+    case cbench_http:delay_param(Req#req.target) of
+        {ok, Ms} ->
+            %% A timer in this connection's process: the scheduler serves others meanwhile.
+            receive after Ms -> ok end,
+            simple(S, Cfg, Req, 200, [ct(text)], <<"ok">>);
+        error ->
+            bump(Cfg, ?STATUS_400),
+            simple(S, Cfg, Req, 400, [], <<>>)
+    end;
+respond(S, Cfg, Req, status) ->
+    case cbench_http:status_param(Req#req.target) of
+        {ok, Code} ->
+            simple(S, Cfg, Req, Code, [], <<>>);
+        error ->
+            bump(Cfg, ?STATUS_400),
+            simple(S, Cfg, Req, 400, [], <<>>)
+    end;
+respond(S, Cfg, Req, headers) ->
+    simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers)).
+
+%% A fixed-size answer; 204 and 304 have neither body nor content-length.
+simple(S, Cfg, Req, Status, Headers, _Body) when Status =:= 204; Status =:= 304 ->
+    finish(S, Cfg, Req, Status, 0, cbench_http:head(Status, Headers, none, conn_mode(Req)));
+simple(S, Cfg, Req, Status, Headers, Body) ->
+    Size = iolist_size(Body),
+    finish(S, Cfg, Req, Status, out(Req, Size),
+           [cbench_http:head(Status, Headers, Size, conn_mode(Req)),
+            body_unless_head(Req, Body)]).
+
+streamed(S, Cfg, Req, Headers, Pieces) ->
+    finish(S, Cfg, Req, 200, out(Req, iolist_size(Pieces)),
+           [cbench_http:head(200, Headers, chunked, conn_mode(Req)),
+            body_unless_head(Req, [[cbench_http:chunk(P) || P <- Pieces],
+                                   cbench_http:last_chunk()])]).
+
+send_file(S, Cfg, Req, Status, Headers, Path, Size) ->
+    Head = cbench_http:head(Status, Headers, Size, conn_mode(Req)),
+    case Req#req.method of
+        <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, Head);
+        _ ->
+            case send(S, Head) of
+                ok ->
+                    journal(Cfg, Req, Status, Size),
+                    sendfile(S, Cfg, Path, 0, Size);
+                Error -> Error
+            end
+    end.
+
+sendfile(_S, _Cfg, _Path, _Offset, 0) -> ok;
+sendfile(S, Cfg, Path, Offset, Size) ->
+    {ok, Fd} = file:open(Path, [read, raw, binary]),
+    try file:sendfile(Fd, S, Offset, Size, []) of
+        {ok, Size} ->
+            %% send_oct does not count what sendfile wrote.
+            counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, Size);
+        {ok, _} -> {error, short_sendfile};
+        Error -> Error
+    after
+        file:close(Fd)
+    end.
+
+body_unless_head(#req{method = <<"HEAD">>}, _) -> <<>>;
+body_unless_head(_, Body) -> Body.
+
+%%% Stub responses
+
+%% A stub's answer: delay_ms, then the head (the user's headers in their order, then the framing)
+%% and the body whole, or in `chunks' pieces `interval' apart (chunked over HTTP/1.1; raw pieces
+%% ended by the close over HTTP/1.0). HEAD gets the head alone; 204 and 304 never carry a body.
+stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, delay_ms := Delay,
+                        chunks := Chunks}) ->
+    Delay > 0 andalso receive after Delay -> ok end,
+    Size = case Body of
+               {data, B} -> byte_size(B);
+               {bytes, Bytes} -> Bytes;
+               {file, _} -> maps:get(file_size, R)
+           end,
+    Head = fun(Framing, Mode) -> cbench_http:head(Status, Headers, Framing, Mode) end,
+    case {Chunks, Req#req.method, Body} of
+        _ when Status =:= 204; Status =:= 304 ->
+            finish(S, Cfg, Req, Status, 0, Head(none, conn_mode(Req)));
+        {none, <<"HEAD">>, _} ->
+            finish(S, Cfg, Req, Status, 0, Head(Size, conn_mode(Req)));
+        {none, _, {file, Path}} ->
+            send_file(S, Cfg, Req, Status, Headers, Path, Size);
+        {none, _, _} ->
+            finish(S, Cfg, Req, Status, Size, [Head(Size, conn_mode(Req)), slice(Body, 0, Size)]);
+        {{N, Interval}, Method, _} ->
+            %% HTTP/1.0 has no chunked coding: the pieces go raw and the close ends the body.
+            Chunked = Req#req.version =/= {1, 0},
+            H = case Chunked of
+                    true -> Head(chunked, conn_mode(Req));
+                    false -> Head(none, close)
+                end,
+            Sent = case Method of
+                       <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, H);
+                       _ -> pieces(S, Cfg, Req, {Status, Size}, Body, H,
+                                   cbench_spec:pieces(Size, N), Interval, Chunked)
+                   end,
+            %% The head said `connection: close' to HTTP/1.0, even to one that asked to keep it.
+            case {Sent, Chunked} of
+                {ok, false} -> close;
+                _ -> Sent
+            end
+    end.
+
+%% The head goes with the first piece, each next piece `Interval' ms after the one before, the
+%% last chunk with the last piece (journaled just before that write). Answer is {Status, Size}.
+pieces(S, Cfg, Req, {Status, _}, _Body, Head, [], _Interval, Chunked) ->
+    finish(S, Cfg, Req, Status, 0, [Head, last_chunk(Chunked)]);
+pieces(S, Cfg, Req, Answer, Body, Head, [{Off, Len} | Rest], Interval, Chunked) ->
+    End = case Rest of
+              [] -> last_chunk(Chunked);
+              _ -> <<>>
+          end,
+    Sent = case Body of
+               {file, Path} ->
+                   %% sendfile writes the piece; its chunk framing goes around it.
+                   {Pre, Post} = case Chunked of
+                                     true -> {chunk_size_line(Len), <<"\r\n">>};
+                                     false -> {<<>>, <<>>}
+                                 end,
+                   then(send(S, [Head, Pre]),
+                        fun() -> then(sendfile(S, Cfg, Path, Off, Len),
+                                      fun() -> last_or_send(S, Cfg, Req, Answer, Rest,
+                                                            [Post, End]) end)
+                        end);
+               _ ->
+                   last_or_send(S, Cfg, Req, Answer, Rest,
+                                [Head, framed(Body, Off, Len, Chunked), End])
+           end,
+    case {Sent, Rest} of
+        {ok, []} -> ok;
+        {ok, _} ->
+            receive after Interval -> ok end,
+            pieces(S, Cfg, Req, Answer, Body, <<>>, Rest, Interval, Chunked);
+        {Error, _} -> Error
+    end.
+
+%% A piece as chunks: one for given bytes, one per ?GEN_SPAN bytes of generated content (as the C
+%% engine writes it); raw over HTTP/1.0.
+framed(Body, Off, Len, false) -> slice(Body, Off, Len);
+framed({data, _} = Body, Off, Len, true) -> chunk(slice(Body, Off, Len), Len);
+framed({bytes, _}, Off, Len, true) when Len > ?GEN_SPAN ->
+    [chunk(cbench_fixture:bytes(Off, ?GEN_SPAN), ?GEN_SPAN)
+     | framed({bytes, 0}, Off + ?GEN_SPAN, Len - ?GEN_SPAN, true)];
+framed({bytes, _}, Off, Len, true) -> chunk(cbench_fixture:bytes(Off, Len), Len).
+
+chunk(Data, Len) -> [chunk_size_line(Len), Data, <<"\r\n">>].
+
+chunk_size_line(Len) -> [cbench_http:lower(integer_to_binary(Len, 16)), <<"\r\n">>].
+
+last_or_send(S, Cfg, Req, {Status, Size}, [], Data) -> finish(S, Cfg, Req, Status, Size, Data);
+last_or_send(S, _Cfg, _Req, _Answer, _More, Data) -> send(S, Data).
+
+last_chunk(true) -> cbench_http:last_chunk();
+last_chunk(false) -> <<>>.
+
+then(ok, Next) -> Next();
+then(Error, _) -> Error.
+
+%% Len bytes of a body from offset Off (generated content is sliced from a shared block).
+slice({data, B}, Off, Len) -> binary_part(B, Off, Len);
+slice({bytes, _}, Off, Len) -> cbench_fixture:bytes(Off, Len).
+
+%%% Writing and the journal
+
+send(S, Data) ->
+    case gen_tcp:send(S, Data) of
+        ok -> ok;
+        {error, _} = E -> E
+    end.
+
+%% The body bytes a response sends: none to HEAD.
+out(#req{method = <<"HEAD">>}, _Size) -> 0;
+out(_Req, Size) -> Size.
+
+%% The last write of a response: journaled first, so that a client that has read the response
+%% finds its request in the journal. BodyBytes: the journal's bytes_out.
+finish(S, Cfg, Req, Status, BodyBytes, Data) ->
+    journal(Cfg, Req, Status, BodyBytes),
+    send(S, Data).
+
+%% Records the request. BodyBytes is the response body's size, or `request_body' for an echo.
+journal(#cfg{journal = undefined}, _Req, _Status, _BodyBytes) -> ok;
+journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
+    {Path, Query} = split_target(Target),
+    {Kept, _, Total} = get(?BODY),
+    cbench_journal:record(
+      J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
+           peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
+           headers => Req#req.headers,
+           body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
+           stub => Req#req.stub, status => Status,
+           bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
+           duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
+
+%% Keeps the first journal_body_bytes of a request body for the journal.
+keep_body(#cfg{journal = undefined}, _Piece) -> ok;
+keep_body(#cfg{journal = J}, Piece) ->
+    {Kept, KeptN, Total} = get(?BODY),
+    Room = cbench_journal:body_bytes(J) - KeptN,
+    Take = min(Room, byte_size(Piece)),
+    Kept1 = case Take of
+                0 -> Kept;
+                _ -> [Kept, binary:copy(binary_part(Piece, 0, Take))]
+            end,
+    put(?BODY, {Kept1, KeptN + Take, Total + byte_size(Piece)}).
+
+%% A request that fails while its body is read: the error answer, or, when the answer has already
+%% begun (a streamed echo), a close without a second status.
+fail(S, Cfg, #req{started = true}, Status) ->
+    bump_status(Cfg, Status),
+    _ = gen_tcp:shutdown(S, write),
+    {error, closed};
+fail(S, Cfg, _Req, Status) ->
+    error_close(S, Cfg, Status).
+
+%% An error answer, then a lingering close: shut our side, drop what the peer still sends for a
+%% short while, so that it reads the answer instead of a reset.
+error_close(S, Cfg, Status) ->
+    bump_status(Cfg, Status),
+    _ = gen_tcp:send(S, cbench_http:head(Status, [], 0, close)),
+    _ = gen_tcp:shutdown(S, write),
+    _ = inet:setopts(S, [{packet, raw}]),
+    Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
+    drain(S, Deadline),
+    {error, closed}.
+
+bump_status(Cfg, 400) -> bump(Cfg, ?STATUS_400);
+bump_status(Cfg, 413) -> bump(Cfg, ?STATUS_413);
+bump_status(Cfg, 431) -> bump(Cfg, ?STATUS_431);
+bump_status(_Cfg, _) -> ok.
+
+drain(S, Deadline) ->
+    Left = Deadline - erlang:monotonic_time(millisecond),
+    case Left > 0 andalso gen_tcp:recv(S, 0, Left) of
+        {ok, _} -> drain(S, Deadline);
+        _ -> ok
+    end.

@@ -1,0 +1,197 @@
+%%% @doc The run-time route table of the ehttpd engine: stubs and the fixture routes compiled into
+%%% one immutable value, published with persistent_term (read per request without a copy or a
+%%% lock; replaced whole when a stub is added or removed), and the lookup with the rules every
+%%% engine follows:
+%%%
+%%% - Order: stubs by `priority' (higher first), then newest first; the fixture routes last.
+%%% - A route applies to a request when its path, header and query matchers match. The first
+%%%   applying route whose methods include the request's answers (GET brings HEAD; `any' takes
+%%%   every method). A stub with `times' left at 0 is spent: it no longer applies.
+%%% - Routes apply but none takes the method: 405, `allow' listing their methods
+%%%   (cbench_spec:methods_order/1). No route applies: 404.
+%%%
+%%% Routes are indexed by the first segment of their path (routes whose first segment is a
+%%% parameter, or the prefix "/", are checked for every path), so a lookup among 1,000 stubs
+%%% looks only at the few that share the request's first segment.
+-module(cbench_router).
+
+-export([compile/2, publish/2, table/1, unpublish/1, lookup/5, path_matches/2]).
+
+-export_type([table/0, target/0]).
+
+-define(IS_HEX(C), ((C >= $0 andalso C =< $9) orelse (C >= $a andalso C =< $f) orelse
+                    (C >= $A andalso C =< $F))).
+
+-record(route, {order :: non_neg_integer(),
+                methods :: any | [binary()],
+                path :: cbench_spec:canon_path(),
+                headers :: [{binary(), present | {equal, binary()}}],
+                query :: [{binary(), present | {equal, binary()}}],
+                target :: target(),
+                %% Uses left for a stub with `times' (atomics, decremented by the request that
+                %% claims one); undefined: unlimited.
+                left :: atomics:atomics_ref() | undefined}).
+%% A stub's counters: 1, the requests it answered; 2, the 405s counted under it (the first route
+%% whose path matched a request whose method it did not take).
+-type target() :: {fixture, cbench_fixture_routes:name(), StatIndex :: pos_integer()}
+                | {stub, Id :: pos_integer(), Name :: binary(), cbench_spec:canon_response(),
+                   counters:counters_ref()}.
+-opaque table() :: {#{binary() => [#route{}]}, [#route{}]}.
+
+-type stub() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
+                  response := cbench_spec:canon_response(), counts := counters:counters_ref(),
+                  left := atomics:atomics_ref() | undefined}.
+
+%% @doc Builds a table from the stubs (in the order they were added) and the fixture routes with
+%% their counter index.
+-spec compile([stub()], [{cbench_fixture_routes:route(), pos_integer()}]) -> table().
+compile(Stubs, Fixture) ->
+    %% Higher priority first, then newest (highest id) first.
+    Sorted = lists:sort(fun(#{id := A, match := #{priority := PA}},
+                            #{id := B, match := #{priority := PB}}) -> {PA, A} >= {PB, B} end,
+                        Stubs),
+    NStubs = length(Sorted),
+    StubRoutes = [route(I, M, {stub, Id, Name, R, Counts}, Left)
+                  || {I, #{id := Id, name := Name, match := M, response := R, counts := Counts,
+                           left := Left}} <- lists:zip(lists:seq(1, NStubs), Sorted)],
+    FixtureRoutes = [route(NStubs + I, M, {fixture, Name, Stat}, undefined)
+                     || {I, {#{name := Name, match := M}, Stat}}
+                            <- lists:zip(lists:seq(1, length(Fixture)), Fixture)],
+    index(StubRoutes ++ FixtureRoutes).
+
+route(Order, #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
+    #route{order = Order, methods = Ms, path = P, headers = H, query = Q, target = Target,
+           left = Left}.
+
+index(Routes) ->
+    {Buckets, Wild} =
+        lists:foldr(fun(R, {B, W}) ->
+                            case first_segment(R#route.path) of
+                                wild -> {B, [R | W]};
+                                Seg -> {maps:update_with(Seg, fun(L) -> [R | L] end, [R], B), W}
+                            end
+                    end, {#{}, []}, Routes),
+    {Buckets, Wild}.
+
+first_segment({exact, P}) -> path_segment(P);
+first_segment({prefix, <<"/">>}) -> wild;
+first_segment({prefix, P}) -> path_segment(P);
+first_segment({segments, [{param, _} | _]}) -> wild;
+first_segment({segments, [S | _]}) -> S.
+
+%% The first segment of a path: between the leading `/' and the next one.
+path_segment(<<"/", Rest/binary>>) ->
+    case binary:match(Rest, <<"/">>) of
+        nomatch -> Rest;
+        {Pos, _} -> binary_part(Rest, 0, Pos)
+    end;
+path_segment(_) -> <<>>.
+
+%% @doc Makes Table the one a server's connections read under Key.
+-spec publish(term(), table()) -> ok.
+publish(Key, Table) -> persistent_term:put({?MODULE, Key}, Table).
+
+%% @doc The table published under Key.
+-spec table(term()) -> table().
+table(Key) -> persistent_term:get({?MODULE, Key}).
+
+%% @doc Forgets the table of a stopped server.
+-spec unpublish(term()) -> ok.
+unpublish(Key) ->
+    _ = persistent_term:erase({?MODULE, Key}),
+    ok.
+
+%% @doc The route of a request: Path is the target before `?', Query what follows it (<<>> when
+%% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so
+%% that exactly that many requests get it even when connections race.
+-spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
+          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
+lookup({Buckets, Wild}, Method, Path, Query, Headers) ->
+    Candidates = merge(maps:get(path_segment(Path), Buckets, []), Wild),
+    Req = {Method, Path, Query, Headers},
+    find(Candidates, Req, []).
+
+merge([], Ws) -> Ws;
+merge(Bs, []) -> Bs;
+merge([B | Bs], [W | _] = Ws) when B#route.order < W#route.order -> [B | merge(Bs, Ws)];
+merge(Bs, [W | Ws]) -> [W | merge(Bs, Ws)].
+
+find([], _Req, []) -> not_found;
+find([], _Req, Applying) ->
+    [First | _] = Rs = lists:reverse(Applying),
+    Ms = lists:usort(lists:append([M || #route{methods = M} <- Rs])),
+    {not_allowed, iolist_to_binary(lists:join(<<", ">>, cbench_spec:methods_order(Ms))),
+     First#route.target};
+find([R | Rs], Req = {Method, Path, Query, Headers}, Applying) ->
+    case path_matches(R#route.path, Path) andalso fields_match(R, Query, Headers)
+        andalso not spent(R) of
+        false -> find(Rs, Req, Applying);
+        true ->
+            case method_matches(R#route.methods, Method) of
+                true ->
+                    case claim(R) of
+                        true -> {ok, R#route.target};
+                        false -> find(Rs, Req, Applying)  % spent by a racing request
+                    end;
+                false -> find(Rs, Req, [R | Applying])
+            end
+    end.
+
+%% @doc Whether a request path (the target before `?') matches a canonical path pattern.
+-spec path_matches(cbench_spec:canon_path(), binary()) -> boolean().
+path_matches({exact, P}, Path) -> P =:= Path;
+path_matches({prefix, P}, Path) ->
+    N = byte_size(P),
+    byte_size(Path) >= N andalso binary_part(Path, 0, N) =:= P;
+path_matches({segments, Segs}, <<"/", Rest/binary>>) ->
+    segments_match(Segs, binary:split(Rest, <<"/">>, [global]));
+path_matches({segments, _}, _) -> false.
+
+segments_match([], []) -> true;
+segments_match([{param, _} | Ss], [P | Ps]) when P =/= <<>> -> segments_match(Ss, Ps);
+segments_match([S | Ss], [S | Ps]) -> segments_match(Ss, Ps);
+segments_match(_, _) -> false.
+
+method_matches(any, _) -> true;
+method_matches(Ms, <<"HEAD">>) -> lists:member(<<"HEAD">>, Ms) orelse lists:member(<<"GET">>, Ms);
+method_matches(Ms, M) -> lists:member(M, Ms).
+
+fields_match(#route{headers = [], query = []}, _, _) -> true;
+fields_match(#route{headers = H, query = Q}, Query, Headers) ->
+    (H =:= [] orelse all_present(H, Headers)) andalso
+        (Q =:= [] orelse all_present(Q, query_fields(Query))).
+
+%% Each matcher must find a field of its name: any one for `present', one with exactly that value
+%% for `{equal, V}' (a repeated field matches when any of its values does).
+all_present(Matchers, Fields) ->
+    lists:all(fun({N, present}) -> lists:keymember(N, 1, Fields);
+                 ({N, {equal, V}}) -> lists:member({N, V}, Fields)
+              end, Matchers).
+
+%% A query string split into its `name=value' fields (`name' alone has the value <<>>),
+%% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).
+query_fields(<<>>) -> [];
+query_fields(Query) ->
+    [case binary:split(F, <<"=">>) of
+         [N, V] -> {decode(N), decode(V)};
+         [N] -> {decode(N), <<>>}
+     end || F <- binary:split(Query, <<"&">>, [global]), F =/= <<>>].
+
+decode(B) -> decode(B, <<>>).
+
+decode(<<$+, Rest/binary>>, Acc) -> decode(Rest, <<Acc/binary, $\s>>);
+decode(<<$%, H, L, Rest/binary>>, Acc) when ?IS_HEX(H), ?IS_HEX(L) ->
+    decode(Rest, <<Acc/binary, (hex(H) * 16 + hex(L))>>);
+decode(<<C, Rest/binary>>, Acc) -> decode(Rest, <<Acc/binary, C>>);
+decode(<<>>, Acc) -> Acc.
+
+hex(C) when C >= $0, C =< $9 -> C - $0;
+hex(C) when C >= $a, C =< $f -> C - $a + 10;
+hex(C) -> C - $A + 10.
+
+spent(#route{left = undefined}) -> false;
+spent(#route{left = Left}) -> atomics:get(Left, 1) =< 0.
+
+%% Takes one use of a route; false when none is left.
+claim(#route{left = undefined}) -> true;
+claim(#route{left = Left}) -> atomics:sub_get(Left, 1, 1) >= 0.

@@ -1,0 +1,76 @@
+%%% @doc The callers of cbench:await/4 waiting on one server, kept by its server process: each waits
+%%% for Count journal entries that match its filter. The engine wakes the server process with a
+%%% `{cbench_journal, Seq}' message from whoever recorded a request (a connection process of ehttpd,
+%%% a worker thread of the NIF, the port program's worker threads through an unsolicited frame);
+%%% the server then reads the entries after the oldest sequence number a waiter has seen and feeds
+%%% them here. Nothing polls.
+-module(cbench_waiters).
+
+-export([new/0, is_empty/1, add/5, feed/2, expire/2, since/1, cancel_all/1]).
+
+-export_type([waiters/0]).
+
+-record(w, {ref :: reference(), from :: gen_server:from(), filter :: cbench_spec:canon_filter(),
+            count :: pos_integer(), got = [] :: [cbench_journal:entry()], ngot = 0 :: integer(),
+            seen :: non_neg_integer(), timer :: reference()}).
+-opaque waiters() :: [#w{}].
+
+%% @doc No waiters.
+-spec new() -> waiters().
+new() -> [].
+
+%% @doc Whether nobody waits (then the engine need not wake the server).
+-spec is_empty(waiters()) -> boolean().
+is_empty(Ws) -> Ws =:= [].
+
+%% @doc A new waiter, given the journal's entries as they are now. Returns the waiters and the
+%% replies due at once (a waiter whose entries are already there).
+-spec add(waiters(), gen_server:from(), cbench_spec:canon_filter(), pos_integer(),
+          {[cbench_journal:entry()], timeout()}) -> {waiters(), [{gen_server:from(), term()}]}.
+add(Ws, From, Filter = #{since := Since}, Count, {Entries, Timeout}) ->
+    Ref = make_ref(),
+    W = #w{ref = Ref, from = From, filter = Filter, count = Count, seen = Since,
+           timer = erlang:send_after(Timeout, self(), {cbench_await_timeout, Ref})},
+    feed([W | Ws], Entries).
+
+%% @doc New journal entries (in sequence order): the waiters still waiting, and the replies of
+%% those whose count is reached (`{ok, Entries}', the first Count matching entries).
+-spec feed(waiters(), [cbench_journal:entry()]) -> {waiters(), [{gen_server:from(), term()}]}.
+feed(Ws, Entries) ->
+    lists:foldr(fun(W, {Waiting, Replies}) ->
+                        case take(W, Entries) of
+                            W1 = #w{ngot = N, count = C} when N >= C ->
+                                _ = erlang:cancel_timer(W1#w.timer),
+                                {Waiting, [{W1#w.from, {ok, lists:sublist(lists:reverse(W1#w.got),
+                                                                         C)}} | Replies]};
+                            W1 ->
+                                {[W1 | Waiting], Replies}
+                        end
+                end, {[], []}, Ws).
+
+take(W = #w{seen = Seen, filter = F}, Entries) ->
+    lists:foldl(fun(E = #{seq := Seq}, Acc = #w{got = Got, ngot = N}) when Seq > Seen ->
+                        case cbench_journal:matches(F, E) of
+                            true -> Acc#w{got = [E | Got], ngot = N + 1, seen = Seq};
+                            false -> Acc#w{seen = Seq}
+                        end;
+                   (_, Acc) -> Acc
+                end, W, Entries).
+
+%% @doc A waiter's time is up: it gets `{error, {timeout, EntriesSoFar}}'.
+-spec expire(waiters(), reference()) -> {waiters(), [{gen_server:from(), term()}]}.
+expire(Ws, Ref) ->
+    case lists:keytake(Ref, #w.ref, Ws) of
+        {value, W, Rest} -> {Rest, [{W#w.from, {error, {timeout, lists:reverse(W#w.got)}}}]};
+        false -> {Ws, []}
+    end.
+
+%% @doc The sequence number after which the waiters need entries.
+-spec since(waiters()) -> non_neg_integer().
+since(Ws) -> lists:min([S || #w{seen = S} <- Ws]).
+
+%% @doc Every waiter answered with what it has so far (the server is stopping).
+-spec cancel_all(waiters()) -> [{gen_server:from(), term()}].
+cancel_all(Ws) ->
+    [begin _ = erlang:cancel_timer(T), {From, {error, {timeout, lists:reverse(Got)}}} end
+     || #w{from = From, timer = T, got = Got} <- Ws].

@@ -1,0 +1,236 @@
+/* Stubs: cbench_spec's canonical terms decoded into a cb_stub_t, and the route NIFs.
+ *
+ * cbench_nif:route_add/3 has already checked the terms (cbench_spec); they are decoded here field by field,
+ * each checked again, because a NIF must survive any term: anything that does not decode is badarg. Strings
+ * point into the argument binaries, which live until the NIF returns; cb_server_route_add copies what it keeps.
+ */
+#include <string.h>
+
+#include "nif.h"
+
+/* A binary's bytes as a cb_str_t (not an iolist: the canonical form has binaries only). */
+static int get_str(ErlNifEnv *env, ERL_NIF_TERM t, cb_str_t *out) {
+  ErlNifBinary b;
+  if (!enif_inspect_binary(env, t, &b)) return 0;
+  out->ptr = b.size ? (const char *)b.data : "";
+  out->len = b.size;
+  return 1;
+}
+
+static int get_map_value(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, ERL_NIF_TERM *v) {
+  return enif_is_map(env, map) && enif_get_map_value(env, map, key, v);
+}
+
+static int get_uint_in(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, ErlNifUInt64 max, ErlNifUInt64 *out) {
+  ERL_NIF_TERM v;
+  return get_map_value(env, map, key, &v) && enif_get_uint64(env, v, out) && *out <= max;
+}
+
+/* `any` or a list of method names, to CB_METHOD_* bits (0: any). An unknown name does not decode. */
+static int get_methods(ErlNifEnv *env, ERL_NIF_TERM t, unsigned *bits) {
+  *bits = 0;
+  if (enif_is_identical(t, atom_any)) return 1;
+  unsigned len;
+  if (!enif_get_list_length(env, t, &len) || len == 0 || len > 16) return 0;
+  ERL_NIF_TERM head, tail = t;
+  while (enif_get_list_cell(env, tail, &head, &tail)) {
+    cb_str_t name;
+    unsigned bit;
+    if (!get_str(env, head, &name) || (bit = cb_method_bit(name)) == 0) return 0;
+    *bits |= bit;
+  }
+  return 1;
+}
+
+/* [{Name, present | {equal, Value}}] into at most CB_MAX_MATCHERS matchers. */
+static int get_matchers(ErlNifEnv *env, ERL_NIF_TERM t, cb_matcher_t *out, size_t *n) {
+  unsigned len;
+  if (!enif_get_list_length(env, t, &len) || len > CB_MAX_MATCHERS) return 0;
+  ERL_NIF_TERM head, tail = t;
+  *n = 0;
+  while (enif_get_list_cell(env, tail, &head, &tail)) {
+    const ERL_NIF_TERM *pair, *eq;
+    int arity;
+    cb_matcher_t *m = &out[(*n)++];
+    if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2 || !get_str(env, pair[0], &m->name)) return 0;
+    if (enif_is_identical(pair[1], atom_present)) {
+      m->value = (cb_str_t){NULL, 0};
+    } else if (!enif_get_tuple(env, pair[1], &arity, &eq) || arity != 2 || !enif_is_identical(eq[0], atom_equal) ||
+               !get_str(env, eq[1], &m->value)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* [{Name, Value}] into at most CB_MAX_HEADERS response headers. */
+static int get_headers(ErlNifEnv *env, ERL_NIF_TERM t, cb_header_t *out, size_t *n) {
+  unsigned len;
+  if (!enif_get_list_length(env, t, &len) || len > CB_MAX_HEADERS) return 0;
+  ERL_NIF_TERM head, tail = t;
+  *n = 0;
+  while (enif_get_list_cell(env, tail, &head, &tail)) {
+    const ERL_NIF_TERM *pair;
+    int arity;
+    cb_header_t *h = &out[(*n)++];
+    if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2 || !get_str(env, pair[0], &h->name) ||
+        !get_str(env, pair[1], &h->value))
+      return 0;
+  }
+  return 1;
+}
+
+/* The arrays a decoded stub points into, on the caller's stack. */
+typedef struct {
+  cb_matcher_t headers[CB_MAX_MATCHERS];
+  cb_matcher_t query[CB_MAX_MATCHERS];
+  cb_header_t res_headers[CB_MAX_HEADERS];
+} stub_arrays_t;
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority}. */
+static int decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, stub_arrays_t *a) {
+  ERL_NIF_TERM v;
+  if (!get_map_value(env, map, atom_name, &v)) return 0;
+  if (enif_is_identical(v, atom_undefined))
+    st->name = (cb_str_t){NULL, 0};
+  else if (!get_str(env, v, &st->name))
+    return 0;
+  if (!get_map_value(env, map, atom_methods, &v) || !get_methods(env, v, &st->match.methods)) return 0;
+  if (!get_map_value(env, map, atom_path, &v) || !get_str(env, v, &st->match.path)) return 0;
+  if (!get_map_value(env, map, atom_headers, &v) || !get_matchers(env, v, a->headers, &st->match.nheaders))
+    return 0;
+  st->match.headers = a->headers;
+  if (!get_map_value(env, map, atom_query, &v) || !get_matchers(env, v, a->query, &st->match.nquery)) return 0;
+  st->match.query = a->query;
+  return get_map_value(env, map, atom_priority, &v) && enif_get_int(env, v, &st->match.priority);
+}
+
+/* Response: #{status, headers, body, delay_ms, chunks, times}. */
+static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res, stub_arrays_t *a) {
+  ErlNifUInt64 u;
+  ERL_NIF_TERM v;
+  const ERL_NIF_TERM *tuple;
+  int arity;
+  if (!get_uint_in(env, map, atom_status, 599, &u)) return 0;
+  res->status = (int)u;
+  if (!get_map_value(env, map, atom_headers, &v) || !get_headers(env, v, a->res_headers, &res->nheaders)) return 0;
+  res->headers = a->res_headers;
+
+  if (!get_map_value(env, map, atom_body, &v) || !enif_get_tuple(env, v, &arity, &tuple) || arity != 2) return 0;
+  if (enif_is_identical(tuple[0], atom_data)) {
+    res->body_kind = CB_BODY_BYTES;
+    if (!get_str(env, tuple[1], &res->body)) return 0;
+  } else if (enif_is_identical(tuple[0], atom_bytes)) {
+    res->body_kind = CB_BODY_GENERATED;
+    if (!enif_get_uint64(env, tuple[1], &u)) return 0;
+    res->body_size = u;
+  } else if (enif_is_identical(tuple[0], atom_file)) {
+    res->body_kind = CB_BODY_FILE;
+    if (!get_str(env, tuple[1], &res->body) || res->body.len == 0) return 0;
+  } else {
+    return 0;
+  }
+
+  if (!get_uint_in(env, map, atom_delay_ms, UINT32_MAX, &u)) return 0;
+  res->delay_ms = (unsigned)u;
+  if (!get_map_value(env, map, atom_chunks, &v)) return 0;
+  if (enif_is_identical(v, atom_none)) {
+    res->chunks = 0;
+    res->interval_ms = 0;
+  } else {
+    unsigned n, ms;
+    if (!enif_get_tuple(env, v, &arity, &tuple) || arity != 2 || !enif_get_uint(env, tuple[0], &n) || n == 0 ||
+        !enif_get_uint(env, tuple[1], &ms))
+      return 0;
+    res->chunks = n;
+    res->interval_ms = ms;
+  }
+  if (!get_map_value(env, map, atom_times, &v)) return 0;
+  if (enif_is_identical(v, atom_infinity)) {
+    res->times = 0;
+  } else if (!enif_get_uint64(env, v, &u) || u == 0) {
+    return 0;
+  } else {
+    res->times = u;
+  }
+  return 1;
+}
+
+/* route_add_nif(Resource, Match, Response) -> {ok, Id} | {error, Reason}. Dirty I/O: it waits for every worker
+ * to take the new table (and opens and maps a body file). */
+ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  stub_arrays_t arrays;
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  if (!decode_match(env, argv[1], &st, &arrays) || !decode_response(env, argv[2], &st.response, &arrays))
+    return enif_make_badarg(env);
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  uint64_t id;
+  int err = cb_server_route_add(srv, &st, &id);
+  nif_unlock(res);
+  if (err < 0) return nif_error(env, err);
+  return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, id));
+}
+
+/* route_remove_nif(Resource, Id) -> ok | {error, enoent}. Dirty I/O. */
+ERL_NIF_TERM nif_route_remove(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  ErlNifUInt64 id;
+  if (!enif_get_uint64(env, argv[1], &id)) return enif_make_badarg(env);
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  int err = cb_server_route_remove(srv, id);
+  nif_unlock(res);
+  return err < 0 ? nif_error(env, err) : atom_ok;
+}
+
+/* route_reset_nif(Resource) -> ok. Dirty I/O. */
+ERL_NIF_TERM nif_route_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  int err = cb_server_route_reset(srv);
+  nif_unlock(res);
+  return err < 0 ? nif_error(env, err) : atom_ok;
+}
+
+/* stubs_nif(Resource) -> [#{id, name, hits, left}], left being infinity or the uses left. Microseconds: the
+ * counts are read without the workers. */
+ERL_NIF_TERM nif_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  cb_stub_list_t *list;
+  int err = cb_server_stubs(srv, &list);
+  nif_unlock(res);
+  if (err < 0) return nif_error(env, err);
+  ERL_NIF_TERM out = enif_make_list(env, 0);
+  for (size_t i = list->count; i-- > 0;) {
+    const cb_stub_info_t *s = &list->items[i];
+    ERL_NIF_TERM left = s->times == 0 ? atom_infinity
+                        : s->spent || s->hits >= s->times ? enif_make_uint64(env, 0)
+                                                          : enif_make_uint64(env, s->times - s->hits);
+    ERL_NIF_TERM keys[] = {atom_id, atom_name, atom_hits, atom_left};
+    ERL_NIF_TERM vals[] = {enif_make_uint64(env, s->id), nif_binary(env, s->name.ptr, s->name.len),
+                           enif_make_uint64(env, s->hits), left};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, vals, 4, &map);
+    out = enif_make_list_cell(env, map, out);
+  }
+  cb_stub_list_free(list);
+  return out;
+}

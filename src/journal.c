@@ -1,0 +1,554 @@
+/* The request journal: what every request looked like and how it was answered.
+ *
+ * Each worker records its own requests in its own rings, so recording takes no lock shared between workers;
+ * the only shared write is one atomic increment of the server's sequence counter per request, at arrival
+ * (which orders the workers' entries when they are merged). An entry is recorded when its request is released
+ * (response complete, or the connection gone).
+ *
+ * Layout, per worker: a ring of fixed entries (growing by doubling up to cfg.journal) and a byte ring that
+ * holds each entry's variable part contiguously: method, path, query, route name, headers (lengths then
+ * bytes, names lowercased), body. No allocation per request once the rings have grown, except a buffer for a
+ * request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
+ * of the server (seq <= newest - journal), when its entry ring is full, or to make room in the byte ring
+ * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries).
+ *
+ * Reads and clears go through the command queues: each worker copies out what matches into one block, and
+ * the caller's thread merges the blocks in sequence order. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+typedef struct {
+  uint64_t seq;
+  int64_t time_us;
+  uint64_t conn_id, body_len, bytes_out, duration_us, stub_id;
+  uint64_t dpos; /* the variable part: [dpos, dpos + dlen) in the byte ring (positions only grow) */
+  uint32_t dlen;
+  uint32_t stream_id, nheaders, path_len, query_len, body_kept;
+  uint16_t method_len, route_len, status, peer_port;
+  uint8_t proto, peer_family;
+  uint8_t peer_addr[16];
+} jent_t;
+
+struct cb__journal_s {
+  uint64_t *seq, *floor; /* the server's */
+  uint32_t max_entries;
+  size_t body_max;
+  jent_t *ents;
+  uint32_t ecap, ehead, ecount;
+  char *data;
+  uint64_t dcap, dmax, dhead, dtail;
+  cb_journal_fn fn;
+  void *ud;
+};
+
+int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__journal_t **out) {
+  cb__journal_t *j = calloc(1, sizeof *j);
+  if (j == NULL) return UV_ENOMEM;
+  j->seq = seq;
+  j->floor = floor;
+  j->max_entries = cfg->journal;
+  j->body_max = cfg->journal_body_bytes;
+  uint64_t largest = 3 * (uint64_t)cfg->max_header_bytes + cfg->journal_body_bytes + 4096;
+  j->dmax = (uint64_t)(cfg->journal < 64 ? 64 : cfg->journal) * 1024 + 2 * largest;
+  *out = j;
+  return 0;
+}
+
+void cb__journal_free(cb__journal_t *j) {
+  if (j == NULL) return;
+  free(j->ents);
+  free(j->data);
+  free(j);
+}
+
+static int64_t realtime_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void cb__journal_arrive(cb__worker_t *w, cb__req_t *r) {
+  (void)w;
+  r->jseq = __atomic_add_fetch(w->journal->seq, 1, __ATOMIC_RELAXED);
+  r->time_us = realtime_us();
+}
+
+void cb__journal_body(cb__req_t *r, const char *p, size_t n) {
+  cb__journal_t *j = r->conn->w->journal;
+  size_t room = j->body_max - r->jbody_len;
+  if (n > room) n = room;
+  if (n == 0) return;
+  if (r->jbody == NULL) {
+    /* The declared length when known (bounded by the body limit already), else as it comes. */
+    size_t cap = r->content_length > 0 && (uint64_t)r->content_length < j->body_max ? (size_t)r->content_length
+                                                                                    : j->body_max;
+    r->jbody = malloc(cap);
+    if (r->jbody == NULL) return;
+    r->jbody_cap = cap;
+  }
+  if (r->jbody_len + n > r->jbody_cap) {
+    size_t cap = r->jbody_cap * 2;
+    if (cap < r->jbody_len + n) cap = r->jbody_len + n;
+    if (cap > j->body_max) cap = j->body_max;
+    char *b = realloc(r->jbody, cap);
+    if (b == NULL) return;
+    r->jbody = b;
+    r->jbody_cap = cap;
+  }
+  memcpy(r->jbody + r->jbody_len, p, n);
+  r->jbody_len += n;
+}
+
+/* ---- the rings ---- */
+
+static void evict_one(cb__journal_t *j) {
+  j->ehead = (j->ehead + 1) % j->ecap;
+  j->ecount--;
+  j->dhead = j->ecount ? j->ents[j->ehead].dpos : j->dtail;
+}
+
+static int grow_entries(cb__journal_t *j) {
+  uint32_t cap = j->ecap ? 2 * j->ecap : 64;
+  if (cap > j->max_entries) cap = j->max_entries;
+  jent_t *e = malloc((size_t)cap * sizeof *e);
+  if (e == NULL) return -1;
+  for (uint32_t i = 0; i < j->ecount; i++) e[i] = j->ents[(j->ehead + i) % j->ecap];
+  free(j->ents);
+  j->ents = e;
+  j->ecap = cap;
+  j->ehead = 0;
+  return 0;
+}
+
+/* Moves the live bytes into a buffer of `cap` bytes, in order from position 0. */
+static int grow_data(cb__journal_t *j, uint64_t cap) {
+  char *d = malloc(cap);
+  if (d == NULL) return -1;
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < j->ecount; i++) {
+    jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
+    memcpy(d + at, j->data + e->dpos % j->dcap, e->dlen);
+    e->dpos = at;
+    at += e->dlen;
+  }
+  free(j->data);
+  j->data = d;
+  j->dcap = cap;
+  j->dhead = 0;
+  j->dtail = at;
+  return 0;
+}
+
+/* Room for `need` contiguous bytes; returns their position, or -1. */
+static int64_t reserve(cb__journal_t *j, uint64_t need) {
+  if (need > j->dmax) return -1;
+  for (;;) {
+    if (j->dcap > 0) {
+      uint64_t off = j->dtail % j->dcap;
+      uint64_t pad = off + need > j->dcap ? j->dcap - off : 0;
+      if (j->dtail - j->dhead + pad + need <= j->dcap) {
+        uint64_t pos = j->dtail + pad;
+        j->dtail = pos + need;
+        return (int64_t)pos;
+      }
+    }
+    if (j->dcap < j->dmax) {
+      uint64_t cap = j->dcap ? 2 * j->dcap : 64 * 1024;
+      while (cap < 2 * need) cap *= 2;
+      if (cap > j->dmax) cap = j->dmax;
+      if (grow_data(j, cap) == 0) continue;
+    }
+    if (j->ecount == 0) {
+      if (j->dcap == 0) return -1;
+      j->dhead = j->dtail = 0; /* empty: start over at the front */
+      if (need > j->dcap) return -1;
+      continue;
+    }
+    evict_one(j);
+  }
+}
+
+static char *put(char *o, const void *p, size_t n) {
+  if (n) memcpy(o, p, n);
+  return o + n;
+}
+
+static char *put_u32(char *o, uint32_t v) { return put(o, &v, 4); }
+
+/* Copies n bytes lowercasing ASCII letters, eight bytes at a time (header names are mostly short tokens). */
+static char *put_lower(char *o, const char *p, size_t n) {
+  const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+  while (n >= 8) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    uint64_t low7 = v & ~high;
+    uint64_t ge_a = low7 + (0x80 - 'A') * ones; /* high bit set where the byte >= 'A' */
+    uint64_t gt_z = low7 + (0x80 - 'Z' - 1) * ones; /* ... where it > 'Z' */
+    uint64_t upper = (ge_a ^ gt_z) & ~v & high;
+    v |= upper >> 2; /* 0x80 >> 2 is 0x20, the case bit */
+    memcpy(o, &v, 8);
+    o += 8;
+    p += 8;
+    n -= 8;
+  }
+  for (size_t k = 0; k < n; k++) o[k] = (char)(p[k] >= 'A' && p[k] <= 'Z' ? p[k] + 32 : p[k]);
+  return o + n;
+}
+
+static int has_host(const cb__req_t *r) {
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *h = &r->headers[i];
+    if (h->name_len == 4 && (h->name[0] | 32) == 'h' && (h->name[1] | 32) == 'o' && (h->name[2] | 32) == 's' &&
+        (h->name[3] | 32) == 't')
+      return 1;
+  }
+  return 0;
+}
+
+static void notify(cb__journal_t *j, const jent_t *e);
+
+void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
+  cb__journal_t *j = w->journal;
+  uint64_t seq = r->jseq;
+  r->jseq = 0;
+  if (j == NULL || seq <= __atomic_load_n(j->floor, __ATOMIC_RELAXED)) goto done; /* cleared meanwhile */
+  cb__conn_t *c = r->conn;
+  int add_host = r->authority != NULL && !has_host(r);
+  size_t query_len = r->target_len > r->path_len ? r->target_len - r->path_len - 1 : 0;
+  const cb__route_t *rt = r->route;
+  uint64_t need = r->method_len + r->path_len + query_len + rt->name_len + r->jbody_len;
+  for (int i = 0; i < r->nheaders; i++) need += 8 + r->headers[i].name_len + r->headers[i].value_len;
+  if (add_host) need += 8 + 4 + r->authority_len;
+  /* The oldest entries that can no longer be among the server's newest go first. */
+  while (j->ecount > 0 && j->ents[j->ehead].seq + j->max_entries <= seq) evict_one(j);
+  if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j) != 0)) {
+    if (j->ecount == 0) goto done;
+    evict_one(j);
+  }
+  int64_t pos = reserve(j, need);
+  if (pos < 0) goto done;
+  jent_t *e = &j->ents[(j->ehead + j->ecount) % j->ecap];
+  j->ecount++;
+  *e = (jent_t){.seq = seq,
+                .time_us = r->time_us,
+                .conn_id = c->id,
+                .body_len = r->body_received,
+                .bytes_out = r->bytes_out,
+                .stub_id = r->allow ? 0 : rt->stub_id, /* a 405 is the rule's answer, not the stub's (cbench.h) */
+                .dpos = (uint64_t)pos,
+                .dlen = (uint32_t)need,
+                .nheaders = (uint32_t)(r->nheaders + add_host),
+                .path_len = (uint32_t)r->path_len,
+                .query_len = (uint32_t)query_len,
+                .body_kept = (uint32_t)r->jbody_len,
+                .method_len = (uint16_t)r->method_len,
+                .route_len = (uint16_t)rt->name_len,
+                .status = (uint16_t)r->status,
+                .peer_port = c->peer_port,
+                .proto = (uint8_t)(c->proto == CB__PROTO_H2 ? cb__h2_proto_id(c) : CB_PROTO_HTTP1),
+                .peer_family = c->peer_family};
+  e->stream_id = c->proto == CB__PROTO_H2 ? cb__h2_stream_id(r) : 0;
+  memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
+  int64_t now = realtime_us();
+  e->duration_us = now > r->time_us ? (uint64_t)(now - r->time_us) : 0;
+  char *o = j->data + (uint64_t)pos % j->dcap;
+  o = put(o, r->method_str, r->method_len);
+  o = put(o, r->path, r->path_len);
+  o = put(o, r->path + r->path_len + 1, query_len);
+  o = put(o, rt->name, rt->name_len);
+  if (add_host) {
+    o = put_u32(o, 4);
+    o = put_u32(o, (uint32_t)r->authority_len);
+    o = put(o, "host", 4);
+    o = put(o, r->authority, r->authority_len);
+  }
+  int h2 = c->proto == CB__PROTO_H2; /* HTTP/2 field names are lowercase already (nghttp2 checks) */
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *h = &r->headers[i];
+    o = put_u32(o, (uint32_t)h->name_len);
+    o = put_u32(o, (uint32_t)h->value_len);
+    o = h2 ? put(o, h->name, h->name_len) : put_lower(o, h->name, h->name_len);
+    o = put(o, h->value, h->value_len);
+  }
+  o = put(o, r->jbody, r->jbody_len);
+  if (j->fn != NULL) notify(j, e);
+done:
+  free(r->jbody);
+  r->jbody = NULL;
+  r->jbody_len = r->jbody_cap = 0;
+}
+
+/* ---- views: an entry as a cb_request_t ---- */
+
+static size_t format_peer(const jent_t *e, char *buf) {
+  char addr[INET6_ADDRSTRLEN];
+  if (e->peer_family == AF_INET) {
+    inet_ntop(AF_INET, e->peer_addr, addr, sizeof addr);
+    return (size_t)snprintf(buf, 64, "%s:%u", addr, e->peer_port);
+  }
+  if (e->peer_family == AF_INET6) {
+    inet_ntop(AF_INET6, e->peer_addr, addr, sizeof addr);
+    return (size_t)snprintf(buf, 64, "[%s]:%u", addr, e->peer_port);
+  }
+  buf[0] = '\0';
+  return 0;
+}
+
+static uint32_t get_u32(const char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* Bytes a copied-out entry needs beyond its cb_request_t: strings with their NULs, headers, peer. */
+static size_t copy_size(const jent_t *e) {
+  return e->dlen + 8 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
+}
+
+/* Fills *out from entry e, copying its bytes to *bytes (advanced) and its header list to hdrs when copy is set;
+ * otherwise pointing into the ring (names and values are then not NUL-terminated: views for the listener). */
+static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_header_t *hdrs, char **bytes,
+                 int copy) {
+  const char *p = j->data + e->dpos % j->dcap;
+  char *b = copy ? *bytes : NULL;
+#define TAKE(dst, n)                        \
+  do {                                      \
+    size_t n_ = (n);                        \
+    if (copy) {                             \
+      memcpy(b, p, n_);                     \
+      b[n_] = '\0';                         \
+      (dst) = (cb_str_t){b, n_};            \
+      b += n_ + 1;                          \
+    } else {                                \
+      (dst) = (cb_str_t){p, n_};            \
+    }                                       \
+    p += n_;                                \
+  } while (0)
+  memset(out, 0, sizeof *out);
+  out->seq = e->seq;
+  out->time_us = e->time_us;
+  out->proto = e->proto;
+  out->conn_id = e->conn_id;
+  out->stream_id = e->stream_id;
+  TAKE(out->method, e->method_len);
+  TAKE(out->path, e->path_len);
+  TAKE(out->query, e->query_len);
+  TAKE(out->route, e->route_len);
+  for (uint32_t i = 0; i < e->nheaders; i++) {
+    uint32_t nl = get_u32(p), vl = get_u32(p + 4);
+    p += 8;
+    TAKE(hdrs[i].name, nl);
+    TAKE(hdrs[i].value, vl);
+  }
+  out->headers = hdrs;
+  out->nheaders = e->nheaders;
+  TAKE(out->body, e->body_kept);
+#undef TAKE
+  out->body_len = e->body_len;
+  out->stub_id = e->stub_id;
+  out->status = e->status;
+  out->bytes_out = e->bytes_out;
+  out->duration_us = e->duration_us;
+  if (copy) {
+    size_t n = format_peer(e, b);
+    out->peer = (cb_str_t){b, n};
+    b += n + 1;
+    *bytes = b;
+  }
+}
+
+static void notify(cb__journal_t *j, const jent_t *e) {
+  cb_header_t stack[32], *hdrs = stack;
+  if (e->nheaders > 32) {
+    hdrs = malloc(e->nheaders * sizeof *hdrs);
+    if (hdrs == NULL) return;
+  }
+  cb_request_t req;
+  char peer[64];
+  view(j, e, &req, hdrs, NULL, 0);
+  req.peer = (cb_str_t){peer, format_peer(e, peer)};
+  j->fn(j->ud, &req);
+  if (hdrs != stack) free(hdrs);
+}
+
+/* ---- reads through the queues ---- */
+
+typedef struct {
+  const cb_request_filter_t *f;
+  uint64_t low; /* only seq > low */
+} read_arg_t;
+
+typedef struct {
+  size_t n;
+  cb_request_t *items;
+} block_t;
+
+static int str_eq(cb_str_t want, const char *p, size_t n) {
+  return want.ptr == NULL || (want.len == n && memcmp(want.ptr, p, n) == 0);
+}
+
+static int matches(const cb__journal_t *j, const jent_t *e, const read_arg_t *a) {
+  if (e->seq <= a->low) return 0;
+  const cb_request_filter_t *f = a->f;
+  if (f->stub_id && e->stub_id != f->stub_id) return 0;
+  const char *p = j->data + e->dpos % j->dcap;
+  if (!str_eq(f->method, p, e->method_len)) return 0;
+  if (!str_eq(f->path, p + e->method_len, e->path_len)) return 0;
+  if (!str_eq(f->route, p + e->method_len + e->path_len + e->query_len, e->route_len)) return 0;
+  return 1;
+}
+
+static void read_call(cb__worker_t *w, cb__call_t *call) {
+  const read_arg_t *a = call->arg;
+  cb__journal_t *j = w->journal;
+  size_t n = 0, bytes = 0, nh = 0;
+  for (uint32_t i = 0; i < j->ecount; i++) {
+    const jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
+    if (!matches(j, e, a)) continue;
+    n++;
+    nh += e->nheaders;
+    bytes += copy_size(e);
+  }
+  block_t *blk = malloc(sizeof *blk + n * sizeof(cb_request_t) + nh * sizeof(cb_header_t) + bytes);
+  if (blk == NULL) {
+    call->err = UV_ENOMEM;
+    cb__call_done(call);
+    return;
+  }
+  blk->n = n;
+  blk->items = (cb_request_t *)(blk + 1);
+  cb_header_t *hdrs = (cb_header_t *)(blk->items + n);
+  char *b = (char *)(hdrs + nh);
+  size_t k = 0;
+  for (uint32_t i = 0; i < j->ecount && k < n; i++) {
+    const jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
+    if (!matches(j, e, a)) continue;
+    view(j, e, &blk->items[k++], hdrs, &b, 1);
+    hdrs += e->nheaders;
+  }
+  call->out = blk;
+  cb__call_done(call);
+}
+
+typedef struct {
+  int nblocks;
+  block_t *blocks[];
+} priv_t;
+
+static int by_seq(const void *a, const void *b) {
+  const cb_request_t *x = a, *y = b;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int cb_server_requests(cb_server_t *srv, const cb_request_filter_t *filter, cb_request_list_t **out) {
+  if (srv == NULL || out == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  *out = NULL;
+  static const cb_request_filter_t all;
+  if (filter == NULL) filter = &all;
+  cb_request_list_t *list = calloc(1, sizeof *list);
+  priv_t *priv = calloc(1, sizeof *priv + (size_t)srv->nworkers * sizeof(block_t *));
+  if (list == NULL || priv == NULL) {
+    free(list);
+    free(priv);
+    return UV_ENOMEM;
+  }
+  list->priv_ = priv;
+  if (srv->cfg.journal == 0) {
+    *out = list;
+    return 0;
+  }
+  read_arg_t a = {.f = filter, .low = filter->since};
+  uint64_t floor = __atomic_load_n(&srv->jfloor, __ATOMIC_RELAXED);
+  uint64_t now = __atomic_load_n(&srv->jseq, __ATOMIC_RELAXED);
+  if (floor > a.low) a.low = floor;
+  if (now > srv->cfg.journal && now - srv->cfg.journal > a.low) a.low = now - srv->cfg.journal;
+  cb__call_t *calls = calloc((size_t)srv->nworkers, sizeof *calls);
+  int err = calls ? cb__call_all(srv, read_call, &a, calls) : UV_ENOMEM;
+  size_t total = 0;
+  for (int i = 0; calls && i < srv->nworkers; i++) {
+    if (calls[i].err && err == 0) err = calls[i].err;
+    block_t *blk = calls[i].out;
+    if (blk == NULL) continue;
+    priv->blocks[priv->nblocks++] = blk;
+    total += blk->n;
+  }
+  free(calls);
+  if (err == 0 && total > 0) {
+    list->items = malloc(total * sizeof *list->items);
+    if (list->items == NULL) err = UV_ENOMEM;
+  }
+  if (err) {
+    cb_request_list_free(list);
+    return err;
+  }
+  size_t k = 0;
+  for (int i = 0; i < priv->nblocks && total > 0; i++) {
+    if (priv->blocks[i]->n == 0) continue;
+    memcpy(list->items + k, priv->blocks[i]->items, priv->blocks[i]->n * sizeof *list->items);
+    k += priv->blocks[i]->n;
+  }
+  if (total > 1) qsort(list->items, total, sizeof *list->items, by_seq);
+  list->count = filter->limit && filter->limit < total ? filter->limit : total;
+  *out = list;
+  return 0;
+}
+
+void cb_request_list_free(cb_request_list_t *list) {
+  if (list == NULL) return;
+  priv_t *priv = list->priv_;
+  for (int i = 0; priv && i < priv->nblocks; i++) free(priv->blocks[i]);
+  free(priv);
+  free(list->items);
+  free(list);
+}
+
+static void clear_call(cb__worker_t *w, cb__call_t *call) {
+  cb__journal_t *j = w->journal;
+  uint64_t floor = *(const uint64_t *)call->arg;
+  while (j->ecount > 0 && j->ents[j->ehead].seq <= floor) evict_one(j);
+  cb__call_done(call);
+}
+
+int cb_server_requests_clear(cb_server_t *srv) {
+  if (srv == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  if (srv->cfg.journal == 0) return 0;
+  uint64_t floor = __atomic_load_n(&srv->jseq, __ATOMIC_RELAXED);
+  __atomic_store_n(&srv->jfloor, floor, __ATOMIC_RELAXED);
+  cb__call_t *calls = calloc((size_t)srv->nworkers, sizeof *calls);
+  int err = calls ? cb__call_all(srv, clear_call, &floor, calls) : UV_ENOMEM;
+  free(calls);
+  return err;
+}
+
+typedef struct {
+  cb_journal_fn fn;
+  void *ud;
+} listener_t;
+
+static void listener_call(cb__worker_t *w, cb__call_t *call) {
+  const listener_t *l = call->arg;
+  w->journal->fn = l->fn;
+  w->journal->ud = l->ud;
+  cb__call_done(call);
+}
+
+int cb_server_set_journal_listener(cb_server_t *srv, cb_journal_fn fn, void *ud) {
+  if (srv == NULL) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  if (srv->cfg.journal == 0) return 0; /* nothing is recorded, so nothing is ever announced */
+  listener_t l = {fn, fn ? ud : NULL};
+  uv_mutex_lock(&srv->api_mu);
+  cb__call_t *calls = calloc((size_t)srv->nworkers, sizeof *calls);
+  int err = calls ? cb__call_all(srv, listener_call, &l, calls) : UV_ENOMEM;
+  free(calls);
+  uv_mutex_unlock(&srv->api_mu);
+  return err;
+}

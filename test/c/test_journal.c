@@ -1,0 +1,303 @@
+/* The request journal (issue 9): its exact content for known requests over both protocols, body truncation,
+ * order across workers, the ring bound, filters, clear, the listener, and a disabled journal. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "common.h"
+#include "h2client.h"
+
+static cb_server_t *start_journal(int threads, unsigned journal, size_t body_bytes) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = threads;
+  cfg.journal = journal;
+  cfg.journal_body_bytes = body_bytes;
+  return test_start(&cfg);
+}
+
+/* Reads the journal until it holds `want` entries (a request is recorded as its response completes). */
+static cb_request_list_t *read_journal(cb_server_t *srv, const cb_request_filter_t *f, size_t want) {
+  cb_request_list_t *list = NULL;
+  uint64_t t0 = now_ms();
+  for (;;) {
+    ASSERT_ERR(cb_server_requests(srv, f, &list), 0);
+    if (list->count >= want || now_ms() - t0 > 5000) return list;
+    cb_request_list_free(list);
+    sleep_ms(2);
+  }
+}
+
+static void assert_str(cb_str_t got, const char *want) {
+  ASSERT_EQ(got.len, strlen(want));
+  ASSERT_EQ(got.ptr[got.len], '\0');
+  ASSERT_STR_EQ(got.ptr, want);
+}
+
+static void assert_header(const cb_request_t *r, size_t i, const char *name, const char *value) {
+  ASSERT_LT(i, r->nheaders);
+  assert_str(r->headers[i].name, name);
+  assert_str(r->headers[i].value, value);
+}
+
+TEST(journal_http1_exact) {
+  cb_server_t *srv = start_journal(1, 100, 4);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t got = {0};
+  static const char req[] = "POST /echo?a=1&b HTTP/1.1\r\nHost: example\r\nX-A: 1\r\nx-a: 2\r\n"
+                            "Content-Length: 10\r\n\r\n0123456789";
+  cl_send(fd, req, sizeof req - 1);
+  while (cl_response_len(got.p, got.len, 0) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+  cl_sends(fd, "GET /nope HTTP/1.1\r\n\r\n");
+  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  ASSERT_EQ(list->count, 2);
+  const cb_request_t *r = &list->items[0];
+  ASSERT_EQ(r->seq, 1);
+  ASSERT_EQ(r->proto, CB_PROTO_HTTP1);
+  ASSERT_EQ(r->conn_id, 1);
+  ASSERT_EQ(r->stream_id, 0);
+  ASSERT(strncmp(r->peer.ptr, "127.0.0.1:", 10) == 0);
+  assert_str(r->method, "POST");
+  assert_str(r->path, "/echo");
+  assert_str(r->query, "a=1&b");
+  ASSERT_EQ(r->nheaders, 4);
+  assert_header(r, 0, "host", "example");
+  assert_header(r, 1, "x-a", "1");
+  assert_header(r, 2, "x-a", "2");
+  assert_header(r, 3, "content-length", "10");
+  assert_str(r->body, "0123"); /* journal_body_bytes = 4 */
+  ASSERT_EQ(r->body_len, 10);
+  assert_str(r->route, "echo");
+  ASSERT_EQ(r->stub_id, 0);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->bytes_out, 10);
+  ASSERT_GT(r->time_us, 1700000000LL * 1000000);
+  r = &list->items[1];
+  ASSERT_EQ(r->seq, 2);
+  ASSERT_EQ(r->conn_id, 1);
+  assert_str(r->method, "GET");
+  assert_str(r->query, "");
+  ASSERT_EQ(r->nheaders, 0);
+  assert_str(r->route, "not_found");
+  ASSERT_EQ(r->status, 404);
+  ASSERT_EQ(r->body_len, 0);
+  ASSERT_GE(list->items[1].time_us, list->items[0].time_us);
+  cb_request_list_free(list);
+  close(fd);
+  buf_free(&got);
+  test_stop(srv);
+}
+
+TEST(journal_h2_exact) {
+  cb_server_t *srv = start_journal(1, 100, 65536);
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.name = CB_S("created");
+  st.match.methods = CB_METHOD_POST;
+  st.match.path = CB_S("/items/{id}");
+  st.response.status = 201;
+  uint64_t id;
+  ASSERT_ERR(cb_server_route_add(srv, &st, &id), 0);
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  h2_handshake(cl);
+  static const char *const extra[] = {"x-b", "3", "x-b", "4"};
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/hello?x=1", extra, 2, NULL, 0);
+  h2_wait1(cl, r1, 10000);
+  h2resp_t *r3 = h2_request(cl, 3, "POST", "/items/7", NULL, 0, "payload", 7);
+  h2_wait1(cl, r3, 10000);
+  ASSERT_EQ(r3->status, 201);
+  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  ASSERT_EQ(list->count, 2);
+  const cb_request_t *r = &list->items[0];
+  ASSERT_EQ(r->proto, CB_PROTO_H2C_PRIOR);
+  ASSERT_EQ(r->stream_id, 1);
+  assert_str(r->method, "GET");
+  assert_str(r->path, "/hello");
+  assert_str(r->query, "x=1");
+  ASSERT_EQ(r->nheaders, 3); /* :authority as host, then the regular fields in order */
+  char host[64];
+  snprintf(host, sizeof host, "127.0.0.1:%d", cb_server_port(srv));
+  assert_header(r, 0, "host", host);
+  assert_header(r, 1, "x-b", "3");
+  assert_header(r, 2, "x-b", "4");
+  assert_str(r->route, "hello");
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->bytes_out, 11);
+  r = &list->items[1];
+  ASSERT_EQ(r->stream_id, 3);
+  assert_str(r->method, "POST");
+  assert_str(r->path, "/items/7");
+  assert_str(r->route, "created");
+  ASSERT_EQ(r->stub_id, id);
+  ASSERT_EQ(r->status, 201);
+  assert_str(r->body, "payload");
+  ASSERT_EQ(r->body_len, 7);
+  ASSERT_EQ(r->conn_id, list->items[0].conn_id);
+  cb_request_list_free(list);
+  h2_free(cl);
+  test_stop(srv);
+}
+
+/* Two workers, many connections: one list in sequence order, every request once. */
+TEST(journal_order_two_workers) {
+  cb_server_t *srv = start_journal(2, 1000, 65536);
+  int port = cb_server_port(srv);
+  char req[64];
+  for (int i = 0; i < 40; i++) {
+    int fd = cl_connect(port);
+    snprintf(req, sizeof req, "GET /status/2%02d HTTP/1.1\r\nconnection: close\r\n\r\n", i % 100);
+    cl_sends(fd, req);
+    buf_t got = {0};
+    cl_read_close(fd, &got, 5000);
+    buf_free(&got);
+    close(fd);
+  }
+  cb_request_list_t *list = read_journal(srv, NULL, 40);
+  ASSERT_EQ(list->count, 40);
+  for (int i = 0; i < 40; i++) {
+    const cb_request_t *r = &list->items[i];
+    ASSERT_EQ(r->seq, (uint64_t)i + 1);
+    snprintf(req, sizeof req, "/status/2%02d", i);
+    assert_str(r->path, req);
+    ASSERT_EQ(r->status, 200 + i);
+    ASSERT_EQ(r->conn_id, (uint64_t)i + 1);
+  }
+  cb_request_list_free(list);
+  test_stop(srv);
+}
+
+TEST(journal_bound_filter_clear) {
+  cb_server_t *srv = start_journal(2, 10, 65536);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t got = {0};
+  for (int i = 0; i < 30; i++) {
+    cl_sends(fd, i % 3 ? "GET /hello HTTP/1.1\r\n\r\n" : "HEAD /json HTTP/1.1\r\n\r\n");
+  }
+  cb_stats_t st;
+  do {
+    sleep_ms(2);
+    ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  } while (st.requests < 30);
+  /* The newest 10 only. */
+  cb_request_list_t *list = read_journal(srv, NULL, 10);
+  ASSERT_EQ(list->count, 10);
+  ASSERT_EQ(list->items[0].seq, 21);
+  ASSERT_EQ(list->items[9].seq, 30);
+  cb_request_list_free(list);
+  cb_request_filter_t f = {.method = CB_S("HEAD")};
+  list = read_journal(srv, &f, 3);
+  ASSERT_EQ(list->count, 3); /* 22, 25, 28 */
+  ASSERT_EQ(list->items[0].seq, 22);
+  assert_str(list->items[0].route, "json");
+  ASSERT_EQ(list->items[0].bytes_out, 0);
+  cb_request_list_free(list);
+  f = (cb_request_filter_t){.path = CB_S("/hello"), .since = 26, .limit = 2};
+  list = read_journal(srv, &f, 2);
+  ASSERT_EQ(list->count, 2);
+  ASSERT_EQ(list->items[0].seq, 27);
+  ASSERT_EQ(list->items[1].seq, 29);
+  cb_request_list_free(list);
+  f = (cb_request_filter_t){.route = CB_S("json"), .stub_id = 5};
+  list = read_journal(srv, &f, 0);
+  ASSERT_EQ(list->count, 0);
+  cb_request_list_free(list);
+  ASSERT_ERR(cb_server_requests_clear(srv), 0);
+  list = read_journal(srv, NULL, 0);
+  ASSERT_EQ(list->count, 0);
+  cb_request_list_free(list);
+  cl_sends(fd, "GET /hello HTTP/1.1\r\n\r\n");
+  list = read_journal(srv, NULL, 1);
+  ASSERT_EQ(list->count, 1);
+  ASSERT_EQ(list->items[0].seq, 31); /* sequence numbers go on */
+  cb_request_list_free(list);
+  close(fd);
+  buf_free(&got);
+  test_stop(srv);
+}
+
+TEST(journal_disabled) {
+  cb_server_t *srv = start_journal(1, 0, 65536);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t e = {0};
+  exp_route(&e, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\n\r\n", &e);
+  cb_request_list_t *list;
+  ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+  ASSERT_EQ(list->count, 0);
+  cb_request_list_free(list);
+  ASSERT_ERR(cb_server_requests_clear(srv), 0);
+  close(fd);
+  buf_free(&e);
+  test_stop(srv);
+}
+
+typedef struct {
+  cb_server_t *srv;
+  int calls;    /* atomic */
+  int nested;   /* what a blocking call answered inside the listener */
+  char path[64];
+} listen_t;
+
+static void on_request(void *ud, const cb_request_t *r) {
+  listen_t *l = ud;
+  snprintf(l->path, sizeof l->path, "%.*s", (int)r->path.len, r->path.ptr);
+  l->nested = cb_server_requests_clear(l->srv);
+  __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELEASE);
+}
+
+TEST(journal_listener) {
+  cb_server_t *srv = start_journal(2, 100, 65536);
+  listen_t l = {.srv = srv};
+  ASSERT_ERR(cb_server_set_journal_listener(srv, on_request, &l), 0);
+  int fd = cl_connect(cb_server_port(srv));
+  cl_sends(fd, "GET /json?z HTTP/1.1\r\n\r\n");
+  uint64_t t0 = now_ms();
+  while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
+  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  ASSERT_STR_EQ(l.path, "/json");
+  ASSERT_ERR(l.nested, UV_EBUSY);
+  ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
+  cl_sends(fd, "GET /json HTTP/1.1\r\n\r\n");
+  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  ASSERT_EQ(list->count, 2);
+  cb_request_list_free(list);
+  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1); /* cleared: not called again */
+  close(fd);
+  test_stop(srv);
+}
+
+/* Entries far bigger than the per-worker byte budget: the oldest give way, the newest are whole. */
+TEST(journal_big_bodies) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.journal = 4;
+  cfg.journal_body_bytes = 100000;
+  cfg.max_body_bytes = 200000;
+  cb_server_t *srv = test_start(&cfg);
+  int fd = cl_connect(cb_server_port(srv));
+  char *body = malloc(150000);
+  for (int i = 0; i < 150000; i++) body[i] = (char)('a' + i % 26);
+  buf_t got = {0};
+  for (int i = 0; i < 12; i++) {
+    cl_sends(fd, "POST /echo HTTP/1.1\r\ncontent-length: 150000\r\n\r\n");
+    cl_send(fd, body, 150000);
+    buf_reset(&got);
+    long n;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+    ASSERT_GT(n, 150000);
+  }
+  cb_request_list_t *list = read_journal(srv, NULL, 1);
+  ASSERT_GE(list->count, 1);
+  ASSERT_LE(list->count, 4);
+  const cb_request_t *r = &list->items[list->count - 1];
+  ASSERT_EQ(r->seq, 12);
+  ASSERT_EQ(r->body_len, 150000);
+  ASSERT_MEM_EQ(r->body.ptr, r->body.len, body, (size_t)100000);
+  cb_request_list_free(list);
+  free(body);
+  buf_free(&got);
+  close(fd);
+  test_stop(srv);
+}

@@ -1,0 +1,822 @@
+/* Routes as data (issue 9): stubs added, matched, answered and removed at run time, over HTTP/1.1 and h2c,
+ * byte for byte; bad stubs; the route table swapped under load; down and up. The journal has its own file
+ * (test_journal.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "common.h"
+#include "h2client.h"
+#include "testing.h"
+
+static cb_server_t *start_threads(int threads) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = threads;
+  return test_start(&cfg);
+}
+
+static uint64_t add(cb_server_t *srv, const cb_stub_t *st) {
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_route_add(srv, st, &id), 0);
+  ASSERT_GT(id, 0);
+  return id;
+}
+
+/* A stub answering `status` with a body and no headers of its own. */
+static cb_stub_t simple(unsigned methods, const char *path, int status, const char *body) {
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.match.methods = methods;
+  st.match.path = (cb_str_t){path, strlen(path)};
+  st.response.status = status;
+  st.response.body_kind = CB_BODY_BYTES;
+  st.response.body = (cb_str_t){body, strlen(body)};
+  return st;
+}
+
+/* The expected HTTP/1.1 answer: a head with `extra` header lines and content-length, then the body. */
+static void exp_simple(buf_t *b, int status, const char *extra, const char *body, int head) {
+  exp_head(b, status, NULL, extra, (long)strlen(body), CONN_NONE);
+  if (!head) buf_adds(b, body);
+}
+
+/* One request on a new HTTP/1.1 connection (req: the head lines after the request line, may be ""). */
+static void h1_check(int port, const char *method, const char *target, const char *hdrs, const buf_t *exp) {
+  buf_t req = {0};
+  buf_addf(&req, "%s %s HTTP/1.1\r\nhost: 127.0.0.1\r\n%s\r\n", method, target, hdrs);
+  cbt_log("h1 %s %s", method, target);
+  int fd = cl_connect(port);
+  ROUNDTRIP(fd, req.p, req.len, exp);
+  EXPECT_QUIET(fd, 20);
+  close(fd);
+  buf_free(&req);
+}
+
+/* The same request over h2c (prior knowledge), compared with the HTTP/2 form of the HTTP/1.1 expectation. */
+static h2resp_t *h2_check_on(h2cl_t *cl, int32_t sid, const char *method, const char *target,
+                             const char *const *extra, size_t nextra, const buf_t *exp) {
+  buf_t head = {0}, body = {0};
+  char what[256];
+  h2resp_t *r = h2_request(cl, sid, method, target, extra, nextra, NULL, 0);
+  h2_wait1(cl, r, 15000);
+  h2_expect_from_h1(exp, &head, &body);
+  snprintf(what, sizeof what, "h2 %s %s", method, target);
+  h2_assert_resp(r, &head, &body, what);
+  buf_free(&head);
+  buf_free(&body);
+  return r;
+}
+
+static void h2_check(int port, const char *method, const char *target, const char *const *extra, size_t nextra,
+                     const buf_t *exp) {
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2_check_on(cl, 1, method, target, extra, nextra, exp);
+  h2_free(cl);
+}
+
+/* Both protocols. h1hdrs and the h2 extra list name the same request headers. */
+static void both(int port, const char *method, const char *target, const char *h1hdrs, const char *const *extra,
+                 size_t nextra, const buf_t *exp) {
+  h1_check(port, method, target, h1hdrs, exp);
+  h2_check(port, method, target, extra, nextra, exp);
+}
+
+/* ---- a stub, every part of it ---- */
+
+TEST(routes_stub_answers_byte_for_byte) {
+  cb_server_t *srv = start_threads(1);
+  int port = cb_server_port(srv);
+  static const cb_header_t hdrs[] = {{CB_S("Content-Type"), CB_S("application/json")},
+                                     {CB_S("x-trace"), CB_S("a")},
+                                     {CB_S("x-trace"), CB_S("b")}};
+  cb_stub_t st = simple(CB_METHOD_GET, "/api/users/42", 201, "{\"id\":42}");
+  st.response.headers = hdrs;
+  st.response.nheaders = 3;
+  add(srv, &st);
+  buf_t exp = {0};
+  const char *extra = "content-type: application/json\r\nx-trace: a\r\nx-trace: b\r\n";
+  exp_simple(&exp, 201, extra, "{\"id\":42}", 0);
+  both(port, "GET", "/api/users/42", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_simple(&exp, 201, extra, "{\"id\":42}", 1); /* HEAD: the GET's head, no body */
+  both(port, "HEAD", "/api/users/42", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 405, NULL, "allow: GET, HEAD\r\n", 0, CONN_NONE);
+  both(port, "POST", "/api/users/42", "content-length: 0\r\n", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 404, NULL, NULL, 0, CONN_NONE);
+  both(port, "GET", "/api/users/43", "", NULL, 0, &exp);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
+/* ---- matchers ---- */
+
+typedef struct {
+  const char *method, *target, *h1hdrs;
+  const char *h2name, *h2value; /* one request header over h2, or NULL */
+  int status;
+  const char *body;  /* NULL: empty */
+  const char *extra; /* expected header lines (allow) */
+} case_t;
+
+static void run_cases(int port, const case_t *cs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    buf_t exp = {0};
+    const case_t *c = &cs[i];
+    exp_simple(&exp, c->status, c->extra, c->body ? c->body : "", !strcmp(c->method, "HEAD"));
+    const char *extra[2] = {c->h2name, c->h2value};
+    both(port, c->method, c->target, c->h1hdrs ? c->h1hdrs : "", extra, c->h2name ? 1 : 0, &exp);
+    buf_free(&exp);
+  }
+}
+
+TEST_T(routes_matchers, 60000) {
+  cb_server_t *srv = start_threads(1);
+  int port = cb_server_port(srv);
+  cb_stub_t st;
+  st = simple(CB_METHOD_GET, "/files/*", 200, "prefix");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/users/{id}/posts/{post}", 200, "params");
+  add(srv, &st);
+  /* Header matchers: present, or equal; the most specific stub gets a higher priority. */
+  st = simple(CB_METHOD_GET, "/h", 200, "plain");
+  add(srv, &st);
+  static const cb_matcher_t has_key[] = {{CB_S("X-Key"), {NULL, 0}}};
+  st = simple(CB_METHOD_GET, "/h", 200, "keyed");
+  st.match.headers = has_key;
+  st.match.nheaders = 1;
+  st.match.priority = 5;
+  add(srv, &st);
+  static const cb_matcher_t key_v1[] = {{CB_S("x-key"), CB_S("v1")}};
+  st = simple(CB_METHOD_GET, "/h", 200, "v1");
+  st.match.headers = key_v1;
+  st.match.nheaders = 1;
+  st.match.priority = 10;
+  add(srv, &st);
+  /* Query matchers compare decoded names and values. */
+  static const cb_matcher_t q[] = {{CB_S("a"), CB_S("1 2")}, {CB_S("flag"), {NULL, 0}}};
+  st = simple(CB_METHOD_GET, "/q", 200, "query");
+  st.match.query = q;
+  st.match.nquery = 2;
+  add(srv, &st);
+  /* Methods: 405 allow is the union of the routes whose path matched. */
+  st = simple(CB_METHOD_PUT, "/m", 200, "put");
+  add(srv, &st);
+  st = simple(CB_METHOD_DELETE | CB_METHOD_PATCH, "/m", 200, "delete");
+  add(srv, &st);
+  st = simple(0, "/any", 200, "any method");
+  add(srv, &st);
+  /* Newest first among equal priorities; a higher priority beats newer. */
+  st = simple(CB_METHOD_GET, "/order", 200, "old");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/order", 200, "new");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/prio", 200, "high");
+  st.match.priority = 1;
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/prio", 200, "newer but low");
+  add(srv, &st);
+  /* A stub in front of a fixture route. */
+  st = simple(CB_METHOD_GET, "/json", 200, "stubbed json");
+  add(srv, &st);
+
+  static const case_t cases[] = {
+      {"GET", "/files/a/b.txt", NULL, NULL, NULL, 200, "prefix", NULL},
+      {"GET", "/files/", NULL, NULL, NULL, 200, "prefix", NULL},
+      {"GET", "/files", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/users/7/posts/9", NULL, NULL, NULL, 200, "params", NULL},
+      {"GET", "/users/7/posts/9?x=1", NULL, NULL, NULL, 200, "params", NULL},
+      {"GET", "/users//posts/9", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/users/7/posts", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/users/7/posts/9/x", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/h", NULL, NULL, NULL, 200, "plain", NULL},
+      {"GET", "/h", "x-key: other\r\n", "x-key", "other", 200, "keyed", NULL},
+      {"GET", "/h", "X-KEY: v1\r\n", "x-key", "v1", 200, "v1", NULL},
+      {"GET", "/q?a=1+2&flag", NULL, NULL, NULL, 200, "query", NULL},
+      {"GET", "/q?flag=&a=1%202", NULL, NULL, NULL, 200, "query", NULL},
+      {"GET", "/q?a=12&flag", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/q?a=1+2", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/q", NULL, NULL, NULL, 404, NULL, NULL}, /* no query at all */
+      {"PUT", "/m", "content-length: 0\r\n", NULL, NULL, 200, "put", NULL},
+      {"PATCH", "/m", "content-length: 0\r\n", NULL, NULL, 200, "delete", NULL},
+      {"GET", "/m", NULL, NULL, NULL, 405, NULL, "allow: PUT, DELETE, PATCH\r\n"},
+      {"OPTIONS", "/any", NULL, NULL, NULL, 200, "any method", NULL},
+      {"DELETE", "/any", NULL, NULL, NULL, 200, "any method", NULL},
+      {"GET", "/order", NULL, NULL, NULL, 200, "new", NULL},
+      {"GET", "/prio", NULL, NULL, NULL, 200, "high", NULL},
+      {"GET", "/json", NULL, NULL, NULL, 200, "stubbed json", NULL},
+      {"HEAD", "/json", NULL, NULL, NULL, 200, "stubbed json", NULL},
+      {"GET", "/nothing/here", NULL, NULL, NULL, 404, NULL, NULL},
+  };
+  run_cases(port, cases, sizeof cases / sizeof cases[0]);
+  test_stop(srv);
+}
+
+/* ---- response kinds ---- */
+
+static void write_file(const char *path, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  for (size_t i = 0; i < n; i++) {
+    char ch = (char)('a' + i % 26);
+    ASSERT_EQ(write(fd, &ch, 1), 1);
+  }
+  close(fd);
+}
+
+TEST_T(routes_body_kinds, 60000) {
+  cb_server_t *srv = start_threads(1);
+  int port = cb_server_port(srv);
+  cb_stub_t st;
+  st = simple(CB_METHOD_GET, "/gen", 200, "");
+  st.response.body_kind = CB_BODY_GENERATED;
+  st.response.body_size = 100000;
+  add(srv, &st);
+  char path[256];
+  snprintf(path, sizeof path, "%s/cbench-stub-file-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  write_file(path, 70000);
+  st = simple(CB_METHOD_GET, "/file", 200, "");
+  st.response.body_kind = CB_BODY_FILE;
+  st.response.body = (cb_str_t){path, strlen(path)};
+  add(srv, &st);
+  unlink(path); /* opened and mapped at add time: the stub keeps serving it */
+  st = simple(CB_METHOD_GET, "/small-file", 200, "");
+  write_file(path, 100);
+  st.response.body_kind = CB_BODY_FILE;
+  st.response.body = (cb_str_t){path, strlen(path)};
+  add(srv, &st);
+  unlink(path);
+  char big_path[256];
+  snprintf(big_path, sizeof big_path, "%s.big", path);
+  write_file(big_path, 1200000); /* over 1 MiB: sent with sendfile from the open file */
+  st = simple(CB_METHOD_GET, "/big-file", 200, "");
+  st.response.body_kind = CB_BODY_FILE;
+  st.response.body = (cb_str_t){big_path, strlen(big_path)};
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/empty", 200, "");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/nocontent", 204, "");
+  add(srv, &st);
+
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, NULL, 100000, CONN_NONE);
+  exp_file_bytes(&exp, 100000);
+  both(port, "GET", "/gen", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 70000, CONN_NONE);
+  for (size_t i = 0; i < 70000; i++) buf_add(&exp, &(char){(char)('a' + i % 26)}, 1);
+  both(port, "GET", "/file", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 100, CONN_NONE);
+  for (size_t i = 0; i < 100; i++) buf_add(&exp, &(char){(char)('a' + i % 26)}, 1);
+  both(port, "GET", "/small-file", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 1200000, CONN_NONE);
+  for (size_t i = 0; i < 1200000; i++) buf_add(&exp, &(char){(char)('a' + i % 26)}, 1);
+  both(port, "GET", "/big-file", "", NULL, 0, &exp);
+  /* Someone truncates it: the answers that reach past the new end are cut short, the server goes on. */
+  ASSERT_EQ(truncate(big_path, 1000), 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /big-file HTTP/1.1\r\n\r\n");
+  buf_t got = {0};
+  int r = cl_read_close(fd, &got, 10000);
+  ASSERT(r == CL_EOF || r == CL_RESET);
+  ASSERT_LT(got.len, exp.len);
+  close(fd);
+  buf_free(&got);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2_request(cl, 1, "GET", "/big-file", NULL, 0, NULL, 0);
+  ASSERT(h2_wait_closed(cl, 10000) != CL_TIMEOUT);
+  h2_free(cl);
+  unlink(big_path);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  both(port, "GET", "/hello", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 0, CONN_NONE);
+  both(port, "GET", "/empty", "", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 204, NULL, NULL, CL_NONE, CONN_NONE);
+  both(port, "GET", "/nocontent", "", NULL, 0, &exp);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
+/* Pieces: one chunk each over HTTP/1.1, their own DATA frames over h2c. */
+TEST_T(routes_chunks_delay_times, 60000) {
+  cb_server_t *srv = start_threads(2);
+  int port = cb_server_port(srv);
+  cb_stub_t st;
+  st = simple(CB_METHOD_GET, "/chunks", 200, "abcdefghij");
+  st.response.chunks = 3;
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/paced", 200, "abcdefghij");
+  st.response.chunks = 3;
+  st.response.interval_ms = 20;
+  st.response.delay_ms = 30;
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/genchunks", 200, "");
+  st.response.body_kind = CB_BODY_GENERATED;
+  st.response.body_size = 40000;
+  st.response.chunks = 2;
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/twice", 200, "fallback");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/twice", 200, "limited");
+  st.response.times = 2;
+  add(srv, &st);
+
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  exp_chunk(&exp, "abc", 3);
+  exp_chunk(&exp, "def", 3);
+  exp_chunk(&exp, "ghij", 4);
+  exp_last_chunk(&exp);
+  h1_check(port, "GET", "/chunks", "", &exp);
+  h1_check(port, "GET", "/paced", "", &exp);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r = h2_check_on(cl, 1, "GET", "/chunks", NULL, 0, &exp);
+  ASSERT_EQ(r->ndata, 3);
+  r = h2_check_on(cl, 3, "GET", "/paced", NULL, 0, &exp);
+  ASSERT_EQ(r->ndata, 3);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  buf_t gen = {0};
+  exp_file_bytes(&gen, 40000);
+  exp_chunk(&exp, gen.p, 20000);
+  exp_chunk(&exp, gen.p + 20000, 20000);
+  exp_last_chunk(&exp);
+  h1_check(port, "GET", "/genchunks", "", &exp);
+  r = h2_check_on(cl, 5, "GET", "/genchunks", NULL, 0, &exp);
+  ASSERT_EQ(r->ndata, 4); /* 16384 + 3616 per piece: no frame spans two pieces */
+  buf_reset(&exp);
+  /* times = 2, over both protocols and both workers: then the older stub answers. */
+  exp_simple(&exp, 200, NULL, "limited", 0);
+  h1_check(port, "GET", "/twice", "", &exp);
+  h2_check_on(cl, 7, "GET", "/twice", NULL, 0, &exp);
+  buf_reset(&exp);
+  exp_simple(&exp, 200, NULL, "fallback", 0);
+  h1_check(port, "GET", "/twice", "", &exp);
+  h2_check_on(cl, 9, "GET", "/twice", NULL, 0, &exp);
+  h2_free(cl);
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 5);
+  ASSERT_STR_EQ(list->items[0].path.ptr, "/twice"); /* the newest first */
+  ASSERT_EQ(list->items[0].times, 2);
+  ASSERT_EQ(list->items[0].hits, 2);
+  ASSERT_EQ(list->items[0].spent, 1);
+  ASSERT_EQ(list->items[1].hits, 2);
+  ASSERT_EQ(list->items[1].spent, 0);
+  cb_stub_list_free(list);
+  buf_free(&gen);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
+/* ---- changes while connections are open ---- */
+
+TEST(routes_add_remove_while_connected) {
+  cb_server_t *srv = start_threads(2);
+  int port = cb_server_port(srv);
+  int fd = cl_connect(port);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  buf_t e404 = {0}, e200 = {0}, ehello = {0};
+  exp_head(&e404, 404, NULL, NULL, 0, CONN_NONE);
+  exp_simple(&e200, 200, NULL, "live", 0);
+  exp_route(&ehello, "GET", "/hello", CONN_NONE);
+  static const char req[] = "GET /live HTTP/1.1\r\nhost: x\r\n\r\n";
+  ROUNDTRIP_S(fd, req, &e404);
+  h2_check_on(cl, 1, "GET", "/live", NULL, 0, &e404);
+  cb_stub_t st = simple(CB_METHOD_GET, "/live", 200, "live");
+  uint64_t id = add(srv, &st);
+  ROUNDTRIP_S(fd, req, &e200);
+  h2_check_on(cl, 3, "GET", "/live", NULL, 0, &e200);
+  ASSERT_ERR(cb_server_route_remove(srv, id), 0);
+  ASSERT_ERR(cb_server_route_remove(srv, id), UV_ENOENT);
+  ROUNDTRIP_S(fd, req, &e404);
+  h2_check_on(cl, 5, "GET", "/live", NULL, 0, &e404);
+  /* Reset: the fixture table again, its counts kept. */
+  st = simple(CB_METHOD_GET, "/hello", 200, "live");
+  uint64_t id2 = add(srv, &st);
+  ASSERT_GT(id2, id);
+  ASSERT_EQ(route_count(srv, "hello"), 0);
+  static const char hello[] = "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n";
+  ROUNDTRIP_S(fd, hello, &e200);
+  ASSERT_ERR(cb_server_route_reset(srv), 0);
+  ROUNDTRIP_S(fd, hello, &ehello);
+  h2_check_on(cl, 7, "GET", "/hello", NULL, 0, &ehello);
+  ASSERT_EQ(route_count(srv, "hello"), 2);
+  ASSERT_EQ(route_count(srv, "not_found"), 4);
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 0);
+  cb_stub_list_free(list);
+  EXPECT_QUIET(fd, 20);
+  close(fd);
+  h2_free(cl);
+  buf_free(&e404);
+  buf_free(&e200);
+  buf_free(&ehello);
+  test_stop(srv);
+}
+
+TEST(routes_names_and_counts) {
+  cb_server_t *srv = start_threads(2);
+  int port = cb_server_port(srv);
+  cb_stub_t st = simple(CB_METHOD_GET, "/a", 200, "a");
+  st.name = CB_S("users");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/b", 200, "b");
+  st.name = CB_S("users");
+  add(srv, &st);
+  st = simple(CB_METHOD_GET, "/c", 200, "c");
+  uint64_t idc = add(srv, &st);
+  buf_t e = {0};
+  exp_simple(&e, 200, NULL, "a", 0);
+  h1_check(port, "GET", "/a", "", &e);
+  buf_reset(&e);
+  exp_simple(&e, 200, NULL, "b", 0);
+  h1_check(port, "GET", "/b", "", &e);
+  buf_reset(&e);
+  exp_head(&e, 405, NULL, "allow: GET, HEAD\r\n", 0, CONN_NONE);
+  h1_check(port, "DELETE", "/c", "", &e);
+  buf_free(&e);
+  ASSERT_EQ(route_count(srv, "users"), 2);
+  char name[32];
+  snprintf(name, sizeof name, "stub_%llu", (unsigned long long)idc);
+  ASSERT_EQ(route_count(srv, name), 1); /* the 405 counts under its route ... */
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 3);
+  ASSERT_STR_EQ(list->items[0].name.ptr, name);
+  ASSERT_EQ(list->items[0].hits, 0); /* ... but is no hit of the stub */
+  ASSERT_EQ(list->items[0].methods, CB_METHOD_GET);
+  ASSERT_EQ(list->items[2].hits, 1);
+  cb_stub_list_free(list);
+  test_stop(srv);
+}
+
+TEST(routes_bad_stubs) {
+  cb_server_t *srv = start_threads(1);
+  uint64_t id = 0;
+  cb_stub_t st;
+#define BAD(expr, err)                                        \
+  do {                                                        \
+    st = simple(CB_METHOD_GET, "/ok", 200, "x");              \
+    expr;                                                     \
+    cbt_log("bad: %s", #expr);                                \
+    ASSERT_ERR(cb_server_route_add(srv, &st, &id), err);      \
+  } while (0)
+  BAD(st.match.path = CB_S("no-slash"), UV_EINVAL);
+  BAD((st.match.path.ptr = NULL, st.match.path.len = 0), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a?b"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a*b"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a/{id"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a/x{id}"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a/{}"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/{a}/*"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/a\nb"), UV_EINVAL);
+  BAD(st.match.path = CB_S("/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}"), UV_EINVAL);
+  BAD(st.match.methods = 1u << 12, UV_EINVAL);
+  static const cb_matcher_t empty_name[] = {{CB_S(""), {NULL, 0}}};
+  BAD((st.match.headers = empty_name, st.match.nheaders = 1), UV_EINVAL);
+  BAD((st.match.query = empty_name, st.match.nquery = 1), UV_EINVAL);
+  static const cb_matcher_t bad_hname[] = {{CB_S("a b"), {NULL, 0}}};
+  BAD((st.match.headers = bad_hname, st.match.nheaders = 1), UV_EINVAL);
+  BAD(st.match.nheaders = 1, UV_EINVAL); /* headers NULL */
+  BAD(st.response.status = 199, UV_EINVAL);
+  BAD(st.response.status = 600, UV_EINVAL);
+  BAD(st.response.status = 204, UV_EINVAL); /* with a body */
+  static const cb_header_t cl[] = {{CB_S("Content-Length"), CB_S("5")}};
+  BAD((st.response.headers = cl, st.response.nheaders = 1), UV_EINVAL);
+  static const cb_header_t crlf[] = {{CB_S("x-a"), CB_S("a\r\nb: c")}};
+  BAD((st.response.headers = crlf, st.response.nheaders = 1), UV_EINVAL);
+  static const cb_header_t badname[] = {{CB_S("x:a"), CB_S("1")}};
+  BAD((st.response.headers = badname, st.response.nheaders = 1), UV_EINVAL);
+  BAD(st.response.chunks = 2, UV_EINVAL); /* more pieces than bytes */
+  BAD(st.response.body_kind = (cb_body_kind)7, UV_EINVAL);
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/nonexistent/cbench")), UV_ENOENT);
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/")), UV_EISDIR);
+  BAD(st.response.delay_ms = 3600001, UV_EINVAL);
+  BAD(st.name = CB_S("with space"), UV_EINVAL);
+  BAD(st.name = CB_S(""), UV_EINVAL);
+#undef BAD
+  ASSERT_ERR(cb_server_route_add(NULL, &st, &id), UV_EINVAL);
+  ASSERT_ERR(cb_server_route_add(srv, NULL, &id), UV_EINVAL);
+  ASSERT_ERR(cb_server_route_remove(srv, 12345), UV_ENOENT);
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 0); /* nothing half-added */
+  cb_stub_list_free(list);
+  buf_t e = {0};
+  exp_route(&e, "GET", "/hello", CONN_NONE);
+  h1_check(cb_server_port(srv), "GET", "/hello", "", &e);
+  buf_free(&e);
+  test_stop(srv);
+}
+
+/* A thousand routes: each answers, and a lookup among them stays right. */
+TEST_T(routes_thousand, 60000) {
+  cb_server_t *srv = start_threads(1);
+  int port = cb_server_port(srv);
+  char path[64], body[64];
+  for (int i = 0; i < 1000; i++) {
+    snprintf(path, sizeof path, i % 3 == 0 ? "/r%d" : i % 3 == 1 ? "/api/r%d" : "/p/{x}/r%d", i);
+    snprintf(body, sizeof body, "route %d", i);
+    cb_stub_t st = simple(CB_METHOD_GET, path, 200, body);
+    add(srv, &st);
+  }
+  int fd = cl_connect(port);
+  for (int i = 0; i < 1000; i += 7) {
+    buf_t e = {0}, req = {0};
+    snprintf(path, sizeof path, i % 3 == 0 ? "/r%d" : i % 3 == 1 ? "/api/r%d" : "/p/any/r%d", i);
+    snprintf(body, sizeof body, "route %d", i);
+    exp_simple(&e, 200, NULL, body, 0);
+    buf_addf(&req, "GET %s HTTP/1.1\r\nhost: x\r\n\r\n", path);
+    ROUNDTRIP(fd, req.p, req.len, &e);
+    buf_free(&e);
+    buf_free(&req);
+  }
+  close(fd);
+  test_stop(srv);
+}
+
+/* ---- socket-less: the same code path under test_proto's feeding ---- */
+
+typedef struct {
+  buf_t out;
+} sinkbuf_t;
+
+static void sink(void *arg, const char *data, size_t len) { buf_add(&((sinkbuf_t *)arg)->out, data, len); }
+
+TEST(routes_socketless_stub_split_reads) {
+  static const char req[] = "GET /users/5?x=1 HTTP/1.1\r\nX-Tenant: acme\r\n\r\n";
+  buf_t exp = {0};
+  exp_simple(&exp, 200, "x-a: 1\r\n", "tenant acme", 0);
+  for (size_t split = 0; split < sizeof req - 1; split += 3) {
+    sinkbuf_t s = {{0}};
+    cb_config_t cfg;
+    cb_config_init(&cfg);
+    cb__testconn_t *tc = cb__testconn_new(&cfg, sink, &s);
+    ASSERT_NOT_NULL(tc);
+    static const cb_matcher_t tenant[] = {{CB_S("x-tenant"), CB_S("acme")}};
+    static const cb_header_t xa[] = {{CB_S("X-A"), CB_S("1")}};
+    cb_stub_t st = simple(CB_METHOD_GET, "/users/{id}", 200, "tenant acme");
+    st.match.headers = tenant;
+    st.match.nheaders = 1;
+    st.response.headers = xa;
+    st.response.nheaders = 1;
+    uint64_t id;
+    ASSERT_ERR(cb__testconn_route_add(tc, &st, &id), 0);
+    ASSERT_EQ(cb__testconn_feed(tc, req, split), 0);
+    ASSERT_EQ(cb__testconn_feed(tc, req + split, sizeof req - 1 - split), 0);
+    mask_dates(s.out.p, s.out.len);
+    ASSERT_MEM_EQ(s.out.p, s.out.len, exp.p, exp.len);
+    ASSERT_EQ(cb__testconn_free(tc), 0);
+    buf_free(&s.out);
+  }
+  buf_free(&exp);
+}
+
+/* ---- down and up ---- */
+
+TEST(routes_down_up) {
+  cb_server_t *srv = start_threads(2);
+  int port = cb_server_port(srv);
+  int fd = cl_connect(port);
+  buf_t e = {0};
+  exp_route(&e, "GET", "/hello", CONN_NONE);
+  static const char hello[] = "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n";
+  ROUNDTRIP_S(fd, hello, &e);
+  cb_stub_t st = simple(CB_METHOD_GET, "/kept", 200, "kept");
+  add(srv, &st);
+  ASSERT_ERR(cb_server_down(srv), 0);
+  ASSERT_ERR(cb_server_down(srv), 0); /* already down */
+  /* The open connection was closed, and nobody listens. */
+  buf_t rest = {0};
+  int r = cl_read_close(fd, &rest, 5000);
+  ASSERT(r == CL_EOF || r == CL_RESET);
+  ASSERT_EQ(rest.len, 0);
+  close(fd);
+  fd = cl_socket();
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ASSERT_EQ(connect(fd, (struct sockaddr *)&sa, sizeof sa), -1);
+  ASSERT_EQ(errno, ECONNREFUSED);
+  close(fd);
+  /* Someone takes the port meanwhile: up says so and the server stays down. */
+  int other = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  setsockopt(other, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* past our closed connections' TIME_WAIT */
+  ASSERT_EQ(bind(other, (struct sockaddr *)&sa, sizeof sa), 0);
+  ASSERT_EQ(listen(other, 4), 0);
+  ASSERT_ERR(cb_server_up(srv), UV_EADDRINUSE);
+  close(other);
+  ASSERT_ERR(cb_server_up(srv), 0);
+  ASSERT_ERR(cb_server_up(srv), 0); /* already up */
+  ASSERT_EQ(cb_server_port(srv), port);
+  for (int i = 0; i < 4; i++) h1_check(port, "GET", "/hello", "", &e); /* both workers listen again */
+  buf_reset(&e);
+  exp_simple(&e, 200, NULL, "kept", 0);
+  h1_check(port, "GET", "/kept", "", &e);
+  h2_check(port, "GET", "/kept", NULL, 0, &e);
+  cb_stats_t stats;
+  ASSERT_ERR(cb_server_stats(srv, &stats), 0);
+  ASSERT_EQ(stats.requests, 7); /* stats survive */
+  buf_free(&e);
+  buf_free(&rest);
+  test_stop(srv);
+}
+
+TEST(routes_down_then_stop) {
+  cb_server_t *srv = start_threads(2);
+  int fd = cl_connect(cb_server_port(srv));
+  ASSERT_ERR(cb_server_down(srv), 0);
+  close(fd);
+  test_stop(srv); /* stop works from down */
+  ASSERT_EQ(count_threads(), 1);
+}
+
+/* ---- the table swapped under load ---- */
+
+typedef struct {
+  int port;
+  volatile int stop;
+  long answers, wrong;
+} checker_t;
+
+static void *check_loop(void *arg) {
+  checker_t *ck = arg;
+  int fd = cl_connect(ck->port);
+  static const char req[] = "GET /swap HTTP/1.1\r\nhost: x\r\n\r\n";
+  while (!ck->stop) {
+    buf_t got = {0};
+    cl_send(fd, req, sizeof req - 1);
+    long n = 0;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0) {
+      if (cl_read_n(fd, &got, got.len + 1, 10000) != CL_OK) break;
+    }
+    /* Every answer comes from the old or the new table: body A or body B, never a 404. */
+    if (n <= 0 || got.len < 8 || memcmp(got.p, "HTTP/1.1 200", 12) != 0 ||
+        (memcmp(got.p + got.len - 8, "AAAAAAAA", 8) != 0 && memcmp(got.p + got.len - 8, "BBBBBBBB", 8) != 0))
+      ck->wrong++;
+    ck->answers++;
+    buf_free(&got);
+  }
+  close(fd);
+  return NULL;
+}
+
+/* Runs h2load; returns its exit status, its output in out. */
+static int run_h2load(char *const argv[], buf_t *out, pid_t *pid_out, int *fd_out) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    close(p[0]);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  close(p[1]);
+  *pid_out = pid;
+  *fd_out = p[0];
+  (void)out;
+  return 0;
+}
+
+static int wait_h2load(pid_t pid, int fd, buf_t *out) {
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) buf_add(out, buf, (size_t)n);
+  close(fd);
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  buf_add(out, "", 1);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The numbers of h2load's "requests:" and "status codes:" lines. */
+static void h2load_counts(const char *out, long *done, long *ok, long *failed, long *errored, long *s4xx) {
+  const char *p = strstr(out, "requests: ");
+  ASSERT_NOT_NULL(p);
+  long total, started;
+  ASSERT_EQ(sscanf(p, "requests: %ld total, %ld started, %ld done, %ld succeeded, %ld failed, %ld errored", &total,
+                   &started, done, ok, failed, errored),
+            6);
+  p = strstr(out, "status codes: ");
+  ASSERT_NOT_NULL(p);
+  long s2, s3, s5;
+  ASSERT_EQ(sscanf(p, "status codes: %ld 2xx, %ld 3xx, %ld 4xx, %ld 5xx", &s2, &s3, s4xx, &s5), 4);
+}
+
+TEST_T(routes_thousand_swaps_under_h2load, 120000) {
+  cb_server_t *srv = start_threads(2);
+  int port = cb_server_port(srv);
+  cb_stub_t a = simple(CB_METHOD_GET, "/swap", 200, "AAAAAAAAAAAAAAAA");
+  cb_stub_t b = simple(CB_METHOD_GET, "/swap", 200, "BBBBBBBBBBBBBBBB");
+  uint64_t cur = add(srv, &a);
+  char url[128], dur[16];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/swap", port);
+  snprintf(dur, sizeof dur, "%d", 4);
+  char *const argv[] = {"h2load", "-c", "8", "-m", "8", "-t", "1", "-D", dur, url, NULL};
+  buf_t out = {0};
+  pid_t pid;
+  int ofd;
+  run_h2load(argv, &out, &pid, &ofd);
+  checker_t ck = {.port = port};
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, check_loop, &ck), 0);
+  /* Swap once the load runs: add the other body, then remove the current one (two tables per swap). */
+  cb_stats_t st;
+  uint64_t t0 = now_ms();
+  do {
+    ASSERT_ERR(cb_server_stats(srv, &st), 0);
+    sleep_ms(5);
+  } while (st.requests < 2000 && now_ms() - t0 < 20000);
+  uint64_t before = st.requests;
+  for (int i = 0; i < 1000; i++) {
+    uint64_t next = add(srv, i % 2 ? &a : &b);
+    ASSERT_ERR(cb_server_route_remove(srv, cur), 0);
+    cur = next;
+  }
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  cbt_log("1000 swaps while %llu requests were answered", (unsigned long long)(st.requests - before));
+  int rc = wait_h2load(pid, ofd, &out);
+  ck.stop = 1;
+  pthread_join(th, NULL);
+  cbt_log("%s", out.p);
+  ASSERT_EQ(rc, 0);
+  long done, ok, failed, errored, s4xx;
+  h2load_counts(out.p, &done, &ok, &failed, &errored, &s4xx);
+  ASSERT_GT(done, 0);
+  ASSERT_EQ(failed, 0);
+  ASSERT_EQ(errored, 0);
+  ASSERT_EQ(s4xx, 0);
+  ASSERT_EQ(ok, done);
+  ASSERT_GT(ck.answers, 0);
+  ASSERT_EQ(ck.wrong, 0);
+  ASSERT_GT(st.requests - before, 0); /* the swaps happened while requests were served */
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 1);
+  cb_stub_list_free(list);
+  buf_free(&out);
+  test_stop(srv);
+}
+
+TEST_T(journal_count_equals_h2load, 120000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 2;
+  cfg.journal = 100000;
+  cb_server_t *srv = test_start(&cfg);
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/hello", cb_server_port(srv));
+  char *const argv[] = {"h2load", "-n", "20000", "-c", "4", "-m", "10", "-t", "1", url, NULL};
+  buf_t out = {0};
+  pid_t pid;
+  int ofd;
+  run_h2load(argv, &out, &pid, &ofd);
+  ASSERT_EQ(wait_h2load(pid, ofd, &out), 0);
+  long done, ok, failed, errored, s4xx;
+  h2load_counts(out.p, &done, &ok, &failed, &errored, &s4xx);
+  ASSERT_EQ(ok, 20000);
+  /* A request is journaled when its stream is released, just after its last frame is written. */
+  cb_request_list_t *list = NULL;
+  uint64_t t0 = now_ms();
+  for (;;) {
+    ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+    if (list->count >= 20000 || now_ms() - t0 > 10000) break;
+    cb_request_list_free(list);
+    sleep_ms(10);
+  }
+  ASSERT_EQ(list->count, 20000);
+  for (size_t i = 0; i < list->count; i++) {
+    ASSERT_EQ(list->items[i].seq, i + 1);
+    if (strcmp(list->items[i].route.ptr, "hello") != 0) FAIL("entry %zu: route %s", i, list->items[i].route.ptr);
+  }
+  cb_request_list_free(list);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.requests, 20000);
+  buf_free(&out);
+  test_stop(srv);
+}

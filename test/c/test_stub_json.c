@@ -1,0 +1,134 @@
+/* Stub files for cbench-server --stubs (c_src/stub_json.c): a valid file in both forms, and errors that name
+ * the file, the line and the field. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "stub_json.h"
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static const char *tmp_path(const char *name) {
+  static char p[512];
+  const char *t = getenv("TMPDIR");
+  snprintf(p, sizeof p, "%s/cbench-%d-%s", t && *t ? t : "/tmp", (int)getpid(), name);
+  return p;
+}
+
+static void get(int port, const char *req, const buf_t *exp) {
+  int fd = cl_connect(port);
+  cl_sends(fd, req);
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, exp->len, 10000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp->p, exp->len);
+  close(fd);
+  buf_free(&got);
+}
+
+TEST(stub_json_valid) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char body_path[512], json_path[512];
+  snprintf(body_path, sizeof body_path, "%s", tmp_path("body.txt"));
+  write_text(body_path, "from a file");
+  snprintf(json_path, sizeof json_path, "%s", tmp_path("stubs.json"));
+  char json[2048];
+  const char *base = strrchr(body_path, '/') + 1; /* relative to the stub file's directory */
+  snprintf(json, sizeof json,
+           "[\n"
+           "  {\"name\": \"user\", \"match\": {\"method\": \"GET\", \"path\": \"/users/{id}\"},\n"
+           "   \"response\": {\"status\": 201, \"headers\": {\"content-type\": \"application/json\"},\n"
+           "                \"body\": {\"json\": {\"id\": 1}}}},\n"
+           "  {\"match\": {\"method\": [\"PUT\", \"POST\"], \"path\": \"/f\", \"headers\": {\"x-k\": true},\n"
+           "             \"query\": {\"a\": \"1\"}, \"priority\": 3},\n"
+           "   \"response\": {\"headers\": [[\"x-r\", \"1\"], [\"x-r\", \"2\"]], \"body\": {\"file\": \"%s\"}}},\n"
+           "  {\"match\": {\"path\": \"/gen/*\"}, \"response\": {\"body\": {\"bytes\": 5}, \"chunks\": 2,\n"
+           "   \"times\": 1, \"delay_ms\": 1, \"interval_ms\": 1}}\n"
+           "]\n",
+           base);
+  write_text(json_path, json);
+  char msg[1024] = "";
+  int n = cb_stubs_json_load(srv, json_path, msg, sizeof msg);
+  if (n < 0) FAIL("%s", msg);
+  ASSERT_EQ(n, 3);
+  int port = cb_server_port(srv);
+  buf_t exp = {0};
+  exp_head(&exp, 201, NULL, "content-type: application/json\r\n", 8, CONN_NONE);
+  buf_adds(&exp, "{\"id\":1}");
+  get(port, "GET /users/9 HTTP/1.1\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "x-r: 1\r\nx-r: 2\r\n", 11, CONN_NONE);
+  buf_adds(&exp, "from a file");
+  get(port, "POST /f?a=1 HTTP/1.1\r\nx-k: y\r\ncontent-length: 0\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  exp_chunk(&exp, "\x00\x01", 2);
+  exp_chunk(&exp, "\x02\x03\x04", 3);
+  exp_last_chunk(&exp);
+  get(port, "DELETE /gen/x HTTP/1.1\r\n\r\n", &exp);
+  /* The object form. */
+  write_text(json_path, "{\"stubs\": [{\"name\": \"x\", \"match\": {\"path\": \"/x\"}}]}");
+  ASSERT_EQ(cb_stubs_json_load(srv, json_path, msg, sizeof msg), 1);
+  ASSERT_EQ(route_count(srv, "x"), 0);
+  unlink(json_path);
+  unlink(body_path);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
+/* Each bad file: the message must be exactly this (with FILE for the path). */
+TEST(stub_json_errors) {
+  static const struct {
+    const char *text, *msg;
+  } cases[] = {
+      {"[\n  {\"match\": {\"path\": \"/a\"}},\n  {\"match\": {\"path\": \"/b\"},\n   \"response\": {\"status\": 99}}\n]",
+       "FILE:4: stubs[1].response.status: must be an integer from 200 to 599"},
+      {"[{\"match\": {\"path\": \"/a\"}},\n{\"match\": {\"path\": \"/a\", \"methd\": \"GET\"}}]",
+       "FILE:2: stubs[1].match.methd: unknown field"},
+      {"[\n{\"match\": {\"path\": \"a\"}}]", "FILE:2: stubs[0].match.path: must be a path pattern starting with /"},
+      {"[\n{\"match\":\n {\"path\": \"/a\", \"method\": [\"GET\", \"FETCH\"]}}]",
+       "FILE:3: stubs[0].match.method[1]: must be a method name"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"headers\": {\"x\": 1}}}]",
+       "FILE:2: stubs[0].response.headers.x: must be a string"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\n\"body\": {\"bytes\": -1}}}]",
+       "FILE:2: stubs[0].response.body.bytes: must be a non-negative integer"},
+      {"{\"stubs\": [\n\n{\"match\": {\"path\": \"/a\"}, \"response\": {\"chunks\": \"2\"}}]}",
+       "FILE:3: stubs[0].response.chunks: must be an integer from 0 to 1000000"},
+      {"[\n{\"match\": {\"path\": \"/a/{id\"}}]",
+       "FILE:2: stubs[0]: invalid argument (EINVAL): see docs/routes.md for the rules of match.path, headers and body"},
+      {"[\n{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"file\": \"/nonexistent/x\"}}}]",
+       "FILE:2: stubs[0]: response.body.file: no such file or directory (ENOENT): see docs/routes.md for the rules "
+       "of match.path, headers and body"},
+      {"[\n  {\"match\": {\"path\": \"/a\"}},\n  {\"match\": {\"path\": \"/a\"},}\n]",
+       "FILE:3: column 28: string or '}' expected near '}'"},
+      {"{\"routes\": []}", "FILE:1: stubs: must be a list of stubs (or an object with a \"stubs\" list)"},
+      {"[{\"response\": {}}]", "FILE:1: stubs[0].match: must be an object with at least a path"},
+  };
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char path[512];
+  snprintf(path, sizeof path, "%s", tmp_path("bad.json"));
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char msg[1024] = "", want[1024];
+    write_text(path, cases[i].text);
+    ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), -1);
+    const char *f = strstr(cases[i].msg, "FILE");
+    snprintf(want, sizeof want, "%s%s", path, f + 4);
+    ASSERT_STR_EQ(msg, want);
+  }
+  char msg[1024];
+  ASSERT_EQ(cb_stubs_json_load(srv, "/nonexistent/stubs.json", msg, sizeof msg), -1);
+  ASSERT_STR_EQ(msg, "/nonexistent/stubs.json: No such file or directory");
+  unlink(path);
+  test_stop(srv);
+}
