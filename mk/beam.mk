@@ -50,7 +50,7 @@ node: beam
 
 # The Common Test suites of test/ (ehttpd, nif, port, API, lifecycle, consumer project).
 test-beam: $(BEAM_PRIV)
-	$(REBAR3) ct --dir test --readable true
+	$(REBAR3) ct --dir test --readable true || { test/ct_failures.sh; exit 1; }
 
 # rebar3 xref: undefined calls, unused locals, and unused exports (the API and callbacks are marked with
 # -ignore_xref, so an unused export it reports is a real finding).
