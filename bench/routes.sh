@@ -72,6 +72,9 @@ start() {
   if [ "$MODE" = callgrind ]; then
     prefix+=(valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" -q)
   fi
+  # Emptied here, not by the redirection below: that runs in the child, after the loop may have read the
+  # previous server's line (and port).
+  : >"$work/server.out"
   "${prefix[@]}" "$SERVER" --port 0 --threads 1 "$@" >"$work/server.out" 2>"$work/server.err" &
   spid=$!
   local line=
