@@ -719,7 +719,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
   if (s == NULL) return 0;
   nghttp2_session_set_stream_user_data(session, id, NULL);
   /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
-  if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED)
+  if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED && !s->req.fault)
     CB__STAT_INC(h->c->w, resets);
   stream_free(h, s, 0);
   return 0;
@@ -1055,7 +1055,7 @@ static void h2_destroy(cb__conn_t *c) {
   if (h == NULL) return;
   while (h->streams) {
     h2s_t *s = h->streams;
-    if (s->req.handler && s->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    if (s->req.handler && s->req.res_state != CB__RES_ENDED && !s->req.fault) CB__STAT_INC(c->w, resets);
     stream_free(h, s, 1);
   }
   while (h->free_streams) {
@@ -1081,3 +1081,21 @@ static const cb__conn_ops_t h2_ops = {
     .stop = h2_stop,
     .destroy = h2_destroy,
 };
+
+/* ---- faults (fault.c) ---- */
+
+void cb__h2_rst_stream(cb__req_t *r, uint32_t code) {
+  h2s_t *s = r->stream;
+  nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, code);
+}
+
+void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful) {
+  h2c_t *h = c->proto_state;
+  if (graceful) {
+    /* The streams up to last finish; h2_after closes once none is left. */
+    nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, last, code, NULL, 0);
+    h->stopping = 1;
+  } else {
+    nghttp2_session_terminate_session2(h->session, last, code);
+  }
+}
