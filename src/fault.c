@@ -347,11 +347,17 @@ static void declared(cb__req_t *r) {
   cb__res_end(r);
 }
 
-/* A kind that the request's protocol cannot carry: 501 on this request, nothing else happens. */
-static void unsupported(cb__req_t *r) {
-  r->fault = CB__FAULT_NONE;
-  cb__res_head(r, 501, NULL, NULL, 0, 0);
-  cb__res_end(r);
+/* Whether the request's protocol can carry the kind (HTTP/1.1 framing and raw bytes have no meaning in
+ * HTTP/2; RST_STREAM and GOAWAY none in HTTP/1.1). */
+static int carried(int kind, int h2) {
+  switch (kind) {
+    case CB__FAULT_MALFORMED_CHUNK:
+    case CB__FAULT_MISSING_LAST_CHUNK:
+    case CB__FAULT_RAW: return !h2;
+    case CB__FAULT_RST_STREAM:
+    case CB__FAULT_GOAWAY: return h2;
+    default: return 1;
+  }
 }
 
 static void hang_tick(cb__req_t *r) {
@@ -437,20 +443,17 @@ static void run(cb__req_t *r) {
       if (!h2) end_by_close(r);
       return;
     case CB__FAULT_MALFORMED_CHUNK:
-      if (h2) break;
       head(r, CB__STREAMED);
       if (f->bytes) body(r, 0, f->bytes);
       cb__outq_copy(&c->out, "zz\r\n", 4); /* not a hex chunk size */
       end_by_close(r);
       return;
     case CB__FAULT_MISSING_LAST_CHUNK:
-      if (h2) break;
       head(r, CB__STREAMED);
       body(r, 0, f->length);
       end_by_close(r); /* no 0\r\n\r\n */
       return;
     case CB__FAULT_RAW:
-      if (h2) break;
       cb__outq_copy(&c->out, f->data, f->data_len);
       r->status = f->raw_status;
       if (f->close) {
@@ -475,7 +478,6 @@ static void run(cb__req_t *r) {
       dribble_tick(r);
       return;
     case CB__FAULT_RST_STREAM:
-      if (!h2) break;
       if (f->at == 0) {
         cb__h2_rst_stream(r, f->code);
         return;
@@ -486,7 +488,6 @@ static void run(cb__req_t *r) {
       if (cb__req_timer(r, 0, rst_later) != 0) cb__h2_rst_stream(r, f->code);
       return;
     case CB__FAULT_GOAWAY: {
-      if (!h2) break;
       int32_t id = (int32_t)cb__h2_stream_id(r);
       int32_t last = f->last >= 0 ? (int32_t)f->last : (id > 2 ? id - 2 : 0);
       int graceful = f->code == 0 && last >= id;
@@ -497,7 +498,6 @@ static void run(cb__req_t *r) {
     default:
       break;
   }
-  unsupported(r);
 }
 
 void cb__fault_start(cb__req_t *r, const cb__fault_t *f, int status, const cb__hdr_t *hdrs, int nhdrs,
@@ -507,6 +507,11 @@ void cb__fault_start(cb__req_t *r, const cb__fault_t *f, int status, const cb__h
   r->u.fault.status = status;
   r->u.fault.hdrs = hdrs;
   r->u.fault.nhdrs = nhdrs;
+  if (!carried(f->kind, on_h2(r))) { /* 501 on this request; not a fault */
+    cb__res_head(r, 501, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
   r->fault = f->kind;
   CB__STAT_INC(r->conn->w, faults);
   run(r);
