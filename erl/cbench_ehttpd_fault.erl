@@ -1,7 +1,7 @@
 %%% @doc Faults on the ehttpd engine (docs/faults.md): what src/fault.c does over HTTP/1.1, with
 %%% gen_tcp. A reset is `{linger, {true, 0}}' and a close (RST); every other fault writes bytes
 %%% and closes with FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
-%%% kinds (rst_stream, goaway) are answered 501 here as on the C engine's HTTP/1.1: a stub with
+%%% kinds (rst_stream, goaway, settings, violation) are answered 501 here as on the C engine's HTTP/1.1: a stub with
 %%% one of them is refused when it is added ({error, {unsupported, Kind}}).
 -module(cbench_ehttpd_fault).
 
@@ -33,10 +33,14 @@ run(S, #{kind := reset, at := At, bytes := Bytes, length := Len}, Ctx = #{journa
 run(S, #{kind := empty}, #{journal := J}) ->
     J(0, 0),
     close(S);
-run(S, #{kind := hang, ms := Ms}, #{journal := J, idle_ms := Idle}) ->
+run(S, #{kind := hang, ms := Ms, at := At, length := Len}, Ctx = #{journal := J, idle_ms := Idle}) ->
     _ = inet:setopts(S, [{packet, raw}, {active, false}]),
+    Status = case At of
+                 1 -> _ = gen_tcp:send(S, head(Ctx, Len)), maps:get(status, Ctx);
+                 _ -> 0
+             end,
     hang(S, case Ms of 0 -> Idle; _ -> Ms end),
-    J(0, 0),
+    J(Status, 0),
     close(S);
 run(S, #{kind := garbage, seed := Seed, bytes := N}, #{journal := J}) ->
     J(0, 0),
@@ -76,7 +80,8 @@ run(S, #{kind := dribble, length := Len, pieces := P, ms := Ms}, Ctx = #{journal
         _ ->
             dribble(S, Ctx, Len, P, Ms div P, 0, 0, head(Ctx, Len), J)
     end;
-run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway ->
+run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway; K =:= settings;
+                                                 K =:= violation ->
     J(501, 0),
     send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx))).
 

@@ -5,14 +5,15 @@
 %%% same rules and bounds as the C parser) and runs it with cbench_ehttpd_fault.
 -module(cbench_fault).
 
--export([spec/1, parse/1, fires/2, delay_ms/2, garbage/2, kinds/0, h2_only/1]).
+-export([spec/1, parse/1, fires/2, delay_ms/2, garbage/2, h2_only/1]).
 
 -export_type([user_fault/0, fault/0, kind/0]).
 
 -type kind() :: reset | empty | hang | garbage | truncated | overlong | malformed_chunk
-              | missing_last_chunk | raw | delay | dribble | rst_stream | goaway.
+              | missing_last_chunk | raw | delay | dribble | rst_stream | goaway | settings
+              | violation.
 -type param() :: at | bytes | length | seed | ms | max | sigma | pieces | code | last | rate
-               | close | preset | data.
+               | close | preset | data | max_frame | window.
 -type user_fault() :: kind() | {kind(), #{param() => term()}} | {raw, binary() | atom()}
                     | binary() | string().
 -type fault() :: #{kind := kind(), at := 0..2, bytes := non_neg_integer(),
@@ -20,10 +21,11 @@
                    ms := non_neg_integer(), max := non_neg_integer(), sigma := float(),
                    pieces := non_neg_integer(), code := non_neg_integer(), last := integer(),
                    rate := 0..1000000000, close := boolean(), data := binary(),
+                   max_frame := integer(), window := integer(),
                    dist := fixed | uniform | lognormal, raw_status := 0 | 100..599}.
 
 -define(KINDS, [reset, empty, hang, garbage, truncated, overlong, malformed_chunk,
-                missing_last_chunk, raw, delay, dribble, rst_stream, goaway]).
+                missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation]).
 -define(MAX_LENGTH, 16 bsl 20).
 -define(MAX_GARBAGE, 1 bsl 20).
 -define(MAX_MS, 3600000).
@@ -46,13 +48,9 @@ presets() ->
                          "link: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok">>,
       http10_no_length => <<"HTTP/1.0 200 OK\r\n\r\nok">>}.
 
-%% @doc The fault kinds.
--spec kinds() -> [kind()].
-kinds() -> ?KINDS.
-
 %% @doc Whether a kind exists over HTTP/2 only (the ehttpd engine, HTTP/1.1 only, refuses it).
 -spec h2_only(kind()) -> boolean().
-h2_only(K) -> K =:= rst_stream orelse K =:= goaway.
+h2_only(K) -> lists:member(K, [rst_stream, goaway, settings, violation]).
 
 %% @doc A fault term as its spec text, checked: `{ok, Spec}' or `{error, {fault, Term}}'.
 -spec spec(user_fault()) -> {ok, binary()} | {error, {fault, term()}}.
@@ -101,7 +99,7 @@ parse(Text) when is_binary(Text), byte_size(Text) > 0, byte_size(Text) =< 4 * ?M
         Kind = kind(KindB),
         F0 = #{kind => Kind, at => 0, bytes => 0, length => 1024, seed => 0, ms => 0, max => 0,
                sigma => 0.0, pieces => 0, code => 2, last => -1, rate => ?ALWAYS, close => true,
-               data => <<>>, dist => fixed, raw_status => 0},
+               data => <<>>, dist => fixed, raw_status => 0, max_frame => -1, window => -1},
         Params = case Query of
                      <<>> -> [];
                      _ -> [param(P) || P <- binary:split(Query, <<"&">>, [global])]
@@ -154,6 +152,11 @@ value_of(<<"pieces">>, V) ->
 value_of(<<"code">>, V) -> {code, int(V, 16#FFFFFFFF)};
 value_of(<<"last">>, V) -> {last, int(V, 16#7FFFFFFF)};
 value_of(<<"rate">>, V) -> {rate, ppb(V, ?ALWAYS)};
+value_of(<<"max_frame">>, V) ->
+    case int(V, 16777215) of
+        N when N >= 16384 -> {max_frame, N}
+    end;
+value_of(<<"window">>, V) -> {window, int(V, 16#7FFFFFFF)};
 value_of(<<"close">>, V) when V =:= <<"1">>; V =:= <<"true">> -> {close, true};
 value_of(<<"close">>, V) when V =:= <<"0">>; V =:= <<"false">> -> {close, false};
 value_of(<<"preset">>, V) ->
@@ -210,6 +213,12 @@ finish(Kind, F = #{bytes := Bytes, length := Len}, Seen, Data) ->
             F#{bytes => B};
         missing_last_chunk ->
             Len > 0 orelse throw(bad),
+            F;
+        hang ->
+            maps:get(at, F) =/= 2 orelse throw(bad),
+            F;
+        settings ->
+            (Has(max_frame) orelse Has(window)) orelse throw(bad),
             F;
         raw ->
             %% Exactly one of preset (the last one given) and data.

@@ -28,7 +28,7 @@
 
 static const char *const kind_names[CB__FAULT_COUNT] = {
     "",          "reset",   "empty",   "hang",    "garbage", "truncated", "overlong", "malformed_chunk",
-    "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway"};
+    "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway", "settings", "violation"};
 
 const char *cb__fault_name(int kind) { return kind > 0 && kind < CB__FAULT_COUNT ? kind_names[kind] : ""; }
 
@@ -173,6 +173,13 @@ static int param(cb__fault_t *f, const char *name, size_t nl, const char *val, s
   } else if (eq(name, nl, "last")) {
     err = parse_u64(val, vl, INT32_MAX, &u);
     f->last = (int64_t)u;
+  } else if (eq(name, nl, "max_frame")) {
+    err = parse_u64(val, vl, 16777215, &u);
+    if (err == 0 && u < 16384) err = UV_EINVAL; /* RFC 9113 6.5.2 */
+    f->max_frame = (int64_t)u;
+  } else if (eq(name, nl, "window")) {
+    err = parse_u64(val, vl, INT32_MAX, &u);
+    f->window = (int64_t)u;
   } else if (eq(name, nl, "rate")) {
     err = parse_ppb(val, vl, CB__FAULT_ALWAYS, &u);
     f->rate_ppb = (uint32_t)u;
@@ -204,6 +211,7 @@ static int param(cb__fault_t *f, const char *name, size_t nl, const char *val, s
 static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb__fault_t *f) {
   memset(f, 0, sizeof *f);
   f->last = -1;
+  f->max_frame = f->window = -1;
   f->close = 1;
   f->code = 2; /* INTERNAL_ERROR */
   f->length = DEFAULT_LENGTH;
@@ -261,6 +269,12 @@ static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb
         else if (seen & 8) f->dist = 1;
         else if (seen & 16) f->dist = 2;
         if (f->dist == 1 && f->max_ms < f->ms) err = UV_EINVAL;
+        break;
+      case CB__FAULT_HANG:
+        if (f->at == 2) err = UV_EINVAL; /* before or head */
+        break;
+      case CB__FAULT_SETTINGS:
+        if (f->max_frame < 0 && f->window < 0) err = UV_EINVAL;
         break;
       case CB__FAULT_DRIBBLE:
         if (f->pieces == 0) f->pieces = 4;
@@ -355,7 +369,9 @@ static int carried(int kind, int h2) {
     case CB__FAULT_MISSING_LAST_CHUNK:
     case CB__FAULT_RAW: return !h2;
     case CB__FAULT_RST_STREAM:
-    case CB__FAULT_GOAWAY: return h2;
+    case CB__FAULT_GOAWAY:
+    case CB__FAULT_SETTINGS:
+    case CB__FAULT_VIOLATION: return h2;
     default: return 1;
   }
 }
@@ -412,6 +428,7 @@ static void run(cb__req_t *r) {
       cb__conn_close_linger(c);
       return;
     case CB__FAULT_HANG:
+      if (f->at == 1) head(r, (int64_t)f->length); /* then no byte of body: over h2c, no DATA at all */
       r->u.fault.piece = f->ms ? f->ms : c->w->cfg->idle_timeout_ms;
       hang_tick(r);
       return;
@@ -493,6 +510,25 @@ static void run(cb__req_t *r) {
       int graceful = f->code == 0 && last >= id;
       cb__h2_goaway(c, f->code, last, graceful);
       if (graceful) declared(r);
+      return;
+    }
+    case CB__FAULT_SETTINGS:
+      cb__h2_settings(c, f->max_frame, f->window);
+      declared(r);
+      return;
+    case CB__FAULT_VIOLATION: {
+      /* The head, then a DATA frame on stream 0: a connection error of type PROTOCOL_ERROR for any client
+       * (RFC 9113 6.1). DATA after END_STREAM would be the gentler breach, but nghttp2-based clients drop
+       * frames on a recently closed stream without a word. The stream then waits like a hang. */
+      head(r, (int64_t)f->length);
+      char *frame = malloc(11);
+      if (frame != NULL) {
+        static const char data0[11] = {0, 0, 2, 0 /* DATA */, 0, 0, 0, 0, 0 /* stream 0 */, 'o', 'k'};
+        memcpy(frame, data0, sizeof data0);
+        cb__conn_tail(c, frame, sizeof data0);
+      }
+      r->u.fault.piece = f->ms ? f->ms : 1000; /* a client that lets the breach pass is not kept long */
+      hang_tick(r);
       return;
     }
     default:

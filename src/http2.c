@@ -1099,3 +1099,12 @@ void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful) {
     nghttp2_session_terminate_session2(h->session, last, code);
   }
 }
+
+void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window) {
+  h2c_t *h = c->proto_state;
+  nghttp2_settings_entry iv[2];
+  size_t n = 0;
+  if (max_frame >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)max_frame};
+  if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
+  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n);
+}

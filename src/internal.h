@@ -200,6 +200,8 @@ struct cb__conn_s {
   uint8_t eof;         /* the peer closed its sending side */
   uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t abort_after_flush; /* a fault: reset (RST) once what is queued has been written (fault.c) */
+  char *tail;                /* a fault's bytes for after the protocol's next output (malloc'd; fault.c) */
+  size_t tail_len;
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
@@ -232,6 +234,9 @@ void cb__conn_close(cb__conn_t *c);
 void cb__conn_close_linger(cb__conn_t *c);
 /* Closes now with a reset: SO_LINGER 0, so the peer gets RST instead of FIN (fault.c). */
 void cb__conn_abort(cb__conn_t *c);
+/* Queues buf (malloc'd, taken over) right after what the protocol writes in the next after-event step: bytes
+ * that must follow a frame the protocol has yet to write (fault.c's DATA after END_STREAM). */
+void cb__conn_tail(cb__conn_t *c, char *buf, size_t len);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
 /* A new request head begins: the header timeout counts from now (a protocol that is already in header mode,
@@ -537,6 +542,8 @@ enum {
   CB__FAULT_DRIBBLE,
   CB__FAULT_RST_STREAM,
   CB__FAULT_GOAWAY,
+  CB__FAULT_SETTINGS,
+  CB__FAULT_VIOLATION,
   CB__FAULT_COUNT
 };
 
@@ -554,6 +561,7 @@ typedef struct {
   double sigma;        /* delay=lognormal */
   uint32_t code;       /* rst_stream, goaway: the HTTP/2 error code */
   int64_t last;        /* goaway: last-stream-id; -1: the stream before this one (this one is cut) */
+  int64_t max_frame, window; /* settings: SETTINGS_MAX_FRAME_SIZE, SETTINGS_INITIAL_WINDOW_SIZE; -1: unchanged */
   uint32_t rate_ppb;   /* the chance it applies, in parts per billion (1e9: always) */
   int raw_status;      /* raw: the status the journal records (from the bytes' status line, 0 if none) */
   const char *data;    /* raw: the bytes (a preset's, or owned) */
@@ -584,6 +592,8 @@ extern const cb__handler_t cb__h_fault;
  * then end the connection (cut: at once after it; graceful: once the streams up to last are done). */
 void cb__h2_rst_stream(cb__req_t *r, uint32_t code);
 void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful);
+/* Submits SETTINGS with the values >= 0 (max frame size, initial window). */
+void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window);
 
 typedef void (*cb__timer_fn)(cb__req_t *r);
 

@@ -265,7 +265,7 @@ no_harm_under_load(_Config) ->
     %% Each row's fault fires once per protocol, except the 501s of the kinds a protocol lacks.
     Unsupported = length([x || #row{spec = Sp} <- Rows,
                                lists:member(kind(Sp), [malformed_chunk, missing_last_chunk, raw,
-                                                       rst_stream, goaway])]),
+                                                       rst_stream, goaway, settings, violation])]),
     ?assertEqual(2 * length(Rows) - Unsupported,
                  maps:get(faults, After) - maps:get(faults, Before)),
     ?assertEqual(maps:get(resets, Before), maps:get(resets, After)),

@@ -311,3 +311,44 @@ TEST(fault_stub_journal_rate) {
   buf_free(&e);
   test_stop(srv);
 }
+
+TEST(fault_h2_settings_violation_stall) {
+  cb_server_t *srv = start_one();
+  int port = cb_server_port(srv);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  int before = cl->settings;
+  h2resp_t *r = h2_request(cl, 1, "GET", "/fault/settings?max_frame=20000&window=1000&length=5", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->body.len, 5);
+  ASSERT_EQ(cl->settings, before + 1);
+  ASSERT_EQ(cl->srv_max_frame, 20000);
+  ASSERT_EQ(cl->srv_initial_window, 1000);
+
+  /* hang?at=head: HEADERS, then no DATA until the server gives up and closes. */
+  r = h2_request(cl, 3, "GET", "/fault/hang?at=head&ms=100", NULL, 0, NULL, 0);
+  ASSERT(h2_wait_closed(cl, 10000) != CL_TIMEOUT);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->body.len, 0);
+  ASSERT_EQ(r->ended, 0);
+  h2_free(cl);
+
+  /* violation: the head, then DATA on stream 0. */
+  cl = h2_open(port);
+  h2_handshake(cl);
+  r = h2_request(cl, 1, "GET", "/fault/violation?ms=100", NULL, 0, NULL, 0);
+  h2frame_t f;
+  int seen = 0;
+  while (!seen && h2_next(cl, &f, 10000) == CL_OK) seen = f.type == 0 && f.sid == 0 && f.len == 2;
+  ASSERT(seen);
+  ASSERT_EQ(r->status, 200);
+  ASSERT(h2_wait_closed(cl, 10000) != CL_TIMEOUT);
+  h2_free(cl);
+
+  h2_check_hello(port);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.faults, 3);
+  test_stop(srv);
+}
