@@ -83,8 +83,31 @@ run(S, #{kind := dribble, length := Len, pieces := P, ms := Ms}, Ctx = #{journal
 run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway; K =:= settings;
                                                  K =:= violation ->
     J(501, 0),
-    send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx))).
-
+    send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx)));
+run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, status := Status, headers := Hs}) ->
+    %% A chunked body, then the last chunk with a trailer field (as src/fault.c writes it).
+    J(Status, out(Ctx, Len)),
+    Head = cbench_http:head(Status, Hs ++ [{<<"transfer-encoding">>, <<"chunked">>},
+                                           {<<"trailer">>, <<"x-trailer">>}], none, default),
+    Body = case maps:get(method, Ctx) of
+               <<"HEAD">> -> <<>>;
+               _ -> [cbench_http:lower(integer_to_binary(Len, 16)), <<"\r\n">>, cbench_fixture:bytes(0, Len),
+                     <<"\r\n0\r\nx-trailer: cbench\r\n\r\n">>]
+           end,
+    send(S, [Head, Body]);
+run(S, #{kind := slow_head, length := Len, pieces := P, ms := Ms},
+    Ctx = #{journal := J, status := Status, headers := Hs}) ->
+    %% The head in P pieces Ms / P apart, without a date (its pieces must not depend on the clock).
+    Head = iolist_to_binary([<<"HTTP/1.1 ">>, integer_to_binary(Status), $\s, cbench_http:reason(Status),
+                             <<"\r\n">>, [[N, <<": ">>, V, <<"\r\n">>] || {N, V} <- Hs],
+                             <<"content-length: ">>, integer_to_binary(Len), <<"\r\n\r\n">>]),
+    Total = byte_size(Head),
+    Pieces = [binary:part(Head, Total * K div P, Total * (K + 1) div P - Total * K div P)
+              || K <- lists:seq(0, P - 1)],
+    slow(S, Pieces, Ms div P, fun() ->
+                                      J(Status, out(Ctx, Len)),
+                                      send(S, body(Ctx, 0, Len))
+                              end).
 dribble(S, Ctx, Len, P, Step, K, Sent, Head, J) ->
     End = Len * (K + 1) div P,
     Last = K + 1 >= P,
@@ -94,6 +117,19 @@ dribble(S, Ctx, Len, P, Step, K, Sent, Head, J) ->
         ok ->
             receive after Step -> ok end,
             dribble(S, Ctx, Len, P, Step, K + 1, End, <<>>, J);
+        Error -> Error
+    end.
+
+slow(S, [Last], _Step, Then) ->
+    case send(S, Last) of
+        ok -> Then();
+        Error -> Error
+    end;
+slow(S, [Piece | Rest], Step, Then) ->
+    case send(S, Piece) of
+        ok ->
+            receive after Step -> ok end,
+            slow(S, Rest, Step, Then);
         Error -> Error
     end.
 

@@ -11,7 +11,7 @@
 
 -type kind() :: reset | empty | hang | garbage | truncated | overlong | malformed_chunk
               | missing_last_chunk | raw | delay | dribble | rst_stream | goaway | settings
-              | violation.
+              | violation | trailers | slow_head.
 -type param() :: at | bytes | length | seed | ms | max | sigma | pieces | code | last | rate
                | close | preset | data | max_frame | window.
 -type user_fault() :: kind() | {kind(), #{param() => term()}} | {raw, binary() | atom()}
@@ -25,7 +25,8 @@
                    dist := fixed | uniform | lognormal, raw_status := 0 | 100..599}.
 
 -define(KINDS, [reset, empty, hang, garbage, truncated, overlong, malformed_chunk,
-                missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation]).
+                missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation,
+                trailers, slow_head]).
 -define(MAX_LENGTH, 16 bsl 20).
 -define(MAX_GARBAGE, 1 bsl 20).
 -define(MAX_MS, 3600000).
@@ -220,6 +221,12 @@ finish(Kind, F = #{bytes := Bytes, length := Len}, Seen, Data) ->
         settings ->
             (Has(max_frame) orelse Has(window)) orelse throw(bad),
             F;
+        trailers ->
+            Len > 0 orelse throw(bad),
+            F;
+        slow_head ->
+            F#{pieces => case maps:get(pieces, F) of 0 -> 4; P0 -> P0 end,
+               ms => case maps:get(ms, F) of 0 -> 1000; M0 -> M0 end};
         raw ->
             %% Exactly one of preset (the last one given) and data.
             Has(preset) =/= Has(data) orelse throw(bad),

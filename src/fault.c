@@ -28,7 +28,8 @@
 
 static const char *const kind_names[CB__FAULT_COUNT] = {
     "",          "reset",   "empty",   "hang",    "garbage", "truncated", "overlong", "malformed_chunk",
-    "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway", "settings", "violation"};
+    "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway", "settings", "violation", "trailers",
+    "slow_head"};
 
 const char *cb__fault_name(int kind) { return kind > 0 && kind < CB__FAULT_COUNT ? kind_names[kind] : ""; }
 
@@ -276,6 +277,13 @@ static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb
       case CB__FAULT_SETTINGS:
         if (f->max_frame < 0 && f->window < 0) err = UV_EINVAL;
         break;
+      case CB__FAULT_TRAILERS:
+        if (f->length == 0) err = UV_EINVAL; /* the trailers follow a body */
+        break;
+      case CB__FAULT_SLOW_HEAD:
+        if (f->pieces == 0) f->pieces = 4;
+        if (f->ms == 0) f->ms = 1000;
+        break;
       case CB__FAULT_DRIBBLE:
         if (f->pieces == 0) f->pieces = 4;
         if (f->ms == 0) f->ms = 1000;
@@ -367,6 +375,7 @@ static int carried(int kind, int h2) {
   switch (kind) {
     case CB__FAULT_MALFORMED_CHUNK:
     case CB__FAULT_MISSING_LAST_CHUNK:
+    case CB__FAULT_SLOW_HEAD:
     case CB__FAULT_RAW: return !h2;
     case CB__FAULT_RST_STREAM:
     case CB__FAULT_GOAWAY:
@@ -405,6 +414,79 @@ static void dribble_tick(cb__req_t *r) {
 }
 
 static void rst_later(cb__req_t *r) { cb__h2_rst_stream(r, r->u.fault.f->code); }
+
+/* An HTTP/1.1 head written by the fault itself (slow_head, trailers): the parts go to emit(arg, p, n) in
+ * order. With date 0 there is no date header: a slow head spans seconds, and its pieces are rendered one at
+ * a time, so they must not depend on the clock. */
+typedef void (*emit_fn)(void *arg, const char *p, size_t n);
+#define EMIT(arg, lit) emit(arg, lit, sizeof(lit) - 1)
+
+static void h1_head_parts(cb__req_t *r, int64_t length, int date, emit_fn emit, void *arg) {
+  char line[64], len[48];
+  int status = r->u.fault.status;
+  int n = snprintf(line, sizeof line, "HTTP/1.1 %d ", status);
+  emit(arg, line, (size_t)n);
+  emit(arg, cb__reason(status), strlen(cb__reason(status)));
+  emit(arg, "\r\n", 2);
+  if (date) emit(arg, r->conn->w->date_line, r->conn->w->date_len);
+  const cb__hdr_t *h = r->u.fault.hdrs;
+  if (h == NULL) EMIT(arg, "content-type: application/octet-stream\r\n");
+  for (int i = 0; h != NULL && i < r->u.fault.nhdrs; i++) {
+    emit(arg, h[i].name, h[i].name_len);
+    emit(arg, ": ", 2);
+    emit(arg, h[i].value, h[i].value_len);
+    emit(arg, "\r\n", 2);
+  }
+  if (length >= 0) {
+    n = snprintf(len, sizeof len, "content-length: %llu\r\n\r\n", (unsigned long long)length);
+    emit(arg, len, (size_t)n);
+  } else {
+    EMIT(arg, "transfer-encoding: chunked\r\ntrailer: x-trailer\r\n\r\n");
+  }
+}
+
+static void emit_all(void *arg, const char *p, size_t n) { cb__outq_copy(&((cb__conn_t *)arg)->out, p, n); }
+
+/* Bytes [from, to) of a head: the parts walked again, their overlap with the range queued. */
+typedef struct {
+  cb__conn_t *c;
+  size_t pos, from, to;
+} range_t;
+
+static void emit_range(void *arg, const char *p, size_t n) {
+  range_t *g = arg;
+  size_t a = g->pos > g->from ? g->pos : g->from, b = g->pos + n < g->to ? g->pos + n : g->to;
+  if (a < b) cb__outq_copy(&g->c->out, p + (a - g->pos), b - a);
+  g->pos += n;
+}
+
+static void count_bytes(void *arg, const char *p, size_t n) {
+  (void)p;
+  *(size_t *)arg += n;
+}
+
+/* An answer written by the fault itself ends like one of the protocol's: the connection goes on. */
+static void raw_end(cb__req_t *r) {
+  r->status = r->u.fault.status;
+  r->res_state = CB__RES_HEAD;
+  cb__res_end(r);
+}
+
+static void slow_head_tick(cb__req_t *r) {
+  const cb__fault_t *f = r->u.fault.f;
+  size_t total = 0;
+  h1_head_parts(r, (int64_t)f->length, 0, count_bytes, &total);
+  unsigned k = r->u.fault.piece++;
+  range_t g = {r->conn, 0, total * k / f->pieces, total * (k + 1) / f->pieces};
+  h1_head_parts(r, (int64_t)f->length, 0, emit_range, &g);
+  if (r->u.fault.piece < f->pieces) {
+    if (cb__req_timer(r, f->ms / f->pieces, slow_head_tick) == 0) return;
+    cb__conn_abort(r->conn);
+    return;
+  }
+  body(r, 0, f->length);
+  raw_end(r);
+}
 
 /* What a connection-closing fault does to an HTTP/1.1 request: nothing more is parsed (the request never
  * ends), and the connection closes once the fault's bytes have left. */
@@ -512,6 +594,28 @@ static void run(cb__req_t *r) {
       if (graceful) declared(r);
       return;
     }
+    case CB__FAULT_TRAILERS:
+      if (h2) {
+        cb__h2_trailers(r);
+        declared(r);
+        return;
+      }
+      /* HTTP/1.1: a chunked body, then the last chunk with a trailer field. */
+      h1_head_parts(r, -1, 1, emit_all, c);
+      if (r->method != CB_METHOD_HEAD) {
+        char size[24];
+        int n = snprintf(size, sizeof size, "%llx\r\n", (unsigned long long)f->length);
+        cb__outq_copy(&c->out, size, (size_t)n);
+        body(r, 0, f->length);
+        static const char last[] = "\r\n0\r\nx-trailer: cbench\r\n\r\n";
+        cb__outq_copy(&c->out, last, sizeof last - 1);
+      }
+      raw_end(r);
+      return;
+    case CB__FAULT_SLOW_HEAD:
+      r->u.fault.piece = 0;
+      slow_head_tick(r);
+      return;
     case CB__FAULT_SETTINGS:
       cb__h2_settings(c, f->max_frame, f->window);
       declared(r);

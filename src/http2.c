@@ -57,6 +57,7 @@ struct h2s {
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
+  uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
@@ -372,12 +373,24 @@ static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h
 
 /* ---- the data provider and the send callbacks ---- */
 
+static ssize_t provider_body(h2s_t *s, uint8_t *buf, size_t length, uint32_t *flags);
+
 static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
                              uint32_t *flags, nghttp2_data_source *src, void *ud) {
-  (void)session;
-  (void)id;
   (void)ud;
   h2s_t *s = src->ptr;
+  ssize_t n = provider_body(s, buf, length, flags);
+  if (n >= 0 && (*flags & NGHTTP2_DATA_FLAG_EOF) && s->trailers) { /* a fault's trailers end the stream */
+    static const nghttp2_nv trailer[] = {
+        {(uint8_t *)"x-trailer", (uint8_t *)"cbench", 9, 6, NGHTTP2_NV_FLAG_NONE}};
+    s->trailers = 0;
+    *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    nghttp2_submit_trailer(session, id, trailer, 1);
+  }
+  return n;
+}
+
+static ssize_t provider_body(h2s_t *s, uint8_t *buf, size_t length, uint32_t *flags) {
   if (s->h->hold_data) {
     s->deferred = 1;
     return NGHTTP2_ERR_DEFERRED;
@@ -1108,3 +1121,5 @@ void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window) {
   if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
   nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n);
 }
+
+void cb__h2_trailers(cb__req_t *r) { ((h2s_t *)r->stream)->trailers = 1; }

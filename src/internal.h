@@ -544,6 +544,8 @@ enum {
   CB__FAULT_GOAWAY,
   CB__FAULT_SETTINGS,
   CB__FAULT_VIOLATION,
+  CB__FAULT_TRAILERS,
+  CB__FAULT_SLOW_HEAD,
   CB__FAULT_COUNT
 };
 
@@ -592,6 +594,8 @@ extern const cb__handler_t cb__h_fault;
  * then end the connection (cut: at once after it; graceful: once the streams up to last are done). */
 void cb__h2_rst_stream(cb__req_t *r, uint32_t code);
 void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful);
+/* The response body of r ends with the trailer block `x-trailer: cbench` (instead of END_STREAM on DATA). */
+void cb__h2_trailers(cb__req_t *r);
 /* Submits SETTINGS with the values >= 0 (max frame size, initial window). */
 void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window);
 

@@ -8,10 +8,10 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
--export([outcomes/1, stub_faults/1, stub_fault_refused/1, seeded_rate/1, bad_params/1,
+-export([outcomes/1, same_bytes_every_engine/1, stub_faults/1, stub_fault_refused/1, seeded_rate/1, bad_params/1,
          no_harm_under_load/1, readme_example/1]).
 
-all() -> [outcomes, stub_faults, stub_fault_refused, seeded_rate, bad_params, no_harm_under_load,
+all() -> [outcomes, same_bytes_every_engine, stub_faults, stub_fault_refused, seeded_rate, bad_params, no_harm_under_load,
           readme_example].
 
 suite() -> [{timetrap, {minutes, 5}}].
@@ -141,6 +141,26 @@ wait_idle(S, N) ->
         _ -> timer:sleep(100), wait_idle(S, N - 1)
     end.
 
+%% @doc Over HTTP/1.1 the engines send the same bytes for each fault (dates masked).
+same_bytes_every_engine(_Config) ->
+    Specs = ["truncated?length=10&bytes=3", "overlong?length=4&bytes=2", "malformed_chunk?bytes=3",
+             "missing_last_chunk?length=5", "garbage?bytes=21&seed=3", "empty", "hang?ms=50",
+             "hang?at=head&ms=50&length=3", "raw?preset=obs_fold", "raw?preset=informational",
+             "raw?data=HTTP%2F1.1%20204%20No%20Content%0D%0A%0D%0A&close=0",
+             "trailers?length=5", "slow_head?length=3&pieces=3&ms=30", "dribble?length=5&ms=20",
+             "delay?ms=1&length=3", "rst_stream", "settings?window=0", "violation",
+             "reset?rate=0&length=6"],
+    Servers = [begin {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}), {E, S} end
+               || E <- [nif, port, ehttpd]],
+    [begin
+         [{_, First} | Rest] = [{E, mask_date(raw_get(cbench:port(S), "/fault/" ++ Spec))}
+                                || {E, S} <- Servers],
+         ct:log("~s: ~p", [Spec, First]),
+         [?assertEqual({Spec, E, First}, {Spec, E, Got}) || {E, Got} <- Rest]
+     end || Spec <- Specs],
+    [ok = cbench:stop_server(S) || {_, S} <- Servers],
+    ok.
+
 %%% Stubs
 
 %% @doc A stub's fault sends the stub's status and headers, byte for byte alike on every engine;
@@ -265,7 +285,8 @@ no_harm_under_load(_Config) ->
     %% Each row's fault fires once per protocol, except the 501s of the kinds a protocol lacks.
     Unsupported = length([x || #row{spec = Sp} <- Rows,
                                lists:member(kind(Sp), [malformed_chunk, missing_last_chunk, raw,
-                                                       rst_stream, goaway, settings, violation])]),
+                                                       rst_stream, goaway, settings, violation,
+                                                       slow_head])]),
     ?assertEqual(2 * length(Rows) - Unsupported,
                  maps:get(faults, After) - maps:get(faults, Before)),
     ?assertEqual(maps:get(resets, Before), maps:get(resets, After)),

@@ -96,6 +96,7 @@ TEST(fault_h1_exact) {
   }
   check(port, "garbage?bytes=20&seed=5", &e, CL_EOF);
 
+  int fd;
   buf_reset(&e);
   buf_adds(&e, "HTTP/1.1 200 OK\ncontent-length: 2\n\nok");
   check(port, "raw?preset=bare_lf", &e, CL_EOF);
@@ -106,11 +107,25 @@ TEST(fault_h1_exact) {
   buf_adds(&e, "abc def+");
   check(port, "raw?data=abc+def%2B", &e, CL_EOF);
 
+  /* trailers and slow_head: answers the fault writes itself; the connection goes on after each. */
+  buf_reset(&e);
+  fd = cl_connect(port);
+  buf_adds(&e, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-type: application/octet-stream\r\n"
+                "transfer-encoding: chunked\r\ntrailer: x-trailer\r\n\r\n5\r\n");
+  exp_gen(&e, 0, 5);
+  buf_adds(&e, "\r\n0\r\nx-trailer: cbench\r\n\r\n");
+  ROUNDTRIP_S(fd, "GET /fault/trailers?length=5 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
+  buf_reset(&e);
+  buf_adds(&e, "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 3\r\n\r\n");
+  exp_gen(&e, 0, 3);
+  ROUNDTRIP_S(fd, "GET /fault/slow_head?length=3&pieces=5&ms=50 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
+  close(fd);
+
   /* The declared answer when the rate says no; the dribbled one whole. */
   buf_reset(&e);
   exp_head(&e, 200, "application/octet-stream", NULL, 7, CONN_NONE);
   exp_gen(&e, 0, 7);
-  int fd = cl_connect(port);
+  fd = cl_connect(port);
   ROUNDTRIP_S(fd, "GET /fault/reset?rate=0&length=7 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
   ROUNDTRIP_S(fd, "GET /fault/dribble?length=7&pieces=7&ms=70 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
   ROUNDTRIP_S(fd, "GET /fault/delay?length=7&ms=5&max=20&seed=9 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
@@ -131,7 +146,7 @@ TEST(fault_h1_exact) {
 
   cb_stats_t st;
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
-  ASSERT_EQ(st.faults, 16);
+  ASSERT_EQ(st.faults, 18);
   ASSERT_EQ(st.resets, 0);
   buf_free(&e);
   test_stop(srv);
@@ -193,19 +208,27 @@ TEST(fault_h2_frames) {
   ASSERT(memmem(r->head.p, r->head.len, "content-length: 10\r\n", 20) != NULL);
   ASSERT_EQ(r->body.len, 3);
 
+  /* trailers: DATA without END_STREAM, then a trailing HEADERS block that ends the stream. */
+  r = h2_request(cl, 7, "GET", "/fault/trailers?length=6", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->nheaders, 2);
+  ASSERT_EQ(r->ended, 1);
+  ASSERT_EQ(r->body.len, 6);
+  ASSERT(memmem(r->head.p, r->head.len, "x-trailer: cbench\r\n", 19) != NULL);
+
   /* HTTP/1.1-only kinds: 501 on the stream. */
-  r = h2_request(cl, 7, "GET", "/fault/raw?preset=bare_lf", NULL, 0, NULL, 0);
+  r = h2_request(cl, 9, "GET", "/fault/raw?preset=bare_lf", NULL, 0, NULL, 0);
   h2_wait1(cl, r, 10000);
   ASSERT_EQ(r->status, 501);
 
   /* A graceful GOAWAY: the stream is answered, then the connection ends. */
-  r = h2_request(cl, 9, "GET", "/fault/goaway?code=0&last=9&length=4", NULL, 0, NULL, 0);
+  r = h2_request(cl, 11, "GET", "/fault/goaway?code=0&last=11&length=4", NULL, 0, NULL, 0);
   h2_wait1(cl, r, 10000);
   ASSERT_EQ(r->status, 200);
   ASSERT_EQ(r->body.len, 4);
   ASSERT_EQ(cl->goaway, 1);
   ASSERT_EQ(cl->goaway_code, 0);
-  ASSERT_EQ(cl->goaway_last, 9);
+  ASSERT_EQ(cl->goaway_last, 11);
   ASSERT(h2_wait_closed(cl, 10000) != CL_TIMEOUT);
   h2_free(cl);
 
@@ -230,7 +253,7 @@ TEST(fault_h2_frames) {
   h2_check_hello(port);
   cb_stats_t st;
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
-  ASSERT_EQ(st.faults, 6);
+  ASSERT_EQ(st.faults, 7);
   ASSERT_EQ(st.resets, 0);
   buf_free(&e);
   test_stop(srv);
