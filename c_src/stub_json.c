@@ -350,8 +350,8 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
   if (err) {
     /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values, a file). */
     const char *hint = st.response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
-    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body", hint,
-         cb_strerror(err), cb_err_name(err));
+    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body%s", hint,
+         cb_strerror(err), cb_err_name(err), st.response.fault.ptr ? ", docs/faults.md for response.fault" : "");
     goto out;
   }
   rc = 0;
