@@ -39,7 +39,7 @@ run(S, #{kind := hang, ms := Ms, at := At, length := Len}, Ctx = #{journal := J,
                  1 -> _ = gen_tcp:send(S, head(Ctx, Len)), maps:get(status, Ctx);
                  _ -> 0
              end,
-    hang(S, case Ms of 0 -> Idle; _ -> Ms end),
+    hang(S, case Ms of 0 -> Idle; _ -> min(Ms, Idle) end),
     J(Status, 0),
     close(S);
 run(S, #{kind := garbage, seed := Seed, bytes := N}, #{journal := J}) ->

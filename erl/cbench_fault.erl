@@ -28,7 +28,7 @@
                 missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation,
                 trailers, slow_head]).
 -define(MAX_LENGTH, 16 bsl 20).
--define(MAX_GARBAGE, 1 bsl 20).
+-define(MAX_GARBAGE, 64 bsl 10).
 -define(MAX_MS, 3600000).
 -define(MAX_PIECES, 100000).
 -define(MAX_DATA, 64 bsl 10).

@@ -17,8 +17,9 @@
 #include "internal.h"
 
 #define MAX_LENGTH (16u << 20)    /* a declared body */
-#define MAX_GARBAGE (1u << 20)    /* garbage bytes */
-#define MAX_MS 3600000u           /* hang, delay, dribble */
+#define MAX_GARBAGE (64u << 10)   /* garbage bytes: allocated per request, so kept small */
+#define MAX_MS 3600000u           /* hang, delay, dribble (a stub's) */
+#define MAX_ROUTE_MS 60000u       /* the same through /fault/, whose parameters are the client's (as /delay/) */
 #define MAX_PIECES 100000u        /* dribble */
 #define MAX_DATA (64u << 10)      /* raw bytes */
 #define MAX_SIGMA 10.0            /* delay=lognormal */
@@ -511,7 +512,8 @@ static void run(cb__req_t *r) {
       return;
     case CB__FAULT_HANG:
       if (f->at == 1) head(r, (int64_t)f->length); /* then no byte of body: over h2c, no DATA at all */
-      r->u.fault.piece = f->ms ? f->ms : c->w->cfg->idle_timeout_ms;
+      /* At most the idle timeout: a hang must not hold a connection longer than an idle peer could. */
+      r->u.fault.piece = f->ms && f->ms < c->w->cfg->idle_timeout_ms ? f->ms : c->w->cfg->idle_timeout_ms;
       hang_tick(r);
       return;
     case CB__FAULT_GARBAGE: {
@@ -632,6 +634,7 @@ static void run(cb__req_t *r) {
         cb__conn_tail(c, frame, sizeof data0);
       }
       r->u.fault.piece = f->ms ? f->ms : 1000; /* a client that lets the breach pass is not kept long */
+      if (r->u.fault.piece > c->w->cfg->idle_timeout_ms) r->u.fault.piece = c->w->cfg->idle_timeout_ms;
       hang_tick(r);
       return;
     }
@@ -667,6 +670,10 @@ static void route_end(cb__req_t *r) {
   size_t qn = r->target_len > r->path_len ? r->target_len - r->path_len - 1 : 0;
   cb__fault_t *f = malloc(sizeof *f);
   int err = f == NULL ? UV_ENOMEM : parse_parts(r->path + pre, r->path_len - pre, q, qn, f);
+  if (err == 0 && (f->ms > MAX_ROUTE_MS || f->max_ms > MAX_ROUTE_MS)) {
+    cb__fault_free(f);
+    err = UV_EINVAL;
+  }
   r->u.fault.own = err ? NULL : f;
   if (err) {
     free(f);

@@ -155,7 +155,7 @@ TEST(fault_h1_exact) {
 TEST(fault_bad_params_400) {
   static const char *const bad[] = {
       "nosuch", "reset?at=later", "reset?bytes=16777217", "reset?length=10&bytes=11", "garbage?bytes=0",
-      "garbage?bytes=1048577", "hang?ms=3600001", "truncated?length=0", "truncated?length=5&bytes=5",
+      "garbage?bytes=65537", "hang?ms=3600001", "hang?ms=60001", "delay?ms=1&max=60001", "truncated?length=0", "truncated?length=5&bytes=5",
       "overlong?bytes=0", "dribble?pieces=0", "dribble?length=2&pieces=3", "delay?ms=10&max=5",
       "delay?max=5&sigma=1", "delay?sigma=10.5", "rst_stream?code=4294967296", "goaway?last=2147483648",
       "reset?rate=1.1", "reset?rate=0.1234567891", "reset?rate=.5", "reset?seed=-1", "reset?x=1", "reset?at",
