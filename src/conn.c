@@ -100,7 +100,6 @@ static void free_conn(cb__conn_t *c) {
   run_releases(c);
   cb__outq_free(&c->out);
   cb__echo_release(c, c->out.released);
-  free(c->tail);
   if (c->fd >= 0) close(c->fd);
   if (c->prev) c->prev->next = c->next;
   else w->conns = c->next;
@@ -139,12 +138,6 @@ static void start_linger(cb__conn_t *c) {
 }
 
 void cb__conn_close_linger(cb__conn_t *c) { c->close_after_flush = 1; }
-
-void cb__conn_tail(cb__conn_t *c, char *buf, size_t len) {
-  free(c->tail); /* one at a time: a second replaces the first */
-  c->tail = buf;
-  c->tail_len = len;
-}
 
 void cb__conn_abort(cb__conn_t *c) {
   if (c->closing) return;
@@ -264,10 +257,6 @@ void cb__conn_after(cb__conn_t *c) {
     if (c->closing) return;
     if (c->ops && c->ops->after) c->ops->after(c);
     if (c->closing) return;
-    if (c->tail != NULL) { /* behind what the protocol just wrote */
-      cb__outq_ref(&c->out, c->tail, c->tail_len, 1);
-      c->tail = NULL;
-    }
     flush(c);
     if (c->closing) return;
     if (c->abort_after_flush && c->out.bytes == 0) { /* a reset fault: what it sent has left */

@@ -343,8 +343,8 @@ static uint64_t delay_draws; /* atomic: delay's seeded draws, server-wide */
 static int on_h2(const cb__req_t *r) { return r->conn->proto == CB__PROTO_H2; }
 
 static void head(cb__req_t *r, int64_t length) {
-  const cb__hdr_t *h = r->u.fault.hdrs;
-  cb__res_head(r, r->u.fault.status, h ? NULL : ct_octet, h, r->u.fault.nhdrs, length);
+  const cb__fault_answer_t *a = r->u.fault.answer;
+  cb__res_head(r, a->status, a->hdrs ? NULL : ct_octet, a->hdrs, a->nhdrs, length);
 }
 
 /* Body bytes [from, to) of the generated content (byte i is i % 251), in pieces the generator spans. */
@@ -361,8 +361,8 @@ static void body(cb__req_t *r, uint64_t from, uint64_t to) {
 /* The answer without the fault: the stub's, or /fault/'s declared one. */
 static void declared(cb__req_t *r) {
   const cb__fault_t *f = r->u.fault.f;
-  if (r->u.fault.normal != NULL) {
-    r->u.fault.normal(r);
+  if (r->u.fault.answer->normal != NULL) {
+    r->u.fault.answer->normal(r);
     return;
   }
   head(r, (int64_t)f->length);
@@ -401,12 +401,9 @@ static void hang_tick(cb__req_t *r) {
 static void dribble_tick(cb__req_t *r) {
   const cb__fault_t *f = r->u.fault.f;
   unsigned k = r->u.fault.piece++;
-  uint64_t end = f->length * (k + 1) / f->pieces;
-  if (r->u.fault.sent < end) {
-    cb__res_data(r, cb__generated() + r->u.fault.sent % 251, (size_t)(end - r->u.fault.sent),
-                 CB__DATA_STATIC | CB__DATA_PIECE_END);
-    r->u.fault.sent = end;
-  }
+  uint64_t start = f->length * k / f->pieces, end = f->length * (k + 1) / f->pieces;
+  if (start < end)
+    cb__res_data(r, cb__generated() + start % 251, (size_t)(end - start), CB__DATA_STATIC | CB__DATA_PIECE_END);
   if (r->u.fault.piece >= f->pieces) {
     cb__res_end(r);
     return;
@@ -424,15 +421,16 @@ typedef void (*emit_fn)(void *arg, const char *p, size_t n);
 
 static void h1_head_parts(cb__req_t *r, int64_t length, int date, emit_fn emit, void *arg) {
   char line[64], len[48];
-  int status = r->u.fault.status;
+  const cb__fault_answer_t *a = r->u.fault.answer;
+  int status = a->status;
   int n = snprintf(line, sizeof line, "HTTP/1.1 %d ", status);
   emit(arg, line, (size_t)n);
   emit(arg, cb__reason(status), strlen(cb__reason(status)));
   emit(arg, "\r\n", 2);
   if (date) emit(arg, r->conn->w->date_line, r->conn->w->date_len);
-  const cb__hdr_t *h = r->u.fault.hdrs;
+  const cb__hdr_t *h = a->hdrs;
   if (h == NULL) EMIT(arg, "content-type: application/octet-stream\r\n");
-  for (int i = 0; h != NULL && i < r->u.fault.nhdrs; i++) {
+  for (int i = 0; h != NULL && i < a->nhdrs; i++) {
     emit(arg, h[i].name, h[i].name_len);
     emit(arg, ": ", 2);
     emit(arg, h[i].value, h[i].value_len);
@@ -468,7 +466,7 @@ static void count_bytes(void *arg, const char *p, size_t n) {
 
 /* An answer written by the fault itself ends like one of the protocol's: the connection goes on. */
 static void raw_end(cb__req_t *r) {
-  r->status = r->u.fault.status;
+  r->status = r->u.fault.answer->status;
   r->res_state = CB__RES_HEAD;
   cb__res_end(r);
 }
@@ -570,7 +568,6 @@ static void run(cb__req_t *r) {
       return;
     case CB__FAULT_DRIBBLE:
       head(r, (int64_t)f->length);
-      r->u.fault.sent = 0;
       r->u.fault.piece = 0;
       if (r->method == CB_METHOD_HEAD) {
         cb__res_end(r);
@@ -627,12 +624,7 @@ static void run(cb__req_t *r) {
        * (RFC 9113 6.1). DATA after END_STREAM would be the gentler breach, but nghttp2-based clients drop
        * frames on a recently closed stream without a word. The stream then waits like a hang. */
       head(r, (int64_t)f->length);
-      char *frame = malloc(11);
-      if (frame != NULL) {
-        static const char data0[11] = {0, 0, 2, 0 /* DATA */, 0, 0, 0, 0, 0 /* stream 0 */, 'o', 'k'};
-        memcpy(frame, data0, sizeof data0);
-        cb__conn_tail(c, frame, sizeof data0);
-      }
+      cb__h2_violation(c);
       r->u.fault.piece = f->ms ? f->ms : 1000; /* a client that lets the breach pass is not kept long */
       if (r->u.fault.piece > c->w->cfg->idle_timeout_ms) r->u.fault.piece = c->w->cfg->idle_timeout_ms;
       hang_tick(r);
@@ -643,13 +635,9 @@ static void run(cb__req_t *r) {
   }
 }
 
-void cb__fault_start(cb__req_t *r, const cb__fault_t *f, int status, const cb__hdr_t *hdrs, int nhdrs,
-                     cb__timer_fn normal) {
-  r->u.fault.normal = normal;
+void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_t *answer) {
   r->u.fault.f = f;
-  r->u.fault.status = status;
-  r->u.fault.hdrs = hdrs;
-  r->u.fault.nhdrs = nhdrs;
+  r->u.fault.answer = answer;
   if (!carried(f->kind, on_h2(r))) { /* 501 on this request; not a fault */
     cb__res_head(r, 501, NULL, NULL, 0, 0);
     cb__res_end(r);
@@ -663,6 +651,7 @@ void cb__fault_start(cb__req_t *r, const cb__fault_t *f, int status, const cb__h
 /* ---- the fixture route /fault/{kind}?params ---- */
 
 static uint64_t route_draws; /* atomic: /fault/'s rate draws, server-wide (see docs/faults.md) */
+static const cb__fault_answer_t route_answer = {200, NULL, 0, NULL};
 
 static void route_end(cb__req_t *r) {
   size_t pre = r->route->path_len; /* "/fault/" */
@@ -674,7 +663,6 @@ static void route_end(cb__req_t *r) {
     cb__fault_free(f);
     err = UV_EINVAL;
   }
-  r->u.fault.own = err ? NULL : f;
   if (err) {
     free(f);
     if (err == UV_EINVAL) CB__STAT_INC(r->conn->w, status_400);
@@ -683,23 +671,23 @@ static void route_end(cb__req_t *r) {
     return;
   }
   r->u.fault.f = f;
-  r->u.fault.status = 200;
-  r->u.fault.hdrs = NULL;
-  r->u.fault.nhdrs = 0;
-  r->u.fault.normal = NULL;
+  r->u.fault.own = 1;
+  r->u.fault.answer = &route_answer;
   if (!cb__fault_fires(f, &route_draws)) {
     declared(r);
     return;
   }
-  cb__fault_start(r, f, 200, NULL, 0, NULL);
+  cb__fault_start(r, f, &route_answer);
 }
 
-static void route_head(cb__req_t *r) { r->u.fault.own = NULL; }
+static void route_head(cb__req_t *r) { r->u.fault.own = 0; }
 
 static void route_free(cb__req_t *r) {
-  cb__fault_free(r->u.fault.own);
-  free(r->u.fault.own);
-  r->u.fault.own = NULL;
+  if (!r->u.fault.own) return;
+  cb__fault_t *f = (cb__fault_t *)r->u.fault.f; /* parsed for this request: ours to free */
+  cb__fault_free(f);
+  free(f);
+  r->u.fault.own = 0;
 }
 
 const cb__handler_t cb__h_fault = {.on_head = route_head, .on_end = route_end, .on_free = route_free};

@@ -88,6 +88,7 @@ struct h2c {
   uint8_t oversized;   /* header blocks over the limit so far */
   uint8_t block_over;  /* the header block being decoded is over the limit */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
+  uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (cb__h2_violation) */
   size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
@@ -998,6 +999,11 @@ static void h2_after(cb__conn_t *c) {
     cb__conn_close(c);
     return;
   }
+  if (h->violation) { /* fault.c: behind the HEADERS just written */
+    static const char data0[11] = {0, 0, 2, 0 /* DATA */, 0, 0, 0, 0, 0 /* stream 0 */, 'o', 'k'};
+    h->violation = 0;
+    cb__outq_copy(&c->out, data0, sizeof data0);
+  }
   /* nghttp2 wants neither to read nor to write once GOAWAY is out and its streams are done. */
   if (!nghttp2_session_want_read(h->session) && !nghttp2_session_want_write(h->session))
     cb__conn_close_linger(c);
@@ -1121,5 +1127,7 @@ void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window) {
   if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
   nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n);
 }
+
+void cb__h2_violation(cb__conn_t *c) { ((h2c_t *)c->proto_state)->violation = 1; }
 
 void cb__h2_trailers(cb__req_t *r) { ((h2s_t *)r->stream)->trailers = 1; }

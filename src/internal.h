@@ -200,8 +200,6 @@ struct cb__conn_s {
   uint8_t eof;         /* the peer closed its sending side */
   uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t abort_after_flush; /* a fault: reset (RST) once what is queued has been written (fault.c) */
-  char *tail;                /* a fault's bytes for after the protocol's next output (malloc'd; fault.c) */
-  size_t tail_len;
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
@@ -234,9 +232,6 @@ void cb__conn_close(cb__conn_t *c);
 void cb__conn_close_linger(cb__conn_t *c);
 /* Closes now with a reset: SO_LINGER 0, so the peer gets RST instead of FIN (fault.c). */
 void cb__conn_abort(cb__conn_t *c);
-/* Queues buf (malloc'd, taken over) right after what the protocol writes in the next after-event step: bytes
- * that must follow a frame the protocol has yet to write (fault.c's DATA after END_STREAM). */
-void cb__conn_tail(cb__conn_t *c, char *buf, size_t len);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
 /* A new request head begins: the header timeout counts from now (a protocol that is already in header mode,
@@ -573,6 +568,16 @@ typedef struct {
 
 #define CB__FAULT_ALWAYS 1000000000u
 
+/* The answer a fault departs from: the head it sends (a stub's status and headers; 200 and
+ * application/octet-stream for /fault/) and the answer without the fault (a stub's, which delay, settings and
+ * a graceful goaway send; NULL: /fault/'s declared one). Lives as long as the route. */
+typedef struct {
+  int status;
+  const cb__hdr_t *hdrs;
+  int nhdrs;
+  void (*normal)(cb__req_t *r);
+} cb__fault_answer_t;
+
 /* Parses a fault spec (KIND, or KIND?name=value&... with the parameters of docs/faults.md, values
  * percent-decoded). Returns 0, or UV_EINVAL for an unknown kind or parameter, or a value out of its bound;
  * UV_ENOMEM. Free with cb__fault_free (the owned raw bytes). */
@@ -580,11 +585,8 @@ int cb__fault_parse(const char *spec, size_t n, cb__fault_t *f);
 void cb__fault_free(cb__fault_t *f);
 /* Whether the fault applies to this request: the n-th draw (n from *counter, atomically) of its rate. */
 int cb__fault_fires(const cb__fault_t *f, uint64_t *counter);
-/* Answers r with fault f (on_end time). status, headers: the head a fault sends when it sends one (a stub's
- * status and headers; 200 and none for /fault/). normal: the answer without the fault (a stub's), which
- * delay and a graceful goaway send; NULL for /fault/'s declared one. f must outlive the request. */
-void cb__fault_start(cb__req_t *r, const cb__fault_t *f, int status, const cb__hdr_t *hdrs, int nhdrs,
-                     void (*normal)(cb__req_t *r));
+/* Answers r with fault f (on_end time), departing from answer. Both must outlive the request. */
+void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_t *answer);
 /* The name of a fault kind ("reset"), "" for none. */
 const char *cb__fault_name(int kind);
 /* The /fault/{kind} fixture handler. */
@@ -596,6 +598,9 @@ void cb__h2_rst_stream(cb__req_t *r, uint32_t code);
 void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful);
 /* The response body of r ends with the trailer block `x-trailer: cbench` (instead of END_STREAM on DATA). */
 void cb__h2_trailers(cb__req_t *r);
+/* Writes a DATA frame on stream 0 (a connection error for the peer) right after the frames the session sends
+ * next, so that it follows the response HEADERS submitted now. */
+void cb__h2_violation(cb__conn_t *c);
 /* Submits SETTINGS with the values >= 0 (max frame size, initial window). */
 void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window);
 
@@ -655,13 +660,9 @@ struct cb__req_s {
     } headers;
     struct {
       const cb__fault_t *f;
-      cb__fault_t *own;   /* /fault/{kind}: parsed per request, freed with it */
-      uint64_t sent;      /* dribble: body bytes emitted */
-      unsigned piece;
-      int status;
-      const cb__hdr_t *hdrs;
-      int nhdrs;
-      void (*normal)(cb__req_t *r);
+      const cb__fault_answer_t *answer;
+      unsigned piece; /* dribble, slow_head: the next piece; hang: ms left */
+      uint8_t own;    /* /fault/{kind}: f was parsed for this request and is freed with it */
     } fault;
     unsigned ms;
     int status;
