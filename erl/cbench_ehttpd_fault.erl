@@ -72,7 +72,8 @@ run(_S, F = #{kind := delay}, #{normal := Normal}) ->
     N = counters_next(delay),
     receive after cbench_fault:delay_ms(F, N) -> ok end,
     Normal();
-run(S, #{kind := dribble, length := Len, pieces := P, ms := Ms}, Ctx = #{journal := J}) ->
+run(S, #{kind := K, length := Len, pieces := P, ms := Ms}, Ctx = #{journal := J})
+  when K =:= dribble; K =:= drip ->
     case maps:get(method, Ctx) of
         <<"HEAD">> ->
             J(maps:get(status, Ctx), 0),

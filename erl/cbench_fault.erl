@@ -11,7 +11,7 @@
 
 -type kind() :: reset | empty | hang | garbage | truncated | overlong | malformed_chunk
               | missing_last_chunk | raw | delay | dribble | rst_stream | goaway | settings
-              | violation | trailers | slow_head.
+              | violation | trailers | slow_head | drip.
 -type param() :: at | bytes | length | seed | ms | max | sigma | pieces | code | last | rate
                | close | preset | data | max_frame | window.
 -type user_fault() :: kind() | {kind(), #{param() => term()}} | {raw, binary() | atom()}
@@ -26,7 +26,7 @@
 
 -define(KINDS, [reset, empty, hang, garbage, truncated, overlong, malformed_chunk,
                 missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation,
-                trailers, slow_head]).
+                trailers, slow_head, drip]).
 -define(MAX_LENGTH, 16 bsl 20).
 -define(MAX_GARBAGE, 64 bsl 10).
 -define(MAX_MS, 3600000).
@@ -241,6 +241,11 @@ finish(Kind, F = #{bytes := Bytes, length := Len}, Seen, Data) ->
                 {false, true} -> F#{dist => lognormal};
                 _ -> F
             end;
+        drip ->
+            %% go-httpbin's /drip: the body a byte at a time, evenly over ms.
+            L = case Has(length) of true -> Len; false -> 10 end,
+            (L > 0 andalso L =< ?MAX_PIECES) orelse throw(bad),
+            F#{length => L, pieces => L, ms => case maps:get(ms, F) of 0 -> 1000; M1 -> M1 end};
         dribble ->
             P = case maps:get(pieces, F) of 0 -> 4; P0 -> P0 end,
             Ms = case maps:get(ms, F) of 0 -> 1000; M0 -> M0 end,

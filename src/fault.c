@@ -30,7 +30,7 @@
 static const char *const kind_names[CB__FAULT_COUNT] = {
     "",          "reset",   "empty",   "hang",    "garbage", "truncated", "overlong", "malformed_chunk",
     "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway", "settings", "violation", "trailers",
-    "slow_head"};
+    "slow_head", "drip"};
 
 const char *cb__fault_name(int kind) { return kind > 0 && kind < CB__FAULT_COUNT ? kind_names[kind] : ""; }
 
@@ -284,6 +284,12 @@ static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb
       case CB__FAULT_SLOW_HEAD:
         if (f->pieces == 0) f->pieces = 4;
         if (f->ms == 0) f->ms = 1000;
+        break;
+      case CB__FAULT_DRIP: /* go-httpbin's /drip: the body a byte at a time, evenly over ms */
+        if (!(seen & 4)) f->length = 10;
+        if (f->ms == 0) f->ms = 1000;
+        if (f->length == 0 || f->length > MAX_PIECES) err = UV_EINVAL;
+        f->pieces = (uint32_t)f->length;
         break;
       case CB__FAULT_DRIBBLE:
         if (f->pieces == 0) f->pieces = 4;
@@ -567,6 +573,7 @@ static void run(cb__req_t *r) {
         declared(r);
       return;
     case CB__FAULT_DRIBBLE:
+    case CB__FAULT_DRIP:
       head(r, (int64_t)f->length);
       r->u.fault.piece = 0;
       if (r->method == CB_METHOD_HEAD) {

@@ -148,6 +148,7 @@ same_bytes_every_engine(_Config) ->
              "hang?at=head&ms=50&length=3", "raw?preset=obs_fold", "raw?preset=informational",
              "raw?data=HTTP%2F1.1%20204%20No%20Content%0D%0A%0D%0A&close=0",
              "trailers?length=5", "slow_head?length=3&pieces=3&ms=30", "dribble?length=5&ms=20",
+             "drip?length=3&ms=30",
              "delay?ms=1&length=3", "rst_stream", "settings?window=0", "violation",
              "reset?rate=0&length=6"],
     Servers = [begin {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}), {E, S} end
@@ -235,7 +236,7 @@ bad_params(_Config) ->
     Bad = ["nosuch", "reset?at=later", "reset?bytes=16777217", "reset?length=10&bytes=11",
            "garbage?bytes=65537", "garbage?bytes=0", "hang?ms=3600001", "hang?ms=60001",
            "delay?ms=1&max=60001", "truncated?length=0",
-           "dribble?pieces=0", "dribble?length=2&pieces=3", "delay?ms=10&max=5",
+           "dribble?pieces=0", "dribble?length=2&pieces=3", "drip?length=0", "drip?length=100001", "delay?ms=10&max=5",
            "delay?max=5&sigma=1", "delay?sigma=10.5", "rst_stream?code=4294967296",
            "goaway?last=2147483648", "reset?rate=1.1", "reset?rate=0.1234567891", "reset?seed=-1",
            "reset?x=1", "reset?at", "reset?=1", "raw", "raw?preset=x", "raw?data=%zz",

@@ -129,6 +129,7 @@ TEST(fault_h1_exact) {
   ROUNDTRIP_S(fd, "GET /fault/reset?rate=0&length=7 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
   ROUNDTRIP_S(fd, "GET /fault/dribble?length=7&pieces=7&ms=70 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
   ROUNDTRIP_S(fd, "GET /fault/delay?length=7&ms=5&max=20&seed=9 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
+  ROUNDTRIP_S(fd, "GET /fault/drip?length=7&ms=35 HTTP/1.1\r\nHost: x\r\n\r\n", &e);
   /* raw with close=0: the bytes are the answer and the connection goes on. */
   buf_reset(&e);
   buf_adds(&e, "HTTP/1.1 204 No Content\r\n\r\n");
@@ -146,7 +147,7 @@ TEST(fault_h1_exact) {
 
   cb_stats_t st;
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
-  ASSERT_EQ(st.faults, 18);
+  ASSERT_EQ(st.faults, 19);
   ASSERT_EQ(st.resets, 0);
   buf_free(&e);
   test_stop(srv);
@@ -156,7 +157,7 @@ TEST(fault_bad_params_400) {
   static const char *const bad[] = {
       "nosuch", "reset?at=later", "reset?bytes=16777217", "reset?length=10&bytes=11", "garbage?bytes=0",
       "garbage?bytes=65537", "hang?ms=3600001", "hang?ms=60001", "delay?ms=1&max=60001", "truncated?length=0", "truncated?length=5&bytes=5",
-      "overlong?bytes=0", "dribble?pieces=0", "dribble?length=2&pieces=3", "delay?ms=10&max=5",
+      "overlong?bytes=0", "dribble?pieces=0", "dribble?length=2&pieces=3", "drip?length=0", "drip?length=100001", "delay?ms=10&max=5",
       "delay?max=5&sigma=1", "delay?sigma=10.5", "rst_stream?code=4294967296", "goaway?last=2147483648",
       "reset?rate=1.1", "reset?rate=0.1234567891", "reset?rate=.5", "reset?seed=-1", "reset?x=1", "reset?at",
       "reset?=1", "reset?at=", "raw", "raw?preset=x", "raw?data=%zz", "raw?data=%2", "raw?data=a&data=b",
