@@ -16,7 +16,7 @@ LLHTTP_INC ?= /usr/share/include/llhttp
 
 PKGS := libuv libnghttp2
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 # The CLI reads stub files as JSON (jansson); the library itself does not need it.
 JSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
 JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)

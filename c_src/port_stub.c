@@ -127,11 +127,11 @@ static int decode_body(const char *buf, int *idx, cb_response_t *res) {
   return -1;
 }
 
-/* Response: #{status, headers, body, delay_ms, chunks, times}, each key once. */
+/* Response: #{status, headers, body, delay_ms, chunks, times} and optionally fault, each key once. */
 static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_arrays_t *a) {
   int arity, seen = 0, n;
   unsigned long long u;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 6 || arity > 7) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
@@ -172,11 +172,15 @@ static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_a
       else
         res->times = u;
       seen |= 32;
+    } else if (strcmp(key, "fault") == 0 && !(seen & 64)) {
+      /* undefined, or the spec text of docs/faults.md (checked again by the engine) */
+      if (!port_is_atom(buf, idx, "undefined") && port_get_bin(buf, idx, &res->fault) != 0) return -1;
+      seen |= 64;
     } else {
       return -1;
     }
   }
-  return seen == 63 ? 0 : -1;
+  return (seen & 63) == 63 && arity == 6 + !!(seen & 64) ? 0 : -1;
 }
 
 void port_route_add(const char *buf, int *idx) {

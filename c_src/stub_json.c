@@ -272,7 +272,7 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
 static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *s) {
   static const char *const stub_keys[] = {"name", "match", "response", NULL};
   static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
-  static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", NULL};
+  static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", "fault", NULL};
   if (!json_is_object(s)) return fail(c, w, "must be an object with match and response");
   if (check_keys(c, w, s, stub_keys)) return -1;
   cb_stub_t st;
@@ -337,14 +337,21 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
     if (get_uint(c, &wr, res, "interval_ms", 3600000, &v)) goto out;
     st.response.interval_ms = (unsigned)v;
     if (get_uint(c, &wr, res, "times", UINT64_MAX >> 1, &st.response.times)) goto out;
+    json_t *fault = json_object_get(res, "fault");
+    if (fault != NULL && !json_is_string(fault)) {
+      where_t wf = sub(&wr, "fault", 0);
+      fail(c, &wf, "must be a fault spec string such as \"reset?at=head\" (docs/faults.md)");
+      goto out;
+    }
+    if (fault != NULL) st.response.fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
   }
   uint64_t id;
   int err = cb_server_route_add(srv, &st, &id);
   if (err) {
     /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values, a file). */
     const char *hint = st.response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
-    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body", hint,
-         cb_strerror(err), cb_err_name(err));
+    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body%s", hint,
+         cb_strerror(err), cb_err_name(err), st.response.fault.ptr ? ", docs/faults.md for response.fault" : "");
     goto out;
   }
   rc = 0;

@@ -39,7 +39,7 @@
                    status_405 := non_neg_integer(), status_413 := non_neg_integer(),
                    status_431 := non_neg_integer(), timeouts := non_neg_integer(),
                    resets := non_neg_integer(), h2_errors := non_neg_integer(),
-                   accept_backoffs := non_neg_integer()}.
+                   accept_backoffs := non_neg_integer(), faults := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().

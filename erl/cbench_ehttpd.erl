@@ -125,6 +125,16 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
           requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0},
           h2_errors => 0}.
 
+%% A stub's fault, parsed once for the connections (the HTTP/2 kinds cannot be served here).
+fault_run({ok, R = #{fault := Text}}) ->
+    {ok, F = #{kind := Kind}} = cbench_fault:parse(Text),
+    case cbench_fault:h2_only(Kind) of
+        true -> {error, {unsupported, Kind}};
+        false -> {ok, R#{fault_run => F, fault_draws => atomics:new(1, [])}}
+    end;
+fault_run(Other) ->
+    Other.
+
 route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
 
 %%% Routes
@@ -146,7 +156,7 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                         end;
                     _ -> {ok, Response}
                 end,
-    case Response1 of
+    case fault_run(Response1) of
         {ok, R} ->
             Left = case R of
                        #{times := infinity} -> undefined;

@@ -25,6 +25,8 @@
               %% name and the stub that answered.
               arrival = 0 :: integer(), t0 = 0 :: integer(),
               route = not_found :: atom() | binary(), stub :: pos_integer() | undefined,
+              %% The fault applied to the answer (docs/faults.md), for the journal.
+              fault :: cbench_fault:kind() | undefined,
               %% The answer has begun (a streamed echo): a later error closes without a status.
               started = false :: boolean()}).
 
@@ -603,7 +605,49 @@ respond(S, Cfg, Req, status) ->
             simple(S, Cfg, Req, 400, [], <<>>)
     end;
 respond(S, Cfg, Req, headers) ->
-    simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers)).
+    simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers));
+respond(S, Cfg, Req = #req{target = <<"/fault/", Spec/binary>>}, fault) ->
+    %% /fault/{kind}?params: the spec is the rest of the target (docs/faults.md).
+    case cbench_fault:parse(Spec) of
+        {ok, F = #{ms := Ms, max := Max}} when Ms =< 60000, Max =< 60000 ->
+            Declared = fun() ->
+                               Len = maps:get(length, F),
+                               simple(S, Cfg, Req, 200, [ct(octet)], cbench_fixture:bytes(0, Len))
+                       end,
+            case cbench_fault:fires(F, fault_draw(route)) of
+                true -> fault(S, Cfg, Req, F, 200, [ct(octet)], Declared);
+                false -> Declared()
+            end;
+        _ ->
+            %% Unparsable, or a time over /delay/'s bound (these parameters are the client's).
+            bump(Cfg, ?STATUS_400),
+            simple(S, Cfg, Req, 400, [], <<>>)
+    end.
+
+%% Answers with fault F (cbench_ehttpd_fault); Normal is the answer without it.
+fault(S, Cfg, Req0, F = #{kind := Kind}, Status, Headers, Normal) ->
+    Req = case cbench_fault:h2_only(Kind) of
+              true -> Req0;
+              false -> bump(Cfg, ?FAULTS), Req0#req{fault = Kind}
+          end,
+    cbench_ehttpd_fault:run(S, F, #{method => Req#req.method, mode => conn_mode(Req),
+                                    status => Status, headers => Headers,
+                                    idle_ms => Cfg#cfg.idle_timeout,
+                                    journal => fun(St, Bytes) -> journal(Cfg, Req, St, Bytes) end,
+                                    normal => Normal}).
+
+%% The n-th draw of a rate (from 0), node-wide for /fault/ and per stub for a stub's fault.
+fault_draw(route) ->
+    Ref = case persistent_term:get({?MODULE, fault_draws}, undefined) of
+              undefined ->
+                  C = atomics:new(1, []),
+                  persistent_term:put({?MODULE, fault_draws}, C),
+                  C;
+              C -> C
+          end,
+    atomics:add_get(Ref, 1, 1) - 1;
+fault_draw(Ref) ->
+    atomics:add_get(Ref, 1, 1) - 1.
 
 %% A fixed-size answer; 204 and 304 have neither body nor content-length.
 simple(S, Cfg, Req, Status, Headers, _Body) when Status =:= 204; Status =:= 304 ->
@@ -654,6 +698,13 @@ body_unless_head(_, Body) -> Body.
 %% A stub's answer: delay_ms, then the head (the user's headers in their order, then the framing)
 %% and the body whole, or in `chunks' pieces `interval' apart (chunked over HTTP/1.1; raw pieces
 %% ended by the close over HTTP/1.0). HEAD gets the head alone; 204 and 304 never carry a body.
+stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
+                        headers := Headers}) ->
+    Normal = fun() -> stub(S, Cfg, Req, maps:without([fault_run], R)) end,
+    case cbench_fault:fires(F, fault_draw(Draws)) of
+        true -> fault(S, Cfg, Req, F, Status, Headers, Normal);
+        false -> Normal()
+    end;
 stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, delay_ms := Delay,
                         chunks := Chunks}) ->
     Delay > 0 andalso receive after Delay -> ok end,
@@ -778,7 +829,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
            headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
-           stub => Req#req.stub, status => Status,
+           stub => Req#req.stub, status => Status, fault => Req#req.fault,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
 

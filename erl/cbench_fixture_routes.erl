@@ -11,10 +11,10 @@
 
 -type name() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big
               | stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status
-              | headers.
+              | headers | fault.
 -type route() :: #{name := name(), match := cbench_spec:canon_match()}.
 
-%% @doc The fixture routes in the C table's order (exact paths, then the two prefix routes).
+%% @doc The fixture routes in the C table's order (exact paths, then the prefix routes).
 -spec routes() -> [route()].
 routes() ->
     [get(root, "/"), get(hello, "/hello"), get(json, "/json"),
@@ -22,7 +22,8 @@ routes() ->
      get(file_tiny, "/file/tiny"), get(file_small, "/file/small"), get(file_big, "/file/big"),
      get(stream, "/stream"), get(stream_small, "/stream/small"), get(stream_big, "/stream/big"),
      get(sse, "/sse"), get(sse_small, "/sse/small"), get(sse_big, "/sse/big"),
-     get(headers, "/headers"), get(delay, "/delay/*"), get(status, "/status/*")].
+     get(headers, "/headers"), get(delay, "/delay/*"), get(status, "/status/*"),
+     route(fault, any, "/fault/*")].
 
 %% @doc The route names of the counters: the fixture routes, then not_found (404s).
 -spec names() -> [name() | not_found].

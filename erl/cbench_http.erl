@@ -6,7 +6,7 @@
 -module(cbench_http).
 
 -export([date_value/1, head/4, chunk/1, last_chunk/0, line/0, bigline/0, sse_event/1,
-         headers_json/1, status_param/1, delay_param/1, lower/1]).
+         headers_json/1, status_param/1, delay_param/1, lower/1, reason/1]).
 
 -define(CLOCK_TAB, cbench_clock).
 

@@ -27,7 +27,8 @@
                    headers := [{binary(), binary()}], body := binary(),
                    body_length := non_neg_integer(), route := atom() | binary(),
                    stub := pos_integer() | undefined, status := 0 | 100..599,
-                   bytes_out := non_neg_integer(), duration_us := non_neg_integer()}.
+                   bytes_out := non_neg_integer(), duration_us := non_neg_integer(),
+                   fault := cbench_fault:kind() | undefined}.
 
 %% Atomics slots.
 -define(SEQ, 1).

@@ -31,7 +31,8 @@
                       body => iodata() | {bytes, non_neg_integer()} | {file, file:name_all()},
                       delay_ms => non_neg_integer(),
                       chunks => {pos_integer(), non_neg_integer()},
-                      times => pos_integer() | infinity}.
+                      times => pos_integer() | infinity,
+                      fault => cbench_fault:user_fault()}.
 -type filter() :: #{method => method() | [method()], path => path_pattern(),
                     stub => pos_integer(), since => non_neg_integer()}.
 
@@ -48,8 +49,13 @@
                             delay_ms := non_neg_integer(),
                             chunks := none | {pos_integer(), non_neg_integer()},
                             times := pos_integer() | infinity,
-                            %% The ehttpd engine's: a body file's size, taken when the stub is added.
-                            file_size => non_neg_integer()}.
+                            %% A fault's spec text (docs/faults.md), when the stub has one.
+                            fault => binary(),
+                            %% The ehttpd engine's: a body file's size, taken when the stub is added,
+                            %% and its fault parsed, with the counter of its rate's draws.
+                            file_size => non_neg_integer(),
+                            fault_run => cbench_fault:fault(),
+                            fault_draws => atomics:atomics_ref()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | pos_integer(), since := non_neg_integer()}.
 -type why() :: term().
@@ -120,7 +126,7 @@ match(_) ->
 -spec response(response()) -> {ok, canon_response()} | {error, {bad_stub, why()}}.
 response(R) when is_map(R) ->
     check(fun() ->
-                  known_keys(R, [status, headers, body, delay_ms, chunks, times]),
+                  known_keys(R, [status, headers, body, delay_ms, chunks, times, fault]),
                   Status = case maps:get(status, R, 200) of
                                S when is_integer(S), S >= 200, S =< 599 -> S;
                                S -> fail({status, S})
@@ -129,12 +135,20 @@ response(R) when is_map(R) ->
                   Chunks = chunks(maps:get(chunks, R, none)),
                   chunks_fit(Chunks, body_size(Body)),
                   bodyless(Status, Body, Chunks),
-                  #{status => Status,
-                    headers => response_headers(maps:get(headers, R, [])),
-                    body => Body,
-                    delay_ms => int_in(delay_ms, maps:get(delay_ms, R, 0), 0, ?MAX_DELAY_MS),
-                    chunks => Chunks,
-                    times => times(maps:get(times, R, infinity))}
+                  Fault = case R of
+                              #{fault := UF} ->
+                                  case cbench_fault:spec(UF) of
+                                      {ok, Text} -> #{fault => Text};
+                                      {error, Why} -> fail(Why)
+                                  end;
+                              _ -> #{}
+                          end,
+                  Fault#{status => Status,
+                         headers => response_headers(maps:get(headers, R, [])),
+                         body => Body,
+                         delay_ms => int_in(delay_ms, maps:get(delay_ms, R, 0), 0, ?MAX_DELAY_MS),
+                         chunks => Chunks,
+                         times => times(maps:get(times, R, infinity))}
           end);
 response(_) ->
     error(badarg).

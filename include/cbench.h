@@ -112,6 +112,7 @@ typedef struct cb_stats_s {
   uint64_t resets;         /* connections reset or closed by the peer with a request or response unfinished */
   uint64_t h2_errors;      /* HTTP/2 connection errors (GOAWAY sent with an error) and streams reset by us */
   uint64_t accept_backoffs; /* times accept(2) ran out of descriptors (EMFILE/ENFILE) and backed off */
+  uint64_t faults;         /* requests answered with a fault (docs/faults.md); not counted in resets */
 } cb_stats_t;
 
 typedef struct cb_server_s cb_server_t;
@@ -329,6 +330,10 @@ typedef struct cb_response_s {
   unsigned interval_ms; /* 0..3600000 */
   uint64_t times;       /* 0: answer forever. N: answer N times, then the stub is spent and matching goes on
                          * past it as if it were not there (counted across workers with one atomic per hit) */
+  cb_str_t fault;       /* {NULL, 0}: none. A fault spec, "KIND" or "KIND?name=value&..." as after /fault/ in
+                         * docs/faults.md ("reset?at=head", "truncated?length=100&bytes=10&rate=0.01&seed=7"):
+                         * the stub answers with the fault (with probability rate, else normally). A fault
+                         * that sends a head sends the stub's status and headers */
 } cb_response_t;
 
 /* A stub: a named match plus a response. */
@@ -431,6 +436,7 @@ typedef struct cb_request_s {
   int status;          /* the status sent; 0 when the connection went away before a response began */
   uint64_t bytes_out;  /* response body bytes produced for it (0 for HEAD), not counting head and framing */
   uint64_t duration_us; /* from arrival to the end of the response */
+  cb_str_t fault;      /* the fault applied ("reset", "truncated": docs/faults.md), empty when none. Static */
 } cb_request_t;
 
 /* Which requests a read returns; zero it for "all". */

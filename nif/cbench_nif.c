@@ -460,7 +460,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   ERL_NIF_TERM keys[] = {atom_conns_accepted, atom_conns_open,   atom_conns_closed, atom_requests,
                          atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
                          atom_status_405,     atom_status_413,   atom_status_431,   atom_timeouts,
-                         atom_resets,         atom_h2_errors,    atom_accept_backoffs,
+                         atom_resets,         atom_h2_errors,    atom_accept_backoffs, atom_faults,
                          atom_requests_by_route, atom_conns_by_proto, atom_requests_by_proto};
   ERL_NIF_TERM vals[] = {
       enif_make_uint64(env, st.conns_accepted), enif_make_uint64(env, st.conns_open),
@@ -470,7 +470,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
       enif_make_uint64(env, st.status_405),     enif_make_uint64(env, st.status_413),
       enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
       enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
-      enif_make_uint64(env, st.accept_backoffs),
+      enif_make_uint64(env, st.accept_backoffs), enif_make_uint64(env, st.faults),
       by_route,
       counter_map(env, st.conns_by_proto, proto_names, CB_PROTO_COUNT),
       counter_map(env, st.requests_by_proto, proto_names, CB_PROTO_COUNT)};

@@ -21,7 +21,7 @@
   X(query) X(priority) X(present) X(equal) X(status) X(body) X(data) X(bytes) X(file) X(delay_ms)     \
   X(chunks) X(none) X(times) X(infinity) X(id) X(hits) X(left) X(seq) X(time_us) X(proto) X(conn)     \
   X(stream) X(peer) X(method) X(body_length) X(route) X(stub) X(bytes_out) X(duration_us) X(since)    \
-  X(cbench_journal)
+  X(cbench_journal) X(fault) X(faults)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)

@@ -145,6 +145,10 @@ static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res,
     res->chunks = n;
     res->interval_ms = ms;
   }
+  /* fault: undefined, or the spec text (docs/faults.md), checked again by the engine. */
+  if (get_map_value(env, map, atom_fault, &v) && !enif_is_identical(v, atom_undefined) &&
+      !get_str(env, v, &res->fault))
+    return 0;
   if (!get_map_value(env, map, atom_times, &v)) return 0;
   if (enif_is_identical(v, atom_infinity)) {
     res->times = 0;

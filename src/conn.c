@@ -139,6 +139,15 @@ static void start_linger(cb__conn_t *c) {
 
 void cb__conn_close_linger(cb__conn_t *c) { c->close_after_flush = 1; }
 
+void cb__conn_abort(cb__conn_t *c) {
+  if (c->closing) return;
+  if (c->fd >= 0) {
+    struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* close(2) then sends RST and drops unsent bytes */
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  cb__conn_close(c);
+}
+
 void cb__conn_stop(cb__conn_t *c) {
   if (c->closing) return;
   if (c->ops && c->ops->stop) {
@@ -250,6 +259,10 @@ void cb__conn_after(cb__conn_t *c) {
     if (c->closing) return;
     flush(c);
     if (c->closing) return;
+    if (c->abort_after_flush && c->out.bytes == 0) { /* a reset fault: what it sent has left */
+      cb__conn_abort(c);
+      return;
+    }
     /* Below the low-water mark a waiting generator may produce more; then that is written too. */
     if (c->out.bytes >= CB__OUT_LOW_WATER || c->ops == NULL || c->ops->writable == NULL) break;
     if (round == PRODUCE_ROUNDS) {

@@ -367,6 +367,7 @@ static const struct {
     /* Prefix routes, so that a bad parameter (/delay/abc, /delay/1/2) reaches the handler and gets its 400. */
     {"delay", GET, "/delay/*", &h_delay, 0},
     {"status", GET, "/status/*", &h_status, 0},
+    {"fault", 0, "/fault/*", &cb__h_fault, 0}, /* fault.c, docs/faults.md */
 };
 
 #define NFIXTURES (sizeof fixture_routes / sizeof fixture_routes[0])

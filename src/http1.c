@@ -133,6 +133,7 @@ static int on_message_begin(llhttp_t *p) {
   h->expect_continue = 0;
   h->upgrade_h2c = 0;
   h->err_status = 0;
+  h->chunked_res = 0; /* an answer without a head (a raw fault) must not end with a stale last chunk */
   cb__req_t *r = &h->req;
   memset(r, 0, sizeof *r);
   r->conn = h->c;
@@ -934,7 +935,7 @@ static void h1_destroy(cb__conn_t *c) {
   h1_t *h = c->proto_state;
   if (h == NULL) return;
   if (h->req.handler) {
-    if (h->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    if (h->req.res_state != CB__RES_ENDED && !h->req.fault) CB__STAT_INC(c->w, resets);
     cb__req_release(&h->req);
   }
   h1_free(h);

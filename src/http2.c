@@ -57,6 +57,7 @@ struct h2s {
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
+  uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
@@ -87,6 +88,7 @@ struct h2c {
   uint8_t oversized;   /* header blocks over the limit so far */
   uint8_t block_over;  /* the header block being decoded is over the limit */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
+  uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (cb__h2_violation) */
   size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
@@ -372,12 +374,24 @@ static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h
 
 /* ---- the data provider and the send callbacks ---- */
 
+static ssize_t provider_body(h2s_t *s, uint8_t *buf, size_t length, uint32_t *flags);
+
 static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf, size_t length,
                              uint32_t *flags, nghttp2_data_source *src, void *ud) {
-  (void)session;
-  (void)id;
   (void)ud;
   h2s_t *s = src->ptr;
+  ssize_t n = provider_body(s, buf, length, flags);
+  if (n >= 0 && (*flags & NGHTTP2_DATA_FLAG_EOF) && s->trailers) { /* a fault's trailers end the stream */
+    static const nghttp2_nv trailer[] = {
+        {(uint8_t *)"x-trailer", (uint8_t *)"cbench", 9, 6, NGHTTP2_NV_FLAG_NONE}};
+    s->trailers = 0;
+    *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    nghttp2_submit_trailer(session, id, trailer, 1);
+  }
+  return n;
+}
+
+static ssize_t provider_body(h2s_t *s, uint8_t *buf, size_t length, uint32_t *flags) {
   if (s->h->hold_data) {
     s->deferred = 1;
     return NGHTTP2_ERR_DEFERRED;
@@ -719,7 +733,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
   if (s == NULL) return 0;
   nghttp2_session_set_stream_user_data(session, id, NULL);
   /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
-  if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED)
+  if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED && !s->req.fault)
     CB__STAT_INC(h->c->w, resets);
   stream_free(h, s, 0);
   return 0;
@@ -985,6 +999,11 @@ static void h2_after(cb__conn_t *c) {
     cb__conn_close(c);
     return;
   }
+  if (h->violation) { /* fault.c: behind the HEADERS just written */
+    static const char data0[11] = {0, 0, 2, 0 /* DATA */, 0, 0, 0, 0, 0 /* stream 0 */, 'o', 'k'};
+    h->violation = 0;
+    cb__outq_copy(&c->out, data0, sizeof data0);
+  }
   /* nghttp2 wants neither to read nor to write once GOAWAY is out and its streams are done. */
   if (!nghttp2_session_want_read(h->session) && !nghttp2_session_want_write(h->session))
     cb__conn_close_linger(c);
@@ -1055,7 +1074,7 @@ static void h2_destroy(cb__conn_t *c) {
   if (h == NULL) return;
   while (h->streams) {
     h2s_t *s = h->streams;
-    if (s->req.handler && s->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    if (s->req.handler && s->req.res_state != CB__RES_ENDED && !s->req.fault) CB__STAT_INC(c->w, resets);
     stream_free(h, s, 1);
   }
   while (h->free_streams) {
@@ -1081,3 +1100,34 @@ static const cb__conn_ops_t h2_ops = {
     .stop = h2_stop,
     .destroy = h2_destroy,
 };
+
+/* ---- faults (fault.c) ---- */
+
+void cb__h2_rst_stream(cb__req_t *r, uint32_t code) {
+  h2s_t *s = r->stream;
+  nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, code);
+}
+
+void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful) {
+  h2c_t *h = c->proto_state;
+  if (graceful) {
+    /* The streams up to last finish; h2_after closes once none is left. */
+    nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, last, code, NULL, 0);
+    h->stopping = 1;
+  } else {
+    nghttp2_session_terminate_session2(h->session, last, code);
+  }
+}
+
+void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window) {
+  h2c_t *h = c->proto_state;
+  nghttp2_settings_entry iv[2];
+  size_t n = 0;
+  if (max_frame >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)max_frame};
+  if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
+  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n);
+}
+
+void cb__h2_violation(cb__conn_t *c) { ((h2c_t *)c->proto_state)->violation = 1; }
+
+void cb__h2_trailers(cb__req_t *r) { ((h2s_t *)r->stream)->trailers = 1; }

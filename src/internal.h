@@ -199,6 +199,7 @@ struct cb__conn_s {
   uint8_t write_blocked; /* the last flush left bytes queued */
   uint8_t eof;         /* the peer closed its sending side */
   uint8_t pending_close; /* handles to wait for before freeing */
+  uint8_t abort_after_flush; /* a fault: reset (RST) once what is queued has been written (fault.c) */
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
@@ -229,6 +230,8 @@ void cb__conn_close(cb__conn_t *c);
 /* Closes after what is queued is written: shuts down the sending side, then drains the peer's input for at
  * most CB__LINGER_MS, so the peer reads our last response instead of a reset. */
 void cb__conn_close_linger(cb__conn_t *c);
+/* Closes now with a reset: SO_LINGER 0, so the peer gets RST instead of FIN (fault.c). */
+void cb__conn_abort(cb__conn_t *c);
 /* Graceful stop of one connection (the worker is stopping): the protocol finishes what is in flight. */
 void cb__conn_stop(cb__conn_t *c);
 /* A new request head begins: the header timeout counts from now (a protocol that is already in header mode,
@@ -516,6 +519,92 @@ int cb__routes_publish(cb_server_t *srv);
  * no route matched). Takes a use of the table for r (released by cb__req_release). */
 void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in);
 
+
+/* ---- fault.c: faults, one more kind of answer (docs/faults.md) ---- */
+
+enum {
+  CB__FAULT_NONE,
+  CB__FAULT_RESET,
+  CB__FAULT_EMPTY,
+  CB__FAULT_HANG,
+  CB__FAULT_GARBAGE,
+  CB__FAULT_TRUNCATED,
+  CB__FAULT_OVERLONG,
+  CB__FAULT_MALFORMED_CHUNK,
+  CB__FAULT_MISSING_LAST_CHUNK,
+  CB__FAULT_RAW,
+  CB__FAULT_DELAY,
+  CB__FAULT_DRIBBLE,
+  CB__FAULT_RST_STREAM,
+  CB__FAULT_GOAWAY,
+  CB__FAULT_SETTINGS,
+  CB__FAULT_VIOLATION,
+  CB__FAULT_TRAILERS,
+  CB__FAULT_SLOW_HEAD,
+  CB__FAULT_DRIP,
+  CB__FAULT_COUNT
+};
+
+/* A parsed fault: what cb__fault_parse() makes of "KIND?name=value&...". Immutable once parsed. */
+typedef struct {
+  uint8_t kind;     /* CB__FAULT_* */
+  uint8_t at;       /* reset, rst_stream: 0 before the head, 1 after the head, 2 after `bytes` body bytes */
+  uint8_t close;    /* raw: close after the bytes (1) or keep the connection (0) */
+  uint8_t dist;     /* delay: 0 fixed, 1 uniform [ms, max], 2 lognormal (median ms, sigma) */
+  uint64_t length;  /* the declared body length */
+  uint64_t bytes;   /* body bytes before the fault; garbage bytes */
+  uint64_t seed;
+  uint32_t ms, max_ms; /* hang, delay, dribble */
+  uint32_t pieces;     /* dribble */
+  double sigma;        /* delay=lognormal */
+  uint32_t code;       /* rst_stream, goaway: the HTTP/2 error code */
+  int64_t last;        /* goaway: last-stream-id; -1: the stream before this one (this one is cut) */
+  int64_t max_frame, window; /* settings: SETTINGS_MAX_FRAME_SIZE, SETTINGS_INITIAL_WINDOW_SIZE; -1: unchanged */
+  uint32_t rate_ppb;   /* the chance it applies, in parts per billion (1e9: always) */
+  int raw_status;      /* raw: the status the journal records (from the bytes' status line, 0 if none) */
+  const char *data;    /* raw: the bytes (a preset's, or owned) */
+  size_t data_len;
+  char *owned;
+} cb__fault_t;
+
+#define CB__FAULT_ALWAYS 1000000000u
+
+/* The answer a fault departs from: the head it sends (a stub's status and headers; 200 and
+ * application/octet-stream for /fault/) and the answer without the fault (a stub's, which delay, settings and
+ * a graceful goaway send; NULL: /fault/'s declared one). Lives as long as the route. */
+typedef struct {
+  int status;
+  const cb__hdr_t *hdrs;
+  int nhdrs;
+  void (*normal)(cb__req_t *r);
+} cb__fault_answer_t;
+
+/* Parses a fault spec (KIND, or KIND?name=value&... with the parameters of docs/faults.md, values
+ * percent-decoded). Returns 0, or UV_EINVAL for an unknown kind or parameter, or a value out of its bound;
+ * UV_ENOMEM. Free with cb__fault_free (the owned raw bytes). */
+int cb__fault_parse(const char *spec, size_t n, cb__fault_t *f);
+void cb__fault_free(cb__fault_t *f);
+/* Whether the fault applies to this request: the n-th draw (n from *counter, atomically) of its rate. */
+int cb__fault_fires(const cb__fault_t *f, uint64_t *counter);
+/* Answers r with fault f (on_end time), departing from answer. Both must outlive the request. */
+void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_t *answer);
+/* The name of a fault kind ("reset"), "" for none. */
+const char *cb__fault_name(int kind);
+/* The /fault/{kind} fixture handler. */
+extern const cb__handler_t cb__h_fault;
+
+/* http2.c: faults that only HTTP/2 can express. Submit RST_STREAM(code) on r's stream; GOAWAY(code, last)
+ * then end the connection (cut: at once after it; graceful: once the streams up to last are done). */
+void cb__h2_rst_stream(cb__req_t *r, uint32_t code);
+void cb__h2_goaway(cb__conn_t *c, uint32_t code, int32_t last, int graceful);
+/* The response body of r ends with the trailer block `x-trailer: cbench` (instead of END_STREAM on DATA). */
+void cb__h2_trailers(cb__req_t *r);
+/* Writes a DATA frame on stream 0 (a connection error for the peer) right after the frames the session sends
+ * next, so that it follows the response HEADERS submitted now. */
+void cb__h2_violation(cb__conn_t *c);
+/* Submits SETTINGS with the values >= 0 (max frame size, initial window). */
+void cb__h2_settings(cb__conn_t *c, int64_t max_frame, int64_t window);
+
 typedef void (*cb__timer_fn)(cb__req_t *r);
 
 enum { CB__RES_NONE, CB__RES_HEAD, CB__RES_ENDED };
@@ -549,6 +638,7 @@ struct cb__req_s {
   uint8_t res_state; /* CB__RES_* */
   uint8_t req_done;  /* the whole request (body included) was received */
   uint8_t blocked;   /* a generator was told to wait for on_writable */
+  uint8_t fault;     /* the CB__FAULT_* applied to this request (journal), 0 for none */
   int64_t content_length; /* declared request body length, -1 when unknown */
   uint64_t body_received;
   /* The handler's state. */
@@ -569,6 +659,12 @@ struct cb__req_s {
       char *json;
       size_t len;
     } headers;
+    struct {
+      const cb__fault_t *f;
+      const cb__fault_answer_t *answer;
+      unsigned piece; /* dribble, slow_head: the next piece; hang: ms left */
+      uint8_t own;    /* /fault/{kind}: f was parsed for this request and is freed with it */
+    } fault;
     unsigned ms;
     int status;
   } u;

@@ -31,7 +31,7 @@ typedef struct {
   uint32_t dlen;
   uint32_t stream_id, nheaders, path_len, query_len, body_kept;
   uint16_t method_len, route_len, status, peer_port;
-  uint8_t proto, peer_family;
+  uint8_t proto, peer_family, fault;
   uint8_t peer_addr[16];
 } jent_t;
 
@@ -252,7 +252,8 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
                 .status = (uint16_t)r->status,
                 .peer_port = c->peer_port,
                 .proto = (uint8_t)(c->proto == CB__PROTO_H2 ? cb__h2_proto_id(c) : CB_PROTO_HTTP1),
-                .peer_family = c->peer_family};
+                .peer_family = c->peer_family,
+                .fault = r->fault};
   e->stream_id = c->proto == CB__PROTO_H2 ? cb__h2_stream_id(r) : 0;
   memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
   int64_t now = realtime_us();
@@ -355,6 +356,8 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->status = e->status;
   out->bytes_out = e->bytes_out;
   out->duration_us = e->duration_us;
+  const char *fname = cb__fault_name(e->fault);
+  out->fault = (cb_str_t){fname, strlen(fname)};
   if (copy) {
     size_t n = format_peer(e, b);
     out->peer = (cb_str_t){b, n};

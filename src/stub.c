@@ -32,6 +32,9 @@ typedef struct {
   unsigned delay_ms, chunks, interval_ms;
   uint64_t times;
   uint64_t claimed; /* atomic: answers given, when times > 0 */
+  cb__fault_t fault; /* kind CB__FAULT_NONE: none */
+  cb__fault_answer_t answer; /* what the fault departs from: this stub's head and answer */
+  uint64_t draws;    /* atomic: the fault's rate draws */
 } stub_t;
 
 static void stub_free(void *arg) {
@@ -41,6 +44,7 @@ static void stub_free(void *arg) {
   free(st->hbuf);
   free(st->owned);
   if (st->fd >= 0) close(st->fd);
+  cb__fault_free(&st->fault);
   free(st);
 }
 
@@ -118,7 +122,11 @@ static void stub_start(cb__req_t *r) {
 }
 
 static void stub_end(cb__req_t *r) {
-  const stub_t *st = r->route->arg;
+  stub_t *st = r->route->arg;
+  if (st->fault.kind != CB__FAULT_NONE && cb__fault_fires(&st->fault, &st->draws)) {
+    cb__fault_start(r, &st->fault, &st->answer);
+    return;
+  }
   if (st->delay_ms > 0 && cb__req_timer(r, st->delay_ms, stub_start) == 0) return;
   stub_start(r);
 }
@@ -227,6 +235,9 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   st->interval_ms = res->interval_ms;
   st->times = res->times;
   if (err == 0) err = copy_headers(st, res);
+  if (err == 0 && (res->fault.ptr != NULL || res->fault.len != 0))
+    err = cb__fault_parse(res->fault.ptr, res->fault.len, &st->fault);
+  st->answer = (cb__fault_answer_t){st->status, st->headers, st->nheaders, stub_start};
   if (err == 0) {
     switch (res->body_kind) {
       case CB_BODY_BYTES:

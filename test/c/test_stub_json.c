@@ -64,17 +64,23 @@ TEST(stub_json_valid) {
   buf_t exp = {0};
   exp_head(&exp, 201, NULL, "content-type: application/json\r\n", 8, CONN_NONE);
   buf_adds(&exp, "{\"id\":1}");
-  get(port, "GET /users/9 HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  get(port, "GET /users/9 HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
   buf_reset(&exp);
   exp_head(&exp, 200, NULL, "x-r: 1\r\nx-r: 2\r\n", 11, CONN_NONE);
   buf_adds(&exp, "from a file");
-  get(port, "POST /f?a=1 HTTP/1.1\r\nhost: x\r\nx-k: y\r\ncontent-length: 0\r\n\r\n", &exp);
+  get(port, "POST /f?a=1 HTTP/1.1\r\nHost: x\r\nx-k: y\r\ncontent-length: 0\r\n\r\n", &exp);
   buf_reset(&exp);
   exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
   exp_chunk(&exp, "\x00\x01", 2);
   exp_chunk(&exp, "\x02\x03\x04", 3);
   exp_last_chunk(&exp);
-  get(port, "DELETE /gen/x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  get(port, "DELETE /gen/x HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
+  /* A fault (docs/faults.md). */
+  write_text(json_path, "[{\"match\": {\"path\": \"/lf\"}, \"response\": {\"fault\": \"raw?preset=bare_lf\"}}]");
+  ASSERT_EQ(cb_stubs_json_load(srv, json_path, msg, sizeof msg), 1);
+  buf_reset(&exp);
+  buf_adds(&exp, "HTTP/1.1 200 OK\ncontent-length: 2\n\nok");
+  get(port, "GET /lf HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
   /* The object form. */
   write_text(json_path, "{\"stubs\": [{\"name\": \"x\", \"match\": {\"path\": \"/x\"}}]}");
   ASSERT_EQ(cb_stubs_json_load(srv, json_path, msg, sizeof msg), 1);
@@ -112,6 +118,11 @@ TEST(stub_json_errors) {
        "FILE:3: column 28: string or '}' expected near '}'"},
       {"{\"routes\": []}", "FILE:1: stubs: must be a list of stubs (or an object with a \"stubs\" list)"},
       {"[{\"response\": {}}]", "FILE:1: stubs[0].match: must be an object with at least a path"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"fault\": 1}}]",
+       "FILE:2: stubs[0].response.fault: must be a fault spec string such as \"reset?at=head\" (docs/faults.md)"},
+      {"[\n{\"match\": {\"path\": \"/a\"}, \"response\": {\"fault\": \"reset?at=x\"}}]",
+       "FILE:2: stubs[0]: invalid argument (EINVAL): see docs/routes.md for the rules of match.path, headers and body, "
+       "docs/faults.md for response.fault"},
   };
   cb_config_t cfg;
   test_config(&cfg);
