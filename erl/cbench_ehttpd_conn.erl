@@ -602,7 +602,17 @@ respond(S, Cfg, Req, status) ->
             simple(S, Cfg, Req, 400, [], <<>>)
     end;
 respond(S, Cfg, Req, headers) ->
-    simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers)).
+    simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers));
+respond(S, Cfg, Req, large) -> simple(S, Cfg, Req, 200, [ct(octet)], cbench_roadrunner:large());
+respond(S, Cfg, Req, cookies) ->
+    simple(S, Cfg, Req, 200, [ct(json)], cbench_roadrunner:cookies_json(Req#req.headers));
+respond(S, Cfg, Req, gzip) ->
+    Vary = {<<"vary">>, <<"accept-encoding">>},
+    case cbench_roadrunner:accepts_gzip(Req#req.headers) of
+        true -> simple(S, Cfg, Req, 200, [ct(json), {<<"content-encoding">>, <<"gzip">>}, Vary],
+                       cbench_roadrunner:gzip_body(gzip));
+        false -> simple(S, Cfg, Req, 200, [ct(json), Vary], cbench_roadrunner:gzip_body(identity))
+    end.
 
 %% A fixed-size answer; 204 and 304 have neither body nor content-length.
 simple(S, Cfg, Req, Status, Headers, _Body) when Status =:= 204; Status =:= 304 ->

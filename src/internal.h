@@ -89,6 +89,8 @@ const cb__payloads_t *cb__payloads(void);
 /* Generated content (byte i is i % 251) as one read-only buffer of CB__GEN_SPAN + 251 bytes: any run of up to
  * CB__GEN_SPAN bytes starting at content offset `off` is gen + off % 251. Made on first use, never freed. */
 #define CB__GEN_SPAN (1u << 20)
+/* GET /large: the first CB__LARGE_LEN bytes of the generated content. */
+#define CB__LARGE_LEN 65536
 const char *cb__generated(void);
 
 /* ---- http_status.c ---- */
@@ -605,6 +607,20 @@ void cb__req_dispatch(cb__req_t *r);
 /* handlers.c: the fixture routes (built into reg) and the 404 and 405 handlers. */
 int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);
 extern const cb__handler_t cb__h_method_not_allowed;
+
+/* ---- the roadrunner routes: cookies.c (GET /cookies), gzip_body.c (GET /gzip) ---- */
+extern const cb__handler_t cb__h_cookies;
+extern const cb__handler_t cb__h_gzip;
+/* At most this many distinct cookie names are answered; later pairs are ignored (browsers send fewer). */
+#define CB__COOKIES_MAX 256
+/* The bytes cb__cookies_json() may write for these headers, and the JSON object of their cookie fields. */
+size_t cb__cookies_json_cap(const cb__hdr_t *hs, int n);
+size_t cb__cookies_json(const cb__hdr_t *hs, int n, char *out);
+#define CB__GZIP_PLAIN_LEN 16384
+/* The /gzip body as sent: plain and gzip-coded, made once per process. 0, or UV_ENOMEM. */
+int cb__gzip_bodies(cb__slice_t *identity, cb__slice_t *gzip);
+/* Whether the accept-encoding fields of these headers make gzip the answer (1) or identity (0). */
+int cb__accepts_gzip(const cb__hdr_t *hs, int n);
 
 /* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
