@@ -28,13 +28,14 @@ version() ->
     end.
 
 %% @doc The argument list for one run. Spec keys: url, proto (h1 | h2c), clients,
-%% threads, streams (h2c streams per connection; HTTP/1.1 uses depth 1), duration,
+%% threads, streams (h2c streams per connection), depth (HTTP/1.1 pipelining depth,
+%% default 1), paths (requested round robin instead of the URL's), duration,
 %% warmup, headers, data (a body file or undefined), rate (requests per second in
 %% all: open loop; undefined: closed loop), json (the results file).
 -spec args(map()) -> [string()].
 args(Spec = #{url := Url, proto := Proto, json := Json}) ->
     Clients = maps:get(clients, Spec, 50),
-    Depth = case Proto of h1 -> 1; h2c -> maps:get(streams, Spec, 10) end,
+    Depth = case Proto of h1 -> maps:get(depth, Spec, 1); h2c -> maps:get(streams, Spec, 10) end,
     Base = ["--proto", atom_to_list(Proto), "--connections", integer_to_list(Clients),
             "--depth", integer_to_list(Depth),
             "--threads", integer_to_list(min(maps:get(threads, Spec, 1), Clients)),
@@ -48,7 +49,8 @@ args(Spec = #{url := Url, proto := Proto, json := Json}) ->
                undefined -> [];
                R -> ["--rate", num(R)]
            end,
-    Base ++ Hdrs ++ Data ++ Rate ++ ["--json", Json, "--quiet", Url].
+    Paths = lists:append([["--path", P] || P <- maps:get(paths, Spec, [])]),
+    Base ++ Hdrs ++ Data ++ Rate ++ Paths ++ ["--json", Json, "--quiet", Url].
 
 num(N) when is_integer(N) -> integer_to_list(N);
 num(F) when is_float(F) -> float_to_list(F, [{decimals, 3}, compact]).
