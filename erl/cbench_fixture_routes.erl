@@ -11,7 +11,7 @@
 
 -type name() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big
               | stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status
-              | headers | large | cookies | gzip.
+              | headers | large | cookies | gzip | ws.
 -type route() :: #{name := name(), match := cbench_spec:canon_match()}.
 
 %% @doc The fixture routes in the C table's order (exact paths, then the two prefix routes).
@@ -23,7 +23,7 @@ routes() ->
      get(stream, "/stream"), get(stream_small, "/stream/small"), get(stream_big, "/stream/big"),
      get(sse, "/sse"), get(sse_small, "/sse/small"), get(sse_big, "/sse/big"),
      get(headers, "/headers"), get(large, "/large"), get(cookies, "/cookies"), get(gzip, "/gzip"),
-     get(delay, "/delay/*"), get(status, "/status/*")].
+     get(ws, "/ws"), get(delay, "/delay/*"), get(status, "/status/*")].
 
 %% @doc The route names of the counters: the fixture routes, then not_found (404s).
 -spec names() -> [name() | not_found].

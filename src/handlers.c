@@ -381,6 +381,7 @@ static const struct {
     {"large", GET, "/large", &h_large, 0},
     {"cookies", GET, "/cookies", &cb__h_cookies, 0},
     {"gzip", GET, "/gzip", &cb__h_gzip, 0},
+    {"ws", GET, "/ws", &cb__h_ws, 0},
     /* Prefix routes, so that a bad parameter (/delay/abc, /delay/1/2) reaches the handler and gets its 400. */
     {"delay", GET, "/delay/*", &h_delay, 0},
     {"status", GET, "/status/*", &h_status, 0},

@@ -622,6 +622,17 @@ int cb__gzip_bodies(cb__slice_t *identity, cb__slice_t *gzip);
 /* Whether the accept-encoding fields of these headers make gzip the answer (1) or identity (0). */
 int cb__accepts_gzip(const cb__hdr_t *hs, int n);
 
+/* ---- ws.c: GET /ws, WebSocket echo (RFC 6455) over HTTP/1.1; sha1.c ---- */
+extern const cb__handler_t cb__h_ws;
+/* 0 when the request is a valid WebSocket handshake; otherwise the status it gets: 426 (a version other than
+ * 13) or 400. */
+int cb__ws_check(const cb__req_t *r);
+/* Sec-WebSocket-Accept for a key: base64(SHA-1(key + the RFC's GUID)), 28 characters (not terminated). */
+void cb__ws_accept(const char *key, size_t key_len, char out[28]);
+/* Answers the checked handshake r with 101, records r, and makes c a WebSocket connection (c->ops, state). */
+int cb__ws_upgrade(cb__conn_t *c, cb__req_t *r);
+void cb__sha1(const void *data, size_t len, uint8_t out[20]);
+
 /* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
 
