@@ -14,7 +14,7 @@
 -spec h1_cases() -> [atom()].
 h1_cases() ->
     [hello, json, echo, large_response, headers_heavy, cookies_heavy, pipelined_h1,
-     varied_paths_router, gzip_response].
+     varied_paths_router, gzip_response, websocket_msg_throughput].
 
 %% @doc The HTTP/2 scenarios (h2c, prior knowledge).
 -spec h2c_cases() -> [atom()].
@@ -34,6 +34,7 @@ is_case(C) -> lists:member(C, cases()).
 %% itself runs roadrunner's lists, h1_cases/0 and h2c_cases/0).
 -spec proto_ok(h1 | h2c, atom()) -> boolean().
 proto_ok(h2c, pipelined_h1) -> false;
+proto_ok(h2c, websocket_msg_throughput) -> false;
 proto_ok(h1, multi_stream_h2) -> false;
 proto_ok(_, _) -> true.
 
@@ -47,7 +48,8 @@ spec(cookies_heavy) -> {"/cookies", undefined, [{"cookie", cookies8()}]};
 spec(pipelined_h1) -> {"/hello", undefined, []};
 spec(varied_paths_router) -> {hd(router_paths()), undefined, []};
 spec(gzip_response) -> {"/gzip", undefined, [{"accept-encoding", "gzip, deflate, br"}]};
-spec(multi_stream_h2) -> {"/hello", undefined, []}.
+spec(multi_stream_h2) -> {"/hello", undefined, []};
+spec(websocket_msg_throughput) -> {"/ws", undefined, []}.
 
 %% @doc What a scenario changes in the load: HTTP/1.1 pipelining depth, h2c streams
 %% per connection, or the paths requested round robin (cbench-load's --depth and
@@ -56,6 +58,7 @@ spec(multi_stream_h2) -> {"/hello", undefined, []}.
 load(pipelined_h1) -> #{depth => 4};
 load(multi_stream_h2) -> #{streams => 16};
 load(varied_paths_router) -> #{paths => router_paths()};
+load(websocket_msg_throughput) -> #{ws_size => 64};
 load(_) -> #{}.
 
 %% @doc What the report's case table says about a scenario: {request, response}.
@@ -68,7 +71,8 @@ case_text(cookies_heavy) -> {"GET /cookies, 8 cookies in one header", "the cooki
 case_text(pipelined_h1) -> {"GET /hello, 4 pipelined per connection", "`Hello, Joe!`"};
 case_text(varied_paths_router) -> {"GET /r/0 .. /r/99 round robin (100 stubs)", "`Hello, Joe!`"};
 case_text(gzip_response) -> {"GET /gzip, accept-encoding: gzip", "16KiB JSON, gzip-coded once (1.6KiB)"};
-case_text(multi_stream_h2) -> {"GET /hello, 16 streams per connection", "`Hello, Joe!`"}.
+case_text(multi_stream_h2) -> {"GET /hello, 16 streams per connection", "`Hello, Joe!`"};
+case_text(websocket_msg_throughput) -> {"GET /ws upgraded, then 64B text messages", "each message echoed"}.
 
 %% Sixteen extra headers of the sizes a browser behind a proxy sends.
 headers16() ->

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "h2client.h"
 #include "internal.h"
+#include "testing.h"
 
 static cb_server_t *start(void) {
   cb_config_t cfg;
@@ -229,5 +230,189 @@ TEST(rr_gzip_wire) {
   both(port, "HEAD", "/gzip", "Accept-Encoding: gzip, deflate, br\r\n", g, 1, &exp);
   buf_free(&exp);
   buf_free(&plain);
+  test_stop(srv);
+}
+
+/* ---- /ws ---- */
+
+TEST(rr_sha1_and_accept) {
+  static const struct {
+    const char *in, *hex;
+  } v[] = {
+      {"", "da39a3ee5e6b4b0d3255bfef95601890afd80709"},
+      {"abc", "a9993e364706816aba3e25717850c26c9cd0d89d"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "84983e441c3bd26ebaae4aa1f95129e5e54670f1"},
+  };
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+    uint8_t d[20];
+    char hex[41];
+    cb__sha1(v[i].in, strlen(v[i].in), d);
+    for (int k = 0; k < 20; k++) snprintf(hex + 2 * k, 3, "%02x", d[k]);
+    ASSERT_STR_EQ(hex, v[i].hex);
+  }
+  /* A million 'a' (FIPS 180 test vector), fed as one buffer. */
+  char *m = malloc(1000000);
+  memset(m, 'a', 1000000);
+  uint8_t d[20];
+  char hex[41];
+  cb__sha1(m, 1000000, d);
+  for (int k = 0; k < 20; k++) snprintf(hex + 2 * k, 3, "%02x", d[k]);
+  ASSERT_STR_EQ(hex, "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+  free(m);
+  char acc[29] = {0};
+  cb__ws_accept("dGhlIHNhbXBsZSBub25jZQ==", 24, acc); /* RFC 6455 1.3 */
+  ASSERT_STR_EQ(acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+}
+
+#define WS_HANDSHAKE                                                                                           \
+  "GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"                              \
+  "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n"
+#define WS_101                                                                                                 \
+  "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"                         \
+  "sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+
+/* A masked client frame. */
+static void cframe(buf_t *b, int fin, int op, const void *p, size_t n) {
+  static const uint8_t key[4] = {0x37, 0xfa, 0x21, 0x3d};
+  uint8_t h[14];
+  size_t hl = 0;
+  h[hl++] = (uint8_t)((fin ? 0x80 : 0) | op);
+  if (n < 126) {
+    h[hl++] = (uint8_t)(0x80 | n);
+  } else if (n < 65536) {
+    h[hl++] = 0x80 | 126;
+    h[hl++] = (uint8_t)(n >> 8);
+    h[hl++] = (uint8_t)n;
+  } else {
+    h[hl++] = 0x80 | 127;
+    for (int i = 0; i < 8; i++) h[hl++] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
+  }
+  memcpy(h + hl, key, 4);
+  hl += 4;
+  buf_add(b, h, hl);
+  for (size_t i = 0; i < n; i++) {
+    uint8_t c = ((const uint8_t *)p)[i] ^ key[i & 3];
+    buf_add(b, &c, 1);
+  }
+}
+
+static void sframe(buf_t *b, int op, const void *p, size_t n) {
+  uint8_t h[4] = {(uint8_t)(0x80 | op), (uint8_t)n};
+  if (n < 126) {
+    buf_add(b, h, 2);
+  } else {
+    h[1] = 126;
+    h[2] = (uint8_t)(n >> 8);
+    h[3] = (uint8_t)n;
+    buf_add(b, h, 4);
+  }
+  buf_add(b, p, n);
+}
+
+/* The conversation of rr_ws_proto: input and the exact output. */
+static void ws_script(buf_t *in, buf_t *out) {
+  buf_adds(in, WS_HANDSHAKE);
+  buf_adds(out, WS_101);
+  cframe(in, 1, 1, "hello", 5);
+  sframe(out, 1, "hello", 5);
+  uint8_t bin[300];
+  for (int i = 0; i < 300; i++) bin[i] = (uint8_t)i;
+  cframe(in, 1, 2, bin, sizeof bin);
+  sframe(out, 2, bin, sizeof bin);
+  cframe(in, 0, 1, "h\xc3", 2); /* é split across fragments, a ping between them */
+  cframe(in, 1, 9, "ping!", 5);
+  cframe(in, 1, 0, "\xa9llo", 4);
+  sframe(out, 10, "ping!", 5);
+  sframe(out, 1, "h\xc3\xa9llo", 6);
+  cframe(in, 1, 10, "pong", 4); /* not answered */
+  cframe(in, 1, 8, "\x03\xe8" "bye", 5);
+  sframe(out, 8, "\x03\xe8", 2);
+}
+
+static void sink(void *arg, const char *p, size_t n) { buf_add(arg, p, n); }
+
+/* Without sockets: the same conversation fed whole, then split in two at every offset. */
+TEST(rr_ws_proto) {
+  buf_t in = {0}, want = {0};
+  ws_script(&in, &want);
+  for (size_t cut = 0; cut <= in.len; cut += (cut < 200 ? 1 : 7)) {
+    buf_t got = {0};
+    cb__testconn_t *tc = cb__testconn_new(NULL, sink, &got);
+    ASSERT_NE(tc, NULL);
+    if (cut > 0) cb__testconn_feed(tc, in.p, cut);
+    if (cut < in.len) cb__testconn_feed(tc, in.p + cut, in.len - cut);
+    cb__testconn_run(tc, 0);
+    ASSERT_MEM_EQ(got.p, got.len, want.p, want.len);
+    ASSERT_EQ(cb__testconn_route_count(tc, "ws"), 1);
+    ASSERT_EQ(cb__testconn_free(tc), 0);
+    buf_free(&got);
+  }
+  /* Byte by byte. */
+  buf_t got = {0};
+  cb__testconn_t *tc = cb__testconn_new(NULL, sink, &got);
+  for (size_t i = 0; i < in.len; i++) cb__testconn_feed(tc, in.p + i, 1);
+  ASSERT_MEM_EQ(got.p, got.len, want.p, want.len);
+  ASSERT_EQ(cb__testconn_free(tc), 0);
+  buf_free(&got);
+  buf_free(&in);
+  buf_free(&want);
+}
+
+/* Over sockets: echo and the close handshake, a bad frame's 1002, a message over the limit's 1009, and /ws
+ * over h2c (400: WebSocket is an HTTP/1.1 upgrade here). */
+TEST(rr_ws_wire) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.max_body_bytes = 1000;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  buf_t in = {0}, want = {0};
+  ws_script(&in, &want);
+  int fd = cl_connect(port);
+  ROUNDTRIP(fd, in.p, in.len, &want);
+  EXPECT_CLOSED(fd, 5000);
+  close(fd);
+  /* Unmasked: 1002. */
+  buf_reset(&in);
+  buf_reset(&want);
+  buf_adds(&in, WS_HANDSHAKE "\x81\x02hi");
+  buf_adds(&want, WS_101);
+  sframe(&want, 8, "\x03\xea", 2);
+  fd = cl_connect(port);
+  ROUNDTRIP(fd, in.p, in.len, &want);
+  EXPECT_CLOSED(fd, 5000);
+  close(fd);
+  /* 1001 bytes over a limit of 1000: 1009; exactly 1000 is echoed. */
+  static char big[1001];
+  memset(big, 'x', sizeof big);
+  buf_reset(&in);
+  buf_reset(&want);
+  buf_adds(&in, WS_HANDSHAKE);
+  buf_adds(&want, WS_101);
+  cframe(&in, 1, 2, big, 1000);
+  sframe(&want, 2, big, 1000);
+  cframe(&in, 1, 2, big, 1001);
+  sframe(&want, 8, "\x03\xf1", 2);
+  fd = cl_connect(port);
+  ROUNDTRIP(fd, in.p, in.len, &want);
+  EXPECT_CLOSED(fd, 5000);
+  close(fd);
+  /* h2c: 400. */
+  buf_reset(&want);
+  exp_head(&want, 400, NULL, NULL, 0, CONN_NONE);
+  buf_t head = {0}, body = {0};
+  h2_expect_from_h1(&want, &head, &body);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  const char *const ws_hdrs[] = {"sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version", "13"};
+  h2resp_t *r = h2_request(cl, 1, "GET", "/ws", ws_hdrs, 2, NULL, 0);
+  h2_wait1(cl, r, 15000);
+  h2_assert_resp(r, &head, &body, "h2 GET /ws");
+  h2_free(cl);
+  ASSERT_EQ(route_count(srv, "ws"), 4);
+  buf_free(&head);
+  buf_free(&body);
+  buf_free(&in);
+  buf_free(&want);
   test_stop(srv);
 }
