@@ -112,13 +112,13 @@ payload(S, St0, Fin, Op, P) ->
     case MsgOp =:= 1 andalso utf8(P, U0) of
         error -> fail(S, 1007);
         U ->
-            St1 = St#{msg := [Msg | P], len := Len + byte_size(P),
+            St1 = St#{msg := [Msg, P], len := Len + byte_size(P),
                       utf8 := case U of false -> 0; _ -> U end},
             case Fin of
                 0 -> loop(S, St1);
                 1 when MsgOp =:= 1, U =/= 0 -> fail(S, 1007);
                 1 ->
-                    Out = iolist_to_binary([Msg | P]),
+                    Out = iolist_to_binary([Msg, P]),
                     case send(S, [head(MsgOp, byte_size(Out)), Out]) of
                         ok -> loop(S, St1#{op := none, msg := [], len := 0, utf8 := 0});
                         error -> close
