@@ -53,7 +53,7 @@ all_cases() ->
 %% The roadrunner case set over a profile's timing: roadrunner's lists per protocol, and
 %% no latency ladder (its table has none).
 roadrunner_set(Cfg) ->
-    Cfg#{cases => cbench_bench_roadrunner:cases(), latency_cases => [],
+    Cfg#{cases => cbench_bench_roadrunner:cases(), latency_cases => [], latency => false,
          only => #{h1 => cbench_bench_roadrunner:h1_cases(), h2c => cbench_bench_roadrunner:h2c_cases()}}.
 
 %% Seven extra headers, as a browser behind a proxy sends them.
