@@ -14,7 +14,7 @@ OBJCOPY ?= objcopy
 LLHTTP_DIR ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 
-PKGS := libuv libnghttp2
+PKGS := libuv libnghttp2 zlib
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 # The CLI reads stub files as JSON (jansson); the library itself does not need it.

@@ -25,7 +25,7 @@
 %% A fixture route's name; a stub's name is a binary.
 -type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big |
                  stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status |
-                 headers | not_found.
+                 headers | large | cookies | gzip | ws | fault | not_found.
 -type proto() :: http1 | h2c_prior | h2c_upgrade.
 %% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
 %% has the fixture routes (atoms) and the stubs by name (binaries).

@@ -606,6 +606,32 @@ respond(S, Cfg, Req, status) ->
     end;
 respond(S, Cfg, Req, headers) ->
     simple(S, Cfg, Req, 200, [ct(json)], cbench_http:headers_json(Req#req.headers));
+respond(S, Cfg, Req, large) -> simple(S, Cfg, Req, 200, [ct(octet)], cbench_roadrunner:large());
+respond(S, Cfg, Req, cookies) ->
+    simple(S, Cfg, Req, 200, [ct(json)], cbench_roadrunner:cookies_json(Req#req.headers));
+respond(S, Cfg, Req = #req{method = M, headers = Hs, version = V}, ws) ->
+    %% HTTP/1.1 only; the connection is the WebSocket's from the 101 on (cbench_ws).
+    case {V, cbench_ws:check(M, Hs)} of
+        {{1, 1}, 0} ->
+            Accept = cbench_ws:accept(proplists:get_value(<<"sec-websocket-key">>, Hs)),
+            Head = [<<"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+                      "sec-websocket-accept: ">>, Accept, <<"\r\n\r\n">>],
+            case finish(S, Cfg, Req, 101, 0, Head) of
+                ok -> cbench_ws:serve(S, Cfg#cfg.max_body, Cfg#cfg.idle_timeout);
+                Error -> Error
+            end;
+        {_, 426} -> simple(S, Cfg, Req, 426, [{<<"sec-websocket-version">>, <<"13">>}], <<>>);
+        _ ->
+            bump(Cfg, ?STATUS_400),
+            simple(S, Cfg, Req, 400, [], <<>>)
+    end;
+respond(S, Cfg, Req, gzip) ->
+    Vary = {<<"vary">>, <<"accept-encoding">>},
+    case cbench_roadrunner:accepts_gzip(Req#req.headers) of
+        true -> simple(S, Cfg, Req, 200, [ct(json), {<<"content-encoding">>, <<"gzip">>}, Vary],
+                       cbench_roadrunner:gzip_body(gzip));
+        false -> simple(S, Cfg, Req, 200, [ct(json), Vary], cbench_roadrunner:gzip_body(identity))
+    end;
 respond(S, Cfg, Req = #req{target = <<"/fault/", Spec/binary>>}, fault) ->
     %% /fault/{kind}?params: the spec is the rest of the target (docs/faults.md).
     case cbench_fault:parse(Spec) of

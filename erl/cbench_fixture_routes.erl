@@ -11,7 +11,7 @@
 
 -type name() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big
               | stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status
-              | headers | fault.
+              | headers | large | cookies | gzip | ws | fault.
 -type route() :: #{name := name(), match := cbench_spec:canon_match()}.
 
 %% @doc The fixture routes in the C table's order (exact paths, then the prefix routes).
@@ -22,8 +22,8 @@ routes() ->
      get(file_tiny, "/file/tiny"), get(file_small, "/file/small"), get(file_big, "/file/big"),
      get(stream, "/stream"), get(stream_small, "/stream/small"), get(stream_big, "/stream/big"),
      get(sse, "/sse"), get(sse_small, "/sse/small"), get(sse_big, "/sse/big"),
-     get(headers, "/headers"), get(delay, "/delay/*"), get(status, "/status/*"),
-     route(fault, any, "/fault/*")].
+     get(headers, "/headers"), get(large, "/large"), get(cookies, "/cookies"), get(gzip, "/gzip"),
+     get(ws, "/ws"), get(delay, "/delay/*"), get(status, "/status/*"), route(fault, any, "/fault/*")].
 
 %% @doc The route names of the counters: the fixture routes, then not_found (404s).
 -spec names() -> [name() | not_found].

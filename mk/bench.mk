@@ -3,6 +3,7 @@
 #   make bench              quick profile (about 5 minutes on 2 CPUs)
 #   make bench FULL=1       every case, 3 runs of 10 s, latency ladder for every case
 #   make bench PEERS=0      without inets httpd, nginx and h2o
+#   make bench CASES=roadrunner  roadrunner's scenarios and its resource table (FULL=1 includes them)
 #   make bench BENCH_ARGS='--target mine=http://127.0.0.1:9000 --cases hello'
 #   make bench-h1           cbench-server vs nginx, /hello and /file/small, HTTP/1.1 (issue 2)
 #   make bench-node         nif, port, ehttpd in one node vs cbench-server (issue 4)
@@ -19,6 +20,9 @@ BENCH_TEST_BEAMS := $(BENCH_TEST_SRCS:bench/test/%.erl=bench/test/ebin/%.beam)
 BENCH_ARGS ?=
 BENCH_PROFILE := $(if $(filter 1 yes true,$(FULL)),full,quick)
 BENCH_PEERS := $(if $(filter 0 no false,$(PEERS)),--no-peers,)
+# CASES=roadrunner: roadrunner's scenarios (docs/bench.md); CASES=a,b: those cases.
+CASES ?=
+BENCH_CASES := $(if $(CASES),$(if $(filter roadrunner,$(CASES)),--case-set roadrunner,--cases $(CASES)),)
 
 ROUTES_ARGS ?=
 
@@ -42,7 +46,7 @@ bench-engines:
 	-@if [ -f rebar.config ]; then rebar3 compile; fi
 
 bench: deps bench-build bench-engines
-	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_ARGS)
+	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_CASES) $(BENCH_ARGS)
 
 bench-h1: deps bench-build bench-engines
 	bench/run.sh --profile h1 $(BENCH_ARGS)

@@ -17,7 +17,9 @@ set -eu
 
 # libjansson-dev: JSON for cbench-server's --stubs file and for cbench-load. libwslay-dev: cbench-load's
 # WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
-C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev"
+# zlib1g-dev: the library compresses the /gzip route's body once at start (and ehttpd's zlib is the same).
+C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev
+zlib1g-dev"
 PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit

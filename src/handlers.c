@@ -129,6 +129,20 @@ static void file_end(cb__req_t *r) {
 
 static const cb__handler_t h_file = {.on_end = file_end};
 
+/* ---- /large: 64 KiB of the generated content (byte i is i % 251), referenced, never copied ---- */
+
+static void large_end(cb__req_t *r) {
+  const char *gen = cb__generated();
+  if (gen == NULL) { /* the buffer could not be made: out of memory */
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  fixed_end(r, ct_octet, gen, CB__LARGE_LEN);
+}
+
+static const cb__handler_t h_large = {.on_end = large_end};
+
 /* ---- generators: /stream*, /sse* ----
  * A generator emits its pieces until the protocol says the connection's output is full, then waits for
  * on_writable. Pieces are static payloads: referenced, never copied. */
@@ -364,6 +378,10 @@ static const struct {
     {"sse_small", GET, "/sse/small", &h_sse, 1},
     {"sse_big", GET, "/sse/big", &h_sse, 2},
     {"headers", GET, "/headers", &h_headers, 0},
+    {"large", GET, "/large", &h_large, 0},
+    {"cookies", GET, "/cookies", &cb__h_cookies, 0},
+    {"gzip", GET, "/gzip", &cb__h_gzip, 0},
+    {"ws", GET, "/ws", &cb__h_ws, 0},
     /* Prefix routes, so that a bad parameter (/delay/abc, /delay/1/2) reaches the handler and gets its 400. */
     {"delay", GET, "/delay/*", &h_delay, 0},
     {"status", GET, "/status/*", &h_status, 0},

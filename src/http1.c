@@ -52,6 +52,7 @@ typedef struct {
   uint8_t stopping;    /* graceful stop: close after the current response */
   uint8_t expect_continue;
   uint8_t upgrade_h2c;     /* this request upgrades the connection to h2c once it is complete */
+  uint8_t upgrade_ws;      /* this request upgrades the connection to WebSocket once it is complete (ws.c) */
   uint8_t parsing_held;    /* parsing input held in `pending` (no upgrade from there) */
   int err_status; /* set by a callback that refuses the request */
   uint64_t requests;
@@ -527,6 +528,12 @@ static int on_message_complete(llhttp_t *p) {
   cb__req_t *r = &h->req;
   r->req_done = 1;
   if (h->upgrade_h2c) return 0; /* llhttp pauses with HPE_PAUSED_UPGRADE: parse() switches protocols */
+  /* GET /ws with a valid handshake, read straight from the socket (as h2c's): the same pause, then ws.c. */
+  if (r->handler == &cb__h_ws && h->parser.upgrade && !h->http10 && !h->parsing_held && !h->stopping &&
+      cb__ws_check(r) == 0) {
+    h->upgrade_ws = 1;
+    return 0;
+  }
   if (r->handler) r->handler->on_end(r);
   if (r->res_state == CB__RES_ENDED) {
     finish_request(h);
@@ -771,6 +778,14 @@ static int upgrade(h1_t *h, const char *rest, const char *end) {
   return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
 }
 
+/* Switches the connection to WebSocket (ws.c): the 101, then the bytes after the request are frames. */
+static int upgrade_ws(h1_t *h, const char *rest, const char *end) {
+  cb__conn_t *c = h->c;
+  if (cb__ws_upgrade(c, &h->req) != 0) return -1;
+  h1_free(h); /* c->proto_state and c->ops are ws.c's now */
+  return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+}
+
 /* Decides on a request line whose method llhttp refused, from the bytes held since (`pending`): 501 for a
  * well-formed line, 400 otherwise, or wait for more (the header timeout still runs). */
 static void decide_unknown_method(h1_t *h) {
@@ -832,6 +847,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
       return hold(h, pos, (size_t)(end - pos));
     }
     if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, pos, end);
+    if (e == HPE_PAUSED_UPGRADE && h->upgrade_ws) return upgrade_ws(h, pos, end);
     if (e == HPE_PAUSED_UPGRADE) {
       /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
       llhttp_resume_after_upgrade(&h->parser);

@@ -89,6 +89,8 @@ const cb__payloads_t *cb__payloads(void);
 /* Generated content (byte i is i % 251) as one read-only buffer of CB__GEN_SPAN + 251 bytes: any run of up to
  * CB__GEN_SPAN bytes starting at content offset `off` is gen + off % 251. Made on first use, never freed. */
 #define CB__GEN_SPAN (1u << 20)
+/* GET /large: the first CB__LARGE_LEN bytes of the generated content. */
+#define CB__LARGE_LEN 65536
 const char *cb__generated(void);
 
 /* ---- http_status.c ---- */
@@ -701,6 +703,31 @@ void cb__req_dispatch(cb__req_t *r);
 /* handlers.c: the fixture routes (built into reg) and the 404 and 405 handlers. */
 int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);
 extern const cb__handler_t cb__h_method_not_allowed;
+
+/* ---- the roadrunner routes: cookies.c (GET /cookies), gzip_body.c (GET /gzip) ---- */
+extern const cb__handler_t cb__h_cookies;
+extern const cb__handler_t cb__h_gzip;
+/* At most this many distinct cookie names are answered; later pairs are ignored (browsers send fewer). */
+#define CB__COOKIES_MAX 256
+/* The bytes cb__cookies_json() may write for these headers, and the JSON object of their cookie fields. */
+size_t cb__cookies_json_cap(const cb__hdr_t *hs, int n);
+size_t cb__cookies_json(const cb__hdr_t *hs, int n, char *out);
+#define CB__GZIP_PLAIN_LEN 16384
+/* The /gzip body as sent: plain and gzip-coded, made once per process. 0, or UV_ENOMEM. */
+int cb__gzip_bodies(cb__slice_t *identity, cb__slice_t *gzip);
+/* Whether the accept-encoding fields of these headers make gzip the answer (1) or identity (0). */
+int cb__accepts_gzip(const cb__hdr_t *hs, int n);
+
+/* ---- ws.c: GET /ws, WebSocket echo (RFC 6455) over HTTP/1.1; sha1.c ---- */
+extern const cb__handler_t cb__h_ws;
+/* 0 when the request is a valid WebSocket handshake; otherwise the status it gets: 426 (a version other than
+ * 13) or 400. */
+int cb__ws_check(const cb__req_t *r);
+/* Sec-WebSocket-Accept for a key: base64(SHA-1(key + the RFC's GUID)), 28 characters (not terminated). */
+void cb__ws_accept(const char *key, size_t key_len, char out[28]);
+/* Answers the checked handshake r with 101, records r, and makes c a WebSocket connection (c->ops, state). */
+int cb__ws_upgrade(cb__conn_t *c, cb__req_t *r);
+void cb__sha1(const void *data, size_t len, uint8_t out[20]);
 
 /* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);

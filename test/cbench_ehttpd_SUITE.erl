@@ -8,7 +8,7 @@
 
 -include("cbench_routes_cases.hrl").
 
-all() -> cbench_routes:cases() ++ cbench_stubs:cases() ++ [close_mode, acceptors_on_schedulers].
+all() -> cbench_routes:cases() ++ cbench_roadrunner_wire:cases() ++ cbench_stubs:cases() ++ [close_mode, acceptors_on_schedulers].
 
 init_per_suite(Config) -> cbench_routes:start(ehttpd, Config).
 

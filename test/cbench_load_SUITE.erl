@@ -14,7 +14,7 @@
 -export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h1_paths_round_robin/1,
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, open_loop_schedule/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
-         ws_bad_echo/1, ws_route_missing/1, coordinated_omission/1, cli_usage/1,
+         ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 
 all() -> [{group, server}, {group, faults}, coordinated_omission, cli_usage, api_bad_input].
@@ -22,7 +22,7 @@ all() -> [{group, server}, {group, faults}, coordinated_omission, cli_usage, api
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h1_paths_round_robin,
                    echo_with_headers, h2c_streams, h2c_head_and_echo, open_loop_schedule,
-                   status_500]},
+                   status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]}].
 
@@ -258,12 +258,24 @@ ws_bad_echo(_Config) ->
     #{requests := #{sent := N, completed := 0}, errors := #{protocol := N}} = R,
     ?assert(N >= 1, R).
 
-%% A server without the route answers the upgrade with 404: counted by status, nothing sent.
+%% A path without the route answers the upgrade with 404: counted by status, nothing sent.
 ws_route_missing(Config) ->
-    Url = "ws" ++ string:prefix(url(Config, "/ws"), "http"),
+    Url = "ws" ++ string:prefix(url(Config, "/no-ws"), "http"),
     R = load(Url, #{connections => 1, duration => 0.2}),
     #{requests := #{sent := 0}, errors := #{status := #{404 := N}}} = R,
     ?assert(N >= 1, R).
+
+%% The engine's own /ws (docs/wire.md): every message echoed byte for byte, one upgrade per
+%% connection counted under the route ws.
+ws_engine(Config) ->
+    S = proplists:get_value(server, Config),
+    #{requests_by_route := #{ws := Before}} = cbench:stats(S),
+    Url = "ws" ++ string:prefix(url(Config, "/ws"), "http"),
+    R = load(Url, #{connections => 2, depth => 2, duration => 0.3, ws_size => 300}),
+    #{requests := #{sent := N, completed := N, ok := N}, errors := #{total := 0}, connects := 2} = R,
+    ?assert(N >= 2, R),
+    #{requests_by_route := #{ws := After}} = cbench:stats(S),
+    ?assertEqual(2, After - Before).
 
 %% ---- coordinated omission -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@
 
 -include("cbench_routes_cases.hrl").
 
-all() -> cbench_routes:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [owner_killed, direct_owner_dies, resource_after_stop, port_in_use].
+all() -> cbench_routes:cases() ++ cbench_roadrunner_wire:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [owner_killed, direct_owner_dies, resource_after_stop, port_in_use].
 
 init_per_suite(Config) -> cbench_routes:start(nif, Config).
 

@@ -8,7 +8,7 @@
 
 -include("cbench_routes_cases.hrl").
 
-all() -> cbench_routes:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [eof_exits_zero, eof_status, malformed_frames, program_killed, owner_killed].
+all() -> cbench_routes:cases() ++ cbench_roadrunner_wire:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [eof_exits_zero, eof_status, malformed_frames, program_killed, owner_killed].
 
 init_per_suite(Config) -> cbench_routes:start(port, Config).
 

@@ -11,6 +11,7 @@
          stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
          journal_filters/1, journal_bounds/1, journal_disabled/1, expect_verify/1,
          await_other_process/1, down_up/1, stub_h2/1]).
+-export([rr_large/1, rr_cookies/1, rr_gzip/1, rr_headers_heavy/1, rr_ws/1, rr_ws_errors/1]).
 
 routes_raw(C) -> cbench_routes:routes_raw(C).
 routes_httpc(C) -> cbench_routes:routes_httpc(C).
@@ -58,3 +59,10 @@ expect_verify(C) -> cbench_stubs:expect_verify(C).
 await_other_process(C) -> cbench_stubs:await_other_process(C).
 down_up(C) -> cbench_stubs:down_up(C).
 stub_h2(C) -> cbench_stubs:stub_h2(C).
+
+rr_large(C) -> cbench_roadrunner_wire:rr_large(C).
+rr_cookies(C) -> cbench_roadrunner_wire:rr_cookies(C).
+rr_gzip(C) -> cbench_roadrunner_wire:rr_gzip(C).
+rr_headers_heavy(C) -> cbench_roadrunner_wire:rr_headers_heavy(C).
+rr_ws(C) -> cbench_roadrunner_wire:rr_ws(C).
+rr_ws_errors(C) -> cbench_roadrunner_wire:rr_ws_errors(C).

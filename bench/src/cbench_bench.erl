@@ -8,7 +8,7 @@
 %% bench/results/<timestamp>-<profile>/.
 -module(cbench_bench).
 
--export([main/0, main/1, parse_args/1, cases/0, case_spec/1, profile/1, usage/0]).
+-export([main/0, main/1, parse_args/1, cases/0, all_cases/0, case_spec/1, profile/1, usage/0]).
 %% Shared with the client benchmark (cbench_clients): CPUs, option values, paths, progress.
 -export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
          note/3, progress/3, cli/5]).
@@ -42,7 +42,19 @@ case_spec(stream_small) -> {"/stream/small", undefined, []};
 case_spec(stream_big) -> {"/stream/big", undefined, []};
 case_spec(sse) -> {"/sse", undefined, []};
 case_spec(sse_small) -> {"/sse/small", undefined, []};
-case_spec(sse_big) -> {"/sse/big", undefined, []}.
+case_spec(sse_big) -> {"/sse/big", undefined, []};
+case_spec(C) -> cbench_bench_roadrunner:spec(C).
+
+%% @doc Every case the harness knows: the 15, then the roadrunner scenarios they lack.
+-spec all_cases() -> [atom()].
+all_cases() ->
+    cases() ++ [C || C <- cbench_bench_roadrunner:cases(), cbench_bench_roadrunner:is_case(C)].
+
+%% The roadrunner case set over a profile's timing: roadrunner's lists per protocol, and
+%% no latency ladder (its table has none).
+roadrunner_set(Cfg) ->
+    Cfg#{cases => cbench_bench_roadrunner:cases(), latency_cases => [], latency => false,
+         only => #{h1 => cbench_bench_roadrunner:h1_cases(), h2c => cbench_bench_roadrunner:h2c_cases()}}.
 
 %% Seven extra headers, as a browser behind a proxy sends them.
 extra_headers() ->
@@ -67,7 +79,11 @@ profile(quick) ->
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
       latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
 profile(full) ->
-    #{profile => full, cases => cases(), protos => [h1, h2c], runs => 3,
+    %% The 15, then the roadrunner scenarios (each over the protocols of roadrunner's lists).
+    RR = roadrunner_set(#{}),
+    #{only := #{h1 := RRh1, h2c := RRh2}} = RR,
+    #{profile => full, cases => all_cases(), protos => [h1, h2c], runs => 3,
+      only => #{h1 => cases() ++ RRh1, h2c => cases() ++ RRh2},
       duration => 10, warmup => 3, latency => true, latency_cases => cases(),
       latency_duration => 3, latency_warmup => 1};
 profile(h1) ->
@@ -114,7 +130,8 @@ parse_cpus(S) ->
 usage() ->
     "usage: bench/run.sh [options]   (make bench [FULL=1] [PEERS=0] [BENCH_ARGS=...])\n"
     "  --profile quick|full|h1|node|h2|smoke   what to run (default quick)\n"
-    "  --cases a,b,...        cases (of: " ++ string:join([atom_to_list(C) || C <- cases()], ",") ++ ")\n"
+    "  --cases a,b,...        cases (of: " ++ string:join([atom_to_list(C) || C <- all_cases()], ",") ++ ")\n"
+    "  --case-set ewe|roadrunner  the profile's cases, or roadrunner's scenarios (CASES=roadrunner)\n"
     "  --engines a,b,...      engines (of: " ++ string:join(?ENGINES, ",") ++ ")\n"
     "  --protocols h1,h2c     protocols\n"
     "  --no-peers             skip httpd, nginx and h2o (PEERS=0)\n"
@@ -151,8 +168,11 @@ parse_args(Args) ->
 
 opts([], Cfg) -> Cfg;
 opts(["--profile", _ | R], Cfg) -> opts(R, Cfg);
+opts(["--case-set", "roadrunner" | R], Cfg) -> opts(R, roadrunner_set(Cfg));
+opts(["--case-set", "ewe" | R], Cfg) -> opts(R, Cfg);
+opts(["--case-set", S | _], _) -> throw({usage, "unknown case set '" ++ S ++ "' (ewe, roadrunner)"});
 opts(["--cases", L | R], Cfg) ->
-    Known = [atom_to_list(C) || C <- cases()],
+    Known = [atom_to_list(C) || C <- all_cases()],
     Cs = [case lists:member(C, Known) of
               true -> list_to_atom(C);
               false -> throw({usage, "unknown case '" ++ C ++ "'"})
@@ -349,6 +369,9 @@ note(St = #{notes := Ns}, Fmt, Args) ->
     St#{notes => Ns ++ [N]}.
 
 start_servers(Cfg = #{engines := Wanted}, St0) ->
+    %% varied_paths_router's 100 routes are in every cbench engine for the whole run when it is
+    %% measured: exact paths are hashed, so the other cases do not pay for them.
+    Router = lists:member(varied_paths_router, maps:get(cases, Cfg)),
     NodeWanted = [E || E <- Wanted, lists:member(E, ?NODE)],
     St1 = case NodeWanted of
               [] -> St0;
@@ -362,7 +385,7 @@ start_servers(Cfg = #{engines := Wanted}, St0) ->
                           {Rs, Info} = cbench_bench_servers:node_engines(
                                          Peer, #{threads => maps:get(threads, Cfg),
                                                  docroot => maps:get(docroot, Cfg),
-                                                 engines => NodeWanted}),
+                                                 engines => NodeWanted, router => Router}),
                           %% The node also exits by itself when the harness dies (its
                           %% stdin closes); the pid file makes the trap's sweep sure.
                           PidFile = cbench_bench_os:pidfile("node", maps:get(os_pid, Info)),
@@ -384,7 +407,8 @@ start_servers(Cfg = #{engines := Wanted}, St0) ->
                                                  server_cpus => maps:get(server_cpus_s, Cfg),
                                                  threads => maps:get(threads, Cfg),
                                                  tmp => maps:get(tmp, Cfg),
-                                                 docroot => maps:get(docroot, Cfg)})], Acc);
+                                                 docroot => maps:get(docroot, Cfg),
+                                                 router => Router})], Acc);
                         false -> Acc
                     end
             end, St1, Procs),
@@ -454,6 +478,7 @@ plan(Cfg, St = #{engines := Es}) ->
     Entries =
         [{P, C, E} || P <- maps:get(protos, Cfg), C <- maps:get(cases, Cfg),
                       case maps:find(P, Only) of {ok, L} -> lists:member(C, L); error -> true end,
+                      cbench_bench_roadrunner:proto_ok(P, C),
                       E <- Es],
     {Support, St1} =
         lists:foldl(
@@ -501,9 +526,10 @@ run_spec(Cfg, Proto, Case, Url) ->
                undefined -> undefined;
                F -> filename:join(maps:get(docroot, Cfg), F)
            end,
-    #{url => Url, proto => Proto, clients => maps:get(clients, Cfg),
-      threads => length(maps:get(load_cpus, Cfg)), streams => maps:get(streams, Cfg),
-      headers => Hdrs, data => Data}.
+    maps:merge(#{url => Url, proto => Proto, clients => maps:get(clients, Cfg),
+                 threads => length(maps:get(load_cpus, Cfg)), streams => maps:get(streams, Cfg),
+                 headers => Hdrs, data => Data},
+               cbench_bench_roadrunner:load(Case)).
 
 throughput(Cfg, Plan, Prog0, St0) ->
     lists:foldl(

@@ -28,14 +28,22 @@ version() ->
     end.
 
 %% @doc The argument list for one run. Spec keys: url, proto (h1 | h2c), clients,
-%% threads, streams (h2c streams per connection; HTTP/1.1 uses depth 1), duration,
+%% threads, streams (h2c streams per connection), depth (HTTP/1.1 pipelining depth,
+%% default 1), paths (requested round robin instead of the URL's), ws_size (WebSocket
+%% echo of messages of that size on the URL as ws://), duration,
 %% warmup, headers, data (a body file or undefined), rate (requests per second in
 %% all: open loop; undefined: closed loop), json (the results file).
 -spec args(map()) -> [string()].
 args(Spec = #{url := Url, proto := Proto, json := Json}) ->
     Clients = maps:get(clients, Spec, 50),
-    Depth = case Proto of h1 -> 1; h2c -> maps:get(streams, Spec, 10) end,
-    Base = ["--proto", atom_to_list(Proto), "--connections", integer_to_list(Clients),
+    Depth = case Proto of h1 -> maps:get(depth, Spec, 1); h2c -> maps:get(streams, Spec, 10) end,
+    %% WebSocket messages (websocket_msg_throughput): the ws mode on the same URL as ws://.
+    {P, Target, Ws} = case maps:get(ws_size, Spec, undefined) of
+                          undefined -> {atom_to_list(Proto), Url, []};
+                          Size -> {"ws", "ws://" ++ string:prefix(Url, "http://"),
+                                   ["--ws-size", integer_to_list(Size)]}
+                      end,
+    Base = ["--proto", P, "--connections", integer_to_list(Clients),
             "--depth", integer_to_list(Depth),
             "--threads", integer_to_list(min(maps:get(threads, Spec, 1), Clients)),
             "--duration", num(maps:get(duration, Spec)), "--warmup", num(maps:get(warmup, Spec, 0))],
@@ -48,7 +56,8 @@ args(Spec = #{url := Url, proto := Proto, json := Json}) ->
                undefined -> [];
                R -> ["--rate", num(R)]
            end,
-    Base ++ Hdrs ++ Data ++ Rate ++ ["--json", Json, "--quiet", Url].
+    Paths = lists:append([["--path", Pa] || Pa <- maps:get(paths, Spec, [])]),
+    Base ++ Hdrs ++ Data ++ Rate ++ Paths ++ Ws ++ ["--json", Json, "--quiet", Target].
 
 num(N) when is_integer(N) -> integer_to_list(N);
 num(F) when is_float(F) -> float_to_list(F, [{decimals, 3}, compact]).
@@ -81,16 +90,21 @@ run(Spec, LoadCpus, Notify) ->
 %% connect + reset + protocol errors; rps = answered requests per second.
 -spec parsed(map()) -> cbench_bench_h2load:parsed().
 parsed(J) ->
-    #{<<"requests">> := #{<<"sent">> := Sent, <<"completed">> := Done, <<"unsent">> := Unsent},
+    #{<<"requests">> := Req = #{<<"sent">> := Sent, <<"completed">> := Done, <<"unsent">> := Unsent},
       <<"errors">> := #{<<"connect">> := Con, <<"reset">> := Re, <<"timeout">> := To,
                         <<"protocol">> := Pr},
       <<"status">> := Status, <<"bytes">> := #{<<"read">> := Read},
       <<"achieved_rps">> := Rps, <<"duration_s">> := D, <<"proto">> := P} = J,
     Class = fun(Lo) -> lists:sum([N || {K, N} <- maps:to_list(Status),
                                        binary_to_integer(K) div 100 =:= Lo]) end,
+    %% A WebSocket echo has no status: the echoes that matched count as the 2xx.
+    S2 = case P of
+             <<"ws">> -> maps:get(<<"ok">>, Req, 0);
+             _ -> Class(2)
+         end,
     #{rps => float(Rps), total => Sent + Unsent, started => Sent, done => Done + Re + To + Pr,
       succeeded => Done, failed => Re + To + Pr, errored => Con + Re + Pr, timeout => To,
-      s2xx => Class(2), s3xx => Class(3), s4xx => Class(4) + Class(1), s5xx => Class(5),
+      s2xx => S2, s3xx => Class(3), s4xx => Class(4) + Class(1), s5xx => Class(5),
       bytes => Read, finished_s => float(D), protocol => P}.
 
 %% @doc The latency figures of an open-loop run, in microseconds: p50, p99 and

@@ -6,13 +6,17 @@
 -export([setup/1, memory_total/0, engine_pids/0]).
 
 %% @doc Opts: threads (engine threads), docroot (fixture files for httpd), engines
-%% (the names wanted among nif, port, ehttpd, httpd). Returns a map with, per
+%% (the names wanted among nif, port, ehttpd, httpd), router (add the 100 stubs of
+%% the varied_paths_router case to each cbench engine). Returns a map with, per
 %% engine, {ok, Port} or {skip, Reason}, and the node's settings.
 -spec setup(map()) -> map().
-setup(#{threads := Threads, docroot := DocRoot, engines := Wanted}) ->
+setup(Opts = #{threads := Threads, docroot := DocRoot, engines := Wanted}) ->
     HaveCbench = code:ensure_loaded(cbench) =:= {module, cbench},
     _ = HaveCbench andalso application:ensure_all_started(cbench),
     Engines = [{E, start_engine(E, HaveCbench, Threads, DocRoot)} || E <- Wanted],
+    %% varied_paths_router: the 100 routes, added through the stub API of each cbench engine.
+    [ok = router_stubs(get({server, E}))
+     || {E, {ok, _}} <- Engines, E =/= httpd, maps:get(router, Opts, false)],
     #{engines => maps:from_list(Engines),
       os_pid => list_to_integer(os:getpid()),
       otp => erlang:system_info(otp_release),
@@ -38,6 +42,13 @@ start_engine(E, true, Threads, _) ->
         C:R ->
             {skip, iolist_to_binary(io_lib:format("~s: start_server raised ~0p:~0p", [E, C, R]))}
     end.
+
+router_stubs(S) ->
+    Resp = #{status => 200, headers => [{<<"content-type">>, <<"text/plain">>}], body => <<"Hello, Joe!">>},
+    lists:foreach(fun(I) ->
+                          Path = "/r/" ++ integer_to_list(I),
+                          {ok, _} = cbench:stub(S, #{method => get, path => Path, name => <<"r">>}, Resp)
+                  end, lists:seq(0, 99)).
 
 %% httpd with nodelay: without it, Nagle's algorithm caps it near 1k req/s.
 start_httpd(DocRoot) ->

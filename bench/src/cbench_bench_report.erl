@@ -171,6 +171,7 @@ report(Cfg, St, S, Engines, Protos, Charts) ->
                  || C <- maps:get(cases, Cfg), E <- Engines,
                     R <- [find(Rows, P, C, E)], R =/= undefined, maps:is_key(rps, R)]), "\n"]
       || P <- Protos],
+     cbench_bench_roadrunner:report_md(Cfg, St, Engines),
      notes_md(maps:get(notes, St)),
      "## Legend\n\n",
      "- `~` the runs for the median were more than 5% apart (max - min > 5% of the median).\n",
@@ -228,6 +229,14 @@ yes(Protos, Rows, P, N) ->
     end.
 
 case_row(C) ->
+    case cbench_bench_roadrunner:is_case(C) of
+        true ->
+            {Req, Resp} = cbench_bench_roadrunner:case_text(C),
+            [code(atom_to_list(C)), code(Req), Resp];
+        false -> ewe_case_row(C)
+    end.
+
+ewe_case_row(C) ->
     {Path, Body, Hdrs} = cbench_bench:case_spec(C),
     Req = case Body of
               undefined -> "GET " ++ Path;

@@ -38,6 +38,14 @@ write_fixtures(Dir) ->
     Line = <<"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef">>,
     ok = file:write_file(filename:join(Dir, "body_1k"), binary:copy(Line, 16)),
     ok = file:write_file(filename:join(Dir, "body_10k"), binary:copy(Line, 160)),
+    %% The roadrunner scenarios: a 64-byte echo body, /large and /gzip as the peers serve them,
+    %% and the router's 100 stubs for cbench-server.
+    ok = file:write_file(filename:join(Dir, "body_64"), Line),
+    ok = file:write_file(filename:join(Dir, "large"), pattern(65536)),
+    %% Out of the document root httpd serves: it would send it uncompressed.
+    ok = filelib:ensure_path(filename:join(Dir, "gzip-plain")),
+    ok = file:write_file(filename:join([Dir, "gzip-plain", "gzip"]), cbench_bench_roadrunner:gzip_json()),
+    ok = cbench_bench_roadrunner:router_stubs_json(filename:join(Dir, "router-stubs.json")),
     ok.
 
 pattern(Size) ->
@@ -71,10 +79,11 @@ start_node(#{server_cpus := Cpus, schedulers := S, root := Root}) ->
 
 %% @doc Starts the engines wanted in the node and returns their engine maps and
 %% notes for those skipped.
-node_engines(Peer, #{threads := T, docroot := Doc, engines := Wanted0}) ->
+node_engines(Peer, Opts = #{threads := T, docroot := Doc, engines := Wanted0}) ->
     Wanted = [E || E <- ?NODE_ENGINES, lists:member(atom_to_list(E), Wanted0)],
     Info = peer:call(Peer, cbench_bench_node, setup,
-                     [#{threads => T, docroot => Doc, engines => Wanted}], 60000),
+                     [#{threads => T, docroot => Doc, engines => Wanted,
+                        router => maps:get(router, Opts, false)}], 60000),
     #{engines := Es, os_pid := NodePid} = Info,
     Mem = fun() -> peer:call(Peer, erlang, memory, [total], 2000) end,
     Alive = fun() -> is_process_alive(Peer) andalso
@@ -125,14 +134,15 @@ proc_engine(Name, Owner, Urls, Version) ->
 
 %% @doc cbench-server standalone, --threads N pinned to the server CPUs.
 -spec start_cbench_server(map()) -> {ok, map()} | {skip, string(), string()}.
-start_cbench_server(#{root := Root, server_cpus := Cpus, threads := T}) ->
+start_cbench_server(Opts = #{root := Root, server_cpus := Cpus, threads := T}) ->
     Exe = filename:join([Root, "build", "cbench-server"]),
     case filelib:is_regular(Exe) of
         false -> {skip, "cbench-server", "build/cbench-server is not built (make lib)"};
         true ->
             Port = cbench_bench_os:free_port(),
             Args = ["-c", Cpus, Exe, "--host", "127.0.0.1", "--port", integer_to_list(Port),
-                    "--threads", integer_to_list(T), "--cpus", Cpus],
+                    "--threads", integer_to_list(T), "--cpus", Cpus]
+                ++ router_stubs(Opts),
             Ready = fun(Out) -> binary:match(Out, <<"listening on">>) =/= nomatch end,
             case cbench_bench_os:start("cbench-server", "/usr/bin/taskset", Args, Ready) of
                 {ok, Owner} ->
@@ -144,6 +154,10 @@ start_cbench_server(#{root := Root, server_cpus := Cpus, threads := T}) ->
                     {skip, "cbench-server", fmt("did not start (~0p): ~s", [Why, last_line(Out)])}
             end
     end.
+
+%% The 100 routes of varied_paths_router, when that scenario is measured.
+router_stubs(#{router := true, docroot := Doc}) -> ["--stubs", filename:join(Doc, "router-stubs.json")];
+router_stubs(_) -> [].
 
 %% @doc nginx, one worker, serving /hello with `return 200' and the files from a
 %% root; HTTP/1.1 on one port and h2c (prior knowledge) on another, since nginx
@@ -185,9 +199,19 @@ nginx_conf(Dir, Doc, P1, P2) ->
       "    listen 127.0.0.1:~b;\n    listen 127.0.0.1:~b http2;\n"
       "    location = /hello { default_type text/plain; return 200 'Hello, Joe!'; }\n"
       "    location /file/ { root ~s; default_type application/octet-stream; }\n"
+      %% The roadrunner scenarios nginx can serve: /json, /large as a file, /gzip compressed
+      %% by its gzip module (per request: it has no compress-once), the router as 100
+      %% exact locations.
+      "    location = /json { default_type application/json; return 200 '{\"message\":\"Hello, Joe!\"}'; }\n"
+      "    location = /large { root ~s; default_type application/octet-stream; }\n"
+      "    location = /gzip { root ~s/gzip-plain; default_type application/json; gzip on; gzip_types application/json;\n"
+      "                       gzip_comp_level 6; gzip_min_length 0; gzip_vary on; }\n"
+      "~s"
       "    location / { return 404; }\n"
       "  }\n"
-      "}\n", [Dir, Dir, Dir, Dir, Dir, Dir, Dir, P1, P2, Doc]).
+      "}\n", [Dir, Dir, Dir, Dir, Dir, Dir, Dir, P1, P2, Doc, Doc, Doc,
+               [io_lib:format("    location = ~s { default_type text/plain; return 200 'Hello, Joe!'; }\n", [P])
+                || P <- cbench_bench_roadrunner:router_paths()]]).
 
 %% The version a peer prints (on stdout or stderr) for Cmd, matched by Re; "?" if none.
 version(Cmd, Re) ->

@@ -228,7 +228,47 @@ load_args_test_() ->
      ?_assertEqual(2, length([A || A <- Post, A =:= "--header"])),
      ?_assertEqual("cookie: a=1", After("--header", Post)),
      ?_assertEqual("/tmp/b", After("--body-file", Post)),
-     ?_assertEqual("0.5", After("--duration", cbench_bench_load:args(Base#{proto => h1, duration => 0.5})))].
+     ?_assertEqual("0.5", After("--duration", cbench_bench_load:args(Base#{proto => h1, duration => 0.5}))),
+     %% The roadrunner scenarios: pipelining depth over HTTP/1.1, paths round robin.
+     ?_assertEqual("4", After("--depth", cbench_bench_load:args(Base#{proto => h1, depth => 4}))),
+     ?_assertEqual(["--path", "/r/0", "--path", "/r/1"],
+                   [A || A <- cbench_bench_load:args(Base#{proto => h1, paths => ["/r/0", "/r/1"]}),
+                         A =:= "--path" orelse lists:prefix("/r/", A)])].
+
+roadrunner_cases_test_() ->
+    P = fun cbench_bench:parse_args/1,
+    {ok, RR} = P(["--case-set", "roadrunner"]),
+    {ok, Full} = P(["--profile", "full"]),
+    [?_assertEqual([hello, json, echo, large_response, headers_heavy, cookies_heavy, pipelined_h1,
+                    varied_paths_router, gzip_response, websocket_msg_throughput],
+                   maps:get(h1, maps:get(only, RR))),
+     ?_assertEqual([hello, json, echo, headers_heavy, multi_stream_h2], maps:get(h2c, maps:get(only, RR))),
+     ?_assertEqual([], maps:get(latency_cases, RR)),
+     %% FULL=1: the 15, then the roadrunner scenarios they lack.
+     ?_assertEqual(cbench_bench:cases() ++ [json, echo, large_response, headers_heavy, cookies_heavy,
+                                            pipelined_h1, varied_paths_router, gzip_response,
+                                            websocket_msg_throughput, multi_stream_h2],
+                   maps:get(cases, Full)),
+     ?_assertNot(lists:member(multi_stream_h2, maps:get(h1, maps:get(only, Full)))),
+     ?_assertMatch({ok, #{cases := [gzip_response]}}, P(["--cases", "gzip_response"])),
+     ?_assertEqual({error, "unknown case set 'x' (ewe, roadrunner)"}, P(["--case-set", "x"])),
+     ?_assertEqual(100, length(cbench_bench_roadrunner:router_paths())),
+     ?_assertEqual(#{depth => 4}, cbench_bench_roadrunner:load(pipelined_h1)),
+     ?_assertEqual(["--proto", "ws"], lists:sublist(cbench_bench_load:args(
+                                                      #{url => "http://127.0.0.1:1/ws", proto => h1, json => "/tmp/j",
+                                                        duration => 1, ws_size => 64}), 2)),
+     ?_assertEqual("ws://127.0.0.1:1/ws", lists:last(cbench_bench_load:args(
+                                                    #{url => "http://127.0.0.1:1/ws", proto => h1, json => "/tmp/j",
+                                                      duration => 1, ws_size => 64}))),
+     ?_assertEqual(#{streams => 16}, cbench_bench_roadrunner:load(multi_stream_h2)),
+     ?_assertNot(cbench_bench_roadrunner:proto_ok(h2c, pipelined_h1)),
+     ?_assertNot(cbench_bench_roadrunner:proto_ok(h1, multi_stream_h2)),
+     ?_assertEqual(16384, byte_size(cbench_bench_roadrunner:gzip_json())),
+     %% The request of headers_heavy carries 16 extra headers, cookies_heavy 8 cookies in one.
+     ?_assertEqual(16, length(element(3, cbench_bench:case_spec(headers_heavy)))),
+     ?_assertMatch({"/cookies", undefined, [{"cookie", _}]}, cbench_bench:case_spec(cookies_heavy)),
+     ?_assertEqual(8, length(string:split(element(2, hd(element(3, cbench_bench:case_spec(cookies_heavy)))),
+                                          ";", all)))].
 
 load_parsed_ok_test() ->
     P = cbench_bench_load:parsed(load_json("cbench_load_h1.json")),
