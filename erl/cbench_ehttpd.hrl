@@ -3,7 +3,7 @@
 %% Counter slots, in the order of cb_stats_t; the route counters follow them.
 -define(STAT_KEYS, [conns_accepted, conns_closed, requests, bytes_read, bytes_written, status_400,
                     status_404, status_405, status_413, status_431, timeouts, resets,
-                    accept_backoffs]).
+                    accept_backoffs, handler_unavailable, handler_timeouts]).
 -define(CONNS_ACCEPTED, 1).
 -define(CONNS_CLOSED, 2).
 -define(REQUESTS, 3).
@@ -17,6 +17,8 @@
 -define(TIMEOUTS, 11).
 -define(RESETS, 12).
 -define(ACCEPT_BACKOFFS, 13).
+-define(HANDLER_UNAVAILABLE, 14).
+-define(HANDLER_TIMEOUTS, 15).
 
 -record(cfg, {cnt :: counters:counters_ref(),
               max_header :: pos_integer(),
