@@ -46,8 +46,10 @@ typedef struct cb__defer_w_s {
   uint32_t free_head; /* slot index + 1 of the first free slot, 0 when none */
   uv_prepare_t prepare;
   int prepare_on, closed;
-  uint32_t *pending; /* slots parked during this loop iteration, in order */
+  uint64_t *pending; /* generation << 32 | slot of the requests parked during this loop iteration, in order */
   size_t npending, cap;
+  uint32_t *idx; /* scratch: the slots handed over in one iteration, grouped by route */
+  size_t idx_cap;
   cb_deferred_req_t *reqs; /* scratch for deliver */
   size_t reqs_cap;
   cb_header_t *hdrs; /* scratch for the requests' headers */
@@ -186,7 +188,7 @@ static void defer_end(cb__req_t *r) {
   if (d != NULL && !d->closed && !r->u.deferred.refused) i = slot_take(w, d);
   if (i != UINT32_MAX && d->npending == d->cap) {
     size_t cap = d->cap ? 2 * d->cap : 64;
-    uint32_t *p = realloc(d->pending, cap * sizeof *p);
+    uint64_t *p = realloc(d->pending, cap * sizeof *p);
     if (p == NULL) {
       slot_t *s = slot_at(d, i);
       s->next_free = d->free_head;
@@ -208,7 +210,7 @@ static void defer_end(cb__req_t *r) {
   __atomic_store_n(&s->word, WORD(gen, ST_PARKED), __ATOMIC_RELEASE);
   r->u.deferred.slot = i + 1;
   uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
-  d->pending[d->npending++] = i;
+  d->pending[d->npending++] = (uint64_t)gen << 32 | i;
   if (!d->prepare_on) {
     d->prepare_on = 1;
     uv_prepare_start(&d->prepare, on_prepare);
@@ -344,13 +346,27 @@ static void on_prepare(uv_prepare_t *p) {
   uv_prepare_stop(p);
   d->prepare_on = 0;
   size_t n = d->npending;
-  uint32_t *idx = d->pending;
+  uint64_t *pending = d->pending;
   d->pending = NULL; /* requests parked by the deliver calls below go to a new list, for the next iteration */
   d->npending = d->cap = 0;
-  /* A request released before delivery (its client left) has a free slot: skip it. */
+  /* A request released before delivery (its client left) is skipped: its slot is free, or holds a newer
+   * request (another generation) that has its own entry. */
+  if (grow((void **)&d->idx, &d->idx_cap, n, sizeof *d->idx) != 0) { /* out of memory: 503 for all */
+    for (size_t k = 0; k < n; k++) {
+      slot_t *s = slot_at(d, (uint32_t)pending[k]);
+      if (s->r != NULL && __atomic_load_n(&s->word, __ATOMIC_RELAXED) == WORD(pending[k] >> 32, ST_PARKED))
+        take_back(w, s, 503);
+    }
+    free(pending);
+    return;
+  }
+  uint32_t *idx = d->idx;
   size_t m = 0;
-  for (size_t k = 0; k < n; k++)
-    if (slot_at(d, idx[k])->r != NULL && STATE(slot_at(d, idx[k])->word) == ST_PARKED) idx[m++] = idx[k];
+  for (size_t k = 0; k < n; k++) {
+    uint32_t i = (uint32_t)pending[k], gen = (uint32_t)(pending[k] >> 32);
+    slot_t *s = slot_at(d, i);
+    if (s->r != NULL && __atomic_load_n(&s->word, __ATOMIC_RELAXED) == WORD(gen, ST_PARKED)) idx[m++] = i;
+  }
   /* Group by route, keeping arrival order within each group. */
   size_t done = 0;
   while (done < m) {
@@ -365,7 +381,7 @@ static void on_prepare(uv_prepare_t *p) {
     deliver_group(w, d, rt->arg, idx + done, end - done);
     done = end;
   }
-  free(idx);
+  free(pending);
 }
 
 void cb__deferred_close(cb__worker_t *w) {
@@ -385,6 +401,7 @@ void cb__deferred_free(cb__worker_t *w) {
   free(d->reqs);
   free(d->hdrs);
   free(d->text);
+  free(d->idx);
   free(d);
   w->deferred = NULL;
 }

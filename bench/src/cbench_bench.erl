@@ -8,7 +8,7 @@
 %% bench/results/<timestamp>-<profile>/.
 -module(cbench_bench).
 
--export([main/0, main/1, parse_args/1, cases/0, case_spec/1, profile/1, usage/0]).
+-export([main/0, main/1, parse_args/1, cases/0, erl_cases/0, case_spec/1, profile/1, usage/0]).
 %% Shared with the client benchmark (cbench_clients): CPUs, option values, paths, progress.
 -export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
          note/3, progress/3, cli/5]).
@@ -42,7 +42,16 @@ case_spec(stream_small) -> {"/stream/small", undefined, []};
 case_spec(stream_big) -> {"/stream/big", undefined, []};
 case_spec(sse) -> {"/sse", undefined, []};
 case_spec(sse_small) -> {"/sse/small", undefined, []};
-case_spec(sse_big) -> {"/sse/big", undefined, []}.
+case_spec(sse_big) -> {"/sse/big", undefined, []};
+case_spec(erl_hello) -> {"/erl/hello", undefined, []};
+case_spec(erl_hello_unbatched) -> {"/erl/hello1", undefined, []};
+case_spec(erl_echo_1kb) -> {"/erl/echo", "body_1k", []}.
+
+%% @doc The Erlang handler cases (issue 14): the answer comes from a process in the node
+%% (cbench_bench_node installs the routes on the nif and ehttpd engines): erl_hello and
+%% erl_echo_1kb with batching, erl_hello_unbatched one message per request.
+-spec erl_cases() -> [atom()].
+erl_cases() -> [erl_hello, erl_hello_unbatched, erl_echo_1kb].
 
 %% Seven extra headers, as a browser behind a proxy sends them.
 extra_headers() ->
@@ -62,8 +71,8 @@ extra_headers() ->
 profile(quick) ->
     %% About 6 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
     %% over h2c, and the latency ladder for hello over both.
-    #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse],
-      protos => [h1, h2c], only => #{h2c => [hello, echo_1kb]}, runs => 1,
+    #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse] ++ erl_cases(),
+      protos => [h1, h2c], only => #{h2c => [hello, echo_1kb, erl_hello, erl_hello_unbatched]}, runs => 1,
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
       latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
 profile(full) ->
@@ -75,7 +84,7 @@ profile(h1) ->
       duration => 10, warmup => 3, latency => false,
       engines => ["cbench-server", "nginx"], reference => ["nginx"]};
 profile(node) ->
-    #{profile => node, cases => [hello, echo_1kb], protos => [h1], runs => 1,
+    #{profile => node, cases => [hello, echo_1kb] ++ erl_cases(), protos => [h1], runs => 1,
       duration => 10, warmup => 3, latency => false,
       engines => ["nif", "port", "ehttpd", "cbench-server"], reference => ["cbench-server", "ehttpd"]};
 profile(h2) ->
@@ -114,7 +123,7 @@ parse_cpus(S) ->
 usage() ->
     "usage: bench/run.sh [options]   (make bench [FULL=1] [PEERS=0] [BENCH_ARGS=...])\n"
     "  --profile quick|full|h1|node|h2|smoke   what to run (default quick)\n"
-    "  --cases a,b,...        cases (of: " ++ string:join([atom_to_list(C) || C <- cases()], ",") ++ ")\n"
+    "  --cases a,b,...        cases (of: " ++ string:join([atom_to_list(C) || C <- cases() ++ erl_cases()], ",") ++ ")\n"
     "  --engines a,b,...      engines (of: " ++ string:join(?ENGINES, ",") ++ ")\n"
     "  --protocols h1,h2c     protocols\n"
     "  --no-peers             skip httpd, nginx and h2o (PEERS=0)\n"
@@ -152,7 +161,7 @@ parse_args(Args) ->
 opts([], Cfg) -> Cfg;
 opts(["--profile", _ | R], Cfg) -> opts(R, Cfg);
 opts(["--cases", L | R], Cfg) ->
-    Known = [atom_to_list(C) || C <- cases()],
+    Known = [atom_to_list(C) || C <- cases() ++ erl_cases()],
     Cs = [case lists:member(C, Known) of
               true -> list_to_atom(C);
               false -> throw({usage, "unknown case '" ++ C ++ "'"})
@@ -458,12 +467,16 @@ plan(Cfg, St = #{engines := Es}) ->
     {Support, St1} =
         lists:foldl(
           fun({P, C, E = #{name := N, cbench := Cb}}, {Acc, S}) ->
-                  Key = case Cb of true -> {P, hello, N}; false -> {P, C, N} end,
+                  %% Handler routes exist only where cbench_bench_node installed them.
+                  Key = case Cb andalso not lists:member(C, erl_cases()) of
+                            true -> {P, hello, N};
+                            false -> {P, C, N}
+                        end,
                   case lists:keyfind(Key, 1, Acc) of
                       {Key, Ok} -> {[{{P, C, N}, Ok} | Acc], S};
                       false ->
                           Ok = probe(Cfg, P, element(2, Key), E),
-                          S1 = case {Ok, Cb} of
+                          S1 = case {Ok, Cb andalso not lists:member(C, erl_cases())} of
                                    {false, true} -> note(S, "~s does not answer ~s (probe of /hello failed): skipped over ~s", [N, P, P]);
                                    _ -> S
                                end,

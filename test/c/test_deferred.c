@@ -31,7 +31,8 @@ static struct {
   int gone_after_close; /* the result of a reply to a request whose client left */
   int delivered;
   size_t max_batch;
-} hq = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, 1, 1, 0, 0};
+  int streamed; /* /f/stream answers begun */
+} hq = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, 1, 1, 0, 0, 0};
 
 static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
   (void)ud;
@@ -94,6 +95,12 @@ static void answer(item_t *it) {
   } else if (strcmp(it->path, "/h/late") == 0) {
     sleep_ms(300); /* the client has closed by now (the test waits for that before it releases the request) */
     hq.gone_after_close = reply1(it->ref, CB_REPLY_FULL, 200, NULL, 0, "late");
+  } else if (strcmp(it->path, "/f/stream") == 0) { /* begun, never finished: cut by deferred_fail */
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_STREAM, 200, NULL, 0, NULL), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "abc"), 0);
+    pthread_mutex_lock(&hq.mu);
+    hq.streamed++;
+    pthread_mutex_unlock(&hq.mu);
   }
   /* Anything else (/h/none, /f/...) is left unanswered: 504, or 503 from cb_server_deferred_fail. */
 }
@@ -352,6 +359,57 @@ TEST_T(deferred_batches, 60000) {
   }
   h2_free(cl);
   ASSERT_GT(hq.max_batch, 1);
+  stop_handler(t);
+  test_stop(srv);
+}
+
+static int streamed(void) {
+  pthread_mutex_lock(&hq.mu);
+  int n = hq.streamed;
+  pthread_mutex_unlock(&hq.mu);
+  return n;
+}
+
+/* The target goes away in the middle of a streamed answer: h2c resets that stream (INTERNAL_ERROR) and the
+ * connection goes on; HTTP/1.1 closes the connection after the piece sent (no last chunk). */
+TEST_T(deferred_fail_mid_stream, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  hq.streamed = 0;
+  pthread_t t = start_handler(srv);
+  uint64_t id = add_deferred(srv, NULL, "/f/*", deliver, 30000, 1);
+  add_deferred(srv, NULL, "/h/*", deliver, 30000, 1);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/f/stream", NULL, 0, NULL, 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /f/stream HTTP/1.1\r\nhost: x\r\n\r\n");
+  for (int i = 0; i < 1000 && streamed() < 2; i++) sleep_ms(10);
+  ASSERT_EQ(streamed(), 2);
+  ASSERT_ERR(cb_server_deferred_fail(srv, id), 0);
+  h2_wait1(cl, r1, 10000);
+  ASSERT_EQ(r1->status, 200);
+  ASSERT_EQ(r1->rst, 2); /* INTERNAL_ERROR */
+  ASSERT(r1->body.len == 3 && memcmp(r1->body.p, "abc", 3) == 0);
+  h2resp_t *r3 = h2_request(cl, 3, "GET", "/h/full", NULL, 0, NULL, 0);
+  h2_wait1(cl, r3, 10000);
+  ASSERT_EQ(r3->status, 200);
+  h2_free(cl);
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  exp_chunk(&exp, "abc", 3);
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  mask_dates(got.p, got.len);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  close(fd);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.handler_unavailable, 2);
+  buf_free(&exp);
+  buf_free(&got);
   stop_handler(t);
   test_stop(srv);
 }
