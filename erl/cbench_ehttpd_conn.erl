@@ -515,6 +515,7 @@ chunk_data(_S, _Cfg, 0, _Fun, Acc) ->
 chunk_data(S, Cfg, Left, Fun, Acc) ->
     case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
         {ok, Piece} ->
+            keep_body(Cfg, Piece),
             case Fun(Piece, Acc) of
                 {ok, Acc1} -> chunk_data(S, Cfg, Left - byte_size(Piece), Fun, Acc1);
                 Error -> Error
