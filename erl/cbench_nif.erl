@@ -128,8 +128,11 @@ up(H) -> {up_nif(H), H}.
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
 handler_add(H, Match, Target, Opts) ->
-    {cbench_c_terms:add_result(handler_add_nif(H, cbench_c_terms:match(Match), Target, Opts), #{}),
-     H}.
+    {case handler_add_nif(H, cbench_c_terms:match(Match), Target, Opts) of
+         {error, einval} -> {error, {bad_handler, einval}};
+         {error, elimit} -> {error, too_many_routes};
+         Other -> Other
+     end, H}.
 
 %% @doc The handler of route Id is gone: its parked requests get 503, its streams are cut.
 -spec handler_fail(handle(), pos_integer()) -> ok | {error, term()}.
