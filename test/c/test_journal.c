@@ -50,7 +50,7 @@ TEST(journal_http1_exact) {
                             "Content-Length: 10\r\n\r\n0123456789";
   cl_send(fd, req, sizeof req - 1);
   while (cl_response_len(got.p, got.len, 0) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
-  cl_sends(fd, "GET /nope HTTP/1.1\r\n\r\n");
+  cl_sends(fd, "GET /nope HTTP/1.1\r\nhost: x\r\n\r\n");
   cb_request_list_t *list = read_journal(srv, NULL, 2);
   ASSERT_EQ(list->count, 2);
   const cb_request_t *r = &list->items[0];
@@ -79,7 +79,8 @@ TEST(journal_http1_exact) {
   ASSERT_EQ(r->conn_id, 1);
   assert_str(r->method, "GET");
   assert_str(r->query, "");
-  ASSERT_EQ(r->nheaders, 0);
+  ASSERT_EQ(r->nheaders, 1); /* HTTP/1.1 requires host (issue 8): the request's only header */
+  assert_header(r, 0, "host", "x");
   assert_str(r->route, "not_found");
   ASSERT_EQ(r->status, 404);
   ASSERT_EQ(r->body_len, 0);
@@ -147,7 +148,7 @@ TEST(journal_order_two_workers) {
   char req[64];
   for (int i = 0; i < 40; i++) {
     int fd = cl_connect(port);
-    snprintf(req, sizeof req, "GET /status/2%02d HTTP/1.1\r\nconnection: close\r\n\r\n", i % 100);
+    snprintf(req, sizeof req, "GET /status/2%02d HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", i % 100);
     cl_sends(fd, req);
     buf_t got = {0};
     cl_read_close(fd, &got, 5000);
@@ -173,7 +174,7 @@ TEST(journal_bound_filter_clear) {
   int fd = cl_connect(cb_server_port(srv));
   buf_t got = {0};
   for (int i = 0; i < 30; i++) {
-    cl_sends(fd, i % 3 ? "GET /hello HTTP/1.1\r\n\r\n" : "HEAD /json HTTP/1.1\r\n\r\n");
+    cl_sends(fd, i % 3 ? "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n" : "HEAD /json HTTP/1.1\r\nhost: x\r\n\r\n");
   }
   cb_stats_t st;
   do {
@@ -207,7 +208,7 @@ TEST(journal_bound_filter_clear) {
   list = read_journal(srv, NULL, 0);
   ASSERT_EQ(list->count, 0);
   cb_request_list_free(list);
-  cl_sends(fd, "GET /hello HTTP/1.1\r\n\r\n");
+  cl_sends(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
   list = read_journal(srv, NULL, 1);
   ASSERT_EQ(list->count, 1);
   ASSERT_EQ(list->items[0].seq, 31); /* sequence numbers go on */
@@ -222,7 +223,7 @@ TEST(journal_disabled) {
   int fd = cl_connect(cb_server_port(srv));
   buf_t e = {0};
   exp_route(&e, "GET", "/hello", CONN_NONE);
-  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\n\r\n", &e);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &e);
   cb_request_list_t *list;
   ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
   ASSERT_EQ(list->count, 0);
@@ -252,14 +253,14 @@ TEST(journal_listener) {
   listen_t l = {.srv = srv};
   ASSERT_ERR(cb_server_set_journal_listener(srv, on_request, &l), 0);
   int fd = cl_connect(cb_server_port(srv));
-  cl_sends(fd, "GET /json?z HTTP/1.1\r\n\r\n");
+  cl_sends(fd, "GET /json?z HTTP/1.1\r\nhost: x\r\n\r\n");
   uint64_t t0 = now_ms();
   while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
   ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
   ASSERT_STR_EQ(l.path, "/json");
   ASSERT_ERR(l.nested, UV_EBUSY);
   ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
-  cl_sends(fd, "GET /json HTTP/1.1\r\n\r\n");
+  cl_sends(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n");
   cb_request_list_t *list = read_journal(srv, NULL, 2);
   ASSERT_EQ(list->count, 2);
   cb_request_list_free(list);
@@ -281,7 +282,7 @@ TEST(journal_big_bodies) {
   for (int i = 0; i < 150000; i++) body[i] = (char)('a' + i % 26);
   buf_t got = {0};
   for (int i = 0; i < 12; i++) {
-    cl_sends(fd, "POST /echo HTTP/1.1\r\ncontent-length: 150000\r\n\r\n");
+    cl_sends(fd, "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 150000\r\n\r\n");
     cl_send(fd, body, 150000);
     buf_reset(&got);
     long n;

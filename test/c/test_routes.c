@@ -289,7 +289,7 @@ TEST_T(routes_body_kinds, 60000) {
   /* Someone truncates it: the answers that reach past the new end are cut short, the server goes on. */
   ASSERT_EQ(truncate(big_path, 1000), 0);
   int fd = cl_connect(port);
-  cl_sends(fd, "GET /big-file HTTP/1.1\r\n\r\n");
+  cl_sends(fd, "GET /big-file HTTP/1.1\r\nhost: x\r\n\r\n");
   buf_t got = {0};
   int r = cl_read_close(fd, &got, 10000);
   ASSERT(r == CL_EOF || r == CL_RESET);
@@ -566,7 +566,7 @@ typedef struct {
 static void sink(void *arg, const char *data, size_t len) { buf_add(&((sinkbuf_t *)arg)->out, data, len); }
 
 TEST(routes_socketless_stub_split_reads) {
-  static const char req[] = "GET /users/5?x=1 HTTP/1.1\r\nX-Tenant: acme\r\n\r\n";
+  static const char req[] = "GET /users/5?x=1 HTTP/1.1\r\nhost: x\r\nX-Tenant: acme\r\n\r\n";
   buf_t exp = {0};
   exp_simple(&exp, 200, "x-a: 1\r\n", "tenant acme", 0);
   for (size_t split = 0; split < sizeof req - 1; split += 3) {

@@ -64,17 +64,17 @@ TEST(stub_json_valid) {
   buf_t exp = {0};
   exp_head(&exp, 201, NULL, "content-type: application/json\r\n", 8, CONN_NONE);
   buf_adds(&exp, "{\"id\":1}");
-  get(port, "GET /users/9 HTTP/1.1\r\n\r\n", &exp);
+  get(port, "GET /users/9 HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   buf_reset(&exp);
   exp_head(&exp, 200, NULL, "x-r: 1\r\nx-r: 2\r\n", 11, CONN_NONE);
   buf_adds(&exp, "from a file");
-  get(port, "POST /f?a=1 HTTP/1.1\r\nx-k: y\r\ncontent-length: 0\r\n\r\n", &exp);
+  get(port, "POST /f?a=1 HTTP/1.1\r\nhost: x\r\nx-k: y\r\ncontent-length: 0\r\n\r\n", &exp);
   buf_reset(&exp);
   exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
   exp_chunk(&exp, "\x00\x01", 2);
   exp_chunk(&exp, "\x02\x03\x04", 3);
   exp_last_chunk(&exp);
-  get(port, "DELETE /gen/x HTTP/1.1\r\n\r\n", &exp);
+  get(port, "DELETE /gen/x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   /* The object form. */
   write_text(json_path, "{\"stubs\": [{\"name\": \"x\", \"match\": {\"path\": \"/x\"}}]}");
   ASSERT_EQ(cb_stubs_json_load(srv, json_path, msg, sizeof msg), 1);
