@@ -451,6 +451,7 @@ static void do_stats(void) {
       {"status_431", st.status_431},         {"timeouts", st.timeouts},
       {"resets", st.resets},                 {"h2_errors", st.h2_errors},
       {"accept_backoffs", st.accept_backoffs}, {"faults", st.faults},
+      {"handler_unavailable", st.handler_unavailable}, {"handler_timeouts", st.handler_timeouts},
   };
   int nscalars = (int)(sizeof scalars / sizeof scalars[0]);
   ei_x_buff x;

@@ -143,11 +143,12 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
            (unsigned long long)s->requests_by_proto[i]);
   printf(" (connections/requests)\n");
   printf("  errors: 400 %llu, 404 %llu, 405 %llu, 413 %llu, 431 %llu, timeouts %llu, resets %llu, h2 %llu, "
-         "accept backoffs %llu, faults %llu\n",
+         "accept backoffs %llu, faults %llu, handler 503 %llu, handler 504 %llu\n",
          (unsigned long long)s->status_400, (unsigned long long)s->status_404,
          (unsigned long long)s->status_405, (unsigned long long)s->status_413,
          (unsigned long long)s->status_431, (unsigned long long)s->timeouts, (unsigned long long)s->resets,
-         (unsigned long long)s->h2_errors, (unsigned long long)s->accept_backoffs, (unsigned long long)s->faults);
+         (unsigned long long)s->h2_errors, (unsigned long long)s->accept_backoffs, (unsigned long long)s->faults,
+         (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts);
 }
 
 int main(int argc, char **argv) {

@@ -7,15 +7,17 @@
          stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
 -export([stub/3, unstub/2, stubs/1, reset/1, requests/1, requests/2, clear_requests/1,
          expect/4, verify/1, await/4, down/1, up/1]).
+-export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
               {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
               {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
-              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1}]).
+              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1},
+              {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1}, {replies, 1}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
-              match/0, response/0, filter/0, entry/0, stub_info/0, problem/0]).
+              match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
 
 -type engine() :: nif | port | ehttpd.
 -type server() :: pid().
@@ -39,7 +41,9 @@
                    status_405 := non_neg_integer(), status_413 := non_neg_integer(),
                    status_431 := non_neg_integer(), timeouts := non_neg_integer(),
                    resets := non_neg_integer(), h2_errors := non_neg_integer(),
-                   accept_backoffs := non_neg_integer(), faults := non_neg_integer()}.
+                   accept_backoffs := non_neg_integer(), faults := non_neg_integer(),
+                   handler_unavailable := non_neg_integer(),
+                   handler_timeouts := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
@@ -47,6 +51,7 @@
 -type filter() :: cbench_spec:filter().
 -type entry() :: cbench_journal:entry().
 -type problem() :: cbench_expect:problem().
+-type req() :: cbench_handler:req().
 -type stub_info() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
                        response := cbench_spec:canon_response(), hits := non_neg_integer(),
                        left := non_neg_integer() | infinity}.
@@ -166,6 +171,49 @@ stub(Server, Match, Response) when is_pid(Server) ->
     end;
 stub(_, _, _) ->
     error(badarg).
+
+%%% Erlang handlers (docs/beam.md): a route answered by a process.
+
+%% @doc Sends the requests that Match (as stub/3's) to Target, a pid or a registered name, as
+%% `{cbench_request, Req}', or `{cbench_requests, [Req]}' with `#{batch => true}'; the process
+%% answers with reply/4 or reply_stream/3, send/2 and finish/1. Opts: `timeout_ms' (default
+%% 5000: then 504) and `batch'. No process, or it dies before answering: 503. Removed with
+%% unstub/2 like a stub.
+-spec handle(server(), match(), pid() | atom(), map()) -> {ok, pos_integer()} | {error, term()}.
+handle(Server, Match, Target, Opts) when is_pid(Server), is_pid(Target) orelse is_atom(Target),
+                                         is_map(Opts) ->
+    case {cbench_spec:match(Match), cbench_handler:opts(Opts)} of
+        {{ok, M}, {ok, O}} -> cbench_server:call(Server, {handle, M, Target, O});
+        {{error, _} = Error, _} -> Error;
+        {_, Error} -> Error
+    end;
+handle(_, _, _, _) ->
+    error(badarg).
+
+%% @doc Answers a request whole: the same bytes a stub with this status, headers and body sends.
+%% {error, gone}: answered already, timed out, or its client or stream is gone.
+-spec reply(req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}], iodata()) ->
+          ok | {error, gone}.
+reply(Req, Status, Headers, Body) -> cbench_handler:reply(Req, Status, Headers, Body).
+
+%% @doc Begins a streamed answer; send/2 adds pieces, finish/1 ends it.
+-spec reply_stream(req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}]) ->
+          ok | {error, gone}.
+reply_stream(Req, Status, Headers) -> cbench_handler:reply_stream(Req, Status, Headers).
+
+%% @doc One piece of a streamed answer.
+-spec send(req() | cbench_handler:handle(), iodata()) -> ok | {error, gone}.
+send(Req, Data) -> cbench_handler:send(Req, Data).
+
+%% @doc Ends a streamed answer.
+-spec finish(req() | cbench_handler:handle()) -> ok | {error, gone}.
+finish(Req) -> cbench_handler:finish(Req).
+
+%% @doc Many whole answers in one call (one post per engine worker): [{Req, Status, Headers,
+%% Body}] -> one result each, in order.
+-spec replies([{req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}], iodata()}]) ->
+          [ok | {error, gone}].
+replies(Answers) -> cbench_handler:replies(Answers).
 
 %% @doc Removes a stub (or an expectation); {error, not_found} for an unknown id.
 -spec unstub(server(), pos_integer()) -> ok | {error, not_found | not_running}.

@@ -14,9 +14,11 @@
 -module(cbench_ehttpd).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([handler_add/4, handler_fail/2]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}]).
@@ -174,6 +176,25 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
         Error ->
             {Error, H}
     end.
+
+%% @doc Adds an Erlang handler route: a stub whose response is the handler (the connection
+%% process sends the request to Target and waits, cbench_handler:ehttpd_await/3).
+-spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
+          {{ok, pos_integer()}, handle()}.
+handler_add(H = #h{stubs = Stubs, next_id = Id}, Match, Target, Opts) ->
+    Name = case Match of
+               #{name := undefined} -> <<"handler_", (integer_to_binary(Id))/binary>>;
+               #{name := N0} -> N0
+           end,
+    Stub = #{id => Id, name => Name, match => Match, response => {handler, Target, Opts},
+             counts => counters:new(2, [write_concurrency]), left => undefined},
+    H1 = H#h{stubs = Stubs ++ [Stub], next_id = Id + 1},
+    publish(H1),
+    {{ok, Id}, H1}.
+
+%% @doc Nothing to do: each waiting connection monitors the handler itself.
+-spec handler_fail(handle(), pos_integer()) -> ok.
+handler_fail(_H, _Id) -> ok.
 
 %% @doc Removes a stub; `{error, not_found}' for an id that is not (or no longer) there.
 -spec route_remove(handle(), pos_integer()) -> {ok | {error, not_found}, handle()}.

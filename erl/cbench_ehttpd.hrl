@@ -3,7 +3,7 @@
 %% Counter slots, in the order of cb_stats_t; the route counters follow them.
 -define(STAT_KEYS, [conns_accepted, conns_closed, requests, bytes_read, bytes_written, status_400,
                     status_404, status_405, status_413, status_431, timeouts, resets,
-                    accept_backoffs, faults]).
+                    accept_backoffs, faults, handler_unavailable, handler_timeouts]).
 -define(CONNS_ACCEPTED, 1).
 -define(CONNS_CLOSED, 2).
 -define(REQUESTS, 3).
@@ -18,6 +18,8 @@
 -define(RESETS, 12).
 -define(ACCEPT_BACKOFFS, 13).
 -define(FAULTS, 14).
+-define(HANDLER_UNAVAILABLE, 15).
+-define(HANDLER_TIMEOUTS, 16).
 
 -record(cfg, {cnt :: counters:counters_ref(),
               max_header :: pos_integer(),

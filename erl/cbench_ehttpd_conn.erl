@@ -71,13 +71,8 @@ conn(_Acceptor, Cfg, S) ->
 %% What the journal records of the connection, taken once.
 journal_conn(#cfg{journal = J}, S) ->
     put(cbench_conn, cbench_journal:next_conn(J)),
-    put(cbench_peer, case inet:peername(S) of
-                         {ok, {Ip, Port}} when tuple_size(Ip) =:= 8 ->
-                             iolist_to_binary(["[", inet:ntoa(Ip), "]:", integer_to_list(Port)]);
-                         {ok, {Ip, Port}} ->
-                             iolist_to_binary([inet:ntoa(Ip), ":", integer_to_list(Port)]);
-                         _ -> <<>>
-                     end).
+    _ = peer(S),
+    ok.
 
 %% The original ehttpd: skip the head, answer, close.
 ehttpd_loop(S) ->
@@ -307,6 +302,9 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
                     echo_chunked -> echo_chunked(S, Cfg, Req);
                     _ -> after_body(S, Cfg, Req, fun() -> respond(S, Cfg, Req, Route) end)
                 end;
+            {ok, {stub, Id, Name, {handler, Handler, HOpts}, Counts}} ->
+                counters:add(Counts, 1, 1),
+                handler(S, Cfg, Req0#req{route = Name, stub = Id}, Path, Query, Handler, HOpts);
             {ok, {stub, Id, Name, Response, Counts}} ->
                 counters:add(Counts, 1, 1),
                 Req = Req0#req{route = Name, stub = Id},
@@ -376,6 +374,85 @@ echo_chunked(S, Cfg, Req) ->
                 Error -> Error
             end;
         Error -> Error
+    end.
+
+%% An Erlang handler (cbench_handler): the whole body is read, the request sent to the handler's
+%% process, and this process waits for the answer (503 when there is no handler or it dies first,
+%% 504 after its timeout_ms; a streamed answer cut short closes the connection).
+handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
+    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
+        {ok, Body} ->
+            Info = #{method => Req#req.method, path => Path, query => Query,
+                     headers => Req#req.headers, peer => peer(S), proto => http1,
+                     body => iolist_to_binary(Body)},
+            case cbench_handler:ehttpd_await(Target, HOpts, Info) of
+                {reply, Status, Headers, RBody, Ctx} ->
+                    cbench_handler:ehttpd_done(Ctx),
+                    simple(S, Cfg, Req, Status, Headers, RBody);
+                {stream, Status, Headers, Ctx} ->
+                    handler_stream(S, Cfg, Req, Status, Headers, Ctx);
+                {fail, Status} ->
+                    bump(Cfg, handler_fail_stat(Status)),
+                    simple(S, Cfg, Req, Status, [], <<>>)
+            end;
+        Error -> Error
+    end.
+
+handler_fail_stat(503) -> ?HANDLER_UNAVAILABLE;
+handler_fail_stat(504) -> ?HANDLER_TIMEOUTS.
+
+%% HTTP/1.0 has no chunked coding: the pieces go raw and the close ends the body (as a stub's).
+handler_stream(S, Cfg, Req, Status, Headers, Ctx) ->
+    Chunked = Req#req.version =/= {1, 0},
+    Head = case Chunked of
+               true -> cbench_http:head(Status, Headers, chunked, conn_mode(Req));
+               false -> cbench_http:head(Status, Headers, none, close)
+           end,
+    Result = case send(S, Head) of
+                 ok -> handler_pieces(S, Cfg, Req#req{keep = Req#req.keep andalso Chunked,
+                                                      started = true}, Status, Chunked, Ctx, 0);
+                 Error -> Error
+             end,
+    cbench_handler:ehttpd_done(Ctx),
+    Result.
+
+handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
+    Head = Req#req.method =:= <<"HEAD">>,
+    case cbench_handler:ehttpd_next(Ctx) of
+        {send, <<>>} ->
+            handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
+        {send, _} when Head ->
+            handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
+        {send, Data} ->
+            case send(S, case Chunked of true -> cbench_http:chunk(Data); false -> Data end) of
+                ok -> handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent + byte_size(Data));
+                Error -> Error
+            end;
+        finish when Chunked, not Head ->
+            finish(S, Cfg, Req, Status, Sent, cbench_http:last_chunk());
+        finish ->
+            journal(Cfg, Req, Status, Sent),
+            case Req#req.keep of true -> ok; false -> close end;
+        {cut, Why} ->
+            %% The answer began: it cannot end well, so the connection is closed.
+            bump(Cfg, handler_fail_stat(Why)),
+            journal(Cfg, Req, Status, Sent),
+            close
+    end.
+
+peer(S) ->
+    case get(cbench_peer) of
+        undefined ->
+            P = case inet:peername(S) of
+                    {ok, {Ip, Port}} when tuple_size(Ip) =:= 8 ->
+                        iolist_to_binary(["[", inet:ntoa(Ip), "]:", integer_to_list(Port)]);
+                    {ok, {Ip, Port}} ->
+                        iolist_to_binary([inet:ntoa(Ip), ":", integer_to_list(Port)]);
+                    _ -> <<>>
+                end,
+            put(cbench_peer, P),
+            P;
+        P -> P
     end.
 
 %% Reads the body in raw mode, folding Fun over the pieces as they are read.

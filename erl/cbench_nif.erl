@@ -5,25 +5,27 @@
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
-         journal_notify/2, down/1, up/1]).
+         journal_notify/2, down/1, up/1, handler_add/4, handler_fail/2]).
 -export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
-         requests_clear_nif/1, journal_listen_nif/2]).
+         requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
+         reply_nif/2]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
-              {journal_notify, 2}, {down, 1}, {up, 1},
+              {journal_notify, 2}, {down, 1}, {up, 1}, {handler_add, 4}, {handler_fail, 2},
               %% The NIFs themselves (the test suites call them directly).
               {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1},
               {down_nif, 1}, {up_nif, 1}, {route_add_nif, 3}, {route_remove_nif, 2},
               {route_reset_nif, 1}, {stubs_nif, 1}, {requests_nif, 2}, {requests_clear_nif, 1},
-              {journal_listen_nif, 2}]).
+              {journal_listen_nif, 2}, {handler_add_nif, 4}, {handler_fail_nif, 2}]).
 
 -on_load(init/0).
 
 -nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
        route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
-       requests_clear_nif/1, journal_listen_nif/2]).
+       requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
+       reply_nif/2]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -122,6 +124,20 @@ down(H) -> {down_nif(H), H}.
 -spec up(handle()) -> {ok | {error, term()}, handle()}.
 up(H) -> {up_nif(H), H}.
 
+%% @doc Adds an Erlang handler route (docs/beam.md): requests that Match are sent to Target.
+-spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
+          {{ok, pos_integer()} | {error, term()}, handle()}.
+handler_add(H, Match, Target, Opts) ->
+    {case handler_add_nif(H, cbench_c_terms:match(Match), Target, Opts) of
+         {error, einval} -> {error, {bad_handler, einval}};
+         {error, elimit} -> {error, too_many_routes};
+         Other -> Other
+     end, H}.
+
+%% @doc The handler of route Id is gone: its parked requests get 503, its streams are cut.
+-spec handler_fail(handle(), pos_integer()) -> ok | {error, term()}.
+handler_fail(H, Id) -> handler_fail_nif(H, Id).
+
 %% @private
 start_nif(_Opts) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
@@ -150,3 +166,9 @@ requests_nif(_H, _Filter) -> erlang:nif_error({not_loaded, ?MODULE}).
 requests_clear_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 journal_listen_nif(_H, _PidOrFalse) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+handler_add_nif(_H, _Match, _Target, _Opts) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+handler_fail_nif(_H, _Id) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+reply_nif(_H, _Items) -> erlang:nif_error({not_loaded, ?MODULE}).

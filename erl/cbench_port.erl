@@ -8,6 +8,8 @@
          journal_notify/2, down/1, up/1]).
 %% Lower level, for tests of the program itself.
 -export([open/0, request/3]).
+-export([handler_add/4, handler_fail/2]).
+-ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
@@ -124,6 +126,15 @@ stats(#h{port = Port}) ->
     end.
 
 %% @doc Adds a stub (canonical terms); returns once every worker uses the new table.
+%% @doc Erlang handlers are not served by the port engine yet (docs/beam.md).
+-spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
+          {{error, not_supported}, handle()}.
+handler_add(H, _Match, _Target, _Opts) -> {{error, not_supported}, H}.
+
+%% @doc Nothing to fail: no handler routes.
+-spec handler_fail(handle(), pos_integer()) -> ok.
+handler_fail(_H, _Id) -> ok.
+
 -spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
 route_add(H = #h{port = Port}, Match, Response) ->

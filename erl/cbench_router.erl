@@ -34,12 +34,13 @@
 %% A stub's counters: 1, the requests it answered; 2, the 405s counted under it (the first route
 %% whose path matched a request whose method it did not take).
 -type target() :: {fixture, cbench_fixture_routes:name(), StatIndex :: pos_integer()}
-                | {stub, Id :: pos_integer(), Name :: binary(), cbench_spec:canon_response(),
-                   counters:counters_ref()}.
+                | {stub, Id :: pos_integer(), Name :: binary(), answer(), counters:counters_ref()}.
+%% A stub's canned response, or an Erlang handler (cbench_handler).
+-type answer() :: cbench_spec:canon_response() | {handler, pid() | atom(), map()}.
 -opaque table() :: {#{binary() => [#route{}]}, [#route{}]}.
 
 -type stub() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
-                  response := cbench_spec:canon_response(), counts := counters:counters_ref(),
+                  response := answer(), counts := counters:counters_ref(),
                   left := atomics:atomics_ref() | undefined}.
 
 %% @doc Builds a table from the stubs (in the order they were added) and the fixture routes with

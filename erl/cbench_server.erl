@@ -65,7 +65,8 @@ init({Engine, Opts, Owner}) ->
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
                                                  opts => Opts, owner => Owner, expects => [],
-                                                 stubs => #{}, waiters => cbench_waiters:new()});
+                                                 stubs => #{}, waiters => cbench_waiters:new(),
+                                                 handlers => #{}});
         {error, Reason} ->
             proc_lib:init_ack({error, Reason}),
             exit(normal)
@@ -88,10 +89,19 @@ handle_call({expect, Match, Response, Count}, _From, S) ->
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;
+handle_call({handle, Match, Target, Opts}, _From, S = #{stubs := Stubs, handlers := Hs}) ->
+    case engine(S, handler_add, [Match, Target, Opts]) of
+        {reply, {ok, Id}, S1} ->
+            %% The handler's death fails the requests it holds (503); its monitor is ours.
+            Mon = erlang:monitor(process, Target),
+            {reply, {ok, Id}, S1#{stubs := Stubs#{Id => #{match => Match, handler => Target}},
+                                  handlers := Hs#{Mon => Id}}};
+        Other -> Other
+    end;
 handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
     {reply, Reply, S1} = engine(S, route_remove, [Id]),
-    {reply, Reply, S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
-                       stubs := maps:remove(Id, Stubs)}};
+    {reply, Reply, forget_handlers([Id], S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
+                                             stubs := maps:remove(Id, Stubs)})};
 handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
     Reply = case Mod:stubs(H) of
                 {error, _} = Error -> Error;
@@ -103,7 +113,8 @@ handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
 handle_call(reset, _From, S) ->
     {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
     Cleared = Mod:journal_clear(H),
-    {reply, case Reply of ok -> Cleared; _ -> Reply end, S1#{expects := [], stubs := #{}}};
+    {reply, case Reply of ok -> Cleared; _ -> Reply end,
+     forget_handlers(all, S1#{expects := [], stubs := #{}})};
 handle_call({requests, Filter}, _From, S) ->
     Reply = case journal(S, Filter) of
                 {error, _} = Error -> Error;
@@ -156,6 +167,12 @@ add_stub(S = #{stubs := Stubs}, Match, Response) ->
         Other -> Other
     end.
 
+%% The monitors of removed handler routes (all: every one).
+forget_handlers(Ids, S = #{handlers := Hs}) ->
+    Gone = [Mon || {Mon, Id} <- maps:to_list(Hs), Ids =:= all orelse lists:member(Id, Ids)],
+    [erlang:demonitor(Mon, [flush]) || Mon <- Gone],
+    S#{handlers := maps:without(Gone, Hs)}.
+
 %% A call that changes the engine's handle.
 engine(S = #{mod := Mod, handle := H}, Fun, Args) ->
     {Reply, H1} = apply(Mod, Fun, [H | Args]),
@@ -184,6 +201,10 @@ handle_info({cbench_journal, _Seq}, S = #{waiters := Ws}) ->
             {Ws1, Replies} = cbench_waiters:feed(Ws, Entries),
             {noreply, answer(Replies, S#{waiters := Ws1})}
     end;
+handle_info({'DOWN', Mon, process, _, _}, S = #{mod := Mod, handle := H, handlers := Hs})
+  when is_map_key(Mon, Hs) ->
+    _ = Mod:handler_fail(H, maps:get(Mon, Hs)),
+    {noreply, S#{handlers := maps:remove(Mon, Hs)}};
 handle_info({cbench_await_timeout, Ref}, S = #{waiters := Ws}) ->
     {Ws1, Replies} = cbench_waiters:expire(Ws, Ref),
     {noreply, answer(Replies, S#{waiters := Ws1})};

@@ -47,7 +47,8 @@ enum {
   CB_EFIXTURE = -30001, /* the fixture files could not be written or opened */
   CB_ESTOPPED = -30002, /* the server is stopping or stopped */
   CB_ETHREADS = -30003, /* the number of threads or the CPU list is out of range */
-  CB_ELIMIT = -30004    /* a size limit or timeout is out of range */
+  CB_ELIMIT = -30004,   /* a size limit or timeout is out of range */
+  CB_EGONE = -30005     /* a deferred request that was answered already, or whose client or stream is gone */
 };
 
 /* Maximum numbers of worker threads and of CPUs in a pin list. */
@@ -113,6 +114,8 @@ typedef struct cb_stats_s {
   uint64_t h2_errors;      /* HTTP/2 connection errors (GOAWAY sent with an error) and streams reset by us */
   uint64_t accept_backoffs; /* times accept(2) ran out of descriptors (EMFILE/ENFILE) and backed off */
   uint64_t faults;         /* requests answered with a fault (docs/faults.md); not counted in resets */
+  uint64_t handler_unavailable; /* deferred requests answered 503: no target, or it went away (or reset) */
+  uint64_t handler_timeouts;    /* deferred requests answered 504 (or reset mid-stream) after timeout_ms */
 } cb_stats_t;
 
 typedef struct cb_server_s cb_server_t;
@@ -484,6 +487,88 @@ CB_EXTERN int cb_server_set_journal_listener(cb_server_t *srv, cb_journal_fn fn,
  * socket(2), bind(2), listen(2). After a failed up the server stays down. */
 CB_EXTERN int cb_server_down(cb_server_t *srv);
 CB_EXTERN int cb_server_up(cb_server_t *srv);
+
+/* ==== Deferred routes: requests answered later, from any thread ====
+ *
+ * A deferred route hands each complete request (head and whole body) to the caller's deliver function, on the
+ * worker's thread, and parks it; any thread answers it later with cb_server_reply(), through the worker's
+ * command queue. This is how the NIF, the port program and the ehttpd engine put an Erlang process behind a
+ * route (docs/beam.md). A parked request is named by a cb_reqref_t: worker, slot and generation, so a
+ * reference to a request that is finished, timed out or whose connection or stream went away is refused with
+ * CB_EGONE and never answers another request that reuses the slot.
+ *
+ * Batching: a worker collects the requests it completed during one loop iteration and, at the end of it,
+ * calls deliver once per route with all of that route's requests (batch = 1) or once per request (batch = 0).
+ * Replies given in one cb_server_reply() call reach each worker as one command-queue post (one wake-up).
+ *
+ * Failure: deliver returns non-zero (no target): those requests get 503. cb_server_deferred_fail(): every
+ * request of the route not answered yet gets 503, and a streamed answer in progress is cut (HTTP/1.1: the
+ * connection is closed; h2c: RST_STREAM(INTERNAL_ERROR), the connection goes on). No answer within
+ * timeout_ms (no piece within timeout_ms while streaming): 504 (cut when streaming). All are journaled with
+ * their status and counted in cb_stats_t (handler_unavailable, handler_timeouts). */
+
+typedef uint64_t cb_reqref_t; /* worker << 56 | slot << 32 | generation; never 0 */
+
+/* A request handed over. Every pointer is valid during the deliver call only. */
+typedef struct cb_deferred_req_s {
+  cb_reqref_t ref;
+  uint64_t route_id; /* the deferred route's id */
+  int proto;         /* cb_proto_id */
+  uint64_t conn_id;
+  uint32_t stream_id; /* 0 over HTTP/1.x */
+  cb_str_t peer;      /* "127.0.0.1:50312" */
+  cb_str_t method, path, query; /* query: after '?', empty when none */
+  const cb_header_t *headers;   /* as received, names lowercased (h2c: :authority as "host" when none) */
+  size_t nheaders;
+  cb_str_t body; /* the whole body (at most cfg.max_body_bytes) */
+} cb_deferred_req_t;
+
+/* Hands n requests (n >= 1) of one route to the caller; on the worker's thread, quick, never blocking and
+ * never calling this API's blocking functions. Returns 0, or non-zero when the target is not there: those
+ * requests are answered 503 at once. */
+typedef int (*cb_deliver_fn)(void *ud, const cb_deferred_req_t *reqs, size_t n);
+
+typedef struct cb_deferred_s {
+  cb_str_t name;         /* as a stub's name; {NULL, 0}: "handler_<id>" */
+  cb_match_t match;      /* as a stub's */
+  unsigned timeout_ms;   /* 1..3600000: 504 when not answered in time. 0: 5000 */
+  int batch;             /* 1: deliver gets every request of one loop iteration at once; 0: one per call */
+  cb_deliver_fn deliver; /* required */
+  void *ud;
+  void (*free_ud)(void *ud); /* optional: called once the route is gone (removed and its requests done) */
+} cb_deferred_t;
+
+/* Adds a deferred route in front of the table, like cb_server_route_add() (its id is a stub id: removed with
+ * cb_server_route_remove(), listed by cb_server_stubs() with status 0). On failure free_ud is not called.
+ * Errors: those of cb_server_route_add(). */
+CB_EXTERN int cb_server_deferred_add(cb_server_t *srv, const cb_deferred_t *d, uint64_t *id);
+
+/* What a reply does. */
+typedef enum {
+  CB_REPLY_FULL,   /* status, headers and the whole body (content-length) */
+  CB_REPLY_STREAM, /* status and headers; the body follows in CB_REPLY_SEND pieces (chunked over HTTP/1.1) */
+  CB_REPLY_SEND,   /* one piece of a streamed body (body) */
+  CB_REPLY_FINISH  /* the streamed body is complete */
+} cb_reply_op;
+
+typedef struct cb_reply_s {
+  cb_reqref_t ref;
+  cb_reply_op op;
+  int status;                 /* FULL and STREAM: 200..599 (204 and 304: no body, and FULL only) */
+  const cb_header_t *headers; /* FULL and STREAM: as a stub's response headers; copied */
+  size_t nheaders;
+  cb_str_t body; /* FULL and SEND; copied */
+  int result;    /* out: 0, CB_EGONE (nothing happens), UV_EINVAL (a bad field: nothing happens) */
+} cb_reply_t;
+
+/* Answers parked requests, from any thread (not racing cb_server_stop()). Every item gets its own result;
+ * the items for one worker are posted to it together. Never blocks on a worker. Returns 0 when every item was
+ * looked at (see each result), UV_EINVAL for bad arguments, UV_ENOMEM (then no item was taken). */
+CB_EXTERN int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n);
+
+/* The target of deferred route `id` went away: its requests not answered yet get 503 and its streams in
+ * progress are cut. Does not wait for the workers. Errors: UV_EINVAL, UV_ENOMEM. */
+CB_EXTERN int cb_server_deferred_fail(cb_server_t *srv, uint64_t id);
 
 /* Text for an error code returned by this library (cbench's own or libuv's). Never NULL. */
 CB_EXTERN const char *cb_strerror(int err);

@@ -461,6 +461,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                          atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
                          atom_status_405,     atom_status_413,   atom_status_431,   atom_timeouts,
                          atom_resets,         atom_h2_errors,    atom_accept_backoffs, atom_faults,
+                         atom_handler_unavailable, atom_handler_timeouts,
                          atom_requests_by_route, atom_conns_by_proto, atom_requests_by_proto};
   ERL_NIF_TERM vals[] = {
       enif_make_uint64(env, st.conns_accepted), enif_make_uint64(env, st.conns_open),
@@ -471,6 +472,7 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
       enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
       enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
       enif_make_uint64(env, st.accept_backoffs), enif_make_uint64(env, st.faults),
+      enif_make_uint64(env, st.handler_unavailable), enif_make_uint64(env, st.handler_timeouts),
       by_route,
       counter_map(env, st.conns_by_proto, proto_names, CB_PROTO_COUNT),
       counter_map(env, st.requests_by_proto, proto_names, CB_PROTO_COUNT)};
@@ -564,6 +566,9 @@ static ErlNifFunc funcs[] = {
     {"requests_nif", 2, nif_requests, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"requests_clear_nif", 1, nif_requests_clear, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"journal_listen_nif", 2, nif_journal_listen, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"handler_add_nif", 4, nif_handler_add, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"handler_fail_nif", 2, nif_handler_fail, 0},
+    {"reply_nif", 2, nif_reply, 0},
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

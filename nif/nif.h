@@ -3,6 +3,7 @@
  *   cbench_nif.c   load, the resource and its reaper, start/stop/stats/port/info, down/up
  *   nif_stub.c     stub terms (cbench_spec's canonical form) to cb_stub_t; route add/remove/reset, the stub list
  *   nif_journal.c  journal reads as maps, clear, and the listener that wakes cbench:await/4
+ *   nif_handler.c  Erlang handlers: deferred routes whose requests are sent to a process, and the replies
  */
 #ifndef CBENCH_NIF_H
 #define CBENCH_NIF_H
@@ -21,7 +22,9 @@
   X(query) X(priority) X(present) X(equal) X(status) X(body) X(data) X(bytes) X(file) X(delay_ms)     \
   X(chunks) X(none) X(times) X(infinity) X(id) X(hits) X(left) X(seq) X(time_us) X(proto) X(conn)     \
   X(stream) X(peer) X(method) X(body_length) X(route) X(stub) X(bytes_out) X(duration_us) X(since)    \
-  X(cbench_journal) X(fault) X(faults)
+  X(cbench_journal) X(fault) X(faults) X(cbench_request) X(cbench_requests) X(cbench_nif) X(handle) X(gone)   \
+  X(http1) X(h2c_prior) X(h2c_upgrade) X(timeout_ms) X(batch) X(reply) X(send) X(finish) X(handler_unavailable) \
+  X(handler_timeouts)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)
@@ -70,7 +73,17 @@ ERL_NIF_TERM nif_binary(ErlNifEnv *env, const char *p, size_t n);
 /* A route name: the fixture atom when it is one of those, else a binary. */
 ERL_NIF_TERM nif_route_name(ErlNifEnv *env, const char *p, size_t n);
 
-/* The NIFs of nif_stub.c and nif_journal.c. */
+/* The arrays a decoded stub points into, on the caller's stack. */
+typedef struct {
+  cb_matcher_t headers[CB_MAX_MATCHERS];
+  cb_matcher_t query[CB_MAX_MATCHERS];
+  cb_header_t res_headers[CB_MAX_HEADERS];
+} nif_stub_arrays_t;
+
+/* A canonical match (cbench_spec) into st->name and st->match; 0 when it does not decode. */
+int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_arrays_t *a);
+
+/* The NIFs of nif_stub.c, nif_journal.c and nif_handler.c. */
 ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_route_remove(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_route_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
@@ -78,5 +91,8 @@ ERL_NIF_TERM nif_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests_clear(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_journal_listen(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_handler_fail(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_reply(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

@@ -80,15 +80,8 @@ static int get_headers(ErlNifEnv *env, ERL_NIF_TERM t, cb_header_t *out, size_t 
   return 1;
 }
 
-/* The arrays a decoded stub points into, on the caller's stack. */
-typedef struct {
-  cb_matcher_t headers[CB_MAX_MATCHERS];
-  cb_matcher_t query[CB_MAX_MATCHERS];
-  cb_header_t res_headers[CB_MAX_HEADERS];
-} stub_arrays_t;
-
 /* Match: #{name, methods, path (pattern text), headers, query, priority}. */
-static int decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, stub_arrays_t *a) {
+int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_arrays_t *a) {
   ERL_NIF_TERM v;
   if (!get_map_value(env, map, atom_name, &v)) return 0;
   if (enif_is_identical(v, atom_undefined))
@@ -106,7 +99,7 @@ static int decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, stub_ar
 }
 
 /* Response: #{status, headers, body, delay_ms, chunks, times}. */
-static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res, stub_arrays_t *a) {
+static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res, nif_stub_arrays_t *a) {
   ErlNifUInt64 u;
   ERL_NIF_TERM v;
   const ERL_NIF_TERM *tuple;
@@ -164,10 +157,10 @@ static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res,
  * to take the new table (and opens and maps a body file). */
 ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
-  stub_arrays_t arrays;
+  nif_stub_arrays_t arrays;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
-  if (!decode_match(env, argv[1], &st, &arrays) || !decode_response(env, argv[2], &st.response, &arrays))
+  if (!nif_decode_match(env, argv[1], &st, &arrays) || !decode_response(env, argv[2], &st.response, &arrays))
     return enif_make_badarg(env);
   nif_server_t *res;
   cb_server_t *srv;

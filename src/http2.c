@@ -372,6 +372,12 @@ static void h2_end(cb__req_t *r) {
 
 static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h2_file, .end = h2_end};
 
+void cb__h2_reset(cb__req_t *r) {
+  h2s_t *s = r->stream;
+  CB__STAT_INC(s->h->c->w, h2_errors);
+  nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+}
+
 /* ---- the data provider and the send callbacks ---- */
 
 static ssize_t provider_body(h2s_t *s, uint8_t *buf, size_t length, uint32_t *flags);

@@ -325,6 +325,7 @@ struct cb__worker_s {
   uint64_t **counters;   /* the worker's counter chunks, indexed by route slot (route_table.c) */
   uint64_t *conn_ids;    /* the server's connection counter (atomic) */
   cb__journal_t *journal; /* NULL when disabled */
+  struct cb__defer_w_s *deferred; /* parked requests of deferred routes (deferred.c); NULL until the first */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -658,6 +659,12 @@ struct cb__req_s {
       unsigned piece; /* the piece being emitted */
     } stub;
     struct {
+      char *buf;     /* the request body, held from the echo budget (cap bytes) */
+      size_t len, cap;
+      uint32_t slot; /* the parked request's slot + 1; 0 before it is parked */
+      uint8_t refused; /* over the echo budget: answered 503 */
+    } deferred;
+    struct {
       char *json;
       size_t len;
     } headers;
@@ -731,6 +738,14 @@ void cb__sha1(const void *data, size_t len, uint8_t out[20]);
 
 /* stub.c: validates and copies a stub, and appends it to the registry (not published yet). */
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
+
+/* deferred.c: the worker's parked requests are closed with its handles and freed after its loop. */
+void cb__deferred_close(cb__worker_t *w);
+void cb__deferred_free(cb__worker_t *w);
+/* stub.c: whether a response header name is one the engine writes itself (content-length...). */
+int cb__forbidden_header(const char *name, size_t n);
+/* http2.c: cuts a stream whose answer cannot end well (RST_STREAM INTERNAL_ERROR); the connection goes on. */
+void cb__h2_reset(cb__req_t *r);
 
 /* ---- journal.c ---- */
 /* A worker's journal: seq and floor are the server's sequence counter and clear mark (atomics). */

@@ -135,7 +135,7 @@ static const cb__handler_t stub_handler = {.on_end = stub_end, .on_writable = st
 
 /* ---- building a stub from its public description ---- */
 
-static int forbidden_header(const char *name, size_t n) {
+int cb__forbidden_header(const char *name, size_t n) {
   static const char *const names[] = {"content-length", "transfer-encoding", "connection", "keep-alive",
                                       "upgrade", "te", "proxy-connection", "date"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -153,7 +153,7 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
   size_t total = 0;
   for (size_t i = 0; i < res->nheaders; i++) {
     const cb_header_t *h = &res->headers[i];
-    if (h->name.ptr == NULL || !cb__is_token(h->name.ptr, h->name.len) || forbidden_header(h->name.ptr, h->name.len))
+    if (h->name.ptr == NULL || !cb__is_token(h->name.ptr, h->name.len) || cb__forbidden_header(h->name.ptr, h->name.len))
       return UV_EINVAL;
     if ((h->value.ptr == NULL && h->value.len) || (h->value.ptr && cb__bad_value(h->value.ptr, h->value.len)))
       return UV_EINVAL;
@@ -398,7 +398,7 @@ int cb_server_stubs(cb_server_t *srv, cb_stub_list_t **out) {
   char *b = (char *)(list->items + n);
   for (int i = 0; i < n; i++) {
     const cb__route_t *rt = stubs[i];
-    const stub_t *st = rt->arg;
+    const stub_t *st = rt->kind == &stub_kind ? rt->arg : NULL; /* NULL: a deferred route (deferred.c) */
     cb_stub_info_t *x = &list->items[i];
     memcpy(b, rt->name, rt->name_len + 1);
     x->name = (cb_str_t){b, rt->name_len};
@@ -409,10 +409,10 @@ int cb_server_stubs(cb_server_t *srv, cb_stub_list_t **out) {
     x->id = rt->stub_id;
     x->methods = rt->methods;
     x->priority = rt->priority;
-    x->status = st->status;
-    x->times = st->times;
+    x->status = st ? st->status : 0;
+    x->times = st ? st->times : 0;
     x->hits = answered(reg, rt);
-    x->spent = st->times > 0 && __atomic_load_n(&st->claimed, __ATOMIC_RELAXED) >= st->times;
+    x->spent = st && st->times > 0 && __atomic_load_n(&st->claimed, __ATOMIC_RELAXED) >= st->times;
   }
   cb__routes_unlock(reg);
   /* Matching order, as the table sorts them: priority first, then the newest (ids grow with age). */

@@ -142,6 +142,7 @@ static void stop_now(uv_timer_t *t) {
 }
 
 static void close_worker_handles(cb__worker_t *w) {
+  cb__deferred_close(w);
   if (!uv_is_closing((uv_handle_t *)&w->async)) uv_close((uv_handle_t *)&w->async, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->date_timer)) uv_close((uv_handle_t *)&w->date_timer, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->aux_timer)) uv_close((uv_handle_t *)&w->aux_timer, NULL);
@@ -288,6 +289,7 @@ static void worker_main(void *arg) {
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
   (void)rc;
+  cb__deferred_free(w);
   /* Every connection is gone, and with it every use of a table: let go of the current one. */
   cb__rtable_retire(w->table, w->index);
   w->table = NULL;
@@ -332,6 +334,9 @@ int cb__worker_close_test(cb__worker_t *w) {
   }
   uv_close((uv_handle_t *)&w->date_timer, NULL);
   uv_close((uv_handle_t *)&w->aux_timer, NULL);
+  cb__deferred_close(w);
   uv_run(&w->loop, UV_RUN_DEFAULT);
-  return uv_loop_close(&w->loop);
+  int rc = uv_loop_close(&w->loop);
+  cb__deferred_free(w);
+  return rc;
 }

@@ -8,7 +8,7 @@
 %% bench/results/<timestamp>-<profile>/.
 -module(cbench_bench).
 
--export([main/0, main/1, parse_args/1, cases/0, all_cases/0, case_spec/1, profile/1, usage/0]).
+-export([main/0, main/1, parse_args/1, cases/0, all_cases/0, erl_cases/0, case_spec/1, profile/1, usage/0]).
 %% Shared with the client benchmark (cbench_clients): CPUs, option values, paths, progress.
 -export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
          note/3, progress/3, cli/5]).
@@ -43,12 +43,23 @@ case_spec(stream_big) -> {"/stream/big", undefined, []};
 case_spec(sse) -> {"/sse", undefined, []};
 case_spec(sse_small) -> {"/sse/small", undefined, []};
 case_spec(sse_big) -> {"/sse/big", undefined, []};
+case_spec(erl_hello) -> {"/erl/hello", undefined, []};
+case_spec(erl_hello_unbatched) -> {"/erl/hello1", undefined, []};
+case_spec(erl_echo_1kb) -> {"/erl/echo", "body_1k", []};
 case_spec(C) -> cbench_bench_roadrunner:spec(C).
 
-%% @doc Every case the harness knows: the 15, then the roadrunner scenarios they lack.
+%% @doc The Erlang handler cases (issue 14): the answer comes from a process in the node
+%% (cbench_bench_node installs the routes on the nif and ehttpd engines): erl_hello and
+%% erl_echo_1kb with batching, erl_hello_unbatched one message per request.
+-spec erl_cases() -> [atom()].
+erl_cases() -> [erl_hello, erl_hello_unbatched, erl_echo_1kb].
+
+%% @doc Every case the harness knows: the 15, the Erlang handler cases, then the roadrunner scenarios
+%% the 15 lack.
 -spec all_cases() -> [atom()].
 all_cases() ->
-    cases() ++ [C || C <- cbench_bench_roadrunner:cases(), cbench_bench_roadrunner:is_case(C)].
+    cases() ++ erl_cases() ++
+        [C || C <- cbench_bench_roadrunner:cases(), cbench_bench_roadrunner:is_case(C)].
 
 %% The roadrunner case set over a profile's timing: roadrunner's lists per protocol, and
 %% no latency ladder (its table has none).
@@ -74,8 +85,8 @@ extra_headers() ->
 profile(quick) ->
     %% About 6 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
     %% over h2c, and the latency ladder for hello over both.
-    #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse],
-      protos => [h1, h2c], only => #{h2c => [hello, echo_1kb]}, runs => 1,
+    #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse] ++ erl_cases(),
+      protos => [h1, h2c], only => #{h2c => [hello, echo_1kb, erl_hello, erl_hello_unbatched]}, runs => 1,
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
       latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
 profile(full) ->
@@ -83,7 +94,7 @@ profile(full) ->
     RR = roadrunner_set(#{}),
     #{only := #{h1 := RRh1, h2c := RRh2}} = RR,
     #{profile => full, cases => all_cases(), protos => [h1, h2c], runs => 3,
-      only => #{h1 => cases() ++ RRh1, h2c => cases() ++ RRh2},
+      only => #{h1 => cases() ++ erl_cases() ++ RRh1, h2c => cases() ++ erl_cases() ++ RRh2},
       duration => 10, warmup => 3, latency => true, latency_cases => cases(),
       latency_duration => 3, latency_warmup => 1};
 profile(h1) ->
@@ -91,7 +102,7 @@ profile(h1) ->
       duration => 10, warmup => 3, latency => false,
       engines => ["cbench-server", "nginx"], reference => ["nginx"]};
 profile(node) ->
-    #{profile => node, cases => [hello, echo_1kb], protos => [h1], runs => 1,
+    #{profile => node, cases => [hello, echo_1kb] ++ erl_cases(), protos => [h1], runs => 1,
       duration => 10, warmup => 3, latency => false,
       engines => ["nif", "port", "ehttpd", "cbench-server"], reference => ["cbench-server", "ehttpd"]};
 profile(h2) ->
@@ -483,12 +494,16 @@ plan(Cfg, St = #{engines := Es}) ->
     {Support, St1} =
         lists:foldl(
           fun({P, C, E = #{name := N, cbench := Cb}}, {Acc, S}) ->
-                  Key = case Cb of true -> {P, hello, N}; false -> {P, C, N} end,
+                  %% Handler routes exist only where cbench_bench_node installed them.
+                  Key = case Cb andalso not lists:member(C, erl_cases()) of
+                            true -> {P, hello, N};
+                            false -> {P, C, N}
+                        end,
                   case lists:keyfind(Key, 1, Acc) of
                       {Key, Ok} -> {[{{P, C, N}, Ok} | Acc], S};
                       false ->
                           Ok = probe(Cfg, P, element(2, Key), E),
-                          S1 = case {Ok, Cb} of
+                          S1 = case {Ok, Cb andalso not lists:member(C, erl_cases())} of
                                    {false, true} -> note(S, "~s does not answer ~s (probe of /hello failed): skipped over ~s", [N, P, P]);
                                    _ -> S
                                end,

@@ -35,6 +35,7 @@ start_engine(E, true, Threads, _) ->
     try cbench:start_server(E, #{port => 0, threads => Threads}) of
         {ok, S} ->
             put({server, E}, S),
+            install_handlers(S),
             {ok, cbench:port(S)};
         Other ->
             {skip, iolist_to_binary(io_lib:format("~s: start_server returned ~0p", [E, Other]))}
@@ -49,6 +50,27 @@ router_stubs(S) ->
                           Path = "/r/" ++ integer_to_list(I),
                           {ok, _} = cbench:stub(S, #{method => get, path => Path, name => <<"r">>}, Resp)
                   end, lists:seq(0, 99)).
+%% The routes of the erl_* cases (issue 14): one handler process per route kind, in this node.
+%% The port engine refuses handlers: its erl_* cases are probed and shown as `-'.
+install_handlers(S) ->
+    Batched = spawn(fun erl_handler/0),
+    Single = spawn(fun erl_handler/0),
+    _ = cbench:handle(S, "/erl/hello", Batched, #{batch => true}),
+    _ = cbench:handle(S, "/erl/echo", Batched, #{batch => true}),
+    _ = cbench:handle(S, "/erl/hello1", Single, #{batch => false}),
+    ok.
+
+erl_handler() ->
+    receive
+        {cbench_requests, Reqs} -> _ = cbench:replies([erl_answer(R) || R <- Reqs]);
+        {cbench_request, Req} -> {R, St, H, B} = erl_answer(Req), _ = cbench:reply(R, St, H, B)
+    end,
+    erl_handler().
+
+erl_answer(R = #{path := <<"/erl/echo">>, body := B}) ->
+    {R, 200, [{<<"content-type">>, <<"application/octet-stream">>}], B};
+erl_answer(R) ->
+    {R, 200, [{<<"content-type">>, <<"text/plain">>}], <<"Hello, Joe!">>}.
 
 %% httpd with nodelay: without it, Nagle's algorithm caps it near 1k req/s.
 start_httpd(DocRoot) ->

@@ -249,7 +249,10 @@ ewe_case_row(C) ->
                echo_1kb -> "the body"; echo_1kb_headers -> "the body"; echo_10kb -> "the body";
                file_tiny -> "1KiB file"; file_small -> "100KiB file"; file_big -> "5MiB file";
                stream -> "2 chunks"; stream_small -> "100 x 64B chunks"; stream_big -> "64 x 16KiB chunks";
-               sse -> "32 events"; sse_small -> "100 events"; sse_big -> "64 x 16KiB events"
+               sse -> "32 events"; sse_small -> "100 events"; sse_big -> "64 x 16KiB events";
+               erl_hello -> "`Hello, Joe!` from an Erlang process (batched)";
+               erl_hello_unbatched -> "`Hello, Joe!` from an Erlang process (one message per request)";
+               erl_echo_1kb -> "the body, from an Erlang process (batched)"
            end,
     [code(atom_to_list(C)), code(Req), Resp].
 

@@ -1,0 +1,254 @@
+%%% @doc Erlang handlers (docs/beam.md, "Erlang handlers"): the answers a handler process gives
+%%% with cbench:reply/4 and friends, whichever engine parsed the request, and the ehttpd engine's
+%%% side of the contract (its connection process waits here for the answer).
+%%%
+%%% A request's `handle' says who parked it:
+%%%   {cbench_nif, Server, Ref}            the nif engine: Ref names a slot of a worker (src/deferred.c)
+%%%   {cbench_ehttpd, Conn, Ref, State}    the ehttpd engine: State is an atomics array; the one
+%%%                                        compare-and-swap on it makes an answer the only one, as
+%%%                                        the C engine's state word does
+-module(cbench_handler).
+
+-export([opts/1, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
+-export([ehttpd_await/3, ehttpd_next/1, ehttpd_done/1]).
+
+-export_type([req/0, handle/0, status/0, headers/0]).
+
+-type handle() :: {cbench_nif, reference(), pos_integer()}
+                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}.
+-type req() :: #{method := binary(), path := binary(), query := binary(),
+                 headers := [{binary(), binary()}], peer := binary(),
+                 proto := cbench:proto(), body := binary(), handle := handle()}.
+-type status() :: 200..599.
+-type headers() :: [{iodata(), iodata()}].
+
+%% States of an ehttpd request (the atomics array's one slot); the C engine has the same ones.
+-define(PARKED, 0).
+-define(REPLIED, 1).
+-define(STREAMING, 2).
+-define(FINISHED, 3).
+-define(DONE, 4).
+
+-define(DEFAULT_TIMEOUT_MS, 5000).
+-define(MAX_TIMEOUT_MS, 3600000).
+
+%% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000)
+%% and `batch' (boolean, default false).
+-spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean()}} |
+          {error, {bad_handler, term()}}.
+opts(Opts) when is_map(Opts) ->
+    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false}, Opts),
+    case O of
+        #{timeout_ms := T} when not is_integer(T); T < 1; T > ?MAX_TIMEOUT_MS ->
+            {error, {bad_handler, {timeout_ms, T}}};
+        #{batch := B} when not is_boolean(B) ->
+            {error, {bad_handler, {batch, B}}};
+        _ when map_size(O) > 2 ->
+            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch], O))}}};
+        _ ->
+            {ok, O}
+    end;
+opts(Opts) ->
+    {error, {bad_handler, Opts}}.
+
+%% @doc Answers a request whole. {error, gone}: answered already, timed out, or its client or
+%% stream is gone (nothing is sent). A bad status, header or body: badarg.
+-spec reply(req() | handle(), status(), headers(), iodata()) -> ok | {error, gone}.
+reply(Req, Status, Headers, Body) ->
+    one(handle(Req), {reply, Status, Headers, Body}).
+
+%% @doc Begins a streamed answer (chunked over HTTP/1.1, DATA frames over h2c).
+-spec reply_stream(req() | handle(), status(), headers()) -> ok | {error, gone}.
+reply_stream(Req, Status, Headers) ->
+    one(handle(Req), {stream, Status, Headers}).
+
+%% @doc One piece of a streamed answer.
+-spec send(req() | handle(), iodata()) -> ok | {error, gone}.
+send(Req, Data) ->
+    one(handle(Req), {send, Data}).
+
+%% @doc Ends a streamed answer.
+-spec finish(req() | handle()) -> ok | {error, gone}.
+finish(Req) ->
+    one(handle(Req), finish).
+
+%% @doc Many whole answers at once: those for one nif or port server reach its engine in one
+%% call (one queue post per worker). One result per answer, in order.
+-spec replies([{req() | handle(), status(), headers(), iodata()}]) -> [ok | {error, gone}].
+replies(Answers) when is_list(Answers) ->
+    Items = [{handle(R), {reply, S, H, B}} || {R, S, H, B} <- Answers],
+    length(Items) =:= length(Answers) orelse error(badarg),
+    case Items of
+        [{{cbench_nif, Server, _}, _} | _] ->
+            case lists:all(fun({{cbench_nif, Sv, _}, _}) -> Sv =:= Server;
+                              (_) -> false
+                           end, Items) of
+                true -> c_reply(Server, [c_item(Ref, Op) || {{_, _, Ref}, Op} <- Items]);
+                false -> [one(H, Op) || {H, Op} <- Items]
+            end;
+        _ ->
+            [one(H, Op) || {H, Op} <- Items]
+    end;
+replies(_) ->
+    error(badarg).
+
+handle(#{handle := H}) -> handle(H);
+handle(H = {cbench_nif, _, Ref}) when is_integer(Ref) -> H;
+handle(H = {cbench_ehttpd, Pid, Ref, _}) when is_pid(Pid), is_reference(Ref) -> H;
+handle(_) -> error(badarg).
+
+one({cbench_nif, Server, Ref}, Op) ->
+    [Result] = c_reply(Server, [c_item(Ref, Op)]),
+    Result;
+one({cbench_ehttpd, Pid, Ref, A}, Op) ->
+    ehttpd_op(Pid, Ref, A, check(Op)).
+
+c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
+c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
+c_item(Ref, {send, D}) -> {Ref, send, D};
+c_item(Ref, finish) -> {Ref, finish}.
+
+c_reply(Server, Items) -> results(cbench_nif:reply_nif(Server, Items)).
+
+results(Results) when is_list(Results) ->
+    [case R of
+         {error, badarg} -> error(badarg);
+         _ -> R
+     end || R <- Results];
+results({error, Reason}) ->
+    error({cbench_reply, Reason}).
+
+%% ---- the ehttpd engine ----
+
+ehttpd_op(Pid, Ref, A, Op = {reply, _, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?REPLIED, Op);
+ehttpd_op(Pid, Ref, A, Op = {stream, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?STREAMING, Op);
+ehttpd_op(Pid, Ref, A, Op = {send, _}) ->
+    case atomics:get(A, 1) of
+        ?STREAMING -> Pid ! {cbench_reply, Ref, Op}, ok;
+        _ -> {error, gone}
+    end;
+ehttpd_op(Pid, Ref, A, finish) -> claim(Pid, Ref, A, ?STREAMING, ?FINISHED, finish).
+
+claim(Pid, Ref, A, From, To, Op) ->
+    case atomics:compare_exchange(A, 1, From, To) of
+        ok -> Pid ! {cbench_reply, Ref, Op}, ok;
+        _ -> {error, gone}
+    end.
+
+%% What the C engine checks in cb_server_reply(), checked here for the ehttpd engine: a status
+%% of 200..599 (204 and 304 without a body, and not streamed), header names that are tokens and
+%% not the framing headers the engine writes, values without CR, LF or NUL. Names lowercased.
+check({reply, S, H, B}) ->
+    Body = iolist_to_binary(B),
+    no_body(S) andalso Body =/= <<>> andalso error(badarg),
+    {reply, status(S), headers(H), Body};
+check({stream, S, H}) ->
+    no_body(S) andalso error(badarg),
+    {stream, status(S), headers(H)};
+check({send, D}) -> {send, iolist_to_binary(D)};
+check(finish) -> finish;
+check(_) -> error(badarg).
+
+no_body(S) -> S =:= 204 orelse S =:= 304.
+
+status(S) when is_integer(S), S >= 200, S =< 599 -> S;
+status(_) -> error(badarg).
+
+headers(H) when is_list(H), length(H) =< 64 ->
+    lists:map(fun({N, V}) -> header(N, V);
+                 (_) -> error(badarg)
+              end, H);
+headers(_) -> error(badarg).
+
+header(N, V) ->
+    Name = string:lowercase(iolist_to_binary(N)),
+    Value = iolist_to_binary(V),
+    (Name =:= <<>> orelse not token(Name) orelse forbidden(Name)) andalso error(badarg),
+    binary:match(Value, [<<"\r">>, <<"\n">>, <<0>>]) =:= nomatch orelse error(badarg),
+    {Name, Value}.
+
+token(Name) ->
+    lists:all(fun(C) -> (C >= $a andalso C =< $z) orelse (C >= $0 andalso C =< $9) orelse
+                            lists:member(C, "!#$%&'*+-.^_`|~") orelse (C >= $A andalso C =< $Z)
+              end, binary_to_list(Name)).
+
+forbidden(N) ->
+    lists:member(N, [<<"content-length">>, <<"transfer-encoding">>, <<"connection">>,
+                     <<"keep-alive">>, <<"upgrade">>, <<"te">>, <<"proxy-connection">>,
+                     <<"date">>]).
+
+%% @doc The ehttpd connection's side: sends the request (Info, without its handle) to Target and
+%% waits for the head of the answer. Returns the answer, or {fail, 503 | 504}.
+-spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean()}, map()) ->
+          {reply, status(), [{binary(), binary()}], binary(), term()} |
+          {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
+ehttpd_await(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
+    case target_pid(Target) of
+        undefined ->
+            {fail, 503};
+        Pid ->
+            Mon = erlang:monitor(process, Pid),
+            Ref = make_ref(),
+            A = atomics:new(1, []),
+            Req = Info#{handle => {cbench_ehttpd, self(), Ref, A}},
+            Pid ! case Batch of
+                      true -> {cbench_requests, [Req]};
+                      false -> {cbench_request, Req}
+                  end,
+            Ctx = {Ref, A, Mon, Timeout},
+            case wait(Ctx) of
+                {reply, S, H, B} -> {reply, S, H, B, Ctx};
+                {stream, S, H} -> {stream, S, H, Ctx};
+                {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
+            end
+    end.
+
+%% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the
+%% handler died, or sent nothing for timeout_ms).
+-spec ehttpd_next(term()) -> {send, binary()} | finish | {cut, 503 | 504}.
+ehttpd_next(Ctx) ->
+    wait(Ctx).
+
+%% @doc The request is over: later answers get {error, gone}.
+-spec ehttpd_done(term()) -> ok.
+ehttpd_done({Ref, A, Mon, _}) ->
+    atomics:put(A, 1, ?DONE),
+    erlang:demonitor(Mon, [flush]),
+    flush(Ref).
+
+flush(Ref) ->
+    receive {cbench_reply, Ref, _} -> flush(Ref)
+    after 0 -> ok
+    end.
+
+target_pid(Pid) when is_pid(Pid) -> Pid;
+target_pid(Name) when is_atom(Name) -> whereis(Name).
+
+wait(Ctx = {Ref, _, Mon, Timeout}) ->
+    receive
+        {cbench_reply, Ref, Op} -> Op;
+        {'DOWN', Mon, process, _, _} -> take_back(Ctx, 503)
+    after Timeout ->
+            take_back(Ctx, 504)
+    end.
+
+%% The connection takes the request back for a 503 or 504; when an answer won the race its
+%% message is on the way (or the handler died sending it: then the monitor says so).
+take_back(Ctx = {Ref, A, Mon, _}, Status) ->
+    Now = atomics:get(A, 1),
+    case (Now =:= ?PARKED orelse Now =:= ?STREAMING) andalso
+        atomics:compare_exchange(A, 1, Now, ?DONE) =:= ok of
+        true -> {cut, Status};
+        false ->
+            receive
+                {cbench_reply, Ref, Op} -> Op;
+                {'DOWN', Mon, process, _, _} -> {cut, 503}
+            after 0 -> wait_more(Ctx)
+            end
+    end.
+
+wait_more({Ref, _A, Mon, _}) ->
+    receive
+        {cbench_reply, Ref, Op} -> Op;
+        {'DOWN', Mon, process, _, _} -> {cut, 503}
+    end.

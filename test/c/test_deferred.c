@@ -1,0 +1,415 @@
+/* Deferred routes (issue 14): requests handed to another thread and answered with cb_server_reply(), over
+ * HTTP/1.1 and h2c, byte for byte; streaming; 503 (refused, target gone), 504; stale references. The Erlang
+ * handlers built on this are tested in the CT suites (test/cbench_handler_SUITE.erl). */
+#include <pthread.h>
+#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "h2client.h"
+
+/* The handler thread: takes what deliver queued and answers according to the path. */
+typedef struct item_s {
+  struct item_s *next;
+  cb_reqref_t ref;
+  char path[64];
+  char body[256];
+  size_t body_len;
+  size_t batch; /* the size of the deliver call it came in */
+} item_t;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  item_t *head, *tail;
+  int stop;
+  cb_server_t *srv;
+  int twice_result;     /* the result of a second reply to one request */
+  int gone_after_close; /* the result of a reply to a request whose client left */
+  int delivered;
+  size_t max_batch;
+  int streamed; /* /f/stream answers begun */
+} hq = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL, 1, 1, 0, 0, 0};
+
+static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
+  (void)ud;
+  pthread_mutex_lock(&hq.mu);
+  for (size_t k = 0; k < n; k++) {
+    item_t *it = calloc(1, sizeof *it);
+    it->ref = reqs[k].ref;
+    snprintf(it->path, sizeof it->path, "%.*s", (int)reqs[k].path.len, reqs[k].path.ptr);
+    it->body_len = reqs[k].body.len < sizeof it->body ? reqs[k].body.len : sizeof it->body;
+    memcpy(it->body, reqs[k].body.ptr, it->body_len);
+    it->batch = n;
+    if (hq.tail) hq.tail->next = it; else hq.head = it;
+    hq.tail = it;
+    hq.delivered++;
+    if (n > hq.max_batch) hq.max_batch = n;
+  }
+  pthread_cond_broadcast(&hq.cv);
+  pthread_mutex_unlock(&hq.mu);
+  return 0;
+}
+
+static int refuse(void *ud, const cb_deferred_req_t *reqs, size_t n) {
+  (void)ud, (void)reqs, (void)n;
+  return -1;
+}
+
+static int reply1(cb_reqref_t ref, cb_reply_op op, int status, const cb_header_t *h, size_t nh, const char *body) {
+  cb_reply_t r = {.ref = ref, .op = op, .status = status, .headers = h, .nheaders = nh,
+                  .body = body ? (cb_str_t){body, strlen(body)} : (cb_str_t){NULL, 0}};
+  ASSERT_ERR(cb_server_reply(hq.srv, &r, 1), 0);
+  return r.result;
+}
+
+static void answer(item_t *it) {
+  static const cb_header_t hdrs[] = {{CB_S("Content-Type"), CB_S("text/plain")}, {CB_S("x-a"), CB_S("1")}};
+  if (strcmp(it->path, "/h/full") == 0) {
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, hdrs, 2, "Hello, Joe!"), 0);
+  } else if (strcmp(it->path, "/h/stream") == 0) {
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_STREAM, 200, hdrs + 1, 1, NULL), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "abc"), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "defg"), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FINISH, 0, NULL, 0, NULL), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "late"), CB_EGONE);
+  } else if (strcmp(it->path, "/h/twice") == 0) {
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 201, NULL, 0, "a"), 0);
+    hq.twice_result = reply1(it->ref, CB_REPLY_FULL, 202, NULL, 0, "b");
+  } else if (strcmp(it->path, "/h/echo") == 0) {
+    cb_reply_t r = {.ref = it->ref, .op = CB_REPLY_FULL, .status = 200, .body = {it->body, it->body_len}};
+    ASSERT_ERR(cb_server_reply(hq.srv, &r, 1), 0);
+    ASSERT_ERR(r.result, 0);
+  } else if (strcmp(it->path, "/h/nocontent") == 0) {
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 204, NULL, 0, NULL), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, hdrs, 1, "x"), CB_EGONE);
+  } else if (strcmp(it->path, "/h/bad") == 0) {
+    static const cb_header_t bad[] = {{CB_S("content-length"), CB_S("3")}};
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, bad, 1, "abc"), CB_EINVAL); /* the engine frames bodies */
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 99, NULL, 0, NULL), CB_EINVAL);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 204, NULL, 0, "x"), CB_EINVAL);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  } else if (strcmp(it->path, "/h/late") == 0) {
+    sleep_ms(300); /* the client has closed by now (the test waits for that before it releases the request) */
+    hq.gone_after_close = reply1(it->ref, CB_REPLY_FULL, 200, NULL, 0, "late");
+  } else if (strcmp(it->path, "/f/stream") == 0) { /* begun, never finished: cut by deferred_fail */
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_STREAM, 200, NULL, 0, NULL), 0);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "abc"), 0);
+    pthread_mutex_lock(&hq.mu);
+    hq.streamed++;
+    pthread_mutex_unlock(&hq.mu);
+  }
+  /* Anything else (/h/none, /f/...) is left unanswered: 504, or 503 from cb_server_deferred_fail. */
+}
+
+static void *handler_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&hq.mu);
+  while (!hq.stop) {
+    item_t *it = hq.head;
+    if (it == NULL) {
+      pthread_cond_wait(&hq.cv, &hq.mu);
+      continue;
+    }
+    hq.head = it->next;
+    if (hq.head == NULL) hq.tail = NULL;
+    pthread_mutex_unlock(&hq.mu);
+    answer(it);
+    free(it);
+    pthread_mutex_lock(&hq.mu);
+  }
+  pthread_mutex_unlock(&hq.mu);
+  return NULL;
+}
+
+static uint64_t add_deferred(cb_server_t *srv, const char *name, const char *path, cb_deliver_fn fn, unsigned tmo,
+                             int batch) {
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.name = name ? (cb_str_t){name, strlen(name)} : (cb_str_t){NULL, 0};
+  d.match.path = (cb_str_t){path, strlen(path)};
+  d.deliver = fn;
+  d.timeout_ms = tmo;
+  d.batch = batch;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  ASSERT_GT(id, 0);
+  return id;
+}
+
+static pthread_t start_handler(cb_server_t *srv) {
+  hq.srv = srv;
+  hq.stop = 0;
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, handler_main, NULL), 0);
+  return t;
+}
+
+static void stop_handler(pthread_t t) {
+  pthread_mutex_lock(&hq.mu);
+  hq.stop = 1;
+  pthread_cond_broadcast(&hq.cv);
+  pthread_mutex_unlock(&hq.mu);
+  pthread_join(t, NULL);
+  while (hq.head) {
+    item_t *n = hq.head->next;
+    free(hq.head);
+    hq.head = n;
+  }
+  hq.tail = NULL;
+}
+
+static void h1_check(int port, const char *method, const char *target, const char *hdrs, const char *body,
+                     const buf_t *exp) {
+  buf_t req = {0};
+  buf_addf(&req, "%s %s HTTP/1.1\r\nhost: 127.0.0.1\r\n%s\r\n%s", method, target, hdrs, body ? body : "");
+  cbt_log("h1 %s %s", method, target);
+  int fd = cl_connect(port);
+  ROUNDTRIP(fd, req.p, req.len, exp);
+  EXPECT_QUIET(fd, 20);
+  close(fd);
+  buf_free(&req);
+}
+
+static void h2_check(int port, const char *method, const char *target, const buf_t *exp) {
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  buf_t head = {0}, body = {0};
+  h2resp_t *r = h2_request(cl, 1, method, target, NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 15000);
+  h2_expect_from_h1(exp, &head, &body);
+  h2_assert_resp(r, &head, &body, target);
+  buf_free(&head);
+  buf_free(&body);
+  h2_free(cl);
+}
+
+static void both(int port, const char *method, const char *target, const buf_t *exp) {
+  h1_check(port, method, target, "", NULL, exp);
+  h2_check(port, method, target, exp);
+}
+
+TEST_T(deferred_reply_forms, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 2;
+  cfg.journal = 100;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  pthread_t t = start_handler(srv);
+  add_deferred(srv, "erl", "/h/*", deliver, 500, 1);
+  add_deferred(srv, "nobody", "/x/*", refuse, 0, 0);
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, "content-type: text/plain\r\nx-a: 1\r\n", 11, CONN_NONE);
+  buf_adds(&exp, "Hello, Joe!");
+  both(port, "GET", "/h/full", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "content-type: text/plain\r\nx-a: 1\r\n", 11, CONN_NONE);
+  both(port, "HEAD", "/h/full", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "x-a: 1\r\n", CL_CHUNKED, CONN_NONE);
+  exp_chunk(&exp, "abc", 3);
+  exp_chunk(&exp, "defg", 4);
+  exp_last_chunk(&exp);
+  both(port, "GET", "/h/stream", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 201, NULL, NULL, 1, CONN_NONE);
+  buf_adds(&exp, "a");
+  both(port, "GET", "/h/twice", &exp);
+  ASSERT_ERR(hq.twice_result, CB_EGONE);
+  buf_reset(&exp);
+  exp_head(&exp, 204, NULL, NULL, CL_NONE, CONN_NONE);
+  both(port, "GET", "/h/nocontent", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 2, CONN_NONE);
+  buf_adds(&exp, "ok");
+  both(port, "GET", "/h/bad", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, NULL, 5, CONN_NONE);
+  buf_adds(&exp, "12345");
+  h1_check(port, "POST", "/h/echo", "content-length: 5\r\n", "12345", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 504, NULL, NULL, 0, CONN_NONE);
+  both(port, "GET", "/h/none", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 503, NULL, NULL, 0, CONN_NONE);
+  both(port, "GET", "/x/y", &exp);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.handler_timeouts, 2);
+  ASSERT_EQ(st.handler_unavailable, 2);
+  /* The journal records what was sent. */
+  cb_request_filter_t f = {.path = CB_S("/h/none")};
+  cb_request_list_t *list;
+  ASSERT_ERR(cb_server_requests(srv, &f, &list), 0);
+  ASSERT_EQ(list->count, 2);
+  ASSERT_EQ(list->items[0].status, 504);
+  ASSERT_STR_EQ(list->items[0].route.ptr, "erl");
+  cb_request_list_free(list);
+  /* A deferred route is listed with the stubs, status 0. */
+  cb_stub_list_t *stubs;
+  ASSERT_ERR(cb_server_stubs(srv, &stubs), 0);
+  ASSERT_EQ(stubs->count, 2);
+  ASSERT_EQ(stubs->items[0].status, 0);
+  cb_stub_list_free(stubs);
+  buf_free(&exp);
+  test_stop(srv);
+  stop_handler(t);
+}
+
+static int delivered(void) {
+  pthread_mutex_lock(&hq.mu);
+  int n = hq.delivered;
+  pthread_mutex_unlock(&hq.mu);
+  return n;
+}
+
+static void wait_delivered(int n) {
+  for (int i = 0; i < 1000 && delivered() < n; i++) sleep_ms(10);
+  ASSERT_GE(delivered(), n);
+}
+
+/* The target goes away with requests parked: 503 for each (over both protocols), and the connections go on. */
+TEST_T(deferred_fail_and_gone, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  pthread_t t = start_handler(srv);
+  hq.delivered = 0;
+  uint64_t id = add_deferred(srv, NULL, "/f/*", deliver, 30000, 1);
+  add_deferred(srv, NULL, "/h/*", deliver, 30000, 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /f/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/f/2", NULL, 0, NULL, 0);
+  h2resp_t *r3 = h2_request(cl, 3, "GET", "/f/3", NULL, 0, NULL, 0);
+  wait_delivered(3);
+  ASSERT_ERR(cb_server_deferred_fail(srv, id), 0);
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 503, NULL, NULL, 0, CONN_NONE);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  h2_wait1(cl, r1, 10000);
+  h2_wait1(cl, r3, 10000);
+  ASSERT_EQ(r1->status, 503);
+  ASSERT_EQ(r3->status, 503);
+  /* Both connections still serve. */
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "content-type: text/plain\r\nx-a: 1\r\n", 11, CONN_NONE);
+  buf_adds(&exp, "Hello, Joe!");
+  ROUNDTRIP(fd, "GET /h/full HTTP/1.1\r\nhost: x\r\n\r\n", 33, &exp);
+  h2resp_t *r5 = h2_request(cl, 5, "GET", "/h/full", NULL, 0, NULL, 0);
+  h2_wait1(cl, r5, 10000);
+  ASSERT_EQ(r5->status, 200);
+  /* A reply to a request whose client left: CB_EGONE, nothing sent anywhere. (HTTP/2 reads on while a
+   * request waits, so it sees the close; HTTP/1.1 holds its input and learns it when the answer is written.) */
+  int before = delivered();
+  h2_request(cl, 7, "GET", "/h/late", NULL, 0, NULL, 0);
+  wait_delivered(before + 1);
+  struct linger lg = {1, 0}; /* close with a reset: the client is gone, not just done sending */
+  setsockopt(cl->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  h2_free(cl);
+  cl_reset(fd);
+  sleep_ms(500);
+  stop_handler(t); /* waits for /h/late's answer */
+  ASSERT_ERR(hq.gone_after_close, CB_EGONE);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
+
+/* Many requests on one worker in one loop iteration reach deliver together when the route batches. */
+TEST_T(deferred_batches, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  hq.max_batch = 0;
+  pthread_t t = start_handler(srv);
+  add_deferred(srv, NULL, "/h/*", deliver, 0, 1);
+  /* 20 streams in one write: parsed in one read, delivered in one call. */
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *rs[20];
+  buf_t all = {0};
+  for (int i = 0; i < 20; i++) {
+    buf_t block = {0};
+    uint8_t hd[9];
+    h2_encode_request(cl, "GET", "/h/full", NULL, 0, &block);
+    h2_frame_hd(hd, (uint32_t)block.len, 1 /* HEADERS */, 0x4 | 0x1 /* END_HEADERS | END_STREAM */, 1 + 2 * i);
+    buf_add(&all, hd, 9);
+    buf_add(&all, block.p, block.len);
+    buf_free(&block);
+    rs[i] = h2_stream(cl, 1 + 2 * i);
+  }
+  ASSERT_EQ(h2_send_raw(cl, all.p, all.len), 0);
+  buf_free(&all);
+  for (int i = 0; i < 20; i++) {
+    h2_wait1(cl, rs[i], 10000);
+    ASSERT_EQ(rs[i]->status, 200);
+    ASSERT(rs[i]->body.len == 11 && memcmp(rs[i]->body.p, "Hello, Joe!", 11) == 0);
+  }
+  h2_free(cl);
+  ASSERT_GT(hq.max_batch, 1);
+  stop_handler(t);
+  test_stop(srv);
+}
+
+static int streamed(void) {
+  pthread_mutex_lock(&hq.mu);
+  int n = hq.streamed;
+  pthread_mutex_unlock(&hq.mu);
+  return n;
+}
+
+/* The target goes away in the middle of a streamed answer: h2c resets that stream (INTERNAL_ERROR) and the
+ * connection goes on; HTTP/1.1 closes the connection after the piece sent (no last chunk). */
+TEST_T(deferred_fail_mid_stream, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  hq.streamed = 0;
+  pthread_t t = start_handler(srv);
+  uint64_t id = add_deferred(srv, NULL, "/f/*", deliver, 30000, 1);
+  add_deferred(srv, NULL, "/h/*", deliver, 30000, 1);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/f/stream", NULL, 0, NULL, 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /f/stream HTTP/1.1\r\nhost: x\r\n\r\n");
+  for (int i = 0; i < 1000 && streamed() < 2; i++) sleep_ms(10);
+  ASSERT_EQ(streamed(), 2);
+  ASSERT_ERR(cb_server_deferred_fail(srv, id), 0);
+  h2_wait1(cl, r1, 10000);
+  ASSERT_EQ(r1->status, 200);
+  ASSERT_EQ(r1->rst, 2); /* INTERNAL_ERROR */
+  ASSERT(r1->body.len == 3 && memcmp(r1->body.p, "abc", 3) == 0);
+  h2resp_t *r3 = h2_request(cl, 3, "GET", "/h/full", NULL, 0, NULL, 0);
+  h2_wait1(cl, r3, 10000);
+  ASSERT_EQ(r3->status, 200);
+  h2_free(cl);
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  exp_chunk(&exp, "abc", 3);
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  mask_dates(got.p, got.len);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  close(fd);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.handler_unavailable, 2);
+  buf_free(&exp);
+  buf_free(&got);
+  stop_handler(t);
+  test_stop(srv);
+}

@@ -1,0 +1,274 @@
+%%% @doc Erlang handlers (issue 14): routes answered by a process, on the nif and ehttpd engines
+%%% (the port engine refuses them for now). Every reply form is compared byte for byte with a stub
+%%% that answers the same (HTTP/1.1 on both engines, h2c on the nif engine with curl); streaming;
+%%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream; many
+%%% concurrent requests answered out of order in one batch.
+-module(cbench_handler_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+-include_lib("common_test/include/ct.hrl").
+
+-export([all/0, groups/0, init_per_group/2, end_per_group/2]).
+-export([reply_forms/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
+         crash_mid_stream/1, concurrent_out_of_order/1, port_refuses/1]).
+
+all() -> [{group, nif}, {group, ehttpd}, port_refuses].
+
+groups() ->
+    Cases = [reply_forms, gone_and_badarg, unavailable, timeout, crash_mid_stream,
+             concurrent_out_of_order],
+    [{nif, [], Cases ++ [reply_forms_h2c]}, {ehttpd, [], Cases}].
+
+init_per_group(Engine, Config) ->
+    {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 2}),
+    [{server, S}, {engine, Engine} | Config].
+
+end_per_group(_Engine, Config) ->
+    cbench:stop_server(?config(server, Config)).
+
+%% ---- helpers ----
+
+%% A handler process: Fun(Req) for each request, alone or in a batch.
+handler(Fun) ->
+    spawn(fun() -> handler_loop(Fun) end).
+
+handler_loop(Fun) ->
+    receive
+        {cbench_request, Req} -> Fun(Req);
+        {cbench_requests, Reqs} -> [Fun(R) || R <- Reqs];
+        stop -> exit(normal)
+    end,
+    handler_loop(Fun).
+
+%% One request on a new connection (closed by the server after the answer), the answer as read
+%% until the close, dates masked.
+raw(Config, Method, Path) ->
+    raw(Config, Method, Path, <<>>).
+
+raw(Config, Method, Path, Body) ->
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(?config(server, Config)),
+                                 [binary, {active, false}]),
+    Len = integer_to_binary(byte_size(Body)),
+    ok = gen_tcp:send(Sock, [Method, " ", Path, " HTTP/1.1\r\nhost: x\r\nconnection: close\r\n",
+                             "content-length: ", Len, "\r\n\r\n", Body]),
+    Got = read_all(Sock, <<>>),
+    gen_tcp:close(Sock),
+    mask(Got).
+
+read_all(Sock, Acc) ->
+    case gen_tcp:recv(Sock, 0, 10000) of
+        {ok, Data} -> read_all(Sock, <<Acc/binary, Data/binary>>);
+        {error, closed} -> Acc
+    end.
+
+mask(Bin) ->
+    re:replace(Bin, "date: [^\r]*", "date: X", [global, {return, binary}]).
+
+handle(Config, Path, Target, Opts) ->
+    {ok, Id} = cbench:handle(?config(server, Config), Path, Target, Opts),
+    Id.
+
+stub(Config, Path, Response) ->
+    {ok, Id} = cbench:stub(?config(server, Config), Path, Response),
+    Id.
+
+stat(Config, Key) ->
+    maps:get(Key, cbench:stats(?config(server, Config))).
+
+%% The script of reply_forms' handler: the same answers as the stubs under /s/.
+answer(Req = #{path := <<"/h/full">>}) ->
+    ok = cbench:reply(Req, 201, [{<<"Content-Type">>, <<"text/plain">>}, {"x-a", "1"}],
+                      [<<"Hello, ">>, "Joe!"]);
+answer(Req = #{path := <<"/h/empty">>}) ->
+    ok = cbench:reply(Req, 204, [], <<>>);
+answer(Req = #{path := <<"/h/stream">>}) ->
+    ok = cbench:reply_stream(Req, 200, [{<<"x-s">>, <<"1">>}]),
+    ok = cbench:send(Req, <<"abc">>),
+    ok = cbench:send(Req, [<<"de">>, "fg"]),
+    ok = cbench:finish(Req);
+answer(Req = #{path := <<"/h/echo">>, query := Q, body := B, method := M, headers := Hs}) ->
+    {_, Host} = lists:keyfind(<<"host">>, 1, Hs),
+    ok = cbench:reply(Req, 200, [], [M, " ", Q, " ", Host, " ", B]).
+
+%% ---- cases ----
+
+%% Each reply form gives the bytes of a stub with the same status, headers and body.
+reply_forms(Config) ->
+    H = handler(fun answer/1),
+    handle(Config, "/h/*", H, #{}),
+    stub(Config, "/s/full", #{status => 201, headers => [{<<"content-type">>, <<"text/plain">>},
+                                                         {<<"x-a">>, <<"1">>}],
+                              body => <<"Hello, Joe!">>}),
+    stub(Config, "/s/empty", #{status => 204}),
+    stub(Config, "/s/stream", #{headers => [{<<"x-s">>, <<"1">>}], body => <<"abcdefg">>,
+                                chunks => {2, 0}}),
+    [?assertEqual(raw(Config, M, "/s/" ++ P), raw(Config, M, "/h/" ++ P))
+     || M <- ["GET", "HEAD"], P <- ["full", "empty", "stream"]],
+    Full = raw(Config, "GET", "/h/full"),
+    ?assertMatch({match, _}, re:run(Full, "^HTTP/1.1 201 Created\r\n")),
+    ?assertEqual(<<"POST a=1 x 12345">>, body(raw(Config, "POST", "/h/echo?a=1", <<"12345">>))),
+    H ! stop.
+
+body(Response) ->
+    [_, Body] = binary:split(Response, <<"\r\n\r\n">>),
+    Body.
+
+%% The same over h2c (curl, prior knowledge): status, headers and body as the stub's.
+reply_forms_h2c(Config) ->
+    H = handler(fun answer/1),
+    handle(Config, "/h/*", H, #{}),
+    stub(Config, "/s/full", #{status => 201, headers => [{<<"content-type">>, <<"text/plain">>},
+                                                         {<<"x-a">>, <<"1">>}],
+                              body => <<"Hello, Joe!">>}),
+    stub(Config, "/s/stream", #{headers => [{<<"x-s">>, <<"1">>}], body => <<"abcdefg">>,
+                                chunks => {2, 0}}),
+    Port = integer_to_list(cbench:port(?config(server, Config))),
+    Curl = fun(P) ->
+                   mask(list_to_binary(os:cmd("curl -s -i --http2-prior-knowledge http://127.0.0.1:"
+                                              ++ Port ++ P)))
+           end,
+    [begin
+         Want = Curl("/s/" ++ P),
+         ?assertMatch({match, _}, re:run(Want, "^HTTP/2 20")),
+         ?assertEqual(Want, Curl("/h/" ++ P))
+     end || P <- ["full", "stream"]],
+    H ! stop.
+
+%% A second answer, a piece after the end, or an answer to a request that timed out: {error,
+%% gone}, and nothing is sent. A bad status or header: badarg.
+gone_and_badarg(Config) ->
+    Self = self(),
+    H = handler(fun(Req = #{path := <<"/g/twice">>}) ->
+                        Bad = [catch cbench:reply(Req, 99, [], <<>>),
+                               catch cbench:reply(Req, 200, [{<<"content-length">>, <<"1">>}], <<"x">>),
+                               catch cbench:reply(Req, 204, [], <<"x">>),
+                               catch cbench:reply(Req, 200, [{<<"x">>, <<"a\r\nb">>}], <<>>),
+                               catch cbench:reply(not_a_req, 200, [], <<>>)],
+                        R1 = cbench:reply(Req, 200, [], <<"one">>),
+                        R2 = cbench:reply(Req, 200, [], <<"two">>),
+                        R3 = cbench:reply_stream(Req, 200, []),
+                        Self ! {results, Bad, [R1, R2, R3]};
+                   (Req = #{path := <<"/g/stream">>}) ->
+                        ok = cbench:reply_stream(Req, 200, []),
+                        ok = cbench:finish(Req),
+                        Self ! {results, [], [cbench:send(Req, <<"x">>), cbench:finish(Req)]}
+                end),
+    handle(Config, "/g/*", H, #{}),
+    ?assertEqual(<<"one">>, body(raw(Config, "GET", "/g/twice"))),
+    receive {results, Bad, Rs} ->
+            ?assertEqual(lists:duplicate(5, badarg), [Why || {'EXIT', {Why, _}} <- Bad]),
+            ?assertEqual([ok, {error, gone}, {error, gone}], Rs)
+    end,
+    raw(Config, "GET", "/g/stream"),
+    receive {results, [], Rs2} -> ?assertEqual([{error, gone}, {error, gone}], Rs2) end,
+    H ! stop.
+
+%% No process behind the name: 503. The handler dies before it answers: 503. The connection goes
+%% on (keep-alive), and both are counted and journaled.
+unavailable(Config) ->
+    Before = stat(Config, handler_unavailable),
+    handle(Config, "/u/none", cbench_no_such_process, #{}),
+    H = handler(fun(_Req) -> exit(normal) end),
+    handle(Config, "/u/dies", H, #{}),
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(?config(server, Config)),
+                                 [binary, {active, false}]),
+    Empty503 = fun(Got) -> ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 503 Service Unavailable\r\n.*content-length: 0\r\n\r\n$", [dotall])) end,
+    ok = gen_tcp:send(Sock, "GET /u/none HTTP/1.1\r\nhost: x\r\n\r\n"),
+    Empty503(recv_head(Sock, <<>>)),
+    ok = gen_tcp:send(Sock, "GET /u/dies HTTP/1.1\r\nhost: x\r\n\r\n"),
+    Empty503(recv_head(Sock, <<>>)),
+    ok = gen_tcp:send(Sock, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n"),
+    ?assertMatch({match, _}, re:run(recv_head(Sock, <<>>), "^HTTP/1.1 200 OK")),
+    gen_tcp:close(Sock),
+    ?assertEqual(Before + 2, stat(Config, handler_unavailable)),
+    [#{status := 503}] = cbench:requests(?config(server, Config), #{path => "/u/none"}).
+
+%% Reads one response head (and a body announced with content-length) from a kept connection.
+recv_head(Sock, Acc) ->
+    case binary:split(Acc, <<"\r\n\r\n">>) of
+        [Head, Rest] ->
+            case re:run(Head, "content-length: ([0-9]+)", [{capture, all_but_first, list}]) of
+                {match, [N]} when byte_size(Rest) >= 0 ->
+                    Need = list_to_integer(N) - byte_size(Rest),
+                    More = case Need > 0 of
+                               true -> {ok, M} = gen_tcp:recv(Sock, Need, 10000), M;
+                               false -> <<>>
+                           end,
+                    mask(<<Head/binary, "\r\n\r\n", Rest/binary, More/binary>>);
+                _ -> mask(Acc)
+            end;
+        [_] ->
+            {ok, Data} = gen_tcp:recv(Sock, 0, 10000),
+            recv_head(Sock, <<Acc/binary, Data/binary>>)
+    end.
+
+%% No answer within timeout_ms: 504, counted; the late answer is {error, gone}.
+timeout(Config) ->
+    Self = self(),
+    Before = stat(Config, handler_timeouts),
+    H = handler(fun(Req) -> Self ! {req, Req} end),
+    handle(Config, "/t", H, #{timeout_ms => 200}),
+    Got = raw(Config, "GET", "/t"),
+    ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 504 Gateway Timeout\r\n")),
+    receive {req, Req} -> ?assertEqual({error, gone}, cbench:reply(Req, 200, [], <<"late">>)) end,
+    ?assertEqual(Before + 1, stat(Config, handler_timeouts)),
+    ?assertMatch({error, {bad_handler, {timeout_ms, 0}}},
+                 cbench:handle(?config(server, Config), "/t2", H, #{timeout_ms => 0})),
+    ?assertMatch({error, {bad_handler, _}}, cbench:handle(?config(server, Config), "/t2", H, #{x => 1})),
+    ?assertError(badarg, cbench:handle(?config(server, Config), "/t2", "not a pid", #{})),
+    H ! stop.
+
+%% The handler crashes after the head and one piece: the HTTP/1.1 connection is closed without
+%% the last chunk (the answer is visibly cut).
+crash_mid_stream(Config) ->
+    H = handler(fun(Req) ->
+                        ok = cbench:reply_stream(Req, 200, []),
+                        ok = cbench:send(Req, <<"abc">>),
+                        timer:sleep(50),
+                        exit(crash)
+                end),
+    handle(Config, "/c", H, #{}),
+    Got = raw(Config, "GET", "/c"),
+    ?assertMatch({match, _}, re:run(Got, "transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                                    "3\r\nabc\r\n$")),
+    wait_until(fun() -> stat(Config, handler_unavailable) > 0 end).
+
+wait_until(F) -> wait_until(F, 200).
+wait_until(F, 0) -> ?assert(F());
+wait_until(F, N) ->
+    case F() of
+        true -> ok;
+        false -> timer:sleep(20), wait_until(F, N - 1)
+    end.
+
+%% Many requests at once to a batching handler that answers them in reverse order with one
+%% replies/1 call: each client gets its own answer.
+concurrent_out_of_order(Config) ->
+    N = 40,
+    H = spawn(fun() -> collect(N, []) end),
+    handle(Config, "/o/*", H, #{batch => true}),
+    Self = self(),
+    Pids = [spawn_link(fun() ->
+                               P = "/o/" ++ integer_to_list(I),
+                               Self ! {done, I, body(raw(Config, "GET", P))}
+                       end) || I <- lists:seq(1, N)],
+    Got = [receive {done, I, B} -> {I, B} end || I <- lists:seq(1, N)],
+    ?assertEqual([{I, list_to_binary("/o/" ++ integer_to_list(I))} || I <- lists:seq(1, N)], Got),
+    ?assertEqual(N, length(Pids)).
+
+collect(0, Reqs) ->
+    %% Newest first: the reverse of arrival.
+    Results = cbench:replies([{R, 200, [], P} || R = #{path := P} <- Reqs]),
+    [ok] = lists:usort(Results);
+collect(N, Reqs) ->
+    receive
+        {cbench_requests, Batch} when is_list(Batch) ->
+            collect(N - length(Batch), lists:reverse(Batch) ++ Reqs)
+    end.
+
+%% The port engine does not serve handlers yet: a clear error, nothing added.
+port_refuses(_Config) ->
+    {ok, S} = cbench:start_server(port, #{port => 0, threads => 1}),
+    ?assertEqual({error, not_supported}, cbench:handle(S, "/x", self(), #{})),
+    ?assertEqual([], cbench:stubs(S)),
+    cbench:stop_server(S).
