@@ -538,7 +538,6 @@ static int on_message_complete(llhttp_t *p) {
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
-    .on_url_complete = on_url_complete,
     .on_method_complete = on_method_complete,
     .on_version = on_version,
     .on_version_complete = on_version_complete,
