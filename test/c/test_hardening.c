@@ -365,13 +365,13 @@ TEST(api_stop_stats_after_drain) {
   }
   ASSERT_EQ(before.requests, 1);
   ASSERT_EQ(before.bytes_written, 0);
+  ASSERT_EQ(route_count(srv, "delay"), 1); /* counted at dispatch; the counters go with the server */
   ASSERT_ERR(cb_server_stop_stats(srv, &final), 0);
   exp_route(&exp, "GET", "/delay/300", CONN_CLOSE);
   ASSERT_EQ(cl_read_close(fd, &got, 5000), CL_EOF);
   mask_dates(got.p, got.len);
   ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
   ASSERT_EQ(final.requests, 1);
-  ASSERT_EQ(final.requests_by_route[CB_ROUTE_DELAY], 1);
   ASSERT_EQ(final.bytes_written, exp.len);
   ASSERT_EQ(final.bytes_read, sizeof req - 1);
   ASSERT_EQ(final.conns_closed, 1);
