@@ -42,6 +42,7 @@ static void on_date_timer(uv_timer_t *t) {
   cb__date_refresh(w);
   if (w->trim_pending && w->nconns == 0) {
     w->trim_pending = 0;
+    cb__caches_drain(&w->caches);
     malloc_trim(0);
   }
 }
@@ -205,6 +206,7 @@ static int init_loop(cb__worker_t *w) {
   int err = uv_loop_init(&w->loop);
   if (err) return err;
   w->loop.data = w;
+  cb__caches_init(&w->caches);
   uv_timer_init(&w->loop, &w->date_timer);
   uv_timer_init(&w->loop, &w->aux_timer);
   w->date_timer.data = w;
@@ -288,6 +290,7 @@ static void worker_main(void *arg) {
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
   (void)rc;
+  cb__caches_drain(&w->caches);
   /* Every connection is gone, and with it every use of a table: let go of the current one. */
   cb__rtable_retire(w->table, w->index);
   w->table = NULL;
@@ -333,5 +336,6 @@ int cb__worker_close_test(cb__worker_t *w) {
   uv_close((uv_handle_t *)&w->date_timer, NULL);
   uv_close((uv_handle_t *)&w->aux_timer, NULL);
   uv_run(&w->loop, UV_RUN_DEFAULT);
+  cb__caches_drain(&w->caches);
   return uv_loop_close(&w->loop);
 }
