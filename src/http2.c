@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h2_mem.h"
 #include "internal.h"
 
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
@@ -72,6 +73,7 @@ struct h2s {
 
 struct h2c {
   nghttp2_session *session;
+  cb__h2_mem_t mem; /* the session's allocator (h2_mem.c) */
   cb__conn_t *c;
   h2s_t *streams;
   h2s_t *free_streams;
@@ -867,8 +869,10 @@ static h2c_t *session_new(cb__conn_t *c) {
   h->c = c;
   h->preface_left = 24; /* the client magic, after an upgrade too */
   h->max_sid = -1;
+  cb__h2_mem_init(&h->mem);
   if (callbacks == NULL || options == NULL ||
-      nghttp2_session_server_new2(&h->session, callbacks, h, options) != 0) {
+      nghttp2_session_server_new3(&h->session, callbacks, h, options, &h->mem.mem) != 0) {
+    cb__h2_mem_free(&h->mem);
     free(h);
     return NULL;
   }
@@ -943,6 +947,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   if (rv != 0) {
     if (s) stream_free(h, s, 1);
     nghttp2_session_del(h->session);
+    cb__h2_mem_free(&h->mem);
     free(h);
     return UV_EINVAL;
   }
@@ -1050,14 +1055,7 @@ static void h2_stop(cb__conn_t *c) {
                         NGHTTP2_NO_ERROR, NULL, 0);
 }
 
-static void h2_destroy(cb__conn_t *c) {
-  h2c_t *h = c->proto_state;
-  if (h == NULL) return;
-  while (h->streams) {
-    h2s_t *s = h->streams;
-    if (s->req.handler && s->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
-    stream_free(h, s, 1);
-  }
+static void free_spare_streams(h2c_t *h) {
   while (h->free_streams) {
     h2s_t *s = h->free_streams;
     h->free_streams = s->next;
@@ -1066,7 +1064,29 @@ static void h2_destroy(cb__conn_t *c) {
     free(s->pieces);
     free(s);
   }
+  h->nfree = 0;
+}
+
+/* Idle (no stream, no event for CB__REST_MS): the spare streams go, and so do the frame buffer's pages when
+ * nothing is being sent (nghttp2 resets that buffer before each frame, so no byte of it is still needed). */
+static void h2_rest(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL || h->nstreams > 0) return;
+  free_spare_streams(h);
+  if (!h->would_block && !nghttp2_session_want_write(h->session)) cb__h2_mem_rest(&h->mem);
+}
+
+static void h2_destroy(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL) return;
+  while (h->streams) {
+    h2s_t *s = h->streams;
+    if (s->req.handler && s->req.res_state != CB__RES_ENDED) CB__STAT_INC(c->w, resets);
+    stream_free(h, s, 1);
+  }
+  free_spare_streams(h);
   nghttp2_session_del(h->session);
+  cb__h2_mem_free(&h->mem);
   free(h);
   c->proto_state = NULL;
 }
@@ -1080,4 +1100,5 @@ static const cb__conn_ops_t h2_ops = {
     .timeout = h2_timeout,
     .stop = h2_stop,
     .destroy = h2_destroy,
+    .rest = h2_rest,
 };
