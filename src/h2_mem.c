@@ -19,16 +19,15 @@
 
 #include "h2_mem.h"
 
-static size_t page_round(size_t n) {
-  static size_t page;
-  if (page == 0) page = (size_t)sysconf(_SC_PAGESIZE);
-  return (n + page - 1) / page * page;
-}
+static size_t page_size = 4096; /* set from sysconf when the first session is made */
+
+static size_t page_round(size_t n) { return (n + page_size - 1) & ~(page_size - 1); }
+
+/* Mappings start on a page; malloc's blocks (which sit after a chunk header) never do, so most frees and
+ * reallocs are told apart without a search. */
+static inline int maybe_big(const void *p) { return ((uintptr_t)p & (page_size - 1)) == 0; }
 
 static cb__h2_big_t *find(cb__h2_mem_t *m, const void *p) {
-  /* Mappings start on a page; malloc's blocks (which sit after a chunk header) never do, so most frees and
-   * reallocs are told apart without a search. */
-  if (p != NULL && ((uintptr_t)p & (page_round(1) - 1)) != 0) return NULL;
   for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
     if (m->big[i].ptr == p) return &m->big[i];
   return NULL;
@@ -58,7 +57,7 @@ static void *mem_malloc(size_t n, void *ud) {
 static void mem_free(void *p, void *ud) {
   cb__h2_mem_t *m = ud;
   if (p == NULL) return;
-  cb__h2_big_t *b = find(m, p);
+  cb__h2_big_t *b = maybe_big(p) ? find(m, p) : NULL;
   if (b != NULL) {
     munmap(b->ptr, b->len);
     memset(b, 0, sizeof *b);
@@ -80,7 +79,7 @@ static void *mem_calloc(size_t k, size_t n, void *ud) {
 static void *mem_realloc(void *p, size_t n, void *ud) {
   cb__h2_mem_t *m = ud;
   if (p == NULL) return mem_malloc(n, ud);
-  cb__h2_big_t *b = find(m, p);
+  cb__h2_big_t *b = maybe_big(p) ? find(m, p) : NULL;
   if (b == NULL && n < CB__H2_MEM_BIG) return realloc(p, n);
   if (b != NULL && n >= CB__H2_MEM_BIG && n <= b->len) { /* still fits its mapping */
     b->size = n;
@@ -96,6 +95,8 @@ static void *mem_realloc(void *p, size_t n, void *ud) {
 }
 
 void cb__h2_mem_init(cb__h2_mem_t *m) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0 && (ps & (ps - 1)) == 0) page_size = (size_t)ps;
   memset(m, 0, sizeof *m);
   m->mem = (nghttp2_mem){.mem_user_data = m, .malloc = mem_malloc, .free = mem_free, .calloc = mem_calloc,
                          .realloc = mem_realloc};

@@ -37,9 +37,10 @@
 #define CB__FILE_INLINE_MAX (16 * 1024)
 /* How long a lingering close waits for the peer's EOF after an error response. */
 #define CB__LINGER_MS 2000
-/* An idle connection gives back its buffers and protocol state after this long without an event (conn.c
- * rest): long enough that a busy connection keeps them from one request to the next. */
-#define CB__REST_MS 100
+/* A connection with a rest step (HTTP/2) gives back what an idle connection need not hold after this long
+ * without an event (conn.c): long enough that a busy connection, even one slowed down by valgrind, keeps it
+ * from one request to the next. */
+#define CB__REST_MS 1000
 /* How long accept(2) backs off after EMFILE or ENFILE. */
 #define CB__ACCEPT_BACKOFF_MS 50
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define IDLE_SANITIZED 1
@@ -111,9 +112,10 @@ static int connections_allowed(int n) {
   return allowed < n ? allowed : n;
 }
 
-/* Lets the server finish what the last reads caused (its after-event step), then reads its RSS. */
-static long settled_rss(pid_t pid) {
-  sleep_ms(300);
+/* Lets the server finish what the last reads caused (its after-event step, and for h2c the rest step that an
+ * idle connection takes after CB__REST_MS), then reads its RSS. */
+static long settled_rss(pid_t pid, int ms) {
+  sleep_ms(ms);
   return rss_kb_of(pid);
 }
 
@@ -145,7 +147,7 @@ TEST_T(idle_memory_h1, 300000) {
     ASSERT_EQ(cl_read_n(wfd, &got, 100 * exp.len, 30000), CL_OK);
   }
   buf_free(&batch);
-  long before = settled_rss(ch.pid);
+  long before = settled_rss(ch.pid, 300);
 
   int *fds = malloc((size_t)n * sizeof *fds);
   ASSERT_NOT_NULL(fds);
@@ -163,7 +165,7 @@ TEST_T(idle_memory_h1, 300000) {
       ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
     }
   }
-  long after = settled_rss(ch.pid);
+  long after = settled_rss(ch.pid, 300);
   check_bound("HTTP/1.1", before, after, n, 1024);
 
   /* Every idle connection still answers. */
@@ -218,7 +220,7 @@ TEST_T(idle_memory_h2c, 300000) {
   }
   for (int i = 0; i < 200; i++) close(warm[i]);
   sleep_ms(1500); /* the worker gives free memory back once its last connection has closed (date tick) */
-  long before = settled_rss(ch.pid);
+  long before = settled_rss(ch.pid, 300);
 
   int *fds = malloc((size_t)n * sizeof *fds);
   ASSERT_NOT_NULL(fds);
@@ -233,7 +235,7 @@ TEST_T(idle_memory_h2c, 300000) {
       cl_send(fds[i], h2_settings_ack, sizeof h2_settings_ack - 1);
     }
   }
-  long after = settled_rss(ch.pid);
+  long after = settled_rss(ch.pid, CB__REST_MS + 1000);
   check_bound("h2c", before, after, n, 4096);
 
   /* The idle sessions still work: a PING on some of them is answered. */
