@@ -42,6 +42,7 @@ trap cleanup EXIT
 # start PROGRAM ARGS...: under callgrind on a free port; sets PORT and spid. The program prints
 # "... 127.0.0.1:PORT with ..." (cbench-server) or "PORT" (the floor) on its first line.
 start() {
+  rm -f "$work/server.out" # else the loop below may read the last server's port before the redirect truncates it
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" -q "$@" >"$work/server.out" 2>"$work/server.err" &
   spid=$!
   local line=

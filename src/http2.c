@@ -869,7 +869,7 @@ static h2c_t *session_new(cb__conn_t *c) {
   h->c = c;
   h->preface_left = 24; /* the client magic, after an upgrade too */
   h->max_sid = -1;
-  cb__h2_mem_init(&h->mem);
+  cb__h2_mem_init(&h->mem, cb__h2_small_get(&c->w->caches.h2_small));
   if (callbacks == NULL || options == NULL ||
       nghttp2_session_server_new3(&h->session, callbacks, h, options, &h->mem.mem) != 0) {
     cb__h2_mem_free(&h->mem);

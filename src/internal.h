@@ -115,7 +115,11 @@ typedef struct {
  * input), HTTP/1.1 request states. */
 typedef struct {
   cb__cache_t outq, b4k, h1;
+  struct cb__h2_small_s *h2_small; /* nghttp2's small blocks (h2_mem.c), made with the first session */
 } cb__caches_t;
+
+/* Frees the worker's nghttp2 small-block cache and the blocks it keeps (h2_mem.c). */
+void cb__h2_small_free(struct cb__h2_small_s *small);
 
 #define CB__BLOCK_4K 4096
 

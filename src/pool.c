@@ -31,6 +31,7 @@ void cb__cache_drain(cb__cache_t *k) {
 }
 
 void cb__caches_init(cb__caches_t *cs) {
+  cs->h2_small = NULL;
   cb__cache_init(&cs->outq, CB__OUTQ_BLOCK);
   cb__cache_init(&cs->b4k, CB__BLOCK_4K);
   cb__cache_init(&cs->h1, cb__h1_state_size());
@@ -40,4 +41,6 @@ void cb__caches_drain(cb__caches_t *cs) {
   cb__cache_drain(&cs->outq);
   cb__cache_drain(&cs->b4k);
   cb__cache_drain(&cs->h1);
+  cb__h2_small_free(cs->h2_small);
+  cs->h2_small = NULL;
 }
