@@ -59,6 +59,10 @@ struct h2s {
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
+  /* The status and content-length values of the response head: nghttp2 references them (NO_COPY) until the
+   * HEADERS frame is written, in this event's send. */
+  char status_buf[3];
+  char len_buf[24];
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
   uint32_t phead, ptail, pcap;
@@ -253,6 +257,10 @@ static void put_u64(char *dst, size_t cap, uint64_t v, size_t *len) {
 
 #define NV(n, nl, v, vl) \
   (nghttp2_nv) { (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE }
+/* A field whose name and value outlive the HEADERS frame (it is written in this event's nghttp2_session_send,
+ * before the Date cache or the table can change): nghttp2 references them instead of copying. */
+#define NV_REF(n, nl, v, vl) \
+  (nghttp2_nv) { (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE }
 
 static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
                     int64_t content_length) {
@@ -266,16 +274,18 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
     if (nv == NULL) nv = stack_nv;
   }
   int n = 0;
-  char status_buf[3] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
-  char len_buf[24];
+  char *status_buf = s->status_buf, *len_buf = s->len_buf;
+  status_buf[0] = (char)('0' + status / 100);
+  status_buf[1] = (char)('0' + status / 10 % 10);
+  status_buf[2] = (char)('0' + status % 10);
   size_t len_len;
-  nv[n++] = NV(":status", 7, status_buf, 3);
-  nv[n++] = NV("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
-  if (ctype) nv[n++] = NV("content-type", 12, ctype, strlen(ctype));
+  nv[n++] = NV_REF(":status", 7, status_buf, 3);
+  nv[n++] = NV_REF("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
+  if (ctype) nv[n++] = NV_REF("content-type", 12, ctype, strlen(ctype));
   for (int i = 0; i < nextra; i++) nv[n++] = NV(extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
   if (content_length >= 0) {
-    put_u64(len_buf, sizeof len_buf, (uint64_t)content_length, &len_len);
-    nv[n++] = NV("content-length", 14, len_buf, len_len);
+    put_u64(len_buf, sizeof s->len_buf, (uint64_t)content_length, &len_len);
+    nv[n++] = NV_REF("content-length", 14, len_buf, len_len);
   }
   /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
