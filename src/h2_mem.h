@@ -12,24 +12,34 @@
  * 16 KiB payload). Blocks of exactly this size are what cb__h2_mem_rest() empties; were nghttp2 to change it,
  * nothing would be emptied (more memory, never a lost byte). */
 #define CB__H2_MEM_FRAMEBUF (16384 + 9 + 1)
-/* Big blocks a session may hold at once (more go to malloc). */
-#define CB__H2_MEM_SLOTS 4
+/* Blocks of exactly this size (the HPACK encoder's and decoder's ring buffers, which a session makes at once
+ * but writes only when a header is indexed) are slots of per-worker mappings, four to a page. */
+#define CB__H2_MEM_SLOT 1024
+#define CB__H2_SLOTS_PER_CHUNK 64
+/* Mappings and slots a session may hold at once (more go to malloc). */
+#define CB__H2_MEM_SLOTS 5
 
 typedef struct {
-  void *ptr; /* NULL: a free slot */
-  size_t len;  /* of the mapping */
-  size_t size; /* asked for */
+  void *ptr;     /* NULL: a free entry */
+  uint32_t len;  /* of the mapping; 0 for a slot */
+  uint32_t size; /* asked for */
 } cb__h2_big_t;
 
-/* Small blocks (up to CB__H2_SMALL_MAX bytes) in size classes of powers of two from 32 bytes, kept per worker
- * once freed: nghttp2 allocates and frees several per stream (the stream, its frames, header buffers). */
-#define CB__H2_SMALL_CLASSES 6 /* 32, 64, 128, 256, 512, 1024 */
-#define CB__H2_SMALL_MAX 1024
-#define CB__H2_SMALL_KEEP 256  /* blocks kept per class */
+/* Small blocks (up to CB__H2_SMALL_MAX bytes) in size classes 16 bytes apart (h2_mem.c), kept per worker once
+ * freed: nghttp2 allocates and frees several per stream (the stream, its frames, header buffers). */
+#define CB__H2_SMALL_CLASSES 64 /* 8, 24, 40, ... 1016 bytes */
+#define CB__H2_SMALL_MAX 1016
+#define CB__H2_SMALL_KEEP 64  /* blocks kept per class */
 
 typedef struct cb__h2_small_s {
   uint32_t n[CB__H2_SMALL_CLASSES];
   void *free[CB__H2_SMALL_CLASSES][CB__H2_SMALL_KEEP];
+  /* The 1 KiB slots: free ones (a stack kept apart from them, so a slot never handed out stays untouched) and
+   * the mappings they are carved from (unmapped when the worker ends). */
+  void **slots;
+  uint32_t nslots, slots_cap;
+  void **chunks;
+  uint32_t nchunks, chunks_cap;
 } cb__h2_small_t;
 
 typedef struct {

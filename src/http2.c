@@ -102,7 +102,7 @@ struct h2c {
   uint8_t ftype;
   uint8_t block_open;
   int32_t max_sid;     /* the highest stream id the client opened */
-  uint8_t opened[OPENED_WINDOW / 8];
+  uint8_t *opened;     /* OPENED_WINDOW bits, made with the first stream (an idle connection holds none) */
 };
 
 static const cb__proto_t h2_proto;
@@ -777,9 +777,10 @@ static void opened_set(h2c_t *h, int32_t sid, int on) {
  * far below to be remembered, even ids and 0 are left to nghttp2. */
 static int headers_sid_ok(h2c_t *h, int32_t sid) {
   if (sid <= 0 || (sid & 1) == 0) return 1;
+  if (h->opened == NULL && (h->opened = calloc(1, OPENED_WINDOW / 8)) == NULL) return 0; /* out of memory: end */
   if (sid > h->max_sid) {
     if ((int64_t)sid - h->max_sid >= 2 * OPENED_WINDOW)
-      memset(h->opened, 0, sizeof h->opened);
+      memset(h->opened, 0, OPENED_WINDOW / 8);
     else
       for (int32_t k = h->max_sid + 2; k < sid; k += 2) opened_set(h, k, 0);
     opened_set(h, sid, 1);
@@ -952,12 +953,14 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   h2c_t *h = session_new(c);
   if (h == NULL) return UV_ENOMEM;
   h->upgraded = 1;
-  h2s_t *s = stream_new(h, 1);
+  h->opened = calloc(1, OPENED_WINDOW / 8);
+  h2s_t *s = h->opened ? stream_new(h, 1) : NULL;
   int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB_METHOD_HEAD, s) : -1;
   if (rv != 0) {
     if (s) stream_free(h, s, 1);
     nghttp2_session_del(h->session);
     cb__h2_mem_free(&h->mem);
+    free(h->opened);
     free(h);
     return UV_EINVAL;
   }
@@ -1097,6 +1100,7 @@ static void h2_destroy(cb__conn_t *c) {
   free_spare_streams(h);
   nghttp2_session_del(h->session);
   cb__h2_mem_free(&h->mem);
+  free(h->opened);
   free(h);
   c->proto_state = NULL;
 }
