@@ -285,7 +285,8 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
     case 14: slot = &h->settings_idx; lit = "http2-settings"; break;
     default: return;
   }
-  if (!lower_eq(name, n, lit)) return;
+  for (size_t i = 0; i < n; i++) /* n is lit's length */
+    if ((char)(name[i] | (name[i] >= 'A' && name[i] <= 'Z' ? 32 : 0)) != lit[i]) return;
   if (slot == &h->host_idx) h->host_count++;
   if (*slot < 0) *slot = idx;
 }
