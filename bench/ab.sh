@@ -54,8 +54,14 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() { # a port that was free a moment ago
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+free_port() { # a port nothing listens on a moment ago (nginx and h2o need one named in their configuration)
+  local p
+  for _ in $(seq 1 100); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  echo "bench/ab.sh: no free port found" >&2
+  exit 1
 }
 
 wait_port() {
