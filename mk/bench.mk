@@ -12,6 +12,8 @@
 #                           ROUTES_ARGS='--mode callgrind' counts instructions instead of CPU time
 #   make bench-ehttpd-routes  the same three comparisons on the ehttpd engine (bench/ehttpd/routes.sh)
 #   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
+#   make bench-instr        instructions per request (callgrind) of cbench-server and of the floor (issue 11)
+#   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11)
 
 BENCH_SRCS := $(wildcard bench/src/*.erl)
 BENCH_BEAMS := $(BENCH_SRCS:bench/src/%.erl=bench/ebin/%.beam)
@@ -26,7 +28,7 @@ BENCH_CASES := $(if $(CASES),$(if $(filter roadrunner,$(CASES)),--case-set roadr
 
 ROUTES_ARGS ?=
 
-.PHONY: bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -76,3 +78,16 @@ bench-test: bench-unit bench-smoke
 
 TEST_TARGETS += bench-test
 CLEAN_PATHS += bench/ebin bench/test/ebin
+
+# Issue 11: the HTTP/1.1 floor (a bare epoll loop, bench/floor.c), instruction counts and the A B A B comparison.
+$(BUILD)/bench-floor: bench/floor.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -o $@ $<
+
+bench-floor: $(BUILD)/bench-floor
+
+bench-instr: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
+	bench/instr.sh $(INSTR_ARGS)
+
+bench-ab: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
+	bench/ab.sh $(AB_ARGS)

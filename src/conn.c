@@ -19,10 +19,7 @@ static void update_poll(cb__conn_t *c);
 cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg) {
   cb__conn_t *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  if (cb__outq_init(&c->out) != 0) {
-    free(c);
-    return NULL;
-  }
+  cb__outq_init(&c->out, &w->caches);
   c->w = w;
   c->fd = fd;
   c->sink = sink;
@@ -30,7 +27,6 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, int fd, cb__sink_fn_t sink, void *arg)
   c->proto = CB__PROTO_DETECT;
   if (fd >= 0) {
     if (uv_poll_init(&w->loop, &c->poll, fd) != 0) {
-      cb__outq_free(&c->out);
       free(c);
       return NULL;
     }
@@ -206,6 +202,7 @@ static void flush(cb__conn_t *c) {
     c->out.released = 0;
   }
   if (c->rel_n > 0 && c->out.written >= c->rel_mark) run_releases(c);
+  if (c->out.bytes == 0) cb__outq_rest(&c->out); /* all written: the storage goes back to the worker */
 }
 
 static void update_poll(cb__conn_t *c) {
@@ -239,9 +236,14 @@ static void update_timer(cb__conn_t *c) {
      * started when none runs, and on firing it re-arms for what is left (on_timer). That keeps timer-heap
      * work off the per-request path. */
     if (mode == CB__TIMER_IDLE || c->timer_mode != CB__TIMER_STALL) c->last_activity = uv_now(&c->w->loop);
-    if (c->timer_mode != mode) {
+    /* An idle connection rests after CB__REST_MS (on_timer); after a rest, the next event makes it busy
+     * again and it rests again once idle. */
+    if (c->timer_mode != mode || (mode == CB__TIMER_IDLE && c->rested)) {
+      uint64_t wait = c->w->cfg->idle_timeout_ms;
+      if (mode == CB__TIMER_IDLE && c->ops && c->ops->rest && wait > CB__REST_MS) wait = CB__REST_MS;
       c->timer_mode = (uint8_t)mode;
-      uv_timer_start(&c->timer, on_timer, c->w->cfg->idle_timeout_ms, 0);
+      c->rested = 0;
+      uv_timer_start(&c->timer, on_timer, wait, 0);
     }
   } else if (c->timer_mode != CB__TIMER_HELD) {
     c->timer_mode = CB__TIMER_HELD;
@@ -366,6 +368,13 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   cb__conn_after(c);
 }
 
+/* Idle for CB__REST_MS: the protocol gives back its state where it can, the output queue its storage. */
+static void rest(cb__conn_t *c) {
+  c->rested = 1;
+  if (c->ops && c->ops->rest) c->ops->rest(c);
+  cb__outq_rest(&c->out);
+}
+
 static void on_timer(uv_timer_t *t) {
   cb__conn_t *c = t->data;
   if (c->closing) return;
@@ -381,7 +390,14 @@ static void on_timer(uv_timer_t *t) {
     uint64_t since = uv_now(&c->w->loop) - (head ? c->head_start : c->last_activity);
     uint64_t limit = head ? c->w->cfg->header_timeout_ms : c->w->cfg->idle_timeout_ms;
     if (since < limit) {
-      uv_timer_start(&c->timer, on_timer, limit - since, 0);
+      uint64_t wait = limit - since;
+      if (mode == CB__TIMER_IDLE && !c->rested && c->ops && c->ops->rest) {
+        if (since >= CB__REST_MS)
+          rest(c);
+        else if (CB__REST_MS - since < wait)
+          wait = CB__REST_MS - since;
+      }
+      uv_timer_start(&c->timer, on_timer, wait, 0);
       return;
     }
   }

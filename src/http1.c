@@ -6,6 +6,7 @@
  * responses to pipelined requests leave in request order. Responses made while parsing one read are queued
  * together and leave in one writev.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,11 +15,15 @@
 
 /* Unparsed input held while a response is in flight; past this, reading from the socket stops. */
 #define PENDING_MAX (64 * 1024)
+/* The head's buffers inside the state: request line and headers, and header entries. */
+#define HEAD_INLINE 512
+#define HDRS_INLINE 16
+/* c->rest_flags while the state is given back: a request was served on this connection. */
+#define REST_SERVED 1
 
 typedef struct {
   llhttp_t parser;
   cb__conn_t *c;
-  cb__req_t req;
   /* The head: url and the kept headers, copied because a head may span reads. Headers hold offsets into
    * `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
   char *head;
@@ -55,9 +60,18 @@ typedef struct {
   uint8_t upgrade_ws;      /* this request upgrades the connection to WebSocket once it is complete (ws.c) */
   uint8_t parsing_held;    /* parsing input held in `pending` (no upgrade from there) */
   int err_status; /* set by a callback that refuses the request */
+  /* The headers the engine itself reads, found as their names complete (on_header_field_complete): the index
+   * of the first of each in hdrs, -1 when none; and how many host headers there are. */
+  int host_idx, expect_idx, upgrade_idx, settings_idx;
+  int host_count;
   uint64_t requests;
   char *pending;
   size_t pending_len, pending_cap;
+  /* From here on, not cleared when the state is taken (h1_wake): the request (on_message_begin clears it), and
+   * the head's first buffers. Most heads fit them; a bigger one moves to the heap. */
+  cb__req_t req;
+  char head_buf[HEAD_INLINE];
+  cb__hdr_t hdrs_buf[HDRS_INLINE];
 } h1_t;
 
 static const cb__proto_t h1_proto;
@@ -73,10 +87,11 @@ static int head_append(h1_t *h, const char *p, size_t n) {
   if (!h->in_head) return -1;
   if (n == 0) return 0;
   if (h->head_len + n > h->head_cap) {
-    size_t cap = h->head_cap ? h->head_cap : 512;
+    size_t cap = h->head_cap;
     while (cap < h->head_len + n) cap *= 2;
-    char *b = realloc(h->head, cap);
+    char *b = h->head == h->head_buf ? malloc(cap) : realloc(h->head, cap);
     if (b == NULL) return -1;
+    if (h->head == h->head_buf) memcpy(b, h->head_buf, h->head_len);
     h->head = b;
     h->head_cap = cap;
   }
@@ -133,6 +148,8 @@ static int on_message_begin(llhttp_t *p) {
   h->in_msg = 1;
   h->expect_continue = 0;
   h->upgrade_h2c = 0;
+  h->host_idx = h->expect_idx = h->upgrade_idx = h->settings_idx = -1;
+  h->host_count = 0;
   h->err_status = 0;
   h->chunked_res = 0; /* an answer without a head (a raw fault) must not end with a stale last chunk */
   cb__req_t *r = &h->req;
@@ -259,6 +276,23 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   return head_append(h, at, n);
 }
 
+/* Remembers where the headers the engine reads are (by the length first: most names are none of them). */
+static void note_header(h1_t *h, const char *name, size_t n, int idx) {
+  int *slot;
+  const char *lit;
+  switch (n) {
+    case 4: slot = &h->host_idx; lit = "host"; break;
+    case 6: slot = &h->expect_idx; lit = "expect"; break;
+    case 7: slot = &h->upgrade_idx; lit = "upgrade"; break;
+    case 14: slot = &h->settings_idx; lit = "http2-settings"; break;
+    default: return;
+  }
+  for (size_t i = 0; i < n; i++) /* n is lit's length */
+    if ((char)(name[i] | (name[i] >= 'A' && name[i] <= 'Z' ? 32 : 0)) != lit[i]) return;
+  if (slot == &h->host_idx) h->host_count++;
+  if (*slot < 0) *slot = idx;
+}
+
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
   if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
@@ -273,12 +307,15 @@ static int on_header_field_complete(llhttp_t *p) {
   size_t n = h->head_len - h->field_start;
   h->keep_cur = 1;
   if (h->nhdrs == h->hdrs_cap) {
-    int cap = h->hdrs_cap ? 2 * h->hdrs_cap : 16;
-    cb__hdr_t *a = realloc(h->hdrs, (size_t)cap * sizeof *a);
+    int cap = 2 * h->hdrs_cap;
+    cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a)
+                                          : realloc(h->hdrs, (size_t)cap * sizeof *a);
     if (a == NULL) return -1;
+    if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
     h->hdrs = a;
     h->hdrs_cap = cap;
   }
+  note_header(h, h->head + h->field_start, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
   hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
   hd->name_len = n;
@@ -303,21 +340,26 @@ static int on_header_value_complete(llhttp_t *p) {
   return h->in_head ? count_head(h, 4) : count_trailer(h, 4); /* ": " and CRLF */
 }
 
-static const cb__hdr_t *find_header(h1_t *h, const char *lname) {
-  for (int i = 0; i < h->nhdrs; i++)
-    if (lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, lname)) return &h->hdrs[i];
-  return NULL;
-}
+static const cb__hdr_t *header_at(const h1_t *h, int idx) { return idx >= 0 ? &h->hdrs[idx] : NULL; }
 
 /* Host (RFC 9112 3.2): an HTTP/1.1 request carries exactly one, any request at most one, and its value is
  * uri-host [":" port] (RFC 3986 3.2.2): a reg-name (unreserved, sub-delims, %HH; IPv4 addresses are
  * reg-names too) or an IP literal in brackets, then digits after the colon. It may be empty. Otherwise:
  * 400. HTTP/1.0 may leave it out. */
-static int host_char(char ch, int literal) {
-  if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || is_digit(ch)) return 1;
-  if (ch == ':') return literal;
-  return ch != '\0' && strchr("-._~!$&'()*+,;=", ch) != NULL;
-}
+/* Host characters: 1 in a reg-name (unreserved, sub-delims; '%' is checked apart), 2 only in an IP literal. */
+static const uint8_t host_tab[256] = {
+    ['-'] = 1, ['.'] = 1, ['_'] = 1, ['~'] = 1, ['!'] = 1, ['$'] = 1, ['&'] = 1, ['\''] = 1, ['('] = 1,
+    [')'] = 1, ['*'] = 1, ['+'] = 1, [','] = 1, [';'] = 1, ['='] = 1, [':'] = 2,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+static int host_char(char ch, int literal) { return (host_tab[(unsigned char)ch] & (literal ? 3 : 1)) != 0; }
 
 static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
 
@@ -345,12 +387,8 @@ static int valid_host(const char *v, size_t n) {
 }
 
 static int host_ok(const h1_t *h) {
-  const cb__hdr_t *host = NULL;
-  for (int i = 0; i < h->nhdrs; i++) {
-    if (!lower_eq(h->hdrs[i].name, h->hdrs[i].name_len, "host")) continue;
-    if (host != NULL) return 0;
-    host = &h->hdrs[i];
-  }
+  if (h->host_count > 1) return 0;
+  const cb__hdr_t *host = header_at(h, h->host_idx);
   return host ? valid_host(host->value, host->value_len) : h->http10;
 }
 
@@ -373,8 +411,8 @@ static int wants_h2c(h1_t *h, int has_body) {
   if (!h->parser.upgrade || has_body || h->http10 || h->parsing_held || !h->c->w->cfg->enable_h2 ||
       !cb__h2_available())
     return 0;
-  const cb__hdr_t *up = find_header(h, "upgrade");
-  const cb__hdr_t *st = find_header(h, "http2-settings");
+  const cb__hdr_t *up = header_at(h, h->upgrade_idx);
+  const cb__hdr_t *st = header_at(h, h->settings_idx);
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
 }
 
@@ -403,7 +441,7 @@ static int on_headers_complete(llhttp_t *p) {
     h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
     h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
   }
-  r->path = h->head ? h->head : "";
+  r->path = h->head;
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
   r->headers = h->hdrs;
@@ -431,7 +469,7 @@ static int on_headers_complete(llhttp_t *p) {
     h->upgrade_h2c = 1;
     return 0;
   }
-  const cb__hdr_t *expect = find_header(h, "expect");
+  const cb__hdr_t *expect = header_at(h, h->expect_idx);
   if (expect && has_body && !h->http10 && lower_eq(expect->value, expect->value_len, "100-continue")) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     cb__outq_copy(&c->out, cont, sizeof cont - 1);
@@ -584,8 +622,9 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   h1_t *h = r->stream;
   cb__conn_t *c = h->c;
   const char *reason = cb__reason(status);
+  size_t reason_len = strlen(reason);
   size_t ctype_len = ctype ? strlen(ctype) : 0;
-  size_t need = 64 + strlen(reason) + c->w->date_len + ctype_len + 64;
+  size_t need = 64 + reason_len + c->w->date_len + ctype_len + 64;
   for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
   char *start = cb__outq_reserve(&c->out, need);
   if (start == NULL) return;
@@ -594,7 +633,7 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   *o++ = (char)('0' + status / 10 % 10);
   *o++ = (char)('0' + status % 10);
   *o++ = ' ';
-  o = put(o, reason, strlen(reason));
+  o = put(o, reason, reason_len);
   o = PUTS(o, "\r\n");
   o = put(o, c->w->date_line, c->w->date_len);
   if (ctype) {
@@ -748,8 +787,13 @@ static void send_error(h1_t *h, int status) {
 
 static int hold(h1_t *h, const char *p, size_t n) {
   if (n == 0) return 0;
+  if (h->pending == NULL && n <= CB__BLOCK_4K) {
+    h->pending = cb__cache_get(&h->c->w->caches.b4k);
+    if (h->pending == NULL) return -1;
+    h->pending_cap = CB__BLOCK_4K;
+  }
   if (h->pending_len + n > h->pending_cap) {
-    size_t cap = h->pending_cap ? h->pending_cap : 4096;
+    size_t cap = h->pending_cap ? h->pending_cap : CB__BLOCK_4K;
     while (cap < h->pending_len + n) cap *= 2;
     char *b = realloc(h->pending, cap);
     if (b == NULL) return -1;
@@ -763,6 +807,8 @@ static int hold(h1_t *h, const char *p, size_t n) {
 }
 
 static void h1_free(h1_t *h);
+static h1_t *h1_wake(cb__conn_t *c);
+static void h1_rest(cb__conn_t *c);
 
 /* Switches the connection to HTTP/2: 101, then the request becomes stream 1 and the bytes after it (the
  * client preface and frames) go to the HTTP/2 side. */
@@ -770,7 +816,7 @@ static int upgrade(h1_t *h, const char *rest, const char *end) {
   static const char switching[] =
       "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
   cb__conn_t *c = h->c;
-  const cb__hdr_t *st = find_header(h, "http2-settings");
+  const cb__hdr_t *st = header_at(h, h->settings_idx);
   if (cb__h2_upgrade(c, &h->req, st->value, st->value_len) != 0) return -1;
   /* nghttp2 writes its frames only in the after-event step, so the 101 still comes first. */
   cb__outq_copy(&c->out, switching, sizeof switching - 1);
@@ -865,6 +911,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
 
 static int h1_read(cb__conn_t *c, const char *data, size_t len) {
   h1_t *h = c->proto_state;
+  if (h == NULL && (h = h1_wake(c)) == NULL) return -1;
   if (h->dead) return 0;
   if (h->unknown_method) { /* the request line of an unknown method goes on */
     if (hold(h, data, len) != 0) return -1;
@@ -877,6 +924,11 @@ static int h1_read(cb__conn_t *c, const char *data, size_t len) {
 
 static void h1_after(cb__conn_t *c) {
   h1_t *h = c->proto_state;
+  if (h == NULL) { /* at rest: nothing is in flight */
+    c->read_paused = 0;
+    if (c->eof && !c->closing) cb__conn_close_linger(c);
+    return;
+  }
   while (h->resume && !h->dead && !c->closing) {
     h->resume = 0;
     llhttp_resume(&h->parser);
@@ -902,12 +954,14 @@ static void h1_after(cb__conn_t *c) {
       cb__conn_close_linger(c);
     }
   }
+  h1_rest(c); /* between requests: hold nothing */
 }
 
 static void h1_eof(cb__conn_t *c) { (void)c; /* c->eof is set; h1_after decides once held input is parsed */ }
 
 static int h1_writable(cb__conn_t *c, int produce) {
   h1_t *h = c->proto_state;
+  if (h == NULL) return 0;
   cb__req_t *r = &h->req;
   if (!(r->blocked && r->res_state == CB__RES_HEAD && r->handler && r->handler->on_writable)) return 0;
   if (produce) r->handler->on_writable(r);
@@ -916,6 +970,7 @@ static int h1_writable(cb__conn_t *c, int produce) {
 
 static int h1_timer_mode(const cb__conn_t *c) {
   const h1_t *h = c->proto_state;
+  if (h == NULL) return c->rest_flags & REST_SERVED ? CB__TIMER_IDLE : CB__TIMER_HEADER;
   if (h->dead) return CB__TIMER_IDLE;
   if (h->in_head || (h->requests == 0 && !h->in_msg)) return CB__TIMER_HEADER;
   if (h->waiting && !h->req.blocked) return CB__TIMER_HELD; /* a handler's timer decides (delay) */
@@ -924,6 +979,10 @@ static int h1_timer_mode(const cb__conn_t *c) {
 
 static void h1_timeout(cb__conn_t *c, int mode) {
   h1_t *h = c->proto_state;
+  if (h == NULL) { /* at rest: a silent peer */
+    cb__conn_close(c);
+    return;
+  }
   /* A head that started but did not finish in time gets 408; a silent peer just gets closed. */
   if (mode == CB__TIMER_HEADER && h->in_head && !h->dead) {
     send_error(h, 408);
@@ -934,6 +993,10 @@ static void h1_timeout(cb__conn_t *c, int mode) {
 
 static void h1_stop(cb__conn_t *c) {
   h1_t *h = c->proto_state;
+  if (h == NULL && (h = h1_wake(c)) == NULL) { /* at rest: a state that drops what may still arrive */
+    cb__conn_close(c);
+    return;
+  }
   h->stopping = 1;
   if (!h->in_msg && !h->waiting) { /* between requests: close now, after what is still queued */
     h->dead = 1;
@@ -958,12 +1021,61 @@ static void h1_destroy(cb__conn_t *c) {
   c->proto_state = NULL;
 }
 
+/* Gives the state back to the worker's cache; buffers that grew past it are freed. */
 static void h1_free(h1_t *h) {
-  free(h->head);
-  free(h->hdrs);
-  free(h->pending);
-  free(h);
+  cb__caches_t *cs = &h->c->w->caches;
+  if (h->head != h->head_buf) free(h->head);
+  if (h->hdrs != h->hdrs_buf) free(h->hdrs);
+  if (h->pending_cap == CB__BLOCK_4K)
+    cb__cache_put(&cs->b4k, h->pending);
+  else
+    free(h->pending);
+  cb__cache_put(&cs->h1, h);
 }
+
+/* ---- rest: an idle connection holds no HTTP/1.1 state ----
+ * Between requests (nothing half-read, held or answered later) the state goes back to the worker's caches and
+ * only c->rest_flags and c->rest_byte stay; the next read takes a fresh state. A parser at the start of a
+ * message is what llhttp_init makes, so nothing of llhttp is lost. */
+
+/* A parser at the start of a request, copied into each state (cheaper than llhttp_init). */
+static llhttp_t parser_start;
+
+static h1_t *h1_wake(cb__conn_t *c) {
+  h1_t *h = cb__cache_get(&c->w->caches.h1);
+  if (h == NULL) return NULL;
+  memcpy(&h->parser, &parser_start, sizeof parser_start);
+  memset((char *)h + offsetof(h1_t, c), 0, offsetof(h1_t, req) - offsetof(h1_t, c));
+  h->req.handler = NULL; /* what is read of the request before a message begins */
+  h->req.res_state = CB__RES_NONE;
+  h->req.blocked = 0;
+  h->req.status = 0;
+  h->head = h->head_buf;
+  h->head_cap = sizeof h->head_buf;
+  h->hdrs = h->hdrs_buf;
+  h->hdrs_cap = HDRS_INLINE;
+  h->c = c;
+  h->req.conn = c;
+  h->req.proto = &h1_proto;
+  h->req.stream = h;
+  h->requests = c->rest_flags & REST_SERVED;
+  h->last_byte = c->rest_byte;
+  c->proto_state = h;
+  return h;
+}
+
+static void h1_rest(cb__conn_t *c) {
+  h1_t *h = c->proto_state;
+  if (h == NULL || h->in_msg || h->waiting || h->resume || h->dead || h->stopping || h->pending_len > 0 || h->unknown_method ||
+      h->url_at_end || h->ext_resume || h->req.handler != NULL || c->closing)
+    return;
+  c->rest_flags = h->requests > 0 ? REST_SERVED : 0;
+  c->rest_byte = h->last_byte;
+  c->proto_state = NULL;
+  h1_free(h);
+}
+
+size_t cb__h1_state_size(void) { return sizeof(h1_t); }
 
 static const cb__conn_ops_t h1_ops = {
     .read = h1_read,
@@ -976,16 +1088,16 @@ static const cb__conn_ops_t h1_ops = {
     .destroy = h1_destroy,
 };
 
+static void make_parser_start(void) {
+  probe_ext_semicolon();
+  llhttp_init(&parser_start, HTTP_REQUEST, &settings);
+}
+
 int cb__h1_attach(cb__conn_t *c) {
-  uv_once(&ext_probe_once, probe_ext_semicolon);
-  h1_t *h = calloc(1, sizeof *h);
-  if (h == NULL) return UV_ENOMEM;
-  llhttp_init(&h->parser, HTTP_REQUEST, &settings);
-  h->c = c;
-  h->req.conn = c;
-  h->req.proto = &h1_proto;
-  h->req.stream = h;
-  c->proto_state = h;
+  uv_once(&ext_probe_once, make_parser_start);
+  c->rest_flags = 0;
+  c->rest_byte = 0;
+  if (h1_wake(c) == NULL) return UV_ENOMEM;
   c->proto = CB__PROTO_H1;
   c->ops = &h1_ops;
   return 0;

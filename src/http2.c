@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h2_mem.h"
 #include "internal.h"
 
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
@@ -59,6 +60,10 @@ struct h2s {
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
+  /* The status and content-length values of the response head: nghttp2 references them (NO_COPY) until the
+   * HEADERS frame is written, in this event's send. */
+  char status_buf[3];
+  char len_buf[24];
   /* Response body pieces waiting for the data provider. */
   piece_t *pieces;
   uint32_t phead, ptail, pcap;
@@ -73,6 +78,7 @@ struct h2s {
 
 struct h2c {
   nghttp2_session *session;
+  cb__h2_mem_t mem; /* the session's allocator (h2_mem.c) */
   cb__conn_t *c;
   h2s_t *streams;
   h2s_t *free_streams;
@@ -98,7 +104,7 @@ struct h2c {
   uint8_t ftype;
   uint8_t block_open;
   int32_t max_sid;     /* the highest stream id the client opened */
-  uint8_t opened[OPENED_WINDOW / 8];
+  uint8_t *opened;     /* OPENED_WINDOW bits, made with the first stream (an idle connection holds none) */
 };
 
 static const cb__proto_t h2_proto;
@@ -253,6 +259,10 @@ static void put_u64(char *dst, size_t cap, uint64_t v, size_t *len) {
 
 #define NV(n, nl, v, vl) \
   (nghttp2_nv) { (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NONE }
+/* A field whose name and value outlive the HEADERS frame (it is written in this event's nghttp2_session_send,
+ * before the Date cache or the table can change): nghttp2 references them instead of copying. */
+#define NV_REF(n, nl, v, vl) \
+  (nghttp2_nv) { (uint8_t *)(n), (uint8_t *)(v), (nl), (vl), NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE }
 
 static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
                     int64_t content_length) {
@@ -266,16 +276,18 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
     if (nv == NULL) nv = stack_nv;
   }
   int n = 0;
-  char status_buf[3] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
-  char len_buf[24];
+  char *status_buf = s->status_buf, *len_buf = s->len_buf;
+  status_buf[0] = (char)('0' + status / 100);
+  status_buf[1] = (char)('0' + status / 10 % 10);
+  status_buf[2] = (char)('0' + status % 10);
   size_t len_len;
-  nv[n++] = NV(":status", 7, status_buf, 3);
-  nv[n++] = NV("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
-  if (ctype) nv[n++] = NV("content-type", 12, ctype, strlen(ctype));
+  nv[n++] = NV_REF(":status", 7, status_buf, 3);
+  nv[n++] = NV_REF("date", 4, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
+  if (ctype) nv[n++] = NV_REF("content-type", 12, ctype, strlen(ctype));
   for (int i = 0; i < nextra; i++) nv[n++] = NV(extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
   if (content_length >= 0) {
-    put_u64(len_buf, sizeof len_buf, (uint64_t)content_length, &len_len);
-    nv[n++] = NV("content-length", 14, len_buf, len_len);
+    put_u64(len_buf, sizeof s->len_buf, (uint64_t)content_length, &len_len);
+    nv[n++] = NV_REF("content-length", 14, len_buf, len_len);
   }
   /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
@@ -785,9 +797,10 @@ static void opened_set(h2c_t *h, int32_t sid, int on) {
  * far below to be remembered, even ids and 0 are left to nghttp2. */
 static int headers_sid_ok(h2c_t *h, int32_t sid) {
   if (sid <= 0 || (sid & 1) == 0) return 1;
+  if (h->opened == NULL && (h->opened = calloc(1, OPENED_WINDOW / 8)) == NULL) return 0; /* out of memory: end */
   if (sid > h->max_sid) {
     if ((int64_t)sid - h->max_sid >= 2 * OPENED_WINDOW)
-      memset(h->opened, 0, sizeof h->opened);
+      memset(h->opened, 0, OPENED_WINDOW / 8);
     else
       for (int32_t k = h->max_sid + 2; k < sid; k += 2) opened_set(h, k, 0);
     opened_set(h, sid, 1);
@@ -887,8 +900,10 @@ static h2c_t *session_new(cb__conn_t *c) {
   h->c = c;
   h->preface_left = 24; /* the client magic, after an upgrade too */
   h->max_sid = -1;
+  cb__h2_mem_init(&h->mem, cb__h2_small_get(&c->w->caches.h2_small));
   if (callbacks == NULL || options == NULL ||
-      nghttp2_session_server_new2(&h->session, callbacks, h, options) != 0) {
+      nghttp2_session_server_new3(&h->session, callbacks, h, options, &h->mem.mem) != 0) {
+    cb__h2_mem_free(&h->mem);
     free(h);
     return NULL;
   }
@@ -958,11 +973,14 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   h2c_t *h = session_new(c);
   if (h == NULL) return UV_ENOMEM;
   h->upgraded = 1;
-  h2s_t *s = stream_new(h, 1);
+  h->opened = calloc(1, OPENED_WINDOW / 8);
+  h2s_t *s = h->opened ? stream_new(h, 1) : NULL;
   int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB_METHOD_HEAD, s) : -1;
   if (rv != 0) {
     if (s) stream_free(h, s, 1);
     nghttp2_session_del(h->session);
+    cb__h2_mem_free(&h->mem);
+    free(h->opened);
     free(h);
     return UV_EINVAL;
   }
@@ -1075,14 +1093,7 @@ static void h2_stop(cb__conn_t *c) {
                         NGHTTP2_NO_ERROR, NULL, 0);
 }
 
-static void h2_destroy(cb__conn_t *c) {
-  h2c_t *h = c->proto_state;
-  if (h == NULL) return;
-  while (h->streams) {
-    h2s_t *s = h->streams;
-    if (s->req.handler && s->req.res_state != CB__RES_ENDED && !s->req.fault) CB__STAT_INC(c->w, resets);
-    stream_free(h, s, 1);
-  }
+static void free_spare_streams(h2c_t *h) {
   while (h->free_streams) {
     h2s_t *s = h->free_streams;
     h->free_streams = s->next;
@@ -1091,7 +1102,30 @@ static void h2_destroy(cb__conn_t *c) {
     free(s->pieces);
     free(s);
   }
+  h->nfree = 0;
+}
+
+/* Idle (no stream, no event for CB__REST_MS): the spare streams go, and so do the frame buffer's pages when
+ * nothing is being sent (nghttp2 resets that buffer before each frame, so no byte of it is still needed). */
+static void h2_rest(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL || h->nstreams > 0) return;
+  free_spare_streams(h);
+  if (!h->would_block && !nghttp2_session_want_write(h->session)) cb__h2_mem_rest(&h->mem);
+}
+
+static void h2_destroy(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL) return;
+  while (h->streams) {
+    h2s_t *s = h->streams;
+    if (s->req.handler && s->req.res_state != CB__RES_ENDED && !s->req.fault) CB__STAT_INC(c->w, resets);
+    stream_free(h, s, 1);
+  }
+  free_spare_streams(h);
   nghttp2_session_del(h->session);
+  cb__h2_mem_free(&h->mem);
+  free(h->opened);
   free(h);
   c->proto_state = NULL;
 }
@@ -1105,6 +1139,7 @@ static const cb__conn_ops_t h2_ops = {
     .timeout = h2_timeout,
     .stop = h2_stop,
     .destroy = h2_destroy,
+    .rest = h2_rest,
 };
 
 /* ---- faults (fault.c) ---- */

@@ -15,6 +15,7 @@
  *   stub.c                    the stub route kind and the public cb_server_route_* API
  *   journal.c                 the request journal: per-worker rings, reads through the queues
  *   fixture.c                 the fixture files and static payloads, made once and shared read-only
+ *   pool.c                    per-worker caches of the blocks a connection holds only while it is busy
  */
 #ifndef CB_INTERNAL_H
 #define CB_INTERNAL_H
@@ -36,6 +37,10 @@
 #define CB__FILE_INLINE_MAX (16 * 1024)
 /* How long a lingering close waits for the peer's EOF after an error response. */
 #define CB__LINGER_MS 2000
+/* A connection with a rest step (HTTP/2) gives back what an idle connection need not hold after this long
+ * without an event (conn.c): long enough that a busy connection, even one slowed down by valgrind, keeps it
+ * from one request to the next. */
+#define CB__REST_MS 1000
 /* How long accept(2) backs off after EMFILE or ENFILE. */
 #define CB__ACCEPT_BACKOFF_MS 50
 
@@ -98,6 +103,37 @@ const char *cb__generated(void);
 /* The reason phrase of docs/wire.md for a status code ("Unknown" when it has none). */
 const char *cb__reason(int status);
 
+/* ---- pool.c: per-worker block caches ---- */
+
+#define CB__CACHE_MAX 64
+
+typedef struct {
+  uint32_t n;
+  size_t size;
+  void *free[CB__CACHE_MAX];
+} cb__cache_t;
+
+/* A worker's caches: output-queue storage (entries and arena in one block), 4 KiB blocks (held HTTP/1.1
+ * input), HTTP/1.1 request states. */
+typedef struct {
+  cb__cache_t outq, b4k, h1;
+  struct cb__h2_small_s *h2_small; /* nghttp2's small blocks (h2_mem.c), made with the first session */
+} cb__caches_t;
+
+/* Frees the worker's nghttp2 small-block cache and the blocks it keeps (h2_mem.c). */
+void cb__h2_small_free(struct cb__h2_small_s *small);
+
+#define CB__BLOCK_4K 4096
+
+void cb__cache_init(cb__cache_t *k, size_t size);
+/* A block of k->size bytes (not zeroed), or NULL. */
+void *cb__cache_get(cb__cache_t *k);
+/* Gives a block of k->size bytes back (NULL is ignored). */
+void cb__cache_put(cb__cache_t *k, void *p);
+void cb__cache_drain(cb__cache_t *k);
+void cb__caches_init(cb__caches_t *cs);
+void cb__caches_drain(cb__caches_t *cs);
+
 /* ---- outq.c: a connection's ordered output ---- */
 
 enum { CB__OUT_ARENA, CB__OUT_REF, CB__OUT_FREE, CB__OUT_FILE, CB__OUT_CALL };
@@ -116,7 +152,11 @@ typedef struct {
   size_t held;   /* FREE: echo-budget bytes that ptr holds, given back when it is freed (cb__echo_hold) */
 } cb__out_t;
 
+/* The entry array and the arena are taken from the worker's caches when output is queued and given back once
+ * everything is written, so an idle connection's queue holds no storage. */
 typedef struct {
+  cb__caches_t *caches;
+  char *block; /* the cached block, NULL when none is held: CB__OUTQ_ENTRIES entries, then CB__OUTQ_ARENA bytes */
   cb__out_t *q;
   uint32_t head, tail, cap;
   char *arena;
@@ -128,8 +168,15 @@ typedef struct {
 
 typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
 
-int cb__outq_init(cb__outq_t *q);
+/* A queue's first entries and arena are one cached block; each moves to the heap and doubles past that. */
+#define CB__OUTQ_ENTRIES 16
+#define CB__OUTQ_ARENA 4096
+#define CB__OUTQ_BLOCK (CB__OUTQ_ENTRIES * sizeof(cb__out_t) + CB__OUTQ_ARENA)
+
+void cb__outq_init(cb__outq_t *q, cb__caches_t *caches);
 void cb__outq_free(cb__outq_t *q);
+/* When nothing is queued, gives the storage back to the worker's caches (the connection is idle). */
+void cb__outq_rest(cb__outq_t *q);
 /* Room for n bytes at the end of the arena; write them, then cb__outq_commit(q, n). NULL on ENOMEM. */
 char *cb__outq_reserve(cb__outq_t *q, size_t n);
 void cb__outq_commit(cb__outq_t *q, size_t n);
@@ -176,6 +223,9 @@ typedef struct {
   void (*stop)(cb__conn_t *c);
   /* The connection is closing: release requests (handlers' on_free) and protocol state. */
   void (*destroy)(cb__conn_t *c);
+  /* Optional: the connection has been idle (no event) for CB__REST_MS: give back what an idle connection need
+   * not hold (it is made again when the next bytes arrive). */
+  void (*rest)(cb__conn_t *c);
 } cb__conn_ops_t;
 
 enum { CB__PROTO_DETECT, CB__PROTO_H1, CB__PROTO_H2 };
@@ -202,6 +252,9 @@ struct cb__conn_s {
   uint8_t eof;         /* the peer closed its sending side */
   uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t abort_after_flush; /* a fault: reset (RST) once what is queued has been written (fault.c) */
+  uint8_t rested;        /* the rest step ran since the last event */
+  uint8_t rest_flags;    /* what the protocol keeps of itself while its state is given back (HTTP/1.1) */
+  char rest_byte;
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
@@ -326,6 +379,7 @@ struct cb__worker_s {
   uint64_t *conn_ids;    /* the server's connection counter (atomic) */
   cb__journal_t *journal; /* NULL when disabled */
   struct cb__defer_w_s *deferred; /* parked requests of deferred routes (deferred.c); NULL until the first */
+  cb__caches_t caches;    /* pool.c */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -762,6 +816,8 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r);
 
 /* Makes c an HTTP/1.1 connection. */
 int cb__h1_attach(cb__conn_t *c);
+/* The size of HTTP/1.1's per-request state (the worker caches it, pool.c). */
+size_t cb__h1_state_size(void);
 /* Makes c an HTTP/2 connection; data starts with the client preface. */
 int cb__h2_attach_prior(cb__conn_t *c);
 /* Upgrades an HTTP/1.1 connection (Upgrade: h2c) once `101 Switching Protocols` is queued: the request r

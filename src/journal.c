@@ -280,9 +280,11 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   o = put(o, r->jbody, r->jbody_len);
   if (j->fn != NULL) notify(j, e);
 done:
-  free(r->jbody);
-  r->jbody = NULL;
-  r->jbody_len = r->jbody_cap = 0;
+  if (r->jbody != NULL) { /* most requests have no body */
+    free(r->jbody);
+    r->jbody = NULL;
+    r->jbody_len = r->jbody_cap = 0;
+  }
 }
 
 /* ---- views: an entry as a cb_request_t ---- */

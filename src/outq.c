@@ -14,22 +14,41 @@
 
 #include "internal.h"
 
-#define OUTQ_INIT_ENTRIES 16
-#define OUTQ_INIT_ARENA 4096
 #define OUTQ_IOV_MAX 64
 
-int cb__outq_init(cb__outq_t *q) {
+void cb__outq_init(cb__outq_t *q, cb__caches_t *caches) {
   memset(q, 0, sizeof *q);
-  q->q = malloc(OUTQ_INIT_ENTRIES * sizeof *q->q);
-  q->arena = malloc(OUTQ_INIT_ARENA);
-  if (q->q == NULL || q->arena == NULL) {
-    free(q->q);
+  q->caches = caches;
+}
+
+/* The queue's storage goes back to the worker's cache (what grew past the block is freed). */
+static void outq_rest(cb__outq_t *q) {
+  if (q->q != NULL && (char *)q->q != q->block) free(q->q);
+  if (q->arena != NULL && (q->block == NULL || q->arena != q->block + CB__OUTQ_ENTRIES * sizeof(cb__out_t)))
     free(q->arena);
-    return UV_ENOMEM;
-  }
-  q->cap = OUTQ_INIT_ENTRIES;
-  q->acap = OUTQ_INIT_ARENA;
+  cb__cache_put(&q->caches->outq, q->block);
+  q->block = NULL;
+  q->q = NULL;
+  q->cap = 0;
+  q->arena = NULL;
+  q->acap = 0;
+  q->head = q->tail = 0;
+  q->alen = 0;
+}
+
+/* Output begins: the queue takes a block for its first entries and arena. */
+static int outq_wake(cb__outq_t *q) {
+  q->block = cb__cache_get(&q->caches->outq);
+  if (q->block == NULL) return -1;
+  q->q = (cb__out_t *)q->block;
+  q->cap = CB__OUTQ_ENTRIES;
+  q->arena = q->block + CB__OUTQ_ENTRIES * sizeof(cb__out_t);
+  q->acap = CB__OUTQ_ARENA;
   return 0;
+}
+
+void cb__outq_rest(cb__outq_t *q) {
+  if (q->head == q->tail && q->block != NULL) outq_rest(q);
 }
 
 void cb__outq_free(cb__outq_t *q) {
@@ -42,13 +61,15 @@ void cb__outq_free(cb__outq_t *q) {
     }
     if (q->q[i].kind == CB__OUT_CALL) q->q[i].fn((void *)q->q[i].ptr, (uint32_t)q->q[i].fd);
   }
-  free(q->q);
-  free(q->arena);
+  outq_rest(q);
+  cb__caches_t *caches = q->caches;
   memset(q, 0, sizeof *q);
+  q->caches = caches;
   q->released = released; /* for the owner to give back */
 }
 
 static cb__out_t *push(cb__outq_t *q) {
+  if (q->q == NULL && outq_wake(q) != 0) return NULL;
   if (q->tail == q->cap) {
     if (q->head > 0) { /* slide the live entries to the front before growing */
       memmove(q->q, q->q + q->head, (q->tail - q->head) * sizeof *q->q);
@@ -56,8 +77,10 @@ static cb__out_t *push(cb__outq_t *q) {
       q->head = 0;
     }
     if (q->tail == q->cap) {
-      cb__out_t *n = realloc(q->q, 2 * q->cap * sizeof *n);
+      int inline_q = (char *)q->q == q->block;
+      cb__out_t *n = inline_q ? malloc(2 * q->cap * sizeof *n) : realloc(q->q, 2 * q->cap * sizeof *n);
       if (n == NULL) return NULL;
+      if (inline_q) memcpy(n, q->q, q->cap * sizeof *n);
       q->q = n;
       q->cap *= 2;
     }
@@ -66,11 +89,14 @@ static cb__out_t *push(cb__outq_t *q) {
 }
 
 char *cb__outq_reserve(cb__outq_t *q, size_t n) {
+  if (q->arena == NULL && outq_wake(q) != 0) return NULL;
   if (q->alen + n > q->acap) {
     size_t cap = q->acap;
     while (q->alen + n > cap) cap *= 2;
-    char *a = realloc(q->arena, cap);
+    int inline_a = q->arena == q->block + CB__OUTQ_ENTRIES * sizeof(cb__out_t);
+    char *a = inline_a ? malloc(cap) : realloc(q->arena, cap);
     if (a == NULL) return NULL;
+    if (inline_a) memcpy(a, q->arena, q->alen);
     q->arena = a;
     q->acap = cap;
   }

@@ -42,6 +42,7 @@ static void on_date_timer(uv_timer_t *t) {
   cb__date_refresh(w);
   if (w->trim_pending && w->nconns == 0) {
     w->trim_pending = 0;
+    cb__caches_drain(&w->caches);
     malloc_trim(0);
   }
 }
@@ -206,6 +207,7 @@ static int init_loop(cb__worker_t *w) {
   int err = uv_loop_init(&w->loop);
   if (err) return err;
   w->loop.data = w;
+  cb__caches_init(&w->caches);
   uv_timer_init(&w->loop, &w->date_timer);
   uv_timer_init(&w->loop, &w->aux_timer);
   w->date_timer.data = w;
@@ -290,6 +292,7 @@ static void worker_main(void *arg) {
   int rc = uv_loop_close(&w->loop);
   (void)rc;
   cb__deferred_free(w);
+  cb__caches_drain(&w->caches);
   /* Every connection is gone, and with it every use of a table: let go of the current one. */
   cb__rtable_retire(w->table, w->index);
   w->table = NULL;
@@ -338,5 +341,6 @@ int cb__worker_close_test(cb__worker_t *w) {
   uv_run(&w->loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&w->loop);
   cb__deferred_free(w);
+  cb__caches_drain(&w->caches);
   return rc;
 }
