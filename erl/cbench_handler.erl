@@ -7,15 +7,22 @@
 %%%   {cbench_ehttpd, Conn, Ref, State}    the ehttpd engine: State is an atomics array; the one
 %%%                                        compare-and-swap on it makes an answer the only one, as
 %%%                                        the C engine's state word does
+%%%   {cbench_port, Owner, Ref, State}     the port engine: Owner is the server process that owns
+%%%                                        the port (it forwards answers to the program, batched);
+%%%                                        State is an atomics array as for ehttpd, set to DONE
+%%%                                        when the program reports the request gone, so that
+%%%                                        {error, gone} comes back without a round trip
 -module(cbench_handler).
 
 -export([opts/1, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 -export([ehttpd_await/3, ehttpd_next/1, ehttpd_done/1]).
+-export([port_state/0, port_gone/1]).
 
 -export_type([req/0, handle/0, status/0, headers/0]).
 
 -type handle() :: {cbench_nif, reference(), pos_integer()}
-                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}.
+                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}
+                | {cbench_port, pid(), pos_integer(), atomics:atomics_ref()}.
 -type req() :: #{method := binary(), path := binary(), query := binary(),
                  headers := [{binary(), binary()}], peer := binary(),
                  proto := cbench:proto(), body := binary(), handle := handle()}.
@@ -87,7 +94,19 @@ replies(Answers) when is_list(Answers) ->
                 false -> [one(H, Op) || {H, Op} <- Items]
             end;
         _ ->
-            [one(H, Op) || {H, Op} <- Items]
+            %% Port answers are claimed one by one here, then sent to their owners one message each.
+            Done = [case H of
+                        {cbench_port, Owner, Ref, A} ->
+                            Op1 = check(Op),
+                            case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
+                                ok -> {ok, Owner, c_item(Ref, Op1)};
+                                _ -> {error, gone}
+                            end;
+                        _ -> one(H, Op)
+                    end || {H, Op} <- Items],
+            Owners = lists:usort([O || {ok, O, _} <- Done]),
+            [O ! {cbench_port_reply, [I || {ok, O1, I} <- Done, O1 =:= O]} || O <- Owners],
+            [case D of {ok, _, _} -> ok; _ -> D end || D <- Done]
     end;
 replies(_) ->
     error(badarg).
@@ -95,13 +114,16 @@ replies(_) ->
 handle(#{handle := H}) -> handle(H);
 handle(H = {cbench_nif, _, Ref}) when is_integer(Ref) -> H;
 handle(H = {cbench_ehttpd, Pid, Ref, _}) when is_pid(Pid), is_reference(Ref) -> H;
+handle(H = {cbench_port, Pid, Ref, _}) when is_pid(Pid), is_integer(Ref) -> H;
 handle(_) -> error(badarg).
 
 one({cbench_nif, Server, Ref}, Op) ->
     [Result] = c_reply(Server, [c_item(Ref, Op)]),
     Result;
 one({cbench_ehttpd, Pid, Ref, A}, Op) ->
-    ehttpd_op(Pid, Ref, A, check(Op)).
+    ehttpd_op(Pid, Ref, A, check(Op));
+one({cbench_port, Owner, Ref, A}, Op) ->
+    state_op(A, check(Op), fun(Op1) -> Owner ! {cbench_port_reply, [c_item(Ref, Op1)]} end).
 
 c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
 c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
@@ -118,20 +140,35 @@ results(Results) when is_list(Results) ->
 results({error, Reason}) ->
     error({cbench_reply, Reason}).
 
+%% ---- the port engine (its owner's side is in cbench_port) ----
+
+%% @doc A new port request's state word (PARKED).
+-spec port_state() -> atomics:atomics_ref().
+port_state() -> atomics:new(1, []).
+
+%% @doc The program reported the request gone: every later answer is {error, gone}.
+-spec port_gone(atomics:atomics_ref()) -> ok.
+port_gone(A) -> atomics:put(A, 1, ?DONE).
+
+
 %% ---- the ehttpd engine ----
 
-ehttpd_op(Pid, Ref, A, Op = {reply, _, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?REPLIED, Op);
-ehttpd_op(Pid, Ref, A, Op = {stream, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?STREAMING, Op);
-ehttpd_op(Pid, Ref, A, Op = {send, _}) ->
+ehttpd_op(Pid, Ref, A, Op) ->
+    state_op(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
+
+%% The ehttpd and port engines' state word: one compare-and-swap makes an answer the only one.
+state_op(A, Op = {reply, _, _, _}, Send) -> claim(A, ?PARKED, ?REPLIED, Op, Send);
+state_op(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send);
+state_op(A, Op = {send, _}, Send) ->
     case atomics:get(A, 1) of
-        ?STREAMING -> Pid ! {cbench_reply, Ref, Op}, ok;
+        ?STREAMING -> Send(Op), ok;
         _ -> {error, gone}
     end;
-ehttpd_op(Pid, Ref, A, finish) -> claim(Pid, Ref, A, ?STREAMING, ?FINISHED, finish).
+state_op(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
 
-claim(Pid, Ref, A, From, To, Op) ->
+claim(A, From, To, Op, Send) ->
     case atomics:compare_exchange(A, 1, From, To) of
-        ok -> Pid ! {cbench_reply, Ref, Op}, ok;
+        ok -> Send(Op), ok;
         _ -> {error, gone}
     end.
 

@@ -62,6 +62,7 @@ typedef struct {
   cb_deliver_fn deliver;
   void *ud;
   void (*free_ud)(void *ud);
+  void (*gone)(void *ud, cb_reqref_t ref);
   unsigned timeout_ms;
   int batch;
 } droute_t;
@@ -137,6 +138,8 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
     return 0;
   cb__req_t *r = s->r;
   cb__conn_t *c = r->conn;
+  const droute_t *dr = droute(r);
+  if (dr->gone) dr->gone(dr->ud, ref_of(w, r->u.deferred.slot - 1, GEN(word)));
   if (status == 503)
     CB__STAT_INC(w, handler_unavailable);
   else
@@ -225,7 +228,13 @@ static void defer_free(cb__req_t *r) {
     slot_t *s = slot_at(d, i);
     uv_timer_stop(&s->timer);
     s->r = NULL;
-    uint32_t gen = GEN(__atomic_load_n(&s->word, __ATOMIC_RELAXED)) + 1;
+    uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
+    /* Gone before its answer completed: PARKED or STREAMING (DONE was reported by take_back). A replier may
+     * still claim it between this load and the store below; its command then meets the new generation. */
+    const droute_t *dr = droute(r);
+    if (dr->gone && (STATE(word) == ST_PARKED || STATE(word) == ST_STREAMING))
+      dr->gone(dr->ud, ref_of(w, i, GEN(word)));
+    uint32_t gen = GEN(word) + 1;
     if (gen == 0) gen = 1; /* a reference is never 0 */
     __atomic_store_n(&s->word, WORD(gen, ST_FREE), __ATOMIC_RELEASE);
     s->next_free = d->free_head;
@@ -461,6 +470,10 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
         free(it->body);
       uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
       break;
+    case CB_REPLY_UNAVAILABLE:
+      take_back(w, s, 503);
+      free(it->body);
+      return; /* take_back ran the connection's follow-up */
     default: /* FINISH */
       uv_timer_stop(&s->timer);
       if (r->res_state == CB__RES_HEAD) cb__res_end(r);
@@ -497,7 +510,7 @@ static int check_reply(const cb_reply_t *x, size_t *hbytes) {
         return UV_EINVAL;
       *hbytes += h->name.len + h->value.len;
     }
-  } else if (x->op != CB_REPLY_SEND && x->op != CB_REPLY_FINISH) {
+  } else if (x->op != CB_REPLY_SEND && x->op != CB_REPLY_FINISH && x->op != CB_REPLY_UNAVAILABLE) {
     return UV_EINVAL;
   }
   if (x->body.len > 0 && x->body.ptr == NULL) return UV_EINVAL;
@@ -519,6 +532,11 @@ static int claim(cb_server_t *srv, const cb_reply_t *x, uint32_t *slot, uint32_t
     case CB_REPLY_FULL: from = ST_PARKED, to = ST_REPLIED; break;
     case CB_REPLY_STREAM: from = ST_PARKED, to = ST_STREAMING; break;
     case CB_REPLY_SEND: from = to = ST_STREAMING; break;
+    case CB_REPLY_UNAVAILABLE: /* the worker's take_back claims it (PARKED or STREAMING -> DONE) */
+      if (STATE(word) != ST_PARKED && STATE(word) != ST_STREAMING) return CB_EGONE;
+      *slot = i;
+      *gen = g;
+      return 0;
     default: from = ST_STREAMING, to = ST_FINISHED; break;
   }
   if (STATE(word) != from) return CB_EGONE;
@@ -676,7 +694,7 @@ int cb_server_deferred_add(cb_server_t *srv, const cb_deferred_t *d, uint64_t *i
   if (cb__on_worker_thread()) return UV_EBUSY;
   droute_t *dr = calloc(1, sizeof *dr);
   if (dr == NULL) return UV_ENOMEM;
-  *dr = (droute_t){.deliver = d->deliver, .ud = d->ud, .timeout_ms = d->timeout_ms ? d->timeout_ms : DEFAULT_TIMEOUT_MS,
+  *dr = (droute_t){.deliver = d->deliver, .ud = d->ud, .gone = d->gone, .timeout_ms = d->timeout_ms ? d->timeout_ms : DEFAULT_TIMEOUT_MS,
                    .batch = d->batch != 0};
   uv_mutex_lock(&srv->api_mu);
   cb__routes_t *reg = srv->routes;
