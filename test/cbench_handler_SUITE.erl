@@ -10,14 +10,15 @@
 
 -export([all/0, groups/0, init_per_group/2, end_per_group/2]).
 -export([reply_forms/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
-         crash_mid_stream/1, concurrent_out_of_order/1]).
+         crash_mid_stream/1, crash_mid_stream_h2c/1, concurrent_out_of_order/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
     Cases = [reply_forms, gone_and_badarg, unavailable, timeout, crash_mid_stream,
              concurrent_out_of_order],
-    [{nif, [], Cases ++ [reply_forms_h2c]}, {port, [], Cases ++ [reply_forms_h2c]},
+    H2c = [reply_forms_h2c, crash_mid_stream_h2c],
+    [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c},
      {ehttpd, [], Cases}].
 
 init_per_group(Engine, Config) ->
@@ -242,6 +243,42 @@ crash_mid_stream(Config) ->
     ?assertMatch({match, _}, re:run(Got, "transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
                                     "3\r\nabc\r\n$")),
     wait_until(fun() -> stat(Config, handler_unavailable) > 0 end).
+
+%% The same over h2c (nghttp, two streams on one connection): the crashed answer's stream is reset
+%% with INTERNAL_ERROR after its head and first piece, and the other stream, answered after the
+%% reset, completes on the same connection (no GOAWAY).
+crash_mid_stream_h2c(Config) ->
+    Before = stat(Config, handler_unavailable),
+    %% The later answer waits until the engine has counted the crash (when it resets the stream).
+    Later = handler(fun(Req) ->
+                            wait_until(fun() -> stat(Config, handler_unavailable) > Before end),
+                            ok = cbench:reply(Req, 200, [], <<"after the reset">>)
+                    end),
+    Crash = handler(fun(Req) ->
+                            ok = cbench:reply_stream(Req, 200, []),
+                            ok = cbench:send(Req, <<"abc">>),
+                            timer:sleep(50),
+                            exit(crash)
+                    end),
+    handle(Config, "/c2/crash", Crash, #{}),
+    handle(Config, "/c2/later", Later, #{}),
+    Base = "http://127.0.0.1:" ++ integer_to_list(cbench:port(?config(server, Config))),
+    Out = os:cmd("nghttp -v " ++ Base ++ "/c2/crash " ++ Base ++ "/c2/later 2>&1"),
+    ct:log("~s", [Out]),
+    Rst = "recv RST_STREAM frame <length=4, flags=0x00, stream_id=([0-9]+)>\\s+\\(error_code=INTERNAL_ERROR",
+    {match, [RstId]} = re:run(Out, Rst, [{capture, all_but_first, list}]),
+    %% The reset stream is the one of /c2/crash, after its 3 bytes of DATA.
+    {match, [CrashId]} = re:run(Out, "send HEADERS frame <[^>]*stream_id=([0-9]+)>[^<]*(?:\n[^\n]*){0,12}:path: /c2/crash",
+                                [{capture, all_but_first, list}]),
+    ?assertEqual(CrashId, RstId),
+    ?assertMatch({match, _}, re:run(Out, "recv DATA frame <length=3, flags=0x00, stream_id=" ++ CrashId ++ ">")),
+    ?assertMatch({match, _}, re:run(Out, "after the reset")),
+    ?assertEqual(nomatch, re:run(Out, "recv GOAWAY")),
+    %% The later answer came after the reset.
+    {P1, _} = binary:match(list_to_binary(Out), <<"recv RST_STREAM">>),
+    {P2, _} = binary:match(list_to_binary(Out), <<"after the reset">>),
+    ?assert(P1 < P2),
+    Later ! stop.
 
 wait_until(F) -> wait_until(F, 200).
 wait_until(F, 0) -> ?assert(F());
