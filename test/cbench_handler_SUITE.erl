@@ -1,7 +1,7 @@
 %%% @doc Erlang handlers (issue 14): routes answered by a process, on the nif, port and ehttpd
 %%% engines. Every reply form is compared byte for byte with a stub that answers the same
 %%% (HTTP/1.1 on every engine, h2c on the nif and port engines with curl); streaming;
-%%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream; many
+%%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream (HTTP/1.1 and h2c); many
 %%% concurrent requests answered out of order in one batch.
 -module(cbench_handler_SUITE).
 
