@@ -1,7 +1,7 @@
 /* Erlang handlers on the port engine (docs/beam.md, "Erlang handlers"): a deferred route (src/deferred.c)
  * whose requests go to the node as frames, and the replies that come back.
  *
- *   {handler_add, Match, TimeoutMs} -> {ok, Id} | {error, Reason}
+ *   {handler_add, Match, TimeoutMs, Stream} -> {ok, Id} | {error, Reason}   (Stream: the body in pieces)
  *   {handler_fail, Id}              -> ok | {error, Reason}   (the handler died: 503s, cut streams)
  *   {reply, [Item]}                 -> nothing: one cb_server_reply() call for every item of the frame
  *        Item: {Ref, reply, Status, [{Name, Value}], Body} | {Ref, stream, Status, [{Name, Value}]}
@@ -10,6 +10,8 @@
  *   {cbench_requests, Id, [{Ref, Method, Path, Query, [{Name, Value}], Peer, Proto, Body}]}
  *        every request of route Id a worker parked in one loop iteration, in one frame (always batched: the
  *        node hands them on one by one to a handler that did not ask for batches)
+ *   {cbench_body, Ref, Data, End}
+ *        a streamed body's bytes of one loop iteration (End: true on the last)
  *   {cbench_gone, Ref}
  *        the request ended without its answer completing (503, 504, cut, client or stream gone): the node
  *        refuses replies to it from then on without a round trip.
@@ -66,17 +68,32 @@ static void gone(void *ud, cb_reqref_t ref) {
   port_send_from_worker(&x);
 }
 
+static void body_piece(void *ud, cb_reqref_t ref, const char *data, size_t n, int end) {
+  (void)ud;
+  ei_x_buff x;
+  if (ei_x_new_with_version(&x) != 0) return;
+  ei_x_encode_tuple_header(&x, 4);
+  ei_x_encode_atom(&x, "cbench_body");
+  ei_x_encode_ulonglong(&x, ref);
+  ei_x_encode_binary(&x, n ? data : "", (long)n);
+  ei_x_encode_boolean(&x, end);
+  port_send_from_worker(&x);
+}
+
 void port_handler_add(const char *buf, int *idx) {
   stub_arrays_t arrays;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
   unsigned long long tmo;
-  if (port_decode_match(buf, idx, &st, &arrays) != 0 || port_get_uint(buf, idx, 3600000, &tmo) != 0 || tmo == 0) {
+  int stream;
+  if (port_decode_match(buf, idx, &st, &arrays) != 0 || port_get_uint(buf, idx, 3600000, &tmo) != 0 || tmo == 0 ||
+      ei_decode_boolean(buf, idx, &stream) != 0) {
     port_reply_error_atom("badarg");
     return;
   }
   cb_deferred_t d = {.name = st.name, .match = st.match, .timeout_ms = (unsigned)tmo, .batch = 1,
-                     .deliver = deliver, .gone = gone};
+                     .deliver = deliver, .gone = gone,
+                     .body = stream ? body_piece : NULL};
   uint64_t id;
   int err = cb_server_deferred_add(port_server, &d, &id);
   if (err < 0) {

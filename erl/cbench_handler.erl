@@ -15,7 +15,7 @@
 -module(cbench_handler).
 
 -export([opts/1, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
--export([ehttpd_await/3, ehttpd_next/1, ehttpd_done/1]).
+-export([ehttpd_await/3, ehttpd_send/3, ehttpd_body/3, ehttpd_wait/1, ehttpd_next/1, ehttpd_done/1]).
 -export([port_state/0, port_gone/1]).
 
 -export_type([req/0, handle/0, status/0, headers/0]).
@@ -39,19 +39,22 @@
 -define(DEFAULT_TIMEOUT_MS, 5000).
 -define(MAX_TIMEOUT_MS, 3600000).
 
-%% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000)
-%% and `batch' (boolean, default false).
--spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean()}} |
+%% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000),
+%% `batch' (boolean, default false) and `body' (`whole', the default, or `stream').
+-spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean(),
+                            body := whole | stream}} |
           {error, {bad_handler, term()}}.
 opts(Opts) when is_map(Opts) ->
-    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false}, Opts),
+    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false, body => whole}, Opts),
     case O of
         #{timeout_ms := T} when not is_integer(T); T < 1; T > ?MAX_TIMEOUT_MS ->
             {error, {bad_handler, {timeout_ms, T}}};
         #{batch := B} when not is_boolean(B) ->
             {error, {bad_handler, {batch, B}}};
-        _ when map_size(O) > 2 ->
-            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch], O))}}};
+        #{body := Body} when Body =/= whole, Body =/= stream ->
+            {error, {bad_handler, {body, Body}}};
+        _ when map_size(O) > 3 ->
+            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch, body], O))}}};
         _ ->
             {ok, O}
     end;
@@ -216,10 +219,21 @@ forbidden(N) ->
 
 %% @doc The ehttpd connection's side: sends the request (Info, without its handle) to Target and
 %% waits for the head of the answer. Returns the answer, or {fail, 503 | 504}.
--spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean()}, map()) ->
+-spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
+                   map()) ->
           {reply, status(), [{binary(), binary()}], binary(), term()} |
           {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
-ehttpd_await(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
+ehttpd_await(Target, HOpts, Info) ->
+    case ehttpd_send(Target, HOpts, Info) of
+        {ok, Ctx, _To} -> ehttpd_wait(Ctx);
+        Fail -> Fail
+    end.
+
+%% @doc Sends the request to Target (the first half of ehttpd_await/3, for a body that follows
+%% in pieces with ehttpd_body/3): {ok, Ctx, To}, or {fail, 503} when there is no process.
+-spec ehttpd_send(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
+                  map()) -> {ok, term(), {pid(), handle()}} | {fail, 503}.
+ehttpd_send(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
     case target_pid(Target) of
         undefined ->
             {fail, 503};
@@ -227,17 +241,38 @@ ehttpd_await(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
             Mon = erlang:monitor(process, Pid),
             Ref = make_ref(),
             A = atomics:new(1, []),
-            Req = Info#{handle => {cbench_ehttpd, self(), Ref, A}},
+            Handle = {cbench_ehttpd, self(), Ref, A},
+            Req = Info#{handle => Handle},
             Pid ! case Batch of
                       true -> {cbench_requests, [Req]};
                       false -> {cbench_request, Req}
                   end,
-            Ctx = {Ref, A, Mon, Timeout},
-            case wait(Ctx) of
-                {reply, S, H, B} -> {reply, S, H, B, Ctx};
-                {stream, S, H} -> {stream, S, H, Ctx};
-                {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
-            end
+            {ok, {Ref, A, Mon, Timeout}, {Pid, Handle}}
+    end.
+
+%% @doc One piece of a streamed request body (Data), or its end (eof), to the handler; nothing once
+%% the request is answered whole or over (as on the C engines).
+-spec ehttpd_body(term(), {pid(), handle()}, binary() | eof) -> ok.
+ehttpd_body({_, A, _, _}, {Pid, Handle}, Data) ->
+    case atomics:get(A, 1) of
+        S when S =:= ?PARKED; S =:= ?STREAMING ->
+            Pid ! case Data of
+                      eof -> {cbench_body_end, Handle};
+                      _ -> {cbench_body, Handle, Data}
+                  end,
+            ok;
+        _ -> ok
+    end.
+
+%% @doc Waits for the head of the answer (the second half of ehttpd_await/3).
+-spec ehttpd_wait(term()) ->
+          {reply, status(), [{binary(), binary()}], binary(), term()} |
+          {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
+ehttpd_wait(Ctx) ->
+    case wait(Ctx) of
+        {reply, S, H, B} -> {reply, S, H, B, Ctx};
+        {stream, S, H} -> {stream, S, H, Ctx};
+        {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
     end.
 
 %% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the

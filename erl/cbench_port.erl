@@ -12,9 +12,9 @@
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 
 %% Erlang handlers (docs/beam.md): the owner (the cbench_server process) keeps, in its process
-%% dictionary, each handler route's target ({?ROUTE, Id} => {Target, Batch}) and each request
-%% in flight's state word ({?REQ, Ref} => atomics), so that the program's {cbench_gone, Ref}
-%% reaches the request's handle.
+%% dictionary, each handler route's target ({?ROUTE, Id} => {Target, Batch, Body}) and each
+%% request in flight's state word and process ({?REQ, Ref} => {atomics, pid}), so that the
+%% program's {cbench_gone, Ref} reaches the request's handle and {cbench_body, ...} its process.
 -define(ROUTE, cbench_port_route).
 -define(REQ, cbench_port_req).
 %% Answers forwarded to the program in one frame at most (the rest in the next).
@@ -98,6 +98,7 @@ reply(Port, Deadline) ->
                 %% Handler frames are handled at once, in the order the program wrote them.
                 {cbench_requests, _, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
                 {cbench_gone, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
+                {cbench_body, _, _, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
                 Reply -> Reply
             end;
         {Port, {exit_status, Status}} -> {error, {port_exited, Status}}
@@ -139,12 +140,14 @@ stats(#h{port = Port}) ->
 
 %% @doc Adds an Erlang handler route (docs/beam.md): requests that Match are sent to Target.
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(),
-                  #{timeout_ms := pos_integer(), batch := boolean()}) ->
+                  #{timeout_ms := pos_integer(), batch := boolean(), body := whole | stream}) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
-handler_add(H = #h{port = Port}, Match, Target, #{timeout_ms := Timeout, batch := Batch}) ->
-    case request(Port, {handler_add, cbench_c_terms:match(Match), Timeout}, ?CALL_TIMEOUT) of
+handler_add(H = #h{port = Port}, Match, Target, #{timeout_ms := Timeout, batch := Batch,
+                                                   body := Body}) ->
+    case request(Port, {handler_add, cbench_c_terms:match(Match), Timeout, Body =:= stream},
+                 ?CALL_TIMEOUT) of
         {ok, Id} ->
-            put({?ROUTE, Id}, {Target, Batch}),
+            put({?ROUTE, Id}, {Target, Batch, Body}),
             {{ok, Id}, H};
         {error, einval} -> {{error, {bad_handler, einval}}, H};
         {error, elimit} -> {{error, too_many_routes}, H};
@@ -157,11 +160,11 @@ handler_fail(#h{port = Port}, Id) -> request(Port, {handler_fail, Id}, ?CALL_TIM
 
 %% The program's frames for handler routes: requests to hand on, and requests gone.
 handler_frame(Port, {cbench_requests, Id, Reqs}) ->
-    Pid = case get({?ROUTE, Id}) of
-              {Target, Batch} when is_pid(Target) -> Target;
-              {Target, Batch} -> whereis(Target);
-              undefined -> Batch = false, undefined
-          end,
+    {Pid, Batch, Stream} = case get({?ROUTE, Id}) of
+                               {Target, B, S} when is_pid(Target) -> {Target, B, S =:= stream};
+                               {Target, B, S} -> {whereis(Target), B, S =:= stream};
+                               undefined -> {undefined, false, false}
+                           end,
     case is_pid(Pid) andalso is_process_alive(Pid) of
         false ->
             %% No one to send them to: 503 each (counted and journaled by the engine).
@@ -171,9 +174,10 @@ handler_frame(Port, {cbench_requests, Id, Reqs}) ->
             Owner = self(),
             Maps = [begin
                         A = cbench_handler:port_state(),
-                        put({?REQ, Ref}, A),
+                        put({?REQ, Ref}, {A, Pid}),
                         #{method => M, path => P, query => Q, headers => Hs, peer => Peer,
-                          proto => Proto, body => Body, handle => {cbench_port, Owner, Ref, A}}
+                          proto => Proto, body => case Stream of true -> stream; false -> Body end,
+                          handle => {cbench_port, Owner, Ref, A}}
                     end || {Ref, M, P, Q, Hs, Peer, Proto, Body} <- Reqs],
             case Batch of
                 true -> Pid ! {cbench_requests, Maps};
@@ -181,10 +185,19 @@ handler_frame(Port, {cbench_requests, Id, Reqs}) ->
             end,
             ok
     end;
+handler_frame(_Port, {cbench_body, Ref, Data, End}) ->
+    case get({?REQ, Ref}) of
+        undefined -> ok;  % answered or gone: the rest of the body is dropped
+        {A, Pid} ->
+            Handle = {cbench_port, self(), Ref, A},
+            Data =:= <<>> orelse (Pid ! {cbench_body, Handle, Data}),
+            End andalso (Pid ! {cbench_body_end, Handle}),
+            ok
+    end;
 handler_frame(_Port, {cbench_gone, Ref}) ->
     case erase({?REQ, Ref}) of
         undefined -> ok;
-        A -> cbench_handler:port_gone(A)
+        {A, _} -> cbench_handler:port_gone(A)
     end.
 
 %% Answers from handlers (cbench_handler, already claimed and checked): every one waiting in the
@@ -266,6 +279,7 @@ handle_info({Port, {data, Bin}}, H = #h{port = Port}) ->
         {cbench_journal, _} = Wake -> self() ! Wake;
         {cbench_requests, _, _} = F -> handler_frame(Port, F);
         {cbench_gone, _} = F -> handler_frame(Port, F);
+        {cbench_body, _, _, _} = F -> handler_frame(Port, F);
         _ -> ok  % a reply that came after its request timed out
     end,
     {ok, H};

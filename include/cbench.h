@@ -528,6 +528,12 @@ typedef struct cb_deferred_req_s {
  * requests are answered 503 at once. */
 typedef int (*cb_deliver_fn)(void *ud, const cb_deferred_req_t *reqs, size_t n);
 
+/* A streamed body (cb_deferred_t.body set): the request is handed over when its head is complete (with an
+ * empty body), then the body's bytes that arrived during each loop iteration come in one call, after the
+ * request's own delivery; `end` is 1 on the last call (n may be 0 then). On the worker's thread, quick, never
+ * blocking; data is valid during the call only. Pieces stop once the request is answered whole or gone. */
+typedef void (*cb_body_fn)(void *ud, cb_reqref_t ref, const char *data, size_t n, int end);
+
 typedef struct cb_deferred_s {
   cb_str_t name;         /* as a stub's name; {NULL, 0}: "handler_<id>" */
   cb_match_t match;      /* as a stub's */
@@ -540,6 +546,7 @@ typedef struct cb_deferred_s {
    * stream, or its client or stream went away), so a reply to it would get CB_EGONE. The port program
    * tells the node, which then refuses replies to it without asking the engine (docs/beam.md). */
   void (*gone)(void *ud, cb_reqref_t ref);
+  cb_body_fn body; /* optional: the body streams to it (see cb_body_fn); NULL: the whole body with the request */
 } cb_deferred_t;
 
 /* Adds a deferred route in front of the table, like cb_server_route_add() (its id is a stub id: removed with

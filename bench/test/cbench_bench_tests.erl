@@ -244,8 +244,8 @@ roadrunner_cases_test_() ->
                    maps:get(h1, maps:get(only, RR))),
      ?_assertEqual([hello, json, echo, headers_heavy, multi_stream_h2], maps:get(h2c, maps:get(only, RR))),
      ?_assertEqual([], maps:get(latency_cases, RR)),
-     %% FULL=1: the 15, then the roadrunner scenarios they lack.
-     ?_assertEqual(cbench_bench:cases() ++ [json, echo, large_response, headers_heavy, cookies_heavy,
+     %% FULL=1: the 15, the Erlang handler cases, then the roadrunner scenarios they lack.
+     ?_assertEqual(cbench_bench:cases() ++ cbench_bench:erl_cases() ++ [json, echo, large_response, headers_heavy, cookies_heavy,
                                             pipelined_h1, varied_paths_router, gzip_response,
                                             websocket_msg_throughput, multi_stream_h2],
                    maps:get(cases, Full)),

@@ -524,3 +524,94 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   buf_free(&got);
   test_stop(srv);
 }
+
+/* A streamed body (cb_deferred_t.body): the request comes at its head with an empty body, then the body's
+ * bytes in pieces and one end; the answer echoes them byte for byte, over a keep-alive connection. */
+static struct {
+  pthread_mutex_t mu;
+  char data[200000];
+  size_t len;
+  int ends, calls;
+  cb_reqref_t ref;
+} sb = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
+
+static void on_body_piece(void *ud, cb_reqref_t ref, const char *data, size_t n, int end) {
+  (void)ud;
+  pthread_mutex_lock(&sb.mu);
+  sb.ref = ref;
+  if (sb.len + n <= sizeof sb.data) memcpy(sb.data + sb.len, data, n);
+  sb.len += n;
+  sb.ends += end;
+  sb.calls++;
+  pthread_mutex_unlock(&sb.mu);
+}
+
+static int body_ends(void) {
+  pthread_mutex_lock(&sb.mu);
+  int n = sb.ends;
+  pthread_mutex_unlock(&sb.mu);
+  return n;
+}
+
+TEST_T(deferred_body_stream, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/b");
+  d.deliver = deliver;
+  d.body = on_body_piece;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  static char body[150000];
+  for (size_t i = 0; i < sizeof body; i++) body[i] = (char)('a' + i % 26);
+  int fd = cl_connect(port);
+  cl_sends(fd, "POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 150000\r\n\r\n");
+  wait_delivered(1); /* handed over at its head, before any byte of the body */
+  cb_reqref_t ref = pop_ref();
+  ASSERT_EQ(body_ends(), 0);
+  for (size_t off = 0; off < sizeof body; off += 50000) {
+    cl_send(fd, body + off, 50000);
+    sleep_ms(20);
+  }
+  for (int i = 0; i < 500 && body_ends() == 0; i++) sleep_ms(10);
+  ASSERT_EQ(body_ends(), 1);
+  ASSERT(sb.ref == ref);
+  ASSERT_EQ(sb.len, sizeof body);
+  ASSERT(memcmp(sb.data, body, sizeof body) == 0);
+  ASSERT_GE(sb.calls, 2); /* in pieces, not at once */
+  cb_reply_t r = {.ref = ref, .op = CB_REPLY_FULL, .status = 200, .body = {sb.data, sb.len}};
+  ASSERT_ERR(cb_server_reply(srv, &r, 1), 0);
+  ASSERT_ERR(r.result, 0);
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, (long)sizeof body, CONN_NONE);
+  buf_add(&exp, body, sizeof body);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  /* No body: the request, then only the end. */
+  sb.len = 0;
+  sb.ends = 0;
+  cl_sends(fd, "GET /b HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(2);
+  ref = pop_ref();
+  for (int i = 0; i < 500 && body_ends() == 0; i++) sleep_ms(10);
+  ASSERT_EQ(body_ends(), 1);
+  ASSERT_EQ(sb.len, 0);
+  ASSERT_ERR(reply1(ref, CB_REPLY_FULL, 204, NULL, 0, NULL), 0);
+  buf_reset(&exp);
+  buf_reset(&got);
+  exp_head(&exp, 204, NULL, NULL, CL_NONE, CONN_NONE);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  close(fd);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
