@@ -40,12 +40,14 @@
 -define(MAX_TIMEOUT_MS, 3600000).
 
 %% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000),
-%% `batch' (boolean, default false) and `body' (`whole', the default, or `stream').
+%% `batch' (boolean, default false), `body' (`whole', the default, or `stream') and `pool' (the
+%% processes of an {M, F} target, 1..1024, default the schedulers online).
 -spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean(),
-                            body := whole | stream}} |
+                            body := whole | stream, pool := pos_integer()}} |
           {error, {bad_handler, term()}}.
 opts(Opts) when is_map(Opts) ->
-    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false, body => whole}, Opts),
+    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false, body => whole,
+                     pool => erlang:system_info(schedulers_online)}, Opts),
     case O of
         #{timeout_ms := T} when not is_integer(T); T < 1; T > ?MAX_TIMEOUT_MS ->
             {error, {bad_handler, {timeout_ms, T}}};
@@ -53,8 +55,11 @@ opts(Opts) when is_map(Opts) ->
             {error, {bad_handler, {batch, B}}};
         #{body := Body} when Body =/= whole, Body =/= stream ->
             {error, {bad_handler, {body, Body}}};
-        _ when map_size(O) > 3 ->
-            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch, body], O))}}};
+        #{pool := P} when not is_integer(P); P < 1; P > 1024 ->
+            {error, {bad_handler, {pool, P}}};
+        _ when map_size(O) > 4 ->
+            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch, body, pool],
+                                                                   O))}}};
         _ ->
             {ok, O}
     end;

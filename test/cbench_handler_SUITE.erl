@@ -11,13 +11,14 @@
 -export([all/0, groups/0, init_per_group/2, end_per_group/2]).
 -export([reply_forms/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
          crash_mid_stream/1, crash_mid_stream_h2c/1, concurrent_out_of_order/1,
-         body_stream/1, body_stream_h2c/1]).
+         body_stream/1, body_stream_h2c/1, pool/1]).
+-export([pool_answer/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
     Cases = [reply_forms, gone_and_badarg, unavailable, timeout, crash_mid_stream,
-             concurrent_out_of_order, body_stream],
+             concurrent_out_of_order, body_stream, pool],
     H2c = [reply_forms_h2c, crash_mid_stream_h2c, body_stream_h2c],
     [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c},
      {ehttpd, [], Cases}].
@@ -374,3 +375,37 @@ body_stream_h2c(Config) ->
                        " -o " ++ Out ++ " http://127.0.0.1:" ++ Port ++ "/bs"),
     ?assertEqual({ok, Body}, file:read_file(Out)),
     H ! stop.
+
+%% An {M, F} target: M:F(Req) runs in a pool of the server's processes. Many concurrent requests
+%% are answered (the body says which pool process answered: more than one did); a streamed body
+%% reaches the process that has its request; an exception answers 500 and the pool goes on;
+%% unstub/2 ends the pool.
+pool_answer(Req = #{path := <<"/p/crash">>}) ->
+    error({crash, Req});
+pool_answer(Req = #{body := stream, handle := H}) ->
+    ok = cbench:reply(Req, 200, [], collect_body(H, []));
+pool_answer(Req) ->
+    ok = cbench:reply(Req, 200, [], pid_to_list(self())).
+
+pool(Config) ->
+    S = ?config(server, Config),
+    {ok, Id} = cbench:handle(S, "/p/*", {?MODULE, pool_answer}, #{pool => 4, batch => true}),
+    {ok, _} = cbench:handle(S, "/ps", {?MODULE, pool_answer}, #{pool => 2, body => stream}),
+    Self = self(),
+    N = 40,
+    [spawn_link(fun() -> Self ! {done, body(raw(Config, "GET", "/p/" ++ integer_to_list(I)))} end)
+     || I <- lists:seq(1, N)],
+    Pids = [receive {done, B} -> B end || _ <- lists:seq(1, N)],
+    ?assertEqual([true], lists:usort([is_pid(list_to_pid(binary_to_list(P))) || P <- Pids])),
+    ?assert(length(lists:usort(Pids)) > 1),
+    ?assertMatch({match, _}, re:run(raw(Config, "GET", "/p/crash"), "^HTTP/1.1 500 Internal Server Error\r\n")),
+    ?assertMatch({match, _}, re:run(raw(Config, "GET", "/p/after"), "^HTTP/1.1 200 OK\r\n")),
+    Body = body_bytes(100000),
+    ?assertEqual(Body, body(raw(Config, "POST", "/ps", Body))),
+    [Pid | _] = Pids,
+    Worker = list_to_pid(binary_to_list(Pid)),
+    ?assert(is_process_alive(Worker)),
+    ok = cbench:unstub(S, Id),
+    wait_until(fun() -> not is_process_alive(Worker) end),
+    ?assertMatch({error, {bad_handler, {pool, 0}}}, cbench:handle(S, "/p2", {?MODULE, pool_answer}, #{pool => 0})),
+    ?assertError(badarg, cbench:handle(S, "/p2", {?MODULE, "f"}, #{})).
