@@ -105,7 +105,7 @@ replies(Answers) when is_list(Answers) ->
             %% Port answers are claimed one by one here, then sent to their owners one message each.
             Done = [case H of
                         {cbench_port, Owner, Ref, A} ->
-                            Op1 = check(Op),
+                            Op1 = port_check(Op),
                             case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
                                 ok -> {ok, Owner, c_item(Ref, Op1)};
                                 _ -> {error, gone}
@@ -131,7 +131,17 @@ one({cbench_nif, Server, Ref}, Op) ->
 one({cbench_ehttpd, Pid, Ref, A}, Op) ->
     ehttpd_op(Pid, Ref, A, check(Op));
 one({cbench_port, Owner, Ref, A}, Op) ->
-    state_op(A, check(Op), fun(Op1) -> Owner ! {cbench_port_reply, [c_item(Ref, Op1)]} end).
+    state_op(A, port_check(Op), fun(Op1) -> Owner ! {cbench_port_reply, [c_item(Ref, Op1)]} end).
+
+%% The port program takes frames of 65 MiB at most: a bigger body or piece is refused (badarg)
+%% rather than taking the program down; send a big body in pieces.
+-define(PORT_MAX_BODY, (32 bsl 20)).
+port_check(Op) ->
+    case check(Op) of
+        {reply, _, _, B} when byte_size(B) > ?PORT_MAX_BODY -> error(badarg);
+        {send, D} when byte_size(D) > ?PORT_MAX_BODY -> error(badarg);
+        Checked -> Checked
+    end.
 
 c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
 c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};

@@ -17,8 +17,12 @@
 %% program's {cbench_gone, Ref} reaches the request's handle and {cbench_body, ...} its process.
 -define(ROUTE, cbench_port_route).
 -define(REQ, cbench_port_req).
-%% Answers forwarded to the program in one frame at most (the rest in the next).
+%% A frame of answers is sent at the latest when it holds this many answers or body bytes (the
+%% program takes frames of 65 MiB at most).
 -define(REPLY_BURST, 4096).
+-define(REPLY_BYTES, (16 bsl 20)).
+%% The answers waiting for the next frame: {Items (newest list first), Count, Bytes}.
+-define(OUT, cbench_port_out).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
@@ -82,6 +86,9 @@ open() ->
 %% `{cbench_journal, Seq}' frames) are passed on to the calling process as messages.
 -spec request(port(), term(), timeout()) -> term().
 request(Port, Term, Timeout) ->
+    %% Answers waiting for their flush go first: a {handler_fail, Id} must not overtake the
+    %% answers its handler gave before it died.
+    flush_replies(Port),
     try port_command(Port, term_to_binary(Term)) of
         true -> reply(Port, erlang:monotonic_time(millisecond) + Timeout)
     catch error:badarg ->
@@ -200,18 +207,33 @@ handler_frame(_Port, {cbench_gone, Ref}) ->
         {A, _} -> cbench_handler:port_gone(A)
     end.
 
-%% Answers from handlers (cbench_handler, already claimed and checked): every one waiting in the
-%% mailbox goes to the program in one frame.
-forward_replies(Port, Items) ->
-    All = lists:append([Items | more_replies(?REPLY_BURST - length(Items))]),
-    [erase({?REQ, Ref}) || Item <- All, final(Item), Ref <- [element(1, Item)]],
-    to_program(Port, All).
-
-more_replies(Room) when Room =< 0 -> [];
-more_replies(Room) ->
-    receive {cbench_port_reply, Items} -> [Items | more_replies(Room - length(Items))]
-    after 0 -> []
+%% Answers from handlers (cbench_handler, already claimed and checked): the first of a burst
+%% sends this process a flush message, so every answer that reaches the mailbox before that
+%% message goes to the program in the same frame; no mailbox scan.
+queue_replies(Port, Items) ->
+    Bytes = lists:sum([item_bytes(I) || I <- Items]),
+    {Out, N, B} = case get(?OUT) of
+                      undefined -> self() ! {cbench_port_flush, Port}, {[], 0, 0};
+                      Acc -> Acc
+                  end,
+    put(?OUT, {[Items | Out], N + length(Items), B + Bytes}),
+    case N + length(Items) >= ?REPLY_BURST orelse B + Bytes >= ?REPLY_BYTES of
+        true -> flush_replies(Port);
+        false -> ok
     end.
+
+flush_replies(Port) ->
+    case erase(?OUT) of
+        undefined -> ok;  % flushed early: the flush message finds nothing
+        {Out, _, _} ->
+            All = lists:append(lists:reverse(Out)),
+            [erase({?REQ, element(1, Item)}) || Item <- All, final(Item)],
+            to_program(Port, All)
+    end.
+
+item_bytes({_, reply, _, _, Body}) -> byte_size(Body);
+item_bytes({_, send, Data}) -> byte_size(Data);
+item_bytes(_) -> 0.
 
 final(Item) -> lists:member(element(2, Item), [reply, finish, unavailable]).
 
@@ -284,7 +306,10 @@ handle_info({Port, {data, Bin}}, H = #h{port = Port}) ->
     end,
     {ok, H};
 handle_info({cbench_port_reply, Items}, H = #h{port = Port}) ->
-    forward_replies(Port, Items),
+    queue_replies(Port, Items),
+    {ok, H};
+handle_info({cbench_port_flush, Port}, H = #h{port = Port}) ->
+    flush_replies(Port),
     {ok, H};
 handle_info({Port, {exit_status, Status}}, #h{port = Port}) ->
     {stop, {port_exited, Status}};
