@@ -180,7 +180,6 @@ static void defer_head(cb__req_t *r) {
   park(r);
 }
 
-static int body_wanted(const cb__req_t *r);
 static void mark_dirty(cb__req_t *r);
 
 static void defer_body(cb__req_t *r, const char *p, size_t n) {
