@@ -11,7 +11,12 @@
  *   {requests, Filter}               ->  {ok, [Entry]} | {error, Reason}  (port_journal.c)
  *   requests_clear                   ->  ok | {error, Reason}
  *   {journal_listen, Bool}           ->  ok | {error, Reason}
+ *   {handler_add, Match, Tmo, Stream} -> {ok, Id} | {error, Reason}      (port_handler.c)
+ *   {handler_fail, Id}               ->  ok | {error, Reason}
+ *   {reply, [Item]}                  ->  no answer (fire and forget; results are known on the node)
  * and, unsolicited, while listening:     {cbench_journal, Seq}
+ * and for handler routes:                {cbench_requests, Id, [Req]}, {cbench_body, Ref, Data, End} and
+ *                                        {cbench_gone, Ref}
  *
  * Opts is the map cbench_port:start/1 builds, keyed by the names of the engine's option table, each value
  * checked here again against that table: a bad one is answered {error, {bad_option, Key, Value, Allowed}}.
@@ -521,6 +526,12 @@ static void tuple_command(const char *cmd, int arity, const char *buf, int *args
     if (started()) port_requests(buf, args);
   } else if (strcmp(cmd, "journal_listen") == 0 && arity == 2) {
     if (started()) port_journal_listen(buf, args);
+  } else if (strcmp(cmd, "handler_add") == 0 && arity == 4) {
+    if (started()) port_handler_add(buf, args);
+  } else if (strcmp(cmd, "handler_fail") == 0 && arity == 2) {
+    if (started()) port_handler_fail(buf, args);
+  } else if (strcmp(cmd, "reply") == 0 && arity == 2) {
+    if (port_server != NULL) port_reply(buf, args); /* no answer, so none for a stopped server either */
   } else {
     port_die(EXIT_MALFORMED);
   }

@@ -3,6 +3,8 @@
  *   cbench_port.c   framing, dispatch, start/stop/stats, down/up
  *   port_stub.c     {route_add, Match, Response} and the other route commands
  *   port_journal.c  {requests, Filter}, requests_clear, {journal_listen, Bool} and its unsolicited frames
+ *   port_handler.c  Erlang handlers: {handler_add, ...}, {handler_fail, Id}, {reply, Items}, and the
+ *                   unsolicited {cbench_requests, ...} and {cbench_gone, Ref} frames
  */
 #ifndef CBENCH_PORT_H
 #define CBENCH_PORT_H
@@ -50,6 +52,21 @@ void port_encode_route_name(ei_x_buff *x, const char *p, size_t n);
 
 /* Records the fixture route names of the started server. */
 void port_fixture_names(const cb_route_counts_t *rc);
+
+/* The arrays a decoded stub points into, on the caller's stack. */
+typedef struct {
+  cb_matcher_t headers[CB_MAX_MATCHERS];
+  cb_matcher_t query[CB_MAX_MATCHERS];
+  cb_header_t res_headers[CB_MAX_HEADERS];
+} stub_arrays_t;
+
+/* A match (cbench_c_terms:match/1) into st's name and match: 0, or -1 when it does not decode. */
+int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a);
+
+/* The commands of port_handler.c; each reads its arguments at *idx (port_reply sends no answer). */
+void port_handler_add(const char *buf, int *idx);
+void port_handler_fail(const char *buf, int *idx);
+void port_reply(const char *buf, int *idx);
 
 /* The commands of port_stub.c and port_journal.c; each reads its arguments at *idx and replies. */
 void port_route_add(const char *buf, int *idx);

@@ -7,13 +7,6 @@
 
 #include "port.h"
 
-/* The arrays a decoded stub points into, on the caller's stack. */
-typedef struct {
-  cb_matcher_t headers[CB_MAX_MATCHERS];
-  cb_matcher_t query[CB_MAX_MATCHERS];
-  cb_header_t res_headers[CB_MAX_HEADERS];
-} stub_arrays_t;
-
 /* A proper list of n elements, each decoded by fn: 0 or -1. */
 static int get_list(const char *buf, int *idx, int max, int *n, int (*fn)(const char *, int *, void *, int),
                     void *out) {
@@ -62,7 +55,7 @@ static int get_method(const char *buf, int *idx, void *out, int i) {
 }
 
 /* Match: #{name, methods, path (pattern text), headers, query, priority}, each key once. */
-static int decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
+int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
   int arity, seen = 0, n;
   if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
   for (int i = 0; i < arity; i++) {
@@ -187,7 +180,7 @@ void port_route_add(const char *buf, int *idx) {
   stub_arrays_t arrays;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
-  if (decode_match(buf, idx, &st, &arrays) != 0 || decode_response(buf, idx, &st.response, &arrays) != 0) {
+  if (port_decode_match(buf, idx, &st, &arrays) != 0 || decode_response(buf, idx, &st.response, &arrays) != 0) {
     port_reply_error_atom("badarg");
     return;
   }

@@ -176,12 +176,18 @@ stub(_, _, _) ->
 
 %% @doc Sends the requests that Match (as stub/3's) to Target, a pid or a registered name, as
 %% `{cbench_request, Req}', or `{cbench_requests, [Req]}' with `#{batch => true}'; the process
-%% answers with reply/4 or reply_stream/3, send/2 and finish/1. Opts: `timeout_ms' (default
-%% 5000: then 504) and `batch'. No process, or it dies before answering: 503. Removed with
-%% unstub/2 like a stub.
--spec handle(server(), match(), pid() | atom(), map()) -> {ok, pos_integer()} | {error, term()}.
-handle(Server, Match, Target, Opts) when is_pid(Server), is_pid(Target) orelse is_atom(Target),
-                                         is_map(Opts) ->
+%% answers with reply/4 or reply_stream/3, send/2 and finish/1. Target `{M, F}': M:F(Req) is
+%% called for each request in a pool of `pool' processes (default: the schedulers online) that
+%% the server owns. Opts: `timeout_ms' (default 5000: then 504), `batch', `body' (`whole' or
+%% `stream') and `pool'. No process, or it dies before answering: 503. Removed with unstub/2
+%% like a stub.
+-spec handle(server(), match(), pid() | atom() | {module(), atom()}, map()) ->
+          {ok, pos_integer()} | {error, term()}.
+handle(Server, Match, Target, Opts) when is_pid(Server), is_map(Opts),
+                                         is_pid(Target) orelse is_atom(Target) orelse
+                                         (is_tuple(Target) andalso tuple_size(Target) =:= 2 andalso
+                                          is_atom(element(1, Target)) andalso
+                                          is_atom(element(2, Target))) ->
     case {cbench_spec:match(Match), cbench_handler:opts(Opts)} of
         {{ok, M}, {ok, O}} -> cbench_server:call(Server, {handle, M, Target, O});
         {{error, _} = Error, _} -> Error;

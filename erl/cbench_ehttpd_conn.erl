@@ -379,23 +379,44 @@ echo_chunked(S, Cfg, Req) ->
 %% An Erlang handler (cbench_handler): the whole body is read, the request sent to the handler's
 %% process, and this process waits for the answer (503 when there is no handler or it dies first,
 %% 504 after its timeout_ms; a streamed answer cut short closes the connection).
+handler(S, Cfg, Req, Path, Query, Target, HOpts = #{body := stream}) ->
+    %% The body in pieces: the request goes first, then each piece as it is read.
+    Info = #{method => Req#req.method, path => Path, query => Query,
+             headers => Req#req.headers, peer => peer(S), proto => http1, body => stream},
+    case cbench_handler:ehttpd_send(Target, HOpts, Info) of
+        {ok, Ctx, To} ->
+            case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_handler:ehttpd_body(Ctx, To, Piece),
+                                                      {ok, Acc} end, ok) of
+                {ok, ok} ->
+                    cbench_handler:ehttpd_body(Ctx, To, eof),
+                    handler_answer(S, Cfg, Req, cbench_handler:ehttpd_wait(Ctx));
+                Error ->
+                    cbench_handler:ehttpd_done(Ctx),
+                    Error
+            end;
+        {fail, _} = Fail ->
+            after_body(S, Cfg, Req, fun() -> handler_answer(S, Cfg, Req, Fail) end)
+    end;
 handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
     case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
         {ok, Body} ->
             Info = #{method => Req#req.method, path => Path, query => Query,
                      headers => Req#req.headers, peer => peer(S), proto => http1,
                      body => iolist_to_binary(Body)},
-            case cbench_handler:ehttpd_await(Target, HOpts, Info) of
-                {reply, Status, Headers, RBody, Ctx} ->
-                    cbench_handler:ehttpd_done(Ctx),
-                    simple(S, Cfg, Req, Status, Headers, RBody);
-                {stream, Status, Headers, Ctx} ->
-                    handler_stream(S, Cfg, Req, Status, Headers, Ctx);
-                {fail, Status} ->
-                    bump(Cfg, handler_fail_stat(Status)),
-                    simple(S, Cfg, Req, Status, [], <<>>)
-            end;
+            handler_answer(S, Cfg, Req, cbench_handler:ehttpd_await(Target, HOpts, Info));
         Error -> Error
+    end.
+
+handler_answer(S, Cfg, Req, Answer) ->
+    case Answer of
+        {reply, Status, Headers, RBody, Ctx} ->
+            cbench_handler:ehttpd_done(Ctx),
+            simple(S, Cfg, Req, Status, Headers, RBody);
+        {stream, Status, Headers, Ctx} ->
+            handler_stream(S, Cfg, Req, Status, Headers, Ctx);
+        {fail, Status} ->
+            bump(Cfg, handler_fail_stat(Status)),
+            simple(S, Cfg, Req, Status, [], <<>>)
     end.
 
 handler_fail_stat(503) -> ?HANDLER_UNAVAILABLE;

@@ -7,15 +7,22 @@
 %%%   {cbench_ehttpd, Conn, Ref, State}    the ehttpd engine: State is an atomics array; the one
 %%%                                        compare-and-swap on it makes an answer the only one, as
 %%%                                        the C engine's state word does
+%%%   {cbench_port, Owner, Ref, State}     the port engine: Owner is the server process that owns
+%%%                                        the port (it forwards answers to the program, batched);
+%%%                                        State is an atomics array as for ehttpd, set to DONE
+%%%                                        when the program reports the request gone, so that
+%%%                                        {error, gone} comes back without a round trip
 -module(cbench_handler).
 
 -export([opts/1, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
--export([ehttpd_await/3, ehttpd_next/1, ehttpd_done/1]).
+-export([ehttpd_await/3, ehttpd_send/3, ehttpd_body/3, ehttpd_wait/1, ehttpd_next/1, ehttpd_done/1]).
+-export([port_state/0, port_gone/1]).
 
 -export_type([req/0, handle/0, status/0, headers/0]).
 
 -type handle() :: {cbench_nif, reference(), pos_integer()}
-                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}.
+                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}
+                | {cbench_port, pid(), pos_integer(), atomics:atomics_ref()}.
 -type req() :: #{method := binary(), path := binary(), query := binary(),
                  headers := [{binary(), binary()}], peer := binary(),
                  proto := cbench:proto(), body := binary(), handle := handle()}.
@@ -32,19 +39,27 @@
 -define(DEFAULT_TIMEOUT_MS, 5000).
 -define(MAX_TIMEOUT_MS, 3600000).
 
-%% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000)
-%% and `batch' (boolean, default false).
--spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean()}} |
+%% @doc A handler route's options with their defaults: `timeout_ms' (1..3600000, default 5000),
+%% `batch' (boolean, default false), `body' (`whole', the default, or `stream') and `pool' (the
+%% processes of an {M, F} target, 1..1024, default the schedulers online).
+-spec opts(map()) -> {ok, #{timeout_ms := pos_integer(), batch := boolean(),
+                            body := whole | stream, pool := pos_integer()}} |
           {error, {bad_handler, term()}}.
 opts(Opts) when is_map(Opts) ->
-    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false}, Opts),
+    O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false, body => whole,
+                     pool => erlang:system_info(schedulers_online)}, Opts),
     case O of
         #{timeout_ms := T} when not is_integer(T); T < 1; T > ?MAX_TIMEOUT_MS ->
             {error, {bad_handler, {timeout_ms, T}}};
         #{batch := B} when not is_boolean(B) ->
             {error, {bad_handler, {batch, B}}};
-        _ when map_size(O) > 2 ->
-            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch], O))}}};
+        #{body := Body} when Body =/= whole, Body =/= stream ->
+            {error, {bad_handler, {body, Body}}};
+        #{pool := P} when not is_integer(P); P < 1; P > 1024 ->
+            {error, {bad_handler, {pool, P}}};
+        _ when map_size(O) > 4 ->
+            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch, body, pool],
+                                                                   O))}}};
         _ ->
             {ok, O}
     end;
@@ -87,7 +102,19 @@ replies(Answers) when is_list(Answers) ->
                 false -> [one(H, Op) || {H, Op} <- Items]
             end;
         _ ->
-            [one(H, Op) || {H, Op} <- Items]
+            %% Port answers are claimed one by one here, then sent to their owners one message each.
+            Done = [case H of
+                        {cbench_port, Owner, Ref, A} ->
+                            Op1 = port_check(Op),
+                            case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
+                                ok -> {ok, Owner, c_item(Ref, Op1)};
+                                _ -> {error, gone}
+                            end;
+                        _ -> one(H, Op)
+                    end || {H, Op} <- Items],
+            Owners = lists:usort([O || {ok, O, _} <- Done]),
+            [O ! {cbench_port_reply, [I || {ok, O1, I} <- Done, O1 =:= O]} || O <- Owners],
+            [case D of {ok, _, _} -> ok; _ -> D end || D <- Done]
     end;
 replies(_) ->
     error(badarg).
@@ -95,13 +122,26 @@ replies(_) ->
 handle(#{handle := H}) -> handle(H);
 handle(H = {cbench_nif, _, Ref}) when is_integer(Ref) -> H;
 handle(H = {cbench_ehttpd, Pid, Ref, _}) when is_pid(Pid), is_reference(Ref) -> H;
+handle(H = {cbench_port, Pid, Ref, _}) when is_pid(Pid), is_integer(Ref) -> H;
 handle(_) -> error(badarg).
 
 one({cbench_nif, Server, Ref}, Op) ->
     [Result] = c_reply(Server, [c_item(Ref, Op)]),
     Result;
 one({cbench_ehttpd, Pid, Ref, A}, Op) ->
-    ehttpd_op(Pid, Ref, A, check(Op)).
+    ehttpd_op(Pid, Ref, A, check(Op));
+one({cbench_port, Owner, Ref, A}, Op) ->
+    state_op(A, port_check(Op), fun(Op1) -> Owner ! {cbench_port_reply, [c_item(Ref, Op1)]} end).
+
+%% The port program takes frames of 65 MiB at most: a bigger body or piece is refused (badarg)
+%% rather than taking the program down; send a big body in pieces.
+-define(PORT_MAX_BODY, (32 bsl 20)).
+port_check(Op) ->
+    case check(Op) of
+        {reply, _, _, B} when byte_size(B) > ?PORT_MAX_BODY -> error(badarg);
+        {send, D} when byte_size(D) > ?PORT_MAX_BODY -> error(badarg);
+        Checked -> Checked
+    end.
 
 c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
 c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
@@ -118,20 +158,35 @@ results(Results) when is_list(Results) ->
 results({error, Reason}) ->
     error({cbench_reply, Reason}).
 
+%% ---- the port engine (its owner's side is in cbench_port) ----
+
+%% @doc A new port request's state word (PARKED).
+-spec port_state() -> atomics:atomics_ref().
+port_state() -> atomics:new(1, []).
+
+%% @doc The program reported the request gone: every later answer is {error, gone}.
+-spec port_gone(atomics:atomics_ref()) -> ok.
+port_gone(A) -> atomics:put(A, 1, ?DONE).
+
+
 %% ---- the ehttpd engine ----
 
-ehttpd_op(Pid, Ref, A, Op = {reply, _, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?REPLIED, Op);
-ehttpd_op(Pid, Ref, A, Op = {stream, _, _}) -> claim(Pid, Ref, A, ?PARKED, ?STREAMING, Op);
-ehttpd_op(Pid, Ref, A, Op = {send, _}) ->
+ehttpd_op(Pid, Ref, A, Op) ->
+    state_op(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
+
+%% The ehttpd and port engines' state word: one compare-and-swap makes an answer the only one.
+state_op(A, Op = {reply, _, _, _}, Send) -> claim(A, ?PARKED, ?REPLIED, Op, Send);
+state_op(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send);
+state_op(A, Op = {send, _}, Send) ->
     case atomics:get(A, 1) of
-        ?STREAMING -> Pid ! {cbench_reply, Ref, Op}, ok;
+        ?STREAMING -> Send(Op), ok;
         _ -> {error, gone}
     end;
-ehttpd_op(Pid, Ref, A, finish) -> claim(Pid, Ref, A, ?STREAMING, ?FINISHED, finish).
+state_op(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
 
-claim(Pid, Ref, A, From, To, Op) ->
+claim(A, From, To, Op, Send) ->
     case atomics:compare_exchange(A, 1, From, To) of
-        ok -> Pid ! {cbench_reply, Ref, Op}, ok;
+        ok -> Send(Op), ok;
         _ -> {error, gone}
     end.
 
@@ -179,10 +234,21 @@ forbidden(N) ->
 
 %% @doc The ehttpd connection's side: sends the request (Info, without its handle) to Target and
 %% waits for the head of the answer. Returns the answer, or {fail, 503 | 504}.
--spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean()}, map()) ->
+-spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
+                   map()) ->
           {reply, status(), [{binary(), binary()}], binary(), term()} |
           {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
-ehttpd_await(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
+ehttpd_await(Target, HOpts, Info) ->
+    case ehttpd_send(Target, HOpts, Info) of
+        {ok, Ctx, _To} -> ehttpd_wait(Ctx);
+        Fail -> Fail
+    end.
+
+%% @doc Sends the request to Target (the first half of ehttpd_await/3, for a body that follows
+%% in pieces with ehttpd_body/3): {ok, Ctx, To}, or {fail, 503} when there is no process.
+-spec ehttpd_send(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
+                  map()) -> {ok, term(), {pid(), handle()}} | {fail, 503}.
+ehttpd_send(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
     case target_pid(Target) of
         undefined ->
             {fail, 503};
@@ -190,17 +256,38 @@ ehttpd_await(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
             Mon = erlang:monitor(process, Pid),
             Ref = make_ref(),
             A = atomics:new(1, []),
-            Req = Info#{handle => {cbench_ehttpd, self(), Ref, A}},
+            Handle = {cbench_ehttpd, self(), Ref, A},
+            Req = Info#{handle => Handle},
             Pid ! case Batch of
                       true -> {cbench_requests, [Req]};
                       false -> {cbench_request, Req}
                   end,
-            Ctx = {Ref, A, Mon, Timeout},
-            case wait(Ctx) of
-                {reply, S, H, B} -> {reply, S, H, B, Ctx};
-                {stream, S, H} -> {stream, S, H, Ctx};
-                {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
-            end
+            {ok, {Ref, A, Mon, Timeout}, {Pid, Handle}}
+    end.
+
+%% @doc One piece of a streamed request body (Data), or its end (eof), to the handler; nothing once
+%% the request is answered whole or over (as on the C engines).
+-spec ehttpd_body(term(), {pid(), handle()}, binary() | eof) -> ok.
+ehttpd_body({_, A, _, _}, {Pid, Handle}, Data) ->
+    case atomics:get(A, 1) of
+        S when S =:= ?PARKED; S =:= ?STREAMING ->
+            Pid ! case Data of
+                      eof -> {cbench_body_end, Handle};
+                      _ -> {cbench_body, Handle, Data}
+                  end,
+            ok;
+        _ -> ok
+    end.
+
+%% @doc Waits for the head of the answer (the second half of ehttpd_await/3).
+-spec ehttpd_wait(term()) ->
+          {reply, status(), [{binary(), binary()}], binary(), term()} |
+          {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
+ehttpd_wait(Ctx) ->
+    case wait(Ctx) of
+        {reply, S, H, B} -> {reply, S, H, B, Ctx};
+        {stream, S, H} -> {stream, S, H, Ctx};
+        {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
     end.
 
 %% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the

@@ -89,14 +89,25 @@ handle_call({expect, Match, Response, Count}, _From, S) ->
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;
-handle_call({handle, Match, Target, Opts}, _From, S = #{stubs := Stubs, handlers := Hs}) ->
-    case engine(S, handler_add, [Match, Target, Opts]) of
+handle_call({handle, Match, Target, Opts = #{pool := N}}, _From,
+            S = #{stubs := Stubs, handlers := Hs}) ->
+    %% An {M, F} target: a pool this server owns; the engine sends to its leader.
+    Pid = case Target of
+              {M, F} -> cbench_pool:start(M, F, N, self());
+              _ -> Target
+          end,
+    case engine(S, handler_add, [Match, Pid, Opts]) of
         {reply, {ok, Id}, S1} ->
             %% The handler's death fails the requests it holds (503); its monitor is ours.
-            Mon = erlang:monitor(process, Target),
-            {reply, {ok, Id}, S1#{stubs := Stubs#{Id => #{match => Match, handler => Target}},
-                                  handlers := Hs#{Mon => Id}}};
-        Other -> Other
+            Mon = erlang:monitor(process, Pid),
+            Pools = maps:get(pools, S1, #{}),
+            {reply, {ok, Id},
+             S1#{stubs := Stubs#{Id => #{match => Match, handler => Target}},
+                 handlers := Hs#{Mon => Id},
+                 pools => case Target of {_, _} -> Pools#{Id => Pid}; _ -> Pools end}};
+        Other ->
+            _ = Pid =/= Target andalso cbench_pool:stop(Pid),
+            Other
     end;
 handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
     {reply, Reply, S1} = engine(S, route_remove, [Id]),
@@ -171,7 +182,11 @@ add_stub(S = #{stubs := Stubs}, Match, Response) ->
 forget_handlers(Ids, S = #{handlers := Hs}) ->
     Gone = [Mon || {Mon, Id} <- maps:to_list(Hs), Ids =:= all orelse lists:member(Id, Ids)],
     [erlang:demonitor(Mon, [flush]) || Mon <- Gone],
-    S#{handlers := maps:without(Gone, Hs)}.
+    %% The pools of {M, F} routes end with their routes.
+    Pools = maps:get(pools, S, #{}),
+    Ended = [Id || Id <- maps:keys(Pools), Ids =:= all orelse lists:member(Id, Ids)],
+    [cbench_pool:stop(maps:get(Id, Pools)) || Id <- Ended],
+    S#{handlers := maps:without(Gone, Hs), pools => maps:without(Ended, Pools)}.
 
 %% A call that changes the engine's handle.
 engine(S = #{mod := Mod, handle := H}, Fun, Args) ->

@@ -528,6 +528,12 @@ typedef struct cb_deferred_req_s {
  * requests are answered 503 at once. */
 typedef int (*cb_deliver_fn)(void *ud, const cb_deferred_req_t *reqs, size_t n);
 
+/* A streamed body (cb_deferred_t.body set): the request is handed over when its head is complete (with an
+ * empty body), then the body's bytes that arrived during each loop iteration come in one call, after the
+ * request's own delivery; `end` is 1 on the last call (n may be 0 then). On the worker's thread, quick, never
+ * blocking; data is valid during the call only. Pieces stop once the request is answered whole or gone. */
+typedef void (*cb_body_fn)(void *ud, cb_reqref_t ref, const char *data, size_t n, int end);
+
 typedef struct cb_deferred_s {
   cb_str_t name;         /* as a stub's name; {NULL, 0}: "handler_<id>" */
   cb_match_t match;      /* as a stub's */
@@ -536,6 +542,11 @@ typedef struct cb_deferred_s {
   cb_deliver_fn deliver; /* required */
   void *ud;
   void (*free_ud)(void *ud); /* optional: called once the route is gone (removed and its requests done) */
+  /* Optional, on the worker's thread: request `ref` ended without its answer completing (503, 504, a cut
+   * stream, or its client or stream went away), so a reply to it would get CB_EGONE. The port program
+   * tells the node, which then refuses replies to it without asking the engine (docs/beam.md). */
+  void (*gone)(void *ud, cb_reqref_t ref);
+  cb_body_fn body; /* optional: the body streams to it (see cb_body_fn); NULL: the whole body with the request */
 } cb_deferred_t;
 
 /* Adds a deferred route in front of the table, like cb_server_route_add() (its id is a stub id: removed with
@@ -548,7 +559,9 @@ typedef enum {
   CB_REPLY_FULL,   /* status, headers and the whole body (content-length) */
   CB_REPLY_STREAM, /* status and headers; the body follows in CB_REPLY_SEND pieces (chunked over HTTP/1.1) */
   CB_REPLY_SEND,   /* one piece of a streamed body (body) */
-  CB_REPLY_FINISH  /* the streamed body is complete */
+  CB_REPLY_FINISH, /* the streamed body is complete */
+  CB_REPLY_UNAVAILABLE /* the caller has no target for this parked request: 503 (or a cut when streaming),
+                          counted in handler_unavailable and journaled, as when deliver refuses it */
 } cb_reply_op;
 
 typedef struct cb_reply_s {

@@ -17,6 +17,7 @@ typedef struct {
   nif_server_t *res; /* kept (enif_keep_resource) for as long as the route exists */
   int by_name;
   int batch; /* always {cbench_requests, List} */
+  int stream; /* body => stream: {cbench_body, Handle, Data} and {cbench_body_end, Handle} follow */
   ErlNifPid pid;
   ERL_NIF_TERM name; /* an atom: valid in any environment */
 } target_t;
@@ -42,7 +43,11 @@ static ERL_NIF_TERM proto_atom(int proto) {
   }
 }
 
-static ERL_NIF_TERM request_term(ErlNifEnv *env, ERL_NIF_TERM server, const cb_deferred_req_t *q) {
+static ERL_NIF_TERM handle_term(ErlNifEnv *env, ERL_NIF_TERM server, cb_reqref_t ref) {
+  return enif_make_tuple3(env, atom_cbench_nif, server, enif_make_uint64(env, ref));
+}
+
+static ERL_NIF_TERM request_term(ErlNifEnv *env, ERL_NIF_TERM server, const cb_deferred_req_t *q, int stream) {
   ERL_NIF_TERM hdrs = enif_make_list(env, 0);
   for (size_t i = q->nheaders; i-- > 0;) {
     const cb_header_t *h = &q->headers[i];
@@ -56,8 +61,8 @@ static ERL_NIF_TERM request_term(ErlNifEnv *env, ERL_NIF_TERM server, const cb_d
   ERL_NIF_TERM vals[] = {nif_binary(env, q->method.ptr, q->method.len), nif_binary(env, q->path.ptr, q->path.len),
                          nif_binary(env, q->query.ptr, q->query.len),   hdrs,
                          nif_binary(env, q->peer.ptr, q->peer.len),     proto_atom(q->proto),
-                         nif_binary(env, q->body.ptr, q->body.len),
-                         enif_make_tuple3(env, atom_cbench_nif, server, enif_make_uint64(env, q->ref))};
+                         stream ? atom_stream : nif_binary(env, q->body.ptr, q->body.len),
+                         handle_term(env, server, q->ref)};
   ERL_NIF_TERM map;
   enif_make_map_from_arrays(env, keys, vals, sizeof keys / sizeof keys[0], &map);
   return map;
@@ -73,10 +78,10 @@ static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
   ERL_NIF_TERM server = enif_make_resource(env, t->res);
   ERL_NIF_TERM msg;
   if (!t->batch) {
-    msg = enif_make_tuple2(env, atom_cbench_request, request_term(env, server, &reqs[0]));
+    msg = enif_make_tuple2(env, atom_cbench_request, request_term(env, server, &reqs[0], t->stream));
   } else {
     ERL_NIF_TERM list = enif_make_list(env, 0);
-    for (size_t i = n; i-- > 0;) list = enif_make_list_cell(env, request_term(env, server, &reqs[i]), list);
+    for (size_t i = n; i-- > 0;) list = enif_make_list_cell(env, request_term(env, server, &reqs[i], t->stream), list);
     msg = enif_make_tuple2(env, atom_cbench_requests, list);
   }
   /* A send invalidates the environment's terms whether it succeeds or not: cleared for the next one. */
@@ -85,13 +90,30 @@ static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
   return sent ? 0 : -1;
 }
 
+/* On a worker thread: a streamed body's bytes of one loop iteration, then its end. */
+static void body_piece(void *ud, cb_reqref_t ref, const char *data, size_t n, int end) {
+  target_t *t = ud;
+  ErlNifPid pid = t->pid;
+  if (t->by_name && !enif_whereis_pid(NULL, t->name, &pid)) return; /* the timeout answers it */
+  ErlNifEnv *env = thread_env();
+  if (env == NULL) return;
+  ERL_NIF_TERM handle = handle_term(env, enif_make_resource(env, t->res), ref);
+  if (n > 0) {
+    enif_send(NULL, &pid, env, enif_make_tuple3(env, atom_cbench_body, handle, nif_binary(env, data, n)));
+    enif_clear_env(env);
+    handle = handle_term(env, enif_make_resource(env, t->res), ref);
+  }
+  if (end) enif_send(NULL, &pid, env, enif_make_tuple2(env, atom_cbench_body_end, handle));
+  enif_clear_env(env);
+}
+
 static void target_free(void *ud) {
   target_t *t = ud;
   enif_release_resource(t->res);
   enif_free(t);
 }
 
-/* handler_add_nif(Resource, Match, Target, #{timeout_ms, batch}) -> {ok, Id} | {error, Reason}. Dirty I/O:
+/* handler_add_nif(Resource, Match, Target, #{timeout_ms, batch, body}) -> {ok, Id} | {error, Reason}. Dirty I/O:
  * it waits for every worker to take the new table. A batching route always sends {cbench_requests, List}. */
 ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
@@ -115,6 +137,10 @@ ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
       !(enif_is_identical(v, atom_true) || enif_is_identical(v, atom_false)))
     return enif_make_badarg(env);
   int batch = enif_is_identical(v, atom_true);
+  if (!enif_get_map_value(env, argv[3], atom_body, &v) ||
+      !(enif_is_identical(v, atom_stream) || enif_is_identical(v, atom_whole)))
+    return enif_make_badarg(env);
+  int stream = enif_is_identical(v, atom_stream);
   nif_server_t *res;
   cb_server_t *srv;
   int locked = nif_lock(env, argv[0], &res, &srv);
@@ -128,8 +154,10 @@ ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
   *t = tgt;
   t->res = res;
   t->batch = batch;
+  t->stream = stream;
   enif_keep_resource(res);
   cb_deferred_t d = {.name = st.name, .match = st.match, .timeout_ms = tmo, .batch = batch, .deliver = deliver,
+                     .body = stream ? body_piece : NULL,
                      .ud = t, .free_ud = target_free};
   uint64_t id;
   int err = cb_server_deferred_add(srv, &d, &id);

@@ -48,6 +48,8 @@ typedef struct cb__defer_w_s {
   int prepare_on, closed;
   uint64_t *pending; /* generation << 32 | slot of the requests parked during this loop iteration, in order */
   size_t npending, cap;
+  uint64_t *dirty; /* the same for streamed bodies with bytes (or their end) to hand over */
+  size_t ndirty, dirty_cap;
   uint32_t *idx; /* scratch: the slots handed over in one iteration, grouped by route */
   size_t idx_cap;
   cb_deferred_req_t *reqs; /* scratch for deliver */
@@ -62,6 +64,8 @@ typedef struct {
   cb_deliver_fn deliver;
   void *ud;
   void (*free_ud)(void *ud);
+  void (*gone)(void *ud, cb_reqref_t ref);
+  cb_body_fn body;
   unsigned timeout_ms;
   int batch;
 } droute_t;
@@ -137,6 +141,8 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
     return 0;
   cb__req_t *r = s->r;
   cb__conn_t *c = r->conn;
+  const droute_t *dr = droute(r);
+  if (dr->gone) dr->gone(dr->ud, ref_of(w, r->u.deferred.slot - 1, GEN(word)));
   if (status == 503)
     CB__STAT_INC(w, handler_unavailable);
   else
@@ -150,16 +156,38 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
   return 1;
 }
 
+/* Whether a streamed body's bytes still go to the target: parked or streaming its answer. */
+static int body_wanted(const cb__req_t *r) {
+  defer_w_t *d = r->conn->w->deferred;
+  if (r->u.deferred.slot == 0 || d == NULL) return 0;
+  unsigned st = STATE(__atomic_load_n(&slot_at(d, r->u.deferred.slot - 1)->word, __ATOMIC_ACQUIRE));
+  return st == ST_PARKED || st == ST_STREAMING;
+}
+
 static void on_timeout(uv_timer_t *t) {
   cb__worker_t *w = t->data;
   slot_t *s = (slot_t *)((char *)t - offsetof(slot_t, timer));
   if (s->r != NULL) take_back(w, s, 504);
 }
 
-static void defer_head(cb__req_t *r) { memset(&r->u.deferred, 0, sizeof r->u.deferred); }
+static void start_prepare(defer_w_t *d);
+static void park(cb__req_t *r);
+
+static void defer_head(cb__req_t *r) {
+  memset(&r->u.deferred, 0, sizeof r->u.deferred);
+  if (droute(r)->body == NULL) return;
+  r->u.deferred.stream = 1; /* handed over now; the body follows in pieces */
+  park(r);
+}
+
+static void mark_dirty(cb__req_t *r);
 
 static void defer_body(cb__req_t *r, const char *p, size_t n) {
   if (r->u.deferred.refused) return;
+  if (r->u.deferred.stream) {
+    if (!body_wanted(r)) return; /* answered whole, or gone: the rest is read and dropped */
+    mark_dirty(r);
+  }
   if (r->u.deferred.len + n > r->u.deferred.cap) {
     size_t cap = r->u.deferred.cap ? r->u.deferred.cap : 4096;
     while (cap < r->u.deferred.len + n) cap *= 2;
@@ -181,7 +209,8 @@ static void defer_body(cb__req_t *r, const char *p, size_t n) {
   r->u.deferred.len += n;
 }
 
-static void defer_end(cb__req_t *r) {
+/* Parks the request and queues it for delivery at the end of this loop iteration (503 when it cannot be). */
+static void park(cb__req_t *r) {
   cb__worker_t *w = r->conn->w;
   defer_w_t *d = worker_state(w);
   uint32_t i = UINT32_MAX;
@@ -211,10 +240,43 @@ static void defer_end(cb__req_t *r) {
   r->u.deferred.slot = i + 1;
   uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
   d->pending[d->npending++] = (uint64_t)gen << 32 | i;
+  start_prepare(d);
+}
+
+static void start_prepare(defer_w_t *d) {
   if (!d->prepare_on) {
     d->prepare_on = 1;
     uv_prepare_start(&d->prepare, on_prepare);
   }
+}
+
+/* A streamed body has bytes or its end to hand over: queued once per loop iteration. */
+static void mark_dirty(cb__req_t *r) {
+  defer_w_t *d = r->conn->w->deferred;
+  if (r->u.deferred.dirty || r->u.deferred.slot == 0 || d == NULL) return;
+  if (d->ndirty == d->dirty_cap) {
+    size_t cap = d->dirty_cap ? 2 * d->dirty_cap : 64;
+    uint64_t *p = realloc(d->dirty, cap * sizeof *p);
+    if (p == NULL) { /* out of memory: the request cannot be followed any more */
+      r->u.deferred.refused = 1;
+      return;
+    }
+    d->dirty = p;
+    d->dirty_cap = cap;
+  }
+  uint32_t i = r->u.deferred.slot - 1;
+  d->dirty[d->ndirty++] = (uint64_t)GEN(__atomic_load_n(&slot_at(d, i)->word, __ATOMIC_RELAXED)) << 32 | i;
+  r->u.deferred.dirty = 1;
+  start_prepare(d);
+}
+
+static void defer_end(cb__req_t *r) {
+  if (!r->u.deferred.stream) {
+    park(r);
+    return;
+  }
+  r->u.deferred.ended = 1;
+  mark_dirty(r);
 }
 
 static void defer_free(cb__req_t *r) {
@@ -225,7 +287,13 @@ static void defer_free(cb__req_t *r) {
     slot_t *s = slot_at(d, i);
     uv_timer_stop(&s->timer);
     s->r = NULL;
-    uint32_t gen = GEN(__atomic_load_n(&s->word, __ATOMIC_RELAXED)) + 1;
+    uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
+    /* Gone before its answer completed: PARKED or STREAMING (DONE was reported by take_back). A replier may
+     * still claim it between this load and the store below; its command then meets the new generation. */
+    const droute_t *dr = droute(r);
+    if (dr->gone && (STATE(word) == ST_PARKED || STATE(word) == ST_STREAMING))
+      dr->gone(dr->ud, ref_of(w, i, GEN(word)));
+    uint32_t gen = GEN(word) + 1;
     if (gen == 0) gen = 1; /* a reference is never 0 */
     __atomic_store_n(&s->word, WORD(gen, ST_FREE), __ATOMIC_RELEASE);
     s->next_free = d->free_head;
@@ -303,7 +371,10 @@ static void describe(cb__worker_t *w, defer_w_t *d, uint32_t i, cb_deferred_req_
   q->headers = h;
   q->nheaders = k;
   *nh += k;
-  q->body = (cb_str_t){r->u.deferred.buf ? r->u.deferred.buf : "", r->u.deferred.len};
+  if (r->u.deferred.stream) /* its bytes so far go in the first piece, after this */
+    q->body = (cb_str_t){"", 0};
+  else
+    q->body = (cb_str_t){r->u.deferred.buf ? r->u.deferred.buf : "", r->u.deferred.len};
 }
 
 /* The n requests of idx were refused by deliver: 503 for those still parked. */
@@ -338,6 +409,37 @@ static void deliver_group(cb__worker_t *w, defer_w_t *d, const droute_t *dr, con
   }
 }
 
+/* The streamed bodies with bytes or an end to hand over, after the deliveries of the same iteration (so a
+ * target gets a request before its first piece). A request over its budget for held bytes gets 503 (cut when
+ * its answer has begun). */
+static void flush_bodies(cb__worker_t *w, defer_w_t *d) {
+  size_t n = d->ndirty;
+  uint64_t *dirty = d->dirty;
+  d->dirty = NULL; /* marked during the calls below: the next iteration */
+  d->ndirty = d->dirty_cap = 0;
+  for (size_t k = 0; k < n; k++) {
+    uint32_t i = (uint32_t)dirty[k], gen = (uint32_t)(dirty[k] >> 32);
+    slot_t *s = slot_at(d, i);
+    cb__req_t *r = s->r;
+    if (r == NULL || GEN(__atomic_load_n(&s->word, __ATOMIC_ACQUIRE)) != gen) continue; /* released */
+    r->u.deferred.dirty = 0;
+    if (r->u.deferred.refused) {
+      take_back(w, s, 503);
+      continue;
+    }
+    size_t len = r->u.deferred.len;
+    r->u.deferred.len = 0;
+    if (!body_wanted(r) || r->u.deferred.end_sent) continue;
+    int end = r->u.deferred.ended;
+    r->u.deferred.end_sent = (uint8_t)end;
+    const droute_t *dr = droute(r);
+    if (STATE(__atomic_load_n(&s->word, __ATOMIC_ACQUIRE)) == ST_PARKED)
+      uv_timer_start(&s->timer, on_timeout, dr->timeout_ms, 0); /* timeout_ms runs from the last piece */
+    dr->body(dr->ud, ref_of(w, i, gen), r->u.deferred.buf ? r->u.deferred.buf : "", len, end);
+  }
+  free(dirty);
+}
+
 /* Once per loop iteration: every request parked since the last one goes to its route's deliver, grouped by
  * route in order of first arrival. */
 static void on_prepare(uv_prepare_t *p) {
@@ -358,6 +460,7 @@ static void on_prepare(uv_prepare_t *p) {
         take_back(w, s, 503);
     }
     free(pending);
+    flush_bodies(w, d);
     return;
   }
   uint32_t *idx = d->idx;
@@ -382,6 +485,7 @@ static void on_prepare(uv_prepare_t *p) {
     done = end;
   }
   free(pending);
+  flush_bodies(w, d);
 }
 
 void cb__deferred_close(cb__worker_t *w) {
@@ -398,6 +502,7 @@ void cb__deferred_free(cb__worker_t *w) {
   if (d == NULL) return;
   for (uint32_t c = 0; c < d->nchunks; c++) free(d->chunks[c]);
   free(d->pending);
+  free(d->dirty);
   free(d->reqs);
   free(d->hdrs);
   free(d->text);
@@ -461,6 +566,10 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
         free(it->body);
       uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
       break;
+    case CB_REPLY_UNAVAILABLE:
+      take_back(w, s, 503);
+      free(it->body);
+      return; /* take_back ran the connection's follow-up */
     default: /* FINISH */
       uv_timer_stop(&s->timer);
       if (r->res_state == CB__RES_HEAD) cb__res_end(r);
@@ -497,7 +606,7 @@ static int check_reply(const cb_reply_t *x, size_t *hbytes) {
         return UV_EINVAL;
       *hbytes += h->name.len + h->value.len;
     }
-  } else if (x->op != CB_REPLY_SEND && x->op != CB_REPLY_FINISH) {
+  } else if (x->op != CB_REPLY_SEND && x->op != CB_REPLY_FINISH && x->op != CB_REPLY_UNAVAILABLE) {
     return UV_EINVAL;
   }
   if (x->body.len > 0 && x->body.ptr == NULL) return UV_EINVAL;
@@ -519,6 +628,11 @@ static int claim(cb_server_t *srv, const cb_reply_t *x, uint32_t *slot, uint32_t
     case CB_REPLY_FULL: from = ST_PARKED, to = ST_REPLIED; break;
     case CB_REPLY_STREAM: from = ST_PARKED, to = ST_STREAMING; break;
     case CB_REPLY_SEND: from = to = ST_STREAMING; break;
+    case CB_REPLY_UNAVAILABLE: /* the worker's take_back claims it (PARKED or STREAMING -> DONE) */
+      if (STATE(word) != ST_PARKED && STATE(word) != ST_STREAMING) return CB_EGONE;
+      *slot = i;
+      *gen = g;
+      return 0;
     default: from = ST_STREAMING, to = ST_FINISHED; break;
   }
   if (STATE(word) != from) return CB_EGONE;
@@ -676,7 +790,7 @@ int cb_server_deferred_add(cb_server_t *srv, const cb_deferred_t *d, uint64_t *i
   if (cb__on_worker_thread()) return UV_EBUSY;
   droute_t *dr = calloc(1, sizeof *dr);
   if (dr == NULL) return UV_ENOMEM;
-  *dr = (droute_t){.deliver = d->deliver, .ud = d->ud, .timeout_ms = d->timeout_ms ? d->timeout_ms : DEFAULT_TIMEOUT_MS,
+  *dr = (droute_t){.deliver = d->deliver, .ud = d->ud, .gone = d->gone, .body = d->body, .timeout_ms = d->timeout_ms ? d->timeout_ms : DEFAULT_TIMEOUT_MS,
                    .batch = d->batch != 0};
   uv_mutex_lock(&srv->api_mu);
   cb__routes_t *reg = srv->routes;

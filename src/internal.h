@@ -717,6 +717,8 @@ struct cb__req_s {
       size_t len, cap;
       uint32_t slot; /* the parked request's slot + 1; 0 before it is parked */
       uint8_t refused; /* over the echo budget: answered 503 */
+      uint8_t stream, ended, end_sent, dirty; /* a streamed body (deferred.c): parked at the head, pieces
+                                                 handed over once per loop iteration */
     } deferred;
     struct {
       char *json;

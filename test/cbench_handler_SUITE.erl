@@ -1,7 +1,7 @@
-%%% @doc Erlang handlers (issue 14): routes answered by a process, on the nif and ehttpd engines
-%%% (the port engine refuses them for now). Every reply form is compared byte for byte with a stub
-%%% that answers the same (HTTP/1.1 on both engines, h2c on the nif engine with curl); streaming;
-%%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream; many
+%%% @doc Erlang handlers (issue 14): routes answered by a process, on the nif, port and ehttpd
+%%% engines. Every reply form is compared byte for byte with a stub that answers the same
+%%% (HTTP/1.1 on every engine, h2c on the nif and port engines with curl); streaming;
+%%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream (HTTP/1.1 and h2c); many
 %%% concurrent requests answered out of order in one batch.
 -module(cbench_handler_SUITE).
 
@@ -10,14 +10,18 @@
 
 -export([all/0, groups/0, init_per_group/2, end_per_group/2]).
 -export([reply_forms/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
-         crash_mid_stream/1, concurrent_out_of_order/1, port_refuses/1]).
+         crash_mid_stream/1, crash_mid_stream_h2c/1, concurrent_out_of_order/1,
+         body_stream/1, body_stream_h2c/1, pool/1]).
+-export([pool_answer/1]).
 
-all() -> [{group, nif}, {group, ehttpd}, port_refuses].
+all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
     Cases = [reply_forms, gone_and_badarg, unavailable, timeout, crash_mid_stream,
-             concurrent_out_of_order],
-    [{nif, [], Cases ++ [reply_forms_h2c]}, {ehttpd, [], Cases}].
+             concurrent_out_of_order, body_stream, pool],
+    H2c = [reply_forms_h2c, crash_mid_stream_h2c, body_stream_h2c],
+    [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c},
+     {ehttpd, [], Cases}].
 
 init_per_group(Engine, Config) ->
     {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 2}),
@@ -138,12 +142,16 @@ reply_forms_h2c(Config) ->
 %% gone}, and nothing is sent. A bad status or header: badarg.
 gone_and_badarg(Config) ->
     Self = self(),
+    Engine = ?config(engine, Config),
     H = handler(fun(Req = #{path := <<"/g/twice">>}) ->
                         Bad = [catch cbench:reply(Req, 99, [], <<>>),
                                catch cbench:reply(Req, 200, [{<<"content-length">>, <<"1">>}], <<"x">>),
                                catch cbench:reply(Req, 204, [], <<"x">>),
                                catch cbench:reply(Req, 200, [{<<"x">>, <<"a\r\nb">>}], <<>>),
-                               catch cbench:reply(not_a_req, 200, [], <<>>)],
+                               catch cbench:reply(not_a_req, 200, [], <<>>)] ++
+                            %% The port program's frames are bounded: a body over 32 MiB is refused.
+                            [catch cbench:reply(Req, 200, [], binary:copy(<<"x">>, (32 bsl 20) + 1))
+                             || Engine =:= port],
                         R1 = cbench:reply(Req, 200, [], <<"one">>),
                         R2 = cbench:reply(Req, 200, [], <<"two">>),
                         R3 = cbench:reply_stream(Req, 200, []),
@@ -156,7 +164,8 @@ gone_and_badarg(Config) ->
     handle(Config, "/g/*", H, #{}),
     ?assertEqual(<<"one">>, body(raw(Config, "GET", "/g/twice"))),
     receive {results, Bad, Rs} ->
-            ?assertEqual(lists:duplicate(5, badarg), [Why || {'EXIT', {Why, _}} <- Bad]),
+            ?assertEqual(lists:duplicate(5 + length([x || Engine =:= port]), badarg),
+                         [Why || {'EXIT', {Why, _}} <- Bad]),
             ?assertEqual([ok, {error, gone}, {error, gone}], Rs)
     end,
     raw(Config, "GET", "/g/stream"),
@@ -210,13 +219,22 @@ timeout(Config) ->
     handle(Config, "/t", H, #{timeout_ms => 200}),
     Got = raw(Config, "GET", "/t"),
     ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 504 Gateway Timeout\r\n")),
-    receive {req, Req} -> ?assertEqual({error, gone}, cbench:reply(Req, 200, [], <<"late">>)) end,
+    receive {req, Req} ->
+            wait_gone(Req),
+            ?assertEqual({error, gone}, cbench:reply(Req, 200, [], <<"late">>))
+    end,
     ?assertEqual(Before + 1, stat(Config, handler_timeouts)),
     ?assertMatch({error, {bad_handler, {timeout_ms, 0}}},
                  cbench:handle(?config(server, Config), "/t2", H, #{timeout_ms => 0})),
     ?assertMatch({error, {bad_handler, _}}, cbench:handle(?config(server, Config), "/t2", H, #{x => 1})),
     ?assertError(badarg, cbench:handle(?config(server, Config), "/t2", "not a pid", #{})),
     H ! stop.
+
+%% The port engine learns that a request timed out from the program's {cbench_gone, Ref}, which
+%% may reach the server after the client got its 504: wait for it (the nif and ehttpd engines
+%% know at once).
+wait_gone(#{handle := {cbench_port, _, _, A}}) -> wait_until(fun() -> atomics:get(A, 1) =:= 4 end);
+wait_gone(_) -> ok.
 
 %% The handler crashes after the head and one piece: the HTTP/1.1 connection is closed without
 %% the last chunk (the answer is visibly cut).
@@ -232,6 +250,42 @@ crash_mid_stream(Config) ->
     ?assertMatch({match, _}, re:run(Got, "transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
                                     "3\r\nabc\r\n$")),
     wait_until(fun() -> stat(Config, handler_unavailable) > 0 end).
+
+%% The same over h2c (nghttp, two streams on one connection): the crashed answer's stream is reset
+%% with INTERNAL_ERROR after its head and first piece, and the other stream, answered after the
+%% reset, completes on the same connection (no GOAWAY).
+crash_mid_stream_h2c(Config) ->
+    Before = stat(Config, handler_unavailable),
+    %% The later answer waits until the engine has counted the crash (when it resets the stream).
+    Later = handler(fun(Req) ->
+                            wait_until(fun() -> stat(Config, handler_unavailable) > Before end),
+                            ok = cbench:reply(Req, 200, [], <<"after the reset">>)
+                    end),
+    Crash = handler(fun(Req) ->
+                            ok = cbench:reply_stream(Req, 200, []),
+                            ok = cbench:send(Req, <<"abc">>),
+                            timer:sleep(50),
+                            exit(crash)
+                    end),
+    handle(Config, "/c2/crash", Crash, #{}),
+    handle(Config, "/c2/later", Later, #{}),
+    Base = "http://127.0.0.1:" ++ integer_to_list(cbench:port(?config(server, Config))),
+    Out = os:cmd("nghttp -v " ++ Base ++ "/c2/crash " ++ Base ++ "/c2/later 2>&1"),
+    ct:log("~s", [Out]),
+    Rst = "recv RST_STREAM frame <length=4, flags=0x00, stream_id=([0-9]+)>\\s+\\(error_code=INTERNAL_ERROR",
+    {match, [RstId]} = re:run(Out, Rst, [{capture, all_but_first, list}]),
+    %% The reset stream is the one of /c2/crash, after its 3 bytes of DATA.
+    {match, [CrashId]} = re:run(Out, "send HEADERS frame <[^>]*stream_id=([0-9]+)>[^<]*(?:\n[^\n]*){0,12}:path: /c2/crash",
+                                [{capture, all_but_first, list}]),
+    ?assertEqual(CrashId, RstId),
+    ?assertMatch({match, _}, re:run(Out, "recv DATA frame <length=3, flags=0x00, stream_id=" ++ CrashId ++ ">")),
+    ?assertMatch({match, _}, re:run(Out, "after the reset")),
+    ?assertEqual(nomatch, re:run(Out, "recv GOAWAY")),
+    %% The later answer came after the reset.
+    {P1, _} = binary:match(list_to_binary(Out), <<"recv RST_STREAM">>),
+    {P2, _} = binary:match(list_to_binary(Out), <<"after the reset">>),
+    ?assert(P1 < P2),
+    Later ! stop.
 
 wait_until(F) -> wait_until(F, 200).
 wait_until(F, 0) -> ?assert(F());
@@ -266,9 +320,97 @@ collect(N, Reqs) ->
             collect(N - length(Batch), lists:reverse(Batch) ++ Reqs)
     end.
 
-%% The port engine does not serve handlers yet: a clear error, nothing added.
-port_refuses(_Config) ->
-    {ok, S} = cbench:start_server(port, #{port => 0, threads => 1}),
-    ?assertEqual({error, not_supported}, cbench:handle(S, "/x", self(), #{})),
-    ?assertEqual([], cbench:stubs(S)),
-    cbench:stop_server(S).
+%% #{body => stream}: the request comes with body => stream, then its body in pieces
+%% ({cbench_body, Handle, Data}, then {cbench_body_end, Handle}); the handler answers with what it
+%% got. Byte for byte, with content-length (sent in three writes) and chunked, and an empty body.
+streaming_handler() ->
+    handler(fun(Req = #{body := stream, handle := H}) ->
+                    Body = collect_body(H, []),
+                    ok = cbench:reply(Req, 200, [], Body);
+               (Req) ->
+                    ok = cbench:reply(Req, 500, [], <<"not streamed">>)
+            end).
+
+collect_body(H, Acc) ->
+    receive
+        {cbench_body, H, Data} when is_binary(Data), Data =/= <<>> -> collect_body(H, [Acc | Data]);
+        {cbench_body_end, H} -> iolist_to_binary(Acc)
+    after 10000 -> error(no_body_end)
+    end.
+
+body_bytes(N) -> << <<(I rem 251)>> || I <- lists:seq(1, N) >>.
+
+body_stream(Config) ->
+    H = streaming_handler(),
+    handle(Config, "/bs", H, #{body => stream}),
+    Port = cbench:port(?config(server, Config)),
+    Body = body_bytes(300000),
+    <<B1:100000/binary, B2:100000/binary, B3/binary>> = Body,
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+    ok = gen_tcp:send(Sock, ["POST /bs HTTP/1.1\r\nhost: x\r\ncontent-length: 300000\r\n\r\n", B1]),
+    timer:sleep(20),
+    ok = gen_tcp:send(Sock, B2),
+    timer:sleep(20),
+    ok = gen_tcp:send(Sock, B3),
+    Got = recv_head(Sock, <<>>),
+    ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 200 OK\r\n")),
+    ?assertEqual(Body, body(Got)),
+    %% Chunked, on the same connection.
+    ok = gen_tcp:send(Sock, ["POST /bs HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+                             "5\r\nhello\r\n", "7\r\n, world\r\n", "0\r\n\r\n"]),
+    ?assertEqual(<<"hello, world">>, body(recv_head(Sock, <<>>))),
+    %% No body at all: just the end.
+    ok = gen_tcp:send(Sock, "GET /bs HTTP/1.1\r\nhost: x\r\n\r\n"),
+    ?assertEqual(<<>>, body(recv_head(Sock, <<>>))),
+    gen_tcp:close(Sock),
+    ?assertMatch({error, {bad_handler, {body, pieces}}},
+                 cbench:handle(?config(server, Config), "/bs2", H, #{body => pieces})),
+    H ! stop.
+
+%% The same over h2c (curl, prior knowledge): a 1 MB body comes back whole.
+body_stream_h2c(Config) ->
+    H = streaming_handler(),
+    handle(Config, "/bs", H, #{body => stream}),
+    Body = body_bytes(1000000),
+    File = filename:join(?config(priv_dir, Config), "body.bin"),
+    ok = file:write_file(File, Body),
+    Port = integer_to_list(cbench:port(?config(server, Config))),
+    Out = File ++ ".out",  % not through os:cmd/1's output, which ends at a byte 4
+    "200" = os:cmd("curl -s -w '%{http_code}' --http2-prior-knowledge --data-binary @" ++ File ++
+                       " -o " ++ Out ++ " http://127.0.0.1:" ++ Port ++ "/bs"),
+    ?assertEqual({ok, Body}, file:read_file(Out)),
+    H ! stop.
+
+%% An {M, F} target: M:F(Req) runs in a pool of the server's processes. Many concurrent requests
+%% are answered (the body says which pool process answered: more than one did); a streamed body
+%% reaches the process that has its request; an exception answers 500 and the pool goes on;
+%% unstub/2 ends the pool.
+pool_answer(Req = #{path := <<"/p/crash">>}) ->
+    error({crash, Req});
+pool_answer(Req = #{body := stream, handle := H}) ->
+    ok = cbench:reply(Req, 200, [], collect_body(H, []));
+pool_answer(Req) ->
+    ok = cbench:reply(Req, 200, [], pid_to_list(self())).
+
+pool(Config) ->
+    S = ?config(server, Config),
+    {ok, Id} = cbench:handle(S, "/p/*", {?MODULE, pool_answer}, #{pool => 4, batch => true}),
+    {ok, _} = cbench:handle(S, "/ps", {?MODULE, pool_answer}, #{pool => 2, body => stream}),
+    Self = self(),
+    N = 40,
+    [spawn_link(fun() -> Self ! {done, body(raw(Config, "GET", "/p/" ++ integer_to_list(I)))} end)
+     || I <- lists:seq(1, N)],
+    Pids = [receive {done, B} -> B end || _ <- lists:seq(1, N)],
+    ?assertEqual([true], lists:usort([is_pid(list_to_pid(binary_to_list(P))) || P <- Pids])),
+    ?assert(length(lists:usort(Pids)) > 1),
+    ?assertMatch({match, _}, re:run(raw(Config, "GET", "/p/crash"), "^HTTP/1.1 500 Internal Server Error\r\n")),
+    ?assertMatch({match, _}, re:run(raw(Config, "GET", "/p/after"), "^HTTP/1.1 200 OK\r\n")),
+    Body = body_bytes(100000),
+    ?assertEqual(Body, body(raw(Config, "POST", "/ps", Body))),
+    [Pid | _] = Pids,
+    Worker = list_to_pid(binary_to_list(Pid)),
+    ?assert(is_process_alive(Worker)),
+    ok = cbench:unstub(S, Id),
+    wait_until(fun() -> not is_process_alive(Worker) end),
+    ?assertMatch({error, {bad_handler, {pool, 0}}}, cbench:handle(S, "/p2", {?MODULE, pool_answer}, #{pool => 0})),
+    ?assertError(badarg, cbench:handle(S, "/p2", {?MODULE, "f"}, #{})).

@@ -51,7 +51,7 @@ router_stubs(S) ->
                           {ok, _} = cbench:stub(S, #{method => get, path => Path, name => <<"r">>}, Resp)
                   end, lists:seq(0, 99)).
 %% The routes of the erl_* cases (issue 14): one handler process per route kind, in this node.
-%% The port engine refuses handlers: its erl_* cases are probed and shown as `-'.
+%% Every engine serves them (a case an engine cannot serve is probed and shown as `-').
 install_handlers(S) ->
     Batched = spawn(fun erl_handler/0),
     Single = spawn(fun erl_handler/0),

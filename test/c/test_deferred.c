@@ -413,3 +413,205 @@ TEST_T(deferred_fail_mid_stream, 60000) {
   stop_handler(t);
   test_stop(srv);
 }
+
+/* The gone hook and CB_REPLY_UNAVAILABLE (what the port program builds on): a request answered
+ * CB_REPLY_UNAVAILABLE gets 503 and is reported gone; one that times out gets 504 and is reported gone; one
+ * answered normally is not reported; an UNAVAILABLE to a finished request is CB_EGONE. */
+static struct {
+  pthread_mutex_t mu;
+  cb_reqref_t refs[8];
+  int n;
+} gone_log = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static void on_gone(void *ud, cb_reqref_t ref) {
+  (void)ud;
+  pthread_mutex_lock(&gone_log.mu);
+  if (gone_log.n < 8) gone_log.refs[gone_log.n] = ref;
+  gone_log.n++;
+  pthread_mutex_unlock(&gone_log.mu);
+}
+
+static int gone_count(void) {
+  pthread_mutex_lock(&gone_log.mu);
+  int n = gone_log.n;
+  pthread_mutex_unlock(&gone_log.mu);
+  return n;
+}
+
+static cb_reqref_t pop_ref(void) {
+  pthread_mutex_lock(&hq.mu);
+  item_t *it = hq.head;
+  ASSERT(it != NULL);
+  hq.head = it->next;
+  if (hq.head == NULL) hq.tail = NULL;
+  pthread_mutex_unlock(&hq.mu);
+  cb_reqref_t ref = it->ref;
+  free(it);
+  return ref;
+}
+
+TEST_T(deferred_gone_hook_unavailable, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/g/*");
+  d.deliver = deliver;
+  d.gone = on_gone;
+  d.timeout_ms = 300;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int fd = cl_connect(port);
+  buf_t exp = {0}, got = {0};
+  /* 1: the caller has no target: 503, reported gone. */
+  cl_sends(fd, "GET /g/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  cb_reqref_t r1 = pop_ref();
+  cb_reply_t u = {.ref = r1, .op = CB_REPLY_UNAVAILABLE};
+  ASSERT_ERR(cb_server_reply(srv, &u, 1), 0);
+  ASSERT_ERR(u.result, 0);
+  exp_head(&exp, 503, NULL, NULL, 0, CONN_NONE);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  ASSERT_EQ(gone_count(), 1);
+  ASSERT(gone_log.refs[0] == r1);
+  u.result = 0;
+  ASSERT_ERR(cb_server_reply(srv, &u, 1), 0);
+  ASSERT_ERR(u.result, CB_EGONE); /* the request is over */
+  /* 2: answered: not reported. */
+  cl_sends(fd, "GET /g/2 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(2);
+  ASSERT_ERR(reply1(pop_ref(), CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  buf_reset(&exp);
+  buf_reset(&got);
+  exp_head(&exp, 200, NULL, NULL, 2, CONN_NONE);
+  buf_adds(&exp, "ok");
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  /* 3: no answer within 300 ms: 504, reported gone. */
+  cl_sends(fd, "GET /g/3 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(3);
+  cb_reqref_t r3 = pop_ref();
+  buf_reset(&exp);
+  buf_reset(&got);
+  exp_head(&exp, 504, NULL, NULL, 0, CONN_NONE);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  ASSERT_EQ(gone_count(), 2);
+  ASSERT(gone_log.refs[1] == r3);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_unavailable - st0.handler_unavailable, 1);
+  ASSERT_EQ(st1.handler_timeouts - st0.handler_timeouts, 1);
+  /* 4: the client leaves while the request is parked: reported gone when the connection is freed. */
+  cl_sends(fd, "GET /g/4 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(4);
+  cb_reqref_t r4 = pop_ref();
+  cl_reset(fd);
+  for (int i = 0; i < 500 && gone_count() < 3; i++) sleep_ms(10);
+  ASSERT_EQ(gone_count(), 3);
+  ASSERT(gone_log.refs[2] == r4);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
+
+/* A streamed body (cb_deferred_t.body): the request comes at its head with an empty body, then the body's
+ * bytes in pieces and one end; the answer echoes them byte for byte, over a keep-alive connection. */
+static struct {
+  pthread_mutex_t mu;
+  char data[200000];
+  size_t len;
+  int ends, calls;
+  cb_reqref_t ref;
+} sb = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, 0};
+
+static void on_body_piece(void *ud, cb_reqref_t ref, const char *data, size_t n, int end) {
+  (void)ud;
+  pthread_mutex_lock(&sb.mu);
+  sb.ref = ref;
+  if (sb.len + n <= sizeof sb.data) memcpy(sb.data + sb.len, data, n);
+  sb.len += n;
+  sb.ends += end;
+  sb.calls++;
+  pthread_mutex_unlock(&sb.mu);
+}
+
+static int body_ends(void) {
+  pthread_mutex_lock(&sb.mu);
+  int n = sb.ends;
+  pthread_mutex_unlock(&sb.mu);
+  return n;
+}
+
+TEST_T(deferred_body_stream, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/b");
+  d.deliver = deliver;
+  d.body = on_body_piece;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  static char body[150000];
+  for (size_t i = 0; i < sizeof body; i++) body[i] = (char)('a' + i % 26);
+  int fd = cl_connect(port);
+  cl_sends(fd, "POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 150000\r\n\r\n");
+  wait_delivered(1); /* handed over at its head, before any byte of the body */
+  cb_reqref_t ref = pop_ref();
+  ASSERT_EQ(body_ends(), 0);
+  for (size_t off = 0; off < sizeof body; off += 50000) {
+    cl_send(fd, body + off, 50000);
+    sleep_ms(20);
+  }
+  for (int i = 0; i < 500 && body_ends() == 0; i++) sleep_ms(10);
+  ASSERT_EQ(body_ends(), 1);
+  ASSERT(sb.ref == ref);
+  ASSERT_EQ(sb.len, sizeof body);
+  ASSERT(memcmp(sb.data, body, sizeof body) == 0);
+  ASSERT_GE(sb.calls, 2); /* in pieces, not at once */
+  cb_reply_t r = {.ref = ref, .op = CB_REPLY_FULL, .status = 200, .body = {sb.data, sb.len}};
+  ASSERT_ERR(cb_server_reply(srv, &r, 1), 0);
+  ASSERT_ERR(r.result, 0);
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, (long)sizeof body, CONN_NONE);
+  buf_add(&exp, body, sizeof body);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  /* No body: the request, then only the end. */
+  sb.len = 0;
+  sb.ends = 0;
+  cl_sends(fd, "GET /b HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(2);
+  ref = pop_ref();
+  for (int i = 0; i < 500 && body_ends() == 0; i++) sleep_ms(10);
+  ASSERT_EQ(body_ends(), 1);
+  ASSERT_EQ(sb.len, 0);
+  ASSERT_ERR(reply1(ref, CB_REPLY_FULL, 204, NULL, 0, NULL), 0);
+  buf_reset(&exp);
+  buf_reset(&got);
+  exp_head(&exp, 204, NULL, NULL, CL_NONE, CONN_NONE);
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  close(fd);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
