@@ -108,7 +108,6 @@ hosts:
     paths:
       /hello:
         file.file: $work/h2o/doc/hello
-        file.mime.addtypes: {text/plain: ""}
 CONF
       chmod -R a+rX "$work"
       cmd=("$(command -v h2o)" -c "$work/h2o/h2o.conf") ;;
