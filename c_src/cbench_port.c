@@ -128,6 +128,19 @@ void port_reply_result(int err) {
     port_reply_ok();
 }
 
+void port_reply_id(int err, uint64_t id) {
+  if (err < 0) {
+    port_reply_error(err);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "ok");
+  ei_x_encode_ulonglong(&x, id);
+  port_send(&x);
+}
+
 int port_get_bin(const char *buf, int *idx, cb_str_t *out) {
   int type, size;
   if (ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT || size < 0) return -1;

@@ -32,10 +32,11 @@ void port_send(ei_x_buff *x);
 void port_send_from_worker(ei_x_buff *x);
 
 /* Replies: `ok`; {error, Name} (the engine's error name lowercased without CB_, as the NIF answers); either,
- * from an engine result; {error, Atom}. */
+ * from an engine result; {ok, Id} or the error, from an engine result and the id it made; {error, Atom}. */
 void port_reply_ok(void);
 void port_reply_error(int err);
 void port_reply_result(int err);
+void port_reply_id(int err, uint64_t id);
 void port_reply_error_atom(const char *atom);
 
 /* A BINARY_EXT term as a pointer into the frame (valid while the frame is dispatched); 0 or -1. */

@@ -94,18 +94,9 @@ void port_handler_add(const char *buf, int *idx) {
   cb_deferred_t d = {.name = st.name, .match = st.match, .timeout_ms = (unsigned)tmo, .batch = 1,
                      .deliver = deliver, .gone = gone,
                      .body = stream ? body_piece : NULL};
-  uint64_t id;
-  int err = cb_server_deferred_add(port_server, &d, &id);
-  if (err < 0) {
-    port_reply_error(err);
-    return;
-  }
-  ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "ok");
-  ei_x_encode_ulonglong(&x, id);
-  port_send(&x);
+  uint64_t id = 0;
+  int err = cb_server_deferred_add(port_server, &d, &id); /* sets id: before the call that reads it */
+  port_reply_id(err, id);
 }
 
 void port_handler_fail(const char *buf, int *idx) {

@@ -184,18 +184,9 @@ void port_route_add(const char *buf, int *idx) {
     port_reply_error_atom("badarg");
     return;
   }
-  uint64_t id;
-  int err = cb_server_route_add(port_server, &st, &id);
-  if (err < 0) {
-    port_reply_error(err);
-    return;
-  }
-  ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "ok");
-  ei_x_encode_ulonglong(&x, id);
-  port_send(&x);
+  uint64_t id = 0;
+  int err = cb_server_route_add(port_server, &st, &id); /* sets id: before the call that reads it */
+  port_reply_id(err, id);
 }
 
 void port_route_remove(const char *buf, int *idx) {
