@@ -42,7 +42,7 @@ struct cb__journal_s {
   jent_t *ents;
   uint32_t ecap, ehead, ecount;
   char *data;
-  uint64_t dcap, dmax, dhead, dtail;
+  uint64_t dcap, dmax, dhead, dtail; /* dcap and dmax are powers of two: a position's offset is pos & (dcap - 1) */
   cb_journal_fn fn;
   void *ud;
 };
@@ -55,7 +55,9 @@ int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__
   j->max_entries = cfg->journal;
   j->body_max = cfg->journal_body_bytes;
   uint64_t largest = 3 * (uint64_t)cfg->max_header_bytes + cfg->journal_body_bytes + 4096;
-  j->dmax = (uint64_t)(cfg->journal < 64 ? 64 : cfg->journal) * 1024 + 2 * largest;
+  uint64_t dmax = (uint64_t)(cfg->journal < 64 ? 64 : cfg->journal) * 1024 + 2 * largest;
+  j->dmax = 64 * 1024;
+  while (j->dmax < dmax) j->dmax *= 2; /* a power of two, as every capacity the ring grows through */
   *out = j;
   return 0;
 }
@@ -107,8 +109,16 @@ void cb__journal_body(cb__req_t *r, const char *p, size_t n) {
 
 /* ---- the rings ---- */
 
+/* The i-th live entry (i < ecount <= ecap), and a byte position's address: no division on the request path. */
+static inline jent_t *entry(const cb__journal_t *j, uint32_t i) {
+  uint32_t s = j->ehead + i;
+  return &j->ents[s >= j->ecap ? s - j->ecap : s];
+}
+
+static inline char *at(const cb__journal_t *j, uint64_t pos) { return j->data + (pos & (j->dcap - 1)); }
+
 static void evict_one(cb__journal_t *j) {
-  j->ehead = (j->ehead + 1) % j->ecap;
+  j->ehead = j->ehead + 1 == j->ecap ? 0 : j->ehead + 1;
   j->ecount--;
   j->dhead = j->ecount ? j->ents[j->ehead].dpos : j->dtail;
 }
@@ -118,7 +128,7 @@ static int grow_entries(cb__journal_t *j) {
   if (cap > j->max_entries) cap = j->max_entries;
   jent_t *e = malloc((size_t)cap * sizeof *e);
   if (e == NULL) return -1;
-  for (uint32_t i = 0; i < j->ecount; i++) e[i] = j->ents[(j->ehead + i) % j->ecap];
+  for (uint32_t i = 0; i < j->ecount; i++) e[i] = *entry(j, i);
   free(j->ents);
   j->ents = e;
   j->ecap = cap;
@@ -130,18 +140,18 @@ static int grow_entries(cb__journal_t *j) {
 static int grow_data(cb__journal_t *j, uint64_t cap) {
   char *d = malloc(cap);
   if (d == NULL) return -1;
-  uint64_t at = 0;
+  uint64_t used = 0;
   for (uint32_t i = 0; i < j->ecount; i++) {
-    jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
-    memcpy(d + at, j->data + e->dpos % j->dcap, e->dlen);
-    e->dpos = at;
-    at += e->dlen;
+    jent_t *e = entry(j, i);
+    memcpy(d + used, at(j, e->dpos), e->dlen);
+    e->dpos = used;
+    used += e->dlen;
   }
   free(j->data);
   j->data = d;
   j->dcap = cap;
   j->dhead = 0;
-  j->dtail = at;
+  j->dtail = used;
   return 0;
 }
 
@@ -150,7 +160,7 @@ static int64_t reserve(cb__journal_t *j, uint64_t need) {
   if (need > j->dmax) return -1;
   for (;;) {
     if (j->dcap > 0) {
-      uint64_t off = j->dtail % j->dcap;
+      uint64_t off = j->dtail & (j->dcap - 1);
       uint64_t pad = off + need > j->dcap ? j->dcap - off : 0;
       if (j->dtail - j->dhead + pad + need <= j->dcap) {
         uint64_t pos = j->dtail + pad;
@@ -174,30 +184,76 @@ static int64_t reserve(cb__journal_t *j, uint64_t need) {
   }
 }
 
-static char *put(char *o, const void *p, size_t n) {
-  if (n) memcpy(o, p, n);
+/* Copies n bytes; the short strings of a request (method, names, most values) without a call to memcpy, as
+ * two overlapping fixed-size moves. */
+static inline char *put(char *o, const void *p, size_t n) {
+  const char *s = p;
+  if (n > 32) {
+    memcpy(o, s, n);
+  } else if (n >= 16) {
+    char a[16], b[16];
+    memcpy(a, s, 16);
+    memcpy(b, s + n - 16, 16);
+    memcpy(o, a, 16);
+    memcpy(o + n - 16, b, 16);
+  } else if (n >= 8) {
+    uint64_t a, b;
+    memcpy(&a, s, 8);
+    memcpy(&b, s + n - 8, 8);
+    memcpy(o, &a, 8);
+    memcpy(o + n - 8, &b, 8);
+  } else if (n >= 4) {
+    uint32_t a, b;
+    memcpy(&a, s, 4);
+    memcpy(&b, s + n - 4, 4);
+    memcpy(o, &a, 4);
+    memcpy(o + n - 4, &b, 4);
+  } else if (n > 0) { /* first, middle and last: every byte of one to three */
+    o[0] = s[0];
+    o[n / 2] = s[n / 2];
+    o[n - 1] = s[n - 1];
+  }
   return o + n;
 }
 
 static char *put_u32(char *o, uint32_t v) { return put(o, &v, 4); }
 
-/* Copies n bytes lowercasing ASCII letters, eight bytes at a time (header names are mostly short tokens). */
-static char *put_lower(char *o, const char *p, size_t n) {
+/* Eight bytes with their ASCII capitals lowercased, without a branch per byte. */
+static inline uint64_t lower8(uint64_t v) {
   const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
-  while (n >= 8) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    uint64_t low7 = v & ~high;
-    uint64_t ge_a = low7 + (0x80 - 'A') * ones; /* high bit set where the byte >= 'A' */
-    uint64_t gt_z = low7 + (0x80 - 'Z' - 1) * ones; /* ... where it > 'Z' */
-    uint64_t upper = (ge_a ^ gt_z) & ~v & high;
-    v |= upper >> 2; /* 0x80 >> 2 is 0x20, the case bit */
-    memcpy(o, &v, 8);
-    o += 8;
-    p += 8;
-    n -= 8;
+  uint64_t low7 = v & ~high;
+  uint64_t ge_a = low7 + (0x80 - 'A') * ones; /* high bit set where the byte >= 'A' */
+  uint64_t gt_z = low7 + (0x80 - 'Z' - 1) * ones; /* ... where it > 'Z' */
+  uint64_t upper = (ge_a ^ gt_z) & ~v & high;
+  return v | upper >> 2; /* 0x80 >> 2 is 0x20, the case bit */
+}
+
+/* Copies n bytes lowercasing ASCII letters, eight at a time (header names are mostly short tokens); the last
+ * eight overlap the previous ones, which is harmless since lowercasing twice is lowercasing once. */
+static inline char *put_lower(char *o, const char *p, size_t n) {
+  if (n < 8) {
+    if (n < 4) {
+      for (size_t k = 0; k < n; k++) o[k] = (char)(p[k] >= 'A' && p[k] <= 'Z' ? p[k] + 32 : p[k]);
+      return o + n;
+    }
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, p + n - 4, 4);
+    a = (uint32_t)lower8(a);
+    b = (uint32_t)lower8(b);
+    memcpy(o, &a, 4);
+    memcpy(o + n - 4, &b, 4);
+    return o + n;
   }
-  for (size_t k = 0; k < n; k++) o[k] = (char)(p[k] >= 'A' && p[k] <= 'Z' ? p[k] + 32 : p[k]);
+  uint64_t v;
+  for (size_t k = 0; k + 8 <= n; k += 8) {
+    memcpy(&v, p + k, 8);
+    v = lower8(v);
+    memcpy(o + k, &v, 8);
+  }
+  memcpy(&v, p + n - 8, 8);
+  v = lower8(v);
+  memcpy(o + n - 8, &v, 8);
   return o + n;
 }
 
@@ -233,7 +289,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   }
   int64_t pos = reserve(j, need);
   if (pos < 0) goto done;
-  jent_t *e = &j->ents[(j->ehead + j->ecount) % j->ecap];
+  jent_t *e = entry(j, j->ecount);
   j->ecount++;
   *e = (jent_t){.seq = seq,
                 .time_us = r->time_us,
@@ -258,7 +314,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
   int64_t now = realtime_us();
   e->duration_us = now > r->time_us ? (uint64_t)(now - r->time_us) : 0;
-  char *o = j->data + (uint64_t)pos % j->dcap;
+  char *o = at(j, (uint64_t)pos);
   o = put(o, r->method_str, r->method_len);
   o = put(o, r->path, r->path_len);
   o = put(o, r->path + r->path_len + 1, query_len);
@@ -318,7 +374,7 @@ static size_t copy_size(const jent_t *e) {
  * otherwise pointing into the ring (names and values are then not NUL-terminated: views for the listener). */
 static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_header_t *hdrs, char **bytes,
                  int copy) {
-  const char *p = j->data + e->dpos % j->dcap;
+  const char *p = at(j, e->dpos);
   char *b = copy ? *bytes : NULL;
 #define TAKE(dst, n)                        \
   do {                                      \
@@ -402,7 +458,7 @@ static int matches(const cb__journal_t *j, const jent_t *e, const read_arg_t *a)
   if (e->seq <= a->low) return 0;
   const cb_request_filter_t *f = a->f;
   if (f->stub_id && e->stub_id != f->stub_id) return 0;
-  const char *p = j->data + e->dpos % j->dcap;
+  const char *p = at(j, e->dpos);
   if (!str_eq(f->method, p, e->method_len)) return 0;
   if (!str_eq(f->path, p + e->method_len, e->path_len)) return 0;
   if (!str_eq(f->route, p + e->method_len + e->path_len + e->query_len, e->route_len)) return 0;
@@ -414,7 +470,7 @@ static void read_call(cb__worker_t *w, cb__call_t *call) {
   cb__journal_t *j = w->journal;
   size_t n = 0, bytes = 0, nh = 0;
   for (uint32_t i = 0; i < j->ecount; i++) {
-    const jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
+    const jent_t *e = entry(j, i);
     if (!matches(j, e, a)) continue;
     n++;
     nh += e->nheaders;
@@ -432,7 +488,7 @@ static void read_call(cb__worker_t *w, cb__call_t *call) {
   char *b = (char *)(hdrs + nh);
   size_t k = 0;
   for (uint32_t i = 0; i < j->ecount && k < n; i++) {
-    const jent_t *e = &j->ents[(j->ehead + i) % j->ecap];
+    const jent_t *e = entry(j, i);
     if (!matches(j, e, a)) continue;
     view(j, e, &blk->items[k++], hdrs, &b, 1);
     hdrs += e->nheaders;

@@ -302,3 +302,57 @@ TEST(journal_big_bodies) {
   close(fd);
   test_stop(srv);
 }
+
+/* Many more entries than the ring keeps, of every string length the copy paths distinguish (1 to 3, 4 to 7,
+ * 8 to 15, 16 to 32 and longer; header names lowercased in each): the entry ring and the byte ring wrap many
+ * times, and the newest entries come back whole. */
+TEST(journal_rings_wrap) {
+  enum { KEEP = 300, SENT = 3000 };
+  cb_server_t *srv = start_journal(1, KEEP, 16);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t got = {0};
+  char req[1024], name[64], value[512];
+  for (int i = 1; i <= SENT; i++) {
+    int nlen = 1 + i % 40, vlen = i % 300;
+    for (int k = 0; k < nlen; k++) name[k] = (char)((k % 2 ? 'A' : 'a') + (i + k) % 26);
+    name[nlen] = '\0';
+    for (int k = 0; k < vlen; k++) value[k] = (char)('0' + (i * 7 + k) % 10);
+    value[vlen] = '\0';
+    snprintf(req, sizeof req, "GET /hello?%.*s HTTP/1.1\r\nHost: x\r\n%s: %s\r\n\r\n", i % 37, value, name, value);
+    cl_sends(fd, req);
+    if (i % 50 == 0 || i == SENT) { /* read what is answered now and then, so neither side's buffer fills */
+      buf_reset(&got);
+      long total = 0;
+      for (int n = 0; n < (i % 50 ? i % 50 : 50);) {
+        long len;
+        while ((len = cl_response_len(got.p + total, got.len - (size_t)total, 0)) == 0)
+          ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+        total += len;
+        n++;
+      }
+    }
+  }
+  cb_request_list_t *list = read_journal(srv, NULL, KEEP);
+  ASSERT_EQ(list->count, KEEP);
+  for (size_t e = 0; e < KEEP; e++) {
+    const cb_request_t *r = &list->items[e];
+    int i = SENT - KEEP + 1 + (int)e;
+    ASSERT_EQ(r->seq, (uint64_t)i);
+    int nlen = 1 + i % 40, vlen = i % 300;
+    for (int k = 0; k < nlen; k++) name[k] = (char)('a' + (i + k) % 26);
+    name[nlen] = '\0';
+    for (int k = 0; k < vlen; k++) value[k] = (char)('0' + (i * 7 + k) % 10);
+    value[vlen] = '\0';
+    assert_str(r->method, "GET");
+    assert_str(r->path, "/hello");
+    ASSERT_EQ(r->query.len, (size_t)(i % 37 < vlen ? i % 37 : vlen));
+    ASSERT_MEM_EQ(r->query.ptr, r->query.len, value, r->query.len);
+    ASSERT_EQ(r->nheaders, 2);
+    assert_header(r, 0, "host", "x");
+    assert_header(r, 1, name, value);
+  }
+  cb_request_list_free(list);
+  buf_free(&got);
+  close(fd);
+  test_stop(srv);
+}
