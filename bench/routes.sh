@@ -4,12 +4,14 @@
 #   routes_100  vs route_1         100 routes requested round robin vs one route             (goal <= 1.10x)
 #   journal_on  vs journal_off     /hello with the request journal on vs off                 (goal <= 1.10x)
 #
-# Each case starts cbench-server (one thread, pinned to CPU 0) and loads it with h2load (one thread, CPU 1).
+# Each case starts cbench-server (one thread, pinned to CPU 0) and loads it from CPU 1.
 #   --mode cpu        (default) server CPU time from /proc over a run of SECONDS: microseconds per request
 #   --mode callgrind  the server under callgrind; instructions per request from two runs of N1 and N2 requests
 #                     (their difference cancels start-up): independent of the machine's load
 #   --proto h2c|h1    (default h2c)   --seconds S (default 5)   --n1 N --n2 N (callgrind, default 2000/12000)
-#   --runs R          (cpu mode, default 3) every case R times, the cases interleaved; the median is reported
+#   --runs R          (cpu mode, default 5) rounds; in each, the two cases of a comparison run one after the
+#                     other, A then B in odd rounds and B then A in even ones, and the ratio A/B is taken per
+#                     round: the median of the ratios is reported (with the median of each side)
 # Results go to stdout as a table, and to bench/results/routes-<time>.txt.
 set -euo pipefail
 
@@ -19,7 +21,7 @@ PROTO=h2c
 SECONDS_RUN=5
 N1=2000
 N2=12000
-RUNS=3
+RUNS=5
 while [ $# -gt 0 ]; do
   case $1 in
     --mode) MODE=$2; shift 2 ;;
@@ -28,8 +30,13 @@ while [ $# -gt 0 ]; do
     --n1) N1=$2; shift 2 ;;
     --n2) N2=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
-    *) echo "usage: bench/routes.sh [--mode cpu|callgrind] [--proto h2c|h1] [--seconds S] [--n1 N] [--n2 N]" >&2; exit 2 ;;
+    *) echo "usage: bench/routes.sh [--mode cpu|callgrind] [--proto h2c|h1] [--seconds S] [--n1 N] [--n2 N] [--runs R]" >&2; exit 2 ;;
   esac
+done
+case $MODE in cpu|callgrind) ;; *) echo "bench/routes.sh: --mode cpu|callgrind" >&2; exit 2 ;; esac
+case $PROTO in h2c|h1) ;; *) echo "bench/routes.sh: --proto h2c|h1" >&2; exit 2 ;; esac
+for v in "$RUNS" "$SECONDS_RUN" "$N1" "$N2"; do
+  [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || { echo "bench/routes.sh: counts must be positive integers" >&2; exit 2; }
 done
 [ -x "$SERVER" ] || { echo "bench/routes.sh: $SERVER is not built" >&2; exit 1; }
 ncpu=$(nproc)
@@ -95,15 +102,19 @@ stop() {
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# load URIFILE|URL [N]: h2load pinned to the other CPU; prints the succeeded requests.
+# load URIFILE|URL [N]: h2load pinned to the other CPU; prints the requests answered. A URI file's paths are
+# requested in turn.
 load() {
-  local target=$1 n=${2:-} args=(-t 1 -c 50)
+  local target=$1 n=${2:-}
+  local urls=()
+  if [[ "$target" == http* ]]; then urls=("${target//PORT/$PORT}"); else mapfile -t urls < <(sed "s/PORT/$PORT/" "$target"); fi
+  local args=(-t 1 -c 50)
   if [ "$PROTO" = h1 ]; then args+=(--h1 -m 1); else args+=(-m 10); fi
   if [ -n "$n" ]; then args+=(-n "$n"); else args+=(-D "$SECONDS_RUN"); fi
-  if [[ "$target" == http* ]]; then
-    args+=("${target//PORT/$PORT}")
+  if [ ${#urls[@]} -eq 1 ]; then
+    args+=("${urls[0]}")
   else
-    sed "s/PORT/$PORT/" "$target" >"$work/uris"
+    printf '%s\n' "${urls[@]}" >"$work/uris"
     args+=(-i "$work/uris")
   fi
   taskset -c "$LCPU" h2load "${args[@]}" >"$work/h2load.out" 2>&1 || true
@@ -114,59 +125,77 @@ load() {
   echo "$1"
 }
 
-# case NAME TARGET SERVER-ARGS...: one figure per case.
-declare -A fig runs
-run_case() {
-  local name=$1 target=$2
-  shift 2
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{a[NR] = $1} END { print a[int((NR + 1) / 2)] }'; }
+
+# The cases: NAME -> target and server arguments.
+declare -A target sargs fig vals
+case_def() { target[$1]=$2; sargs[$1]=$3; }
+# The built-in /hello is requested from a server with the same table as the stub's (the fixture routes and one
+# stub), so the pair differs only in which route answers.
+case_def builtin_hello "http://127.0.0.1:PORT/hello" "--journal 0 --stubs $work/hello.json"
+case_def stub_hello "http://127.0.0.1:PORT/hello2" "--journal 0 --stubs $work/hello.json"
+case_def route_1 "$work/one.uris" "--journal 0 --stubs $work/one.json"
+case_def routes_100 "$work/many.uris" "--journal 0 --stubs $work/many.json"
+case_def journal_off "http://127.0.0.1:PORT/hello" "--journal 0"
+case_def journal_on "http://127.0.0.1:PORT/hello" "--journal 10000"
+
+# measure NAME: one figure for the case (a fresh server each time).
+measure() {
+  local name=$1
+  # shellcheck disable=SC2086 # the server arguments are words without spaces
   if [ "$MODE" = cpu ]; then
-    start "$@"
-    load "$target" 2000 >/dev/null # warm-up
+    start ${sargs[$name]}
+    load "${target[$name]}" 2000 >/dev/null # warm-up
     local t0 t1 n
     t0=$(cpu_ticks "$spid")
-    n=$(load "$target")
+    n=$(load "${target[$name]}")
     t1=$(cpu_ticks "$spid")
     stop
-    local hz
-    hz=$(getconf CLK_TCK)
-    local v
-    v=$(awk -v t=$((t1 - t0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.3f", t * 1e6 / hz / n }')
-    runs[$name]="${runs[$name]:-} $v"
-    fig[$name]=$(echo "${runs[$name]}" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{a[NR] = $1} END { print a[int((NR + 1) / 2)] }')
-    echo "$name: $n requests, $v us server CPU per request (median so far ${fig[$name]})" >&2
+    awk -v t=$((t1 - t0)) -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.3f", t * 1e6 / hz / n }'
   else
-    local ir=()
+    local ir=() n
     for n in "$N1" "$N2"; do
-      start "$@"
-      load "$target" "$n" >/dev/null
+      start ${sargs[$name]}
+      load "${target[$name]}" "$n" >/dev/null
       stop
       ir+=("$(awk '/^summary:|^totals:/ {print $2; exit}' "$work/cg.out")")
     done
-    fig[$name]=$(awk -v a="${ir[0]}" -v b="${ir[1]}" -v n=$((N2 - N1)) 'BEGIN { printf "%.0f", (b - a) / n }')
-    echo "$name: ${fig[$name]} instructions per request" >&2
+    awk -v a="${ir[0]}" -v b="${ir[1]}" -v n=$((N2 - N1)) 'BEGIN { printf "%.0f", (b - a) / n }'
   fi
 }
 
+# The comparisons: A against B.
+pairs=("stub_hello builtin_hello" "routes_100 route_1" "journal_on journal_off")
+declare -A ratios
 rounds=$([ "$MODE" = cpu ] && echo "$RUNS" || echo 1)
-for _ in $(seq 1 "$rounds"); do
-  run_case builtin_hello "http://127.0.0.1:PORT/hello" --journal 0
-  run_case stub_hello "http://127.0.0.1:PORT/hello2" --journal 0 --stubs "$work/hello.json"
-  run_case route_1 "$work/one.uris" --journal 0 --stubs "$work/one.json"
-  run_case routes_100 "$work/many.uris" --journal 0 --stubs "$work/many.json"
-  run_case journal_off "http://127.0.0.1:PORT/hello" --journal 0
-  run_case journal_on "http://127.0.0.1:PORT/hello" --journal 10000
+for round in $(seq 1 "$rounds"); do
+  for pr in "${pairs[@]}"; do
+    set -- $pr
+    a=$1 b=$2
+    if [ $((round % 2)) = 1 ]; then va=$(measure "$a"); vb=$(measure "$b"); else vb=$(measure "$b"); va=$(measure "$a"); fi
+    vals[$a]="${vals[$a]:-} $va"
+    vals[$b]="${vals[$b]:-} $vb"
+    r=$(awk -v a="$va" -v b="$vb" 'BEGIN { printf "%.3f", a / b }')
+    ratios[$a]="${ratios[$a]:-} $r"
+    echo "round $round: $a $va, $b $vb, ratio $r" >&2
+  done
 done
+for c in "${!vals[@]}"; do fig[$c]=$(echo "${vals[$c]}" | median); done
 
 unit=$([ "$MODE" = cpu ] && echo "us server CPU per request" || echo "instructions per request")
-ratio() { awk -v a="${fig[$1]}" -v b="${fig[$2]}" 'BEGIN { printf "%.3f", a / b }'; }
+ratio() { # the median of the per-round ratios
+  echo "${ratios[$1]}" | median
+}
 mkdir -p bench/results
 out="bench/results/routes-$(date -u +%Y%m%dT%H%M%SZ)-$MODE-$PROTO.txt"
+if [ "$MODE" = callgrind ]; then how="runs of $N1 and $N2 requests"
+else how="h2load closed loop, 50 connections$([ "$PROTO" = h2c ] && echo " x 10 streams"), $SECONDS_RUN s per case; $RUNS rounds, median of per-round ratios"; fi
 {
-  echo "bench/routes.sh --mode $MODE --proto $PROTO ($unit; server 1 thread on CPU $SCPU, h2load on CPU $LCPU;"
-  echo "$([ "$MODE" = cpu ] && echo "median of $RUNS runs of $SECONDS_RUN s, 50 connections" || echo "runs of $N1 and $N2 requests"))"
-  echo "| comparison | case | base | ratio | goal |"
-  echo "| --- | --- | --- | --- | --- |"
-  echo "| stub vs built-in /hello | ${fig[stub_hello]} | ${fig[builtin_hello]} | $(ratio stub_hello builtin_hello) | <= 1.05 |"
-  echo "| 100 routes round robin vs 1 route | ${fig[routes_100]} | ${fig[route_1]} | $(ratio routes_100 route_1) | <= 1.10 |"
-  echo "| journal on vs off (/hello) | ${fig[journal_on]} | ${fig[journal_off]} | $(ratio journal_on journal_off) | <= 1.10 |"
+  echo "bench/routes.sh --mode $MODE --proto $PROTO ($unit; server 1 thread on CPU $SCPU, load on CPU $LCPU;"
+  echo "$how; machine load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
+  echo "| comparison | case | base | ratio | ratios per round | goal |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  echo "| stub vs built-in /hello | ${fig[stub_hello]} | ${fig[builtin_hello]} | $(ratio stub_hello) |${ratios[stub_hello]} | <= 1.05 |"
+  echo "| 100 routes round robin vs 1 route | ${fig[routes_100]} | ${fig[route_1]} | $(ratio routes_100) |${ratios[routes_100]} | <= 1.10 |"
+  echo "| journal on vs off (/hello) | ${fig[journal_on]} | ${fig[journal_off]} | $(ratio journal_on) |${ratios[journal_on]} | <= 1.10 |"
 } | tee "$out"
