@@ -111,13 +111,13 @@ serve: deps-c
 	@$(MAKE) --no-print-directory $(BUILD)/cbench-server
 	$(BUILD)/cbench-server --host 127.0.0.1 --port 8080
 
-install: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+install: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server $(BUILD)/cbench-load
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libcbench.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libcbench.so $(DESTDIR)$(PREFIX)/lib/libcbench.so.0
 	ln -sf libcbench.so.0 $(DESTDIR)$(PREFIX)/lib/libcbench.so
 	install -m 644 include/cbench.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(BUILD)/cbench-server $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/cbench-server $(BUILD)/cbench-load $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' cbench.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/cbench.pc
 
 clean:

@@ -60,7 +60,7 @@ e2e: $(BUILD)/cbench-server
 # A prefix install used the three ways a C user links it: dynamically (found through rpath, and through
 # LD_LIBRARY_PATH), fully statically with pkg-config --static (ldd: no libcbench, no shared library at all),
 # and statically beside a program that has its own llhttp and cb__ names.
-pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
+pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server $(BUILD)/cbench-load
 	@set -e; p=$$(mktemp -d); trap 'rm -rf "$$p"' EXIT; \
 	echo "pkgconfig-test: make install PREFIX=$$p"; \
 	$(MAKE) --no-print-directory install PREFIX=$$p >/dev/null; \
@@ -81,7 +81,9 @@ pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-serve
 	echo "pkgconfig-test: ldd hello-static: $$(ldd $$p/hello-static 2>&1 | head -1 | sed 's/^[[:space:]]*//')"; \
 	if $$p/hello-ldpath >/dev/null 2>&1; then \
 	  echo "pkgconfig-test: hello-ldpath ran without LD_LIBRARY_PATH (is a libcbench.so installed system-wide?)"; fi; \
-	$$p/hello-shared && LD_LIBRARY_PATH=$$p/lib $$p/hello-ldpath && $$p/hello-static && $$p/collide
+	$$p/hello-shared && LD_LIBRARY_PATH=$$p/lib $$p/hello-ldpath && $$p/hello-static && $$p/collide; \
+	for b in cbench-server cbench-load; do $$p/bin/$$b --version >/dev/null || { echo "pkgconfig-test: $$b not installed"; exit 1; }; done; \
+	echo "pkgconfig-test: bin/cbench-server and bin/cbench-load installed"
 
 # The shipped static library's global symbols are the public API and nothing else: no cb__ internals, no
 # llhttp (a program with its own copy of either must link); the shared library exports the same set.
