@@ -617,25 +617,21 @@ static char *put_u64(char *p, uint64_t v) {
   return p;
 }
 
-static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
-                    int64_t content_length) {
-  h1_t *h = r->stream;
-  cb__conn_t *c = h->c;
+/* The connection header a head ends with. */
+enum { CONN_NONE, CONN_CLOSE, CONN_KEEP_ALIVE };
+
+/* Formats a head into o (room for head_room() bytes); returns its end. */
+static char *format_head(char *o, const cb__worker_t *w, int status, const char *ctype, size_t ctype_len,
+                         const cb__hdr_t *extra, int nextra, int64_t content_length, int chunked, int conn_hdr) {
   const char *reason = cb__reason(status);
-  size_t reason_len = strlen(reason);
-  size_t ctype_len = ctype ? strlen(ctype) : 0;
-  size_t need = 64 + reason_len + c->w->date_len + ctype_len + 64;
-  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
-  char *start = cb__outq_reserve(&c->out, need);
-  if (start == NULL) return;
-  char *o = PUTS(start, "HTTP/1.1 ");
+  o = PUTS(o, "HTTP/1.1 ");
   *o++ = (char)('0' + status / 100);
   *o++ = (char)('0' + status / 10 % 10);
   *o++ = (char)('0' + status % 10);
   *o++ = ' ';
-  o = put(o, reason, reason_len);
+  o = put(o, reason, strlen(reason));
   o = PUTS(o, "\r\n");
-  o = put(o, c->w->date_line, c->w->date_len);
+  o = put(o, w->date_line, w->date_len);
   if (ctype) {
     o = PUTS(o, "content-type: ");
     o = put(o, ctype, ctype_len);
@@ -647,26 +643,72 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
     o = put(o, extra[i].value, extra[i].value_len);
     o = PUTS(o, "\r\n");
   }
-  h->chunked_res = 0;
   if (content_length >= 0) {
     o = PUTS(o, "content-length: ");
     o = put_u64(o, (uint64_t)content_length);
     o = PUTS(o, "\r\n");
-  } else if (content_length == CB__STREAMED) {
-    if (h->http10) {
-      h->keep_alive = 0; /* HTTP/1.0 has no chunked coding: the body ends with the connection */
-    } else {
-      o = PUTS(o, "transfer-encoding: chunked\r\n");
-      h->chunked_res = 1;
+  } else if (chunked) {
+    o = PUTS(o, "transfer-encoding: chunked\r\n");
+  }
+  if (conn_hdr == CONN_CLOSE)
+    o = PUTS(o, "connection: close\r\n");
+  else if (conn_hdr == CONN_KEEP_ALIVE)
+    o = PUTS(o, "connection: keep-alive\r\n");
+  return PUTS(o, "\r\n");
+}
+
+/* The worker's Date line, as a memo stores it (the first 40 bytes of date_line: the line is 37). */
+static int same_date(const char *a, const char *b) {
+  uint64_t x[5], y[5];
+  memcpy(x, a, sizeof x);
+  memcpy(y, b, sizeof y);
+  return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4])) == 0;
+}
+
+static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length) {
+  uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length;
+  return &w->h1_memo[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
+}
+
+static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
+                    int64_t content_length) {
+  h1_t *h = r->stream;
+  cb__conn_t *c = h->c;
+  cb__worker_t *w = c->w;
+  int chunked = content_length == CB__STREAMED && !h->http10;
+  /* HTTP/1.0 has no chunked coding: a body of unknown length ends with the connection. */
+  int keep_alive = h->keep_alive && !h->stopping && !(content_length == CB__STREAMED && h->http10);
+  int conn_hdr = !keep_alive ? CONN_CLOSE : h->http10 ? CONN_KEEP_ALIVE : CONN_NONE;
+  /* Heads without extra headers (the fixture answers) come from the memo while the Date line is the same. */
+  cb__h1_memo_t *m = NULL;
+  if (nextra == 0 && w->date_len <= sizeof m->date) {
+    m = memo_slot(w, status, ctype, content_length);
+    if (m->status == status && m->ctype == ctype && m->content_length == content_length &&
+        m->conn_hdr == conn_hdr && same_date(m->date, w->date_line)) {
+      if (cb__outq_copy(&c->out, m->bytes, m->len) != 0) return;
+      goto done;
     }
   }
-  if (h->stopping) h->keep_alive = 0;
-  if (!h->keep_alive)
-    o = PUTS(o, "connection: close\r\n");
-  else if (h->http10)
-    o = PUTS(o, "connection: keep-alive\r\n");
-  o = PUTS(o, "\r\n");
-  cb__outq_commit(&c->out, (size_t)(o - start));
+  size_t ctype_len = ctype ? strlen(ctype) : 0;
+  size_t need = 64 + 40 + w->date_len + ctype_len + 64; /* the longest reason phrase is 31 bytes */
+  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
+  char *start = cb__outq_reserve(&c->out, need);
+  if (start == NULL) return;
+  char *o = format_head(start, w, status, ctype, ctype_len, extra, nextra, content_length, chunked, conn_hdr);
+  size_t len = (size_t)(o - start);
+  cb__outq_commit(&c->out, len);
+  if (m != NULL && len <= sizeof m->bytes) {
+    m->status = (int16_t)status;
+    m->ctype = ctype;
+    m->content_length = content_length;
+    m->conn_hdr = (uint8_t)conn_hdr;
+    m->len = (uint8_t)len;
+    memcpy(m->date, w->date_line, sizeof m->date);
+    memcpy(m->bytes, start, len);
+  }
+done:
+  h->chunked_res = (uint8_t)chunked;
+  h->keep_alive = (uint8_t)keep_alive;
   r->res_state = CB__RES_HEAD;
 }
 

@@ -344,6 +344,19 @@ int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls)
 int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
 
+/* http1.c: a response head it made, kept so that the next head with the same status, content type, length and
+ * connection header, written under the same Date line, is one copy instead of being formatted again. */
+#define CB__H1_MEMOS 4
+typedef struct {
+  const char *ctype; /* the address of the content type string (always a static string), NULL for none */
+  int64_t content_length;
+  int16_t status;      /* 0: the slot is empty */
+  uint8_t conn_hdr;    /* the connection header it ends with (http1.c) */
+  uint8_t len;         /* bytes of the head */
+  char date[40];       /* the worker's date_line it was made with (its first 40 bytes) */
+  char bytes[216];
+} cb__h1_memo_t;
+
 struct cb__worker_s {
   uv_loop_t loop;
   uv_poll_t listener;
@@ -380,6 +393,7 @@ struct cb__worker_s {
   cb__journal_t *journal; /* NULL when disabled */
   struct cb__defer_w_s *deferred; /* parked requests of deferred routes (deferred.c); NULL until the first */
   cb__caches_t caches;    /* pool.c */
+  cb__h1_memo_t h1_memo[CB__H1_MEMOS]; /* http1.c */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -429,7 +443,8 @@ typedef struct {
 
 /* The response API, implemented once per protocol. Handlers call it through cb__res_*(). */
 typedef struct {
-  /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. */
+  /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. ctype is a
+   * static string (HTTP/1.1 keys its memo of recent heads on its address). */
   void (*head)(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
                int64_t content_length);
   /* A piece of body. Returns 1 when the connection's output is above the high-water mark: a generator should
