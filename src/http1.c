@@ -24,13 +24,20 @@
 typedef struct {
   llhttp_t parser;
   cb__conn_t *c;
-  /* The head: url and the kept headers, copied because a head may span reads. Headers hold offsets into
-   * `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
+  /* The head: url and the kept headers. While `direct` is set, they point into the bytes being parsed (`url`,
+   * the entries of `hdrs`, the name being read in `field`): most heads arrive in one read and are parsed before
+   * it returns. Once a read ends inside a head, or a request outlives the bytes it came in (answered later, a
+   * body still coming), the head is copied into `head` (pin_head) and goes on there: then headers hold offsets
+   * into `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
   char *head;
   size_t head_len, head_cap;
   cb__hdr_t *hdrs;
   int nhdrs, hdrs_cap;
+  const char *url;
   size_t url_len;
+  const char *field;
+  size_t field_len;
+  uint8_t direct;
   size_t head_bytes;  /* counted against max_header_bytes */
   size_t trailer_bytes; /* the trailer section of a chunked body, counted against its own max_header_bytes */
   size_t ext_bytes;     /* chunk extensions of the request, counted against their own max_header_bytes */
@@ -81,23 +88,64 @@ static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
 
 /* ---- the head ---- */
 
+/* Room for n more bytes in `head`. */
+static int head_room(h1_t *h, size_t n) {
+  if (h->head_len + n <= h->head_cap) return 0;
+  size_t cap = h->head_cap;
+  while (cap < h->head_len + n) cap *= 2;
+  char *b = h->head == h->head_buf ? malloc(cap) : realloc(h->head, cap);
+  if (b == NULL) return -1;
+  if (h->head == h->head_buf) memcpy(b, h->head_buf, h->head_len);
+  h->head = b;
+  h->head_cap = cap;
+  return 0;
+}
+
+/* Copies p[0..n) to the end of `head` (head_room() was called). Returns its offset. */
+static size_t head_put(h1_t *h, const char *p, size_t n) {
+  size_t off = h->head_len;
+  if (n > 0) memcpy(h->head + off, p, n);
+  h->head_len += n;
+  return off;
+}
+
 static int head_append(h1_t *h, const char *p, size_t n) {
   /* Once the head is complete its offsets are pointers into `head`: growing it would free what they point
    * to. Nothing may append then (trailers take their own path); refuse rather than move the buffer. */
   if (!h->in_head) return -1;
   if (n == 0) return 0;
-  if (h->head_len + n > h->head_cap) {
-    size_t cap = h->head_cap;
-    while (cap < h->head_len + n) cap *= 2;
-    char *b = h->head == h->head_buf ? malloc(cap) : realloc(h->head, cap);
-    if (b == NULL) return -1;
-    if (h->head == h->head_buf) memcpy(b, h->head_buf, h->head_len);
-    h->head = b;
-    h->head_cap = cap;
-  }
-  memcpy(h->head + h->head_len, p, n);
-  h->head_len += n;
+  if (head_room(h, n) != 0) return -1;
+  head_put(h, p, n);
   return 0;
+}
+
+static void head_complete(h1_t *h);
+
+/* The head stops pointing into the bytes being parsed: its pieces are copied into `head` and it goes on there
+ * (see h1_t). All or nothing: on failure (out of memory) the head is unchanged. */
+static int pin_head(h1_t *h) {
+  size_t need = h->url_len + (h->in_head && h->keep_cur == 2 ? h->field_len : 0);
+  for (int i = 0; i < h->nhdrs; i++) need += h->hdrs[i].name_len + h->hdrs[i].value_len;
+  h->head_len = 0;
+  if (head_room(h, need) != 0) return -1;
+  h->direct = 0;
+  head_put(h, h->url, h->url_len);
+  for (int i = 0; i < h->nhdrs; i++) {
+    cb__hdr_t *hd = &h->hdrs[i];
+    hd->name = (const char *)(uintptr_t)head_put(h, hd->name, hd->name_len);
+    hd->value = (const char *)(uintptr_t)head_put(h, hd->value, hd->value_len);
+  }
+  if (!h->in_head) {
+    head_complete(h); /* a complete head: its offsets become pointers now */
+  } else if (h->keep_cur == 2) {
+    h->field_start = head_put(h, h->field, h->field_len);
+  }
+  return 0;
+}
+
+/* A request still needs its head after the bytes being parsed are gone. */
+static int pin_if_needed(h1_t *h) {
+  return h->direct && (h->in_msg || h->req.handler != NULL) ? pin_head(h) : 0;
 }
 
 /* The request line plus headers may not exceed the limit: 431. */
@@ -138,7 +186,9 @@ static int on_message_begin(llhttp_t *p) {
   if (h->requests > 0) cb__conn_head_begin(h->c); /* pipelined heads: each has its own header timeout */
   h->head_len = 0;
   h->nhdrs = 0;
+  h->url = "";
   h->url_len = 0;
+  h->direct = 1;
   h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
   h->trailer_bytes = 0;
   h->ext_bytes = 0;
@@ -163,7 +213,12 @@ static int on_message_begin(llhttp_t *p) {
 
 static int on_url(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
-  if (count_head(h, n) || head_append(h, at, n)) return -1;
+  if (count_head(h, n)) return -1;
+  if (h->direct && h->url_len == 0) {
+    h->url = at;
+  } else if (!(h->direct && at == h->url + h->url_len)) {
+    if ((h->direct && pin_head(h) != 0) || head_append(h, at, n) != 0) return -1;
+  }
   h->url_len += n;
   /* A target ended by the line's end, without a version, is an HTTP/0.9 request: 400 at once (llhttp would
    * wait for header lines). Where the target reaches the end of the read, the next read's first byte
@@ -270,6 +325,19 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
     h->keep_cur = 2;
     return 0;
   }
+  if (h->direct) {
+    if (h->keep_cur != 2) {
+      h->field = at;
+      h->field_len = n;
+      h->keep_cur = 2;
+      return 0;
+    }
+    if (at == h->field + h->field_len) {
+      h->field_len += n;
+      return 0;
+    }
+    if (pin_head(h) != 0) return -1;
+  }
   if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
   h->field_start = h->head_len;
   h->keep_cur = 2;
@@ -302,9 +370,11 @@ static int on_header_field_complete(llhttp_t *p) {
   }
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
-  if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
+  if (h->keep_cur != 2) return -1;
+  const char *name = h->direct ? h->field : h->head + h->field_start;
+  size_t n = h->direct ? h->field_len : h->head_len - h->field_start;
+  if (n == 0) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
-  size_t n = h->head_len - h->field_start;
   h->keep_cur = 1;
   if (h->nhdrs == h->hdrs_cap) {
     int cap = 2 * h->hdrs_cap;
@@ -315,12 +385,17 @@ static int on_header_field_complete(llhttp_t *p) {
     h->hdrs = a;
     h->hdrs_cap = cap;
   }
-  note_header(h, h->head + h->field_start, n, h->nhdrs);
+  note_header(h, name, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
-  hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
   hd->name_len = n;
-  hd->value = (const char *)(uintptr_t)h->head_len;
   hd->value_len = 0;
+  if (h->direct) {
+    hd->name = name;
+    hd->value = name + n; /* an empty value points somewhere valid */
+  } else {
+    hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
+    hd->value = (const char *)(uintptr_t)h->head_len;
+  }
   return 0;
 }
 
@@ -329,8 +404,21 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   if (!h->in_head) return count_trailer(h, n);
   if (count_head(h, n)) return -1;
   if (!h->keep_cur) return 0;
+  cb__hdr_t *hd = &h->hdrs[h->nhdrs - 1];
+  if (h->direct) {
+    if (hd->value_len == 0) {
+      hd->value = at;
+      hd->value_len = n;
+      return 0;
+    }
+    if (at == hd->value + hd->value_len) {
+      hd->value_len += n;
+      return 0;
+    }
+    if (pin_head(h) != 0) return -1;
+  }
   if (head_append(h, at, n)) return -1;
-  h->hdrs[h->nhdrs - 1].value_len += n;
+  hd->value_len += n;
   return 0;
 }
 
@@ -431,20 +519,31 @@ static uint16_t method_bit(uint8_t m) {
   }
 }
 
+/* The head is complete: the request's path and headers point at it (into the bytes parsed, or into `head`,
+ * which stops moving here: offsets become pointers). */
+static void head_complete(h1_t *h) {
+  cb__req_t *r = &h->req;
+  r->headers = h->hdrs;
+  if (h->direct) {
+    r->path = h->url;
+    return;
+  }
+  for (int i = 0; i < h->nhdrs; i++) {
+    h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
+    h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
+  }
+  r->path = h->head;
+}
+
 static int on_headers_complete(llhttp_t *p) {
   h1_t *h = H(p);
   cb__conn_t *c = h->c;
   const cb_config_t *cfg = c->w->cfg;
   cb__req_t *r = &h->req;
   h->in_head = 0;
-  for (int i = 0; i < h->nhdrs; i++) { /* the buffer stops moving here: offsets become pointers */
-    h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
-    h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
-  }
-  r->path = h->head;
+  head_complete(h);
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
-  r->headers = h->hdrs;
   r->nheaders = h->nhdrs;
   r->method = method_bit(llhttp_get_method(p));
   r->method_str = llhttp_method_name(llhttp_get_method(p));
@@ -828,6 +927,9 @@ static void send_error(h1_t *h, int status) {
 /* ---- input ---- */
 
 static int hold(h1_t *h, const char *p, size_t n) {
+  /* The bytes being parsed are about to move (held input) or go (the read buffer): a request that lives on
+   * keeps its head. */
+  if (pin_if_needed(h) != 0) return -1;
   if (n == 0) return 0;
   if (h->pending == NULL && n <= CB__BLOCK_4K) {
     h->pending = cb__cache_get(&h->c->w->caches.b4k);
@@ -916,7 +1018,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
     h->exec_end = end;
     e = llhttp_execute(&h->parser, data, (size_t)(end - data));
     h->last_byte = end[-1];
-    if (e == HPE_OK) return 0;
+    if (e == HPE_OK) return pin_if_needed(h);
     const char *pos = llhttp_get_error_pos(&h->parser);
     if (e == HPE_PAUSED && h->ext_resume) {
       /* After a token extension value ended by ';' (see on_ext_value_complete), llhttp 8.1 has consumed the
@@ -931,7 +1033,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
       continue;
     }
     if (e == HPE_PAUSED) {
-      if (h->dead) return 0;
+      if (h->dead) return pin_if_needed(h);
       return hold(h, pos, (size_t)(end - pos));
     }
     if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, pos, end);
@@ -939,7 +1041,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
     if (e == HPE_PAUSED_UPGRADE) {
       /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
       llhttp_resume_after_upgrade(&h->parser);
-      if (h->dead) return 0;
+      if (h->dead) return pin_if_needed(h);
       if (h->waiting) return hold(h, pos, (size_t)(end - pos));
       data = pos;
       continue;
