@@ -319,8 +319,12 @@ static int unknown_version(const h1_t *h) {
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (h->in_head ? count_head(h, n) : count_trailer(h, n)) return -1;
+#if !LLHTTP_STRICT_MODE
+  /* Strict mode refuses every byte of a name (head and trailers) that is not a token character (its table is
+   * RFC 9110's tchar, proto_header_name_bytes); without it llhttp 8.1 lets spaces through. */
   for (size_t i = 0; i < n; i++)
     if (!tchar[(unsigned char)at[i]]) return -1; /* 400 */
+#endif
   if (!h->in_head) { /* a trailer: only remember that the name is not empty */
     h->keep_cur = 2;
     return 0;
@@ -459,13 +463,11 @@ static int valid_host(const char *v, size_t n) {
     if (i == n || i == 1) return 0;
     i++;
   } else {
-    for (; i < n && v[i] != ':'; i++) {
-      if (v[i] == '%') {
-        if (i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
-        i += 2;
-      } else if (!host_char(v[i], 0)) {
-        return 0;
-      }
+    for (; i < n; i++) {
+      if (host_tab[(unsigned char)v[i]] == 1) continue; /* the common case first: a reg-name character */
+      if (v[i] == ':') break;
+      if (v[i] != '%' || i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
+      i += 2;
     }
   }
   if (i < n && v[i++] != ':') return 0;
@@ -504,20 +506,18 @@ static int wants_h2c(h1_t *h, int has_body) {
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
 }
 
-static uint16_t method_bit(uint8_t m) {
-  switch (m) {
-    case HTTP_GET: return CB_METHOD_GET;
-    case HTTP_HEAD: return CB_METHOD_HEAD;
-    case HTTP_POST: return CB_METHOD_POST;
-    case HTTP_PUT: return CB_METHOD_PUT;
-    case HTTP_DELETE: return CB_METHOD_DELETE;
-    case HTTP_PATCH: return CB_METHOD_PATCH;
-    case HTTP_OPTIONS: return CB_METHOD_OPTIONS;
-    case HTTP_CONNECT: return CB_METHOD_CONNECT;
-    case HTTP_TRACE: return CB_METHOD_TRACE;
-    default: return 0;
-  }
-}
+/* The methods on_method_complete lets through (known_method): their bit and name. */
+#define METHOD(m, bit) [HTTP_##m] = {bit, sizeof #m - 1, #m}
+static const struct {
+  uint16_t bit;
+  uint8_t len;
+  const char *name;
+} methods[HTTP_PATCH + 1] = {
+    METHOD(GET, CB_METHOD_GET),     METHOD(HEAD, CB_METHOD_HEAD),       METHOD(POST, CB_METHOD_POST),
+    METHOD(PUT, CB_METHOD_PUT),     METHOD(DELETE, CB_METHOD_DELETE),   METHOD(PATCH, CB_METHOD_PATCH),
+    METHOD(OPTIONS, CB_METHOD_OPTIONS), METHOD(CONNECT, CB_METHOD_CONNECT), METHOD(TRACE, CB_METHOD_TRACE),
+};
+#undef METHOD
 
 /* The head is complete: the request's path and headers point at it (into the bytes parsed, or into `head`,
  * which stops moving here: offsets become pointers). */
@@ -545,9 +545,16 @@ static int on_headers_complete(llhttp_t *p) {
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
   r->nheaders = h->nhdrs;
-  r->method = method_bit(llhttp_get_method(p));
-  r->method_str = llhttp_method_name(llhttp_get_method(p));
-  r->method_len = strlen(r->method_str);
+  uint8_t m = llhttp_get_method(p);
+  if (m < sizeof methods / sizeof methods[0] && methods[m].bit != 0) {
+    r->method = methods[m].bit;
+    r->method_str = methods[m].name;
+    r->method_len = methods[m].len;
+  } else { /* not reached: on_method_complete refused it */
+    r->method = 0;
+    r->method_str = llhttp_method_name(m);
+    r->method_len = strlen(r->method_str);
+  }
   h->http10 = p->http_major == 1 && p->http_minor == 0;
   if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;

@@ -381,6 +381,54 @@ TEST(proto_pipelined_delay_in_order) {
   tc_close(&t);
 }
 
+/* RFC 9110 5.1: a field name is a token. Every byte value at the start, inside and at the end of a name (a
+ * plain one, and names llhttp reads apart: content-length, connection), in the head and in the trailers: a
+ * token character is served, anything else is a 400 and a close. */
+TEST_T(proto_header_name_bytes, 60000) {
+  static const char *const names[] = {"X-A", "Content-Length", "connection", "Upgrade"};
+  static const char tchars[] = "!#$%&'*+-.^_`|~";
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    size_t len = strlen(names[k]);
+    for (size_t pos = 0; pos <= len; pos += len > 4 ? 3 : 1) {
+      for (int b = 1; b < 256; b++) {
+        if (b == ':' || b == '\r' || b == '\n') continue; /* they end the name, or the line */
+        int token = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') || strchr(tchars, b);
+        for (int trailer = 0; trailer < 2; trailer++) {
+          char name[64];
+          buf_t req = {0};
+          memcpy(name, names[k], pos);
+          name[pos] = (char)b;
+          memcpy(name + pos + 1, names[k] + pos, len - pos);
+          name[len + 1] = '\0';
+          if (trailer)
+            buf_adds(&req, "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n0\r\n");
+          else
+            buf_adds(&req, "GET /hello HTTP/1.1\r\nhost: x\r\n");
+          buf_add(&req, name, len + 1);
+          buf_adds(&req, ": 0\r\n\r\n");
+          tconn_t t;
+          tc_open(&t, NULL);
+          tc_feed(&t, req.p, req.len);
+          mask_dates(t.out.p, t.out.len);
+          if (!token) {
+            static const char bad[] = "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n";
+            if (t.out.len != sizeof bad - 1 || memcmp(t.out.p, bad, sizeof bad - 1) != 0)
+              cbt_log("byte %d in \"%s\" at %zu%s", b, names[k], pos, trailer ? " (trailer)" : "");
+            ASSERT_MEM_EQ(t.out.p, t.out.len, bad, sizeof bad - 1);
+            ASSERT_EQ(t.closed, 1);
+          } else {
+            if (t.out.len < 17 || memcmp(t.out.p, "HTTP/1.1 200 OK\r\n", 17) != 0)
+              cbt_log("byte %d in \"%s\" at %zu%s", b, names[k], pos, trailer ? " (trailer)" : "");
+            ASSERT_MEM_EQ(t.out.p, 17, "HTTP/1.1 200 OK\r\n", (size_t)17);
+          }
+          tc_close(&t);
+          buf_free(&req);
+        }
+      }
+    }
+  }
+}
+
 /* A request parsed from held input (behind one answered later) and one answered later itself keep their heads
  * after the read they came in is gone. */
 TEST(proto_held_heads) {
