@@ -38,7 +38,7 @@ typedef struct {
   const char *field;
   size_t field_len;
   uint8_t direct;
-  size_t head_bytes;  /* counted against max_header_bytes */
+  int64_t head_left;  /* max_header_bytes less what the head has taken so far */
   size_t trailer_bytes; /* the trailer section of a chunked body, counted against its own max_header_bytes */
   size_t ext_bytes;     /* chunk extensions of the request, counted against their own max_header_bytes */
   size_t ext_len;       /* bytes of the current extension name or value */
@@ -150,8 +150,8 @@ static int pin_if_needed(h1_t *h) {
 
 /* The request line plus headers may not exceed the limit: 431. */
 static int count_head(h1_t *h, size_t n) {
-  h->head_bytes += n;
-  if (h->head_bytes > h->c->w->cfg->max_header_bytes) {
+  h->head_left -= (int64_t)n; /* n is at most a read's length */
+  if (h->head_left < 0) {
     h->err_status = 431;
     return -1;
   }
@@ -189,7 +189,8 @@ static int on_message_begin(llhttp_t *p) {
   h->url = "";
   h->url_len = 0;
   h->direct = 1;
-  h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
+  /* 14: method, version and line ends, roughly what the request line costs beyond the url */
+  h->head_left = (int64_t)h->c->w->cfg->max_header_bytes - 14;
   h->trailer_bytes = 0;
   h->ext_bytes = 0;
   h->ext_len = 0;
@@ -276,6 +277,11 @@ static int on_method_complete(llhttp_t *p) {
 
 static int on_version(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
+  if (n == 3 && h->version_len == 0) { /* the usual case: all of it at once */
+    memcpy(h->version, at, 3);
+    h->version_len = 3;
+    return 0;
+  }
   for (size_t i = 0; i < n && h->version_len < sizeof h->version; i++) h->version[h->version_len++] = at[i];
   return 0;
 }
@@ -348,6 +354,26 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   return head_append(h, at, n);
 }
 
+/* Whether name[0..n) is lit (lowercase, 4 to 16 bytes) without case, for a name llhttp has let through: a token
+ * (its strict mode checks), in which no byte but an uppercase letter changes with OR 0x20 into a byte of lit
+ * (letters, digits, '-'). Word-wide: two overlapping loads each side. */
+static int lower_is(const char *name, const char *lit, size_t n) {
+  if (n >= 8) {
+    uint64_t a, b, x, y;
+    memcpy(&a, name, 8);
+    memcpy(&b, name + n - 8, 8);
+    memcpy(&x, lit, 8);
+    memcpy(&y, lit + n - 8, 8);
+    return (((a | 0x2020202020202020ull) ^ x) | ((b | 0x2020202020202020ull) ^ y)) == 0;
+  }
+  uint32_t a, b, x, y;
+  memcpy(&a, name, 4);
+  memcpy(&b, name + n - 4, 4);
+  memcpy(&x, lit, 4);
+  memcpy(&y, lit + n - 4, 4);
+  return (((a | 0x20202020u) ^ x) | ((b | 0x20202020u) ^ y)) == 0;
+}
+
 /* Remembers where the headers the engine reads are (by the length first: most names are none of them). */
 static void note_header(h1_t *h, const char *name, size_t n, int idx) {
   int *slot;
@@ -359,8 +385,7 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
     case 14: slot = &h->settings_idx; lit = "http2-settings"; break;
     default: return;
   }
-  for (size_t i = 0; i < n; i++) /* n is lit's length */
-    if ((char)(name[i] | (name[i] >= 'A' && name[i] <= 'Z' ? 32 : 0)) != lit[i]) return;
+  if (!lower_is(name, lit, n)) return; /* n is lit's length */
   if (slot == &h->host_idx) h->host_count++;
   if (*slot < 0) *slot = idx;
 }

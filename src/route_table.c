@@ -232,9 +232,17 @@ static inline uint32_t hash_bytes(const char *p, size_t n) {
     p += 8;
     n -= 8;
   }
-  if (n > 0) {
-    uint64_t v = 0;
-    memcpy(&v, p, n);
+  if (n > 0) { /* the last 1 to 7 bytes, without a call to memcpy of a variable length */
+    uint64_t v;
+    if (n >= 4) {
+      uint32_t lo, hi;
+      memcpy(&lo, p, 4);
+      memcpy(&hi, p + n - 4, 4);
+      v = lo | (uint64_t)hi << 32;
+    } else {
+      v = (uint64_t)(unsigned char)p[0] | (uint64_t)(unsigned char)p[n / 2] << 8 |
+          (uint64_t)(unsigned char)p[n - 1] << 16;
+    }
     h = (h ^ v) * 0xc4ceb9fe1a85ec53ull;
   }
   h ^= h >> 32;
@@ -259,11 +267,32 @@ static int first_segment(const cb__route_t *rt, const char **key, size_t *klen) 
   return 0;
 }
 
+/* a[0..n) == b[0..n): short keys (most paths) with overlapping word loads instead of a call. */
+static inline int same_bytes(const char *a, const char *b, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t x0, x1, y0, y1;
+    memcpy(&x0, a, 8);
+    memcpy(&x1, a + n - 8, 8);
+    memcpy(&y0, b, 8);
+    memcpy(&y1, b + n - 8, 8);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    uint32_t x0, x1, y0, y1;
+    memcpy(&x0, a, 4);
+    memcpy(&x1, a + n - 4, 4);
+    memcpy(&y0, b, 4);
+    memcpy(&y1, b + n - 4, 4);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  return memcmp(a, b, n) == 0;
+}
+
 static inline bucket_t *probe(const index_t *ix, const char *key, size_t klen, uint32_t h) {
   for (uint32_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
     bucket_t *b = &ix->b[i];
     if (b->key == NULL) return b;
-    if (b->hash == h && b->klen == klen && memcmp(b->key, key, klen) == 0) return b;
+    if (b->hash == h && b->klen == klen && same_bytes(b->key, key, klen)) return b;
   }
 }
 
