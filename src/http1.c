@@ -1130,7 +1130,10 @@ static void h1_after(cb__conn_t *c) {
       cb__conn_close_linger(c);
     }
   }
-  h1_rest(c); /* between requests: hold nothing */
+  /* Between requests the state goes back at once, unless the connection is in idle mode, that is it has been
+   * served before (keep-alive traffic): then it keeps it for the next request and gives it back at the rest
+   * step, once idle for CB__REST_MS (conn.c; the output queue does the same). */
+  if (c->timer_mode != CB__TIMER_IDLE) h1_rest(c);
 }
 
 static void h1_eof(cb__conn_t *c) { (void)c; /* c->eof is set; h1_after decides once held input is parsed */ }
@@ -1212,7 +1215,10 @@ static void h1_free(h1_t *h) {
 /* ---- rest: an idle connection holds no HTTP/1.1 state ----
  * Between requests (nothing half-read, held or answered later) the state goes back to the worker's caches and
  * only c->rest_flags and c->rest_byte stay; the next read takes a fresh state. A parser at the start of a
- * message is what llhttp_init makes, so nothing of llhttp is lost. */
+ * message is what llhttp_init makes, so nothing of llhttp is lost. That happens after a connection's first
+ * request, and on a keep-alive connection that goes on (idle mode) at the rest step, once it has had no event
+ * for CB__REST_MS (h1_after, conn.c): a busy connection does not give its state back and take it again for
+ * every request. */
 
 /* A parser at the start of a request, copied into each state (cheaper than llhttp_init). */
 static llhttp_t parser_start;
@@ -1262,6 +1268,7 @@ static const cb__conn_ops_t h1_ops = {
     .timeout = h1_timeout,
     .stop = h1_stop,
     .destroy = h1_destroy,
+    .rest = h1_rest,
 };
 
 static void make_parser_start(void) {

@@ -80,6 +80,11 @@ int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len) {
   return is_closed(tc);
 }
 
+int cb__testconn_holds(cb__testconn_t *tc) {
+  if (is_closed(tc)) return 0;
+  return (tc->c->proto_state != NULL ? 1 : 0) | (tc->c->out.block != NULL ? 2 : 0);
+}
+
 int cb__testconn_eof(cb__testconn_t *tc) {
   if (is_closed(tc)) return 1;
   cb__conn_input_eof(tc->c);

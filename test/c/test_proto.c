@@ -451,6 +451,40 @@ TEST(proto_held_heads) {
   tc_close(&t);
 }
 
+/* Between requests a connection's first request leaves nothing held; a keep-alive connection that goes on
+ * keeps its HTTP/1.1 state and output storage from one request to the next, and gives both back once idle for
+ * CB__REST_MS (the rest step). */
+TEST_T(proto_rest_between_requests, 30000) {
+  tconn_t t;
+  cb_config_t cfg;
+  buf_t exp = {0};
+  tc_config(&cfg);
+  cfg.idle_timeout_ms = 5000; /* past the rest step */
+  tc_open(&t, &cfg);
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  ASSERT_EQ(t.out.len, exp.len);
+  ASSERT_EQ(cb__testconn_holds(t.tc), 0);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  ASSERT_EQ(t.out.len, 3 * exp.len);
+  ASSERT_EQ(cb__testconn_holds(t.tc), 3);
+  uint64_t deadline = now_ms() + 10000;
+  while (cb__testconn_holds(t.tc) != 0 && now_ms() < deadline) {
+    t.closed = cb__testconn_run(t.tc, 0);
+    sleep_ms(5);
+  }
+  ASSERT_EQ(cb__testconn_holds(t.tc), 0);
+  ASSERT_EQ(t.closed, 0);
+  /* And it serves again, byte for byte. */
+  buf_reset(&t.out);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  mask_dates(t.out.p, t.out.len);
+  ASSERT_MEM_EQ(t.out.p, t.out.len, exp.p, exp.len);
+  buf_free(&exp);
+  tc_close(&t);
+}
+
 TEST(proto_run_until_idle_fires_delay) {
   tconn_t t;
   buf_t exp = {0};
