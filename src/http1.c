@@ -504,7 +504,16 @@ static int valid_host(const char *v, size_t n) {
 static int host_ok(const h1_t *h) {
   if (h->host_count > 1) return 0;
   const cb__hdr_t *host = header_at(h, h->host_idx);
-  return host ? valid_host(host->value, host->value_len) : h->http10;
+  if (host == NULL) return h->http10;
+  cb__h1_worker_t *hw = &h->c->w->h1;
+  size_t n = host->value_len;
+  if (n == hw->host_len && n > 0 && cb__same_bytes(host->value, hw->host, n)) return 1; /* as last time */
+  if (!valid_host(host->value, n)) return 0;
+  if (n <= sizeof hw->host) {
+    memcpy(hw->host, host->value, n);
+    hw->host_len = (uint8_t)n;
+  }
+  return 1;
 }
 
 /* Whether a token list (a header value) holds `token`, compared without case. */
@@ -798,7 +807,7 @@ static int same_date(const char *a, const char *b) {
 
 static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length) {
   uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length;
-  return &w->h1_memo[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
+  return &w->h1.heads[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
 }
 
 static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,

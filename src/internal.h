@@ -344,8 +344,9 @@ int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls)
 int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
 
-/* http1.c: a response head it made, kept so that the next head with the same status, content type, length and
- * connection header, written under the same Date line, is one copy instead of being formatted again. */
+/* http1.c's per-worker memos: response heads it made, kept so that the next head with the same status,
+ * content type, length and connection header, written under the same Date line, is one copy instead of being
+ * formatted again; and the last Host value it found valid (most clients send the same one every time). */
 #define CB__H1_MEMOS 4
 typedef struct {
   const char *ctype; /* the address of the content type string (always a static string), NULL for none */
@@ -356,6 +357,33 @@ typedef struct {
   char date[40];       /* the worker's date_line it was made with (its first 40 bytes) */
   char bytes[216];
 } cb__h1_memo_t;
+
+typedef struct {
+  cb__h1_memo_t heads[CB__H1_MEMOS];
+  uint8_t host_len;
+  char host[63];
+} cb__h1_worker_t;
+
+/* a[0..n) == b[0..n). Keys of 4 to 16 bytes (paths, header values) with two overlapping loads, no call. */
+static inline int cb__same_bytes(const char *a, const char *b, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t x0, x1, y0, y1;
+    __builtin_memcpy(&x0, a, 8);
+    __builtin_memcpy(&x1, a + n - 8, 8);
+    __builtin_memcpy(&y0, b, 8);
+    __builtin_memcpy(&y1, b + n - 8, 8);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    uint32_t x0, x1, y0, y1;
+    __builtin_memcpy(&x0, a, 4);
+    __builtin_memcpy(&x1, a + n - 4, 4);
+    __builtin_memcpy(&y0, b, 4);
+    __builtin_memcpy(&y1, b + n - 4, 4);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  return __builtin_memcmp(a, b, n) == 0;
+}
 
 struct cb__worker_s {
   uv_loop_t loop;
@@ -393,7 +421,7 @@ struct cb__worker_s {
   cb__journal_t *journal; /* NULL when disabled */
   struct cb__defer_w_s *deferred; /* parked requests of deferred routes (deferred.c); NULL until the first */
   cb__caches_t caches;    /* pool.c */
-  cb__h1_memo_t h1_memo[CB__H1_MEMOS]; /* http1.c */
+  cb__h1_worker_t h1;     /* http1.c */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 

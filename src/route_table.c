@@ -267,32 +267,11 @@ static int first_segment(const cb__route_t *rt, const char **key, size_t *klen) 
   return 0;
 }
 
-/* a[0..n) == b[0..n): short keys (most paths) with overlapping word loads instead of a call. */
-static inline int same_bytes(const char *a, const char *b, size_t n) {
-  if (n >= 8 && n <= 16) {
-    uint64_t x0, x1, y0, y1;
-    memcpy(&x0, a, 8);
-    memcpy(&x1, a + n - 8, 8);
-    memcpy(&y0, b, 8);
-    memcpy(&y1, b + n - 8, 8);
-    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
-  }
-  if (n >= 4 && n < 8) {
-    uint32_t x0, x1, y0, y1;
-    memcpy(&x0, a, 4);
-    memcpy(&x1, a + n - 4, 4);
-    memcpy(&y0, b, 4);
-    memcpy(&y1, b + n - 4, 4);
-    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
-  }
-  return memcmp(a, b, n) == 0;
-}
-
 static inline bucket_t *probe(const index_t *ix, const char *key, size_t klen, uint32_t h) {
   for (uint32_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
     bucket_t *b = &ix->b[i];
     if (b->key == NULL) return b;
-    if (b->hash == h && b->klen == klen && same_bytes(b->key, key, klen)) return b;
+    if (b->hash == h && b->klen == klen && cb__same_bytes(b->key, key, klen)) return b;
   }
 }
 
