@@ -390,6 +390,17 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
   if (*slot < 0) *slot = idx;
 }
 
+/* Twice the room for header entries (past the inline ones: heap). */
+static __attribute__((noinline)) int grow_hdrs(h1_t *h) {
+  int cap = 2 * h->hdrs_cap;
+  cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a) : realloc(h->hdrs, (size_t)cap * sizeof *a);
+  if (a == NULL) return -1;
+  if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
+  h->hdrs = a;
+  h->hdrs_cap = cap;
+  return 0;
+}
+
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
   if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
@@ -405,15 +416,7 @@ static int on_header_field_complete(llhttp_t *p) {
   if (n == 0) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
   h->keep_cur = 1;
-  if (h->nhdrs == h->hdrs_cap) {
-    int cap = 2 * h->hdrs_cap;
-    cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a)
-                                          : realloc(h->hdrs, (size_t)cap * sizeof *a);
-    if (a == NULL) return -1;
-    if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
-    h->hdrs = a;
-    h->hdrs_cap = cap;
-  }
+  if (h->nhdrs == h->hdrs_cap && grow_hdrs(h) != 0) return -1;
   note_header(h, name, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
   hd->name_len = n;
@@ -797,17 +800,34 @@ static char *format_head(char *o, const cb__worker_t *w, int status, const char 
   return PUTS(o, "\r\n");
 }
 
-/* The worker's Date line, as a memo stores it (the first 40 bytes of date_line: the line is 37). */
-static int same_date(const char *a, const char *b) {
-  uint64_t x[5], y[5];
-  memcpy(x, a, sizeof x);
-  memcpy(y, b, sizeof y);
-  return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4])) == 0;
-}
-
 static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length) {
   uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length;
   return &w->h1.heads[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
+}
+
+/* Formats a head into the output queue, and into the memo m when there is one. 0, or -1 (out of memory). */
+static __attribute__((noinline)) int new_head(cb__conn_t *c, cb__h1_memo_t *m, int status, const char *ctype,
+                                              const cb__hdr_t *extra, int nextra, int64_t content_length,
+                                              int chunked, int conn_hdr) {
+  cb__worker_t *w = c->w;
+  size_t ctype_len = ctype ? strlen(ctype) : 0;
+  size_t need = 64 + 40 + w->date_len + ctype_len + 64; /* the longest reason phrase is 31 bytes */
+  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
+  char *start = cb__outq_reserve(&c->out, need);
+  if (start == NULL) return -1;
+  char *o = format_head(start, w, status, ctype, ctype_len, extra, nextra, content_length, chunked, conn_hdr);
+  size_t len = (size_t)(o - start);
+  cb__outq_commit(&c->out, len);
+  if (m != NULL && len <= sizeof m->bytes) {
+    m->status = (int16_t)status;
+    m->ctype = ctype;
+    m->content_length = content_length;
+    m->conn_hdr = (uint8_t)conn_hdr;
+    m->len = (uint8_t)len;
+    m->date_gen = w->date_gen;
+    memcpy(m->bytes, start, len);
+  }
+  return 0;
 }
 
 static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
@@ -821,32 +841,17 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   int conn_hdr = !keep_alive ? CONN_CLOSE : h->http10 ? CONN_KEEP_ALIVE : CONN_NONE;
   /* Heads without extra headers (the fixture answers) come from the memo while the Date line is the same. */
   cb__h1_memo_t *m = NULL;
-  if (nextra == 0 && w->date_len <= sizeof m->date) {
+  if (nextra == 0) {
     m = memo_slot(w, status, ctype, content_length);
     if (m->status == status && m->ctype == ctype && m->content_length == content_length &&
-        m->conn_hdr == conn_hdr && same_date(m->date, w->date_line)) {
+        m->conn_hdr == conn_hdr && m->date_gen == w->date_gen) {
       if (cb__outq_copy(&c->out, m->bytes, m->len) != 0) return;
-      goto done;
+    } else if (new_head(c, m, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+      return;
     }
+  } else if (new_head(c, NULL, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+    return;
   }
-  size_t ctype_len = ctype ? strlen(ctype) : 0;
-  size_t need = 64 + 40 + w->date_len + ctype_len + 64; /* the longest reason phrase is 31 bytes */
-  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
-  char *start = cb__outq_reserve(&c->out, need);
-  if (start == NULL) return;
-  char *o = format_head(start, w, status, ctype, ctype_len, extra, nextra, content_length, chunked, conn_hdr);
-  size_t len = (size_t)(o - start);
-  cb__outq_commit(&c->out, len);
-  if (m != NULL && len <= sizeof m->bytes) {
-    m->status = (int16_t)status;
-    m->ctype = ctype;
-    m->content_length = content_length;
-    m->conn_hdr = (uint8_t)conn_hdr;
-    m->len = (uint8_t)len;
-    memcpy(m->date, w->date_line, sizeof m->date);
-    memcpy(m->bytes, start, len);
-  }
-done:
   h->chunked_res = (uint8_t)chunked;
   h->keep_alive = (uint8_t)keep_alive;
   r->res_state = CB__RES_HEAD;

@@ -354,8 +354,8 @@ typedef struct {
   int16_t status;      /* 0: the slot is empty */
   uint8_t conn_hdr;    /* the connection header it ends with (http1.c) */
   uint8_t len;         /* bytes of the head */
-  char date[40];       /* the worker's date_line it was made with (its first 40 bytes) */
-  char bytes[216];
+  uint32_t date_gen;   /* the worker's date_gen when it was made */
+  char bytes[232];
 } cb__h1_memo_t;
 
 typedef struct {
@@ -411,6 +411,7 @@ struct cb__worker_s {
   cb__call_t *down_call;          /* a cb_server_down() waiting for the last connection to close */
   char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
   size_t date_len;
+  uint32_t date_gen;  /* counts the refreshes of date_line (memos of what holds it compare it) */
   cb_stats_t stats;
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;

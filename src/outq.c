@@ -119,16 +119,22 @@ void cb__outq_commit(cb__outq_t *q, size_t n) {
 }
 
 int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
-  /* Bytes that fit the arena right after its last entry (a body after its head): no call, no new entry. */
-  cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
-  if (n > 0 && last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen &&
-      q->alen + n <= q->acap) {
+  /* Bytes that fit the arena: no call; and right after its last entry (a body after its head), no new entry. */
+  if (n > 0 && q->arena != NULL && q->alen + n <= q->acap) {
+    cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
+    if (last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen) {
+      last->len += n;
+    } else if (q->tail < q->cap) {
+      q->q[q->tail++] = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
+    } else {
+      goto slow;
+    }
     memcpy(q->arena + q->alen, p, n);
-    last->len += n;
     q->alen += n;
     q->bytes += n;
     return 0;
   }
+slow:;
   char *dst = cb__outq_reserve(q, n);
   if (dst == NULL) return UV_ENOMEM;
   memcpy(dst, p, n);
