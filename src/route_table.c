@@ -7,7 +7,8 @@
  * Lifetime: each worker counts the requests it dispatched under a table in its own cache line of that table
  * (non-atomic: only that worker writes it). A request's use ends once its response has left the connection's
  * output queue (a CB__OUT_CALL entry queued behind the response, run when the bytes are written or the
- * connection closes), because responses reference the table's bytes (stub bodies) without copying them. A
+ * connection closes), because responses reference the table's bytes (stub bodies) without copying them (a
+ * fixture route's answer references none: its use ends with the request, cb__rtable_release). A
  * worker that has switched to a newer table and has no use left of the old one lets go of it: one atomic
  * decrement per worker per table; the last worker to let go frees it.
  *
@@ -513,7 +514,13 @@ found:
 void cb__rtable_release(cb__req_t *r) {
   cb__rtable_t *t = r->table;
   r->table = NULL;
-  cb__conn_release_after(r->conn, use_release, &t->use[r->conn->w->index]);
+  use_t *u = &t->use[r->conn->w->index];
+  /* A fixture route's answer references nothing of the table (static payloads, copies; the route itself is the
+   * registry's for the server's life): its use ends now rather than once the output has left. */
+  if (r->route->fixture)
+    use_release(u, 1);
+  else
+    cb__conn_release_after(r->conn, use_release, u);
 }
 
 cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n) {
