@@ -355,7 +355,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   }
   if (events & UV_READABLE) {
     ssize_t n;
-    do n = read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
+    do n = cb__sys_read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
     while (n < 0 && errno == EINTR);
     if (n > 0) {
       input(c, c->w->rbuf, (size_t)n);

@@ -263,7 +263,7 @@ ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
   if (q->tail - q->head == 1 && (q->q[q->head].kind == CB__OUT_ARENA || q->q[q->head].kind == CB__OUT_REF) &&
       q->q[q->head].len > 0) {
     cb__out_t *e = &q->q[q->head];
-    ssize_t r = write(fd, entry_ptr(q, e), e->len);
+    ssize_t r = cb__sys_write(fd, entry_ptr(q, e), e->len);
     if (r == (ssize_t)e->len) {
       q->bytes -= (size_t)r;
       q->written += (size_t)r;
