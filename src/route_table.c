@@ -48,7 +48,11 @@ typedef struct {
   uint64_t uses;   /* requests dispatched under the table whose output has not left yet */
   uint8_t retired; /* the worker has moved to a newer table */
   cb__rtable_t *t;
-  char pad[64 - 2 * sizeof(uint64_t) - sizeof(void *)];
+  /* The exact route that answered the worker's last request when it was the first candidate for its path and
+   * matches on nothing but path and method (no header or query matcher, no claim): a request with the same
+   * path and an allowed method gets it without the lookup. NULL when none. */
+  const cb__route_t *last;
+  char pad[64 - 2 * sizeof(uint64_t) - 2 * sizeof(void *)];
 } use_t;
 
 typedef struct {
@@ -456,8 +460,23 @@ static inline int try_route(const cb__route_t *rt, cb__req_t *r, const cb__match
   return rt->kind->claim == NULL || rt->kind->claim(rt);
 }
 
+/* Whether rt answers any request with its path and an allowed method, when it is the first candidate. */
+static int path_method_only(const cb__route_t *rt) {
+  return rt->nheaders == 0 && rt->nquery == 0 && rt->kind->claim == NULL;
+}
+
 void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in) {
   cb__rtable_t *t = w->table;
+  use_t *u = &t->use[w->index];
+  const cb__route_t *last = u->last;
+  if (last != NULL && in->path_len == last->path_len && (last->mmask & in->mbit) &&
+      cb__same_bytes(in->path, last->path, last->path_len)) {
+    r->route = last;
+    count(w, 2 * last->slot);
+    r->table = t;
+    u->uses++;
+    return;
+  }
   uint32_t na, nb, nc = (uint32_t)t->nwild, ia = 0, ib = 0, ic = 0;
   const uint32_t *a = lookup(&t->exact, in->path, in->path_len, &na);
   const uint32_t *b = NULL;
@@ -469,6 +488,7 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
     const cb__route_t *rt = t->routes[a[ia++]];
     if (try_route(rt, r, in, &allow, &first405, 1)) {
       hit = rt;
+      if (ia == 1 && path_method_only(rt)) u->last = rt;
       goto found;
     }
   }
@@ -508,7 +528,7 @@ found:
     count(w, 2 * t->not_found->slot);
   }
   r->table = t;
-  t->use[w->index].uses++;
+  u->uses++;
 }
 
 void cb__rtable_release(cb__req_t *r) {
