@@ -90,7 +90,7 @@ where=(
   "message begin and complete|http1.c:(on_message_begin|on_message_complete|finish_request)|cb__conn_head_begin"
   "connection step (poll, read, after-event, timers)|conn.c|http1.c:(h1_after|h1_timer_mode|h1_writable|h1_read|parse)|uv_now"
   "journal|journal.c"
-  "libc read(2), write(2), writev(2) and their cancellation points|read.c|write.c|writev.c|cancellation"
+  "system calls: libc's read(2), write(2), writev(2), syscall(2) wrappers|read.c|write.c|writev.c|cancellation|syscall"
   "libuv's loop|libuv"
   "memcpy, memcmp, memchr, strlen, memset|memmove|memcpy|memcmp|memchr|strlen|memset"
 )
