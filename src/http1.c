@@ -393,7 +393,8 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
 /* Twice the room for header entries (past the inline ones: heap). */
 static __attribute__((noinline)) int grow_hdrs(h1_t *h) {
   int cap = 2 * h->hdrs_cap;
-  cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a) : realloc(h->hdrs, (size_t)cap * sizeof *a);
+  cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a)
+                                        : realloc(h->hdrs, (size_t)cap * sizeof *a);
   if (a == NULL) return -1;
   if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
   h->hdrs = a;

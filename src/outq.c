@@ -122,19 +122,19 @@ int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
   /* Bytes that fit the arena: no call; and right after its last entry (a body after its head), no new entry. */
   if (n > 0 && q->arena != NULL && q->alen + n <= q->acap) {
     cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
-    if (last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen) {
-      last->len += n;
-    } else if (q->tail < q->cap) {
-      q->q[q->tail++] = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
-    } else {
-      goto slow;
+    int extend = last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen;
+    if (extend || q->tail < q->cap) {
+      if (extend)
+        last->len += n;
+      else
+        q->q[q->tail++] =
+            (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
+      memcpy(q->arena + q->alen, p, n);
+      q->alen += n;
+      q->bytes += n;
+      return 0;
     }
-    memcpy(q->arena + q->alen, p, n);
-    q->alen += n;
-    q->bytes += n;
-    return 0;
   }
-slow:;
   char *dst = cb__outq_reserve(q, n);
   if (dst == NULL) return UV_ENOMEM;
   memcpy(dst, p, n);
