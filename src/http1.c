@@ -883,10 +883,23 @@ static int chunk_size_line(cb__conn_t *c, size_t n) {
   return 0;
 }
 
+static int data_piece(h1_t *h, const char *p, size_t n, int flags);
+
 static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h1_t *h = r->stream;
-  cb__conn_t *c = h->c;
   flags &= CB__DATA_OWNERSHIP; /* chunks are pieces already */
+  /* The usual piece (a fixed body): a few static or passed bytes, copied after the head. */
+  if ((flags == CB__DATA_STATIC || flags == CB__DATA_COPY) && n - 1 < CB__COPY_MAX && !h->head_only &&
+      !h->chunked_res) {
+    cb__outq_copy(&h->c->out, p, n);
+    return over_high_water(h->c);
+  }
+  return data_piece(h, p, n, flags);
+}
+
+/* Any piece: dropped (HEAD, empty), chunked, copied or referenced, its buffer freed or kept. */
+static __attribute__((noinline)) int data_piece(h1_t *h, const char *p, size_t n, int flags) {
+  cb__conn_t *c = h->c;
   if (h->head_only || n == 0) {
     drop_data(c, p, n, flags);
     return 0;
