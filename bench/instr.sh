@@ -10,7 +10,8 @@
 # over C connections (default 2000 / 12000, 50): the difference of the two totals over N2 - N1 cancels the
 # start-up, the stop and the connections' set-up. With --where, each case's instructions per request are also
 # split by where they go (the parser, the header callbacks, routing, the response, the write, the connection
-# step...: the `where` table below), each part by the same difference.
+# step...: the `where` table below), each part by the same difference. The parts are made for HTTP/1.1: on h2c,
+# http2.c and nghttp2 count as the response.
 set -euo pipefail
 
 SERVER=${CBENCH_SERVER:-build/cbench-server}
