@@ -183,7 +183,9 @@ static int lower_eq(const char *a, size_t n, const char *lit) {
 
 static int on_message_begin(llhttp_t *p) {
   h1_t *h = H(p);
-  if (h->requests > 0) cb__conn_head_begin(h->c); /* pipelined heads: each has its own header timeout */
+  /* Pipelined heads: each has its own header timeout. Only in header mode: from another mode, conn.c starts the
+   * header timeout (and its start) when the head is still incomplete after this event. */
+  if (h->requests > 0 && h->c->timer_mode == CB__TIMER_HEADER) cb__conn_head_begin(h->c);
   h->head_len = 0;
   h->nhdrs = 0;
   h->url = "";
