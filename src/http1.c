@@ -1064,22 +1064,20 @@ static int unknown_method(h1_t *h, const char *pos, const char *start, const cha
   return 0;
 }
 
-static int parse(h1_t *h, const char *data, size_t len) {
-  const char *end = data + len, *start = data;
-  llhttp_errno_t e;
-  if (len == 0) return 0;
-  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
-    h->url_at_end = 0;
-    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
-      send_error(h, 400);
-      return 0;
-    }
-  }
-  /* A loop, not recursion: a read can hold thousands of pauses (extensions, upgrade requests). */
-  for (;;) {
-    h->exec_end = end;
-    e = llhttp_execute(&h->parser, data, (size_t)(end - data));
-    h->last_byte = end[-1];
+/* llhttp over data[0..end): the error code it stopped with. */
+static llhttp_errno_t run(h1_t *h, const char *data, const char *end) {
+  h->exec_end = end;
+  llhttp_errno_t e = llhttp_execute(&h->parser, data, (size_t)(end - data));
+  h->last_byte = end[-1];
+  return e;
+}
+
+/* llhttp stopped with e (not HPE_OK) in data[0..end), start being the read's first byte: a pause, an upgrade or
+ * an error. Goes on where that says to: a loop, not recursion, as a read can hold thousands of pauses
+ * (extensions, upgrade requests). */
+static __attribute__((noinline)) int parse_stopped(h1_t *h, const char *start, const char *data, const char *end,
+                                                   llhttp_errno_t e) {
+  for (;; e = run(h, data, end)) {
     if (e == HPE_OK) return pin_if_needed(h);
     const char *pos = llhttp_get_error_pos(&h->parser);
     if (e == HPE_PAUSED && h->ext_resume) {
@@ -1113,6 +1111,19 @@ static int parse(h1_t *h, const char *data, size_t len) {
     send_error(h, h->err_status ? h->err_status : 400);
     return 0;
   }
+}
+
+static int parse(h1_t *h, const char *data, size_t len) {
+  if (len == 0) return 0;
+  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
+    h->url_at_end = 0;
+    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
+      send_error(h, 400);
+      return 0;
+    }
+  }
+  llhttp_errno_t e = run(h, data, data + len);
+  return e == HPE_OK ? pin_if_needed(h) : parse_stopped(h, data, data, data + len, e);
 }
 
 static int h1_read(cb__conn_t *c, const char *data, size_t len) {
