@@ -2,13 +2,16 @@
 # Instructions per request of cbench-server (issue 11), counted by callgrind: independent of the machine's load,
 # so it can drive optimisation on a busy machine where CPU-time figures are noise.
 #
-#   bench/instr.sh [--n1 N] [--n2 N] [--conns C] [CASE...]
+#   bench/instr.sh [--n1 N] [--n2 N] [--conns C] [--where] [CASE...]
 #
 # CASE is one of h1 (HTTP/1.1 /hello), h1-nojournal, h2c (/hello, -m 10), h2c-nojournal, floor (bench/floor:
 # one read and one canned write per request, the HTTP/1.1 floor); default: h1 h2c floor.
 # Each case runs the server (one thread) under callgrind twice, loaded by h2load with N1 and then N2 requests
 # over C connections (default 2000 / 12000, 50): the difference of the two totals over N2 - N1 cancels the
-# start-up, the stop and the connections' set-up.
+# start-up, the stop and the connections' set-up. With --where, each case's instructions per request are also
+# split by where they go (the parser, the header callbacks, routing, the response, the write, the connection
+# step...: the `where` table below), each part by the same difference. The parts are made for HTTP/1.1: on h2c,
+# http2.c and nghttp2 count as the response.
 set -euo pipefail
 
 SERVER=${CBENCH_SERVER:-build/cbench-server}
@@ -16,14 +19,16 @@ FLOOR=${CBENCH_FLOOR:-build/bench-floor}
 N1=2000
 N2=12000
 CONNS=50
+WHERE=0
 cases=()
 while [ $# -gt 0 ]; do
   case $1 in
     --n1) N1=$2; shift 2 ;;
     --n2) N2=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
+    --where) WHERE=1; shift ;;
     h1|h1-nojournal|h2c|h2c-nojournal|floor) cases+=("$1"); shift ;;
-    *) echo "usage: bench/instr.sh [--n1 N] [--n2 N] [--conns C] [h1|h1-nojournal|h2c|h2c-nojournal|floor]..." >&2
+    *) echo "usage: bench/instr.sh [--n1 N] [--n2 N] [--conns C] [--where] [h1|h1-nojournal|h2c|h2c-nojournal|floor]..." >&2
        exit 2 ;;
   esac
 done
@@ -73,6 +78,37 @@ load() { # PROTO N
     { echo "h2load failed: $(cat "$work/h2load.out")" >&2; exit 1; }
 }
 
+# Where the instructions go: the first pattern (an awk regular expression on callgrind_annotate's function
+# column, file:function [object]) that matches a function takes its self cost.
+where=(
+  "llhttp: the parser and its callback wrappers|llhttp|smmintrin"
+  "request line and header callbacks (url, version, names, values)|http1.c:(on_url|on_version|on_method_complete|on_header_|head_|pin_head|note_header|lower_is|count_head|grow_hdrs)"
+  "head complete: Host check, method, keep-alive|http1.c:(on_headers_complete|valid_host|host_ok|head_complete|path_length)"
+  "route lookup and dispatch|(route_table|route).c:(cb__rtable_dispatch|cb__req_dispatch|cb__route_match|hash_bytes|probe|lookup)|internal.h:cb__rtable_dispatch"
+  "response: head, body, end (handler, output queue)|http1.c:(h1_head|new_head|format_head|h1_data|h1_end|chunk_size_line)|handlers.c|internal.h|http_status.c|outq.c:(cb__outq_copy|cb__outq_reserve|cb__outq_commit|push|cb__outq_ref)|http2.c|nghttp2"
+  "write and release (flush, route-table use)|outq.c:(cb__outq_flush|consume|entry_ptr)|release|run_releases"
+  "request state taken and given back|http1.c:(h1_wake|h1_free|h1_rest)|outq.c:(outq_rest|outq_wake|cb__outq_rest)|pool.c|malloc|free"
+  "message begin and complete|http1.c:(on_message_begin|on_message_complete|finish_request)|cb__conn_head_begin"
+  "connection step (poll, read, after-event, timers)|conn.c|http1.c:(h1_after|h1_timer_mode|h1_writable|h1_read|parse)|uv_now"
+  "journal|journal.c"
+  "system calls: libc's read(2), write(2), writev(2), syscall(2) wrappers|read.c|write.c|writev.c|cancellation|syscall"
+  "libuv's loop|libuv"
+  "memcpy, memcmp, memchr, strlen, memset|memmove|memcpy|memcmp|memchr|strlen|memset"
+)
+
+# parts FILE: one line per part of `where` (its name, then its self cost), then "other" for the rest.
+parts() {
+  callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null | awk -v spec="$(printf '%s\n' "${where[@]}")" '
+    BEGIN { n = split(spec, lines, "\n"); for (i = 1; i <= n; i++) if (lines[i] != "") {
+              k = index(lines[i], "|"); name[++m] = substr(lines[i], 1, k - 1); re[m] = substr(lines[i], k + 1) } }
+    /^ *[0-9,]+ +\( *[0-9.]+%\) +[^ ]/ {
+      v = $1; gsub(",", "", v); f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f)
+      if (f ~ /^PROGRAM TOTALS/) next
+      for (i = 1; i <= m; i++) if (f ~ re[i]) { sum[i] += v; next }
+      other += v }
+    END { for (i = 1; i <= m; i++) printf "%s\t%d\n", name[i], sum[i]; printf "other\t%d\n", other }'
+}
+
 for c in "${cases[@]}"; do
   proto=h1
   args=("$SERVER" --port 0 --threads 1)
@@ -88,7 +124,12 @@ for c in "${cases[@]}"; do
     load "$proto" "$n"
     stop
     ir+=("$(awk '/^summary:|^totals:/ {print $2; exit}' "$work/cg.out")")
+    [ "$WHERE" = 1 ] && parts "$work/cg.out" >"$work/parts.$n"
   done
   awk -v c="$c" -v a="${ir[0]}" -v b="${ir[1]}" -v n=$((N2 - N1)) \
     'BEGIN { printf "%-14s %8.0f instructions per request\n", c, (b - a) / n }'
+  if [ "$WHERE" = 1 ]; then
+    paste "$work/parts.$N1" "$work/parts.$N2" | awk -F '\t' -v n=$((N2 - N1)) \
+      '{ v = ($4 - $2) / n; if (v > -0.5 && v < 0.5) v = 0; printf "  %8.0f  %s\n", v, $1 }'
+  fi
 done

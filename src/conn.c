@@ -202,7 +202,10 @@ static void flush(cb__conn_t *c) {
     c->out.released = 0;
   }
   if (c->rel_n > 0 && c->out.written >= c->rel_mark) run_releases(c);
-  if (c->out.bytes == 0) cb__outq_rest(&c->out); /* all written: the storage goes back to the worker */
+  /* All written: the storage goes back to the worker; or, on a connection in idle mode whose protocol rests,
+   * at the rest step (CB__REST_MS without an event, on_timer), so that a busy keep-alive connection keeps it
+   * from one response to the next. The other modes have no rest step. */
+  if (c->out.bytes == 0 && !(c->timer_mode == CB__TIMER_IDLE && c->ops && c->ops->rest)) cb__outq_rest(&c->out);
 }
 
 static void update_poll(cb__conn_t *c) {
@@ -352,7 +355,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   }
   if (events & UV_READABLE) {
     ssize_t n;
-    do n = read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
+    do n = cb__sys_read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
     while (n < 0 && errno == EINTR);
     if (n > 0) {
       input(c, c->w->rbuf, (size_t)n);

@@ -24,14 +24,21 @@
 typedef struct {
   llhttp_t parser;
   cb__conn_t *c;
-  /* The head: url and the kept headers, copied because a head may span reads. Headers hold offsets into
-   * `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
+  /* The head: url and the kept headers. While `direct` is set, they point into the bytes being parsed (`url`,
+   * the entries of `hdrs`, the name being read in `field`): most heads arrive in one read and are parsed before
+   * it returns. Once a read ends inside a head, or a request outlives the bytes it came in (answered later, a
+   * body still coming), the head is copied into `head` (pin_head) and goes on there: then headers hold offsets
+   * into `head` while parsing and pointers once the head is complete (the buffer no longer moves then). */
   char *head;
   size_t head_len, head_cap;
   cb__hdr_t *hdrs;
   int nhdrs, hdrs_cap;
+  const char *url;
   size_t url_len;
-  size_t head_bytes;  /* counted against max_header_bytes */
+  const char *field;
+  size_t field_len;
+  uint8_t direct;
+  int64_t head_left;  /* max_header_bytes less what the head has taken so far */
   size_t trailer_bytes; /* the trailer section of a chunked body, counted against its own max_header_bytes */
   size_t ext_bytes;     /* chunk extensions of the request, counted against their own max_header_bytes */
   size_t ext_len;       /* bytes of the current extension name or value */
@@ -81,29 +88,70 @@ static h1_t *H(llhttp_t *p) { return (h1_t *)p; }
 
 /* ---- the head ---- */
 
+/* Room for n more bytes in `head`. */
+static int head_room(h1_t *h, size_t n) {
+  if (h->head_len + n <= h->head_cap) return 0;
+  size_t cap = h->head_cap;
+  while (cap < h->head_len + n) cap *= 2;
+  char *b = h->head == h->head_buf ? malloc(cap) : realloc(h->head, cap);
+  if (b == NULL) return -1;
+  if (h->head == h->head_buf) memcpy(b, h->head_buf, h->head_len);
+  h->head = b;
+  h->head_cap = cap;
+  return 0;
+}
+
+/* Copies p[0..n) to the end of `head` (head_room() was called). Returns its offset. */
+static size_t head_put(h1_t *h, const char *p, size_t n) {
+  size_t off = h->head_len;
+  if (n > 0) memcpy(h->head + off, p, n);
+  h->head_len += n;
+  return off;
+}
+
 static int head_append(h1_t *h, const char *p, size_t n) {
   /* Once the head is complete its offsets are pointers into `head`: growing it would free what they point
    * to. Nothing may append then (trailers take their own path); refuse rather than move the buffer. */
   if (!h->in_head) return -1;
   if (n == 0) return 0;
-  if (h->head_len + n > h->head_cap) {
-    size_t cap = h->head_cap;
-    while (cap < h->head_len + n) cap *= 2;
-    char *b = h->head == h->head_buf ? malloc(cap) : realloc(h->head, cap);
-    if (b == NULL) return -1;
-    if (h->head == h->head_buf) memcpy(b, h->head_buf, h->head_len);
-    h->head = b;
-    h->head_cap = cap;
-  }
-  memcpy(h->head + h->head_len, p, n);
-  h->head_len += n;
+  if (head_room(h, n) != 0) return -1;
+  head_put(h, p, n);
   return 0;
+}
+
+static void head_complete(h1_t *h);
+
+/* The head stops pointing into the bytes being parsed: its pieces are copied into `head` and it goes on there
+ * (see h1_t). All or nothing: on failure (out of memory) the head is unchanged. */
+static int pin_head(h1_t *h) {
+  size_t need = h->url_len + (h->in_head && h->keep_cur == 2 ? h->field_len : 0);
+  for (int i = 0; i < h->nhdrs; i++) need += h->hdrs[i].name_len + h->hdrs[i].value_len;
+  h->head_len = 0;
+  if (head_room(h, need) != 0) return -1;
+  h->direct = 0;
+  head_put(h, h->url, h->url_len);
+  for (int i = 0; i < h->nhdrs; i++) {
+    cb__hdr_t *hd = &h->hdrs[i];
+    hd->name = (const char *)(uintptr_t)head_put(h, hd->name, hd->name_len);
+    hd->value = (const char *)(uintptr_t)head_put(h, hd->value, hd->value_len);
+  }
+  if (!h->in_head) {
+    head_complete(h); /* a complete head: its offsets become pointers now */
+  } else if (h->keep_cur == 2) {
+    h->field_start = head_put(h, h->field, h->field_len);
+  }
+  return 0;
+}
+
+/* A request still needs its head after the bytes being parsed are gone. */
+static int pin_if_needed(h1_t *h) {
+  return h->direct && (h->in_msg || h->req.handler != NULL) ? pin_head(h) : 0;
 }
 
 /* The request line plus headers may not exceed the limit: 431. */
 static int count_head(h1_t *h, size_t n) {
-  h->head_bytes += n;
-  if (h->head_bytes > h->c->w->cfg->max_header_bytes) {
+  h->head_left -= (int64_t)n; /* n is at most a read's length */
+  if (h->head_left < 0) {
     h->err_status = 431;
     return -1;
   }
@@ -135,11 +183,16 @@ static int lower_eq(const char *a, size_t n, const char *lit) {
 
 static int on_message_begin(llhttp_t *p) {
   h1_t *h = H(p);
-  if (h->requests > 0) cb__conn_head_begin(h->c); /* pipelined heads: each has its own header timeout */
+  /* Pipelined heads: each has its own header timeout. Only in header mode: from another mode, conn.c starts the
+   * header timeout (and its start) when the head is still incomplete after this event. */
+  if (h->requests > 0 && h->c->timer_mode == CB__TIMER_HEADER) cb__conn_head_begin(h->c);
   h->head_len = 0;
   h->nhdrs = 0;
+  h->url = "";
   h->url_len = 0;
-  h->head_bytes = 14; /* method, version and line ends: roughly what the request line costs beyond the url */
+  h->direct = 1;
+  /* 14: method, version and line ends, roughly what the request line costs beyond the url */
+  h->head_left = (int64_t)h->c->w->cfg->max_header_bytes - 14;
   h->trailer_bytes = 0;
   h->ext_bytes = 0;
   h->ext_len = 0;
@@ -163,7 +216,12 @@ static int on_message_begin(llhttp_t *p) {
 
 static int on_url(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
-  if (count_head(h, n) || head_append(h, at, n)) return -1;
+  if (count_head(h, n)) return -1;
+  if (h->direct && h->url_len == 0) {
+    h->url = at;
+  } else if (!(h->direct && at == h->url + h->url_len)) {
+    if ((h->direct && pin_head(h) != 0) || head_append(h, at, n) != 0) return -1;
+  }
   h->url_len += n;
   /* A target ended by the line's end, without a version, is an HTTP/0.9 request: 400 at once (llhttp would
    * wait for header lines). Where the target reaches the end of the read, the next read's first byte
@@ -221,6 +279,11 @@ static int on_method_complete(llhttp_t *p) {
 
 static int on_version(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
+  if (n == 3 && h->version_len == 0) { /* the usual case: all of it at once */
+    memcpy(h->version, at, 3);
+    h->version_len = 3;
+    return 0;
+  }
   for (size_t i = 0; i < n && h->version_len < sizeof h->version; i++) h->version[h->version_len++] = at[i];
   return 0;
 }
@@ -264,16 +327,53 @@ static int unknown_version(const h1_t *h) {
 static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (h->in_head ? count_head(h, n) : count_trailer(h, n)) return -1;
+#if !LLHTTP_STRICT_MODE
+  /* Strict mode refuses every byte of a name (head and trailers) that is not a token character (its table is
+   * RFC 9110's tchar, proto_header_name_bytes); without it llhttp 8.1 lets spaces through. */
   for (size_t i = 0; i < n; i++)
     if (!tchar[(unsigned char)at[i]]) return -1; /* 400 */
+#endif
   if (!h->in_head) { /* a trailer: only remember that the name is not empty */
     h->keep_cur = 2;
     return 0;
+  }
+  if (h->direct) {
+    if (h->keep_cur != 2) {
+      h->field = at;
+      h->field_len = n;
+      h->keep_cur = 2;
+      return 0;
+    }
+    if (at == h->field + h->field_len) {
+      h->field_len += n;
+      return 0;
+    }
+    if (pin_head(h) != 0) return -1;
   }
   if (h->keep_cur == 2) return head_append(h, at, n); /* a name split across reads goes on */
   h->field_start = h->head_len;
   h->keep_cur = 2;
   return head_append(h, at, n);
+}
+
+/* Whether name[0..n) is lit (lowercase, 4 to 16 bytes) without case, for a name llhttp has let through: a token
+ * (its strict mode checks), in which no byte but an uppercase letter changes with OR 0x20 into a byte of lit
+ * (letters, digits, '-'). Word-wide: two overlapping loads each side. */
+static int lower_is(const char *name, const char *lit, size_t n) {
+  if (n >= 8) {
+    uint64_t a, b, x, y;
+    memcpy(&a, name, 8);
+    memcpy(&b, name + n - 8, 8);
+    memcpy(&x, lit, 8);
+    memcpy(&y, lit + n - 8, 8);
+    return (((a | 0x2020202020202020ull) ^ x) | ((b | 0x2020202020202020ull) ^ y)) == 0;
+  }
+  uint32_t a, b, x, y;
+  memcpy(&a, name, 4);
+  memcpy(&b, name + n - 4, 4);
+  memcpy(&x, lit, 4);
+  memcpy(&y, lit + n - 4, 4);
+  return (((a | 0x20202020u) ^ x) | ((b | 0x20202020u) ^ y)) == 0;
 }
 
 /* Remembers where the headers the engine reads are (by the length first: most names are none of them). */
@@ -287,10 +387,21 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
     case 14: slot = &h->settings_idx; lit = "http2-settings"; break;
     default: return;
   }
-  for (size_t i = 0; i < n; i++) /* n is lit's length */
-    if ((char)(name[i] | (name[i] >= 'A' && name[i] <= 'Z' ? 32 : 0)) != lit[i]) return;
+  if (!lower_is(name, lit, n)) return; /* n is lit's length */
   if (slot == &h->host_idx) h->host_count++;
   if (*slot < 0) *slot = idx;
+}
+
+/* Twice the room for header entries (past the inline ones: heap). */
+static __attribute__((noinline)) int grow_hdrs(h1_t *h) {
+  int cap = 2 * h->hdrs_cap;
+  cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a)
+                                        : realloc(h->hdrs, (size_t)cap * sizeof *a);
+  if (a == NULL) return -1;
+  if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
+  h->hdrs = a;
+  h->hdrs_cap = cap;
+  return 0;
 }
 
 static int on_header_field_complete(llhttp_t *p) {
@@ -302,25 +413,24 @@ static int on_header_field_complete(llhttp_t *p) {
   }
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
-  if (h->keep_cur != 2 || h->head_len == h->field_start) return -1;
+  if (h->keep_cur != 2) return -1;
+  const char *name = h->direct ? h->field : h->head + h->field_start;
+  size_t n = h->direct ? h->field_len : h->head_len - h->field_start;
+  if (n == 0) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
-  size_t n = h->head_len - h->field_start;
   h->keep_cur = 1;
-  if (h->nhdrs == h->hdrs_cap) {
-    int cap = 2 * h->hdrs_cap;
-    cb__hdr_t *a = h->hdrs == h->hdrs_buf ? malloc((size_t)cap * sizeof *a)
-                                          : realloc(h->hdrs, (size_t)cap * sizeof *a);
-    if (a == NULL) return -1;
-    if (h->hdrs == h->hdrs_buf) memcpy(a, h->hdrs_buf, sizeof h->hdrs_buf);
-    h->hdrs = a;
-    h->hdrs_cap = cap;
-  }
-  note_header(h, h->head + h->field_start, n, h->nhdrs);
+  if (h->nhdrs == h->hdrs_cap && grow_hdrs(h) != 0) return -1;
+  note_header(h, name, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
-  hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
   hd->name_len = n;
-  hd->value = (const char *)(uintptr_t)h->head_len;
   hd->value_len = 0;
+  if (h->direct) {
+    hd->name = name;
+    hd->value = name + n; /* an empty value points somewhere valid */
+  } else {
+    hd->name = (const char *)(uintptr_t)h->field_start; /* offsets until the head is complete */
+    hd->value = (const char *)(uintptr_t)h->head_len;
+  }
   return 0;
 }
 
@@ -329,8 +439,21 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   if (!h->in_head) return count_trailer(h, n);
   if (count_head(h, n)) return -1;
   if (!h->keep_cur) return 0;
+  cb__hdr_t *hd = &h->hdrs[h->nhdrs - 1];
+  if (h->direct) {
+    if (hd->value_len == 0) {
+      hd->value = at;
+      hd->value_len = n;
+      return 0;
+    }
+    if (at == hd->value + hd->value_len) {
+      hd->value_len += n;
+      return 0;
+    }
+    if (pin_head(h) != 0) return -1;
+  }
   if (head_append(h, at, n)) return -1;
-  h->hdrs[h->nhdrs - 1].value_len += n;
+  hd->value_len += n;
   return 0;
 }
 
@@ -371,13 +494,11 @@ static int valid_host(const char *v, size_t n) {
     if (i == n || i == 1) return 0;
     i++;
   } else {
-    for (; i < n && v[i] != ':'; i++) {
-      if (v[i] == '%') {
-        if (i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
-        i += 2;
-      } else if (!host_char(v[i], 0)) {
-        return 0;
-      }
+    for (; i < n; i++) {
+      if (host_tab[(unsigned char)v[i]] == 1) continue; /* the common case first: a reg-name character */
+      if (v[i] == ':') break;
+      if (v[i] != '%' || i + 2 >= n || !is_hex(v[i + 1]) || !is_hex(v[i + 2])) return 0;
+      i += 2;
     }
   }
   if (i < n && v[i++] != ':') return 0;
@@ -389,7 +510,16 @@ static int valid_host(const char *v, size_t n) {
 static int host_ok(const h1_t *h) {
   if (h->host_count > 1) return 0;
   const cb__hdr_t *host = header_at(h, h->host_idx);
-  return host ? valid_host(host->value, host->value_len) : h->http10;
+  if (host == NULL) return h->http10;
+  cb__h1_worker_t *hw = &h->c->w->h1;
+  size_t n = host->value_len;
+  if (n == hw->host_len && n > 0 && cb__same_bytes(host->value, hw->host, n)) return 1; /* as last time */
+  if (!valid_host(host->value, n)) return 0;
+  if (n <= sizeof hw->host) {
+    memcpy(hw->host, host->value, n);
+    hw->host_len = (uint8_t)n;
+  }
+  return 1;
 }
 
 /* Whether a token list (a header value) holds `token`, compared without case. */
@@ -416,19 +546,33 @@ static int wants_h2c(h1_t *h, int has_body) {
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
 }
 
-static uint16_t method_bit(uint8_t m) {
-  switch (m) {
-    case HTTP_GET: return CB_METHOD_GET;
-    case HTTP_HEAD: return CB_METHOD_HEAD;
-    case HTTP_POST: return CB_METHOD_POST;
-    case HTTP_PUT: return CB_METHOD_PUT;
-    case HTTP_DELETE: return CB_METHOD_DELETE;
-    case HTTP_PATCH: return CB_METHOD_PATCH;
-    case HTTP_OPTIONS: return CB_METHOD_OPTIONS;
-    case HTTP_CONNECT: return CB_METHOD_CONNECT;
-    case HTTP_TRACE: return CB_METHOD_TRACE;
-    default: return 0;
+/* The methods on_method_complete lets through (known_method): their bit and name. */
+#define METHOD(m, bit) [HTTP_##m] = {bit, sizeof #m - 1, #m}
+static const struct {
+  uint16_t bit;
+  uint8_t len;
+  const char *name;
+} methods[HTTP_PATCH + 1] = {
+    METHOD(GET, CB_METHOD_GET),     METHOD(HEAD, CB_METHOD_HEAD),       METHOD(POST, CB_METHOD_POST),
+    METHOD(PUT, CB_METHOD_PUT),     METHOD(DELETE, CB_METHOD_DELETE),   METHOD(PATCH, CB_METHOD_PATCH),
+    METHOD(OPTIONS, CB_METHOD_OPTIONS), METHOD(CONNECT, CB_METHOD_CONNECT), METHOD(TRACE, CB_METHOD_TRACE),
+};
+#undef METHOD
+
+/* The head is complete: the request's path and headers point at it (into the bytes parsed, or into `head`,
+ * which stops moving here: offsets become pointers). */
+static void head_complete(h1_t *h) {
+  cb__req_t *r = &h->req;
+  r->headers = h->hdrs;
+  if (h->direct) {
+    r->path = h->url;
+    return;
   }
+  for (int i = 0; i < h->nhdrs; i++) {
+    h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
+    h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
+  }
+  r->path = h->head;
 }
 
 static int on_headers_complete(llhttp_t *p) {
@@ -437,18 +581,20 @@ static int on_headers_complete(llhttp_t *p) {
   const cb_config_t *cfg = c->w->cfg;
   cb__req_t *r = &h->req;
   h->in_head = 0;
-  for (int i = 0; i < h->nhdrs; i++) { /* the buffer stops moving here: offsets become pointers */
-    h->hdrs[i].name = h->head + (uintptr_t)h->hdrs[i].name;
-    h->hdrs[i].value = h->head + (uintptr_t)h->hdrs[i].value;
-  }
-  r->path = h->head;
+  head_complete(h);
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
-  r->headers = h->hdrs;
   r->nheaders = h->nhdrs;
-  r->method = method_bit(llhttp_get_method(p));
-  r->method_str = llhttp_method_name(llhttp_get_method(p));
-  r->method_len = strlen(r->method_str);
+  uint8_t m = llhttp_get_method(p);
+  if (m < sizeof methods / sizeof methods[0] && methods[m].bit != 0) {
+    r->method = methods[m].bit;
+    r->method_str = methods[m].name;
+    r->method_len = methods[m].len;
+  } else { /* not reached: on_method_complete refused it */
+    r->method = 0;
+    r->method_str = llhttp_method_name(m);
+    r->method_len = strlen(r->method_str);
+  }
   h->http10 = p->http_major == 1 && p->http_minor == 0;
   if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
@@ -617,25 +763,21 @@ static char *put_u64(char *p, uint64_t v) {
   return p;
 }
 
-static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
-                    int64_t content_length) {
-  h1_t *h = r->stream;
-  cb__conn_t *c = h->c;
+/* The connection header a head ends with. */
+enum { CONN_NONE, CONN_CLOSE, CONN_KEEP_ALIVE };
+
+/* Formats a head into o (room for head_room() bytes); returns its end. */
+static char *format_head(char *o, const cb__worker_t *w, int status, const char *ctype, size_t ctype_len,
+                         const cb__hdr_t *extra, int nextra, int64_t content_length, int chunked, int conn_hdr) {
   const char *reason = cb__reason(status);
-  size_t reason_len = strlen(reason);
-  size_t ctype_len = ctype ? strlen(ctype) : 0;
-  size_t need = 64 + reason_len + c->w->date_len + ctype_len + 64;
-  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
-  char *start = cb__outq_reserve(&c->out, need);
-  if (start == NULL) return;
-  char *o = PUTS(start, "HTTP/1.1 ");
+  o = PUTS(o, "HTTP/1.1 ");
   *o++ = (char)('0' + status / 100);
   *o++ = (char)('0' + status / 10 % 10);
   *o++ = (char)('0' + status % 10);
   *o++ = ' ';
-  o = put(o, reason, reason_len);
+  o = put(o, reason, strlen(reason));
   o = PUTS(o, "\r\n");
-  o = put(o, c->w->date_line, c->w->date_len);
+  o = put(o, w->date_line, w->date_len);
   if (ctype) {
     o = PUTS(o, "content-type: ");
     o = put(o, ctype, ctype_len);
@@ -647,26 +789,74 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
     o = put(o, extra[i].value, extra[i].value_len);
     o = PUTS(o, "\r\n");
   }
-  h->chunked_res = 0;
   if (content_length >= 0) {
     o = PUTS(o, "content-length: ");
     o = put_u64(o, (uint64_t)content_length);
     o = PUTS(o, "\r\n");
-  } else if (content_length == CB__STREAMED) {
-    if (h->http10) {
-      h->keep_alive = 0; /* HTTP/1.0 has no chunked coding: the body ends with the connection */
-    } else {
-      o = PUTS(o, "transfer-encoding: chunked\r\n");
-      h->chunked_res = 1;
-    }
+  } else if (chunked) {
+    o = PUTS(o, "transfer-encoding: chunked\r\n");
   }
-  if (h->stopping) h->keep_alive = 0;
-  if (!h->keep_alive)
+  if (conn_hdr == CONN_CLOSE)
     o = PUTS(o, "connection: close\r\n");
-  else if (h->http10)
+  else if (conn_hdr == CONN_KEEP_ALIVE)
     o = PUTS(o, "connection: keep-alive\r\n");
-  o = PUTS(o, "\r\n");
-  cb__outq_commit(&c->out, (size_t)(o - start));
+  return PUTS(o, "\r\n");
+}
+
+static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length) {
+  uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length;
+  return &w->h1.heads[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
+}
+
+/* Formats a head into the output queue, and into the memo m when there is one. 0, or -1 (out of memory). */
+static __attribute__((noinline)) int new_head(cb__conn_t *c, cb__h1_memo_t *m, int status, const char *ctype,
+                                              const cb__hdr_t *extra, int nextra, int64_t content_length,
+                                              int chunked, int conn_hdr) {
+  cb__worker_t *w = c->w;
+  size_t ctype_len = ctype ? strlen(ctype) : 0;
+  size_t need = 64 + 40 + w->date_len + ctype_len + 64; /* the longest reason phrase is 31 bytes */
+  for (int i = 0; i < nextra; i++) need += extra[i].name_len + extra[i].value_len + 4;
+  char *start = cb__outq_reserve(&c->out, need);
+  if (start == NULL) return -1;
+  char *o = format_head(start, w, status, ctype, ctype_len, extra, nextra, content_length, chunked, conn_hdr);
+  size_t len = (size_t)(o - start);
+  cb__outq_commit(&c->out, len);
+  if (m != NULL && len <= sizeof m->bytes) {
+    m->status = (int16_t)status;
+    m->ctype = ctype;
+    m->content_length = content_length;
+    m->conn_hdr = (uint8_t)conn_hdr;
+    m->len = (uint8_t)len;
+    m->date_gen = w->date_gen;
+    memcpy(m->bytes, start, len);
+  }
+  return 0;
+}
+
+static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
+                    int64_t content_length) {
+  h1_t *h = r->stream;
+  cb__conn_t *c = h->c;
+  cb__worker_t *w = c->w;
+  int chunked = content_length == CB__STREAMED && !h->http10;
+  /* HTTP/1.0 has no chunked coding: a body of unknown length ends with the connection. */
+  int keep_alive = h->keep_alive && !h->stopping && !(content_length == CB__STREAMED && h->http10);
+  int conn_hdr = !keep_alive ? CONN_CLOSE : h->http10 ? CONN_KEEP_ALIVE : CONN_NONE;
+  /* Heads without extra headers (the fixture answers) come from the memo while the Date line is the same. */
+  cb__h1_memo_t *m = NULL;
+  if (nextra == 0) {
+    m = memo_slot(w, status, ctype, content_length);
+    if (m->status == status && m->ctype == ctype && m->content_length == content_length &&
+        m->conn_hdr == conn_hdr && m->date_gen == w->date_gen) {
+      if (cb__outq_copy(&c->out, m->bytes, m->len) != 0) return;
+    } else if (new_head(c, m, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+      return;
+    }
+  } else if (new_head(c, NULL, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+    return;
+  }
+  h->chunked_res = (uint8_t)chunked;
+  h->keep_alive = (uint8_t)keep_alive;
   r->res_state = CB__RES_HEAD;
 }
 
@@ -695,10 +885,23 @@ static int chunk_size_line(cb__conn_t *c, size_t n) {
   return 0;
 }
 
+static int data_piece(h1_t *h, const char *p, size_t n, int flags);
+
 static int h1_data(cb__req_t *r, const char *p, size_t n, int flags) {
   h1_t *h = r->stream;
-  cb__conn_t *c = h->c;
   flags &= CB__DATA_OWNERSHIP; /* chunks are pieces already */
+  /* The usual piece (a fixed body): a few static or passed bytes, copied after the head. */
+  if ((flags == CB__DATA_STATIC || flags == CB__DATA_COPY) && n - 1 < CB__COPY_MAX && !h->head_only &&
+      !h->chunked_res) {
+    cb__outq_copy(&h->c->out, p, n);
+    return over_high_water(h->c);
+  }
+  return data_piece(h, p, n, flags);
+}
+
+/* Any piece: dropped (HEAD, empty), chunked, copied or referenced, its buffer freed or kept. */
+static __attribute__((noinline)) int data_piece(h1_t *h, const char *p, size_t n, int flags) {
+  cb__conn_t *c = h->c;
   if (h->head_only || n == 0) {
     drop_data(c, p, n, flags);
     return 0;
@@ -786,6 +989,9 @@ static void send_error(h1_t *h, int status) {
 /* ---- input ---- */
 
 static int hold(h1_t *h, const char *p, size_t n) {
+  /* The bytes being parsed are about to move (held input) or go (the read buffer): a request that lives on
+   * keeps its head. */
+  if (pin_if_needed(h) != 0) return -1;
   if (n == 0) return 0;
   if (h->pending == NULL && n <= CB__BLOCK_4K) {
     h->pending = cb__cache_get(&h->c->w->caches.b4k);
@@ -858,23 +1064,21 @@ static int unknown_method(h1_t *h, const char *pos, const char *start, const cha
   return 0;
 }
 
-static int parse(h1_t *h, const char *data, size_t len) {
-  const char *end = data + len, *start = data;
-  llhttp_errno_t e;
-  if (len == 0) return 0;
-  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
-    h->url_at_end = 0;
-    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
-      send_error(h, 400);
-      return 0;
-    }
-  }
-  /* A loop, not recursion: a read can hold thousands of pauses (extensions, upgrade requests). */
-  for (;;) {
-    h->exec_end = end;
-    e = llhttp_execute(&h->parser, data, (size_t)(end - data));
-    h->last_byte = end[-1];
-    if (e == HPE_OK) return 0;
+/* llhttp over data[0..end): the error code it stopped with. */
+static llhttp_errno_t run(h1_t *h, const char *data, const char *end) {
+  h->exec_end = end;
+  llhttp_errno_t e = llhttp_execute(&h->parser, data, (size_t)(end - data));
+  h->last_byte = end[-1];
+  return e;
+}
+
+/* llhttp stopped with e (not HPE_OK) in data[0..end), start being the read's first byte: a pause, an upgrade or
+ * an error. Goes on where that says to: a loop, not recursion, as a read can hold thousands of pauses
+ * (extensions, upgrade requests). */
+static __attribute__((noinline)) int parse_stopped(h1_t *h, const char *start, const char *data, const char *end,
+                                                   llhttp_errno_t e) {
+  for (;; e = run(h, data, end)) {
+    if (e == HPE_OK) return pin_if_needed(h);
     const char *pos = llhttp_get_error_pos(&h->parser);
     if (e == HPE_PAUSED && h->ext_resume) {
       /* After a token extension value ended by ';' (see on_ext_value_complete), llhttp 8.1 has consumed the
@@ -889,7 +1093,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
       continue;
     }
     if (e == HPE_PAUSED) {
-      if (h->dead) return 0;
+      if (h->dead) return pin_if_needed(h);
       return hold(h, pos, (size_t)(end - pos));
     }
     if (e == HPE_PAUSED_UPGRADE && h->upgrade_h2c) return upgrade(h, pos, end);
@@ -897,7 +1101,7 @@ static int parse(h1_t *h, const char *data, size_t len) {
     if (e == HPE_PAUSED_UPGRADE) {
       /* Upgrade requests are served as plain HTTP/1.1 (h2c upgrades are taken in on_message_complete). */
       llhttp_resume_after_upgrade(&h->parser);
-      if (h->dead) return 0;
+      if (h->dead) return pin_if_needed(h);
       if (h->waiting) return hold(h, pos, (size_t)(end - pos));
       data = pos;
       continue;
@@ -907,6 +1111,19 @@ static int parse(h1_t *h, const char *data, size_t len) {
     send_error(h, h->err_status ? h->err_status : 400);
     return 0;
   }
+}
+
+static int parse(h1_t *h, const char *data, size_t len) {
+  if (len == 0) return 0;
+  if (h->url_at_end) { /* the target reached the end of the last read (on_url) */
+    h->url_at_end = 0;
+    if (h->in_head && (data[0] == '\r' || data[0] == '\n')) {
+      send_error(h, 400);
+      return 0;
+    }
+  }
+  llhttp_errno_t e = run(h, data, data + len);
+  return e == HPE_OK ? pin_if_needed(h) : parse_stopped(h, data, data, data + len, e);
 }
 
 static int h1_read(cb__conn_t *c, const char *data, size_t len) {
@@ -954,7 +1171,10 @@ static void h1_after(cb__conn_t *c) {
       cb__conn_close_linger(c);
     }
   }
-  h1_rest(c); /* between requests: hold nothing */
+  /* Between requests the state goes back at once, unless the connection is in idle mode, that is it has been
+   * served before (keep-alive traffic): then it keeps it for the next request and gives it back at the rest
+   * step, once idle for CB__REST_MS (conn.c; the output queue does the same). */
+  if (c->timer_mode != CB__TIMER_IDLE) h1_rest(c);
 }
 
 static void h1_eof(cb__conn_t *c) { (void)c; /* c->eof is set; h1_after decides once held input is parsed */ }
@@ -1036,7 +1256,10 @@ static void h1_free(h1_t *h) {
 /* ---- rest: an idle connection holds no HTTP/1.1 state ----
  * Between requests (nothing half-read, held or answered later) the state goes back to the worker's caches and
  * only c->rest_flags and c->rest_byte stay; the next read takes a fresh state. A parser at the start of a
- * message is what llhttp_init makes, so nothing of llhttp is lost. */
+ * message is what llhttp_init makes, so nothing of llhttp is lost. That happens after a connection's first
+ * request, and on a keep-alive connection that goes on (idle mode) at the rest step, once it has had no event
+ * for CB__REST_MS (h1_after, conn.c): a busy connection does not give its state back and take it again for
+ * every request. */
 
 /* A parser at the start of a request, copied into each state (cheaper than llhttp_init). */
 static llhttp_t parser_start;
@@ -1086,6 +1309,7 @@ static const cb__conn_ops_t h1_ops = {
     .timeout = h1_timeout,
     .stop = h1_stop,
     .destroy = h1_destroy,
+    .rest = h1_rest,
 };
 
 static void make_parser_start(void) {

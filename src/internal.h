@@ -23,7 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 #include <uv.h>
 #include "cbench.h"
 
@@ -167,6 +169,12 @@ typedef struct {
 } cb__outq_t;
 
 typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
+
+/* read(2) and write(2) on a connection's socket, as system calls without glibc's wrappers: those are
+ * cancellation points, which in a threaded process cost about 25 instructions each way per call to arm and
+ * disarm; the engine's threads are never cancelled. Same return value and errno. */
+static inline ssize_t cb__sys_read(int fd, void *buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
+static inline ssize_t cb__sys_write(int fd, const void *buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
 
 /* A queue's first entries and arena are one cached block; each moves to the heap and doubles past that. */
 #define CB__OUTQ_ENTRIES 16
@@ -344,6 +352,47 @@ int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls)
 int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
 
+/* http1.c's per-worker memos: response heads it made, kept so that the next head with the same status,
+ * content type, length and connection header, written under the same Date line, is one copy instead of being
+ * formatted again; and the last Host value it found valid (most clients send the same one every time). */
+#define CB__H1_MEMOS 4
+typedef struct {
+  const char *ctype; /* the address of the content type string (always a static string), NULL for none */
+  int64_t content_length;
+  int16_t status;      /* 0: the slot is empty */
+  uint8_t conn_hdr;    /* the connection header it ends with (http1.c) */
+  uint8_t len;         /* bytes of the head */
+  uint32_t date_gen;   /* the worker's date_gen when it was made */
+  char bytes[232];
+} cb__h1_memo_t;
+
+typedef struct {
+  cb__h1_memo_t heads[CB__H1_MEMOS];
+  uint8_t host_len;
+  char host[63];
+} cb__h1_worker_t;
+
+/* a[0..n) == b[0..n). Keys of 4 to 16 bytes (paths, header values) with two overlapping loads, no call. */
+static inline int cb__same_bytes(const char *a, const char *b, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t x0, x1, y0, y1;
+    __builtin_memcpy(&x0, a, 8);
+    __builtin_memcpy(&x1, a + n - 8, 8);
+    __builtin_memcpy(&y0, b, 8);
+    __builtin_memcpy(&y1, b + n - 8, 8);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  if (n >= 4 && n < 8) {
+    uint32_t x0, x1, y0, y1;
+    __builtin_memcpy(&x0, a, 4);
+    __builtin_memcpy(&x1, a + n - 4, 4);
+    __builtin_memcpy(&y0, b, 4);
+    __builtin_memcpy(&y1, b + n - 4, 4);
+    return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+  }
+  return __builtin_memcmp(a, b, n) == 0;
+}
+
 struct cb__worker_s {
   uv_loop_t loop;
   uv_poll_t listener;
@@ -370,6 +419,7 @@ struct cb__worker_s {
   cb__call_t *down_call;          /* a cb_server_down() waiting for the last connection to close */
   char date_line[64]; /* "date: <IMF-fixdate>\r\n" */
   size_t date_len;
+  uint32_t date_gen;  /* counts the refreshes of date_line (memos of what holds it compare it) */
   cb_stats_t stats;
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;
@@ -380,6 +430,7 @@ struct cb__worker_s {
   cb__journal_t *journal; /* NULL when disabled */
   struct cb__defer_w_s *deferred; /* parked requests of deferred routes (deferred.c); NULL until the first */
   cb__caches_t caches;    /* pool.c */
+  cb__h1_worker_t h1;     /* http1.c */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 
@@ -429,7 +480,8 @@ typedef struct {
 
 /* The response API, implemented once per protocol. Handlers call it through cb__res_*(). */
 typedef struct {
-  /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. */
+  /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. ctype is a
+   * static string (HTTP/1.1 keys its memo of recent heads on its address). */
   void (*head)(cb__req_t *r, int status, const char *ctype, const cb__hdr_t *extra, int nextra,
                int64_t content_length);
   /* A piece of body. Returns 1 when the connection's output is above the high-water mark: a generator should

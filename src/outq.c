@@ -119,6 +119,22 @@ void cb__outq_commit(cb__outq_t *q, size_t n) {
 }
 
 int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
+  /* Bytes that fit the arena: no call; and right after its last entry (a body after its head), no new entry. */
+  if (n > 0 && q->arena != NULL && q->alen + n <= q->acap) {
+    cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
+    int extend = last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen;
+    if (extend || q->tail < q->cap) {
+      if (extend)
+        last->len += n;
+      else
+        q->q[q->tail++] =
+            (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
+      memcpy(q->arena + q->alen, p, n);
+      q->alen += n;
+      q->bytes += n;
+      return 0;
+    }
+  }
   char *dst = cb__outq_reserve(q, n);
   if (dst == NULL) return UV_ENOMEM;
   memcpy(dst, p, n);
@@ -242,6 +258,26 @@ static ssize_t flush_to_sink(cb__outq_t *q, cb__sink_fn_t sink, void *arg) {
 ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
   if (fd < 0) return flush_to_sink(q, sink, arg);
   ssize_t total = 0;
+  /* One piece of bytes (a response or a batch of them copied into the arena): one write(2), and when it all
+   * leaves, the queue is empty without walking it. A short write, an error or anything else: the loop below. */
+  if (q->tail - q->head == 1 && (q->q[q->head].kind == CB__OUT_ARENA || q->q[q->head].kind == CB__OUT_REF) &&
+      q->q[q->head].len > 0) {
+    cb__out_t *e = &q->q[q->head];
+    ssize_t r = cb__sys_write(fd, entry_ptr(q, e), e->len);
+    if (r == (ssize_t)e->len) {
+      q->bytes -= (size_t)r;
+      q->written += (size_t)r;
+      q->head = q->tail = 0;
+      q->alen = 0;
+      return r;
+    }
+    if (r > 0) {
+      consume(q, (size_t)r);
+      return r; /* the socket buffer is full */
+    }
+    if (r < 0 && errno == EAGAIN) return 0;
+    if (r < 0 && errno != EINTR) return uv_translate_sys_error(errno);
+  }
   while (q->head < q->tail) {
     cb__out_t *e = &q->q[q->head];
     if (e->kind == CB__OUT_FILE) {

@@ -7,7 +7,8 @@
  * Lifetime: each worker counts the requests it dispatched under a table in its own cache line of that table
  * (non-atomic: only that worker writes it). A request's use ends once its response has left the connection's
  * output queue (a CB__OUT_CALL entry queued behind the response, run when the bytes are written or the
- * connection closes), because responses reference the table's bytes (stub bodies) without copying them. A
+ * connection closes), because responses reference the table's bytes (stub bodies) without copying them (a
+ * fixture route's answer references none: its use ends with the request, cb__rtable_release). A
  * worker that has switched to a newer table and has no use left of the old one lets go of it: one atomic
  * decrement per worker per table; the last worker to let go frees it.
  *
@@ -47,7 +48,11 @@ typedef struct {
   uint64_t uses;   /* requests dispatched under the table whose output has not left yet */
   uint8_t retired; /* the worker has moved to a newer table */
   cb__rtable_t *t;
-  char pad[64 - 2 * sizeof(uint64_t) - sizeof(void *)];
+  /* The exact route that answered the worker's last request when it was the first candidate for its path and
+   * matches on nothing but path and method (no header or query matcher, no claim): a request with the same
+   * path and an allowed method gets it without the lookup. NULL when none. */
+  const cb__route_t *last;
+  char pad[64 - 2 * sizeof(uint64_t) - 2 * sizeof(void *)];
 } use_t;
 
 typedef struct {
@@ -232,9 +237,17 @@ static inline uint32_t hash_bytes(const char *p, size_t n) {
     p += 8;
     n -= 8;
   }
-  if (n > 0) {
-    uint64_t v = 0;
-    memcpy(&v, p, n);
+  if (n > 0) { /* the last 1 to 7 bytes, without a call to memcpy of a variable length */
+    uint64_t v;
+    if (n >= 4) {
+      uint32_t lo, hi;
+      memcpy(&lo, p, 4);
+      memcpy(&hi, p + n - 4, 4);
+      v = lo | (uint64_t)hi << 32;
+    } else {
+      v = (uint64_t)(unsigned char)p[0] | (uint64_t)(unsigned char)p[n / 2] << 8 |
+          (uint64_t)(unsigned char)p[n - 1] << 16;
+    }
     h = (h ^ v) * 0xc4ceb9fe1a85ec53ull;
   }
   h ^= h >> 32;
@@ -263,7 +276,7 @@ static inline bucket_t *probe(const index_t *ix, const char *key, size_t klen, u
   for (uint32_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
     bucket_t *b = &ix->b[i];
     if (b->key == NULL) return b;
-    if (b->hash == h && b->klen == klen && memcmp(b->key, key, klen) == 0) return b;
+    if (b->hash == h && b->klen == klen && cb__same_bytes(b->key, key, klen)) return b;
   }
 }
 
@@ -447,8 +460,23 @@ static inline int try_route(const cb__route_t *rt, cb__req_t *r, const cb__match
   return rt->kind->claim == NULL || rt->kind->claim(rt);
 }
 
+/* Whether rt answers any request with its path and an allowed method, when it is the first candidate. */
+static int path_method_only(const cb__route_t *rt) {
+  return rt->nheaders == 0 && rt->nquery == 0 && rt->kind->claim == NULL;
+}
+
 void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in) {
   cb__rtable_t *t = w->table;
+  use_t *u = &t->use[w->index];
+  const cb__route_t *last = u->last;
+  if (last != NULL && in->path_len == last->path_len && (last->mmask & in->mbit) &&
+      cb__same_bytes(in->path, last->path, last->path_len)) {
+    r->route = last;
+    count(w, 2 * last->slot);
+    r->table = t;
+    u->uses++;
+    return;
+  }
   uint32_t na, nb, nc = (uint32_t)t->nwild, ia = 0, ib = 0, ic = 0;
   const uint32_t *a = lookup(&t->exact, in->path, in->path_len, &na);
   const uint32_t *b = NULL;
@@ -460,6 +488,7 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
     const cb__route_t *rt = t->routes[a[ia++]];
     if (try_route(rt, r, in, &allow, &first405, 1)) {
       hit = rt;
+      if (ia == 1 && path_method_only(rt)) u->last = rt;
       goto found;
     }
   }
@@ -499,13 +528,19 @@ found:
     count(w, 2 * t->not_found->slot);
   }
   r->table = t;
-  t->use[w->index].uses++;
+  u->uses++;
 }
 
 void cb__rtable_release(cb__req_t *r) {
   cb__rtable_t *t = r->table;
   r->table = NULL;
-  cb__conn_release_after(r->conn, use_release, &t->use[r->conn->w->index]);
+  use_t *u = &t->use[r->conn->w->index];
+  /* A fixture route's answer references nothing of the table (static payloads, copies; the route itself is the
+   * registry's for the server's life): its use ends now rather than once the output has left. */
+  if (r->route->fixture)
+    use_release(u, 1);
+  else
+    cb__conn_release_after(r->conn, use_release, u);
 }
 
 cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n) {

@@ -65,8 +65,24 @@ fail:
 
 int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len) {
   if (is_closed(tc)) return 1;
-  cb__conn_input(tc->c, data, len);
+  /* As from a socket: the bytes are valid only during the call (a real read buffer is reused by the next
+   * read). A copy, scribbled over and freed afterwards, makes a reference kept past the call show up (wrong
+   * bytes, or a use after free under the sanitizers). */
+  char *copy = len > 0 ? malloc(len) : NULL;
+  if (len > 0 && copy == NULL) {
+    cb__conn_input(tc->c, data, len);
+    return is_closed(tc);
+  }
+  if (len > 0) memcpy(copy, data, len);
+  cb__conn_input(tc->c, copy ? copy : data, len);
+  if (len > 0) memset(copy, 0xA5, len);
+  free(copy);
   return is_closed(tc);
+}
+
+int cb__testconn_holds(cb__testconn_t *tc) {
+  if (is_closed(tc)) return 0;
+  return (tc->c->proto_state != NULL ? 1 : 0) | (tc->c->out.block != NULL ? 2 : 0);
 }
 
 int cb__testconn_eof(cb__testconn_t *tc) {

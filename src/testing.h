@@ -31,6 +31,9 @@ int cb__testconn_eof(cb__testconn_t *tc);
  * `until_idle` is non-zero, so that /delay responses and timeouts fire. Returns like cb__testconn_feed(). */
 int cb__testconn_run(cb__testconn_t *tc, int until_idle);
 
+/* What the connection holds between requests: 1 its protocol state, 2 its output queue's storage (or'ed). */
+int cb__testconn_holds(cb__testconn_t *tc);
+
 /* Reads the worker's counters. */
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out);
 

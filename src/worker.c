@@ -31,6 +31,7 @@ void cb__date_refresh(cb__worker_t *w) {
                    days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
                    tm.tm_sec);
   w->date_len = n > 0 ? (size_t)n : 0;
+  w->date_gen++;
 }
 
 /* Once a second. The allocator keeps what closed connections freed (291 MB after 9,500 h2c connections): when

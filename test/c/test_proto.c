@@ -149,6 +149,11 @@ static const pcase_t cases[] = {
      "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: 40\r\n\r\n"
      "{\"host\":\"a\",\"x-a\":\"1, 2\",\"x-esc\":\"\\\"\\\\\"}",
      0},
+    /* The handler reads the headers once the body is complete: in a later read when the input is split. */
+    {"headers with a body", "GET /headers HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nX-Long: 0123456789abcdef\r\n\r\nabcde",
+     "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: 61\r\n\r\n"
+     "{\"host\":\"a\",\"content-length\":\"5\",\"x-long\":\"0123456789abcdef\"}",
+     0},
     {"http/1.0", "GET /hello HTTP/1.0\r\n\r\n",
      "HTTP/1.1 200 OK\r\n" D "content-type: text/plain\r\ncontent-length: 11\r\nconnection: close\r\n\r\nHello, Joe!", 1},
     {"http/1.0 keep-alive", "GET /hello HTTP/1.0\r\nconnection: keep-alive\r\n\r\n",
@@ -229,21 +234,46 @@ static void run_case(const pcase_t *c, const size_t *cuts, size_t ncuts) {
   tc_close(&t);
 }
 
-TEST_T(proto_table, 120000) {
-  size_t i, k, cuts[4096];
-  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const pcase_t *c = &cases[i];
-    size_t len = strlen(c->req);
-    run_case(c, NULL, 0);
-    for (k = 1; k < len; k++) {
-      cuts[0] = k;
-      run_case(c, cuts, 1);
-    }
-    if (len <= sizeof cuts / sizeof cuts[0]) {
-      for (k = 0; k + 1 < len; k++) cuts[k] = k + 1;
-      run_case(c, cuts, len - 1);
-    }
+/* The case whole, split in two at every offset, and byte by byte. */
+static void run_case_cuts(const pcase_t *c) {
+  size_t k, len = strlen(c->req), cuts[4096];
+  run_case(c, NULL, 0);
+  for (k = 1; k < len; k++) {
+    cuts[0] = k;
+    run_case(c, cuts, 1);
   }
+  if (len <= sizeof cuts / sizeof cuts[0]) {
+    for (k = 0; k + 1 < len; k++) cuts[k] = k + 1;
+    run_case(c, cuts, len - 1);
+  }
+}
+
+TEST_T(proto_table, 120000) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case_cuts(&cases[i]);
+}
+
+/* A head past the inline buffers of the HTTP/1.1 state (512 bytes, 16 headers), split at every offset: the
+ * pieces seen so far are copied out of each read (the test connection scribbles over its input once fed). */
+TEST_T(proto_big_head_split, 60000) {
+  buf_t req = {0}, json = {0}, exp = {0};
+  buf_adds(&req, "GET /headers?x=1 HTTP/1.1\r\nHost: big\r\n");
+  buf_adds(&json, "{\"host\":\"big\"");
+  for (int i = 0; i < 20; i++) {
+    buf_addf(&req, "X-H%02d: value-%02d-abcdefghijklmnopqrstu\r\n", i, i);
+    buf_addf(&json, ",\"x-h%02d\":\"value-%02d-abcdefghijklmnopqrstu\"", i, i);
+  }
+  buf_adds(&req, "\r\n");
+  buf_adds(&json, "}");
+  buf_addf(&exp, "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: %zu\r\n\r\n", json.len);
+  buf_add(&exp, json.p, json.len);
+  buf_add(&req, "", 1);
+  buf_add(&exp, "", 1);
+  ASSERT_GT(req.len, 600);
+  pcase_t c = {"big head", req.p, exp.p, 0};
+  run_case_cuts(&c);
+  buf_free(&req);
+  buf_free(&json);
+  buf_free(&exp);
 }
 
 /* Feeds `METHOD PATH` and compares with the route table's expectation (delays run the loop). */
@@ -345,6 +375,110 @@ TEST(proto_pipelined_delay_in_order) {
   exp_route(&exp, "GET", "/delay/30", CONN_NONE);
   exp_route(&exp, "GET", "/json", CONN_NONE);
   tc_run_until(&t, exp.len);
+  mask_dates(t.out.p, t.out.len);
+  ASSERT_MEM_EQ(t.out.p, t.out.len, exp.p, exp.len);
+  buf_free(&exp);
+  tc_close(&t);
+}
+
+/* RFC 9110 5.1: a field name is a token. Every byte value at the start, inside and at the end of a name (a
+ * plain one, and names llhttp reads apart: content-length, connection), in the head and in the trailers: a
+ * token character is served, anything else is a 400 and a close. */
+TEST_T(proto_header_name_bytes, 60000) {
+  static const char *const names[] = {"X-A", "Content-Length", "connection", "Upgrade"};
+  static const char tchars[] = "!#$%&'*+-.^_`|~";
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    size_t len = strlen(names[k]);
+    for (size_t pos = 0; pos <= len; pos += len > 4 ? 3 : 1) {
+      for (int b = 1; b < 256; b++) {
+        if (b == ':' || b == '\r' || b == '\n') continue; /* they end the name, or the line */
+        int token = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') || strchr(tchars, b);
+        for (int trailer = 0; trailer < 2; trailer++) {
+          char name[64];
+          buf_t req = {0};
+          memcpy(name, names[k], pos);
+          name[pos] = (char)b;
+          memcpy(name + pos + 1, names[k] + pos, len - pos);
+          name[len + 1] = '\0';
+          if (trailer)
+            buf_adds(&req, "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n0\r\n");
+          else
+            buf_adds(&req, "GET /hello HTTP/1.1\r\nhost: x\r\n");
+          buf_add(&req, name, len + 1);
+          buf_adds(&req, ": 0\r\n\r\n");
+          tconn_t t;
+          tc_open(&t, NULL);
+          tc_feed(&t, req.p, req.len);
+          mask_dates(t.out.p, t.out.len);
+          if (!token) {
+            static const char bad[] = "HTTP/1.1 400 Bad Request\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n";
+            if (t.out.len != sizeof bad - 1 || memcmp(t.out.p, bad, sizeof bad - 1) != 0)
+              cbt_log("byte %d in \"%s\" at %zu%s", b, names[k], pos, trailer ? " (trailer)" : "");
+            ASSERT_MEM_EQ(t.out.p, t.out.len, bad, sizeof bad - 1);
+            ASSERT_EQ(t.closed, 1);
+          } else {
+            if (t.out.len < 17 || memcmp(t.out.p, "HTTP/1.1 200 OK\r\n", 17) != 0)
+              cbt_log("byte %d in \"%s\" at %zu%s", b, names[k], pos, trailer ? " (trailer)" : "");
+            ASSERT_MEM_EQ(t.out.p, 17, "HTTP/1.1 200 OK\r\n", (size_t)17);
+          }
+          tc_close(&t);
+          buf_free(&req);
+        }
+      }
+    }
+  }
+}
+
+/* A request parsed from held input (behind one answered later) and one answered later itself keep their heads
+ * after the read they came in is gone. */
+TEST(proto_held_heads) {
+  tconn_t t;
+  buf_t exp = {0};
+  static const char json[] = "{\"host\":\"held\",\"x-b\":\"2\"}";
+  tc_open(&t, NULL);
+  tc_feeds(&t, "GET /delay/20 HTTP/1.1\r\nhost: x\r\n\r\nGET /headers HTTP/1.1\r\nhost: held\r\nX-B: 2\r\n\r\nGET /del");
+  tc_feeds(&t, "ay/10 HTTP/1.1\r\nhost: y\r\n\r\nGET /headers HTTP/1.1\r\nhost: held\r\nX-B: 2\r\n\r\n");
+  exp_route(&exp, "GET", "/delay/20", CONN_NONE);
+  buf_addf(&exp, "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: %zu\r\n\r\n%s",
+           sizeof json - 1, json);
+  exp_route(&exp, "GET", "/delay/10", CONN_NONE);
+  buf_addf(&exp, "HTTP/1.1 200 OK\r\n" D "content-type: application/json\r\ncontent-length: %zu\r\n\r\n%s",
+           sizeof json - 1, json);
+  tc_run_until(&t, exp.len);
+  mask_dates(t.out.p, t.out.len);
+  ASSERT_MEM_EQ(t.out.p, t.out.len, exp.p, exp.len);
+  buf_free(&exp);
+  tc_close(&t);
+}
+
+/* Between requests a connection's first request leaves nothing held; a keep-alive connection that goes on
+ * keeps its HTTP/1.1 state and output storage from one request to the next, and gives both back once idle for
+ * CB__REST_MS (the rest step). */
+TEST_T(proto_rest_between_requests, 30000) {
+  tconn_t t;
+  cb_config_t cfg;
+  buf_t exp = {0};
+  tc_config(&cfg);
+  cfg.idle_timeout_ms = 5000; /* past the rest step */
+  tc_open(&t, &cfg);
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  ASSERT_EQ(t.out.len, exp.len);
+  ASSERT_EQ(cb__testconn_holds(t.tc), 0);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  ASSERT_EQ(t.out.len, 3 * exp.len);
+  ASSERT_EQ(cb__testconn_holds(t.tc), 3);
+  uint64_t deadline = now_ms() + 10000;
+  while (cb__testconn_holds(t.tc) != 0 && now_ms() < deadline) {
+    t.closed = cb__testconn_run(t.tc, 0);
+    sleep_ms(5);
+  }
+  ASSERT_EQ(cb__testconn_holds(t.tc), 0);
+  ASSERT_EQ(t.closed, 0);
+  /* And it serves again, byte for byte. */
+  buf_reset(&t.out);
+  tc_feeds(&t, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
   mask_dates(t.out.p, t.out.len);
   ASSERT_MEM_EQ(t.out.p, t.out.len, exp.p, exp.len);
   buf_free(&exp);

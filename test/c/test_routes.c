@@ -594,6 +594,68 @@ TEST(routes_socketless_stub_split_reads) {
   buf_free(&exp);
 }
 
+/* A worker remembers the exact route that answered its last request when it was the only thing to check (the
+ * first candidate for the path, no header or query matcher, no `times`): requests that take it, and those that
+ * must not (another method, another path of the same length, a spent stub), in one sequence on one worker. */
+TEST(routes_socketless_last_route) {
+  sinkbuf_t s = {{0}};
+  cb_config_t cfg;
+  cb_config_init(&cfg);
+  cb__testconn_t *tc = cb__testconn_new(&cfg, sink, &s);
+  ASSERT_NOT_NULL(tc);
+  cb_stub_t post = simple(CB_METHOD_POST, "/m", 200, "post");
+  cb_stub_t get = simple(CB_METHOD_GET, "/m", 200, "get"); /* newer: first for /m */
+  cb_stub_t once = simple(CB_METHOD_GET, "/t", 200, "once");
+  once.response.times = 1;
+  static const cb_matcher_t xk[] = {{CB_S("x-k"), CB_S("1")}};
+  cb_stub_t keyed = simple(CB_METHOD_GET, "/k", 200, "keyed");
+  keyed.match.headers = xk;
+  keyed.match.nheaders = 1;
+  cb_stub_t plain = simple(CB_METHOD_GET, "/k", 200, "plain"); /* older: after the keyed one */
+  uint64_t id;
+  ASSERT_ERR(cb__testconn_route_add(tc, &plain, &id), 0);
+  ASSERT_ERR(cb__testconn_route_add(tc, &keyed, &id), 0);
+  ASSERT_ERR(cb__testconn_route_add(tc, &post, &id), 0);
+  ASSERT_ERR(cb__testconn_route_add(tc, &get, &id), 0);
+  ASSERT_ERR(cb__testconn_route_add(tc, &once, &id), 0);
+  static const struct {
+    const char *req;
+    int status;
+    const char *body;
+    int head;
+  } steps[] = {
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
+      {"POST /m HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", 200, "post", 0},
+      {"HEAD /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 1},
+      {"GET /n HTTP/1.1\r\nhost: x\r\n\r\n", 404, "", 0},
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
+      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 200, "once", 0},
+      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 404, "", 0},
+      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0},
+      {"GET /k HTTP/1.1\r\nhost: x\r\nx-k: 1\r\n\r\n", 200, "keyed", 0},
+      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0},
+      {"DELETE /m HTTP/1.1\r\nhost: x\r\n\r\n", 405, "", 0},
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    buf_t exp = {0};
+    if (steps[i].status == 404)
+      exp_route(&exp, "GET", "/nope", CONN_NONE);
+    else if (steps[i].status == 405)
+      exp_head(&exp, 405, NULL, "allow: GET, HEAD, POST\r\n", 0, CONN_NONE);
+    else
+      exp_simple(&exp, steps[i].status, "", steps[i].body, steps[i].head);
+    buf_reset(&s.out);
+    ASSERT_EQ(cb__testconn_feed(tc, steps[i].req, strlen(steps[i].req)), 0);
+    mask_dates(s.out.p, s.out.len);
+    cbt_log("step %zu: %s", i, steps[i].req);
+    ASSERT_MEM_EQ(s.out.p, s.out.len, exp.p, exp.len);
+    buf_free(&exp);
+  }
+  ASSERT_EQ(cb__testconn_free(tc), 0);
+  buf_free(&s.out);
+}
+
 /* ---- down and up ---- */
 
 TEST(routes_down_up) {

@@ -432,7 +432,7 @@ TEST(wire_bad_requests_400) {
 }
 
 /* RFC 9112 5.1 and 9110 5.1: a field name is a token; whitespace in it, or an empty name, is a bad request.
- * (llhttp 8.1 lets both through; the engine has to check the name itself.) */
+ * (llhttp 8.1 lets both through outside its strict mode; every byte value: proto_header_name_bytes.) */
 TEST(wire_bad_header_names_400) {
   cb_server_t *srv = start_limited();
   int port = cb_server_port(srv);
@@ -909,5 +909,81 @@ TEST_T(wire_emfile_accept_backoff, 60000) {
   for (i = CLIENTS - SERVER_ROOM / 2; i < CLIENTS; i++) close(fds[i]);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
   buf_free(&exp);
+  test_stop(srv);
+}
+
+/* Waits until the server has read `bytes` bytes in all (stats), so that the next send is a later read. */
+static void wait_bytes_read(cb_server_t *srv, uint64_t bytes) {
+  cb_stats_t st;
+  uint64_t t0 = now_ms();
+  do {
+    ASSERT_ERR(cb_server_stats(srv, &st), 0);
+    if (st.bytes_read >= bytes) return;
+    sleep_ms(1);
+  } while (now_ms() - t0 < 10000);
+  FAIL("the server read %llu bytes, not %llu", (unsigned long long)st.bytes_read, (unsigned long long)bytes);
+}
+
+/* A /hello request the size of `like` whose bytes differ, sent on fd, and its answer read: the worker's read
+ * buffer now holds it where `like` was. */
+static void overwrite_read_buffer(int fd, size_t like) {
+  buf_t req = {0}, got = {0};
+  buf_adds(&req, "GET /hello?zz HTTP/1.1\r\nhost: zzzz\r\nx-pin: ");
+  while (req.len + 4 < like) buf_adds(&req, "Z");
+  buf_adds(&req, "\r\n\r\n");
+  ASSERT_EQ(req.len, like);
+  cl_send(fd, req.p, req.len);
+  while (cl_response_len(got.p, got.len, 0) <= 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+  buf_free(&req);
+  buf_free(&got);
+}
+
+/* The HTTP/1.1 parser points into the worker's read buffer while a head is parsed in one read: a request
+ * answered later (its journal entry is made when its answer ends), or a head that ends in a later read, must
+ * have copied its head before another read reuses that buffer. One worker, so both connections share it. */
+TEST(wire_head_outlives_its_read) {
+  cb_server_t *srv = start_default();
+  int a = cl_connect(cb_server_port(srv)), b = cl_connect(cb_server_port(srv));
+  static const char late[] = "GET /delay/200?a=1 HTTP/1.1\r\nhost: aaaa\r\nx-pin: AAAAAAAAAAAAAAAA\r\n\r\n";
+  static const char split1[] = "GET /delay/10?b=2 HTTP/1.1\r\nhost: bbbb\r\nx-p";
+  static const char split2[] = "in: BBBBBBBBBBBBBBB\r\n\r\n";
+  uint64_t total = 0;
+  buf_t got = {0};
+  /* Answered later: its head must outlive the read. */
+  cl_sends(a, late);
+  wait_bytes_read(srv, total += sizeof late - 1);
+  overwrite_read_buffer(b, sizeof late - 1);
+  total += sizeof late - 1;
+  while (cl_response_len(got.p, got.len, 0) <= 0) ASSERT_EQ(cl_read_n(a, &got, got.len + 1, 10000), CL_OK);
+  /* A head split across reads, another connection's read between its pieces. */
+  buf_reset(&got);
+  cl_sends(a, split1);
+  wait_bytes_read(srv, total += sizeof split1 - 1);
+  overwrite_read_buffer(b, sizeof split1 - 1 + sizeof split2 - 1);
+  cl_sends(a, split2);
+  while (cl_response_len(got.p, got.len, 0) <= 0) ASSERT_EQ(cl_read_n(a, &got, got.len + 1, 10000), CL_OK);
+  cb_request_filter_t f = {0};
+  f.route = (cb_str_t){"delay", 5};
+  cb_request_list_t *list = NULL;
+  ASSERT_ERR(cb_server_requests(srv, &f, &list), 0);
+  ASSERT_EQ(list->count, 2);
+  const cb_request_t *r = &list->items[0];
+  ASSERT_MEM_EQ(r->path.ptr, r->path.len, "/delay/200", (size_t)10);
+  ASSERT_MEM_EQ(r->query.ptr, r->query.len, "a=1", (size_t)3);
+  ASSERT_EQ(r->nheaders, 2);
+  ASSERT_MEM_EQ(r->headers[0].value.ptr, r->headers[0].value.len, "aaaa", (size_t)4);
+  ASSERT_MEM_EQ(r->headers[1].name.ptr, r->headers[1].name.len, "x-pin", (size_t)5);
+  ASSERT_MEM_EQ(r->headers[1].value.ptr, r->headers[1].value.len, "AAAAAAAAAAAAAAAA", (size_t)16);
+  r = &list->items[1];
+  ASSERT_MEM_EQ(r->path.ptr, r->path.len, "/delay/10", (size_t)9);
+  ASSERT_MEM_EQ(r->query.ptr, r->query.len, "b=2", (size_t)3);
+  ASSERT_EQ(r->nheaders, 2);
+  ASSERT_MEM_EQ(r->headers[0].value.ptr, r->headers[0].value.len, "bbbb", (size_t)4);
+  ASSERT_MEM_EQ(r->headers[1].name.ptr, r->headers[1].name.len, "x-pin", (size_t)5);
+  ASSERT_MEM_EQ(r->headers[1].value.ptr, r->headers[1].value.len, "BBBBBBBBBBBBBBB", (size_t)15);
+  cb_request_list_free(list);
+  buf_free(&got);
+  close(a);
+  close(b);
   test_stop(srv);
 }
