@@ -803,15 +803,16 @@ static char *format_head(char *o, const cb__worker_t *w, int status, const char 
   return PUTS(o, "\r\n");
 }
 
-static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length) {
-  uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length;
+static cb__h1_memo_t *memo_slot(cb__worker_t *w, int status, const char *ctype, int64_t content_length,
+                                uint64_t key) {
+  uintptr_t k = (uintptr_t)ctype >> 3 ^ (uintptr_t)status ^ (uintptr_t)content_length ^ (uintptr_t)key * 3;
   return &w->h1.heads[(k ^ k >> 7) & (CB__H1_MEMOS - 1)];
 }
 
 /* Formats a head into the output queue, and into the memo m when there is one. 0, or -1 (out of memory). */
-static __attribute__((noinline)) int new_head(cb__conn_t *c, cb__h1_memo_t *m, int status, const char *ctype,
-                                              const cb__hdr_t *extra, int nextra, int64_t content_length,
-                                              int chunked, int conn_hdr) {
+static __attribute__((noinline)) int new_head(cb__conn_t *c, cb__h1_memo_t *m, uint64_t key, int status,
+                                              const char *ctype, const cb__hdr_t *extra, int nextra,
+                                              int64_t content_length, int chunked, int conn_hdr) {
   cb__worker_t *w = c->w;
   size_t ctype_len = ctype ? strlen(ctype) : 0;
   size_t need = 64 + 40 + w->date_len + ctype_len + 64; /* the longest reason phrase is 31 bytes */
@@ -824,8 +825,10 @@ static __attribute__((noinline)) int new_head(cb__conn_t *c, cb__h1_memo_t *m, i
   if (m != NULL && len <= sizeof m->bytes) {
     m->status = (int16_t)status;
     m->ctype = ctype;
+    m->key = key;
     m->content_length = content_length;
     m->conn_hdr = (uint8_t)conn_hdr;
+    m->chunked = (uint8_t)chunked;
     m->len = (uint8_t)len;
     m->date_gen = w->date_gen;
     memcpy(m->bytes, start, len);
@@ -842,17 +845,19 @@ static void h1_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   /* HTTP/1.0 has no chunked coding: a body of unknown length ends with the connection. */
   int keep_alive = h->keep_alive && !h->stopping && !(content_length == CB__STREAMED && h->http10);
   int conn_hdr = !keep_alive ? CONN_CLOSE : h->http10 ? CONN_KEEP_ALIVE : CONN_NONE;
-  /* Heads without extra headers (the fixture answers) come from the memo while the Date line is the same. */
+  /* Heads without extra headers (the fixture answers) and heads whose extra headers are fixed (a stub's) come
+   * from the memo while the Date line is the same. */
+  uint64_t key = nextra == 0 ? 0 : r->head_key;
   cb__h1_memo_t *m = NULL;
-  if (nextra == 0) {
-    m = memo_slot(w, status, ctype, content_length);
-    if (m->status == status && m->ctype == ctype && m->content_length == content_length &&
-        m->conn_hdr == conn_hdr && m->date_gen == w->date_gen) {
+  if (nextra == 0 || key != 0) {
+    m = memo_slot(w, status, ctype, content_length, key);
+    if (m->status == status && m->ctype == ctype && m->key == key && m->content_length == content_length &&
+        m->conn_hdr == conn_hdr && m->chunked == chunked && m->date_gen == w->date_gen) {
       if (cb__outq_copy(&c->out, m->bytes, m->len) != 0) return;
-    } else if (new_head(c, m, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+    } else if (new_head(c, m, key, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
       return;
     }
-  } else if (new_head(c, NULL, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
+  } else if (new_head(c, NULL, 0, status, ctype, extra, nextra, content_length, chunked, conn_hdr) != 0) {
     return;
   }
   h->chunked_res = (uint8_t)chunked;

@@ -353,14 +353,17 @@ int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
 
 /* http1.c's per-worker memos: response heads it made, kept so that the next head with the same status,
- * content type, length and connection header, written under the same Date line, is one copy instead of being
- * formatted again; and the last Host value it found valid (most clients send the same one every time). */
+ * content type, length, connection header and head key (a stub's fixed headers), written under the same Date
+ * line, is one copy instead of being formatted again; and the last Host value it found valid (most clients
+ * send the same one every time). */
 #define CB__H1_MEMOS 4
 typedef struct {
   const char *ctype; /* the address of the content type string (always a static string), NULL for none */
+  uint64_t key;      /* the request's head_key: 0 for a head without extra headers */
   int64_t content_length;
   int16_t status;      /* 0: the slot is empty */
   uint8_t conn_hdr;    /* the connection header it ends with (http1.c) */
+  uint8_t chunked;     /* transfer-encoding: chunked (a streamed body to an HTTP/1.1 client) */
   uint8_t len;         /* bytes of the head */
   uint32_t date_gen;   /* the worker's date_gen when it was made */
   char bytes[232];
@@ -723,6 +726,8 @@ struct cb__req_s {
   const cb__proto_t *proto;
   void *stream; /* the protocol's per-request state (HTTP/2 stream) */
   const cb__route_t *route;
+  uint64_t head_key; /* non-zero: the head's extra headers are the same for every head made with this key (a
+                        hash of a stub's fixed headers), so a protocol may reuse the head it made for it */
   const cb__handler_t *handler;
   cb__rtable_t *table; /* the table it was dispatched under (a use of it is held until release) */
   /* Request head: valid until the request is released */

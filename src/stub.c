@@ -24,6 +24,7 @@ typedef struct {
   cb__hdr_t *headers;
   int nheaders;
   char *hbuf;
+  uint64_t head_key; /* names, values and their lengths hashed: the same for every stub with the same headers */
   cb_body_kind kind;
   const char *body; /* BYTES (and small files): the copy; FILE: NULL (sent with sendfile) */
   uint64_t len;
@@ -55,7 +56,10 @@ static int stub_claim(const cb__route_t *rt) {
   return __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) < st->times;
 }
 
-static const cb__route_kind_t stub_kind = {.claim = stub_claim, .free_arg = stub_free};
+/* A stub without times claims nothing: without a claim it is also a route the dispatch may remember (a worker's
+ * last route, route_table.c). */
+static const cb__route_kind_t stub_kind = {.claim = NULL, .free_arg = stub_free};
+static const cb__route_kind_t stub_times_kind = {.claim = stub_claim, .free_arg = stub_free};
 
 /* ---- answering ---- */
 
@@ -111,10 +115,21 @@ static void stub_start(cb__req_t *r) {
   const stub_t *st = r->route->arg;
   int no_body = st->status == 204 || st->status == 304;
   int64_t length = no_body ? CB__NO_BODY : st->chunks ? CB__STREAMED : (int64_t)st->len;
+  r->head_key = st->head_key; /* a stub's headers are fixed: its head can be reused */
   cb__res_head(r, st->status, NULL, st->headers, st->nheaders, length);
+  r->head_key = 0;
   r->u.stub.off = 0;
   r->u.stub.piece = 0;
   if (no_body || r->method == CB_METHOD_HEAD || st->len == 0) {
+    cb__res_end(r);
+    return;
+  }
+  if (st->kind == CB_BODY_BYTES && st->chunks <= 1) {
+    /* The usual stub: its bytes in one piece, then the end (which, as in stub_produce, does not wait for the
+     * output to drain below its high-water mark). */
+    cb__res_data(r, st->body, (size_t)st->len, CB__DATA_STATIC | CB__DATA_PIECE_END);
+    r->u.stub.off = st->len;
+    r->u.stub.piece = 1;
     cb__res_end(r);
     return;
   }
@@ -145,6 +160,29 @@ int cb__forbidden_header(const char *name, size_t n) {
     if (k == n) return 1;
   }
   return 0;
+}
+
+/* The key under which HTTP/1.1 may reuse a head made with these headers (cb__req_t.head_key): a 64-bit hash of
+ * the names, values and lengths (FNV-1a, then splitmix64's finaliser), never 0. Stubs with the same headers
+ * share it, so 100 stubs answering alike share one memo; two different header lists would have to collide in
+ * 64 bits to be confused (stubs are the test author's, not a client's, so the hash need not resist an
+ * adversary). */
+static uint64_t headers_key(const cb__hdr_t *h, int n) {
+  uint64_t x = 14695981039346656037ull;
+#define MIX_BYTE(b) (x = (x ^ (uint8_t)(b)) * 1099511628211ull)
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 4; k++) MIX_BYTE(h[i].name_len >> 8 * k);
+    for (size_t k = 0; k < h[i].name_len; k++) MIX_BYTE(h[i].name[k]);
+    for (int k = 0; k < 4; k++) MIX_BYTE(h[i].value_len >> 8 * k);
+    for (size_t k = 0; k < h[i].value_len; k++) MIX_BYTE(h[i].value[k]);
+  }
+#undef MIX_BYTE
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x | 1;
 }
 
 static int copy_headers(stub_t *st, const cb_response_t *res) {
@@ -179,6 +217,7 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
     o += h->value.len;
   }
   st->nheaders = (int)res->nheaders;
+  st->head_key = headers_key(st->headers, st->nheaders);
   return 0;
 }
 
@@ -302,7 +341,8 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
     name = (cb_str_t){defname, (size_t)n};
   }
   cb__route_t *rt;
-  err = cb__route_new(&stub->match, name.ptr, name.len, &stub_kind, &stub_handler, st, &rt);
+  err = cb__route_new(&stub->match, name.ptr, name.len, st->times > 0 ? &stub_times_kind : &stub_kind,
+                      &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
     return err;
@@ -398,7 +438,8 @@ int cb_server_stubs(cb_server_t *srv, cb_stub_list_t **out) {
   char *b = (char *)(list->items + n);
   for (int i = 0; i < n; i++) {
     const cb__route_t *rt = stubs[i];
-    const stub_t *st = rt->kind == &stub_kind ? rt->arg : NULL; /* NULL: a deferred route (deferred.c) */
+    /* NULL: a deferred route (deferred.c) */
+    const stub_t *st = rt->kind == &stub_kind || rt->kind == &stub_times_kind ? rt->arg : NULL;
     cb_stub_info_t *x = &list->items[i];
     memcpy(b, rt->name, rt->name_len + 1);
     x->name = (cb_str_t){b, rt->name_len};

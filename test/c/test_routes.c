@@ -121,6 +121,71 @@ TEST(routes_stub_answers_byte_for_byte) {
   test_stop(srv);
 }
 
+/* HTTP/1.1 reuses the heads it made (a per-worker memo): stubs with different headers but the same status and
+ * length, and stubs with the same headers, asked in turn on one connection of one worker, each get their own
+ * head; and a streamed head made for an HTTP/1.1 client that closes (chunked) is not the one an HTTP/1.0 client
+ * gets for the same route (no chunked coding there). */
+TEST(routes_head_memo_keys) {
+  cb_server_t *srv = start_threads(1);
+  int port = cb_server_port(srv);
+  /* More stubs than the memo has slots (pigeonhole: some share a slot), each with its own header, and two
+   * more with the headers of the first (names lowercased as sent). */
+  enum { N = 12 };
+  char names[N + 2][16], values[N + 2][16], paths[N + 2][16], lines[N + 2][40];
+  cb_header_t hdrs[N + 2];
+  for (int i = 0; i < N + 2; i++) {
+    int v = i < N ? i : 0;
+    snprintf(names[i], sizeof names[i], i == N ? "X-Memo" : "x-memo");
+    snprintf(values[i], sizeof values[i], "%d", v);
+    snprintf(paths[i], sizeof paths[i], "/memo/%d", i);
+    snprintf(lines[i], sizeof lines[i], "x-memo: %d\r\n", v);
+    hdrs[i] = (cb_header_t){{names[i], strlen(names[i])}, {values[i], strlen(values[i])}};
+    cb_stub_t st = simple(CB_METHOD_GET, paths[i], 200, "same");
+    st.response.headers = &hdrs[i];
+    st.response.nheaders = 1;
+    add(srv, &st);
+  }
+  int fd = cl_connect(port);
+  for (int k = 0; k < 3 * (N + 2); k++) {
+    int i = (k * 5) % (N + 2);
+    buf_t req = {0}, exp = {0};
+    buf_addf(&req, "GET %s HTTP/1.1\r\nhost: x\r\n\r\n", paths[i]);
+    exp_simple(&exp, 200, lines[i], "same", 0);
+    cbt_log("GET %s", paths[i]);
+    ROUNDTRIP(fd, req.p, req.len, &exp);
+    buf_free(&req);
+    buf_free(&exp);
+  }
+  close(fd);
+
+  buf_t got = {0};
+  for (int round = 0; round < 2; round++) {
+    fd = cl_connect(port);
+    cl_sends(fd, "GET /stream/small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    buf_reset(&got);
+    ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+    close(fd);
+    mask_dates(got.p, got.len);
+    const char *h11 = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\n"
+                      "content-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n"
+                      "connection: close\r\n\r\n";
+    ASSERT_GE(got.len, strlen(h11));
+    ASSERT_MEM_EQ(got.p, strlen(h11), h11, strlen(h11));
+    fd = cl_connect(port);
+    cl_sends(fd, "GET /stream/small HTTP/1.0\r\n\r\n");
+    buf_reset(&got);
+    ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+    close(fd);
+    mask_dates(got.p, got.len);
+    const char *h10 = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\n"
+                      "content-type: application/octet-stream\r\nconnection: close\r\n\r\n";
+    ASSERT_GE(got.len, strlen(h10));
+    ASSERT_MEM_EQ(got.p, strlen(h10), h10, strlen(h10));
+  }
+  buf_free(&got);
+  test_stop(srv);
+}
+
 /* ---- matchers ---- */
 
 typedef struct {
