@@ -21,6 +21,8 @@
  * excess streams to be refused one by one, but bounded, because nghttp2 also keeps that many closed streams
  * (which is how it recognises HEADERS that reuse a closed stream's id). */
 static uint32_t nghttp2_stream_limit(uint32_t limit) { return limit < (1u << 29) ? 2 * limit + 100 : limit; }
+/* A body that fits one DATA frame of the default SETTINGS_MAX_FRAME_SIZE. */
+#define ONE_FRAME 16384
 /* Streams keep their structures for reuse up to this many per connection. */
 #define FREE_STREAMS_MAX 16
 
@@ -59,6 +61,7 @@ struct h2s {
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
+  uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* The status and content-length values of the response head: nghttp2 references them (NO_COPY) until the
    * HEADERS frame is written, in this event's send. */
@@ -70,9 +73,13 @@ struct h2s {
   size_t queued;
 };
 
-/* Client stream ids remembered as opened or not, for HEADERS on a lower id (RFC 9113 5.1.1): the last
+/* Client stream ids remembered as opened or not, for HEADERS on a lower id (RFC 9113 5.1.1), and as closed
+ * after the client ended its side or not (for DATA and HEADERS on a closed stream, 5.1): the last
  * OPENED_WINDOW odd ids below the highest one. */
 #define OPENED_WINDOW 1024
+/* The two bitmaps, one after the other in h2c.opened. */
+enum { SID_OPENED = 0, SID_CLOSED = OPENED_WINDOW };
+#define SID_BYTES (2 * OPENED_WINDOW / 8)
 /* Header blocks over the header limit a connection may send (each refused) before it is ended. */
 #define OVERSIZED_BLOCKS_MAX 3
 
@@ -95,6 +102,10 @@ struct h2c {
   uint8_t block_over;  /* the header block being decoded is over the limit */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
   uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (cb__h2_violation) */
+  uint8_t closed_err;  /* DATA or HEADERS on a closed stream: the connection ends with STREAM_CLOSED */
+  uint8_t may_close;   /* a frame that may close a stream was followed since nghttp2 was last fed */
+  uint8_t paused;      /* track() stopped before a frame header for nghttp2 to catch up (not an error) */
+  uint8_t recheck;     /* the frame header track() stopped before: check it now, without stopping again */
   size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
@@ -103,8 +114,12 @@ struct h2c {
   uint8_t fh[9], fh_len;
   uint8_t ftype;
   uint8_t block_open;
+  uint8_t pri_len;     /* of a PRIORITY frame's payload, the bytes of its dependency read so far */
+  uint8_t pri[4];
+  int32_t fsid;        /* the stream of the frame being followed */
   int32_t max_sid;     /* the highest stream id the client opened */
-  uint8_t *opened;     /* OPENED_WINDOW bits, made with the first stream (an idle connection holds none) */
+  uint8_t *opened;     /* 2 x OPENED_WINDOW bits (SID_OPENED, SID_CLOSED), made with the first stream (an idle
+                        * connection holds none) */
 };
 
 static const cb__proto_t h2_proto;
@@ -292,6 +307,14 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
   nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = provider_read};
+  if (s->provider && !s->client_priority && (content_length < 0 || content_length > ONE_FRAME)) {
+    /* RFC 9218's default (urgency 3, not incremental) sends the streams of one urgency one after the other:
+     * a small answer would wait behind a large one. Incremental, a body of more than one frame shares the
+     * connection as under RFC 7540's default weights (a one-frame body waits at most one frame). A client's
+     * priority field is left to rule. */
+    static const nghttp2_extpri shared = {.urgency = NGHTTP2_EXTPRI_DEFAULT_URGENCY, .inc = 1};
+    nghttp2_session_change_extpri_stream_priority(h->session, s->id, &shared, 0);
+  }
   int rv = nghttp2_submit_response(h->session, s->id, nv, (size_t)n, s->provider ? &prd : NULL);
   if (nv != stack_nv) free(nv); /* nghttp2 copied the fields */
   if (rv != 0) s->provider = 0;
@@ -621,6 +644,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     int64_t v = 0;
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
+  } else if (lower_eq(name, nlen, "priority")) {
+    s->client_priority = 1;
   }
   /* Every regular field is kept: routes match on them and the journal records them. */
   if (add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -745,9 +770,16 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
   return 0;
 }
 
+static void sid_set(h2c_t *h, int32_t sid, uint32_t map, int on);
+static int sid_remembered(const h2c_t *h, int32_t sid);
+
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *ud) {
   h2c_t *h = ud;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
+  /* Closed after the client ended its side: later DATA or HEADERS on it get STREAM_CLOSED (track()). */
+  if (sid_remembered(h, id) &&
+      ((s != NULL && s->req.req_done) || nghttp2_session_get_stream_remote_close(session, id) == 1))
+    sid_set(h, id, SID_CLOSED, 1);
   if (s == NULL) return 0;
   nghttp2_session_set_stream_user_data(session, id, NULL);
   /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
@@ -777,17 +809,29 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
  * nghttp2 says neither when a header block is half received nor which stream ids the client opened; both
  * are read here off the frame headers, before nghttp2 parses the same bytes. */
 
-static int opened_get(const h2c_t *h, int32_t sid) {
-  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+static int sid_get(const h2c_t *h, int32_t sid, uint32_t map) {
+  uint32_t i = map + ((uint32_t)sid >> 1) % OPENED_WINDOW;
   return h->opened[i >> 3] >> (i & 7) & 1;
 }
 
-static void opened_set(h2c_t *h, int32_t sid, int on) {
-  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+static void sid_set(h2c_t *h, int32_t sid, uint32_t map, int on) {
+  uint32_t i = map + ((uint32_t)sid >> 1) % OPENED_WINDOW;
   if (on)
     h->opened[i >> 3] |= (uint8_t)(1u << (i & 7));
   else
     h->opened[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* A client id, opened or not, that is still remembered. */
+static int sid_remembered(const h2c_t *h, int32_t sid) {
+  return h->opened != NULL && sid > 0 && (sid & 1) && sid <= h->max_sid &&
+         (int64_t)h->max_sid - sid < 2 * OPENED_WINDOW;
+}
+
+/* A new client stream: opened, not closed. */
+static void opened_set(h2c_t *h, int32_t sid, int on) {
+  sid_set(h, sid, SID_OPENED, on);
+  sid_set(h, sid, SID_CLOSED, 0);
 }
 
 /* A client HEADERS frame on stream sid. Above every id so far, it opens the stream (the ids skipped are
@@ -797,21 +841,54 @@ static void opened_set(h2c_t *h, int32_t sid, int on) {
  * far below to be remembered, even ids and 0 are left to nghttp2. */
 static int headers_sid_ok(h2c_t *h, int32_t sid) {
   if (sid <= 0 || (sid & 1) == 0) return 1;
-  if (h->opened == NULL && (h->opened = calloc(1, OPENED_WINDOW / 8)) == NULL) return 0; /* out of memory: end */
+  if (h->opened == NULL && (h->opened = calloc(1, SID_BYTES)) == NULL) return 0; /* out of memory: end */
   if (sid > h->max_sid) {
     if ((int64_t)sid - h->max_sid >= 2 * OPENED_WINDOW)
-      memset(h->opened, 0, OPENED_WINDOW / 8);
+      memset(h->opened, 0, SID_BYTES);
     else
       for (int32_t k = h->max_sid + 2; k < sid; k += 2) opened_set(h, k, 0);
     opened_set(h, sid, 1);
     h->max_sid = sid;
     return 1;
   }
-  return (int64_t)h->max_sid - sid >= 2 * OPENED_WINDOW || opened_get(h, sid);
+  return (int64_t)h->max_sid - sid >= 2 * OPENED_WINDOW || sid_get(h, sid, SID_OPENED);
 }
 
-/* Follows [p, p + n). Returns n, or where a frame starts that must end the connection (a HEADERS frame on a
- * stream never opened): nghttp2 gets the bytes before it. */
+/* Reads the dependency of a PRIORITY frame as it passes. Returns 0 when the stream depends on itself. With
+ * RFC 7540 priorities off (SETTINGS_NO_RFC7540_PRIORITIES), nghttp2 checks only a PRIORITY frame's length;
+ * RFC 9113 6.3 still makes a self-dependency a PROTOCOL_ERROR. */
+static int priority_ok(h2c_t *h, const uint8_t *p, size_t n) {
+  size_t take = n < 4u - h->pri_len ? n : 4u - h->pri_len;
+  memcpy(h->pri + h->pri_len, p, take);
+  h->pri_len = (uint8_t)(h->pri_len + take);
+  if (h->pri_len < 4) return 1;
+  h->ftype = 0xff; /* read: the rest of the payload is skipped */
+  int32_t dep = (int32_t)((uint32_t)(h->pri[0] & 0x7f) << 24 | (uint32_t)h->pri[1] << 16 |
+                          (uint32_t)h->pri[2] << 8 | h->pri[3]);
+  return dep != h->fsid;
+}
+
+/* DATA or HEADERS on a stream id the client used before. On a stream that closed after the client had ended
+ * its side, it is a connection error, STREAM_CLOSED (RFC 9113 5.1); nghttp2 judges this only for the closed
+ * streams it keeps, and with RFC 7540 priorities off it keeps none, so the engine remembers them
+ * (SID_CLOSED, set in on_stream_close). A stream closed before the client ended its side (a RST_STREAM
+ * either way) is not marked: frames the client had in flight are ignored, as nghttp2 did.
+ * Returns 1 to go on, 0 to end the connection (closed_err), -1 to stop before this frame header until
+ * nghttp2 has read what precedes it: a frame followed since it was last fed may close that stream. */
+static int reused_sid_ok(h2c_t *h, int32_t sid) {
+  if (!sid_remembered(h, sid)) return 1;
+  if (sid_get(h, sid, SID_CLOSED)) {
+    h->closed_err = 1;
+    return 0;
+  }
+  if (h->may_close && !h->recheck) return -1;
+  return 1;
+}
+
+/* Follows [p, p + n). Returns n, or where nghttp2 must stop: before a frame (or its part) that must end the
+ * connection (a HEADERS frame on a stream never opened, a PRIORITY frame on stream 0 or depending on itself:
+ * PROTOCOL_ERROR; DATA or HEADERS on a closed stream: STREAM_CLOSED), or, with h->paused set, before the last
+ * byte of a frame header that is to be checked once nghttp2 has read the bytes before it (reused_sid_ok). */
 static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
   size_t o = 0;
   while (o < n) {
@@ -819,6 +896,7 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     if (h->preface_left > 0 || h->payload_left > 0) {
       uint32_t *skip = h->preface_left > 0 ? &h->preface_left : &h->payload_left;
       take = left < *skip ? left : *skip;
+      if (h->ftype == NGHTTP2_PRIORITY && h->preface_left == 0 && !priority_ok(h, p + o, take)) return o;
       *skip -= (uint32_t)take;
       o += take;
       continue;
@@ -837,8 +915,31 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     h->ftype = h->fh[3];
     int32_t sid = (int32_t)((uint32_t)(h->fh[5] & 0x7f) << 24 | (uint32_t)h->fh[6] << 16 |
                             (uint32_t)h->fh[7] << 8 | h->fh[8]);
-    if (h->ftype == NGHTTP2_HEADERS) {
-      if (!headers_sid_ok(h, sid)) return start;
+    h->fsid = sid;
+    int reused = (h->ftype == NGHTTP2_DATA || (h->ftype == NGHTTP2_HEADERS && sid <= h->max_sid)) &&
+                 (sid & 1) && sid > 0;
+    if (h->ftype == NGHTTP2_HEADERS && !headers_sid_ok(h, sid)) return start;
+    if (reused) {
+      int ok = reused_sid_ok(h, sid);
+      if (ok == 0) return start;
+      if (ok < 0) { /* nghttp2 gets all but the header's last byte; the next call reads it again */
+        h->fh_len = 8;
+        h->payload_left = 0;
+        h->paused = 1;
+        h->recheck = 1;
+        return o - 1;
+      }
+    }
+    h->recheck = 0;
+    if ((h->ftype == NGHTTP2_DATA || h->ftype == NGHTTP2_HEADERS) && (h->fh[4] & NGHTTP2_FLAG_END_STREAM))
+      h->may_close = 1;
+    if (h->ftype == NGHTTP2_PRIORITY) {
+      if (sid == 0) return start;
+      h->pri_len = 0;
+      if (h->payload_left != 5) h->ftype = 0xff; /* nghttp2 answers FRAME_SIZE_ERROR */
+    } else if (h->ftype == NGHTTP2_RST_STREAM) {
+      h->may_close = 1;
+    } else if (h->ftype == NGHTTP2_HEADERS) {
       h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
     } else if (h->ftype == NGHTTP2_CONTINUATION) {
       h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
@@ -856,14 +957,29 @@ static int in_head(const h2c_t *h) {
 
 static int h2_read(cb__conn_t *c, const char *data, size_t len) {
   h2c_t *h = c->proto_state;
-  size_t ok = track(h, (const uint8_t *)data, len);
-  ssize_t rv = nghttp2_session_mem_recv(h->session, (const uint8_t *)data, ok);
-  if (rv >= 0 && ok < len) rv = NGHTTP2_ERR_PROTO; /* HEADERS on a stream never opened */
+  const uint8_t *p = (const uint8_t *)data;
+  ssize_t rv;
+  h->may_close = 0;
+  for (;;) {
+    size_t ok = track(h, p, len);
+    rv = nghttp2_session_mem_recv(h->session, p, ok);
+    if (rv < 0 || ok == len) break;
+    if (!h->paused) { /* a frame that ends the connection (track()) */
+      rv = NGHTTP2_ERR_PROTO;
+      break;
+    }
+    h->paused = 0;
+    h->may_close = 0;
+    p += ok;
+    len -= ok;
+  }
   if (rv < 0) {
     /* Bad preface, a protocol error or a flood: nghttp2 gives up on the session. Say why in GOAWAY, then
      * close. */
     CB__STAT_INC(c->w, h2_errors);
-    uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+    uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM
+                    : h->closed_err                          ? NGHTTP2_STREAM_CLOSED
+                                                             : NGHTTP2_PROTOCOL_ERROR;
     nghttp2_session_terminate_session(h->session, code);
   }
   return 0;
@@ -915,6 +1031,10 @@ static h2c_t *session_new(cb__conn_t *c) {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, nghttp2_stream_limit(cfg->h2_max_concurrent_streams)},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
+      /* No RFC 7540 priority tree (RFC 9113 deprecates it): nghttp2 then neither keeps a dependency tree nor
+       * closed streams, and schedules streams by RFC 9218 urgency. The checks nghttp2 made with them are
+       * made here: track() (PRIORITY frames) and on_begin_frame (frames on closed streams). */
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
@@ -973,7 +1093,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   h2c_t *h = session_new(c);
   if (h == NULL) return UV_ENOMEM;
   h->upgraded = 1;
-  h->opened = calloc(1, OPENED_WINDOW / 8);
+  h->opened = calloc(1, SID_BYTES);
   h2s_t *s = h->opened ? stream_new(h, 1) : NULL;
   int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB_METHOD_HEAD, s) : -1;
   if (rv != 0) {
