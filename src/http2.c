@@ -107,6 +107,11 @@ struct h2c {
   uint8_t paused;      /* track() stopped before a frame header for nghttp2 to catch up (not an error) */
   uint8_t recheck;     /* the frame header track() stopped before: check it now, without stopping again */
   size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
+  /* The stream of the header block being decoded (NULL: none of ours), looked up once per block rather than
+   * once per field: each lookup is a search of nghttp2's stream map. */
+  int32_t block_sid;
+  h2s_t *block_s;
+  uint32_t nrst_after; /* streams with rst_after set: on_frame_send looks a stream up only while some are */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
   uint32_t preface_left;
@@ -208,6 +213,7 @@ static void drop_pieces(h2s_t *s) {
 
 static void stream_free(h2c_t *h, h2s_t *s, int final) {
   if (s->req.handler) cb__req_release(&s->req);
+  if (s->rst_after) h->nrst_after--;
   drop_pieces(s);
   if (s->prev) s->prev->next = s->next;
   else h->streams = s->next;
@@ -225,16 +231,24 @@ static void stream_free(h2c_t *h, h2s_t *s, int final) {
   free(s);
 }
 
+static __attribute__((noinline)) int head_grow(h2s_t *s, size_t n) {
+  size_t cap = s->head_cap ? s->head_cap : 256;
+  while (cap < s->head_len + n) cap *= 2;
+  char *b = realloc(s->head, cap);
+  if (b == NULL) return -1;
+  s->head = b;
+  s->head_cap = cap;
+  return 0;
+}
+
+/* Room for n more bytes of the head. */
+static inline int head_reserve(h2s_t *s, size_t n) {
+  return s->head_len + n <= s->head_cap ? 0 : head_grow(s, n);
+}
+
 static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
   if (n == 0) return 0;
-  if (s->head_len + n > s->head_cap) {
-    size_t cap = s->head_cap ? s->head_cap : 256;
-    while (cap < s->head_len + n) cap *= 2;
-    char *b = realloc(s->head, cap);
-    if (b == NULL) return -1;
-    s->head = b;
-    s->head_cap = cap;
-  }
+  if (head_reserve(s, n) != 0) return -1;
   memcpy(s->head + s->head_len, p, n);
   s->head_len += n;
   return 0;
@@ -249,7 +263,10 @@ static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t 
     s->hdrs_cap = cap;
   }
   size_t at = s->head_len;
-  if (head_append(s, name, nlen) || head_append(s, value, vlen)) return -1;
+  if (head_reserve(s, nlen + vlen) != 0) return -1;
+  memcpy(s->head + at, name, nlen);
+  if (vlen > 0) memcpy(s->head + at + nlen, value, vlen);
+  s->head_len = at + nlen + vlen;
   for (size_t i = 0; lower && i < nlen; i++) /* an HTTP/1.1 name (upgrade): lowercase, as HTTP/2 sends them */
     if (s->head[at + i] >= 'A' && s->head[at + i] <= 'Z') s->head[at + i] += 32;
   /* Offsets until the head is complete: the buffer may still move. */
@@ -552,9 +569,9 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 /* ---- receiving ---- */
 
-static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
-  return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
-}
+/* An HTTP/2 header name (lowercase on the wire) against a literal: the length is a constant, so the
+ * comparison is a few instructions inline. */
+#define NAME_IS(a, n, lit) ((n) == sizeof(lit) - 1 && memcmp((a), (lit), sizeof(lit) - 1) == 0)
 
 /* The same for an HTTP/1.1 name (any case) against a lowercase literal. */
 static int ci_eq(const char *a, size_t n, const char *lit) {
@@ -568,7 +585,13 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   h2c_t *h = ud;
   h->block_bytes = 0;
   h->block_over = 0;
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  h->block_sid = frame->hd.stream_id;
+  h->block_s = NULL;
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) { /* trailers */
+    h->block_s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    return 0;
+  }
   if ((uint32_t)h->nstreams >= h->c->w->cfg->h2_max_concurrent_streams) {
     /* Over our SETTINGS_MAX_CONCURRENT_STREAMS: a stream error, REFUSED_STREAM (RFC 9113 5.1.2), so the
      * client may retry it and its other streams go on. nghttp2 still decodes the header block (HPACK stays
@@ -580,6 +603,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   h2s_t *s = stream_new(h, frame->hd.stream_id);
   if (s == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
+  h->block_s = s;
   return 0;
 }
 
@@ -609,7 +633,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   (void)flags;
   h2c_t *h = ud;
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  h2s_t *s = frame->hd.stream_id == h->block_sid ? h->block_s
+                                                 : nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE.
    * Every block counts, trailers and refused streams' too: each costs nghttp2 the same work. */
   h->block_bytes += nlen + vlen + 32;
@@ -617,7 +642,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST || s == NULL || s->refused || s->too_large) return 0;
   if (nlen > 0 && name[0] == ':') {
     /* Kept in the head buffer, by offset until the head is complete. */
-    if (lower_eq(name, nlen, ":method") && !s->have_method) {
+    if (NAME_IS(name, nlen, ":method") && !s->have_method) {
       s->req.method = (uint16_t)cb_method_bit((cb_str_t){(const char *)value, vlen});
       s->method_len = vlen;
       s->have_method = 1;
@@ -625,14 +650,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
       s->req.method_str = cb__method_name(s->req.method);
       s->method_off = s->head_len;
       if (s->req.method_str == NULL && head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    } else if (lower_eq(name, nlen, ":path") && !s->have_path) {
+    } else if (NAME_IS(name, nlen, ":path") && !s->have_path) {
       s->path_off = s->head_len;
       s->have_path = 1;
       if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
       const uint8_t *q = vlen > 0 ? memchr(value, '?', vlen) : NULL;
       s->path_len = q ? (size_t)(q - value) : vlen;
       s->target_len = vlen;
-    } else if (lower_eq(name, nlen, ":authority") && !s->have_authority) {
+    } else if (NAME_IS(name, nlen, ":authority") && !s->have_authority) {
       s->authority_off = s->head_len;
       s->authority_len = vlen;
       s->have_authority = 1;
@@ -640,11 +665,11 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     }
     return 0;
   }
-  if (lower_eq(name, nlen, "content-length")) {
+  if (NAME_IS(name, nlen, "content-length")) {
     int64_t v = 0;
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
-  } else if (lower_eq(name, nlen, "priority")) {
+  } else if (NAME_IS(name, nlen, "priority")) {
     s->client_priority = 1;
   }
   /* Every regular field is kept: routes match on them and the journal records them. */
@@ -673,7 +698,10 @@ static void refuse(h2s_t *s, int status, int ends) {
   }
   /* The rest of the request body is not wanted. RFC 9113 section 8.1: after a complete response, RST_STREAM
    * with NO_ERROR asks the client to stop sending; sent earlier, it would discard the answer. */
-  if (!s->req.req_done && !ends) s->rst_after = 1;
+  if (!s->req.req_done && !ends && !s->rst_after) {
+    s->rst_after = 1;
+    s->h->nrst_after++;
+  }
 }
 
 /* The head is complete: route it (or refuse it) and hand it to the handler. */
@@ -733,7 +761,9 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
   }
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   cb__conn_progress(h->c);
-  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  h2s_t *s = frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == h->block_sid
+                 ? h->block_s
+                 : nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   if (s == NULL) return 0;
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
     request_head_done(h, s, frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
@@ -781,6 +811,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
       ((s != NULL && s->req.req_done) || nghttp2_session_get_stream_remote_close(session, id) == 1))
     sid_set(h, id, SID_CLOSED, 1);
   if (s == NULL) return 0;
+  if (id == h->block_sid) h->block_s = NULL;
   nghttp2_session_set_stream_user_data(session, id, NULL);
   /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
   if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED && !s->req.fault)
@@ -793,7 +824,7 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
   h2c_t *h = ud;
   if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) cb__conn_progress(h->c);
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
-      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && h->nrst_after > 0) {
     h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s != NULL && s->rst_after && !s->req.req_done)
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
@@ -911,10 +942,10 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     o += take;
     if (h->fh_len < 9) break;
     h->fh_len = 0;
-    h->payload_left = (uint32_t)h->fh[0] << 16 | (uint32_t)h->fh[1] << 8 | h->fh[2];
-    h->ftype = h->fh[3];
-    int32_t sid = (int32_t)((uint32_t)(h->fh[5] & 0x7f) << 24 | (uint32_t)h->fh[6] << 16 |
-                            (uint32_t)h->fh[7] << 8 | h->fh[8]);
+    const uint8_t *fh = h->fh;
+    h->payload_left = (uint32_t)fh[0] << 16 | (uint32_t)fh[1] << 8 | fh[2];
+    h->ftype = fh[3];
+    int32_t sid = (int32_t)((uint32_t)(fh[5] & 0x7f) << 24 | (uint32_t)fh[6] << 16 | (uint32_t)fh[7] << 8 | fh[8]);
     h->fsid = sid;
     int reused = (h->ftype == NGHTTP2_DATA || (h->ftype == NGHTTP2_HEADERS && sid <= h->max_sid)) &&
                  (sid & 1) && sid > 0;
@@ -931,7 +962,7 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
       }
     }
     h->recheck = 0;
-    if ((h->ftype == NGHTTP2_DATA || h->ftype == NGHTTP2_HEADERS) && (h->fh[4] & NGHTTP2_FLAG_END_STREAM))
+    if ((h->ftype == NGHTTP2_DATA || h->ftype == NGHTTP2_HEADERS) && (fh[4] & NGHTTP2_FLAG_END_STREAM))
       h->may_close = 1;
     if (h->ftype == NGHTTP2_PRIORITY) {
       if (sid == 0) return start;
@@ -940,9 +971,9 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     } else if (h->ftype == NGHTTP2_RST_STREAM) {
       h->may_close = 1;
     } else if (h->ftype == NGHTTP2_HEADERS) {
-      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+      h->block_open = !(fh[4] & NGHTTP2_FLAG_END_HEADERS);
     } else if (h->ftype == NGHTTP2_CONTINUATION) {
-      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+      h->block_open = !(fh[4] & NGHTTP2_FLAG_END_HEADERS);
     }
   }
   return n;
