@@ -18,8 +18,8 @@
 #define STREAM_WINDOW (1 << 20)
 #define CONN_WINDOW (16 << 20)
 /* The stream limit nghttp2 is told (see session_new): above the configured one, with room for a burst of
- * excess streams to be refused one by one, but bounded, because nghttp2 also keeps that many closed streams
- * (which is how it recognises HEADERS that reuse a closed stream's id). */
+ * excess streams to be refused one by one, but bounded: a refused stream stays open in nghttp2 until its
+ * RST_STREAM is sent, and the bound caps how many can pile up. */
 static uint32_t nghttp2_stream_limit(uint32_t limit) { return limit < (1u << 29) ? 2 * limit + 100 : limit; }
 /* A body that fits one DATA frame of the default SETTINGS_MAX_FRAME_SIZE. */
 #define ONE_FRAME 16384
@@ -902,8 +902,9 @@ static int priority_ok(h2c_t *h, const uint8_t *p, size_t n) {
 /* DATA or HEADERS on a stream id the client used before. On a stream that closed after the client had ended
  * its side, it is a connection error, STREAM_CLOSED (RFC 9113 5.1); nghttp2 judges this only for the closed
  * streams it keeps, and with RFC 7540 priorities off it keeps none, so the engine remembers them
- * (SID_CLOSED, set in on_stream_close). A stream closed before the client ended its side (a RST_STREAM
- * either way) is not marked: frames the client had in flight are ignored, as nghttp2 did.
+ * (SID_CLOSED, set in on_stream_close; the client's RST_STREAM ends its side too). A stream the server reset
+ * before the client ended its side is not marked: frames the client had in flight are ignored, as nghttp2
+ * did (RFC 9113 5.1).
  * Returns 1 to go on, 0 to end the connection (closed_err), -1 to stop before this frame header until
  * nghttp2 has read what precedes it: a frame followed since it was last fed may close that stream. */
 static int reused_sid_ok(h2c_t *h, int32_t sid) {
