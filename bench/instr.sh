@@ -5,7 +5,9 @@
 #   bench/instr.sh [--n1 N] [--n2 N] [--conns C] [--where] [CASE...]
 #
 # CASE is one of h1 (HTTP/1.1 /hello), h1-nojournal, h2c (/hello, -m 10), h2c-nojournal, floor (bench/floor:
-# one read and one canned write per request, the HTTP/1.1 floor); default: h1 h2c floor.
+# one read and one canned write per request, the HTTP/1.1 floor), h2o (h2o serving /hello over h2c the way
+# bench/ab.sh configures it, one thread; when run as root it runs as nobody, so that callgrind can write its
+# counts after h2o's start); default: h1 h2c floor.
 # Each case runs the server (one thread) under callgrind twice, loaded by h2load with N1 and then N2 requests
 # over C connections (default 2000 / 12000, 50): the difference of the two totals over N2 - N1 cancels the
 # start-up, the stop and the connections' set-up. With --where, each case's instructions per request are also
@@ -27,8 +29,8 @@ while [ $# -gt 0 ]; do
     --n2) N2=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
     --where) WHERE=1; shift ;;
-    h1|h1-nojournal|h2c|h2c-nojournal|floor) cases+=("$1"); shift ;;
-    *) echo "usage: bench/instr.sh [--n1 N] [--n2 N] [--conns C] [--where] [h1|h1-nojournal|h2c|h2c-nojournal|floor]..." >&2
+    h1|h1-nojournal|h2c|h2c-nojournal|floor|h2o) cases+=("$1"); shift ;;
+    *) echo "usage: bench/instr.sh [--n1 N] [--n2 N] [--conns C] [--where] [h1|h1-nojournal|h2c|h2c-nojournal|floor|h2o]..." >&2
        exit 2 ;;
   esac
 done
@@ -64,8 +66,46 @@ start() {
   fi
 }
 
-stop() {
-  kill -INT "$spid"
+# start_h2o: h2o under callgrind on a free port, configured as bench/ab.sh does; sets PORT and spid. h2o names
+# its port in its configuration, so readiness is a request that succeeds.
+start_h2o() {
+  local h="$work/h2o" p= run=()
+  command -v h2o >/dev/null || { echo "bench/instr.sh: h2o is not installed" >&2; exit 1; }
+  mkdir -p "$h/doc"
+  chmod 1777 "$h" # h2o as nobody writes its log there, callgrind its counts
+  rm -f "$work/cg.out" "$h/cg.out"
+  printf 'Hello, Joe!' >"$h/doc/hello"
+  for _ in $(seq 1 100); do
+    p=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || break
+  done
+  cat >"$h/h2o.conf" <<CONF
+num-threads: 1
+error-log: $h/error.log
+listen: {host: 127.0.0.1, port: $p}
+hosts:
+  default:
+    paths:
+      /hello:
+        file.file: $h/doc/hello
+CONF
+  chmod a+rx "$work"
+  chmod -R a+rX "$h"
+  [ "$(id -u)" = 0 ] && run=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+  "${run[@]}" valgrind --tool=callgrind --callgrind-out-file="$h/cg.out" -q "$(command -v h2o)" -c "$h/h2o.conf" \
+    >"$work/server.out" 2>"$work/server.err" &
+  spid=$!
+  for _ in $(seq 1 600); do
+    h2load -n 1 "http://127.0.0.1:$p/hello" 2>/dev/null | grep -q "1 succeeded" && break
+    sleep 0.1
+  done
+  h2load -n 1 "http://127.0.0.1:$p/hello" 2>/dev/null | grep -q "1 succeeded" ||
+    { echo "h2o did not start: $(cat "$work/server.err")" >&2; exit 1; }
+  PORT=$p
+}
+
+stop() { # SIGINT stops cbench-server (and the floor); h2o stops on SIGTERM
+  kill "-${1:-INT}" "$spid"
   wait "$spid" 2>/dev/null || true
   spid=
 }
@@ -118,13 +158,20 @@ for c in "${cases[@]}"; do
     h2c-nojournal) proto=h2c; args+=(--journal 0) ;;
     floor) args=("$FLOOR") ;;
   esac
+  [ "$c" = h2o ] && proto=h2c
   ir=()
   for n in "$N1" "$N2"; do
-    start "${args[@]}"
+    out="$work/cg.out"
+    if [ "$c" = h2o ]; then
+      start_h2o
+      out="$work/h2o/cg.out"
+    else
+      start "${args[@]}"
+    fi
     load "$proto" "$n"
-    stop
-    ir+=("$(awk '/^summary:|^totals:/ {print $2; exit}' "$work/cg.out")")
-    [ "$WHERE" = 1 ] && parts "$work/cg.out" >"$work/parts.$n"
+    if [ "$c" = h2o ]; then stop TERM; else stop; fi
+    ir+=("$(awk '/^summary:|^totals:/ {print $2; exit}' "$out")")
+    [ "$WHERE" = 1 ] && parts "$out" >"$work/parts.$n"
   done
   awk -v c="$c" -v a="${ir[0]}" -v b="${ir[1]}" -v n=$((N2 - N1)) \
     'BEGIN { printf "%-14s %8.0f instructions per request\n", c, (b - a) / n }'

@@ -118,24 +118,35 @@ static inline void heap_free(cb__h2_mem_t *m, void *p) {
 /* The bytes a heap block can hold. */
 static size_t heap_room(const void *p) { return malloc_usable_size((void *)p); }
 
+static __attribute__((noinline)) void *mem_malloc_big(cb__h2_mem_t *m, size_t n) {
+  void *p = n == CB__H2_MEM_SLOT ? slot_alloc(m) : n >= CB__H2_MEM_BIG ? big_alloc(m, n) : NULL;
+  return p != NULL ? p : heap_alloc(m, n);
+}
+
+/* The common case (a small block from the worker's cache) stays a leaf: nothing to save, no call. */
 static void *mem_malloc(size_t n, void *ud) {
   cb__h2_mem_t *m = ud;
-  if (__builtin_expect(n >= CB__H2_MEM_BIG, 0)) {
-    void *p = big_alloc(m, n);
-    if (p != NULL) return p;
-  } else if (__builtin_expect(n == CB__H2_MEM_SLOT, 0)) {
-    void *p = slot_alloc(m);
-    if (p != NULL) return p;
+  cb__h2_small_t *k = m->small;
+  if (__builtin_expect(n <= CB__H2_SMALL_MAX && k != NULL, 1)) {
+    int c = size_class(n);
+    if (k->n[c] > 0) return k->free[c][--k->n[c]];
+    return malloc(class_size(c));
   }
-  return heap_alloc(m, n);
+  return mem_malloc_big(m, n);
+}
+
+static __attribute__((noinline)) void mem_free_big(cb__h2_mem_t *m, void *p) {
+  cb__h2_big_t *b = find(m, p);
+  if (b != NULL)
+    big_free(m, b);
+  else
+    heap_free(m, p);
 }
 
 static void mem_free(void *p, void *ud) {
   cb__h2_mem_t *m = ud;
-  if (p == NULL) return;
-  cb__h2_big_t *b = __builtin_expect(maybe_big(p), 0) ? find(m, p) : NULL;
-  if (b != NULL) {
-    big_free(m, b);
+  if (__builtin_expect(maybe_big(p), 0)) {
+    if (p != NULL) mem_free_big(m, p);
     return;
   }
   heap_free(m, p);

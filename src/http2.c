@@ -18,9 +18,11 @@
 #define STREAM_WINDOW (1 << 20)
 #define CONN_WINDOW (16 << 20)
 /* The stream limit nghttp2 is told (see session_new): above the configured one, with room for a burst of
- * excess streams to be refused one by one, but bounded, because nghttp2 also keeps that many closed streams
- * (which is how it recognises HEADERS that reuse a closed stream's id). */
+ * excess streams to be refused one by one, but bounded: a refused stream stays open in nghttp2 until its
+ * RST_STREAM is sent, and the bound caps how many can pile up. */
 static uint32_t nghttp2_stream_limit(uint32_t limit) { return limit < (1u << 29) ? 2 * limit + 100 : limit; }
+/* A body that fits one DATA frame of the default SETTINGS_MAX_FRAME_SIZE. */
+#define ONE_FRAME 16384
 /* Streams keep their structures for reuse up to this many per connection. */
 #define FREE_STREAMS_MAX 16
 
@@ -59,6 +61,7 @@ struct h2s {
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
+  uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* The status and content-length values of the response head: nghttp2 references them (NO_COPY) until the
    * HEADERS frame is written, in this event's send. */
@@ -70,9 +73,13 @@ struct h2s {
   size_t queued;
 };
 
-/* Client stream ids remembered as opened or not, for HEADERS on a lower id (RFC 9113 5.1.1): the last
+/* Client stream ids remembered as opened or not, for HEADERS on a lower id (RFC 9113 5.1.1), and as closed
+ * after the client ended its side or not (for DATA and HEADERS on a closed stream, 5.1): the last
  * OPENED_WINDOW odd ids below the highest one. */
 #define OPENED_WINDOW 1024
+/* The two bitmaps, one after the other in h2c.opened. */
+enum { SID_OPENED = 0, SID_CLOSED = OPENED_WINDOW };
+#define SID_BYTES (2 * OPENED_WINDOW / 8)
 /* Header blocks over the header limit a connection may send (each refused) before it is ended. */
 #define OVERSIZED_BLOCKS_MAX 3
 
@@ -95,7 +102,16 @@ struct h2c {
   uint8_t block_over;  /* the header block being decoded is over the limit */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
   uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (cb__h2_violation) */
+  uint8_t closed_err;  /* DATA or HEADERS on a closed stream: the connection ends with STREAM_CLOSED */
+  uint8_t may_close;   /* a frame that may close a stream was followed since nghttp2 was last fed */
+  uint8_t paused;      /* track() stopped before a frame header for nghttp2 to catch up (not an error) */
+  uint8_t recheck;     /* the frame header track() stopped before: check it now, without stopping again */
   size_t block_bytes;  /* the header block being decoded, counted like max_header_bytes */
+  /* The stream of the header block being decoded (NULL: none of ours), looked up once per block rather than
+   * once per field: each lookup is a search of nghttp2's stream map. */
+  int32_t block_sid;
+  h2s_t *block_s;
+  uint32_t nrst_after; /* streams with rst_after set: on_frame_send looks a stream up only while some are */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
   uint32_t preface_left;
@@ -103,8 +119,12 @@ struct h2c {
   uint8_t fh[9], fh_len;
   uint8_t ftype;
   uint8_t block_open;
+  uint8_t pri_len;     /* of a PRIORITY frame's payload, the bytes of its dependency read so far */
+  uint8_t pri[4];
+  int32_t fsid;        /* the stream of the frame being followed */
   int32_t max_sid;     /* the highest stream id the client opened */
-  uint8_t *opened;     /* OPENED_WINDOW bits, made with the first stream (an idle connection holds none) */
+  uint8_t *opened;     /* 2 x OPENED_WINDOW bits (SID_OPENED, SID_CLOSED), made with the first stream (an idle
+                        * connection holds none) */
 };
 
 static const cb__proto_t h2_proto;
@@ -193,6 +213,7 @@ static void drop_pieces(h2s_t *s) {
 
 static void stream_free(h2c_t *h, h2s_t *s, int final) {
   if (s->req.handler) cb__req_release(&s->req);
+  if (s->rst_after) h->nrst_after--;
   drop_pieces(s);
   if (s->prev) s->prev->next = s->next;
   else h->streams = s->next;
@@ -210,16 +231,24 @@ static void stream_free(h2c_t *h, h2s_t *s, int final) {
   free(s);
 }
 
+static __attribute__((noinline)) int head_grow(h2s_t *s, size_t n) {
+  size_t cap = s->head_cap ? s->head_cap : 256;
+  while (cap < s->head_len + n) cap *= 2;
+  char *b = realloc(s->head, cap);
+  if (b == NULL) return -1;
+  s->head = b;
+  s->head_cap = cap;
+  return 0;
+}
+
+/* Room for n more bytes of the head. */
+static inline int head_reserve(h2s_t *s, size_t n) {
+  return s->head_len + n <= s->head_cap ? 0 : head_grow(s, n);
+}
+
 static int head_append(h2s_t *s, const uint8_t *p, size_t n) {
   if (n == 0) return 0;
-  if (s->head_len + n > s->head_cap) {
-    size_t cap = s->head_cap ? s->head_cap : 256;
-    while (cap < s->head_len + n) cap *= 2;
-    char *b = realloc(s->head, cap);
-    if (b == NULL) return -1;
-    s->head = b;
-    s->head_cap = cap;
-  }
+  if (head_reserve(s, n) != 0) return -1;
   memcpy(s->head + s->head_len, p, n);
   s->head_len += n;
   return 0;
@@ -234,7 +263,10 @@ static int add_header(h2s_t *s, const uint8_t *name, size_t nlen, const uint8_t 
     s->hdrs_cap = cap;
   }
   size_t at = s->head_len;
-  if (head_append(s, name, nlen) || head_append(s, value, vlen)) return -1;
+  if (head_reserve(s, nlen + vlen) != 0) return -1;
+  memcpy(s->head + at, name, nlen);
+  if (vlen > 0) memcpy(s->head + at + nlen, value, vlen);
+  s->head_len = at + nlen + vlen;
   for (size_t i = 0; lower && i < nlen; i++) /* an HTTP/1.1 name (upgrade): lowercase, as HTTP/2 sends them */
     if (s->head[at + i] >= 'A' && s->head[at + i] <= 'Z') s->head[at + i] += 32;
   /* Offsets until the head is complete: the buffer may still move. */
@@ -292,6 +324,14 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
   /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
   nghttp2_data_provider prd = {.source = {.ptr = s}, .read_callback = provider_read};
+  if (s->provider && !s->client_priority && (content_length < 0 || content_length > ONE_FRAME)) {
+    /* RFC 9218's default (urgency 3, not incremental) sends the streams of one urgency one after the other:
+     * a small answer would wait behind a large one. Incremental, a body of more than one frame shares the
+     * connection as under RFC 7540's default weights (a one-frame body waits at most one frame). A client's
+     * priority field is left to rule. */
+    static const nghttp2_extpri shared = {.urgency = NGHTTP2_EXTPRI_DEFAULT_URGENCY, .inc = 1};
+    nghttp2_session_change_extpri_stream_priority(h->session, s->id, &shared, 0);
+  }
   int rv = nghttp2_submit_response(h->session, s->id, nv, (size_t)n, s->provider ? &prd : NULL);
   if (nv != stack_nv) free(nv); /* nghttp2 copied the fields */
   if (rv != 0) s->provider = 0;
@@ -529,9 +569,9 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 /* ---- receiving ---- */
 
-static int lower_eq(const uint8_t *a, size_t n, const char *lit) {
-  return strlen(lit) == n && memcmp(a, lit, n) == 0; /* HTTP/2 header names are lowercase on the wire */
-}
+/* An HTTP/2 header name (lowercase on the wire) against a literal: the length is a constant, so the
+ * comparison is a few instructions inline. */
+#define NAME_IS(a, n, lit) ((n) == sizeof(lit) - 1 && memcmp((a), (lit), sizeof(lit) - 1) == 0)
 
 /* The same for an HTTP/1.1 name (any case) against a lowercase literal. */
 static int ci_eq(const char *a, size_t n, const char *lit) {
@@ -545,7 +585,13 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   h2c_t *h = ud;
   h->block_bytes = 0;
   h->block_over = 0;
-  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  h->block_sid = frame->hd.stream_id;
+  h->block_s = NULL;
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  if (frame->headers.cat != NGHTTP2_HCAT_REQUEST) { /* trailers */
+    h->block_s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    return 0;
+  }
   if ((uint32_t)h->nstreams >= h->c->w->cfg->h2_max_concurrent_streams) {
     /* Over our SETTINGS_MAX_CONCURRENT_STREAMS: a stream error, REFUSED_STREAM (RFC 9113 5.1.2), so the
      * client may retry it and its other streams go on. nghttp2 still decodes the header block (HPACK stays
@@ -557,6 +603,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
   h2s_t *s = stream_new(h, frame->hd.stream_id);
   if (s == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
+  h->block_s = s;
   return 0;
 }
 
@@ -586,7 +633,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   (void)flags;
   h2c_t *h = ud;
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  h2s_t *s = frame->hd.stream_id == h->block_sid ? h->block_s
+                                                 : nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE.
    * Every block counts, trailers and refused streams' too: each costs nghttp2 the same work. */
   h->block_bytes += nlen + vlen + 32;
@@ -594,7 +642,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
   if (frame->headers.cat != NGHTTP2_HCAT_REQUEST || s == NULL || s->refused || s->too_large) return 0;
   if (nlen > 0 && name[0] == ':') {
     /* Kept in the head buffer, by offset until the head is complete. */
-    if (lower_eq(name, nlen, ":method") && !s->have_method) {
+    if (NAME_IS(name, nlen, ":method") && !s->have_method) {
       s->req.method = (uint16_t)cb_method_bit((cb_str_t){(const char *)value, vlen});
       s->method_len = vlen;
       s->have_method = 1;
@@ -602,14 +650,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
       s->req.method_str = cb__method_name(s->req.method);
       s->method_off = s->head_len;
       if (s->req.method_str == NULL && head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    } else if (lower_eq(name, nlen, ":path") && !s->have_path) {
+    } else if (NAME_IS(name, nlen, ":path") && !s->have_path) {
       s->path_off = s->head_len;
       s->have_path = 1;
       if (head_append(s, value, vlen) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
       const uint8_t *q = vlen > 0 ? memchr(value, '?', vlen) : NULL;
       s->path_len = q ? (size_t)(q - value) : vlen;
       s->target_len = vlen;
-    } else if (lower_eq(name, nlen, ":authority") && !s->have_authority) {
+    } else if (NAME_IS(name, nlen, ":authority") && !s->have_authority) {
       s->authority_off = s->head_len;
       s->authority_len = vlen;
       s->have_authority = 1;
@@ -617,10 +665,12 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     }
     return 0;
   }
-  if (lower_eq(name, nlen, "content-length")) {
+  if (NAME_IS(name, nlen, "content-length")) {
     int64_t v = 0;
     for (size_t i = 0; i < vlen && v <= INT64_MAX / 10 - 10; i++) v = v * 10 + (value[i] - '0');
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
+  } else if (NAME_IS(name, nlen, "priority")) {
+    s->client_priority = 1;
   }
   /* Every regular field is kept: routes match on them and the journal records them. */
   if (add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -648,7 +698,10 @@ static void refuse(h2s_t *s, int status, int ends) {
   }
   /* The rest of the request body is not wanted. RFC 9113 section 8.1: after a complete response, RST_STREAM
    * with NO_ERROR asks the client to stop sending; sent earlier, it would discard the answer. */
-  if (!s->req.req_done && !ends) s->rst_after = 1;
+  if (!s->req.req_done && !ends && !s->rst_after) {
+    s->rst_after = 1;
+    s->h->nrst_after++;
+  }
 }
 
 /* The head is complete: route it (or refuse it) and hand it to the handler. */
@@ -708,7 +761,9 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
   }
   if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
   cb__conn_progress(h->c);
-  h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+  h2s_t *s = frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == h->block_sid
+                 ? h->block_s
+                 : nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   if (s == NULL) return 0;
   if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
     request_head_done(h, s, frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
@@ -745,10 +800,18 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
   return 0;
 }
 
+static void sid_set(h2c_t *h, int32_t sid, uint32_t map, int on);
+static int sid_remembered(const h2c_t *h, int32_t sid);
+
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *ud) {
   h2c_t *h = ud;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
+  /* Closed after the client ended its side: later DATA or HEADERS on it get STREAM_CLOSED (track()). */
+  if (sid_remembered(h, id) &&
+      ((s != NULL && s->req.req_done) || nghttp2_session_get_stream_remote_close(session, id) == 1))
+    sid_set(h, id, SID_CLOSED, 1);
   if (s == NULL) return 0;
+  if (id == h->block_sid) h->block_s = NULL;
   nghttp2_session_set_stream_user_data(session, id, NULL);
   /* A stream the peer reset, or that closed before its response ended, left work unfinished. */
   if (error_code != NGHTTP2_NO_ERROR && !s->refused && s->req.res_state != CB__RES_ENDED && !s->req.fault)
@@ -761,7 +824,7 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
   h2c_t *h = ud;
   if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) cb__conn_progress(h->c);
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
-      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && h->nrst_after > 0) {
     h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s != NULL && s->rst_after && !s->req.req_done)
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
@@ -777,17 +840,29 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
  * nghttp2 says neither when a header block is half received nor which stream ids the client opened; both
  * are read here off the frame headers, before nghttp2 parses the same bytes. */
 
-static int opened_get(const h2c_t *h, int32_t sid) {
-  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+static int sid_get(const h2c_t *h, int32_t sid, uint32_t map) {
+  uint32_t i = map + ((uint32_t)sid >> 1) % OPENED_WINDOW;
   return h->opened[i >> 3] >> (i & 7) & 1;
 }
 
-static void opened_set(h2c_t *h, int32_t sid, int on) {
-  uint32_t i = ((uint32_t)sid >> 1) % OPENED_WINDOW;
+static void sid_set(h2c_t *h, int32_t sid, uint32_t map, int on) {
+  uint32_t i = map + ((uint32_t)sid >> 1) % OPENED_WINDOW;
   if (on)
     h->opened[i >> 3] |= (uint8_t)(1u << (i & 7));
   else
     h->opened[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* A client id, opened or not, that is still remembered. */
+static int sid_remembered(const h2c_t *h, int32_t sid) {
+  return h->opened != NULL && sid > 0 && (sid & 1) && sid <= h->max_sid &&
+         (int64_t)h->max_sid - sid < 2 * OPENED_WINDOW;
+}
+
+/* A new client stream: opened, not closed. */
+static void opened_set(h2c_t *h, int32_t sid, int on) {
+  sid_set(h, sid, SID_OPENED, on);
+  sid_set(h, sid, SID_CLOSED, 0);
 }
 
 /* A client HEADERS frame on stream sid. Above every id so far, it opens the stream (the ids skipped are
@@ -797,21 +872,55 @@ static void opened_set(h2c_t *h, int32_t sid, int on) {
  * far below to be remembered, even ids and 0 are left to nghttp2. */
 static int headers_sid_ok(h2c_t *h, int32_t sid) {
   if (sid <= 0 || (sid & 1) == 0) return 1;
-  if (h->opened == NULL && (h->opened = calloc(1, OPENED_WINDOW / 8)) == NULL) return 0; /* out of memory: end */
+  if (h->opened == NULL && (h->opened = calloc(1, SID_BYTES)) == NULL) return 0; /* out of memory: end */
   if (sid > h->max_sid) {
     if ((int64_t)sid - h->max_sid >= 2 * OPENED_WINDOW)
-      memset(h->opened, 0, OPENED_WINDOW / 8);
+      memset(h->opened, 0, SID_BYTES);
     else
       for (int32_t k = h->max_sid + 2; k < sid; k += 2) opened_set(h, k, 0);
     opened_set(h, sid, 1);
     h->max_sid = sid;
     return 1;
   }
-  return (int64_t)h->max_sid - sid >= 2 * OPENED_WINDOW || opened_get(h, sid);
+  return (int64_t)h->max_sid - sid >= 2 * OPENED_WINDOW || sid_get(h, sid, SID_OPENED);
 }
 
-/* Follows [p, p + n). Returns n, or where a frame starts that must end the connection (a HEADERS frame on a
- * stream never opened): nghttp2 gets the bytes before it. */
+/* Reads the dependency of a PRIORITY frame as it passes. Returns 0 when the stream depends on itself. With
+ * RFC 7540 priorities off (SETTINGS_NO_RFC7540_PRIORITIES), nghttp2 checks only a PRIORITY frame's length;
+ * RFC 9113 6.3 still makes a self-dependency a PROTOCOL_ERROR. */
+static int priority_ok(h2c_t *h, const uint8_t *p, size_t n) {
+  size_t take = n < 4u - h->pri_len ? n : 4u - h->pri_len;
+  memcpy(h->pri + h->pri_len, p, take);
+  h->pri_len = (uint8_t)(h->pri_len + take);
+  if (h->pri_len < 4) return 1;
+  h->ftype = 0xff; /* read: the rest of the payload is skipped */
+  int32_t dep = (int32_t)((uint32_t)(h->pri[0] & 0x7f) << 24 | (uint32_t)h->pri[1] << 16 |
+                          (uint32_t)h->pri[2] << 8 | h->pri[3]);
+  return dep != h->fsid;
+}
+
+/* DATA or HEADERS on a stream id the client used before. On a stream that closed after the client had ended
+ * its side, it is a connection error, STREAM_CLOSED (RFC 9113 5.1); nghttp2 judges this only for the closed
+ * streams it keeps, and with RFC 7540 priorities off it keeps none, so the engine remembers them
+ * (SID_CLOSED, set in on_stream_close; the client's RST_STREAM ends its side too). A stream the server reset
+ * before the client ended its side is not marked: frames the client had in flight are ignored, as nghttp2
+ * did (RFC 9113 5.1).
+ * Returns 1 to go on, 0 to end the connection (closed_err), -1 to stop before this frame header until
+ * nghttp2 has read what precedes it: a frame followed since it was last fed may close that stream. */
+static int reused_sid_ok(h2c_t *h, int32_t sid) {
+  if (!sid_remembered(h, sid)) return 1;
+  if (sid_get(h, sid, SID_CLOSED)) {
+    h->closed_err = 1;
+    return 0;
+  }
+  if (h->may_close && !h->recheck) return -1;
+  return 1;
+}
+
+/* Follows [p, p + n). Returns n, or where nghttp2 must stop: before a frame (or its part) that must end the
+ * connection (a HEADERS frame on a stream never opened, a PRIORITY frame on stream 0 or depending on itself:
+ * PROTOCOL_ERROR; DATA or HEADERS on a closed stream: STREAM_CLOSED), or, with h->paused set, before the last
+ * byte of a frame header that is to be checked once nghttp2 has read the bytes before it (reused_sid_ok). */
 static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
   size_t o = 0;
   while (o < n) {
@@ -819,6 +928,7 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     if (h->preface_left > 0 || h->payload_left > 0) {
       uint32_t *skip = h->preface_left > 0 ? &h->preface_left : &h->payload_left;
       take = left < *skip ? left : *skip;
+      if (h->ftype == NGHTTP2_PRIORITY && h->preface_left == 0 && !priority_ok(h, p + o, take)) return o;
       *skip -= (uint32_t)take;
       o += take;
       continue;
@@ -833,15 +943,38 @@ static size_t track(h2c_t *h, const uint8_t *p, size_t n) {
     o += take;
     if (h->fh_len < 9) break;
     h->fh_len = 0;
-    h->payload_left = (uint32_t)h->fh[0] << 16 | (uint32_t)h->fh[1] << 8 | h->fh[2];
-    h->ftype = h->fh[3];
-    int32_t sid = (int32_t)((uint32_t)(h->fh[5] & 0x7f) << 24 | (uint32_t)h->fh[6] << 16 |
-                            (uint32_t)h->fh[7] << 8 | h->fh[8]);
-    if (h->ftype == NGHTTP2_HEADERS) {
-      if (!headers_sid_ok(h, sid)) return start;
-      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+    const uint8_t *fh = h->fh;
+    h->payload_left = (uint32_t)fh[0] << 16 | (uint32_t)fh[1] << 8 | fh[2];
+    h->ftype = fh[3];
+    int32_t sid = (int32_t)((uint32_t)(fh[5] & 0x7f) << 24 | (uint32_t)fh[6] << 16 | (uint32_t)fh[7] << 8 | fh[8]);
+    h->fsid = sid;
+    int reused = (h->ftype == NGHTTP2_DATA || (h->ftype == NGHTTP2_HEADERS && sid <= h->max_sid)) &&
+                 (sid & 1) && sid > 0;
+    if (h->ftype == NGHTTP2_HEADERS && !headers_sid_ok(h, sid)) return start;
+    if (reused) {
+      int ok = reused_sid_ok(h, sid);
+      if (ok == 0) return start;
+      if (ok < 0) { /* nghttp2 gets all but the header's last byte; the next call reads it again */
+        h->fh_len = 8;
+        h->payload_left = 0;
+        h->paused = 1;
+        h->recheck = 1;
+        return o - 1;
+      }
+    }
+    h->recheck = 0;
+    if ((h->ftype == NGHTTP2_DATA || h->ftype == NGHTTP2_HEADERS) && (fh[4] & NGHTTP2_FLAG_END_STREAM))
+      h->may_close = 1;
+    if (h->ftype == NGHTTP2_PRIORITY) {
+      if (sid == 0) return start;
+      h->pri_len = 0;
+      if (h->payload_left != 5) h->ftype = 0xff; /* nghttp2 answers FRAME_SIZE_ERROR */
+    } else if (h->ftype == NGHTTP2_RST_STREAM) {
+      h->may_close = 1;
+    } else if (h->ftype == NGHTTP2_HEADERS) {
+      h->block_open = !(fh[4] & NGHTTP2_FLAG_END_HEADERS);
     } else if (h->ftype == NGHTTP2_CONTINUATION) {
-      h->block_open = !(h->fh[4] & NGHTTP2_FLAG_END_HEADERS);
+      h->block_open = !(fh[4] & NGHTTP2_FLAG_END_HEADERS);
     }
   }
   return n;
@@ -856,14 +989,29 @@ static int in_head(const h2c_t *h) {
 
 static int h2_read(cb__conn_t *c, const char *data, size_t len) {
   h2c_t *h = c->proto_state;
-  size_t ok = track(h, (const uint8_t *)data, len);
-  ssize_t rv = nghttp2_session_mem_recv(h->session, (const uint8_t *)data, ok);
-  if (rv >= 0 && ok < len) rv = NGHTTP2_ERR_PROTO; /* HEADERS on a stream never opened */
+  const uint8_t *p = (const uint8_t *)data;
+  ssize_t rv;
+  h->may_close = 0;
+  for (;;) {
+    size_t ok = track(h, p, len);
+    rv = nghttp2_session_mem_recv(h->session, p, ok);
+    if (rv < 0 || ok == len) break;
+    if (!h->paused) { /* a frame that ends the connection (track()) */
+      rv = NGHTTP2_ERR_PROTO;
+      break;
+    }
+    h->paused = 0;
+    h->may_close = 0;
+    p += ok;
+    len -= ok;
+  }
   if (rv < 0) {
     /* Bad preface, a protocol error or a flood: nghttp2 gives up on the session. Say why in GOAWAY, then
      * close. */
     CB__STAT_INC(c->w, h2_errors);
-    uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+    uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM
+                    : h->closed_err                          ? NGHTTP2_STREAM_CLOSED
+                                                             : NGHTTP2_PROTOCOL_ERROR;
     nghttp2_session_terminate_session(h->session, code);
   }
   return 0;
@@ -915,6 +1063,10 @@ static h2c_t *session_new(cb__conn_t *c) {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, nghttp2_stream_limit(cfg->h2_max_concurrent_streams)},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
+      /* No RFC 7540 priority tree (RFC 9113 deprecates it): nghttp2 then neither keeps a dependency tree nor
+       * closed streams, and schedules streams by RFC 9218 urgency. The checks nghttp2 made with them are
+       * made here: track() (PRIORITY frames) and on_begin_frame (frames on closed streams). */
+      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
   };
   nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
   nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
@@ -973,7 +1125,7 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   h2c_t *h = session_new(c);
   if (h == NULL) return UV_ENOMEM;
   h->upgraded = 1;
-  h->opened = calloc(1, OPENED_WINDOW / 8);
+  h->opened = calloc(1, SID_BYTES);
   h2s_t *s = h->opened ? stream_new(h, 1) : NULL;
   int rv = s ? nghttp2_session_upgrade2(h->session, payload, (size_t)plen, r->method == CB_METHOD_HEAD, s) : -1;
   if (rv != 0) {

@@ -361,6 +361,7 @@ static void process(h2cl_t *cl, const h2frame_t *f) {
       }
       if (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE) cl->srv_max_frame = v;
       if (id == NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE) cl->srv_max_header_list = v;
+      if (id == NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES) cl->srv_no_rfc7540_priorities = v;
     }
     cl->settings++;
     if (!cl->no_auto_ack) h2_send_frame(cl, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);

@@ -49,6 +49,7 @@ TEST_T(h2_routes_get_and_head, 60000) {
   ASSERT_EQ(cl->srv_max_streams, 128);
   ASSERT_EQ(cl->srv_initial_window, 1 << 20);
   ASSERT_EQ(cl->srv_max_header_list, 16384);
+  ASSERT_EQ(cl->srv_no_rfc7540_priorities, 1); /* no RFC 7540 priority tree (RFC 9113 5.3.2) */
   /* One connection for all: a stream that ended early or late would show in the next one. */
   for (size_t i = 0; i < n_ok_paths; i++) {
     cbt_log("GET and HEAD %s", ok_paths[i]);
@@ -348,7 +349,8 @@ TEST_T(h2_concurrent_streams, 60000) {
 
 typedef struct {
   const char *what;
-  int setup;          /* 1: open stream 1 first (POST /echo, no END_STREAM); 2: GET /delay/2000 on stream 1 */
+  int setup;          /* 1: open stream 1 first (POST /echo, no END_STREAM); 2: GET /delay/2000 on stream 1;
+                       * 3: GET /hello on stream 1, answered (stream 1 is closed) */
   uint8_t type, flags;
   int32_t sid;
   uint32_t len;       /* payload length in the frame header */
@@ -395,6 +397,15 @@ static const errcase_t conn_errors[] = {
     {"PUSH_PROMISE from the client", 0, NGHTTP2_PUSH_PROMISE, NGHTTP2_FLAG_END_HEADERS, 1, 5, P("\0\0\0\2\x82"),
      NGHTTP2_PROTOCOL_ERROR},
     {"GOAWAY on stream 1", 0, NGHTTP2_GOAWAY, 0, 1, 8, P("\0\0\0\0\0\0\0\0"), NGHTTP2_PROTOCOL_ERROR},
+    /* With RFC 7540 priorities off, nghttp2 skips PRIORITY frames: the engine checks them (RFC 9113 6.3). */
+    {"PRIORITY on stream 0", 0, NGHTTP2_PRIORITY, 0, 0, 5, P("\0\0\0\1\x10"), NGHTTP2_PROTOCOL_ERROR},
+    {"PRIORITY of stream 3 depending on itself", 0, NGHTTP2_PRIORITY, 0, 3, 5, P("\x80\0\0\3\x10"),
+     NGHTTP2_PROTOCOL_ERROR},
+    {"PRIORITY of 4 bytes", 0, NGHTTP2_PRIORITY, 0, 3, 4, P("\0\0\0\3"), NGHTTP2_FRAME_SIZE_ERROR},
+    /* ... and keeps no closed streams: the engine remembers them (RFC 9113 5.1). */
+    {"DATA on a closed stream", 3, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, 1, P("x"), NGHTTP2_STREAM_CLOSED},
+    {"HEADERS on a closed stream", 3, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, 1,
+     P("\x82"), NGHTTP2_STREAM_CLOSED},
 };
 
 /* Runs one case on a fresh connection: the server must answer GOAWAY with the case's code and close. */
@@ -410,6 +421,7 @@ static void run_conn_error(int port, const errcase_t *c) {
     h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block.p, block.len);
     buf_free(&block);
   }
+  if (c->setup == 3) route_check(cl, 1, "GET", "/hello");
   h2_frame_hd(hd, c->len, c->type, c->flags, c->sid);
   buf_add(&frame, hd, 9);
   if (c->payload) {
@@ -586,6 +598,82 @@ TEST(h2_headers_on_closed_stream) {
          "of type PROTOCOL_ERROR (or STREAM_CLOSED, 5.1)");
   }
   h2_free(cl);
+  h2_check_hello(port);
+  test_stop(srv);
+}
+
+/* Frames on streams that nghttp2 no longer keeps (RFC 7540 priorities are off), in the cases the connection
+ * error table does not reach: a stream that closes within the same read as the frame that follows it, a
+ * PRIORITY frame cut across two reads, and a stream the server reset before the client ended it. */
+TEST(h2_frames_on_closed_streams) {
+  cb_server_t *srv = start_with(0, 0, 1000, 0);
+  int port = cb_server_port(srv);
+  buf_t all = {0}, block = {0};
+  uint8_t hd[9];
+
+  /* HEADERS (no END_STREAM), RST_STREAM and DATA on stream 1 in one write: the DATA arrives on a closed
+   * stream whose client side ended with the RST_STREAM, a connection error of type STREAM_CLOSED (h2spec
+   * 5.1/8 sends the same three frames). */
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2_encode_request(cl, "POST", "/echo", NULL, 0, &block);
+  h2_frame_hd(hd, (uint32_t)block.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1);
+  buf_add(&all, hd, 9);
+  buf_add(&all, block.p, block.len);
+  h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, 1);
+  buf_add(&all, hd, 9);
+  buf_add(&all, "\0\0\0\x08", 4);
+  h2_frame_hd(hd, 4, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1);
+  buf_add(&all, hd, 9);
+  buf_add(&all, "body", 4);
+  cl_send(cl->fd, all.p, all.len);
+  ASSERT_EQ(h2_wait_goaway(cl, 10000), CL_OK);
+  ASSERT_EQ(cl->goaway_code, NGHTTP2_STREAM_CLOSED);
+  h2_free(cl);
+
+  /* A PRIORITY frame depending on itself, its payload cut across two writes. */
+  cl = h2_open(port);
+  h2_handshake(cl);
+  h2_frame_hd(hd, 5, NGHTTP2_PRIORITY, 0, 5);
+  buf_reset(&all);
+  buf_add(&all, hd, 9);
+  buf_add(&all, "\0\0", 2);
+  cl_send(cl->fd, all.p, all.len);
+  sleep_ms(50);
+  cl_send(cl->fd, "\0\5\x10", 3);
+  ASSERT_EQ(h2_wait_goaway(cl, 10000), CL_OK);
+  ASSERT_EQ(cl->goaway_code, NGHTTP2_PROTOCOL_ERROR);
+  h2_free(cl);
+
+  /* A PRIORITY frame for another stream, or for an idle one, is fine. */
+  cl = h2_open(port);
+  h2_handshake(cl);
+  h2_send_frame(cl, NGHTTP2_PRIORITY, 0, 7, "\0\0\0\5\x10", 5);
+  route_check(cl, 1, "GET", "/hello");
+  ASSERT_EQ(cl->goaway, 0);
+  h2_free(cl);
+
+  /* Stream 1 declares a body over the limit: 413, then RST_STREAM(NO_ERROR) from the server, before the client
+   * ended its side. DATA the client had in flight is ignored (RFC 9113 5.1: "MUST ignore frames that it
+   * receives on closed streams after it has sent a RST_STREAM"), and the connection goes on. */
+  cl = h2_open(port);
+  h2_handshake(cl);
+  {
+    const char *declared[] = {"content-length", "5000"};
+    h2resp_t *r = h2_stream(cl, 1);
+    buf_reset(&block);
+    h2_encode_request(cl, "POST", "/echo", declared, 1, &block);
+    h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block.p, block.len);
+    h2_wait1(cl, r, 10000);
+    ASSERT_EQ(r->status, 413);
+  }
+  h2_send_body(cl, 1, "more", 4, 0);
+  route_check(cl, 3, "GET", "/hello");
+  ASSERT_EQ(cl->goaway, 0);
+  h2_free(cl);
+
+  buf_free(&all);
+  buf_free(&block);
   h2_check_hello(port);
   test_stop(srv);
 }

@@ -188,18 +188,18 @@ TEST_T(idle_memory_h1, 300000) {
 static const char h2_hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
 static const char h2_settings_ack[] = "\x00\x00\x00\x04\x01\x00\x00\x00\x00";
 
-/* What the server sends first: its SETTINGS (3 entries), a WINDOW_UPDATE on the connection and the ACK of
+/* What the server sends first: its SETTINGS (4 entries), a WINDOW_UPDATE on the connection and the ACK of
  * ours, in the order nghttp2 chooses; checked frame by frame (length, type, flags, stream 0). */
 static void read_server_start(int fd) {
   buf_t got = {0};
-  ASSERT_EQ(cl_read_n(fd, &got, 27 + 13 + 9, 30000), CL_OK);
-  ASSERT_EQ(got.len, 27u + 13 + 9);
+  ASSERT_EQ(cl_read_n(fd, &got, 33 + 13 + 9, 30000), CL_OK);
+  ASSERT_EQ(got.len, 33u + 13 + 9);
   int seen = 0;
   for (size_t o = 0; o < got.len;) {
     const unsigned char *p = (const unsigned char *)got.p + o;
     int len = p[0] << 16 | p[1] << 8 | p[2];
     ASSERT_EQ(p[5] | p[6] | p[7] | p[8], 0);
-    if (p[3] == 0x4 && p[4] == 0 && len == 18) seen |= 1;       /* SETTINGS */
+    if (p[3] == 0x4 && p[4] == 0 && len == 24) seen |= 1;       /* SETTINGS */
     else if (p[3] == 0x8 && len == 4) seen |= 2;                /* WINDOW_UPDATE */
     else if (p[3] == 0x4 && p[4] == 0x1 && len == 0) seen |= 4; /* SETTINGS ACK */
     o += 9 + (size_t)len;
