@@ -54,10 +54,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# Below the kernel's ephemeral range, so that no client connection (h2load's) holds the port as its own end.
+port_floor=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() { # a port nothing listens on a moment ago (nginx and h2o need one named in their configuration)
-  local p
+  local p span=$((port_floor > 12000 ? port_floor - 10000 : 20000)) base=$((port_floor > 12000 ? 10000 : 40000))
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((base + RANDOM % span))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
   done
   echo "bench/ab.sh: no free port found" >&2

@@ -76,7 +76,7 @@ start_h2o() {
   rm -f "$work/cg.out" "$h/cg.out"
   printf 'Hello, Joe!' >"$h/doc/hello"
   for _ in $(seq 1 100); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % 20000)) # below the ephemeral range (32768 on): no client connection holds it
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || break
   done
   cat >"$h/h2o.conf" <<CONF

@@ -189,7 +189,11 @@ ratio() { # the median of the per-round ratios
 mkdir -p bench/results
 out="bench/results/routes-$(date -u +%Y%m%dT%H%M%SZ)-$MODE-$PROTO.txt"
 if [ "$MODE" = callgrind ]; then how="runs of $N1 and $N2 requests"
-else how="h2load closed loop, 50 connections$([ "$PROTO" = h2c ] && echo " x 10 streams"), $SECONDS_RUN s per case; $RUNS rounds, median of per-round ratios"; fi
+else
+  streams=""
+  [ "$PROTO" = h2c ] && streams=" x 10 streams"
+  how="h2load closed loop, 50 connections$streams, $SECONDS_RUN s per case; $RUNS rounds, median of per-round ratios"
+fi
 {
   echo "bench/routes.sh --mode $MODE --proto $PROTO ($unit; server 1 thread on CPU $SCPU, load on CPU $LCPU;"
   echo "$how; machine load average $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
