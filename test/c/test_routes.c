@@ -131,7 +131,7 @@ TEST(routes_head_memo_keys) {
   /* More stubs than the memo has slots (pigeonhole: some share a slot), each with its own header, and two
    * more with the headers of the first (names lowercased as sent). */
   enum { N = 12 };
-  char names[N + 2][16], values[N + 2][16], paths[N + 2][16], lines[N + 2][40];
+  char names[N + 2][16], values[N + 2][16], paths[N + 2][24], lines[N + 2][40];
   cb_header_t hdrs[N + 2];
   for (int i = 0; i < N + 2; i++) {
     int v = i < N ? i : 0;
