@@ -10,7 +10,8 @@
  * bytes, names lowercased), body. No allocation per request once the rings have grown, except a buffer for a
  * request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
  * of the server (seq <= newest - journal), when its entry ring is full, or to make room in the byte ring
- * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries).
+ * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries, rounded up to a
+ * power of two).
  *
  * Reads and clears go through the command queues: each worker copies out what matches into one block, and
  * the caller's thread merges the blocks in sequence order. */
