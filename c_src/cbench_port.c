@@ -128,6 +128,15 @@ void port_reply_result(int err) {
     port_reply_ok();
 }
 
+void port_id_op(const char *buf, int *idx, int (*op)(cb_server_t *, uint64_t)) {
+  unsigned long long id;
+  if (port_get_uint(buf, idx, UINT64_MAX, &id) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  port_reply_result(op(port_server, id));
+}
+
 void port_reply_id(int err, uint64_t id) {
   if (err < 0) {
     port_reply_error(err);

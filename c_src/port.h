@@ -38,6 +38,9 @@ void port_reply_error(int err);
 void port_reply_result(int err);
 void port_reply_id(int err, uint64_t id);
 void port_reply_error_atom(const char *atom);
+/* A command whose argument is an id: op(server, Id) and its result replied; badarg for anything but a 64-bit
+ * unsigned integer. */
+void port_id_op(const char *buf, int *idx, int (*op)(cb_server_t *, uint64_t));
 
 /* A BINARY_EXT term as a pointer into the frame (valid while the frame is dispatched); 0 or -1. */
 int port_get_bin(const char *buf, int *idx, cb_str_t *out);

@@ -100,12 +100,7 @@ void port_handler_add(const char *buf, int *idx) {
 }
 
 void port_handler_fail(const char *buf, int *idx) {
-  unsigned long long id;
-  if (port_get_uint(buf, idx, UINT64_MAX, &id) != 0) {
-    port_reply_error_atom("badarg");
-    return;
-  }
-  port_reply_result(cb_server_deferred_fail(port_server, id));
+  port_id_op(buf, idx, cb_server_deferred_fail);
 }
 
 /* [{Name, Value}] into hbuf from *nh on. */

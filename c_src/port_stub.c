@@ -190,12 +190,7 @@ void port_route_add(const char *buf, int *idx) {
 }
 
 void port_route_remove(const char *buf, int *idx) {
-  unsigned long long id;
-  if (port_get_uint(buf, idx, UINT64_MAX, &id) != 0) {
-    port_reply_error_atom("badarg");
-    return;
-  }
-  port_reply_result(cb_server_route_remove(port_server, id));
+  port_id_op(buf, idx, cb_server_route_remove);
 }
 
 void port_route_reset(void) { port_reply_result(cb_server_route_reset(port_server)); }

@@ -332,6 +332,19 @@ int nif_lock(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res, cb_server_t **s
 
 void nif_unlock(nif_server_t *res) { enif_rwlock_runlock(res->lock); }
 
+ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t)) {
+  ErlNifUInt64 id;
+  if (!enif_get_uint64(env, argv[1], &id)) return enif_make_badarg(env);
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  int err = op(srv, id);
+  nif_unlock(res);
+  return err < 0 ? nif_error(env, err) : atom_ok;
+}
+
 /* ---- NIFs ---- */
 
 /* start_nif(Opts) -> {ok, Resource} | {error, Reason}. Dirty I/O: binds sockets and starts threads.

@@ -61,6 +61,10 @@ int nif_get_server(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res);
 int nif_lock(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res, cb_server_t **srv);
 void nif_unlock(nif_server_t *res);
 
+/* The body of a NIF (Resource, Id) -> ok | {error, Reason}: op(server, Id) under the lock; badarg for a term
+ * that is not a server or an Id that is not a 64-bit unsigned integer, {error, stopped} for a stopped server. */
+ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t));
+
 /* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */
 ERL_NIF_TERM nif_error(ErlNifEnv *env, int err);
 

@@ -173,16 +173,7 @@ ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 /* handler_fail_nif(Resource, Id) -> ok: the handler's process is gone (a monitor in cbench_server). */
 ERL_NIF_TERM nif_handler_fail(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
-  ErlNifUInt64 id;
-  if (!enif_get_uint64(env, argv[1], &id)) return enif_make_badarg(env);
-  nif_server_t *res;
-  cb_server_t *srv;
-  int locked = nif_lock(env, argv[0], &res, &srv);
-  if (locked == 0) return enif_make_badarg(env);
-  if (locked < 0) return nif_stopped(env);
-  int err = cb_server_deferred_fail(srv, id);
-  nif_unlock(res);
-  return err < 0 ? nif_error(env, err) : atom_ok;
+  return nif_id_op(env, argv, cb_server_deferred_fail);
 }
 
 static int get_iodata(ErlNifEnv *env, ERL_NIF_TERM t, cb_str_t *out) {

@@ -177,16 +177,7 @@ ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) 
 /* route_remove_nif(Resource, Id) -> ok | {error, enoent}. Dirty I/O. */
 ERL_NIF_TERM nif_route_remove(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
-  ErlNifUInt64 id;
-  if (!enif_get_uint64(env, argv[1], &id)) return enif_make_badarg(env);
-  nif_server_t *res;
-  cb_server_t *srv;
-  int locked = nif_lock(env, argv[0], &res, &srv);
-  if (locked == 0) return enif_make_badarg(env);
-  if (locked < 0) return nif_stopped(env);
-  int err = cb_server_route_remove(srv, id);
-  nif_unlock(res);
-  return err < 0 ? nif_error(env, err) : atom_ok;
+  return nif_id_op(env, argv, cb_server_route_remove);
 }
 
 /* route_reset_nif(Resource) -> ok. Dirty I/O. */
