@@ -29,15 +29,23 @@ cleanup() {
     if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
         kill -KILL "$child" 2>/dev/null
     fi
+    # Each listed child is signalled as a group and as a process: the node learns a
+    # child's pid when it is forked, before the child has made its own group
+    # (setsid, then exec), so a Ctrl-C in that moment finds no group to signal.
     local f pid left=""
     for f in "$PIDDIR"/*.pid; do
         [ -e "$f" ] || continue
         pid=$(cat "$f")
-        kill -TERM -- "-$pid" 2>/dev/null && left="$left $pid"
+        kill -TERM -- "-$pid" 2>/dev/null
+        kill -TERM "$pid" 2>/dev/null
+        left="$left $pid"
     done
     if [ -n "$left" ]; then
         sleep 1
-        for pid in $left; do kill -KILL -- "-$pid" 2>/dev/null; done
+        for pid in $left; do
+            kill -KILL -- "-$pid" 2>/dev/null
+            kill -KILL "$pid" 2>/dev/null
+        done
     fi
     rm -rf "$PIDDIR"
 }
