@@ -104,7 +104,7 @@ lib-symbols-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so
 # The sanitizer build is the same Makefile with BUILD, OPT and flags overridden; it builds only what the tests
 # need (the library, the CLI and the test binary) and runs the C tests and e2e.
 asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
 	  LDFLAGS_EXTRA="$(SAN_FLAGS)" asan-run
 
 asan-run: $(CTEST_BIN) $(BUILD)/cbench-server

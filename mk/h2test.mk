@@ -29,7 +29,7 @@ h2-e2e: $(BUILD)/cbench-server
 
 # The same sanitizer build as `make asan` (same BUILD, OPT and flags, so nothing is compiled twice).
 h2-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
 	  LDFLAGS_EXTRA="$(SAN_FLAGS)" h2-asan-run
 
 h2-asan-run: $(CTEST_BIN) $(BUILD)/cbench-server

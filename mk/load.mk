@@ -66,7 +66,7 @@ bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server
 # The same suite against cbench-load built with ASan + UBSan (build/asan, as make asan): any memory error aborts
 # the program and a leak makes it exit non-zero, which fails the test that ran it.
 load-asan:
-	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" EXTRA_CFLAGS="$(SAN_FLAGS)" \
+	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
 	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load
 	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
