@@ -38,8 +38,8 @@ CFLAGS_LIB := -std=gnu11 $(OPT) $(WARN) -fPIC -fvisibility=hidden -D_GNU_SOURCE 
 LLHTTP_SIMD ?= $(shell grep -qw sse4_2 /proc/cpuinfo 2>/dev/null && $(CC) -msse4.2 -E -x c /dev/null >/dev/null 2>&1 && echo -msse4.2)
 # Link-time optimisation of the library with llhttp: a request crosses a file at every step (llhttp calls each
 # callback through a wrapper in api.c; conn.c, http1.c, route.c, handlers.c, outq.c), and across files the
-# compiler can neither inline nor drop those calls. bench/instr.sh h1: 3,127 instructions per request without it,
-# 2,955 with it. The objects are fat (machine code too), so what links them without -flto (the C tests'
+# compiler can neither inline nor drop those calls. bench/instr.sh h1: 3,126 instructions per request without it,
+# 3,022 with it. The objects are fat (machine code too), so what links them without -flto (the C tests'
 # archive, the sanitizer builds, which set LTO= to build faster) gets ordinary code.
 LTO ?= -flto=auto -ffat-lto-objects
 CFLAGS_LIB += $(LTO)
