@@ -15,15 +15,23 @@ static const char ct_sse[] = "text/event-stream";
 
 /* ---- fixed bodies: /, /hello, /json ---- */
 
-static void fixed_end(cb__req_t *r, const char *ctype, const char *body, size_t len) {
-  cb__res_head(r, 200, ctype, NULL, 0, (int64_t)len);
-  cb__res_data(r, body, len, CB__DATA_STATIC);
-  cb__res_end(r);
+/* cb__res_fixed for a protocol without a step of its own for it (HTTP/2): head, data, end. */
+void cb__res_fixed_steps(cb__req_t *r, const cb__fixed_t *f) {
+  r->proto->head(r, f->status, f->ctype, f->extra, f->nextra, (int64_t)f->len);
+  r->proto->data(r, f->body, f->len, f->flags);
+  r->proto->end(r);
 }
 
-static void root_end(cb__req_t *r) { fixed_end(r, NULL, STR("hello world!")); }
-static void hello_end(cb__req_t *r) { fixed_end(r, ct_text, STR("Hello, Joe!")); }
-static void json_end(cb__req_t *r) { fixed_end(r, ct_json, STR("{\"message\":\"Hello, Joe!\"}")); }
+/* A 200 with a static body, the same every time (memo_id 1: HTTP/1.1 keeps it whole, cb__fixed_t). */
+#define FIXED(ct, lit) {.status = 200, .ctype = ct, .body = lit, .len = sizeof(lit) - 1, .flags = CB__DATA_STATIC, \
+                        .memo_id = 1}
+static const cb__fixed_t fixed_root = FIXED(NULL, "hello world!");
+static const cb__fixed_t fixed_hello = FIXED(ct_text, "Hello, Joe!");
+static const cb__fixed_t fixed_json = FIXED(ct_json, "{\"message\":\"Hello, Joe!\"}");
+
+static void root_end(cb__req_t *r) { cb__res_fixed(r, &fixed_root); }
+static void hello_end(cb__req_t *r) { cb__res_fixed(r, &fixed_hello); }
+static void json_end(cb__req_t *r) { cb__res_fixed(r, &fixed_json); }
 
 static const cb__handler_t h_root = {.on_end = root_end};
 static const cb__handler_t h_hello = {.on_end = hello_end};
@@ -138,7 +146,8 @@ static void large_end(cb__req_t *r) {
     cb__res_end(r);
     return;
   }
-  fixed_end(r, ct_octet, gen, CB__LARGE_LEN);
+  cb__fixed_t large = {.status = 200, .ctype = ct_octet, .body = gen, .len = CB__LARGE_LEN, .flags = CB__DATA_STATIC};
+  cb__res_fixed(r, &large);
 }
 
 static const cb__handler_t h_large = {.on_end = large_end};
@@ -224,9 +233,8 @@ static long parse_digits(const char *s, size_t n, size_t max_digits) {
 /* ---- /delay/{ms}: answered from a timer; the worker goes on meanwhile ---- */
 
 static void delay_fire(cb__req_t *r) {
-  cb__res_head(r, 200, ct_text, NULL, 0, 2);
-  cb__res_data(r, STR("ok"), CB__DATA_STATIC);
-  cb__res_end(r);
+  static const cb__fixed_t ok = FIXED(ct_text, "ok");
+  cb__res_fixed(r, &ok);
 }
 
 static void delay_end(cb__req_t *r) {

@@ -952,7 +952,88 @@ static void h1_end(cb__req_t *r) {
   }
 }
 
-static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end};
+/* ---- whole fixed responses (cb__res_fixed) ----
+ * A description that stays the same (memo_id) is sent from the worker's memo of whole responses: head and body
+ * in one copy. The memo is made again when the Date line or the connection header changes. HEAD, a stopping
+ * connection, a paused request (its end resumes parsing, h1_end) and a description made on the spot take the
+ * head, data and end steps. */
+
+/* The slot of a description: its address hashed (Fibonacci hashing), so that descriptions next to each other (the
+ * fixtures') get different slots. CB__H1_WHOLES is a power of two. */
+static cb__h1_whole_t *whole_slot(cb__worker_t *w, const cb__fixed_t *f) {
+  return &w->h1.wholes[(uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull >> 40 & (CB__H1_WHOLES - 1)];
+}
+
+/* What a whole response depends on besides its description: the Date line, and what makes its connection header
+ * (h1_head's conn_hdr: keep_alive, which stays as it is on a connection that is not stopping, and http10). */
+static uint64_t whole_tag(const cb__worker_t *w, const h1_t *h) {
+  return (uint64_t)w->date_gen << 16 | (uint64_t)h->keep_alive << 8 | (uint64_t)h->http10;
+}
+
+/* Formats f's head and body into m, as h1_head and h1_data would queue them on h; -1, with m unchanged, when they
+ * would not fit. */
+static __attribute__((noinline)) int whole_make(const cb__worker_t *w, const h1_t *h, cb__h1_whole_t *m,
+                                                const cb__fixed_t *f) {
+  size_t ctype_len = f->ctype ? strlen(f->ctype) : 0;
+  size_t need = 64 + 40 + w->date_len + ctype_len + 64 + f->len; /* as new_head's, and the body */
+  for (int i = 0; i < f->nextra; i++) need += f->extra[i].name_len + f->extra[i].value_len + 4;
+  if (need > sizeof m->bytes) return -1;
+  int conn_hdr = !h->keep_alive ? CONN_CLOSE : h->http10 ? CONN_KEEP_ALIVE : CONN_NONE;
+  char *o = format_head(m->bytes, w, f->status, f->ctype, ctype_len, f->extra, f->nextra, (int64_t)f->len, 0,
+                        conn_hdr);
+  o = put(o, f->body, f->len);
+  m->src = (uintptr_t)f;
+  m->memo_id = f->memo_id;
+  m->tag = whole_tag(w, h);
+  m->len = (uint16_t)(o - m->bytes);
+  return 0;
+}
+
+/* Whether the memo's way applies: the whole response is what h1_head, h1_data and h1_end would make of f (not
+ * HEAD; the connection not stopping, so keep_alive stays; no paused request to resume at the end). h1_fixed
+ * leaves out the memo_id test: a slot's memo_id is never 0. */
+static int whole_ok(const h1_t *h, const cb__fixed_t *f) {
+  return f->memo_id != 0 && !h->head_only && !h->stopping && !h->waiting;
+}
+
+/* Queues m's bytes: the response is over, as after h1_head, h1_data and h1_end (whole_ok). */
+static void whole_send(h1_t *h, cb__req_t *r, const cb__h1_whole_t *m) {
+  h->chunked_res = 0;
+  r->res_state = CB__RES_ENDED;
+  cb__outq_copy(&h->c->out, m->bytes, m->len);
+}
+
+/* A whole response not in the memo: made into it, or, when it cannot be, sent in the three steps. */
+static __attribute__((noinline)) void fixed_miss(cb__req_t *r, const cb__fixed_t *f) {
+  h1_t *h = r->stream;
+  if (whole_ok(h, f)) {
+    cb__worker_t *w = h->c->w;
+    cb__h1_whole_t *m = whole_slot(w, f);
+    if (whole_make(w, h, m, f) == 0) {
+      whole_send(h, r, m);
+      return;
+    }
+  }
+  h1_head(r, f->status, f->ctype, f->extra, f->nextra, (int64_t)f->len);
+  h1_data(r, f->body, f->len, f->flags);
+  h1_end(r);
+}
+
+static void h1_fixed(cb__req_t *r, const cb__fixed_t *f) {
+  h1_t *h = r->stream;
+  if (!h->head_only && !h->stopping && !h->waiting) { /* whole_ok */
+    cb__worker_t *w = h->c->w;
+    const cb__h1_whole_t *m = whole_slot(w, f);
+    if (m->src == (uintptr_t)f && m->memo_id == f->memo_id && m->tag == whole_tag(w, h)) {
+      whole_send(h, r, m);
+      return;
+    }
+  }
+  fixed_miss(r, f);
+}
+
+static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end,
+                                     .fixed = h1_fixed};
 
 /* ---- errors ---- */
 

@@ -55,6 +55,7 @@ typedef struct cb__rtable_s cb__rtable_t;
 typedef struct cb__routes_s cb__routes_t;
 typedef struct cb__cmd_s cb__cmd_t;
 typedef struct cb__journal_s cb__journal_t;
+typedef struct cb__fixed_s cb__fixed_t;
 
 /* Counters have one writer (the worker's thread) and are read by cb_server_stats() from any thread: relaxed
  * atomic stores and loads keep that defined without a locked instruction on the hot path. */
@@ -369,8 +370,21 @@ typedef struct {
   char bytes[232];
 } cb__h1_memo_t;
 
+/* A whole fixed response (cb__res_fixed) as HTTP/1.1 sends it, kept under its description's address and memo_id
+ * for the Date line and connection header it was made with: the next one is a single copy. A slot is 1 KiB:
+ * room for a stub's few headers and a body of several hundred bytes. */
+#define CB__H1_WHOLES 4
+typedef struct {
+  uintptr_t src;          /* the description's address, only ever compared (it may be gone); 0: empty */
+  uint64_t memo_id;
+  uint64_t tag;           /* the worker's date_gen and what makes the connection header (http1.c) */
+  uint16_t len;           /* bytes of head and body */
+  char bytes[1024 - 26];
+} cb__h1_whole_t;
+
 typedef struct {
   cb__h1_memo_t heads[CB__H1_MEMOS];
+  cb__h1_whole_t wholes[CB__H1_WHOLES];
   uint8_t host_len;
   char host[63];
 } cb__h1_worker_t;
@@ -481,6 +495,22 @@ typedef struct {
   size_t value_len;
 } cb__hdr_t;
 
+/* A whole response whose body is known in full and outlives it (a fixture's, a stub's): cb__res_fixed(). */
+struct cb__fixed_s {
+  int status;
+  const char *ctype; /* a static string, or NULL */
+  const cb__hdr_t *extra;
+  int nextra;
+  const char *body;
+  size_t len;
+  int flags; /* how data() takes the body: CB__DATA_STATIC, with CB__DATA_PIECE_END or not */
+  /* Non-zero: every response made from this description is the same but for the Date line and the connection
+   * header, for as long as it lives, so that a protocol may keep what it made of it under its address and this
+   * id: 1 for a static description, a stub's id for a stub's (ids are never reused: a description made where a
+   * freed one was is never taken for it). 0: a description made on the spot, on the stack. */
+  uint64_t memo_id;
+};
+
 /* The response API, implemented once per protocol. Handlers call it through cb__res_*(). */
 typedef struct {
   /* Status line and headers. content_length >= 0, or CB__STREAMED for a body of unknown size. ctype is a
@@ -495,6 +525,9 @@ typedef struct {
   int (*file)(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n);
   /* The response is complete. */
   void (*end)(cb__req_t *r);
+  /* Optional: the whole response f in one step, with the same bytes as head (content length f->len), data and
+   * end. NULL: cb__res_fixed() makes those three calls. */
+  void (*fixed)(cb__req_t *r, const cb__fixed_t *f);
 } cb__proto_t;
 
 /* A fixture handler. Callbacks run on the worker's thread; each is optional except on_end. */
@@ -583,6 +616,9 @@ typedef struct {
   unsigned mbit; /* CB_METHOD_* of the method, 0 for another */
 } cb__match_in_t;
 
+/* The request as the matchers see it. */
+void cb__match_in(const cb__req_t *r, cb__match_in_t *in);
+
 /* Whether rt's path matches (fills r->params on a PARAMS match); whether its headers and query do. */
 int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
@@ -628,8 +664,9 @@ void cb__rtable_release(cb__req_t *r);
 int cb__routes_publish(cb_server_t *srv);
 
 /* Matches r against w's table: sets r->route (not_found when nothing matched), r->allow (405 when non-zero and
- * no route matched). Takes a use of the table for r (released by cb__req_release). */
-void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in);
+ * no route matched). Takes a use of the table for r (r->table, released by cb__req_release) unless its route is
+ * a fixture route (the registry's for the server's life). */
+void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r);
 
 
 /* ---- fault.c: faults, one more kind of answer (docs/faults.md) ---- */
@@ -729,7 +766,8 @@ struct cb__req_s {
   uint64_t head_key; /* non-zero: the head's extra headers are the same for every head made with this key (a
                         hash of a stub's fixed headers), so a protocol may reuse the head it made for it */
   const cb__handler_t *handler;
-  cb__rtable_t *table; /* the table it was dispatched under (a use of it is held until release) */
+  cb__rtable_t *table; /* the table it was dispatched under, whose use it holds until release; NULL for a
+                          fixture route (route_table.c) */
   /* Request head: valid until the request is released */
   const char *path;  /* the target: path, then '?' and the query when target_len > path_len */
   size_t path_len;
@@ -808,6 +846,17 @@ static inline int cb__res_file(cb__req_t *r, int fd, const char *map, uint64_t o
   return r->proto->file(r, fd, map, off, n);
 }
 static inline void cb__res_end(cb__req_t *r) { r->proto->end(r); }
+/* Head, body and end of a whole response, in one step where the protocol has one (cb__proto_t.fixed); in three,
+ * cb__res_fixed_steps (handlers.c), where it has none. */
+void cb__res_fixed_steps(cb__req_t *r, const cb__fixed_t *f);
+static inline void cb__res_fixed(cb__req_t *r, const cb__fixed_t *f) {
+  r->status = f->status;
+  if (r->method != CB_METHOD_HEAD) r->bytes_out += f->len;
+  if (r->proto->fixed != NULL)
+    r->proto->fixed(r, f);
+  else
+    cb__res_fixed_steps(r, f);
+}
 
 /* Calls fn(r) after ms milliseconds on the worker's loop. One timer per request. Returns 0 or UV_ENOMEM. */
 int cb__req_timer(cb__req_t *r, unsigned ms, cb__timer_fn fn);

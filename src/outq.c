@@ -118,27 +118,31 @@ void cb__outq_commit(cb__outq_t *q, size_t n) {
   q->bytes += n;
 }
 
-int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
-  /* Bytes that fit the arena: no call; and right after its last entry (a body after its head), no new entry. */
-  if (n > 0 && q->arena != NULL && q->alen + n <= q->acap) {
-    cb__out_t *last = q->tail > q->head ? &q->q[q->tail - 1] : NULL;
-    int extend = last != NULL && last->kind == CB__OUT_ARENA && last->off + last->len == q->alen;
-    if (extend || q->tail < q->cap) {
-      if (extend)
-        last->len += n;
-      else
-        q->q[q->tail++] =
-            (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = q->alen, .ptr = NULL, .len = n, .held = 0};
-      memcpy(q->arena + q->alen, p, n);
-      q->alen += n;
-      q->bytes += n;
-      return 0;
-    }
-  }
+/* Past the arena's room or the entries' (or nothing to copy): grows what must grow. */
+static __attribute__((noinline)) int copy_slow(cb__outq_t *q, const void *p, size_t n) {
   char *dst = cb__outq_reserve(q, n);
   if (dst == NULL) return UV_ENOMEM;
   memcpy(dst, p, n);
   cb__outq_commit(q, n);
+  return 0;
+}
+
+int cb__outq_copy(cb__outq_t *q, const void *p, size_t n) {
+  size_t at = q->alen;
+  /* Bytes that fit the arena (acap is 0 while there is none): no call; right after its last entry (a body after
+   * its head, pipelined responses), no new entry either. The bytes are copied last: nothing is left to do after
+   * the call. */
+  if (n - 1 >= q->acap - at) return copy_slow(q, p, n); /* also n == 0 */
+  uint32_t t = q->tail;
+  if (t > q->head && q->q[t - 1].kind == CB__OUT_ARENA && q->q[t - 1].off + q->q[t - 1].len == at)
+    q->q[t - 1].len += n;
+  else if (t < q->cap)
+    q->q[q->tail++] = (cb__out_t){.kind = CB__OUT_ARENA, .fd = -1, .off = at, .ptr = NULL, .len = n, .held = 0};
+  else
+    return copy_slow(q, p, n);
+  q->alen = at + n;
+  q->bytes += n;
+  memcpy(q->arena + at, p, n);
   return 0;
 }
 
@@ -255,29 +259,10 @@ static ssize_t flush_to_sink(cb__outq_t *q, cb__sink_fn_t sink, void *arg) {
   return total;
 }
 
-ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
-  if (fd < 0) return flush_to_sink(q, sink, arg);
+/* Writes entries from the front until the socket is full or the queue is empty: writev for bytes, sendfile for
+ * file ranges. Returns like cb__outq_flush. */
+static __attribute__((noinline)) ssize_t flush_all(cb__outq_t *q, int fd) {
   ssize_t total = 0;
-  /* One piece of bytes (a response or a batch of them copied into the arena): one write(2), and when it all
-   * leaves, the queue is empty without walking it. A short write, an error or anything else: the loop below. */
-  if (q->tail - q->head == 1 && (q->q[q->head].kind == CB__OUT_ARENA || q->q[q->head].kind == CB__OUT_REF) &&
-      q->q[q->head].len > 0) {
-    cb__out_t *e = &q->q[q->head];
-    ssize_t r = cb__sys_write(fd, entry_ptr(q, e), e->len);
-    if (r == (ssize_t)e->len) {
-      q->bytes -= (size_t)r;
-      q->written += (size_t)r;
-      q->head = q->tail = 0;
-      q->alen = 0;
-      return r;
-    }
-    if (r > 0) {
-      consume(q, (size_t)r);
-      return r; /* the socket buffer is full */
-    }
-    if (r < 0 && errno == EAGAIN) return 0;
-    if (r < 0 && errno != EINTR) return uv_translate_sys_error(errno);
-  }
   while (q->head < q->tail) {
     cb__out_t *e = &q->q[q->head];
     if (e->kind == CB__OUT_FILE) {
@@ -320,4 +305,33 @@ ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
     if ((size_t)r < want) break; /* the socket buffer is full */
   }
   return total;
+}
+
+/* The single piece cb__outq_flush wrote did not all leave (write returned r): part of it did and the socket is
+ * full, or the write failed or was interrupted. */
+static __attribute__((noinline)) ssize_t flush_short(cb__outq_t *q, int fd, ssize_t r) {
+  if (r > 0) {
+    consume(q, (size_t)r);
+    return r;
+  }
+  if (r < 0 && errno == EAGAIN) return 0;
+  if (r < 0 && errno != EINTR) return uv_translate_sys_error(errno);
+  return flush_all(q, fd);
+}
+
+ssize_t cb__outq_flush(cb__outq_t *q, int fd, cb__sink_fn_t sink, void *arg) {
+  if (fd < 0) return flush_to_sink(q, sink, arg);
+  /* One piece of bytes (a response or a batch of them copied into the arena): one write(2), and when it all
+   * leaves, the queue is empty without walking it. A short write, an error or anything else: flush_all. */
+  const cb__out_t *e = &q->q[q->head];
+  if (q->tail - q->head != 1 || !(e->kind == CB__OUT_ARENA || e->kind == CB__OUT_REF) || e->len == 0)
+    return flush_all(q, fd);
+  size_t n = e->len;
+  ssize_t r = cb__sys_write(fd, entry_ptr(q, e), n);
+  if (r != (ssize_t)n) return flush_short(q, fd, r);
+  q->bytes -= n;
+  q->written += n;
+  q->head = q->tail = 0;
+  q->alen = 0;
+  return r;
 }

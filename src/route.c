@@ -365,16 +365,18 @@ int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in
 
 /* ---- dispatch ---- */
 
+void cb__match_in(const cb__req_t *r, cb__match_in_t *in) {
+  in->path = r->path;
+  in->path_len = r->path_len;
+  in->query = r->target_len > r->path_len ? r->path + r->path_len + 1 : NULL;
+  in->query_len = in->query ? r->target_len - r->path_len - 1 : 0;
+  in->mbit = r->method;
+}
+
 void cb__req_dispatch(cb__req_t *r) {
   cb__worker_t *w = r->conn->w;
-  cb__match_in_t in;
-  in.path = r->path;
-  in.path_len = r->path_len;
-  in.query = r->target_len > r->path_len ? r->path + r->path_len + 1 : NULL;
-  in.query_len = in.query ? r->target_len - r->path_len - 1 : 0;
-  in.mbit = r->method;
   CB__STAT_INC(w, requests);
-  cb__rtable_dispatch(w, r, &in);
+  cb__rtable_dispatch(w, r);
   if (w->journal != NULL) cb__journal_arrive(w, r);
   r->handler = r->allow ? &cb__h_method_not_allowed : r->route->handler;
   if (r->handler->on_head) r->handler->on_head(r);

@@ -7,8 +7,9 @@
  * Lifetime: each worker counts the requests it dispatched under a table in its own cache line of that table
  * (non-atomic: only that worker writes it). A request's use ends once its response has left the connection's
  * output queue (a CB__OUT_CALL entry queued behind the response, run when the bytes are written or the
- * connection closes), because responses reference the table's bytes (stub bodies) without copying them (a
- * fixture route's answer references none: its use ends with the request, cb__rtable_release). A
+ * connection closes), because responses reference the table's bytes (stub bodies) without copying them. A
+ * request answered by a fixture route takes no use at all: its route is the registry's for the server's life and
+ * its answer references nothing of the table (static payloads, copies, fixture files). A
  * worker that has switched to a newer table and has no use left of the old one lets go of it: one atomic
  * decrement per worker per table; the last worker to let go frees it.
  *
@@ -52,7 +53,8 @@ typedef struct {
    * matches on nothing but path and method (no header or query matcher, no claim): a request with the same
    * path and an allowed method gets it without the lookup. NULL when none. */
   const cb__route_t *last;
-  char pad[64 - 2 * sizeof(uint64_t) - 2 * sizeof(void *)];
+  uint64_t *last_count; /* the worker's answered counter of `last` (counter chunks never move) */
+  char pad[64 - 2 * sizeof(uint64_t) - 3 * sizeof(void *)];
 } use_t;
 
 typedef struct {
@@ -436,10 +438,13 @@ int cb__routes_publish(cb_server_t *srv) {
 
 /* ---- dispatch ---- */
 
-static inline void count(cb__worker_t *w, uint32_t idx) {
-  uint64_t *c = &w->counters[idx >> CHUNK_BITS][idx & (CHUNK - 1)];
-  __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED);
+static inline uint64_t *counter(cb__worker_t *w, uint32_t idx) {
+  return &w->counters[idx >> CHUNK_BITS][idx & (CHUNK - 1)];
 }
+
+static inline void bump(uint64_t *c) { __atomic_store_n(c, *c + 1, __ATOMIC_RELAXED); }
+
+static inline void count(cb__worker_t *w, uint32_t idx) { bump(counter(w, idx)); }
 
 static inline const uint32_t *lookup(const index_t *ix, const char *key, size_t klen, uint32_t *len) {
   const bucket_t *b = probe(ix, key, klen, hash_bytes(key, klen));
@@ -465,18 +470,35 @@ static int path_method_only(const cb__route_t *rt) {
   return rt->nheaders == 0 && rt->nquery == 0 && rt->kind->claim == NULL;
 }
 
-void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in) {
-  cb__rtable_t *t = w->table;
-  use_t *u = &t->use[w->index];
+/* r was dispatched under t: a use of t, unless r's route is a fixture route (see the top of this file). */
+static inline void take_use(cb__req_t *r, const cb__route_t *rt, cb__rtable_t *t, use_t *u) {
+  if (rt->fixture) return;
+  r->table = t;
+  u->uses++;
+}
+
+/* Whether the worker's last route answers r (see use_t.last). */
+static inline int last_answers(const cb__route_t *last, const cb__req_t *r) {
+  return r->path_len == last->path_len && (last->mmask & r->method) &&
+         cb__same_bytes(r->path, last->path, last->path_len);
+}
+
+static inline void answer_last(cb__req_t *r, cb__rtable_t *t, use_t *u, const cb__route_t *last) {
+  r->route = last;
+  bump(u->last_count);
+  take_use(r, last, t, u);
+}
+
+/* The lookup (and the last route for a path that cb__rtable_dispatch does not compare itself). */
+static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u) {
   const cb__route_t *last = u->last;
-  if (last != NULL && in->path_len == last->path_len && (last->mmask & in->mbit) &&
-      cb__same_bytes(in->path, last->path, last->path_len)) {
-    r->route = last;
-    count(w, 2 * last->slot);
-    r->table = t;
-    u->uses++;
+  if (last != NULL && last_answers(last, r)) {
+    answer_last(r, t, u, last);
     return;
   }
+  cb__match_in_t in_req;
+  const cb__match_in_t *in = &in_req;
+  cb__match_in(r, &in_req);
   uint32_t na, nb, nc = (uint32_t)t->nwild, ia = 0, ib = 0, ic = 0;
   const uint32_t *a = lookup(&t->exact, in->path, in->path_len, &na);
   const uint32_t *b = NULL;
@@ -488,7 +510,10 @@ void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r, const cb__match_in_t *in
     const cb__route_t *rt = t->routes[a[ia++]];
     if (try_route(rt, r, in, &allow, &first405, 1)) {
       hit = rt;
-      if (ia == 1 && path_method_only(rt)) u->last = rt;
+      if (ia == 1 && path_method_only(rt)) {
+        u->last = rt;
+        u->last_count = counter(w, 2 * rt->slot);
+      }
       goto found;
     }
   }
@@ -527,20 +552,26 @@ found:
     r->route = t->not_found;
     count(w, 2 * t->not_found->slot);
   }
-  r->table = t;
-  u->uses++;
+  take_use(r, r->route, t, u);
+}
+
+void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r) {
+  cb__rtable_t *t = w->table;
+  use_t *u = &t->use[w->index];
+  const cb__route_t *last = u->last;
+  /* Paths of 4 to 16 bytes (most) here, compared without a call; the others in dispatch_lookup. */
+  if (last != NULL && last->path_len - 4 <= 16 - 4 && last_answers(last, r)) {
+    answer_last(r, t, u, last);
+    return;
+  }
+  dispatch_lookup(w, r, t, u);
 }
 
 void cb__rtable_release(cb__req_t *r) {
   cb__rtable_t *t = r->table;
   r->table = NULL;
   use_t *u = &t->use[r->conn->w->index];
-  /* A fixture route's answer references nothing of the table (static payloads, copies; the route itself is the
-   * registry's for the server's life): its use ends now rather than once the output has left. */
-  if (r->route->fixture)
-    use_release(u, 1);
-  else
-    cb__conn_release_after(r->conn, use_release, u);
+  cb__conn_release_after(r->conn, use_release, u);
 }
 
 cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n) {

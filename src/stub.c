@@ -25,6 +25,7 @@ typedef struct {
   int nheaders;
   char *hbuf;
   uint64_t head_key; /* names, values and their lengths hashed: the same for every stub with the same headers */
+  cb__fixed_t whole; /* the usual stub's whole answer (one_piece), under the stub's id (cb__res_fixed) */
   cb_body_kind kind;
   const char *body; /* BYTES (and small files): the copy; FILE: NULL (sent with sendfile) */
   uint64_t len;
@@ -111,11 +112,24 @@ static void stub_produce(cb__req_t *r) {
   }
 }
 
+/* The usual stub: a body of bytes, sent in one piece with its length (not chunked). */
+static int one_piece(const stub_t *st) {
+  return st->kind == CB_BODY_BYTES && st->chunks == 0 && st->len > 0 && st->status != 204 && st->status != 304;
+}
+
 static void stub_start(cb__req_t *r) {
   const stub_t *st = r->route->arg;
   int no_body = st->status == 204 || st->status == 304;
   int64_t length = no_body ? CB__NO_BODY : st->chunks ? CB__STREAMED : (int64_t)st->len;
   r->head_key = st->head_key; /* a stub's headers are fixed: its head can be reused */
+  if (one_piece(st) && r->method != CB_METHOD_HEAD) {
+    /* Its head, its bytes, then the end (which, as in stub_produce, does not wait for the output to drain below
+     * its high-water mark), in one step. Nothing touches r after it: the end may free an HTTP/2 stream. */
+    r->u.stub.off = st->len;
+    r->u.stub.piece = 1;
+    cb__res_fixed(r, &st->whole);
+    return;
+  }
   cb__res_head(r, st->status, NULL, st->headers, st->nheaders, length);
   r->head_key = 0;
   r->u.stub.off = 0;
@@ -125,8 +139,7 @@ static void stub_start(cb__req_t *r) {
     return;
   }
   if (st->kind == CB_BODY_BYTES && st->chunks <= 1) {
-    /* The usual stub: its bytes in one piece, then the end (which, as in stub_produce, does not wait for the
-     * output to drain below its high-water mark). */
+    /* One chunk: its bytes in one piece, then the end. */
     cb__res_data(r, st->body, (size_t)st->len, CB__DATA_STATIC | CB__DATA_PIECE_END);
     r->u.stub.off = st->len;
     r->u.stub.piece = 1;
@@ -348,6 +361,9 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
     return err;
   }
   rt->stub_id = sid;
+  st->whole = (cb__fixed_t){.status = st->status, .ctype = NULL, .extra = st->headers, .nextra = st->nheaders,
+                            .body = st->body, .len = (size_t)st->len, .flags = CB__DATA_STATIC | CB__DATA_PIECE_END,
+                            .memo_id = sid};
   err = cb__routes_slot(reg, rt);
   if (err == 0) {
     cb__routes_lock(reg);

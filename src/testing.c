@@ -1,4 +1,5 @@
 /* Socket-less connections for tests and fuzz targets (testing.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,13 @@ int cb__testconn_run(cb__testconn_t *tc, int until_idle) {
     }
   }
   return is_closed(tc);
+}
+
+void cb__testconn_set_date(cb__testconn_t *tc, const char *imf) {
+  cb__worker_t *w = tc->w;
+  int n = snprintf(w->date_line, sizeof w->date_line, "date: %s\r\n", imf);
+  w->date_len = n > 0 && (size_t)n < sizeof w->date_line ? (size_t)n : 0;
+  w->date_gen++;
 }
 
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out) {

@@ -34,6 +34,10 @@ int cb__testconn_run(cb__testconn_t *tc, int until_idle);
 /* What the connection holds between requests: 1 its protocol state, 2 its output queue's storage (or'ed). */
 int cb__testconn_holds(cb__testconn_t *tc);
 
+/* Sets the worker's Date line to `date: <imf>` (an IMF-fixdate, 29 characters), as its once-a-second refresh
+ * does: what was made under the old line (HTTP/1.1's memos) is made again. */
+void cb__testconn_set_date(cb__testconn_t *tc, const char *imf);
+
 /* Reads the worker's counters. */
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out);
 
