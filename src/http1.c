@@ -51,7 +51,7 @@ typedef struct {
   char last_byte;       /* the last byte of the last read (what came before a parse error at a read's start) */
   const char *exec_end; /* the end of the bytes llhttp is parsing now */
   size_t field_start; /* where the current header's name starts in `head` */
-  int keep_cur;       /* 2 while a header name is being read, 1 while its value is */
+  int keep_cur;       /* 2 while a header name is being read, 1 once it is complete (its value, until the next name) */
   uint8_t in_head;    /* a message began and its head is not complete */
   uint8_t in_msg;     /* a message began and is not complete */
   uint8_t waiting;    /* parsing is paused until the current response ends */
@@ -231,9 +231,15 @@ static int on_url(llhttp_t *p, const char *at, size_t n) {
   return 0;
 }
 
-/* The path: the request target up to the first '?'. */
+/* The path: the request target up to the first '?'. A short target is scanned here: most are, and for them the
+ * call to memchr costs more than the scan. */
 static size_t path_length(const char *url, size_t n) {
-  const char *q = n > 0 ? memchr(url, '?', n) : NULL;
+  if (n <= 16) {
+    for (size_t i = 0; i < n; i++)
+      if (url[i] == '?') return i;
+    return n;
+  }
+  const char *q = memchr(url, '?', n);
   return q ? (size_t)(q - url) : n;
 }
 
@@ -409,7 +415,7 @@ static int on_header_field_complete(llhttp_t *p) {
   if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
     if (h->keep_cur != 2) return -1;
     h->keep_cur = 0;
-    return 0;
+    return count_trailer(h, 4); /* ": " and CRLF */
   }
   /* An empty name (no on_header_field before): 400. Checked before the name is formed, because the head
    * buffer is still NULL when the request line was empty too. */
@@ -417,6 +423,9 @@ static int on_header_field_complete(llhttp_t *p) {
   const char *name = h->direct ? h->field : h->head + h->field_start;
   size_t n = h->direct ? h->field_len : h->head_len - h->field_start;
   if (n == 0) return -1;
+  /* ": " and CRLF, counted with the name: there is no callback at the value's end (it would cost a call per
+   * header for this alone). */
+  if (count_head(h, 4)) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
   h->keep_cur = 1;
   if (h->nhdrs == h->hdrs_cap && grow_hdrs(h) != 0) return -1;
@@ -455,12 +464,6 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   if (head_append(h, at, n)) return -1;
   hd->value_len += n;
   return 0;
-}
-
-static int on_header_value_complete(llhttp_t *p) {
-  h1_t *h = H(p);
-  h->keep_cur = 0;
-  return h->in_head ? count_head(h, 4) : count_trailer(h, 4); /* ": " and CRLF */
 }
 
 static const cb__hdr_t *header_at(const h1_t *h, int idx) { return idx >= 0 ? &h->hdrs[idx] : NULL; }
@@ -575,6 +578,14 @@ static void head_complete(h1_t *h) {
   r->path = h->head;
 }
 
+/* llhttp_should_keep_alive() for a request, without the call: HTTP/1.1 unless `Connection: close`, HTTP/1.0 with
+ * `Connection: keep-alive` (a request never needs the connection's end to end its body: llhttp_message_needs_eof
+ * is 0 for requests). */
+static int request_keeps_alive(const llhttp_t *p) {
+  return p->http_major > 0 && p->http_minor > 0 ? !(p->flags & F_CONNECTION_CLOSE)
+                                                : (p->flags & F_CONNECTION_KEEP_ALIVE) != 0;
+}
+
 static int on_headers_complete(llhttp_t *p) {
   h1_t *h = H(p);
   cb__conn_t *c = h->c;
@@ -597,7 +608,7 @@ static int on_headers_complete(llhttp_t *p) {
   }
   h->http10 = p->http_major == 1 && p->http_minor == 0;
   if (!host_ok(h)) return -1; /* 400 */
-  h->keep_alive = llhttp_should_keep_alive(p) && !h->stopping;
+  h->keep_alive = request_keeps_alive(p) && !h->stopping;
   h->head_only = r->method == CB_METHOD_HEAD;
   int has_body = 0;
   if (p->flags & F_CHUNKED) {
@@ -736,7 +747,6 @@ static const llhttp_settings_t settings = {
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
-    .on_header_value_complete = on_header_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,

@@ -499,6 +499,68 @@ TEST(proto_run_until_idle_fires_delay) {
   tc_close(&t);
 }
 
+/* The head's budget to the byte: max_header_bytes less 14 (the request line's method, version and line ends)
+ * for the target plus, for each header, its name, its value and 4 (": " and CRLF); past it, 431. The same
+ * whole or a byte a read (names and values split across reads). A trailer section has max_header_bytes of its
+ * own, counted the same way. */
+TEST(proto_head_budget_exact) {
+  static const char e431[] = "HTTP/1.1 431 Request Header Fields Too Large\r\n" D
+                             "content-length: 0\r\nconnection: close\r\n\r\n";
+  cb_config_t cfg;
+  tc_config(&cfg);
+  cfg.max_header_bytes = 64;
+  buf_t ok = {0};
+  exp_route(&ok, "GET", "/hello", CONN_NONE);
+  for (int bytewise = 0; bytewise < 2; bytewise++) {
+    for (int v = 29; v <= 31; v++) { /* 64 - 14 = 50 = 6 (/hello) + 9 (host: x) + 5 (x: ) + 30 */
+      tconn_t t;
+      buf_t req = {0};
+      buf_adds(&req, "GET /hello HTTP/1.1\r\nhost: x\r\nx: ");
+      for (int i = 0; i < v; i++) buf_adds(&req, "v");
+      buf_adds(&req, "\r\n\r\n");
+      tc_open(&t, &cfg);
+      if (bytewise)
+        for (size_t i = 0; i < req.len && !t.closed; i++) tc_feed(&t, req.p + i, 1);
+      else
+        tc_feed(&t, req.p, req.len);
+      mask_dates(t.out.p, t.out.len);
+      if (v <= 30) {
+        ASSERT_MEM_EQ(t.out.p, t.out.len, ok.p, ok.len);
+        ASSERT_EQ(t.closed, 0);
+      } else {
+        ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
+        ASSERT_EQ(t.closed, 1);
+      }
+      tc_close(&t);
+      buf_free(&req);
+    }
+  }
+  /* Trailers: 1 (t) + 4 + 59 = 64 is the most. */
+  for (int v = 59; v <= 60; v++) {
+    tconn_t t;
+    buf_t req = {0};
+    buf_adds(&req, "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\nt: ");
+    for (int i = 0; i < v; i++) buf_adds(&req, "w");
+    buf_adds(&req, "\r\n\r\n");
+    tc_open(&t, &cfg);
+    tc_feed(&t, req.p, req.len);
+    mask_dates(t.out.p, t.out.len);
+    if (v == 59) {
+      static const char head200[] = "HTTP/1.1 200 OK\r\n";
+      ASSERT(t.out.len > sizeof head200 - 1);
+      ASSERT_MEM_EQ(t.out.p, sizeof head200 - 1, head200, sizeof head200 - 1);
+      ASSERT(t.out.len >= 2 && memcmp(t.out.p + t.out.len - 2, "hi", 2) == 0);
+      ASSERT_EQ(t.closed, 0);
+    } else {
+      ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
+      ASSERT_EQ(t.closed, 1);
+    }
+    tc_close(&t);
+    buf_free(&req);
+  }
+  buf_free(&ok);
+}
+
 TEST(proto_limits) {
   tconn_t t;
   buf_t req = {0};
