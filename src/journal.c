@@ -239,9 +239,11 @@ static inline char *put(char *o, const void *p, size_t n) {
   return o + n;
 }
 
-static inline char *put_u32(char *o, uint32_t v) {
-  memcpy(o, &v, 4);
-  return o + 4;
+/* A header's name and value lengths, as the two u32 that view() reads. */
+static inline char *put_lens(char *o, size_t name_len, size_t value_len) {
+  uint32_t l[2] = {(uint32_t)name_len, (uint32_t)value_len};
+  memcpy(o, l, 8);
+  return o + 8;
 }
 
 /* Eight bytes with their ASCII capitals lowercased, without a branch per byte. */
@@ -341,7 +343,6 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   e->stub_id = r->allow ? 0 : rt->stub_id; /* a 405 is the rule's answer, not the stub's (cbench.h) */
   e->dpos = pos;
   e->dlen = (uint32_t)need;
-  e->stream_id = h2 ? cb__h2_stream_id(r) : 0;
   e->nheaders = (uint32_t)(nh + add_host);
   e->path_len = (uint32_t)r->path_len;
   e->query_len = (uint32_t)query_len;
@@ -350,30 +351,40 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   e->route_len = (uint16_t)rt->name_len;
   e->status = (uint16_t)r->status;
   e->peer_port = c->peer_port;
-  e->proto = (uint8_t)(h2 ? cb__h2_proto_id(c) : CB_PROTO_HTTP1);
   e->peer_family = c->peer_family;
   e->fault = r->fault;
   memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
+  if (h2) {
+    e->stream_id = cb__h2_stream_id(r);
+    e->proto = (uint8_t)cb__h2_proto_id(c);
+  } else {
+    e->stream_id = 0;
+    e->proto = CB_PROTO_HTTP1;
+  }
   char *o = at(j, pos);
   o = put(o, r->method_str, r->method_len);
   o = put(o, r->path, r->path_len);
   if (query_len > 0) o = put(o, r->path + r->path_len + 1, query_len);
   o = put(o, rt->name, rt->name_len);
   if (add_host) {
-    o = put_u32(o, 4);
-    o = put_u32(o, (uint32_t)r->authority_len);
+    o = put_lens(o, 4, r->authority_len);
     o = put(o, "host", 4);
     o = put(o, r->authority, r->authority_len);
   }
   /* HTTP/1.1 names go in as received, lowercased when read; but a listener's views point into the ring, so
    * while one is set they are lowercased now. HTTP/2 field names are lowercase already (nghttp2 checks). */
-  int lower = !h2 && j->fn != NULL;
-  for (int i = 0; i < nh; i++) {
-    const cb__hdr_t *h = &hs[i];
-    o = put_u32(o, (uint32_t)h->name_len);
-    o = put_u32(o, (uint32_t)h->value_len);
-    o = lower ? put_lower(o, h->name, h->name_len) : put(o, h->name, h->name_len);
-    o = put(o, h->value, h->value_len);
+  if (!h2 && j->fn != NULL) {
+    for (int i = 0; i < nh; i++) {
+      o = put_lens(o, hs[i].name_len, hs[i].value_len);
+      o = put_lower(o, hs[i].name, hs[i].name_len);
+      o = put(o, hs[i].value, hs[i].value_len);
+    }
+  } else {
+    for (int i = 0; i < nh; i++) {
+      o = put_lens(o, hs[i].name_len, hs[i].value_len);
+      o = put(o, hs[i].name, hs[i].name_len);
+      o = put(o, hs[i].value, hs[i].value_len);
+    }
   }
   if (r->jbody_len > 0) memcpy(o, r->jbody, r->jbody_len);
   if (j->fn != NULL) notify(j, e);
