@@ -44,8 +44,11 @@ struct cb__journal_s {
   size_t body_max;
   jent_t *ents;
   uint32_t ecap, ehead, ecount;
+  uint64_t evict_seq; /* the head's seq + max_entries (UINT64_MAX when empty): a newer seq drops the head */
   char *data;
   uint64_t dcap, dmax, dhead, dtail; /* dcap and dmax are powers of two: a position's offset is pos & (dcap - 1) */
+  uint64_t room_end; /* [dtail, room_end) is free and within one dcap-aligned block: a lower bound (dropping
+                        entries only adds room), set again whenever reserve() runs; 0 before the first */
   cb_journal_fn fn;
   void *ud;
 };
@@ -55,6 +58,7 @@ int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__
   if (j == NULL) return UV_ENOMEM;
   j->seq = seq;
   j->floor = floor;
+  j->evict_seq = UINT64_MAX;
   j->max_entries = cfg->journal;
   j->body_max = cfg->journal_body_bytes;
   uint64_t largest = 3 * (uint64_t)cfg->max_header_bytes + cfg->journal_body_bytes + 4096;
@@ -121,10 +125,17 @@ static inline jent_t *entry(const cb__journal_t *j, uint32_t i) {
 
 static inline char *at(const cb__journal_t *j, uint64_t pos) { return j->data + (pos & (j->dcap - 1)); }
 
-static void evict_one(cb__journal_t *j) {
+static inline void evict_one(cb__journal_t *j) {
   j->ehead = j->ehead + 1 == j->ecap ? 0 : j->ehead + 1;
   j->ecount--;
-  j->dhead = j->ecount ? j->ents[j->ehead].dpos : j->dtail;
+  if (j->ecount > 0) {
+    const jent_t *h = &j->ents[j->ehead];
+    j->dhead = h->dpos;
+    j->evict_seq = h->seq + j->max_entries;
+  } else {
+    j->dhead = j->dtail;
+    j->evict_seq = UINT64_MAX;
+  }
 }
 
 /* Called when the ring is full (ecount == ecap). realloc, which can often extend or remap the block rather than
@@ -183,8 +194,8 @@ static inline int64_t take(cb__journal_t *j, uint64_t need) {
 }
 
 /* Room for `need` contiguous bytes, growing the ring or dropping the oldest entries; returns their position,
- * or -1. Out of line: the ring has room for most requests (take()). */
-static __attribute__((noinline)) int64_t reserve(cb__journal_t *j, uint64_t need) {
+ * or -1. */
+static int64_t make_room(cb__journal_t *j, uint64_t need) {
   if (need > j->dmax) return -1;
   for (;;) {
     int64_t pos = take(j, need);
@@ -203,6 +214,18 @@ static __attribute__((noinline)) int64_t reserve(cb__journal_t *j, uint64_t need
     }
     evict_one(j);
   }
+}
+
+/* make_room(), then where the free bytes after the tail end now: the end of the tail's dcap-aligned block (an
+ * entry's bytes never wrap) or the oldest live byte a lap later, whichever comes first. Out of line: most
+ * requests fit below room_end. */
+static __attribute__((noinline)) int64_t reserve(cb__journal_t *j, uint64_t need) {
+  int64_t pos = make_room(j, need);
+  if (j->dcap > 0) {
+    uint64_t block_end = (j->dtail | (j->dcap - 1)) + 1, lap = j->dhead + j->dcap;
+    j->room_end = block_end < lap ? block_end : lap;
+  }
+  return pos;
 }
 
 /* Copies n bytes; the short strings of a request (method, names, most values) without a call to memcpy, as
@@ -301,16 +324,23 @@ static void notify(cb__journal_t *j, const jent_t *e);
  * NULL when there is no room. */
 static inline jent_t *add_entry(cb__journal_t *j, uint64_t seq, uint64_t need, uint64_t *pos) {
   /* The oldest entries that can no longer be among the server's newest go first. */
-  while (j->ecount > 0 && j->ents[j->ehead].seq + j->max_entries <= seq) evict_one(j);
+  while (seq >= j->evict_seq) evict_one(j);
   if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j) != 0)) {
     if (j->ecount == 0) return NULL;
     evict_one(j);
   }
-  int64_t p = take(j, need);
-  if (p < 0 && (p = reserve(j, need)) < 0) return NULL;
-  *pos = (uint64_t)p;
+  /* Below room_end the bytes fit without padding, where take() would put them too. */
+  uint64_t p = j->dtail;
+  if (p + need <= j->room_end && j->room_end != 0) {
+    j->dtail = p + need;
+  } else {
+    int64_t q = reserve(j, need);
+    if (q < 0) return NULL;
+    p = (uint64_t)q;
+  }
+  *pos = p;
   jent_t *e = entry(j, j->ecount);
-  j->ecount++;
+  if (j->ecount++ == 0) j->evict_seq = seq + j->max_entries;
   return e;
 }
 
