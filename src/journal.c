@@ -245,10 +245,14 @@ static inline char *put(char *o, const void *p, size_t n) {
       memcpy(&b, s + n - 4, 4);
       memcpy(o, &a, 4);
       memcpy(o + n - 4, &b, 4);
-    } else if (n > 0) { /* first, middle and last: every byte of one to three */
+    } else if (n >= 2) {
+      uint16_t a, b;
+      memcpy(&a, s, 2);
+      memcpy(&b, s + n - 2, 2);
+      memcpy(o, &a, 2);
+      memcpy(o + n - 2, &b, 2);
+    } else if (n == 1) {
       o[0] = s[0];
-      o[n / 2] = s[n / 2];
-      o[n - 1] = s[n - 1];
     }
   } else if (n <= 32) {
     char a[16], b[16];

@@ -408,9 +408,9 @@ TEST(journal_big_bodies) {
   test_stop(srv);
 }
 
-/* Many more entries than the ring keeps, of every string length the copy paths distinguish (1 to 3, 4 to 7,
- * 8 to 15, 16 to 32 and longer; header names lowercased in each): the entry ring and the byte ring wrap many
- * times, and the newest entries come back whole. */
+/* Many more entries than the ring keeps, of every string length the copy paths distinguish (1, 2 to 3, 4 to 7,
+ * 8 to 16, 17 to 32 and longer; header names lowercased in each when read): the entry ring and the byte ring
+ * wrap many times, and the newest entries come back whole. */
 TEST(journal_rings_wrap) {
   enum { KEEP = 300, SENT = 3000 };
   cb_server_t *srv = start_journal(1, KEEP, 16);
