@@ -7,10 +7,9 @@
  *
  * Layout, per worker: a ring of fixed entries (growing by doubling up to cfg.journal) and a byte ring that
  * holds each entry's variable part contiguously: method, path, query, route name, headers (lengths then
- * bytes), body. HTTP/1.1 header names are kept as received and
- * lowercased when an entry is read (recording is hot, reading rare), or at once while a listener is set (its
- * views point into the ring). No allocation per request once the rings have grown, except a buffer for a
- * request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
+ * bytes), body. HTTP/1.1 header names are kept as received and lowercased when an entry is read (recording is
+ * hot, reading rare), or at once while a listener is set (its views point into the ring). No allocation per
+ * request once the rings have grown, except a buffer for a request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
  * of the server (seq <= newest - journal), when its entry ring is full, or to make room in the byte ring
  * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries, rounded up to a
  * power of two).
@@ -361,7 +360,8 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   size_t query_len = r->target_len > r->path_len ? r->target_len - r->path_len - 1 : 0;
   const cb__hdr_t *hs = r->headers;
   int nh = r->nheaders;
-  uint64_t need = r->method_len + r->path_len + query_len + rt->name_len + r->jbody_len + 8 * (uint64_t)(nh + add_host);
+  uint64_t need = r->method_len + r->path_len + query_len + rt->name_len + r->jbody_len;
+  need += 8 * (uint64_t)(nh + add_host); /* each header's two lengths */
   for (int i = 0; i < nh; i++) need += hs[i].name_len + hs[i].value_len;
   if (add_host) need += 4 + r->authority_len;
   uint64_t pos;
