@@ -33,6 +33,9 @@ typedef struct {
   uint32_t dlen;
   uint32_t stream_id, nheaders, path_len, query_len, body_kept;
   uint16_t method_len, route_len, status, peer_port;
+  uint16_t method; /* a known method's CB_METHOD_* bit: its name is cb__method_name()'s, and its method_len bytes
+                      in the ring are left unwritten (still counted, so that the rings fill as before); 0: the
+                      bytes are there */
   uint8_t proto, peer_family, fault;
   uint8_t peer_addr[16];
 } jent_t;
@@ -382,6 +385,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   e->query_len = (uint32_t)query_len;
   e->body_kept = (uint32_t)r->jbody_len;
   e->method_len = (uint16_t)r->method_len;
+  e->method = r->method; /* r->method_str is then that method's name (http1.c, http2.c) */
   e->route_len = (uint16_t)rt->name_len;
   e->status = (uint16_t)r->status;
   e->peer_port = c->peer_port;
@@ -396,7 +400,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
     e->proto = CB_PROTO_HTTP1;
   }
   char *o = at(j, pos);
-  o = put(o, r->method_str, r->method_len);
+  o = r->method ? o + r->method_len : put(o, r->method_str, r->method_len);
   o = put(o, r->path, r->path_len);
   if (query_len > 0) o = put(o, r->path + r->path_len + 1, query_len);
   o = put(o, rt->name, rt->name_len);
@@ -484,7 +488,20 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->proto = e->proto;
   out->conn_id = e->conn_id;
   out->stream_id = e->stream_id;
-  TAKE(out->method, e->method_len);
+  if (e->method) {
+    const char *name = cb__method_name(e->method);
+    if (copy) {
+      memcpy(b, name, e->method_len);
+      b[e->method_len] = '\0';
+      out->method = (cb_str_t){b, e->method_len};
+      b += e->method_len + 1;
+    } else {
+      out->method = (cb_str_t){name, e->method_len};
+    }
+    p += e->method_len;
+  } else {
+    TAKE(out->method, e->method_len);
+  }
   TAKE(out->path, e->path_len);
   TAKE(out->query, e->query_len);
   TAKE(out->route, e->route_len);
@@ -549,7 +566,7 @@ static int matches(const cb__journal_t *j, const jent_t *e, const read_arg_t *a)
   const cb_request_filter_t *f = a->f;
   if (f->stub_id && e->stub_id != f->stub_id) return 0;
   const char *p = at(j, e->dpos);
-  if (!str_eq(f->method, p, e->method_len)) return 0;
+  if (!str_eq(f->method, e->method ? cb__method_name(e->method) : p, e->method_len)) return 0;
   if (!str_eq(f->path, p + e->method_len, e->path_len)) return 0;
   if (!str_eq(f->route, p + e->method_len + e->path_len + e->query_len, e->route_len)) return 0;
   return 1;

@@ -271,14 +271,16 @@ TEST(journal_listener) {
 
 /* Header names as the listener sees them (views into the ring) and as a read copies them out: lowercase both
  * ways, whether the entry was recorded while a listener was set (names lowercased then) or not (lowercased
- * when read). */
+ * when read). The method too, which a known method's entry takes from the method's name. */
 typedef struct {
   int calls; /* atomic */
+  char method[16];
   char names[128];
 } names_t;
 
 static void on_request_names(void *ud, const cb_request_t *r) {
   names_t *l = ud;
+  snprintf(l->method, sizeof l->method, "%.*s", (int)r->method.len, r->method.ptr);
   size_t k = 0;
   for (size_t i = 0; i < r->nheaders; i++) {
     int n = snprintf(l->names + k, sizeof l->names - k, "%.*s;", (int)r->headers[i].name.len, r->headers[i].name.ptr);
@@ -292,21 +294,24 @@ TEST(journal_names_lowercase_listener_and_read) {
   names_t l = {0};
   ASSERT_ERR(cb_server_set_journal_listener(srv, on_request_names, &l), 0);
   int fd = cl_connect(cb_server_port(srv));
-  cl_sends(fd, "GET /hello HTTP/1.1\r\nHOST: x\r\nX-Mixed-Case-Name-Longer-Than-16: 1\r\nAb: 2\r\n\r\n");
+  cl_sends(fd, "HEAD /hello HTTP/1.1\r\nHOST: x\r\nX-Mixed-Case-Name-Longer-Than-16: 1\r\nAb: 2\r\n\r\n");
   uint64_t t0 = now_ms();
   while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
   ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  ASSERT_STR_EQ(l.method, "HEAD");
   ASSERT_STR_EQ(l.names, "host;x-mixed-case-name-longer-than-16;ab;");
   ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
   cl_sends(fd, "GET /hello HTTP/1.1\r\nHoSt: y\r\nUSER-AGENT: Test/1.0\r\nA: 3\r\n\r\n");
   cb_request_list_t *list = read_journal(srv, NULL, 2);
   ASSERT_EQ(list->count, 2);
   const cb_request_t *r = &list->items[0];
+  assert_str(r->method, "HEAD");
   ASSERT_EQ(r->nheaders, 3);
   assert_header(r, 0, "host", "x");
   assert_header(r, 1, "x-mixed-case-name-longer-than-16", "1");
   assert_header(r, 2, "ab", "2");
   r = &list->items[1];
+  assert_str(r->method, "GET");
   ASSERT_EQ(r->nheaders, 3);
   assert_header(r, 0, "host", "y");
   assert_header(r, 1, "user-agent", "Test/1.0"); /* values as received */
