@@ -7,8 +7,9 @@
  *
  * Layout, per worker: a ring of fixed entries (growing by doubling up to cfg.journal) and a byte ring that
  * holds each entry's variable part contiguously: method, path, query, route name, headers (lengths then
- * bytes, names lowercased), body. No allocation per request once the rings have grown, except a buffer for a
- * request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
+ * bytes), body. HTTP/1.1 header names are kept as received and lowercased when an entry is read (recording is
+ * hot, reading rare), or at once while a listener is set (its views point into the ring). No allocation per
+ * request once the rings have grown, except a buffer for a request that has a body. A worker drops its oldest entries when they cannot be among the newest cfg.journal
  * of the server (seq <= newest - journal), when its entry ring is full, or to make room in the byte ring
  * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries, rounded up to a
  * power of two).
@@ -32,6 +33,9 @@ typedef struct {
   uint32_t dlen;
   uint32_t stream_id, nheaders, path_len, query_len, body_kept;
   uint16_t method_len, route_len, status, peer_port;
+  uint16_t method; /* a known method's CB_METHOD_* bit: its name is cb__method_name()'s, and its method_len bytes
+                      in the ring are left unwritten (still counted, so that the rings fill as before); 0: the
+                      bytes are there */
   uint8_t proto, peer_family, fault;
   uint8_t peer_addr[16];
 } jent_t;
@@ -42,8 +46,11 @@ struct cb__journal_s {
   size_t body_max;
   jent_t *ents;
   uint32_t ecap, ehead, ecount;
+  uint64_t evict_seq; /* the head's seq + max_entries (UINT64_MAX when empty): a newer seq drops the head */
   char *data;
   uint64_t dcap, dmax, dhead, dtail; /* dcap and dmax are powers of two: a position's offset is pos & (dcap - 1) */
+  uint64_t room_end; /* [dtail, room_end) is free and within one dcap-aligned block: a lower bound (dropping
+                        entries only adds room), set again whenever reserve() runs; 0 before the first */
   cb_journal_fn fn;
   void *ud;
 };
@@ -53,6 +60,7 @@ int cb__journal_new(const cb_config_t *cfg, uint64_t *seq, uint64_t *floor, cb__
   if (j == NULL) return UV_ENOMEM;
   j->seq = seq;
   j->floor = floor;
+  j->evict_seq = UINT64_MAX;
   j->max_entries = cfg->journal;
   j->body_max = cfg->journal_body_bytes;
   uint64_t largest = 3 * (uint64_t)cfg->max_header_bytes + cfg->journal_body_bytes + 4096;
@@ -70,10 +78,11 @@ void cb__journal_free(cb__journal_t *j) {
   free(j);
 }
 
-static int64_t realtime_us(void) {
+static inline int64_t realtime_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+  /* tv_nsec is in [0, 1e9): an unsigned division by 1000 is the same and cheaper than a signed one. */
+  return (int64_t)ts.tv_sec * 1000000 + (int64_t)((uint64_t)ts.tv_nsec / 1000);
 }
 
 void cb__journal_arrive(cb__worker_t *w, cb__req_t *r) {
@@ -118,57 +127,81 @@ static inline jent_t *entry(const cb__journal_t *j, uint32_t i) {
 
 static inline char *at(const cb__journal_t *j, uint64_t pos) { return j->data + (pos & (j->dcap - 1)); }
 
-static void evict_one(cb__journal_t *j) {
+static inline void evict_one(cb__journal_t *j) {
   j->ehead = j->ehead + 1 == j->ecap ? 0 : j->ehead + 1;
   j->ecount--;
-  j->dhead = j->ecount ? j->ents[j->ehead].dpos : j->dtail;
+  if (j->ecount > 0) {
+    const jent_t *h = &j->ents[j->ehead];
+    j->dhead = h->dpos;
+    j->evict_seq = h->seq + j->max_entries;
+  } else {
+    j->dhead = j->dtail;
+    j->evict_seq = UINT64_MAX;
+  }
 }
 
+/* Called when the ring is full (ecount == ecap). realloc, which can often extend or remap the block rather than
+ * copy it; then, if the ring had wrapped, the smaller of its two runs moves so that they follow each other: the
+ * front run [0, ehead) to just after the old end when it fits there, else the back run [ehead, old end) to the
+ * new end. */
 static int grow_entries(cb__journal_t *j) {
-  uint32_t cap = j->ecap ? 2 * j->ecap : 64;
+  uint32_t old = j->ecap, cap = old ? 2 * old : 64;
   if (cap > j->max_entries) cap = j->max_entries;
-  jent_t *e = malloc((size_t)cap * sizeof *e);
+  jent_t *e = realloc(j->ents, (size_t)cap * sizeof *e);
   if (e == NULL) return -1;
-  for (uint32_t i = 0; i < j->ecount; i++) e[i] = *entry(j, i);
-  free(j->ents);
+  uint32_t front = j->ehead, back = old - j->ehead;
+  if (front > 0 && front <= back && front <= cap - old) {
+    memcpy(e + old, e, (size_t)front * sizeof *e);
+  } else if (front > 0) {
+    memmove(e + cap - back, e + front, (size_t)back * sizeof *e);
+    j->ehead = cap - back;
+  }
   j->ents = e;
   j->ecap = cap;
-  j->ehead = 0;
   return 0;
 }
 
-/* Moves the live bytes into a buffer of `cap` bytes, in order from position 0. */
+/* Grows the byte ring to `cap` bytes (a larger power of two) keeping every position: a live byte at position p
+ * moves from p & (dcap - 1) to p & (cap - 1). The live bytes, [dhead, dtail), span at most dcap positions, so at
+ * most two pieces, each within one dcap-aligned block (an entry's bytes never cross one: reserve() pads) and so
+ * within one cap-aligned block. realloc keeps the old bytes at the front; a piece that moves lands at or after
+ * dcap, so no move overwrites bytes still to move. */
 static int grow_data(cb__journal_t *j, uint64_t cap) {
-  char *d = malloc(cap);
+  char *d = realloc(j->data, cap);
   if (d == NULL) return -1;
-  uint64_t used = 0;
-  for (uint32_t i = 0; i < j->ecount; i++) {
-    jent_t *e = entry(j, i);
-    memcpy(d + used, at(j, e->dpos), e->dlen);
-    e->dpos = used;
-    used += e->dlen;
+  for (uint64_t p = j->dhead; p < j->dtail;) {
+    uint64_t end = (p | (j->dcap - 1)) + 1; /* the end of p's dcap-aligned block */
+    if (end > j->dtail) end = j->dtail;
+    uint64_t from = p & (j->dcap - 1), to = p & (cap - 1);
+    if (to != from) memcpy(d + to, d + from, end - p);
+    p = end;
   }
-  free(j->data);
   j->data = d;
   j->dcap = cap;
-  j->dhead = 0;
-  j->dtail = used;
   return 0;
 }
 
-/* Room for `need` contiguous bytes; returns their position, or -1. */
-static int64_t reserve(cb__journal_t *j, uint64_t need) {
+/* Takes `need` contiguous bytes at the tail if they fit; returns their position, or -1. */
+static inline int64_t take(cb__journal_t *j, uint64_t need) {
+  if (j->dcap > 0) {
+    uint64_t off = j->dtail & (j->dcap - 1);
+    uint64_t pad = off + need > j->dcap ? j->dcap - off : 0;
+    if (j->dtail - j->dhead + pad + need <= j->dcap) {
+      uint64_t pos = j->dtail + pad;
+      j->dtail = pos + need;
+      return (int64_t)pos;
+    }
+  }
+  return -1;
+}
+
+/* Room for `need` contiguous bytes, growing the ring or dropping the oldest entries; returns their position,
+ * or -1. */
+static int64_t make_room(cb__journal_t *j, uint64_t need) {
   if (need > j->dmax) return -1;
   for (;;) {
-    if (j->dcap > 0) {
-      uint64_t off = j->dtail & (j->dcap - 1);
-      uint64_t pad = off + need > j->dcap ? j->dcap - off : 0;
-      if (j->dtail - j->dhead + pad + need <= j->dcap) {
-        uint64_t pos = j->dtail + pad;
-        j->dtail = pos + need;
-        return (int64_t)pos;
-      }
-    }
+    int64_t pos = take(j, need);
+    if (pos >= 0) return pos;
     if (j->dcap < j->dmax) {
       uint64_t cap = j->dcap ? 2 * j->dcap : 64 * 1024;
       while (cap < 2 * need) cap *= 2;
@@ -185,39 +218,62 @@ static int64_t reserve(cb__journal_t *j, uint64_t need) {
   }
 }
 
+/* make_room(), then where the free bytes after the tail end now: the end of the tail's dcap-aligned block (an
+ * entry's bytes never wrap) or the oldest live byte a lap later, whichever comes first. Out of line: most
+ * requests fit below room_end. */
+static __attribute__((noinline)) int64_t reserve(cb__journal_t *j, uint64_t need) {
+  int64_t pos = make_room(j, need);
+  if (j->dcap > 0) {
+    uint64_t block_end = (j->dtail | (j->dcap - 1)) + 1, lap = j->dhead + j->dcap;
+    j->room_end = block_end < lap ? block_end : lap;
+  }
+  return pos;
+}
+
 /* Copies n bytes; the short strings of a request (method, names, most values) without a call to memcpy, as
- * two overlapping fixed-size moves. */
+ * two overlapping fixed-size moves. Sixteen bytes or fewer are asked about first: most strings are. */
 static inline char *put(char *o, const void *p, size_t n) {
   const char *s = p;
-  if (n > 32) {
-    memcpy(o, s, n);
-  } else if (n >= 16) {
+  if (n <= 16) {
+    if (n >= 8) {
+      uint64_t a, b;
+      memcpy(&a, s, 8);
+      memcpy(&b, s + n - 8, 8);
+      memcpy(o, &a, 8);
+      memcpy(o + n - 8, &b, 8);
+    } else if (n >= 4) {
+      uint32_t a, b;
+      memcpy(&a, s, 4);
+      memcpy(&b, s + n - 4, 4);
+      memcpy(o, &a, 4);
+      memcpy(o + n - 4, &b, 4);
+    } else if (n >= 2) {
+      uint16_t a, b;
+      memcpy(&a, s, 2);
+      memcpy(&b, s + n - 2, 2);
+      memcpy(o, &a, 2);
+      memcpy(o + n - 2, &b, 2);
+    } else if (n == 1) {
+      o[0] = s[0];
+    }
+  } else if (n <= 32) {
     char a[16], b[16];
     memcpy(a, s, 16);
     memcpy(b, s + n - 16, 16);
     memcpy(o, a, 16);
     memcpy(o + n - 16, b, 16);
-  } else if (n >= 8) {
-    uint64_t a, b;
-    memcpy(&a, s, 8);
-    memcpy(&b, s + n - 8, 8);
-    memcpy(o, &a, 8);
-    memcpy(o + n - 8, &b, 8);
-  } else if (n >= 4) {
-    uint32_t a, b;
-    memcpy(&a, s, 4);
-    memcpy(&b, s + n - 4, 4);
-    memcpy(o, &a, 4);
-    memcpy(o + n - 4, &b, 4);
-  } else if (n > 0) { /* first, middle and last: every byte of one to three */
-    o[0] = s[0];
-    o[n / 2] = s[n / 2];
-    o[n - 1] = s[n - 1];
+  } else {
+    memcpy(o, s, n);
   }
   return o + n;
 }
 
-static char *put_u32(char *o, uint32_t v) { return put(o, &v, 4); }
+/* A header's name and value lengths, as the two u32 that view() reads. */
+static inline char *put_lens(char *o, size_t name_len, size_t value_len) {
+  uint32_t l[2] = {(uint32_t)name_len, (uint32_t)value_len};
+  memcpy(o, l, 8);
+  return o + 8;
+}
 
 /* Eight bytes with their ASCII capitals lowercased, without a branch per byte. */
 static inline uint64_t lower8(uint64_t v) {
@@ -231,7 +287,7 @@ static inline uint64_t lower8(uint64_t v) {
 
 /* Copies n bytes lowercasing ASCII letters, eight at a time (header names are mostly short tokens); the last
  * eight overlap the previous ones, which is harmless since lowercasing twice is lowercasing once. */
-static inline char *put_lower(char *o, const char *p, size_t n) {
+static char *put_lower(char *o, const char *p, size_t n) {
   if (n < 8) {
     if (n < 4) {
       for (size_t k = 0; k < n; k++) o[k] = (char)(p[k] >= 'A' && p[k] <= 'Z' ? p[k] + 32 : p[k]);
@@ -270,71 +326,105 @@ static int has_host(const cb__req_t *r) {
 
 static void notify(cb__journal_t *j, const jent_t *e);
 
+/* A new entry for `need` bytes at the end of the rings, dropping or growing as the rules say (see the top);
+ * NULL when there is no room. */
+static inline jent_t *add_entry(cb__journal_t *j, uint64_t seq, uint64_t need, uint64_t *pos) {
+  /* The oldest entries that can no longer be among the server's newest go first. */
+  while (seq >= j->evict_seq) evict_one(j);
+  if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j) != 0)) {
+    if (j->ecount == 0) return NULL;
+    evict_one(j);
+  }
+  /* Below room_end the bytes fit without padding, where take() would put them too. */
+  uint64_t p = j->dtail;
+  if (p + need <= j->room_end && j->room_end != 0) {
+    j->dtail = p + need;
+  } else {
+    int64_t q = reserve(j, need);
+    if (q < 0) return NULL;
+    p = (uint64_t)q;
+  }
+  *pos = p;
+  jent_t *e = entry(j, j->ecount);
+  if (j->ecount++ == 0) j->evict_seq = seq + j->max_entries;
+  return e;
+}
+
 void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   cb__journal_t *j = w->journal;
   uint64_t seq = r->jseq;
   r->jseq = 0;
   if (j == NULL || seq <= __atomic_load_n(j->floor, __ATOMIC_RELAXED)) goto done; /* cleared meanwhile */
+  int64_t now = realtime_us();
   cb__conn_t *c = r->conn;
+  const cb__route_t *rt = r->route;
+  int h2 = c->proto == CB__PROTO_H2;
   int add_host = r->authority != NULL && !has_host(r);
   size_t query_len = r->target_len > r->path_len ? r->target_len - r->path_len - 1 : 0;
-  const cb__route_t *rt = r->route;
+  const cb__hdr_t *hs = r->headers;
+  int nh = r->nheaders;
   uint64_t need = r->method_len + r->path_len + query_len + rt->name_len + r->jbody_len;
-  for (int i = 0; i < r->nheaders; i++) need += 8 + r->headers[i].name_len + r->headers[i].value_len;
-  if (add_host) need += 8 + 4 + r->authority_len;
-  /* The oldest entries that can no longer be among the server's newest go first. */
-  while (j->ecount > 0 && j->ents[j->ehead].seq + j->max_entries <= seq) evict_one(j);
-  if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j) != 0)) {
-    if (j->ecount == 0) goto done;
-    evict_one(j);
-  }
-  int64_t pos = reserve(j, need);
-  if (pos < 0) goto done;
-  jent_t *e = entry(j, j->ecount);
-  j->ecount++;
-  *e = (jent_t){.seq = seq,
-                .time_us = r->time_us,
-                .conn_id = c->id,
-                .body_len = r->body_received,
-                .bytes_out = r->bytes_out,
-                .stub_id = r->allow ? 0 : rt->stub_id, /* a 405 is the rule's answer, not the stub's (cbench.h) */
-                .dpos = (uint64_t)pos,
-                .dlen = (uint32_t)need,
-                .nheaders = (uint32_t)(r->nheaders + add_host),
-                .path_len = (uint32_t)r->path_len,
-                .query_len = (uint32_t)query_len,
-                .body_kept = (uint32_t)r->jbody_len,
-                .method_len = (uint16_t)r->method_len,
-                .route_len = (uint16_t)rt->name_len,
-                .status = (uint16_t)r->status,
-                .peer_port = c->peer_port,
-                .proto = (uint8_t)(c->proto == CB__PROTO_H2 ? cb__h2_proto_id(c) : CB_PROTO_HTTP1),
-                .peer_family = c->peer_family,
-                .fault = r->fault};
-  e->stream_id = c->proto == CB__PROTO_H2 ? cb__h2_stream_id(r) : 0;
-  memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
-  int64_t now = realtime_us();
+  need += 8 * (uint64_t)(nh + add_host); /* each header's two lengths */
+  for (int i = 0; i < nh; i++) need += hs[i].name_len + hs[i].value_len;
+  if (add_host) need += 4 + r->authority_len;
+  uint64_t pos;
+  jent_t *e = add_entry(j, seq, need, &pos);
+  if (e == NULL) goto done;
+  /* Every field is set one by one: no zeroing of the whole entry first. */
+  e->seq = seq;
+  e->time_us = r->time_us;
+  e->conn_id = c->id;
+  e->body_len = r->body_received;
+  e->bytes_out = r->bytes_out;
   e->duration_us = now > r->time_us ? (uint64_t)(now - r->time_us) : 0;
-  char *o = at(j, (uint64_t)pos);
-  o = put(o, r->method_str, r->method_len);
+  e->stub_id = r->allow ? 0 : rt->stub_id; /* a 405 is the rule's answer, not the stub's (cbench.h) */
+  e->dpos = pos;
+  e->dlen = (uint32_t)need;
+  e->nheaders = (uint32_t)(nh + add_host);
+  e->path_len = (uint32_t)r->path_len;
+  e->query_len = (uint32_t)query_len;
+  e->body_kept = (uint32_t)r->jbody_len;
+  e->method_len = (uint16_t)r->method_len;
+  e->method = r->method; /* r->method_str is then that method's name (http1.c, http2.c) */
+  e->route_len = (uint16_t)rt->name_len;
+  e->status = (uint16_t)r->status;
+  e->peer_port = c->peer_port;
+  e->peer_family = c->peer_family;
+  e->fault = r->fault;
+  memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
+  if (h2) {
+    e->stream_id = cb__h2_stream_id(r);
+    e->proto = (uint8_t)cb__h2_proto_id(c);
+  } else {
+    e->stream_id = 0;
+    e->proto = CB_PROTO_HTTP1;
+  }
+  char *o = at(j, pos);
+  o = r->method ? o + r->method_len : put(o, r->method_str, r->method_len);
   o = put(o, r->path, r->path_len);
-  o = put(o, r->path + r->path_len + 1, query_len);
+  if (query_len > 0) o = put(o, r->path + r->path_len + 1, query_len);
   o = put(o, rt->name, rt->name_len);
   if (add_host) {
-    o = put_u32(o, 4);
-    o = put_u32(o, (uint32_t)r->authority_len);
+    o = put_lens(o, 4, r->authority_len);
     o = put(o, "host", 4);
     o = put(o, r->authority, r->authority_len);
   }
-  int h2 = c->proto == CB__PROTO_H2; /* HTTP/2 field names are lowercase already (nghttp2 checks) */
-  for (int i = 0; i < r->nheaders; i++) {
-    const cb__hdr_t *h = &r->headers[i];
-    o = put_u32(o, (uint32_t)h->name_len);
-    o = put_u32(o, (uint32_t)h->value_len);
-    o = h2 ? put(o, h->name, h->name_len) : put_lower(o, h->name, h->name_len);
-    o = put(o, h->value, h->value_len);
+  /* HTTP/1.1 names go in as received, lowercased when read; but a listener's views point into the ring, so
+   * while one is set they are lowercased now. HTTP/2 field names are lowercase already (nghttp2 checks). */
+  if (!h2 && j->fn != NULL) {
+    for (int i = 0; i < nh; i++) {
+      o = put_lens(o, hs[i].name_len, hs[i].value_len);
+      o = put_lower(o, hs[i].name, hs[i].name_len);
+      o = put(o, hs[i].value, hs[i].value_len);
+    }
+  } else {
+    for (int i = 0; i < nh; i++) {
+      o = put_lens(o, hs[i].name_len, hs[i].value_len);
+      o = put(o, hs[i].name, hs[i].name_len);
+      o = put(o, hs[i].value, hs[i].value_len);
+    }
   }
-  o = put(o, r->jbody, r->jbody_len);
+  if (r->jbody_len > 0) memcpy(o, r->jbody, r->jbody_len);
   if (j->fn != NULL) notify(j, e);
 done:
   if (r->jbody != NULL) { /* most requests have no body */
@@ -371,17 +461,18 @@ static size_t copy_size(const jent_t *e) {
   return e->dlen + 8 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
 }
 
-/* Fills *out from entry e, copying its bytes to *bytes (advanced) and its header list to hdrs when copy is set;
- * otherwise pointing into the ring (names and values are then not NUL-terminated: views for the listener). */
+/* Fills *out from entry e, copying its bytes to *bytes (advanced) and its header list to hdrs when copy is set,
+ * header names lowercased; otherwise pointing into the ring (names and values are then not NUL-terminated:
+ * views for the listener, whose entries were recorded with lowercased names). */
 static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_header_t *hdrs, char **bytes,
                  int copy) {
   const char *p = at(j, e->dpos);
   char *b = copy ? *bytes : NULL;
-#define TAKE(dst, n)                        \
+#define TAKE_AS(dst, n, copy_fn)            \
   do {                                      \
     size_t n_ = (n);                        \
     if (copy) {                             \
-      memcpy(b, p, n_);                     \
+      copy_fn(b, p, n_);                    \
       b[n_] = '\0';                         \
       (dst) = (cb_str_t){b, n_};            \
       b += n_ + 1;                          \
@@ -390,26 +481,41 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
     }                                       \
     p += n_;                                \
   } while (0)
+#define TAKE(dst, n) TAKE_AS(dst, n, memcpy)
   memset(out, 0, sizeof *out);
   out->seq = e->seq;
   out->time_us = e->time_us;
   out->proto = e->proto;
   out->conn_id = e->conn_id;
   out->stream_id = e->stream_id;
-  TAKE(out->method, e->method_len);
+  if (e->method) {
+    const char *name = cb__method_name(e->method);
+    if (copy) {
+      memcpy(b, name, e->method_len);
+      b[e->method_len] = '\0';
+      out->method = (cb_str_t){b, e->method_len};
+      b += e->method_len + 1;
+    } else {
+      out->method = (cb_str_t){name, e->method_len};
+    }
+    p += e->method_len;
+  } else {
+    TAKE(out->method, e->method_len);
+  }
   TAKE(out->path, e->path_len);
   TAKE(out->query, e->query_len);
   TAKE(out->route, e->route_len);
   for (uint32_t i = 0; i < e->nheaders; i++) {
     uint32_t nl = get_u32(p), vl = get_u32(p + 4);
     p += 8;
-    TAKE(hdrs[i].name, nl);
+    TAKE_AS(hdrs[i].name, nl, put_lower);
     TAKE(hdrs[i].value, vl);
   }
   out->headers = hdrs;
   out->nheaders = e->nheaders;
   TAKE(out->body, e->body_kept);
 #undef TAKE
+#undef TAKE_AS
   out->body_len = e->body_len;
   out->stub_id = e->stub_id;
   out->status = e->status;
@@ -460,7 +566,7 @@ static int matches(const cb__journal_t *j, const jent_t *e, const read_arg_t *a)
   const cb_request_filter_t *f = a->f;
   if (f->stub_id && e->stub_id != f->stub_id) return 0;
   const char *p = at(j, e->dpos);
-  if (!str_eq(f->method, p, e->method_len)) return 0;
+  if (!str_eq(f->method, e->method ? cb__method_name(e->method) : p, e->method_len)) return 0;
   if (!str_eq(f->path, p + e->method_len, e->path_len)) return 0;
   if (!str_eq(f->route, p + e->method_len + e->path_len + e->query_len, e->route_len)) return 0;
   return 1;

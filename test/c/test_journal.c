@@ -269,6 +269,116 @@ TEST(journal_listener) {
   test_stop(srv);
 }
 
+/* Header names as the listener sees them (views into the ring) and as a read copies them out: lowercase both
+ * ways, whether the entry was recorded while a listener was set (names lowercased then) or not (lowercased
+ * when read). The method too, which a known method's entry takes from the method's name. */
+typedef struct {
+  int calls; /* atomic */
+  char method[16];
+  char names[128];
+} names_t;
+
+static void on_request_names(void *ud, const cb_request_t *r) {
+  names_t *l = ud;
+  snprintf(l->method, sizeof l->method, "%.*s", (int)r->method.len, r->method.ptr);
+  size_t k = 0;
+  for (size_t i = 0; i < r->nheaders; i++) {
+    int n = snprintf(l->names + k, sizeof l->names - k, "%.*s;", (int)r->headers[i].name.len, r->headers[i].name.ptr);
+    if (n > 0 && (size_t)n < sizeof l->names - k) k += (size_t)n;
+  }
+  __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELEASE);
+}
+
+TEST(journal_names_lowercase_listener_and_read) {
+  cb_server_t *srv = start_journal(1, 100, 65536);
+  names_t l = {0};
+  ASSERT_ERR(cb_server_set_journal_listener(srv, on_request_names, &l), 0);
+  int fd = cl_connect(cb_server_port(srv));
+  cl_sends(fd, "HEAD /hello HTTP/1.1\r\nHOST: x\r\nX-Mixed-Case-Name-Longer-Than-16: 1\r\nAb: 2\r\n\r\n");
+  uint64_t t0 = now_ms();
+  while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
+  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  ASSERT_STR_EQ(l.method, "HEAD");
+  ASSERT_STR_EQ(l.names, "host;x-mixed-case-name-longer-than-16;ab;");
+  ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
+  cl_sends(fd, "GET /hello HTTP/1.1\r\nHoSt: y\r\nUSER-AGENT: Test/1.0\r\nA: 3\r\n\r\n");
+  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  ASSERT_EQ(list->count, 2);
+  const cb_request_t *r = &list->items[0];
+  assert_str(r->method, "HEAD");
+  ASSERT_EQ(r->nheaders, 3);
+  assert_header(r, 0, "host", "x");
+  assert_header(r, 1, "x-mixed-case-name-longer-than-16", "1");
+  assert_header(r, 2, "ab", "2");
+  r = &list->items[1];
+  assert_str(r->method, "GET");
+  ASSERT_EQ(r->nheaders, 3);
+  assert_header(r, 0, "host", "y");
+  assert_header(r, 1, "user-agent", "Test/1.0"); /* values as received */
+  assert_header(r, 2, "a", "3");
+  cb_request_list_free(list);
+  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  close(fd);
+  test_stop(srv);
+}
+
+/* Sends requests first..last on fd, one at a time, each with a header of a different length (so that the byte
+ * ring pads and wraps), and reads each answer. */
+static void send_padded(int fd, int first, int last) {
+  char req[2048], value[1500];
+  buf_t got = {0};
+  for (int i = first; i <= last; i++) {
+    int vlen = 200 + (i * 137) % 1200;
+    for (int k = 0; k < vlen; k++) value[k] = (char)('a' + (i + k) % 26);
+    value[vlen] = '\0';
+    snprintf(req, sizeof req, "GET /hello?n=%d HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", i, value);
+    cl_sends(fd, req);
+    buf_reset(&got);
+    while (cl_response_len(got.p, got.len, 0) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+  }
+  buf_free(&got);
+}
+
+/* A clear moves both rings' heads forward, so that they wrap before they are full and then grow while wrapped:
+ * the entries' two runs and the live bytes' two pieces must move to their new places. `before` requests, a
+ * clear, then up to 200: with 10 before, the entries' front run is the shorter (it follows the old end); with
+ * 50, the back run is (it moves to the new end). Every entry comes back whole. */
+static void grow_wrapped(int before) {
+  enum { LAST = 200 };
+  cb_server_t *srv = start_journal(1, LAST, 16);
+  int fd = cl_connect(cb_server_port(srv));
+  send_padded(fd, 1, before);
+  cb_request_list_t *list = read_journal(srv, NULL, (size_t)before);
+  ASSERT_EQ(list->count, (size_t)before);
+  cb_request_list_free(list);
+  ASSERT_ERR(cb_server_requests_clear(srv), 0);
+  send_padded(fd, before + 1, LAST);
+  list = read_journal(srv, NULL, (size_t)(LAST - before));
+  ASSERT_EQ(list->count, (size_t)(LAST - before));
+  char want[64], value[1500];
+  for (size_t e = 0; e < list->count; e++) {
+    const cb_request_t *r = &list->items[e];
+    int i = before + 1 + (int)e;
+    ASSERT_EQ(r->seq, (uint64_t)i);
+    snprintf(want, sizeof want, "n=%d", i);
+    assert_str(r->query, want);
+    int vlen = 200 + (i * 137) % 1200;
+    for (int k = 0; k < vlen; k++) value[k] = (char)('a' + (i + k) % 26);
+    value[vlen] = '\0';
+    ASSERT_EQ(r->nheaders, 2);
+    assert_header(r, 0, "host", "x");
+    assert_header(r, 1, "x-pad", value);
+    assert_str(r->route, "hello");
+  }
+  cb_request_list_free(list);
+  close(fd);
+  test_stop(srv);
+}
+
+TEST(journal_grow_wrapped_front_run) { grow_wrapped(10); }
+
+TEST(journal_grow_wrapped_back_run) { grow_wrapped(50); }
+
 /* Entries far bigger than the per-worker byte budget: the oldest give way, the newest are whole. */
 TEST(journal_big_bodies) {
   cb_config_t cfg;
@@ -303,9 +413,9 @@ TEST(journal_big_bodies) {
   test_stop(srv);
 }
 
-/* Many more entries than the ring keeps, of every string length the copy paths distinguish (1 to 3, 4 to 7,
- * 8 to 15, 16 to 32 and longer; header names lowercased in each): the entry ring and the byte ring wrap many
- * times, and the newest entries come back whole. */
+/* Many more entries than the ring keeps, of every string length the copy paths distinguish (1, 2 to 3, 4 to 7,
+ * 8 to 16, 17 to 32 and longer; header names lowercased in each when read): the entry ring and the byte ring
+ * wrap many times, and the newest entries come back whole. */
 TEST(journal_rings_wrap) {
   enum { KEEP = 300, SENT = 3000 };
   cb_server_t *srv = start_journal(1, KEEP, 16);
