@@ -438,7 +438,8 @@ typedef struct cb_request_s {
   uint64_t stub_id;    /* the stub that answered, 0 for a fixture route, 404 or 405 */
   int status;          /* the status sent; 0 when the connection went away before a response began */
   uint64_t bytes_out;  /* response body bytes produced for it (0 for HEAD), not counting head and framing */
-  uint64_t duration_us; /* from arrival to the end of the response */
+  uint64_t duration_us; /* from arrival to the end of the response; both are read once per iteration of the
+                         * worker's event loop, so 0 when it ended in the iteration it arrived in */
   cb_str_t fault;      /* the fault applied ("reset", "truncated": docs/faults.md), empty when none. Static */
 } cb_request_t;
 

@@ -416,6 +416,11 @@ struct cb__worker_s {
   uv_async_t async;
   uv_timer_t date_timer;
   uv_timer_t aux_timer; /* accept backoff, then the stop deadline */
+  /* The journal's clock (cb__worker_now_us): the wall clock read once per loop iteration, at its first use; the
+   * check handle, run at the end of every iteration, marks it stale. */
+  uv_check_t clock_check;
+  int64_t now_us;
+  uint8_t now_valid;
   uv_thread_t thread;
   int index;
   int cpu;      /* -1: not pinned; else the CPU the kernel confirmed (read back after pinning) */

@@ -148,6 +148,7 @@ static void close_worker_handles(cb__worker_t *w) {
   if (!uv_is_closing((uv_handle_t *)&w->async)) uv_close((uv_handle_t *)&w->async, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->date_timer)) uv_close((uv_handle_t *)&w->date_timer, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->aux_timer)) uv_close((uv_handle_t *)&w->aux_timer, NULL);
+  if (!uv_is_closing((uv_handle_t *)&w->clock_check)) uv_close((uv_handle_t *)&w->clock_check, NULL);
 }
 
 void cb__worker_conn_gone(cb__worker_t *w) {
@@ -204,6 +205,9 @@ void cb__worker_up(cb__worker_t *w, cb__call_t *call) {
 
 /* ---- the thread ---- */
 
+/* The end of a loop iteration: the journal's clock is stale (journal.c, worker_now_us). */
+static void on_clock_check(uv_check_t *h) { ((cb__worker_t *)h->data)->now_valid = 0; }
+
 static int init_loop(cb__worker_t *w) {
   int err = uv_loop_init(&w->loop);
   if (err) return err;
@@ -213,6 +217,10 @@ static int init_loop(cb__worker_t *w) {
   uv_timer_init(&w->loop, &w->aux_timer);
   w->date_timer.data = w;
   w->aux_timer.data = w;
+  uv_check_init(&w->loop, &w->clock_check);
+  w->clock_check.data = w;
+  uv_check_start(&w->clock_check, on_clock_check);
+  uv_unref((uv_handle_t *)&w->clock_check);
   cb__date_refresh(w);
   uv_timer_start(&w->date_timer, on_date_timer, 1000, 1000);
   uv_unref((uv_handle_t *)&w->date_timer);
@@ -338,6 +346,7 @@ int cb__worker_close_test(cb__worker_t *w) {
   }
   uv_close((uv_handle_t *)&w->date_timer, NULL);
   uv_close((uv_handle_t *)&w->aux_timer, NULL);
+  uv_close((uv_handle_t *)&w->clock_check, NULL);
   cb__deferred_close(w);
   uv_run(&w->loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&w->loop);

@@ -91,6 +91,35 @@ TEST(journal_http1_exact) {
   test_stop(srv);
 }
 
+/* The journal's clock is read once per loop iteration (docs/routes.md): requests that arrive in one read share
+ * their time, and an answer complete in the iteration of its request lasted 0 us; an answer from a timer, later. */
+TEST(journal_clock_per_iteration) {
+  cb_server_t *srv = start_journal(1, 100, 4);
+  int fd = cl_connect(cb_server_port(srv));
+  /* Three requests in one segment: one read, one iteration. */
+  static const char three[] = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /json HTTP/1.1\r\nHost: x\r\n\r\n"
+                              "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  cl_send(fd, three, sizeof three - 1);
+  cb_request_list_t *list = read_journal(srv, NULL, 3);
+  ASSERT_EQ(list->count, 3);
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_EQ(list->items[i].time_us, list->items[0].time_us);
+    ASSERT_EQ(list->items[i].duration_us, 0);
+  }
+  int64_t first = list->items[0].time_us;
+  cb_request_list_free(list);
+  cl_sends(fd, "GET /delay/20 HTTP/1.1\r\nHost: x\r\n\r\n");
+  list = read_journal(srv, NULL, 4);
+  ASSERT_EQ(list->count, 4);
+  const cb_request_t *r = &list->items[3];
+  assert_str(r->path, "/delay/20");
+  ASSERT_GE(r->time_us, first);
+  ASSERT_GT(r->duration_us, 0); /* answered from a timer, in a later iteration */
+  cb_request_list_free(list);
+  close(fd);
+  test_stop(srv);
+}
+
 TEST(journal_h2_exact) {
   cb_server_t *srv = start_journal(1, 100, 65536);
   cb_stub_t st;
