@@ -201,7 +201,12 @@ h2load_check $((LOAD / 10)) /file/small
 # ---- CLI ----
 # SIGTERM: stats on the way out, exit status 0.
 kill -TERM "$MAIN_PID"
-if wait "$MAIN_PID"; then ok; else bad "SIGTERM: exit status $?, expected 0"; fi
+if wait "$MAIN_PID"; then
+  ok
+else
+  bad "SIGTERM: exit status $?, expected 0"
+  tail -n 60 "$work/main.err" >&2 # a sanitizer's report, under make asan
+fi
 if grep -q "requests" "$work/main.out" "$work/main.err"; then ok; else bad "SIGTERM: no stats printed"; fi
 
 # SIGINT the same. A request in flight finishes during the graceful stop, and the stats printed after the

@@ -51,7 +51,17 @@ run_server() {
 }
 
 stop_server() { # stop_server PID: SIGTERM, and the exit status must be 0
-  if kill -TERM "$1" && wait "$1"; then pass; else fail "server $1 did not stop cleanly"; fi
+  local rc=0
+  kill -TERM "$1" && wait "$1" || rc=$?
+  if [ "$rc" = 0 ]; then
+    pass
+  else
+    fail "server $1 did not stop cleanly (exit status $rc)"
+    # What the servers wrote to stderr (a sanitizer's report, under h2-asan), for a log that keeps only its tail.
+    for f in "$work"/*.err; do
+      [ -s "$f" ] && { echo "h2-e2e: $(basename "$f"):"; tail -n 60 "$f"; } >&2
+    done
+  fi
 }
 
 # ---- expected bodies (docs/wire.md), made with printf and head only ----
