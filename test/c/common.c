@@ -482,6 +482,17 @@ void wait_stats(cb_server_t *srv, cb_stats_t *st, int (*pred)(const cb_stats_t *
   }
 }
 
+cb_request_list_t *wait_journal(cb_server_t *srv, const cb_request_filter_t *f, size_t want, int timeout_ms) {
+  uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+  for (;;) {
+    cb_request_list_t *list = NULL;
+    ASSERT_ERR(cb_server_requests(srv, f, &list), 0);
+    if (list->count >= want || now_ms() > deadline) return list;
+    cb_request_list_free(list);
+    sleep_ms(2);
+  }
+}
+
 static int count_dir(const char *path) {
   DIR *d = opendir(path);
   struct dirent *e;

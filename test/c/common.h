@@ -136,6 +136,9 @@ uint64_t route_count(cb_server_t *srv, const char *name);
 /* Polls the server's stats until pred(stats, arg) holds or timeout_ms passes; returns the last stats read. */
 void wait_stats(cb_server_t *srv, cb_stats_t *st, int (*pred)(const cb_stats_t *, const void *), const void *arg,
                 int timeout_ms);
+/* Reads the journal (filter f, NULL for all) until it holds `want` entries or timeout_ms passes; returns the last
+ * list read (a request is recorded once its response is complete, a moment after the client has it). */
+cb_request_list_t *wait_journal(cb_server_t *srv, const cb_request_filter_t *f, size_t want, int timeout_ms);
 void sleep_ms(int ms);
 uint64_t now_ms(void);
 

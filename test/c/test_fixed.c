@@ -257,14 +257,7 @@ TEST(fixed_journal_status_and_bytes) {
   buf_adds(&exp, "stubbed");
   ROUNDTRIP_S(fd, GET("/s"), &exp);
   ROUNDTRIP_S(fd, GET("/s"), &exp);
-  cb_request_list_t *list = NULL;
-  uint64_t t0 = now_ms();
-  for (;;) {
-    ASSERT_EQ(cb_server_requests(srv, NULL, &list), 0);
-    if (list->count >= 5 || now_ms() - t0 > 5000) break;
-    cb_request_list_free(list);
-    sleep_ms(2);
-  }
+  cb_request_list_t *list = wait_journal(srv, NULL, 5, 5000);
   ASSERT_EQ(list->count, 5);
   static const struct {
     int status;

@@ -18,18 +18,6 @@ static cb_server_t *start_journal(int threads, unsigned journal, size_t body_byt
   return test_start(&cfg);
 }
 
-/* Reads the journal until it holds `want` entries (a request is recorded as its response completes). */
-static cb_request_list_t *read_journal(cb_server_t *srv, const cb_request_filter_t *f, size_t want) {
-  cb_request_list_t *list = NULL;
-  uint64_t t0 = now_ms();
-  for (;;) {
-    ASSERT_ERR(cb_server_requests(srv, f, &list), 0);
-    if (list->count >= want || now_ms() - t0 > 5000) return list;
-    cb_request_list_free(list);
-    sleep_ms(2);
-  }
-}
-
 static void assert_str(cb_str_t got, const char *want) {
   ASSERT_EQ(got.len, strlen(want));
   ASSERT_EQ(got.ptr[got.len], '\0');
@@ -51,7 +39,7 @@ TEST(journal_http1_exact) {
   cl_send(fd, req, sizeof req - 1);
   while (cl_response_len(got.p, got.len, 0) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
   cl_sends(fd, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
-  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  cb_request_list_t *list = wait_journal(srv, NULL, 2, 5000);
   ASSERT_EQ(list->count, 2);
   const cb_request_t *r = &list->items[0];
   ASSERT_EQ(r->seq, 1);
@@ -100,7 +88,7 @@ TEST(journal_clock_per_iteration) {
   static const char three[] = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /json HTTP/1.1\r\nHost: x\r\n\r\n"
                               "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   cl_send(fd, three, sizeof three - 1);
-  cb_request_list_t *list = read_journal(srv, NULL, 3);
+  cb_request_list_t *list = wait_journal(srv, NULL, 3, 5000);
   ASSERT_EQ(list->count, 3);
   for (size_t i = 0; i < 3; i++) {
     ASSERT_EQ(list->items[i].time_us, list->items[0].time_us);
@@ -109,7 +97,7 @@ TEST(journal_clock_per_iteration) {
   int64_t first = list->items[0].time_us;
   cb_request_list_free(list);
   cl_sends(fd, "GET /delay/20 HTTP/1.1\r\nHost: x\r\n\r\n");
-  list = read_journal(srv, NULL, 4);
+  list = wait_journal(srv, NULL, 4, 5000);
   ASSERT_EQ(list->count, 4);
   const cb_request_t *r = &list->items[3];
   assert_str(r->path, "/delay/20");
@@ -138,7 +126,7 @@ TEST(journal_h2_exact) {
   h2resp_t *r3 = h2_request(cl, 3, "POST", "/items/7", NULL, 0, "payload", 7);
   h2_wait1(cl, r3, 10000);
   ASSERT_EQ(r3->status, 201);
-  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  cb_request_list_t *list = wait_journal(srv, NULL, 2, 5000);
   ASSERT_EQ(list->count, 2);
   const cb_request_t *r = &list->items[0];
   ASSERT_EQ(r->proto, CB_PROTO_H2C_PRIOR);
@@ -184,7 +172,7 @@ TEST(journal_order_two_workers) {
     buf_free(&got);
     close(fd);
   }
-  cb_request_list_t *list = read_journal(srv, NULL, 40);
+  cb_request_list_t *list = wait_journal(srv, NULL, 40, 5000);
   ASSERT_EQ(list->count, 40);
   for (int i = 0; i < 40; i++) {
     const cb_request_t *r = &list->items[i];
@@ -211,34 +199,34 @@ TEST(journal_bound_filter_clear) {
     ASSERT_ERR(cb_server_stats(srv, &st), 0);
   } while (st.requests < 30);
   /* The newest 10 only. */
-  cb_request_list_t *list = read_journal(srv, NULL, 10);
+  cb_request_list_t *list = wait_journal(srv, NULL, 10, 5000);
   ASSERT_EQ(list->count, 10);
   ASSERT_EQ(list->items[0].seq, 21);
   ASSERT_EQ(list->items[9].seq, 30);
   cb_request_list_free(list);
   cb_request_filter_t f = {.method = CB_S("HEAD")};
-  list = read_journal(srv, &f, 3);
+  list = wait_journal(srv, &f, 3, 5000);
   ASSERT_EQ(list->count, 3); /* 22, 25, 28 */
   ASSERT_EQ(list->items[0].seq, 22);
   assert_str(list->items[0].route, "json");
   ASSERT_EQ(list->items[0].bytes_out, 0);
   cb_request_list_free(list);
   f = (cb_request_filter_t){.path = CB_S("/hello"), .since = 26, .limit = 2};
-  list = read_journal(srv, &f, 2);
+  list = wait_journal(srv, &f, 2, 5000);
   ASSERT_EQ(list->count, 2);
   ASSERT_EQ(list->items[0].seq, 27);
   ASSERT_EQ(list->items[1].seq, 29);
   cb_request_list_free(list);
   f = (cb_request_filter_t){.route = CB_S("json"), .stub_id = 5};
-  list = read_journal(srv, &f, 0);
+  list = wait_journal(srv, &f, 0, 5000);
   ASSERT_EQ(list->count, 0);
   cb_request_list_free(list);
   ASSERT_ERR(cb_server_requests_clear(srv), 0);
-  list = read_journal(srv, NULL, 0);
+  list = wait_journal(srv, NULL, 0, 5000);
   ASSERT_EQ(list->count, 0);
   cb_request_list_free(list);
   cl_sends(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
-  list = read_journal(srv, NULL, 1);
+  list = wait_journal(srv, NULL, 1, 5000);
   ASSERT_EQ(list->count, 1);
   ASSERT_EQ(list->items[0].seq, 31); /* sequence numbers go on */
   cb_request_list_free(list);
@@ -263,6 +251,13 @@ TEST(journal_disabled) {
   test_stop(srv);
 }
 
+/* Waits (up to 5 s) until a listener has been called `want` times; returns how many times it was. */
+static int wait_calls(int *calls, int want) {
+  uint64_t t0 = now_ms();
+  while (__atomic_load_n(calls, __ATOMIC_ACQUIRE) < want && now_ms() - t0 < 5000) sleep_ms(1);
+  return __atomic_load_n(calls, __ATOMIC_ACQUIRE);
+}
+
 typedef struct {
   cb_server_t *srv;
   int calls;    /* atomic */
@@ -283,14 +278,12 @@ TEST(journal_listener) {
   ASSERT_ERR(cb_server_set_journal_listener(srv, on_request, &l), 0);
   int fd = cl_connect(cb_server_port(srv));
   cl_sends(fd, "GET /json?z HTTP/1.1\r\nHost: x\r\n\r\n");
-  uint64_t t0 = now_ms();
-  while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
-  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  ASSERT_EQ(wait_calls(&l.calls, 1), 1);
   ASSERT_STR_EQ(l.path, "/json");
   ASSERT_ERR(l.nested, UV_EBUSY);
   ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
   cl_sends(fd, "GET /json HTTP/1.1\r\nHost: x\r\n\r\n");
-  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  cb_request_list_t *list = wait_journal(srv, NULL, 2, 5000);
   ASSERT_EQ(list->count, 2);
   cb_request_list_free(list);
   ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1); /* cleared: not called again */
@@ -324,14 +317,12 @@ TEST(journal_names_lowercase_listener_and_read) {
   ASSERT_ERR(cb_server_set_journal_listener(srv, on_request_names, &l), 0);
   int fd = cl_connect(cb_server_port(srv));
   cl_sends(fd, "HEAD /hello HTTP/1.1\r\nHOST: x\r\nX-Mixed-Case-Name-Longer-Than-16: 1\r\nAb: 2\r\n\r\n");
-  uint64_t t0 = now_ms();
-  while (__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) < 1 && now_ms() - t0 < 5000) sleep_ms(1);
-  ASSERT_EQ(__atomic_load_n(&l.calls, __ATOMIC_ACQUIRE), 1);
+  ASSERT_EQ(wait_calls(&l.calls, 1), 1);
   ASSERT_STR_EQ(l.method, "HEAD");
   ASSERT_STR_EQ(l.names, "host;x-mixed-case-name-longer-than-16;ab;");
   ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
   cl_sends(fd, "GET /hello HTTP/1.1\r\nHoSt: y\r\nUSER-AGENT: Test/1.0\r\nA: 3\r\n\r\n");
-  cb_request_list_t *list = read_journal(srv, NULL, 2);
+  cb_request_list_t *list = wait_journal(srv, NULL, 2, 5000);
   ASSERT_EQ(list->count, 2);
   const cb_request_t *r = &list->items[0];
   assert_str(r->method, "HEAD");
@@ -377,12 +368,12 @@ static void grow_wrapped(int before) {
   cb_server_t *srv = start_journal(1, LAST, 16);
   int fd = cl_connect(cb_server_port(srv));
   send_padded(fd, 1, before);
-  cb_request_list_t *list = read_journal(srv, NULL, (size_t)before);
+  cb_request_list_t *list = wait_journal(srv, NULL, (size_t)before, 5000);
   ASSERT_EQ(list->count, (size_t)before);
   cb_request_list_free(list);
   ASSERT_ERR(cb_server_requests_clear(srv), 0);
   send_padded(fd, before + 1, LAST);
-  list = read_journal(srv, NULL, (size_t)(LAST - before));
+  list = wait_journal(srv, NULL, (size_t)(LAST - before), 5000);
   ASSERT_EQ(list->count, (size_t)(LAST - before));
   char want[64], value[1500];
   for (size_t e = 0; e < list->count; e++) {
@@ -428,7 +419,7 @@ TEST(journal_big_bodies) {
     while ((n = cl_response_len(got.p, got.len, 0)) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
     ASSERT_GT(n, 150000);
   }
-  cb_request_list_t *list = read_journal(srv, NULL, 1);
+  cb_request_list_t *list = wait_journal(srv, NULL, 1, 5000);
   ASSERT_GE(list->count, 1);
   ASSERT_LE(list->count, 4);
   const cb_request_t *r = &list->items[list->count - 1];
@@ -471,7 +462,7 @@ TEST(journal_rings_wrap) {
       }
     }
   }
-  cb_request_list_t *list = read_journal(srv, NULL, KEEP);
+  cb_request_list_t *list = wait_journal(srv, NULL, KEEP, 5000);
   ASSERT_EQ(list->count, KEEP);
   for (size_t e = 0; e < KEEP; e++) {
     const cb_request_t *r = &list->items[e];

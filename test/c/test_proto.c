@@ -499,13 +499,21 @@ TEST(proto_run_until_idle_fires_delay) {
   tc_close(&t);
 }
 
+static const char e431[] = "HTTP/1.1 431 Request Header Fields Too Large\r\n" D
+                           "content-length: 0\r\nconnection: close\r\n\r\n";
+
+/* The output so far (dates masked) is a 431, and the connection is closed. */
+static void expect_431_closed(tconn_t *t) {
+  mask_dates(t->out.p, t->out.len);
+  ASSERT_MEM_EQ(t->out.p, t->out.len, e431, sizeof e431 - 1);
+  ASSERT_EQ(t->closed, 1);
+}
+
 /* The head's budget to the byte: max_header_bytes less 14 (the request line's method, version and line ends)
  * for the target plus, for each header, its name, its value and 4 (": " and CRLF); past it, 431. The same
  * whole or a byte a read (names and values split across reads). A trailer section has max_header_bytes of its
  * own, counted the same way. */
 TEST(proto_head_budget_exact) {
-  static const char e431[] = "HTTP/1.1 431 Request Header Fields Too Large\r\n" D
-                             "content-length: 0\r\nconnection: close\r\n\r\n";
   cb_config_t cfg;
   tc_config(&cfg);
   cfg.max_header_bytes = 64;
@@ -523,13 +531,12 @@ TEST(proto_head_budget_exact) {
         for (size_t i = 0; i < req.len && !t.closed; i++) tc_feed(&t, req.p + i, 1);
       else
         tc_feed(&t, req.p, req.len);
-      mask_dates(t.out.p, t.out.len);
       if (v <= 30) {
+        mask_dates(t.out.p, t.out.len);
         ASSERT_MEM_EQ(t.out.p, t.out.len, ok.p, ok.len);
         ASSERT_EQ(t.closed, 0);
       } else {
-        ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
-        ASSERT_EQ(t.closed, 1);
+        expect_431_closed(&t);
       }
       tc_close(&t);
       buf_free(&req);
@@ -544,7 +551,6 @@ TEST(proto_head_budget_exact) {
     buf_adds(&req, "\r\n\r\n");
     tc_open(&t, &cfg);
     tc_feed(&t, req.p, req.len);
-    mask_dates(t.out.p, t.out.len);
     if (v == 59) {
       static const char head200[] = "HTTP/1.1 200 OK\r\n";
       ASSERT(t.out.len > sizeof head200 - 1);
@@ -552,8 +558,7 @@ TEST(proto_head_budget_exact) {
       ASSERT(t.out.len >= 2 && memcmp(t.out.p + t.out.len - 2, "hi", 2) == 0);
       ASSERT_EQ(t.closed, 0);
     } else {
-      ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
-      ASSERT_EQ(t.closed, 1);
+      expect_431_closed(&t);
     }
     tc_close(&t);
     buf_free(&req);
@@ -564,8 +569,6 @@ TEST(proto_head_budget_exact) {
 TEST(proto_limits) {
   tconn_t t;
   buf_t req = {0};
-  static const char e431[] = "HTTP/1.1 431 Request Header Fields Too Large\r\n" D
-                             "content-length: 0\r\nconnection: close\r\n\r\n";
   static const char e413[] = "HTTP/1.1 413 Content Too Large\r\n" D "content-length: 0\r\nconnection: close\r\n\r\n";
   /* 431 */
   tc_open(&t, NULL);
@@ -573,9 +576,7 @@ TEST(proto_limits) {
   while (req.len < 1100) buf_adds(&req, "v");
   buf_adds(&req, "\r\n\r\n");
   tc_feed(&t, req.p, req.len);
-  mask_dates(t.out.p, t.out.len);
-  ASSERT_MEM_EQ(t.out.p, t.out.len, e431, sizeof e431 - 1);
-  ASSERT_EQ(t.closed, 1);
+  expect_431_closed(&t);
   tc_feeds(&t, "GET / HTTP/1.1\r\nhost: x\r\n\r\n"); /* ignored */
   ASSERT_EQ(t.out.len, sizeof e431 - 1);
   tc_close(&t);

@@ -927,14 +927,7 @@ TEST_T(journal_count_equals_h2load, 120000) {
   h2load_counts(out.p, &done, &ok, &failed, &errored, &s4xx);
   ASSERT_EQ(ok, 20000);
   /* A request is journaled when its stream is released, just after its last frame is written. */
-  cb_request_list_t *list = NULL;
-  uint64_t t0 = now_ms();
-  for (;;) {
-    ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
-    if (list->count >= 20000 || now_ms() - t0 > 10000) break;
-    cb_request_list_free(list);
-    sleep_ms(10);
-  }
+  cb_request_list_t *list = wait_journal(srv, NULL, 20000, 10000);
   ASSERT_EQ(list->count, 20000);
   for (size_t i = 0; i < list->count; i++) {
     ASSERT_EQ(list->items[i].seq, i + 1);
