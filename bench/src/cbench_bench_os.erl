@@ -10,7 +10,7 @@
 
 -export([run_bounded/4, run_bounded/5, start/4, stop/1, alive/1, os_pid/1, output/1,
          kill_group/2, free_port/0, proc_sample/1, descendants/1, comm/1,
-         clk_tck/0, wait_tcp/3, cmd/1, pidfile/2, rm_pidfile/1]).
+         clk_tck/0, wait_tcp/3, cmd/1, pidfile/2, rm_pidfile/1, ensure_epmd/0]).
 
 %% @doc Runs Exe with Args, collecting stdout and stderr, killing its process
 %% group after TimeoutMs. Returns {ok, Out} on exit status 0.
@@ -262,3 +262,30 @@ clk_tck() ->
 %% @doc A short shell command's trimmed output.
 cmd(C) ->
     string:trim(os:cmd(C)).
+
+%% @doc Starts epmd if it is not running and returns once it answers, so that net_kernel:start/1
+%% can register. `epmd -daemon' returns before the daemon listens: on a fresh machine, where no
+%% epmd ran before, a distribution started right after it fails with `nodistribution'
+%% (register/listen error: econnrefused). {error, Why} names what was tried after 10 s.
+-spec ensure_epmd() -> ok | {error, string()}.
+ensure_epmd() ->
+    case erl_epmd:names() of
+        {ok, _} -> ok;
+        _ ->
+            Out = os:cmd("epmd -daemon 2>&1"),
+            wait_epmd(erlang:monotonic_time(millisecond) + 10000, Out)
+    end.
+
+wait_epmd(Deadline, Out) ->
+    case erl_epmd:names() of
+        {ok, _} -> ok;
+        Error ->
+            case erlang:monotonic_time(millisecond) >= Deadline of
+                true ->
+                    {error, lists:flatten(io_lib:format("epmd does not answer after `epmd -daemon' "
+                                                        "(~0p; it printed: ~ts)", [Error, Out]))};
+                false ->
+                    timer:sleep(20),
+                    wait_epmd(Deadline, Out)
+            end
+    end.

@@ -54,11 +54,14 @@ distributed(Node) ->
                        [_, Host] -> lists:member($., Host);
                        _ -> false
                    end,
-            _ = os:cmd("epmd -daemon"),
             Name = list_to_atom("cbench_clients_" ++ os:getpid()),
-            case net_kernel:start([Name, case Long of true -> longnames; false -> shortnames end]) of
-                {ok, _} -> ok;
-                {error, R} -> {error, fmt("this node could not start distribution: ~0p", [R])}
+            case cbench_bench_os:ensure_epmd() of
+                ok ->
+                    case net_kernel:start([Name, case Long of true -> longnames; false -> shortnames end]) of
+                        {ok, _} -> ok;
+                        {error, R} -> {error, fmt("this node could not start distribution: ~0p", [R])}
+                    end;
+                {error, Why} -> {error, Why}
             end;
         _ -> ok
     end.

@@ -278,7 +278,7 @@ remote_node_test_() ->
     {timeout, 120, fun remote_node/0}.
 
 remote_node() ->
-    _ = os:cmd("epmd -daemon"),
+    ok = cbench_bench_os:ensure_epmd(),
     Started = case node() of
                   nonode@nohost ->
                       {ok, _} = net_kernel:start([list_to_atom("cbench_clients_test_" ++ os:getpid()), shortnames]),
