@@ -14,6 +14,8 @@
 #   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
 #   make bench-instr        instructions per request (callgrind) of cbench-server and of the floor (issue 11)
 #   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11)
+#   make soak               the mixed soak (issue 22): HTTP/1.1, h2c, WebSocket, faults, stub churn and journal
+#                           reads at once on a nif server for SOAK_SECONDS (600), RSS sampled (bench/src/cbench_soak.erl)
 
 BENCH_SRCS := $(wildcard bench/src/*.erl)
 BENCH_BEAMS := $(BENCH_SRCS:bench/src/%.erl=bench/ebin/%.beam)
@@ -28,7 +30,7 @@ BENCH_CASES := $(if $(CASES),$(if $(filter roadrunner,$(CASES)),--case-set roadr
 
 ROUTES_ARGS ?=
 
-.PHONY: bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: soak bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -75,6 +77,11 @@ bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server
 	bench/test/smoke.sh
 
 bench-test: bench-unit bench-smoke
+
+SOAK_SECONDS ?= 600
+soak: deps bench-build beam $(BUILD)/cbench-load
+	erl -noshell +sbwt none +sbwtdcpu none +sbwtdio none -pa bench/ebin -pa _build/default/lib/cbench/ebin \
+	  -run cbench_soak main $(SOAK_SECONDS)
 
 TEST_TARGETS += bench-test
 CLEAN_PATHS += bench/ebin bench/test/ebin
