@@ -278,7 +278,7 @@ typedef struct cb_matcher_s {
  * path is a pattern over the request path (the target before '?', compared as received, not decoded):
  *   "/hello"           exactly this path;
  *   "/files/" "*"      (one string, split here because a C comment cannot hold slash-star): every path that
- *                      starts with "/files/"; a trailing '*' makes a prefix of what precedes it;
+ *                      starts with "/files/"; a '*' after the last '/' makes a prefix of what precedes it;
  *   "/users/{id}/x"    segment by segment, where "{name}" matches one non-empty segment (no '/') and names a
  *                      path parameter (at most CB_MAX_PATH_PARAMS per pattern; a segment is a parameter or
  *                      literal text, not both; a name is 1 or more of A-Z, a-z, 0-9 and '_').
@@ -411,7 +411,7 @@ typedef enum {
   CB_WHY_EDGE_SPACE,         /* a header value that begins or ends with a space or tab (RFC 9113 8.2.1) */
   CB_WHY_BAD_CHAR,           /* a path or name byte that cannot be there: space, control, '?', '#', non-ASCII */
   CB_WHY_NO_LEADING_SLASH,   /* a path that does not start with '/' */
-  CB_WHY_MISPLACED_STAR,     /* a '*' that is not the last byte of the path */
+  CB_WHY_MISPLACED_STAR,     /* a '*' anywhere but the last byte, right after a '/' */
   CB_WHY_STAR_WITH_PARAM,    /* a prefix path ('*') that also has a {param} */
   CB_WHY_UNCLOSED_BRACE,     /* a path segment with '{' and no '}' */
   CB_WHY_STRAY_BRACE,        /* a path segment with '}' and no '{' */

@@ -172,7 +172,7 @@ static int path_why(const char *p, size_t n) {
   int braces = memchr(p, '{', n) != NULL || memchr(p, '}', n) != NULL;
   const char *star = memchr(p, '*', n);
   if (star != NULL) {
-    if (star != p + n - 1) return CB_WHY_MISPLACED_STAR;
+    if (star != p + n - 1 || p[n - 2] != '/') return CB_WHY_MISPLACED_STAR; /* "/files/" "*" only */
     return braces ? CB_WHY_STAR_WITH_PARAM : 0;
   }
   int nparams = 0;
