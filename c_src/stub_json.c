@@ -201,7 +201,8 @@ static int parse_methods(const ctx_t *c, const where_t *w, json_t *v, unsigned *
   if (json_is_string(v)) {
     if (strcmp(json_string_value(v), "any") == 0) return 0;
     unsigned bit = cb_method_bit((cb_str_t){json_string_value(v), json_string_length(v)});
-    if (bit == 0) return fail(c, w, "unknown_method: unknown method \"%s\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, "
+    if (bit == 0)
+      return fail(c, w, "unknown_method: unknown method \"%s\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, "
                                     "TRACE, or \"any\")", json_string_value(v));
     *out = bit;
     return 0;
@@ -349,7 +350,8 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
   if (prio != NULL) {
     where_t f = sub(&wm, "priority", 0);
     if (!json_is_integer(prio) || json_integer_value(prio) < -1000000 || json_integer_value(prio) > 1000000) {
-      fail(c, &f, "%s: must be an integer from -1000000 to 1000000", json_is_integer(prio) ? "out_of_range" : "wrong_type");
+      fail(c, &f, "%s: must be an integer from -1000000 to 1000000",
+           json_is_integer(prio) ? "out_of_range" : "wrong_type");
       goto out;
     }
     st.match.priority = (int)json_integer_value(prio);

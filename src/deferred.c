@@ -785,7 +785,8 @@ int cb_server_deferred_add(cb_server_t *srv, const cb_deferred_t *d, uint64_t *i
   cb__detail_clear();
   if (srv == NULL || d == NULL || id == NULL) return UV_EINVAL;
   if (d->deliver == NULL) return cb__bad_bytes(CB_FIELD_DELIVER, -1, CB_WHY_MISSING, NULL, 0);
-  if (d->timeout_ms > MAX_TIMEOUT_MS) return cb__bad_number(CB_FIELD_TIMEOUT_MS, -1, CB_WHY_OUT_OF_RANGE, d->timeout_ms);
+  if (d->timeout_ms > MAX_TIMEOUT_MS)
+    return cb__bad_number(CB_FIELD_TIMEOUT_MS, -1, CB_WHY_OUT_OF_RANGE, d->timeout_ms);
   if (cb__check_name(d->name)) return UV_EINVAL;
   if (cb__on_worker_thread()) return UV_EBUSY;
   droute_t *dr = calloc(1, sizeof *dr);

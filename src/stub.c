@@ -200,15 +200,17 @@ static uint64_t headers_key(const cb__hdr_t *h, int n) {
 
 static int copy_headers(stub_t *st, const cb_response_t *res) {
   if (res->nheaders == 0) return 0;
-  if (res->headers == NULL) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_NULL_POINTER, (long long)res->nheaders);
-  if (res->nheaders > CB_MAX_HEADERS) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_TOO_MANY, (long long)res->nheaders);
+  long long n = (long long)res->nheaders;
+  if (res->headers == NULL) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_NULL_POINTER, n);
+  if (res->nheaders > CB_MAX_HEADERS) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_TOO_MANY, n);
   size_t total = 0;
   for (size_t i = 0; i < res->nheaders; i++) {
     const cb_header_t *h = &res->headers[i];
     int why = cb__header_name_why(h->name.ptr, h->name.len);
     if (why == 0 && cb__forbidden_header(h->name.ptr, h->name.len)) why = CB_WHY_FORBIDDEN_HEADER;
     if (why) return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, why, h->name.ptr, h->name.len);
-    if (h->value.ptr == NULL && h->value.len) return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, CB_WHY_NULL_POINTER, NULL, 0);
+    if (h->value.ptr == NULL && h->value.len)
+      return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, CB_WHY_NULL_POINTER, NULL, 0);
     if (h->value.ptr && (why = cb__header_value_why(h->value.ptr, h->value.len)) != 0)
       return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, why, h->value.ptr, h->value.len);
     total += h->name.len + h->value.len;
@@ -243,7 +245,8 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
 #define FILE_IN_MEMORY_MAX (1u << 20)
 
 static int open_body_file(stub_t *st, cb_str_t path) {
-  if (path.ptr == NULL) return cb__bad_bytes(CB_FIELD_BODY, -1, path.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
+  if (path.ptr == NULL)
+    return cb__bad_bytes(CB_FIELD_BODY, -1, path.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
   if (path.len == 0) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_EMPTY, path.ptr, 0);
   if (path.len >= 4096) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_TOO_LONG, path.ptr, path.len);
   if (memchr(path.ptr, '\0', path.len)) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_BAD_CHAR, path.ptr, path.len);
@@ -283,9 +286,12 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   if (st == NULL) return UV_ENOMEM;
   st->fd = -1;
   int err = 0;
-  if (res->status < 200 || res->status > 599) err = cb__bad_number(CB_FIELD_STATUS, -1, CB_WHY_OUT_OF_RANGE, res->status);
-  else if (res->delay_ms > MAX_DELAY_MS) err = cb__bad_number(CB_FIELD_DELAY_MS, -1, CB_WHY_OUT_OF_RANGE, res->delay_ms);
-  else if (res->chunks > MAX_CHUNKS) err = cb__bad_number(CB_FIELD_CHUNKS, -1, CB_WHY_OUT_OF_RANGE, res->chunks);
+  if (res->status < 200 || res->status > 599)
+    err = cb__bad_number(CB_FIELD_STATUS, -1, CB_WHY_OUT_OF_RANGE, res->status);
+  else if (res->delay_ms > MAX_DELAY_MS)
+    err = cb__bad_number(CB_FIELD_DELAY_MS, -1, CB_WHY_OUT_OF_RANGE, res->delay_ms);
+  else if (res->chunks > MAX_CHUNKS)
+    err = cb__bad_number(CB_FIELD_CHUNKS, -1, CB_WHY_OUT_OF_RANGE, res->chunks);
   else if (res->interval_ms > MAX_DELAY_MS)
     err = cb__bad_number(CB_FIELD_INTERVAL_MS, -1, CB_WHY_OUT_OF_RANGE, res->interval_ms);
   st->status = res->status;
