@@ -371,7 +371,8 @@ CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint6
  * Threads and lifetime: the detail is per thread (thread-local, like errno). Each call of cb_server_route_add()
  * or cb_server_deferred_add() clears it first and fills it when it refuses a field; it stays until the next of
  * those calls on the same thread. detail->value points into the stub given to the call (valid while that
- * memory is); detail->text is a copy, safe to keep. */
+ * memory is); detail->text is a copy, safe to keep. Every other failure (a body file open(2) refused, UV_ENOMEM,
+ * CB_ELIMIT, a NULL srv or stub) leaves it empty: err 0 and CB_FIELD_NONE. */
 
 /* Which field: the member of cb_stub_t (or cb_deferred_t). The Erlang name is in parentheses. */
 typedef enum {
