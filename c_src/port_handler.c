@@ -96,7 +96,7 @@ void port_handler_add(const char *buf, int *idx) {
                      .body = stream ? body_piece : NULL};
   uint64_t id = 0;
   int err = cb_server_deferred_add(port_server, &d, &id); /* sets id: before the call that reads it */
-  port_reply_id(err, id);
+  port_reply_added(err, id, &st.match, NULL);
 }
 
 void port_handler_fail(const char *buf, int *idx) {

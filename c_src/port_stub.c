@@ -176,6 +176,62 @@ static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_a
   return (seen & 63) == 63 && arity == 6 + !!(seen & 64) ? 0 : -1;
 }
 
+/* {ok, Id}, or a refused field as cbench_spec names it: {error, {bad_stub, {Field, Value, Why}}} from
+ * cb_error_detail(), the term nif/nif_stub.c (nif_add_error) builds, or the error's atom when the engine gave no
+ * detail. `m` and `res` (NULL for a deferred route) still point into the frame. */
+void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_response_t *res) {
+  const cb_error_detail_t *d = cb_error_detail();
+  static const char *const keys[CB_FIELD_COUNT][2] = {
+      [CB_FIELD_NAME] = {"match", "name"},           [CB_FIELD_METHODS] = {"match", "method"},
+      [CB_FIELD_PATH] = {"match", "path"},           [CB_FIELD_MATCH_HEADERS] = {"match", "headers"},
+      [CB_FIELD_MATCH_QUERY] = {"match", "query"},   [CB_FIELD_STATUS] = {"response", "status"},
+      [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
+      [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
+      [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+  if (err != CB_EINVAL || d->err != CB_EINVAL || d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT ||
+      keys[d->field][0] == NULL) {
+    port_reply_id(err, id);
+    return;
+  }
+  /* An item of a list is named by its name, as cbench_spec names it. */
+  const cb_str_t *item = NULL;
+  if (d->index >= 0 && d->field == CB_FIELD_MATCH_HEADERS && (size_t)d->index < m->nheaders)
+    item = &m->headers[d->index].name;
+  else if (d->index >= 0 && d->field == CB_FIELD_MATCH_QUERY && (size_t)d->index < m->nquery)
+    item = &m->query[d->index].name;
+  else if (d->index >= 0 && d->field == CB_FIELD_HEADERS && res && (size_t)d->index < res->nheaders)
+    item = &res->headers[d->index].name;
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "error");
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "bad_stub");
+  ei_x_encode_tuple_header(&x, 3);
+  ei_x_encode_tuple_header(&x, item ? 3 : 2);
+  ei_x_encode_atom(&x, keys[d->field][0]);
+  ei_x_encode_atom(&x, keys[d->field][1]);
+  if (item) ei_x_encode_binary(&x, item->ptr, (long)item->len);
+  if ((d->field == CB_FIELD_CHUNKS || d->field == CB_FIELD_INTERVAL_MS) && res) {
+    ei_x_encode_tuple_header(&x, 2);
+    ei_x_encode_ulong(&x, res->chunks);
+    ei_x_encode_ulong(&x, res->interval_ms);
+  } else if (d->numeric) {
+    ei_x_encode_longlong(&x, d->number);
+  } else if (d->value.ptr == NULL) {
+    ei_x_encode_atom(&x, "undefined");
+  } else if (d->field == CB_FIELD_BODY && d->why == CB_WHY_NOT_REGULAR) {
+    ei_x_encode_tuple_header(&x, 2);
+    ei_x_encode_atom(&x, "file");
+    ei_x_encode_binary(&x, d->value.ptr, (long)d->value.len);
+  } else {
+    ei_x_encode_binary(&x, d->value.ptr, (long)d->value.len);
+  }
+  ei_x_encode_atom(&x, d->why_name);
+  port_send(&x);
+}
+
 void port_route_add(const char *buf, int *idx) {
   stub_arrays_t arrays;
   cb_stub_t st;
@@ -186,7 +242,7 @@ void port_route_add(const char *buf, int *idx) {
   }
   uint64_t id = 0;
   int err = cb_server_route_add(port_server, &st, &id); /* sets id: before the call that reads it */
-  port_reply_id(err, id);
+  port_reply_added(err, id, &st.match, &st.response);
 }
 
 void port_route_remove(const char *buf, int *idx) {

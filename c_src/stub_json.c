@@ -130,6 +130,44 @@ static where_t sub(const where_t *w, const char *key, size_t index) {
   return x;
 }
 
+/* A field the engine refused (cb_error_detail()): "FIELD: WHY: \"VALUE\"", the value escaped by the engine. The
+ * field is named as in the file: the stub's key path, then a header or query matcher by its name (a response
+ * header given as a list of pairs by its index). match, res: the stub's objects (res may be NULL). */
+static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_t *d, json_t *match, json_t *res) {
+  static const char *const keys[CB_FIELD_COUNT][2] = {
+      [CB_FIELD_NAME] = {"name", NULL},           [CB_FIELD_METHODS] = {"match", "method"},
+      [CB_FIELD_PATH] = {"match", "path"},        [CB_FIELD_MATCH_HEADERS] = {"match", "headers"},
+      [CB_FIELD_MATCH_QUERY] = {"match", "query"}, [CB_FIELD_STATUS] = {"response", "status"},
+      [CB_FIELD_HEADERS] = {"response", "headers"}, [CB_FIELD_BODY] = {"response", "body"},
+      [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
+      [CB_FIELD_INTERVAL_MS] = {"response", "interval_ms"}, [CB_FIELD_FAULT] = {"response", "fault"}};
+  where_t w = *ws;
+  json_t *items = NULL;
+  if (d->field > CB_FIELD_NONE && d->field < CB_FIELD_COUNT && keys[d->field][0] != NULL) {
+    w = sub(&w, keys[d->field][0], 0);
+    if (keys[d->field][1]) {
+      w = sub(&w, keys[d->field][1], 0);
+      items = json_object_get(d->field == CB_FIELD_HEADERS ? res : match, keys[d->field][1]);
+    }
+  }
+  if (d->index >= 0 && json_is_array(items)) {
+    w = sub(&w, NULL, (size_t)d->index);
+  } else if (d->index >= 0 && json_is_object(items)) {
+    /* Members come in file order (jansson keeps it), the order the stub's list was built in. */
+    const char *key;
+    json_t *v;
+    long i = 0;
+    json_object_foreach(items, key, v) {
+      if (i++ == d->index && v != NULL) {
+        w = sub(&w, key, 0);
+        break;
+      }
+    }
+  }
+  return fail(c, &w, "%s: \"%s\" (docs/routes.md%s)", d->why_name, d->text,
+              d->field == CB_FIELD_FAULT ? ", docs/faults.md" : "");
+}
+
 /* ---- fields ---- */
 
 static int get_uint(const ctx_t *c, const where_t *w, json_t *obj, const char *key, uint64_t max, uint64_t *out) {
@@ -137,7 +175,8 @@ static int get_uint(const ctx_t *c, const where_t *w, json_t *obj, const char *k
   if (v == NULL) return 0;
   where_t f = sub(w, key, 0);
   if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-    return fail(c, &f, "must be an integer from 0 to %llu", (unsigned long long)max);
+    return fail(c, &f, "%s: must be an integer from 0 to %llu", json_is_integer(v) ? "out_of_range" : "wrong_type",
+                (unsigned long long)max);
   *out = (uint64_t)json_integer_value(v);
   return 0;
 }
@@ -150,7 +189,7 @@ static int check_keys(const ctx_t *c, const where_t *w, json_t *obj, const char 
     for (size_t i = 0; keys[i] && !known; i++) known = strcmp(key, keys[i]) == 0;
     if (!known) {
       where_t f = sub(w, key, 0);
-      return fail(c, &f, "unknown field");
+      return fail(c, &f, "unknown_key: unknown field");
     }
   }
   return 0;
@@ -162,18 +201,20 @@ static int parse_methods(const ctx_t *c, const where_t *w, json_t *v, unsigned *
   if (json_is_string(v)) {
     if (strcmp(json_string_value(v), "any") == 0) return 0;
     unsigned bit = cb_method_bit((cb_str_t){json_string_value(v), json_string_length(v)});
-    if (bit == 0) return fail(c, w, "unknown method \"%s\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, "
+    if (bit == 0)
+      return fail(c, w, "unknown_method: unknown method \"%s\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, "
                                     "TRACE, or \"any\")", json_string_value(v));
     *out = bit;
     return 0;
   }
-  if (!json_is_array(v) || json_array_size(v) == 0) return fail(c, w, "must be a method, a list of methods, or \"any\"");
+  if (!json_is_array(v) || json_array_size(v) == 0)
+    return fail(c, w, "%s: must be a method, a list of methods, or \"any\"", json_is_array(v) ? "empty" : "wrong_type");
   size_t i;
   json_t *m;
   json_array_foreach(v, i, m) {
     where_t f = sub(w, NULL, i);
     unsigned bit = json_is_string(m) ? cb_method_bit((cb_str_t){json_string_value(m), json_string_length(m)}) : 0;
-    if (bit == 0) return fail(c, &f, "must be a method name");
+    if (bit == 0) return fail(c, &f, "%s: must be a method name", json_is_string(m) ? "unknown_method" : "wrong_type");
     *out |= bit;
   }
   return 0;
@@ -184,7 +225,7 @@ static int parse_matchers(const ctx_t *c, const where_t *w, json_t *v, cb_matche
   *out = NULL;
   *n = 0;
   if (v == NULL) return 0;
-  if (!json_is_object(v)) return fail(c, w, "must be an object of name: \"value\" or name: true");
+  if (!json_is_object(v)) return fail(c, w, "wrong_type: must be an object of name: \"value\" or name: true");
   *out = calloc(json_object_size(v) + 1, sizeof **out);
   const char *key;
   json_t *x;
@@ -193,7 +234,7 @@ static int parse_matchers(const ctx_t *c, const where_t *w, json_t *v, cb_matche
     cb_matcher_t *m = &(*out)[(*n)++];
     m->name = (cb_str_t){key, strlen(key)};
     if (json_is_true(x)) continue; /* present */
-    if (!json_is_string(x)) return fail(c, &f, "must be a string (equal) or true (present)");
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string (equal) or true (present)");
     m->value = (cb_str_t){json_string_value(x), json_string_length(x)};
   }
   return 0;
@@ -209,12 +250,12 @@ static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_
     json_t *x;
     json_object_foreach(v, key, x) {
       where_t f = sub(w, key, 0);
-      if (!json_is_string(x)) return fail(c, &f, "must be a string");
+      if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string");
       (*out)[(*n)++] = (cb_header_t){{key, strlen(key)}, {json_string_value(x), json_string_length(x)}};
     }
     return 0;
   }
-  if (!json_is_array(v)) return fail(c, w, "must be an object, or a list of [name, value] pairs");
+  if (!json_is_array(v)) return fail(c, w, "wrong_type: must be an object, or a list of [name, value] pairs");
   *out = calloc(json_array_size(v) + 1, sizeof **out);
   size_t i;
   json_t *pair;
@@ -222,7 +263,7 @@ static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_
     where_t f = sub(w, NULL, i);
     json_t *k = json_array_get(pair, 0), *x = json_array_get(pair, 1);
     if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_string(k) || !json_is_string(x))
-      return fail(c, &f, "must be a [name, value] pair of strings");
+      return fail(c, &f, "wrong_type: must be a [name, value] pair of strings");
     (*out)[(*n)++] = (cb_header_t){{json_string_value(k), json_string_length(k)}, {json_string_value(x), json_string_length(x)}};
   }
   return 0;
@@ -238,18 +279,20 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
     return 0;
   }
   if (!json_is_object(v) || json_object_size(v) != 1)
-    return fail(c, w, "must be a string, or an object with one of bytes, file, json");
+    return fail(c, w, "wrong_type: must be a string, or an object with one of bytes, file, json");
   json_t *x;
   if ((x = json_object_get(v, "bytes")) != NULL) {
     where_t f = sub(w, "bytes", 0);
-    if (!json_is_integer(x) || json_integer_value(x) < 0) return fail(c, &f, "must be a non-negative integer");
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+      return fail(c, &f, "%s: must be a non-negative integer", json_is_integer(x) ? "out_of_range" : "wrong_type");
     res->body_kind = CB_BODY_GENERATED;
     res->body_size = (uint64_t)json_integer_value(x);
     return 0;
   }
   if ((x = json_object_get(v, "file")) != NULL) {
     where_t f = sub(w, "file", 0);
-    if (!json_is_string(x) || json_string_length(x) == 0) return fail(c, &f, "must be a file path");
+    if (!json_is_string(x) || json_string_length(x) == 0)
+      return fail(c, &f, "%s: must be a file path", json_is_string(x) ? "empty" : "wrong_type");
     const char *p = json_string_value(x);
     res->body_kind = CB_BODY_FILE;
     if (p[0] != '/' && c->dir_len > 0) { /* relative to the stub file's directory */
@@ -266,14 +309,14 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
     res->body = (cb_str_t){*owned, *owned ? strlen(*owned) : 0};
     return 0;
   }
-  return fail(c, w, "must be a string, or an object with one of bytes, file, json");
+  return fail(c, w, "unknown_key: must be a string, or an object with one of bytes, file, json");
 }
 
 static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *s) {
   static const char *const stub_keys[] = {"name", "match", "response", NULL};
   static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
   static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", "fault", NULL};
-  if (!json_is_object(s)) return fail(c, w, "must be an object with match and response");
+  if (!json_is_object(s)) return fail(c, w, "wrong_type: must be an object with match and response");
   if (check_keys(c, w, s, stub_keys)) return -1;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
@@ -283,16 +326,17 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
   where_t wm = sub(w, "match", 0), wr = sub(w, "response", 0);
   if (name != NULL) {
     where_t f = sub(w, "name", 0);
-    if (!json_is_string(name)) return fail(c, &f, "must be a string");
+    if (!json_is_string(name)) return fail(c, &f, "wrong_type: must be a string");
     st.name = (cb_str_t){json_string_value(name), json_string_length(name)};
   }
-  if (!json_is_object(match)) return fail(c, &wm, "must be an object with at least a path");
-  if (res != NULL && !json_is_object(res)) return fail(c, &wr, "must be an object");
+  if (!json_is_object(match))
+    return fail(c, &wm, "%s: must be an object with at least a path", match ? "wrong_type" : "missing");
+  if (res != NULL && !json_is_object(res)) return fail(c, &wr, "wrong_type: must be an object");
   if (check_keys(c, &wm, match, match_keys) || (res && check_keys(c, &wr, res, res_keys))) return -1;
   json_t *path = json_object_get(match, "path");
   where_t wp = sub(&wm, "path", 0);
-  if (!json_is_string(path) || json_string_value(path)[0] != '/')
-    return fail(c, &wp, "must be a path pattern starting with /");
+  if (!json_is_string(path)) /* the engine checks the pattern itself (cb_error_detail) */
+    return fail(c, &wp, "%s: must be a path pattern starting with /", path ? "wrong_type" : "missing");
   st.match.path = (cb_str_t){json_string_value(path), json_string_length(path)};
   where_t wmeth = sub(&wm, "method", 0), wh = sub(&wm, "headers", 0), wq = sub(&wm, "query", 0);
   if (parse_methods(c, &wmeth, json_object_get(match, "method"), &st.match.methods)) return -1;
@@ -306,7 +350,8 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
   if (prio != NULL) {
     where_t f = sub(&wm, "priority", 0);
     if (!json_is_integer(prio) || json_integer_value(prio) < -1000000 || json_integer_value(prio) > 1000000) {
-      fail(c, &f, "must be an integer from -1000000 to 1000000");
+      fail(c, &f, "%s: must be an integer from -1000000 to 1000000",
+           json_is_integer(prio) ? "out_of_range" : "wrong_type");
       goto out;
     }
     st.match.priority = (int)json_integer_value(prio);
@@ -317,7 +362,7 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
     if (status != NULL) {
       where_t f = sub(&wr, "status", 0);
       if (!json_is_integer(status) || json_integer_value(status) < 200 || json_integer_value(status) > 599) {
-        fail(c, &f, "must be an integer from 200 to 599");
+        fail(c, &f, "%s: must be an integer from 200 to 599", json_is_integer(status) ? "out_of_range" : "wrong_type");
         goto out;
       }
       st.response.status = (int)json_integer_value(status);
@@ -340,15 +385,20 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
     json_t *fault = json_object_get(res, "fault");
     if (fault != NULL && !json_is_string(fault)) {
       where_t wf = sub(&wr, "fault", 0);
-      fail(c, &wf, "must be a fault spec string such as \"reset?at=head\" (docs/faults.md)");
+      fail(c, &wf, "wrong_type: must be a fault spec string such as \"reset?at=head\" (docs/faults.md)");
       goto out;
     }
     if (fault != NULL) st.response.fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
   }
   uint64_t id;
   int err = cb_server_route_add(srv, &st, &id);
+  if (err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE) {
+    /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values) and says which
+     * field and why (the reasons of cb_error_detail(), the Erlang API's too). */
+    fail_detail(c, w, cb_error_detail(), match, res);
+    goto out;
+  }
   if (err) {
-    /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values, a file). */
     const char *hint = st.response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
     fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body%s", hint,
          cb_strerror(err), cb_err_name(err), st.response.fault.ptr ? ", docs/faults.md for response.fault" : "");
@@ -407,7 +457,7 @@ int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msg
     stubs = json_object_get(root, "stubs");
   }
   if (!json_is_array(stubs)) {
-    fail(&c, &w, "must be a list of stubs (or an object with a \"stubs\" list)");
+    fail(&c, &w, "wrong_type: must be a list of stubs (or an object with a \"stubs\" list)");
     goto done;
   }
   size_t i;

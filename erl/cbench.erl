@@ -162,7 +162,8 @@ stats(_) ->
 
 %% @doc Adds a stub: requests that Match get Response (both described in docs/beam.md), before
 %% the fixture routes and older stubs of the same priority. Match or Response not a map (Match may
-%% also be a bare path): badarg; anything wrong inside them: {error, {bad_stub, Why}}.
+%% also be a bare path): badarg; anything wrong inside them: {error, {bad_stub, {Field, Value,
+%% Why}}} (cbench_spec, docs/beam.md).
 -spec stub(server(), match(), response()) -> {ok, pos_integer()} | {error, term()}.
 stub(Server, Match, Response) when is_pid(Server) ->
     case cbench_spec:stub(Match, Response) of
@@ -269,7 +270,7 @@ clear_requests(_) ->
 
 %% @doc A stub that must answer exactly N requests (`#{times => N}') or at least N
 %% (`#{at_least => N}'); verify/1 checks. Count not one of those maps: {error, {bad_stub,
-%% {expect, Count}}}.
+%% {expect, Count, wrong_type}}}.
 -spec expect(server(), match(), response(),
              #{times => non_neg_integer()} | #{at_least => non_neg_integer()}) ->
           {ok, pos_integer()} | {error, term()}.
@@ -278,7 +279,7 @@ expect(Server, Match, Response, Count) when is_pid(Server), is_map(Count) ->
         {ok, M, R} ->
             case cbench_expect:count(Count) of
                 {ok, C} -> cbench_server:call(Server, {expect, M, R, C});
-                error -> {error, {bad_stub, {expect, Count}}}
+                error -> {error, {bad_stub, {expect, Count, wrong_type}}}
             end;
         Error -> Error
     end;
@@ -352,7 +353,8 @@ settings() ->
 %% proto (h1 | h2c | ws), connections, depth, new_conn, threads, cpus, duration, warmup (seconds),
 %% rate (requests per second in all: open loop; absent: closed loop), method, paths, headers
 %% ([{Name, Value}]), body (a binary) or body_file, timeout (seconds), ws_size. Url or Opts of the
-%% wrong type: badarg; an unknown key or a bad value: {error, {bad_option, Key}}; the program
+%% wrong type: badarg; an unknown key or a bad value: {error, {bad_option, Key, Value, Allowed}}
+%% (as start_server/2's; Allowed `{known, Keys}' for an unknown key); the program
 %% missing: {error, {not_built, Path}}; it refusing the arguments: {error, {usage, Text}}.
 -spec load(string() | binary(), map()) -> {ok, map()} | {error, term()}.
 load(Url, Opts) ->

@@ -21,14 +21,17 @@ filter(#{since := Since, methods := Ms, path := P, stub := Stub}) ->
       stub => case Stub of any -> undefined; Id -> Id end}.
 
 %% @doc The result of adding a stub: a body file the engine cannot open, or a field it refuses
-%% (which cbench_spec should have caught), is a bad stub.
--spec add_result({ok, pos_integer()} | {error, atom()}, cbench_spec:canon_response()) ->
+%% (which cbench_spec should have caught; the glue names it from cb_error_detail() as
+%% `{bad_stub, {Field, Value, Why}}', the term cbench_spec gives), is a bad stub.
+-spec add_result({ok, pos_integer()} | {error, atom() | {bad_stub, cbench_spec:bad()}},
+                 cbench_spec:canon_response()) ->
           {ok, pos_integer()} | {error, term()}.
 add_result({ok, Id}, _Response) -> {ok, Id};
-add_result({error, einval}, _Response) -> {error, {bad_stub, einval}};
+add_result({error, {bad_stub, _}} = Bad, _Response) -> Bad;
 add_result({error, elimit}, _Response) -> {error, too_many_routes};
-add_result({error, E}, #{body := {file, Path}}) when E =/= stopped, E =/= enomem, E =/= ebusy ->
-    {error, {bad_stub, {file, Path, E}}};
+add_result({error, E}, #{body := {file, Path}}) when E =/= stopped, E =/= enomem, E =/= ebusy,
+                                                    E =/= einval ->
+    {error, {bad_stub, {{response, body}, {file, Path}, E}}};
 add_result({error, E}, _Response) -> {error, E}.
 
 %% @doc The result of removing a stub: an id the engine does not know is not_found.

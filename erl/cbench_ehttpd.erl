@@ -152,9 +152,10 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                             {ok, #file_info{size = Size}} ->
                                 case cbench_spec:chunks_fit_size(Chunks, Size) of
                                     true -> {ok, Response#{file_size => Size}};
-                                    false -> {error, {bad_stub, {chunks, Chunks}}}
+                                    false -> {error, {bad_stub, {{response, chunks}, Chunks,
+                                                                 chunks_exceed_body}}}
                                 end;
-                            {error, E} -> {error, {bad_stub, {file, Path, E}}}
+                            {error, E} -> {error, {bad_stub, {{response, body}, {file, Path}, E}}}
                         end;
                     _ -> {ok, Response}
                 end,

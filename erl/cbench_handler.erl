@@ -48,18 +48,18 @@
 opts(Opts) when is_map(Opts) ->
     O = maps:merge(#{timeout_ms => ?DEFAULT_TIMEOUT_MS, batch => false, body => whole,
                      pool => erlang:system_info(schedulers_online)}, Opts),
+    %% {bad_handler, {{handler, Key}, Value, Why}}: the family of cbench_spec's {bad_stub, ...}.
+    Bad = fun(K, V, Why) -> {error, {bad_handler, {{handler, K}, V, Why}}} end,
     case O of
-        #{timeout_ms := T} when not is_integer(T); T < 1; T > ?MAX_TIMEOUT_MS ->
-            {error, {bad_handler, {timeout_ms, T}}};
-        #{batch := B} when not is_boolean(B) ->
-            {error, {bad_handler, {batch, B}}};
-        #{body := Body} when Body =/= whole, Body =/= stream ->
-            {error, {bad_handler, {body, Body}}};
-        #{pool := P} when not is_integer(P); P < 1; P > 1024 ->
-            {error, {bad_handler, {pool, P}}};
+        #{timeout_ms := T} when not is_integer(T) -> Bad(timeout_ms, T, wrong_type);
+        #{timeout_ms := T} when T < 1; T > ?MAX_TIMEOUT_MS -> Bad(timeout_ms, T, out_of_range);
+        #{batch := B} when not is_boolean(B) -> Bad(batch, B, wrong_type);
+        #{body := Body} when Body =/= whole, Body =/= stream -> Bad(body, Body, wrong_type);
+        #{pool := P} when not is_integer(P) -> Bad(pool, P, wrong_type);
+        #{pool := P} when P < 1; P > 1024 -> Bad(pool, P, out_of_range);
         _ when map_size(O) > 4 ->
-            {error, {bad_handler, {unknown, maps:keys(maps:without([timeout_ms, batch, body, pool],
-                                                                   O))}}};
+            [K | _] = lists:sort(maps:keys(maps:without([timeout_ms, batch, body, pool], O))),
+            Bad(K, maps:get(K, O), unknown_key);
         _ ->
             {ok, O}
     end;

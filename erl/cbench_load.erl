@@ -44,19 +44,33 @@ run(Exe, Url, Opts, Tmp) ->
     end.
 
 %% @doc The command line for a URL and options, and how long the run may take at most (ms);
-%% {error, {bad_option, Key}} for an unknown key or a bad value.
--spec args(string(), map()) -> {ok, [string()], pos_integer()} | {error, {bad_option, term()}}.
+%% {error, {bad_option, Key, Value, Allowed}} for an unknown key or a bad value, the shape of
+%% cbench:start_server/2's option errors (Allowed: allowed/1, or `{known, Keys}').
+-spec args(string(), map()) ->
+          {ok, [string()], pos_integer()} | {error, {bad_option, term(), term(), term()}}.
 args(Url, Opts) ->
     case [K || K <- maps:keys(Opts), not lists:member(K, ['$body_file' | ?KEYS])] of
-        [Bad | _] -> {error, {bad_option, Bad}};
+        [Bad | _] -> {error, {bad_option, Bad, maps:get(Bad, Opts), {known, ?KEYS}}};
         [] ->
             try
                 A = lists:append([opt(K, maps:get(K, Opts), Opts) || K <- ?KEYS, maps:is_key(K, Opts)]),
                 Secs = maps:get(duration, Opts, 10) + maps:get(warmup, Opts, 0) + maps:get(timeout, Opts, 10),
                 {ok, A ++ [Url], round(Secs * 1000) + 30000}
-            catch throw:{bad, K} -> {error, {bad_option, K}}
+            catch throw:{bad, K} -> {error, {bad_option, K, maps:get(K, Opts), allowed(K)}}
             end
     end.
+
+%% What each option takes, in the words of cbench_opts (docs/bench.md).
+allowed(proto) -> {one_of, [h1, h2c, ws]};
+allowed(K) when K =:= connections; K =:= depth; K =:= threads; K =:= ws_size -> {integer, 1, infinity};
+allowed(new_conn) -> boolean;
+allowed(cpus) -> {list, {integer, 0, infinity}};
+allowed(K) when K =:= duration; K =:= timeout -> {seconds, greater_than_0};
+allowed(K) when K =:= warmup; K =:= rate -> {seconds, at_least_0};
+allowed(K) when K =:= method; K =:= body_file -> string;
+allowed(paths) -> {list, string};
+allowed(headers) -> {list, {string, string}};
+allowed(body) -> binary.
 
 opt(proto, P, _) when P =:= h1; P =:= h2c; P =:= ws -> ["--proto", atom_to_list(P)];
 opt(connections, N, _) -> ["--connections", pos(connections, N)];

@@ -3,20 +3,25 @@
 %%% C API's structs). Nothing here knows an engine.
 %%%
 %%% Errors: a Match or Response that is not a map (nor, for Match, a path) is the caller's type error
-%%% and raises `badarg' in cbench; anything wrong inside the maps is `{bad_stub, Why}' with Why
-%%% naming the field: `{unknown_key, K}', `{missing, path}', `{Key, Value}' for a bad value,
-%%% `{file, Path, Posix}' for a body file that cannot be read.
+%%% and raises `badarg' in cbench; anything wrong inside the maps is `{bad_stub, {Field, Value, Why}}'
+%%% (a filter's: `{bad_filter, {Field, Value, Why}}'): Field the key path (`{match, path}',
+%%% `{response, headers, <<"x-a">>}', `{filter, since}'), Value the value refused as given (a count
+%%% or a size for `too_many' and `too_long' of a list or body), Why one of whys/0, the list that
+%%% include/cbench.h's CB_WHY_* names for the C API (a suite checks that they agree). The one
+%%% exception: a body file that cannot be opened has its file:posix() error as Why (`enoent',
+%%% `eacces', `eisdir'). docs/beam.md lists them.
 -module(cbench_spec).
 
 -include_lib("kernel/include/file.hrl").
 
 -export([match/1, response/1, stub/2, filter/1, path/1, describe/1, path_text/1,
-         methods_order/1, pieces/2, chunks_fit_size/2]).
-%% The single terms on their own, for the routes of later kinds and the test suites.
--ignore_xref([{response, 1}, {path, 1}]).
+         methods_order/1, pieces/2, chunks_fit_size/2, whys/0]).
+%% The single terms on their own, for the routes of later kinds and the test suites; whys/0 for
+%% the suite that checks it against include/cbench.h.
+-ignore_xref([{response, 1}, {path, 1}, {whys, 0}]).
 
 -export_type([match/0, response/0, filter/0, path_pattern/0, canon_match/0, canon_response/0,
-              canon_path/0, canon_filter/0, why/0]).
+              canon_path/0, canon_filter/0, why/0, field/0, bad/0]).
 
 %% What a user writes.
 -type method() :: atom() | binary() | string().
@@ -58,7 +63,11 @@
                             fault_draws => atomics:atomics_ref()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | pos_integer(), since := non_neg_integer()}.
--type why() :: term().
+-type why() :: atom().
+%% The key path of a refused value: the term (match, response, filter), its key, and for a header or
+%% query matcher or a response header, its name.
+-type field() :: {match | response | filter, atom()} | {match | response, headers | query, binary()}.
+-type bad() :: {field() | term(), Value :: term(), why()}.
 
 -define(MAX_PRIORITY, 1000000).
 -define(MAX_DELAY_MS, 3600000).
@@ -72,6 +81,8 @@
 -define(MAX_PARAMS, 8).
 -define(MAX_NAME, 128).
 -define(MAX_VALUE, 8192).
+%% All of a stub's response header names and values together (src/stub.c, MAX_HEADER_BYTES).
+-define(MAX_HEADER_BYTES, 65536).
 %% The methods a route can name (include/cbench.h, CB_METHOD_*), in the order of an allow header.
 -define(METHODS, [<<"GET">>, <<"HEAD">>, <<"POST">>, <<"PUT">>, <<"DELETE">>, <<"PATCH">>,
                   <<"OPTIONS">>, <<"CONNECT">>, <<"TRACE">>]).
@@ -82,9 +93,21 @@
                    <<"keep-alive">>, <<"proxy-connection">>, <<"upgrade">>, <<"te">>,
                    <<"date">>]).
 
+%% The reasons, in the order of include/cbench.h's CB_WHY_* (without CB_WHY_NONE).
+-define(WHYS, [unknown_key, missing, wrong_type, null_pointer, out_of_range, empty, too_long, too_many,
+               not_a_token, control_char, edge_space, bad_char, no_leading_slash, misplaced_star,
+               star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
+               bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
+               chunks_exceed_body, bad_fault, not_regular]).
+
+%% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
+%% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
+-spec whys() -> [why()].
+whys() -> ?WHYS.
+
 %% @doc A stub: its match and its response, both normalised.
 -spec stub(match(), response()) ->
-          {ok, canon_match(), canon_response()} | {error, {bad_stub, why()}}.
+          {ok, canon_match(), canon_response()} | {error, {bad_stub, bad()}}.
 stub(Match, Response) ->
     case match(Match) of
         {ok, M} ->
@@ -101,21 +124,22 @@ stub(Match, Response) ->
 %% (methods are case-sensitive). Header names are lowercased (they match without case); query
 %% names and values are compared with the request's after percent-decoding it (`+' as space).
 %% `name' names the route in the journal and the counters (default `stub_<id>').
--spec match(match()) -> {ok, canon_match()} | {error, {bad_stub, why()}}.
+-spec match(match()) -> {ok, canon_match()} | {error, {bad_stub, bad()}}.
 match(Path) when is_binary(Path); is_list(Path) ->
     match(#{path => Path});
 match(M) when is_map(M) ->
     check(fun() ->
-                  known_keys(M, [path, method, headers, query, priority, name]),
+                  known_keys(match, M, [path, method, headers, query, priority, name]),
                   P = case M of
-                          #{path := P0} -> path_or_fail(P0);
-                          _ -> fail({missing, path})
+                          #{path := P0} -> path_or_fail({match, path}, P0);
+                          _ -> fail({match, path}, undefined, missing)
                       end,
-                  #{methods => methods(maps:get(method, M, any)),
+                  #{methods => methods({match, method}, maps:get(method, M, any)),
                     path => P,
                     headers => fields(headers, maps:get(headers, M, []), fun lower/1),
                     query => fields(query, maps:get(query, M, []), fun(B) -> B end),
-                    priority => priority(maps:get(priority, M, 0)),
+                    priority => int_in({match, priority}, maps:get(priority, M, 0),
+                                       -?MAX_PRIORITY, ?MAX_PRIORITY),
                     name => name(maps:get(name, M, undefined))}
           end);
 match(_) ->
@@ -123,14 +147,11 @@ match(_) ->
 
 %% @doc A Response term in canonical form; `{file, Path}' must name a readable regular file now
 %% (its size is taken when the engine adds the stub).
--spec response(response()) -> {ok, canon_response()} | {error, {bad_stub, why()}}.
+-spec response(response()) -> {ok, canon_response()} | {error, {bad_stub, bad()}}.
 response(R) when is_map(R) ->
     check(fun() ->
-                  known_keys(R, [status, headers, body, delay_ms, chunks, times, fault]),
-                  Status = case maps:get(status, R, 200) of
-                               S when is_integer(S), S >= 200, S =< 599 -> S;
-                               S -> fail({status, S})
-                           end,
+                  known_keys(response, R, [status, headers, body, delay_ms, chunks, times, fault]),
+                  Status = int_in({response, status}, maps:get(status, R, 200), 200, 599),
                   Body = body(maps:get(body, R, <<>>)),
                   Chunks = chunks(maps:get(chunks, R, none)),
                   chunks_fit(Chunks, body_size(Body)),
@@ -139,14 +160,15 @@ response(R) when is_map(R) ->
                               #{fault := UF} ->
                                   case cbench_fault:spec(UF) of
                                       {ok, Text} -> #{fault => Text};
-                                      {error, Why} -> fail(Why)
+                                      {error, _} -> fail({response, fault}, UF, bad_fault)
                                   end;
                               _ -> #{}
                           end,
                   Fault#{status => Status,
                          headers => response_headers(maps:get(headers, R, [])),
                          body => Body,
-                         delay_ms => int_in(delay_ms, maps:get(delay_ms, R, 0), 0, ?MAX_DELAY_MS),
+                         delay_ms => int_in({response, delay_ms}, maps:get(delay_ms, R, 0), 0,
+                                            ?MAX_DELAY_MS),
                          chunks => Chunks,
                          times => times(maps:get(times, R, infinity))}
           end);
@@ -156,24 +178,23 @@ response(_) ->
 %% @doc A journal filter: any of `method' (one or a list, compared exactly: `get' is `GET' only),
 %% `path' (a path pattern, as in a Match), `stub' (a stub id), `since' (entries after that
 %% sequence number). Errors are `{bad_filter, Why}'.
--spec filter(filter()) -> {ok, canon_filter()} | {error, {bad_filter, why()}}.
+-spec filter(filter()) -> {ok, canon_filter()} | {error, {bad_filter, bad()}}.
 filter(F) when is_map(F) ->
     case check(fun() ->
-                       known_keys(F, [method, path, stub, since]),
+                       known_keys(filter, F, [method, path, stub, since]),
                        #{methods => case maps:get(method, F, any) of
                                         any -> any;
-                                        Ms -> methods(Ms)
+                                        Ms -> methods({filter, method}, Ms)
                                     end,
                          path => case maps:get(path, F, any) of
                                      any -> any;
-                                     P -> path_or_fail(P)
+                                     P -> path_or_fail({filter, path}, P)
                                  end,
                          stub => case maps:get(stub, F, any) of
                                      any -> any;
-                                     Id when is_integer(Id), Id >= 1 -> Id;
-                                     Id -> fail({stub, Id})
+                                     Id -> int_in({filter, stub}, Id, 1, 1 bsl 64 - 1)
                                  end,
-                         since => int_in(since, maps:get(since, F, 0), 0, 1 bsl 62)}
+                         since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62)}
                end) of
         {error, {bad_stub, Why}} -> {error, {bad_filter, Why}};
         Ok -> Ok
@@ -184,10 +205,11 @@ filter(_) ->
 %% @doc A path pattern: exact (`"/users"'), prefix (`"/files/*"': every path that starts with
 %% `/files/'), or segments with named parameters (`"/users/{id}"': `{id}' matches one non-empty
 %% segment). A `*' anywhere but after the last `/', a parameter that is not a whole segment, or a
-%% byte that cannot appear in a request path (space, control, `?', `#', non-ASCII) is an error.
--spec path(path_pattern()) -> {ok, canon_path()} | {error, why()}.
+%% byte that cannot appear in a request path (space, control, `?', `#', non-ASCII) is an error:
+%% `{error, {{match, path}, P, Why}}'.
+-spec path(path_pattern()) -> {ok, canon_path()} | {error, bad()}.
 path(P) ->
-    try {ok, path_or_fail(P)}
+    try {ok, path_or_fail({match, path}, P)}
     catch throw:{bad_stub, Why} -> {error, Why}
     end.
 
@@ -231,66 +253,78 @@ pieces(Size, N) ->
     Ends = [Size * K div N || K <- lists:seq(0, N)],
     [{Start, End - Start} || {Start, End} <- lists:zip(lists:droplast(Ends), tl(Ends))].
 
-%%% Internals: every check throws {bad_stub, Why}, caught once in check/1.
+%%% Internals: every check throws {bad_stub, {Field, Value, Why}}, caught once in check/1.
 
 check(Fun) ->
     try {ok, Fun()}
     catch throw:{bad_stub, _} = Bad -> {error, Bad}
     end.
 
-fail(Why) -> throw({bad_stub, Why}).
+fail(Field, Value, Why) -> throw({bad_stub, {Field, Value, Why}}).
 
-known_keys(M, Known) ->
+known_keys(Term, M, Known) ->
     case [K || K <- maps:keys(M), not lists:member(K, Known)] of
         [] -> ok;
-        [K | _] -> fail({unknown_key, K})
+        [K | _] -> fail({Term, K}, maps:get(K, M), unknown_key)
     end.
 
-int_in(_Key, V, Min, Max) when is_integer(V), V >= Min, V =< Max -> V;
-int_in(Key, V, _, _) -> fail({Key, V}).
-
-priority(P) -> int_in(priority, P, -?MAX_PRIORITY, ?MAX_PRIORITY).
+int_in(_Field, V, Min, Max) when is_integer(V), V >= Min, V =< Max -> V;
+int_in(Field, V, _, _) when is_integer(V) -> fail(Field, V, out_of_range);
+int_in(Field, V, _, _) -> fail(Field, V, wrong_type).
 
 times(infinity) -> infinity;
-times(N) -> int_in(times, N, 1, 1 bsl 62).
+times(N) -> int_in({response, times}, N, 1, 1 bsl 62).
 
-methods(any) -> any;
-methods([]) -> fail({method, []});
-methods(L = [C | _]) when is_integer(C) -> [one_method(L)];  % a string
-methods(L) when is_list(L), length(L) =< 16 -> lists:usort([one_method(M) || M <- L]);
-methods(M) -> [one_method(M)].
+%% The length of a proper list, or error.
+list_length(L) ->
+    try length(L) catch error:badarg -> error end.
 
-one_method(any) -> any;
-one_method(M) when is_atom(M), M =/= undefined ->
-    known_method(M, string:uppercase(atom_to_binary(M)));
-one_method(M) when is_binary(M) -> known_method(M, M);
-one_method(M) when is_list(M) ->
-    try list_to_binary(M) of
-        B -> known_method(M, B)
-    catch error:badarg -> fail({method, M})
+methods(_Field, any) -> any;
+methods(Field, []) -> fail(Field, [], empty);
+methods(Field, L = [C | _]) when is_integer(C) -> [one_method(Field, L)];  % a string
+methods(Field, L) when is_list(L) ->
+    case list_length(L) of
+        error -> fail(Field, L, wrong_type);
+        N when N > 16 -> fail(Field, N, too_many);
+        _ -> lists:usort([one_method(Field, M) || M <- L])
     end;
-one_method(M) -> fail({method, M}).
+methods(Field, M) -> [one_method(Field, M)].
 
-known_method(Given, B) ->
+one_method(_Field, any) -> any;
+one_method(Field, M) when is_atom(M), M =/= undefined ->
+    known_method(Field, M, string:uppercase(atom_to_binary(M)));
+one_method(Field, M) when is_binary(M) -> known_method(Field, M, M);
+one_method(Field, M) when is_list(M) ->
+    try list_to_binary(M) of
+        B -> known_method(Field, M, B)
+    catch error:badarg -> fail(Field, M, wrong_type)
+    end;
+one_method(Field, M) -> fail(Field, M, wrong_type).
+
+known_method(Field, Given, B) ->
     case lists:member(B, ?METHODS) of
         true -> B;
-        false -> fail({method, Given})
+        false -> fail(Field, Given, unknown_method)
     end.
 
 name(undefined) -> undefined;
 name(N) ->
-    case to_bin(N) of
-        {ok, B} when byte_size(B) >= 1, byte_size(B) =< ?MAX_NAME ->
-            lists:all(fun(C) -> C > 32 andalso C < 127 end, binary_to_list(B))
-                orelse fail({name, N}),
-            B;
-        _ -> fail({name, N})
-    end.
+    B = case to_bin(N) of
+            {ok, B0} -> B0;
+            error -> fail({match, name}, N, wrong_type)
+        end,
+    byte_size(B) >= 1 orelse fail({match, name}, N, empty),
+    byte_size(B) =< ?MAX_NAME orelse fail({match, name}, N, too_long),
+    lists:all(fun(C) -> C > 32 andalso C < 127 end, binary_to_list(B))
+        orelse fail({match, name}, N, bad_char),
+    B.
 
-token(Key, B) ->
-    case B =/= <<>> andalso byte_size(B) =< 256 andalso is_token(B) of
-        true -> B;
-        false -> fail({Key, B})
+%% A header name, as the C engine checks it (cb__header_name_why): the same reason first.
+token(Field, B) ->
+    if
+        B =:= <<>> -> fail(Field, B, empty);
+        byte_size(B) > 256 -> fail(Field, B, too_long);
+        true -> is_token(B) orelse fail(Field, B, not_a_token), B
     end.
 
 is_token(B) -> lists:all(fun tchar/1, binary_to_list(B)).
@@ -307,89 +341,107 @@ to_bin(_) -> error.
 
 %% Header and query matchers: a list of {Name, present | Value} or a map of the same.
 fields(Key, M, Norm) when is_map(M) -> fields(Key, lists:sort(maps:to_list(M)), Norm);
-fields(Key, L, Norm) when is_list(L), length(L) =< ?MAX_MATCHERS ->
-    [field(Key, F, Norm) || F <- L];
-fields(Key, V, _) -> fail({Key, V}).
+fields(Key, L, Norm) when is_list(L) ->
+    case list_length(L) of
+        error -> fail({match, Key}, L, wrong_type);
+        N when N > ?MAX_MATCHERS -> fail({match, Key}, N, too_many);
+        _ -> [field(Key, F, Norm) || F <- L]
+    end;
+fields(Key, V, _) -> fail({match, Key}, V, wrong_type).
 
-field(Key, {Name, Value} = F, Norm) ->
+field(Key, {Name, Value}, Norm) ->
     N = case to_bin(Name) of
-            {ok, B} when Key =:= headers -> Norm(token(Key, B));
-            {ok, B} when B =/= <<>>, byte_size(B) =< ?MAX_VALUE -> B;
-            _ -> fail({Key, F})
+            {ok, B} when Key =:= headers -> Norm(token({match, headers, B}, B));
+            {ok, <<>>} -> fail({match, query, <<>>}, <<>>, empty);
+            {ok, B} when byte_size(B) > 256 -> fail({match, query, B}, B, too_long);
+            {ok, B} -> B;
+            error -> fail({match, Key}, Name, wrong_type)
         end,
     case Value of
         present -> {N, present};
         _ ->
             case to_bin(Value) of
-                {ok, V} when Key =:= headers -> {N, {equal, header_value(Key, V)}};
+                {ok, V} when Key =:= headers -> {N, {equal, header_value({match, Key, N}, V)}};
                 {ok, V} when byte_size(V) =< ?MAX_VALUE -> {N, {equal, V}};
-                error -> fail({Key, F})
+                {ok, V} -> fail({match, Key, N}, V, too_long);
+                error -> fail({match, Key, N}, Value, wrong_type)
             end
     end;
-field(Key, F, _) -> fail({Key, F}).
+field(Key, F, _) -> fail({match, Key}, F, wrong_type).
 
-%% A field value as HTTP/1.1 and HTTP/2 both accept it: visible bytes, spaces and tabs inside, none
-%% at either end (RFC 9113 8.2.1), no CR, LF or NUL.
-header_value(Key, V) ->
-    Ok = lists:all(fun(C) -> C =:= $\t orelse (C >= 32 andalso C =/= 127) end, binary_to_list(V))
-        andalso not edge_space(V) andalso byte_size(V) =< ?MAX_VALUE,
-    case Ok of
-        true -> V;
-        false -> fail({Key, V})
-    end.
+%% A field value as HTTP/1.1 and HTTP/2 both accept it (cb__header_value_why, in the same order): at
+%% most 8192 bytes, visible bytes, spaces and tabs inside, none at either end (RFC 9113 8.2.1), no
+%% CR, LF or NUL.
+header_value(Field, V) ->
+    byte_size(V) =< ?MAX_VALUE orelse fail(Field, V, too_long),
+    lists:all(fun(C) -> C =:= $\t orelse (C >= 32 andalso C =/= 127) end, binary_to_list(V))
+        orelse fail(Field, V, control_char),
+    edge_space(V) andalso fail(Field, V, edge_space),
+    V.
 
 edge_space(<<>>) -> false;
 edge_space(V) ->
     lists:member(binary:first(V), " \t") orelse lists:member(binary:last(V), " \t").
 
-response_headers(L) when is_list(L), length(L) =< ?MAX_HEADERS ->
-    [response_header(H) || H <- L];
-response_headers(V) -> fail({headers, V}).
+response_headers(L) when is_list(L) ->
+    Hs = case list_length(L) of
+             error -> fail({response, headers}, L, wrong_type);
+             N when N > ?MAX_HEADERS -> fail({response, headers}, N, too_many);
+             _ -> [response_header(H) || H <- L]
+         end,
+    Total = lists:sum([byte_size(N) + byte_size(V) || {N, V} <- Hs]),
+    Total =< ?MAX_HEADER_BYTES orelse fail({response, headers}, Total, too_long),
+    Hs;
+response_headers(V) -> fail({response, headers}, V, wrong_type).
 
-response_header({Name, Value} = H) ->
+response_header({Name, Value}) ->
     N = case to_bin(Name) of
-            {ok, B} -> lower(token(headers, B));
-            error -> fail({headers, H})
+            {ok, B} -> lower(token({response, headers, B}, B));
+            error -> fail({response, headers}, Name, wrong_type)
         end,
-    lists:member(N, ?RESERVED) andalso fail({reserved_header, N}),
+    lists:member(N, ?RESERVED) andalso fail({response, headers, N}, N, forbidden_header),
     case to_bin(Value) of
-        {ok, V} -> {N, header_value(headers, V)};
-        error -> fail({headers, H})
+        {ok, V} -> {N, header_value({response, headers, N}, V)};
+        error -> fail({response, headers, N}, Value, wrong_type)
     end;
-response_header(H) -> fail({headers, H}).
+response_header(H) -> fail({response, headers}, H, wrong_type).
 
 body({bytes, N}) when is_integer(N), N >= 0, N =< ?MAX_BYTES -> {bytes, N};
+body({bytes, N} = B) when is_integer(N) -> fail({response, body}, B, out_of_range);
 body({file, Path} = F) ->
     P = try unicode:characters_to_binary(Path) of
-            B when is_binary(B), B =/= <<>> -> B;
-            _ -> fail({body, F})
-        catch error:_ -> fail({body, F})
+            <<>> -> fail({response, body}, F, empty);
+            B when is_binary(B) -> B;
+            _ -> fail({response, body}, F, wrong_type)
+        catch error:_ -> fail({response, body}, F, wrong_type)
         end,
     Abs = filename:absname(P),
     case file:read_file_info(Abs) of
         {ok, #file_info{type = regular}} ->
             case file:open(Abs, [read, raw]) of
                 {ok, Fd} -> ok = file:close(Fd), {file, Abs};
-                {error, E} -> fail({file, P, E})
+                {error, E} -> fail({response, body}, {file, P}, E)
             end;
-        {ok, #file_info{type = directory}} -> fail({file, P, eisdir});
-        {ok, _} -> fail({file, P, not_regular});
-        {error, E} -> fail({file, P, E})
+        {ok, #file_info{type = directory}} -> fail({response, body}, {file, P}, eisdir);
+        {ok, _} -> fail({response, body}, {file, P}, not_regular);
+        {error, E} -> fail({response, body}, {file, P}, E)
     end;
 body(B) ->
     try iolist_size(B) of
         N when N =< ?MAX_DATA -> {data, iolist_to_binary(B)};
-        _ -> fail({body, too_large})
-    catch error:badarg -> fail({body, B})
+        N -> fail({response, body}, N, too_long)
+    catch error:badarg -> fail({response, body}, B, wrong_type)
     end.
 
 chunks(none) -> none;
 chunks({N, Ms}) when is_integer(N), N >= 1, N =< ?MAX_CHUNKS,
                      is_integer(Ms), Ms >= 0, Ms =< ?MAX_DELAY_MS -> {N, Ms};
-chunks(V) -> fail({chunks, V}).
+chunks({N, Ms} = C) when is_integer(N), is_integer(Ms) -> fail({response, chunks}, C, out_of_range);
+chunks(V) -> fail({response, chunks}, V, wrong_type).
 
 chunks_fit(_Chunks, unknown) -> ok;
-chunks_fit(Chunks, Size) -> chunks_fit_size(Chunks, Size) orelse fail({chunks, Chunks}).
+chunks_fit(Chunks, Size) ->
+    chunks_fit_size(Chunks, Size) orelse fail({response, chunks}, Chunks, chunks_exceed_body).
 
 %% @doc Whether a body of Size bytes can go in `chunks' pieces: N pieces need N bytes (an empty
 %% body goes as one empty piece).
@@ -409,49 +461,66 @@ body_size({file, Path}) ->
 
 %% 204 and 304 carry no body (RFC 9110), so neither bytes nor pieces of one.
 bodyless(Status, Body, Chunks) when Status =:= 204; Status =:= 304 ->
-    Body =:= {data, <<>>} orelse fail({body_not_allowed, Status}),
-    Chunks =:= none orelse fail({body_not_allowed, Status});
+    Body =:= {data, <<>>} andalso Chunks =:= none
+        orelse fail({response, status}, Status, body_not_allowed);
 bodyless(_, _, _) -> ok.
 
-path_or_fail(P0) ->
+%% A path pattern, checked in the order of route.c's path_why (so that every engine names the same
+%% first fault): the bytes, then the star, then each segment from the left.
+path_or_fail(Field, P0) ->
     P = case to_bin(P0) of
             {ok, B} when is_binary(P0); is_list(P0) -> B;
-            _ -> fail({path, P0})
+            _ -> fail(Field, P0, wrong_type)
         end,
-    Ok = byte_size(P) =< ?MAX_PATH andalso binary:first(<<P/binary, 0>>) =:= $/ andalso
-        lists:all(fun(C) -> C > 32 andalso C < 127 andalso C =/= $? andalso C =/= $# end,
-                  binary_to_list(P)),
-    Ok orelse fail({path, P0}),
-    Stars = length(binary:matches(P, <<"*">>)),
-    Braces = binary:match(P, [<<"{">>, <<"}">>]) =/= nomatch,
+    Why = if
+              P =:= <<>> -> empty;
+              binary_part(P, 0, 1) =/= <<"/">> -> no_leading_slash;
+              byte_size(P) > ?MAX_PATH -> too_long;
+              true ->
+                  Ok = lists:all(fun(C) -> C > 32 andalso C < 127 andalso C =/= $? andalso C =/= $# end,
+                                 binary_to_list(P)),
+                  case Ok of
+                      true -> ok;
+                      false -> bad_char
+                  end
+          end,
+    Why =:= ok orelse fail(Field, P0, Why),
     Len = byte_size(P),
-    if
-        Stars =:= 1, Len >= 2, binary_part(P, Len - 2, 2) =:= <<"/*">>, not Braces ->
+    Braces = binary:match(P, [<<"{">>, <<"}">>]) =/= nomatch,
+    case binary:match(P, <<"*">>) of
+        {Star, 1} when Star =:= Len - 1, Len >= 2 ->
+            binary:at(P, Len - 2) =:= $/ orelse fail(Field, P0, misplaced_star),
+            Braces andalso fail(Field, P0, star_with_param),
             {prefix, binary_part(P, 0, Len - 1)};
-        Stars > 0 -> fail({path, P0});
-        Braces -> {segments, segments(P, P0)};
-        true -> {exact, P}
+        {_, 1} -> fail(Field, P0, misplaced_star);
+        nomatch when Braces -> {segments, segments(Field, P, P0)};
+        nomatch -> {exact, P}
     end.
 
-segments(P, P0) ->
+segments(Field, P, P0) ->
     [<<>> | Segs] = binary:split(P, <<"/">>, [global]),
-    Canon = [segment(S, P0) || S <- Segs],
-    length([S || {param, _} = S <- Canon]) =< ?MAX_PARAMS orelse fail({path, P0}),
+    {Canon, _} = lists:mapfoldl(fun(S, N) -> segment(Field, S, P0, N) end, 0, Segs),
     Canon.
 
-segment(<<"{", Rest/binary>>, P0) when byte_size(Rest) >= 2 ->
-    Name = binary_part(Rest, 0, byte_size(Rest) - 1),
-    case binary:last(Rest) =:= $} andalso
-        lists:all(fun(C) -> C =:= $_ orelse (C >= $a andalso C =< $z) orelse
-                                (C >= $A andalso C =< $Z) orelse (C >= $0 andalso C =< $9) end,
-                  binary_to_list(Name)) of
-        true -> {param, Name};
-        false -> fail({path, P0})
-    end;
-segment(S, P0) ->
-    case binary:match(S, [<<"{">>, <<"}">>]) of
-        nomatch -> S;
-        _ -> fail({path, P0})
+segment(Field, S, P0, N) ->
+    Open = binary:match(S, <<"{">>) =/= nomatch,
+    Close = binary:match(S, <<"}">>) =/= nomatch,
+    if
+        not Open, not Close -> {S, N};
+        not Close -> fail(Field, P0, unclosed_brace);
+        not Open -> fail(Field, P0, stray_brace);
+        true ->
+            Len = byte_size(S),
+            binary:first(S) =:= ${ andalso binary:last(S) =:= $}
+                orelse fail(Field, P0, param_not_segment),
+            Len > 2 orelse fail(Field, P0, empty_param_name),
+            Name = binary_part(S, 1, Len - 2),
+            lists:all(fun(C) -> C =:= $_ orelse (C >= $a andalso C =< $z) orelse
+                                    (C >= $A andalso C =< $Z) orelse (C >= $0 andalso C =< $9) end,
+                      binary_to_list(Name))
+                orelse fail(Field, P0, bad_param_name),
+            N < ?MAX_PARAMS orelse fail(Field, P0, too_many_params),
+            {{param, Name}, N + 1}
     end.
 
 lower(B) -> cbench_http:lower(B).

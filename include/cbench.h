@@ -264,8 +264,9 @@ enum {
 /* The bit of a method name ("GET" -> CB_METHOD_GET; case-sensitive, as methods are), or 0 for another name. */
 CB_EXTERN unsigned cb_method_bit(cb_str_t name);
 
-/* A header or query-parameter matcher. name: a header name (compared without case) or a query parameter name
- * (compared after percent-decoding, '+' as space). value: {NULL, 0} matches when the header or parameter is
+/* A header or query-parameter matcher. name: a header name (a token, compared without case) or a query parameter
+ * name (compared after percent-decoding, '+' as space), 1 to 256 bytes. value: at most 8192 bytes (a header
+ * value: no control byte but HTAB, no space or tab at either end); {NULL, 0} matches when the header or parameter is
  * present (with any value); otherwise it must equal `value` exactly (query values percent-decoded first). A
  * repeated header or parameter matches when any of its occurrences does. */
 typedef struct cb_matcher_s {
@@ -277,11 +278,12 @@ typedef struct cb_matcher_s {
  * path is a pattern over the request path (the target before '?', compared as received, not decoded):
  *   "/hello"           exactly this path;
  *   "/files/" "*"      (one string, split here because a C comment cannot hold slash-star): every path that
- *                      starts with "/files/"; a trailing '*' makes a prefix of what precedes it;
+ *                      starts with "/files/"; a '*' after the last '/' makes a prefix of what precedes it;
  *   "/users/{id}/x"    segment by segment, where "{name}" matches one non-empty segment (no '/') and names a
  *                      path parameter (at most CB_MAX_PATH_PARAMS per pattern; a segment is a parameter or
- *                      literal text, not both).
- * It must start with '/', may hold no control characters and no '?', and is at most CB_MAX_PATH bytes. */
+ *                      literal text, not both; a name is 1 or more of A-Z, a-z, 0-9 and '_').
+ * It must start with '/', may hold no space, control character, '?', '#' or non-ASCII byte (none can appear in a
+ * request path), and is at most CB_MAX_PATH bytes. A prefix has no parameter. */
 typedef struct cb_match_s {
   unsigned methods; /* CB_METHOD_* bits; 0: any method */
   cb_str_t path;
@@ -298,7 +300,8 @@ typedef struct cb_match_s {
 #define CB_MAX_HEADERS 64 /* response headers of a stub */
 #define CB_MAX_NAME 128   /* bytes of a route name */
 
-/* A response header: name (an RFC 9110 token, sent lowercased) and value (no CR, LF or NUL). */
+/* A response header: name (an RFC 9110 token of at most 256 bytes, sent lowercased) and value (at most 8192 bytes,
+ * no control byte but HTAB, no space or tab at either end). All names and values together: at most 65536 bytes. */
 typedef struct cb_header_s {
   cb_str_t name;
   cb_str_t value;
@@ -350,12 +353,104 @@ typedef struct cb_stub_s {
 /* Adds a stub in front of the table. The library copies everything it needs (strings, header lists, body
  * bytes; a CB_BODY_FILE is opened, and read when small) before returning: `stub` and everything it points to may be
  * freed at once. On success *id is the stub's id: unique for the server's life, starting at 1.
- * Errors: UV_EINVAL (a bad field: see the limits above), CB_ELIMIT (more than CB_MAX_ROUTES routes live), the
+ * Errors: UV_EINVAL (a bad field: see the limits above; cb_error_detail() says which and why), CB_ELIMIT (more
+ * than CB_MAX_ROUTES routes live), the
  * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
  * UV_EBUSY (called from a worker thread). */
 CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
 
 #define CB_MAX_ROUTES 100000
+
+/* ==== Why a stub was refused: the error detail ====
+ *
+ * cb_server_route_add() and cb_server_deferred_add() return UV_EINVAL for a bad field; cb_error_detail() then says
+ * which field, which value and why, from the fixed lists below. The Erlang API reports the same three things as
+ * {error, {bad_stub, {Field, Value, Why}}} with Why the lowercase name (docs/beam.md), and cbench-server --stubs
+ * prints them (docs/routes.md): one list of reasons for every way in.
+ *
+ * Threads and lifetime: the detail is per thread (thread-local, like errno). Each call of cb_server_route_add()
+ * or cb_server_deferred_add() clears it first and fills it when it refuses a field; it stays until the next of
+ * those calls on the same thread. detail->value points into the stub given to the call (valid while that
+ * memory is); detail->text is a copy, safe to keep. Every other failure (a body file open(2) refused, UV_ENOMEM,
+ * CB_ELIMIT, a NULL srv or stub) leaves it empty: err 0 and CB_FIELD_NONE. */
+
+/* Which field: the member of cb_stub_t (or cb_deferred_t). The Erlang name is in parentheses. */
+typedef enum {
+  CB_FIELD_NONE = 0,      /* no detail: the last call did not refuse a field */
+  CB_FIELD_NAME,          /* name ({match, name}) */
+  CB_FIELD_METHODS,       /* match.methods ({match, method}) */
+  CB_FIELD_PATH,          /* match.path ({match, path}) */
+  CB_FIELD_MATCH_HEADERS, /* match.headers, index: which matcher ({match, headers} or {match, headers, Name}) */
+  CB_FIELD_MATCH_QUERY,   /* match.query, index: which matcher ({match, query} or {match, query, Name}) */
+  CB_FIELD_STATUS,        /* response.status ({response, status}) */
+  CB_FIELD_HEADERS,       /* response.headers, index: which header ({response, headers} or {response, headers, Name}) */
+  CB_FIELD_BODY,          /* response.body, body_kind or body_size ({response, body}) */
+  CB_FIELD_DELAY_MS,      /* response.delay_ms ({response, delay_ms}) */
+  CB_FIELD_CHUNKS,        /* response.chunks ({response, chunks}) */
+  CB_FIELD_INTERVAL_MS,   /* response.interval_ms ({response, chunks}) */
+  CB_FIELD_FAULT,         /* response.fault ({response, fault}) */
+  CB_FIELD_TIMEOUT_MS,    /* cb_deferred_t.timeout_ms ({handler, timeout_ms}) */
+  CB_FIELD_DELIVER,       /* cb_deferred_t.deliver */
+  CB_FIELD_COUNT
+} cb_field_id;
+
+/* Why it was refused. The Erlang atom is the lowercase name without CB_WHY_ (CB_WHY_NOT_A_TOKEN: not_a_token);
+ * test/cbench_stub_SUITE.erl checks that this list and cbench_spec:whys() agree. */
+typedef enum {
+  CB_WHY_NONE = 0,
+  CB_WHY_UNKNOWN_KEY,        /* a key the term does not take (Erlang maps and JSON objects only) */
+  CB_WHY_MISSING,            /* a required field is absent (a path) */
+  CB_WHY_WRONG_TYPE,         /* a value of the wrong type: not an integer, not a string, not a list... */
+  CB_WHY_NULL_POINTER,       /* C only: a NULL pointer with a non-zero length or count */
+  CB_WHY_OUT_OF_RANGE,       /* a number outside its bounds (status 200..599, delay_ms 0..3600000, ...) */
+  CB_WHY_EMPTY,              /* an empty string or list where one is needed (a name, a header name, a path) */
+  CB_WHY_TOO_LONG,           /* longer than its limit: a path (4096), a name (128), a matcher or header name
+                              * (256), a value (8192), a body, the response headers together (65536) */
+  CB_WHY_TOO_MANY,           /* a list over its limit: 32 matchers, 64 headers, 16 methods */
+  CB_WHY_NOT_A_TOKEN,        /* a header name that is not an RFC 9110 token */
+  CB_WHY_CONTROL_CHAR,       /* a value holding CR, LF, NUL or another control byte (HTAB is allowed) */
+  CB_WHY_EDGE_SPACE,         /* a header value that begins or ends with a space or tab (RFC 9113 8.2.1) */
+  CB_WHY_BAD_CHAR,           /* a path or name byte that cannot be there: space, control, '?', '#', non-ASCII */
+  CB_WHY_NO_LEADING_SLASH,   /* a path that does not start with '/' */
+  CB_WHY_MISPLACED_STAR,     /* a '*' anywhere but the last byte, right after a '/' */
+  CB_WHY_STAR_WITH_PARAM,    /* a prefix path ('*') that also has a {param} */
+  CB_WHY_UNCLOSED_BRACE,     /* a path segment with '{' and no '}' */
+  CB_WHY_STRAY_BRACE,        /* a path segment with '}' and no '{' */
+  CB_WHY_PARAM_NOT_SEGMENT,  /* "{name}" that is not the whole segment ("/a/x{id}") */
+  CB_WHY_EMPTY_PARAM_NAME,   /* "{}" */
+  CB_WHY_BAD_PARAM_NAME,     /* a parameter name with a byte other than A-Z, a-z, 0-9 and '_' */
+  CB_WHY_TOO_MANY_PARAMS,    /* more than CB_MAX_PATH_PARAMS parameters */
+  CB_WHY_UNKNOWN_METHOD,     /* a method that is not one of the nine (or a bit outside CB_METHOD_ALL) */
+  CB_WHY_FORBIDDEN_HEADER,   /* a response header the engine writes itself (content-length, date, ...) */
+  CB_WHY_BODY_NOT_ALLOWED,   /* status 204 or 304 with a body or chunks */
+  CB_WHY_CHUNKS_EXCEED_BODY, /* more chunks than body bytes */
+  CB_WHY_BAD_FAULT,          /* a fault spec that does not parse (docs/faults.md) */
+  CB_WHY_NOT_REGULAR,        /* a body file that is not a regular file (a directory is UV_EISDIR) */
+  CB_WHY_COUNT
+} cb_why_id;
+
+#define CB_DETAIL_TEXT 260 /* bytes of cb_error_detail_t.text, with its NUL */
+
+typedef struct cb_error_detail_s {
+  int err;            /* the code the call returned (UV_EINVAL); 0: no detail */
+  cb_field_id field;  /* CB_FIELD_NONE when err is 0 */
+  const char *field_name; /* "match.path", "response.headers", ...: static, never NULL */
+  long index;         /* the item of a list field (a matcher, a header), from 0; -1: the field as a whole */
+  cb_why_id why;
+  const char *why_name; /* "not_a_token", ...: static, never NULL ("none" when err is 0) */
+  int numeric;        /* 1: the value is `number` (a status, a count, a length); 0: the bytes in `value` */
+  long long number;
+  cb_str_t value;     /* the bytes refused, pointing into the caller's stub; {NULL, 0} when numeric */
+  char text[CB_DETAIL_TEXT]; /* the value as text: printable ASCII as is, '\\' and '"' and other bytes escaped
+                              * (\\r \\n \\t \\xHH), cut after 64 bytes of value with "..." */
+} cb_error_detail_t;
+
+/* The detail of this thread's last cb_server_route_add() or cb_server_deferred_add() (see above). Never NULL. */
+CB_EXTERN const cb_error_detail_t *cb_error_detail(void);
+
+/* The names of a field and of a reason ("response.headers", "not_a_token"); "?" when out of range. */
+CB_EXTERN const char *cb_field_name(int field);
+CB_EXTERN const char *cb_why_name(int why);
 
 /* Removes the stub `id`. Requests already dispatched to it finish. Errors: UV_ENOENT (no such stub: never
  * added, removed, or dropped by reset), UV_EINVAL, UV_EBUSY. */

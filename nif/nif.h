@@ -67,6 +67,8 @@ ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_s
 
 /* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */
 ERL_NIF_TERM nif_error(ErlNifEnv *env, int err);
+/* A refused stub or handler route: {error, {bad_stub, {Field, Value, Why}}} from cb_error_detail() (nif_stub.c). */
+ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const cb_response_t *res);
 
 /* {error, stopped} */
 ERL_NIF_TERM nif_stopped(ErlNifEnv *env);

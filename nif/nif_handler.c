@@ -165,7 +165,7 @@ ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
   if (err < 0) {
     enif_release_resource(res);
     enif_free(t);
-    return nif_error(env, err);
+    return nif_add_error(env, err, &st.match, NULL);
   }
   return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, id));
 }

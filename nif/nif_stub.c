@@ -153,6 +153,49 @@ static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res,
   return 1;
 }
 
+/* A field refused by the engine as cbench_spec names it: {error, {bad_stub, {Field, Value, Why}}} from
+ * cb_error_detail() (include/cbench.h lists the fields with their Erlang names), or the error's atom when the
+ * engine gave no detail. Called on the thread that added the stub, right after, while `m` and `res` (NULL for a
+ * deferred route) still point into the argument terms. c_src/port_stub.c builds the same term with ei. */
+ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const cb_response_t *res) {
+  const cb_error_detail_t *d = cb_error_detail();
+  if (err != CB_EINVAL || d->err != CB_EINVAL) return nif_error(env, err);
+  static const char *const keys[CB_FIELD_COUNT][2] = {
+      [CB_FIELD_NAME] = {"match", "name"},           [CB_FIELD_METHODS] = {"match", "method"},
+      [CB_FIELD_PATH] = {"match", "path"},           [CB_FIELD_MATCH_HEADERS] = {"match", "headers"},
+      [CB_FIELD_MATCH_QUERY] = {"match", "query"},   [CB_FIELD_STATUS] = {"response", "status"},
+      [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
+      [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
+      [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+  if (d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT || keys[d->field][0] == NULL)
+    return nif_error(env, err);
+  ERL_NIF_TERM term = enif_make_atom(env, keys[d->field][0]), key = enif_make_atom(env, keys[d->field][1]);
+  /* An item of a list is named by its name, as cbench_spec names it. */
+  const cb_str_t *item = NULL;
+  if (d->index >= 0 && d->field == CB_FIELD_MATCH_HEADERS && (size_t)d->index < m->nheaders)
+    item = &m->headers[d->index].name;
+  else if (d->index >= 0 && d->field == CB_FIELD_MATCH_QUERY && (size_t)d->index < m->nquery)
+    item = &m->query[d->index].name;
+  else if (d->index >= 0 && d->field == CB_FIELD_HEADERS && res && (size_t)d->index < res->nheaders)
+    item = &res->headers[d->index].name;
+  ERL_NIF_TERM field = item ? enif_make_tuple3(env, term, key, nif_binary(env, item->ptr, item->len))
+                            : enif_make_tuple2(env, term, key);
+  ERL_NIF_TERM value;
+  if ((d->field == CB_FIELD_CHUNKS || d->field == CB_FIELD_INTERVAL_MS) && res)
+    value = enif_make_tuple2(env, enif_make_uint(env, res->chunks), enif_make_uint(env, res->interval_ms));
+  else if (d->numeric)
+    value = enif_make_int64(env, d->number);
+  else if (d->value.ptr == NULL)
+    value = atom_undefined;
+  else if (d->field == CB_FIELD_BODY && d->why == CB_WHY_NOT_REGULAR)
+    value = enif_make_tuple2(env, atom_file, nif_binary(env, d->value.ptr, d->value.len));
+  else
+    value = nif_binary(env, d->value.ptr, d->value.len);
+  ERL_NIF_TERM bad = enif_make_tuple3(env, field, value, enif_make_atom(env, d->why_name));
+  return enif_make_tuple2(env, atom_error, enif_make_tuple2(env, enif_make_atom(env, "bad_stub"), bad));
+}
+
 /* route_add_nif(Resource, Match, Response) -> {ok, Id} | {error, Reason}. Dirty I/O: it waits for every worker
  * to take the new table (and opens and maps a body file). */
 ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
@@ -170,7 +213,7 @@ ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) 
   uint64_t id;
   int err = cb_server_route_add(srv, &st, &id);
   nif_unlock(res);
-  if (err < 0) return nif_error(env, err);
+  if (err < 0) return nif_add_error(env, err, &st.match, &st.response);
   return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, id));
 }
 

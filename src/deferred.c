@@ -782,11 +782,12 @@ static void droute_free(void *arg) {
 static const cb__route_kind_t defer_kind = {.free_arg = droute_free};
 
 int cb_server_deferred_add(cb_server_t *srv, const cb_deferred_t *d, uint64_t *id) {
-  if (srv == NULL || d == NULL || id == NULL || d->deliver == NULL || d->timeout_ms > MAX_TIMEOUT_MS)
-    return UV_EINVAL;
-  if (d->name.ptr != NULL && (d->name.len == 0 || d->name.len > CB_MAX_NAME)) return UV_EINVAL;
-  for (size_t i = 0; d->name.ptr != NULL && i < d->name.len; i++)
-    if ((unsigned char)d->name.ptr[i] <= 0x20 || (unsigned char)d->name.ptr[i] >= 0x7f) return UV_EINVAL;
+  cb__detail_clear();
+  if (srv == NULL || d == NULL || id == NULL) return UV_EINVAL;
+  if (d->deliver == NULL) return cb__bad_bytes(CB_FIELD_DELIVER, -1, CB_WHY_MISSING, NULL, 0);
+  if (d->timeout_ms > MAX_TIMEOUT_MS)
+    return cb__bad_number(CB_FIELD_TIMEOUT_MS, -1, CB_WHY_OUT_OF_RANGE, d->timeout_ms);
+  if (cb__check_name(d->name)) return UV_EINVAL;
   if (cb__on_worker_thread()) return UV_EBUSY;
   droute_t *dr = calloc(1, sizeof *dr);
   if (dr == NULL) return UV_ENOMEM;

@@ -610,6 +610,19 @@ void cb__route_unref(cb__routes_t *reg, cb__route_t *rt);
 void cb__routes_slot_free(cb__routes_t *reg, uint32_t slot);
 /* RFC 9110 token / a field value with no control character but HTAB. */
 int cb__is_token(const char *p, size_t n);
+
+/* The error detail of a refused stub (names.c; include/cbench.h, cb_error_detail()): cleared at the start of each
+ * route add, filled by the check that refuses a field. Both setters return UV_EINVAL, so a check reads
+ * `return cb__bad_bytes(CB_FIELD_PATH, -1, CB_WHY_EMPTY, p, n);`. p may be NULL (then n is taken as 0). */
+void cb__detail_clear(void);
+int cb__bad_bytes(cb_field_id field, long index, cb_why_id why, const char *p, size_t n);
+int cb__bad_number(cb_field_id field, long index, cb_why_id why, long long number);
+/* Why a header name or value is refused (route.c): 0 when it is good, else a CB_WHY_*. Shared by stub matchers,
+ * stub response headers and deferred replies. */
+int cb__header_name_why(const char *p, size_t n);
+int cb__header_value_why(const char *p, size_t n);
+/* A route's name (stub.c): 0, or UV_EINVAL with the detail filled. {NULL, 0} is good (the default name). */
+int cb__check_name(cb_str_t name);
 int cb__bad_value(const char *p, size_t n);
 
 /* A parsed request as the matchers see it. */

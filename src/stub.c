@@ -200,17 +200,22 @@ static uint64_t headers_key(const cb__hdr_t *h, int n) {
 
 static int copy_headers(stub_t *st, const cb_response_t *res) {
   if (res->nheaders == 0) return 0;
-  if (res->headers == NULL || res->nheaders > CB_MAX_HEADERS) return UV_EINVAL;
+  long long n = (long long)res->nheaders;
+  if (res->headers == NULL) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_NULL_POINTER, n);
+  if (res->nheaders > CB_MAX_HEADERS) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_TOO_MANY, n);
   size_t total = 0;
   for (size_t i = 0; i < res->nheaders; i++) {
     const cb_header_t *h = &res->headers[i];
-    if (h->name.ptr == NULL || !cb__is_token(h->name.ptr, h->name.len) || cb__forbidden_header(h->name.ptr, h->name.len))
-      return UV_EINVAL;
-    if ((h->value.ptr == NULL && h->value.len) || (h->value.ptr && cb__bad_value(h->value.ptr, h->value.len)))
-      return UV_EINVAL;
+    int why = cb__header_name_why(h->name.ptr, h->name.len);
+    if (why == 0 && cb__forbidden_header(h->name.ptr, h->name.len)) why = CB_WHY_FORBIDDEN_HEADER;
+    if (why) return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, why, h->name.ptr, h->name.len);
+    if (h->value.ptr == NULL && h->value.len)
+      return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, CB_WHY_NULL_POINTER, NULL, 0);
+    if (h->value.ptr && (why = cb__header_value_why(h->value.ptr, h->value.len)) != 0)
+      return cb__bad_bytes(CB_FIELD_HEADERS, (long)i, why, h->value.ptr, h->value.len);
     total += h->name.len + h->value.len;
   }
-  if (total > MAX_HEADER_BYTES) return UV_EINVAL;
+  if (total > MAX_HEADER_BYTES) return cb__bad_number(CB_FIELD_HEADERS, -1, CB_WHY_TOO_LONG, (long long)total);
   st->headers = calloc(res->nheaders, sizeof *st->headers);
   st->hbuf = malloc(total + 1);
   if (st->headers == NULL || st->hbuf == NULL) return UV_ENOMEM;
@@ -240,7 +245,11 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
 #define FILE_IN_MEMORY_MAX (1u << 20)
 
 static int open_body_file(stub_t *st, cb_str_t path) {
-  if (path.ptr == NULL || path.len == 0 || path.len >= 4096 || memchr(path.ptr, '\0', path.len)) return UV_EINVAL;
+  if (path.ptr == NULL)
+    return cb__bad_bytes(CB_FIELD_BODY, -1, path.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
+  if (path.len == 0) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_EMPTY, path.ptr, 0);
+  if (path.len >= 4096) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_TOO_LONG, path.ptr, path.len);
+  if (memchr(path.ptr, '\0', path.len)) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_BAD_CHAR, path.ptr, path.len);
   char p[4096];
   memcpy(p, path.ptr, path.len);
   p[path.len] = '\0';
@@ -249,7 +258,7 @@ static int open_body_file(stub_t *st, cb_str_t path) {
   struct stat sb;
   if (fstat(st->fd, &sb) != 0) return uv_translate_sys_error(errno);
   if (S_ISDIR(sb.st_mode)) return UV_EISDIR;
-  if (!S_ISREG(sb.st_mode)) return UV_EINVAL;
+  if (!S_ISREG(sb.st_mode)) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_NOT_REGULAR, path.ptr, path.len);
   st->len = (uint64_t)sb.st_size;
   if (st->len > FILE_IN_MEMORY_MAX) return 0;
   /* Small: read once, then served like bytes. */
@@ -277,9 +286,14 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   if (st == NULL) return UV_ENOMEM;
   st->fd = -1;
   int err = 0;
-  if (res->status < 200 || res->status > 599 || res->delay_ms > MAX_DELAY_MS || res->interval_ms > MAX_DELAY_MS ||
-      res->chunks > MAX_CHUNKS)
-    err = UV_EINVAL;
+  if (res->status < 200 || res->status > 599)
+    err = cb__bad_number(CB_FIELD_STATUS, -1, CB_WHY_OUT_OF_RANGE, res->status);
+  else if (res->delay_ms > MAX_DELAY_MS)
+    err = cb__bad_number(CB_FIELD_DELAY_MS, -1, CB_WHY_OUT_OF_RANGE, res->delay_ms);
+  else if (res->chunks > MAX_CHUNKS)
+    err = cb__bad_number(CB_FIELD_CHUNKS, -1, CB_WHY_OUT_OF_RANGE, res->chunks);
+  else if (res->interval_ms > MAX_DELAY_MS)
+    err = cb__bad_number(CB_FIELD_INTERVAL_MS, -1, CB_WHY_OUT_OF_RANGE, res->interval_ms);
   st->status = res->status;
   st->kind = res->body_kind;
   st->delay_ms = res->delay_ms;
@@ -287,14 +301,20 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   st->interval_ms = res->interval_ms;
   st->times = res->times;
   if (err == 0) err = copy_headers(st, res);
-  if (err == 0 && (res->fault.ptr != NULL || res->fault.len != 0))
+  if (err == 0 && (res->fault.ptr != NULL || res->fault.len != 0)) {
     err = cb__fault_parse(res->fault.ptr, res->fault.len, &st->fault);
+    if (err == UV_EINVAL) err = cb__bad_bytes(CB_FIELD_FAULT, -1, CB_WHY_BAD_FAULT, res->fault.ptr, res->fault.len);
+  }
   st->answer = (cb__fault_answer_t){st->status, st->headers, st->nheaders, stub_start};
   if (err == 0) {
     switch (res->body_kind) {
       case CB_BODY_BYTES:
-        if ((res->body.ptr == NULL && res->body.len) || res->body.len > MAX_BODY_BYTES) {
-          err = UV_EINVAL;
+        if (res->body.ptr == NULL && res->body.len) {
+          err = cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_NULL_POINTER, NULL, 0);
+          break;
+        }
+        if (res->body.len > MAX_BODY_BYTES) {
+          err = cb__bad_number(CB_FIELD_BODY, -1, CB_WHY_TOO_LONG, (long long)res->body.len);
           break;
         }
         st->len = res->body.len;
@@ -307,7 +327,9 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
         st->body = st->owned;
         break;
       case CB_BODY_GENERATED:
-        if (res->body_size > MAX_GENERATED) err = UV_EINVAL;
+        if (res->body_size > MAX_GENERATED)
+          err = cb__bad_number(CB_FIELD_BODY, -1, CB_WHY_OUT_OF_RANGE,
+                               res->body_size > INT64_MAX ? INT64_MAX : (long long)res->body_size);
         st->len = res->body_size;
         if (err == 0 && st->len > 0 && cb__generated() == NULL) err = UV_ENOMEM;
         break;
@@ -315,11 +337,13 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
         err = open_body_file(st, res->body);
         break;
       default:
-        err = UV_EINVAL;
+        err = cb__bad_number(CB_FIELD_BODY, -1, CB_WHY_OUT_OF_RANGE, res->body_kind);
     }
   }
-  if (err == 0 && (st->status == 204 || st->status == 304) && (st->len > 0 || st->chunks > 0)) err = UV_EINVAL;
-  if (err == 0 && st->chunks > 0 && st->chunks > st->len && !(st->len == 0 && st->chunks == 1)) err = UV_EINVAL;
+  if (err == 0 && (st->status == 204 || st->status == 304) && (st->len > 0 || st->chunks > 0))
+    err = cb__bad_number(CB_FIELD_STATUS, -1, CB_WHY_BODY_NOT_ALLOWED, st->status);
+  if (err == 0 && st->chunks > 0 && st->chunks > st->len && !(st->len == 0 && st->chunks == 1))
+    err = cb__bad_number(CB_FIELD_CHUNKS, -1, CB_WHY_CHUNKS_EXCEED_BODY, st->chunks);
   if (err) {
     stub_free(st);
     return err;
@@ -328,19 +352,23 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   return 0;
 }
 
-static int valid_name(cb_str_t name) {
-  if (name.ptr == NULL || name.len == 0 || name.len > CB_MAX_NAME) return 0;
+/* A route's name: 1..CB_MAX_NAME printable ASCII bytes, no space. Stubs and deferred routes. 0 or UV_EINVAL. */
+int cb__check_name(cb_str_t name) {
+  if (name.ptr == NULL) return name.len ? cb__bad_bytes(CB_FIELD_NAME, -1, CB_WHY_NULL_POINTER, NULL, 0) : 0;
+  if (name.len == 0) return cb__bad_bytes(CB_FIELD_NAME, -1, CB_WHY_EMPTY, name.ptr, 0);
+  if (name.len > CB_MAX_NAME) return cb__bad_bytes(CB_FIELD_NAME, -1, CB_WHY_TOO_LONG, name.ptr, name.len);
   for (size_t i = 0; i < name.len; i++)
-    if ((unsigned char)name.ptr[i] <= 0x20 || (unsigned char)name.ptr[i] >= 0x7f) return 0;
-  return 1;
+    if ((unsigned char)name.ptr[i] <= 0x20 || (unsigned char)name.ptr[i] >= 0x7f)
+      return cb__bad_bytes(CB_FIELD_NAME, -1, CB_WHY_BAD_CHAR, name.ptr, name.len);
+  return 0;
 }
 
 /* ---- the public API ---- */
 
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
+  cb__detail_clear();
   if (stub == NULL || id == NULL) return UV_EINVAL;
-  if (stub->name.ptr != NULL && !valid_name(stub->name)) return UV_EINVAL;
-  if (stub->name.ptr == NULL && stub->name.len != 0) return UV_EINVAL;
+  if (cb__check_name(stub->name)) return UV_EINVAL;
   stub_t *st;
   int err = stub_new(&stub->response, &st);
   if (err) return err;

@@ -203,7 +203,7 @@ stub_faults(_Config) ->
 stub_fault_refused(_Config) ->
     [begin
          {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
-         [?assertEqual({error, {bad_stub, {fault, F}}}, cbench:stub(S, <<"/x">>, #{fault => F}))
+         [?assertEqual({error, {bad_stub, {{response, fault}, F, bad_fault}}}, cbench:stub(S, <<"/x">>, #{fault => F}))
           || F <- [nosuch, {reset, #{at => later}}, {truncated, #{length => 4, bytes => 4}},
                    {garbage, #{bytes => 0}}, <<"raw">>, {raw, #{preset => nosuch}},
                    {delay, #{ms => 5, max => 1}}, <<"reset?at">>, <<"reset?x=1">>,

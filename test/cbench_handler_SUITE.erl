@@ -224,9 +224,10 @@ timeout(Config) ->
             ?assertEqual({error, gone}, cbench:reply(Req, 200, [], <<"late">>))
     end,
     ?assertEqual(Before + 1, stat(Config, handler_timeouts)),
-    ?assertMatch({error, {bad_handler, {timeout_ms, 0}}},
+    ?assertMatch({error, {bad_handler, {{handler, timeout_ms}, 0, out_of_range}}},
                  cbench:handle(?config(server, Config), "/t2", H, #{timeout_ms => 0})),
-    ?assertMatch({error, {bad_handler, _}}, cbench:handle(?config(server, Config), "/t2", H, #{x => 1})),
+    ?assertMatch({error, {bad_handler, {{handler, x}, 1, unknown_key}}},
+                 cbench:handle(?config(server, Config), "/t2", H, #{x => 1})),
     ?assertError(badarg, cbench:handle(?config(server, Config), "/t2", "not a pid", #{})),
     H ! stop.
 
@@ -363,7 +364,7 @@ body_stream(Config) ->
     ok = gen_tcp:send(Sock, "GET /bs HTTP/1.1\r\nhost: x\r\n\r\n"),
     ?assertEqual(<<>>, body(recv_head(Sock, <<>>))),
     gen_tcp:close(Sock),
-    ?assertMatch({error, {bad_handler, {body, pieces}}},
+    ?assertMatch({error, {bad_handler, {{handler, body}, pieces, wrong_type}}},
                  cbench:handle(?config(server, Config), "/bs2", H, #{body => pieces})),
     H ! stop.
 
@@ -412,5 +413,6 @@ pool(Config) ->
     ?assert(is_process_alive(Worker)),
     ok = cbench:unstub(S, Id),
     wait_until(fun() -> not is_process_alive(Worker) end),
-    ?assertMatch({error, {bad_handler, {pool, 0}}}, cbench:handle(S, "/p2", {?MODULE, pool_answer}, #{pool => 0})),
+    ?assertMatch({error, {bad_handler, {{handler, pool}, 0, out_of_range}}},
+                 cbench:handle(S, "/p2", {?MODULE, pool_answer}, #{pool => 0})),
     ?assertError(badarg, cbench:handle(S, "/p2", {?MODULE, "f"}, #{})).

@@ -360,10 +360,15 @@ api_bad_input(_Config) ->
     ?assertError(badarg, cbench:load(U, [])),
     ?assertError(badarg, cbench:load(42, #{})),
     ?assertError(badarg, cbench:load([foo], #{})),
-    [?assertEqual({error, {bad_option, K}}, cbench:load(U, #{K => V}))
-     || {K, V} <- [{bogus, 1}, {connections, 0}, {connections, "4"}, {depth, -1}, {proto, h3},
-                   {duration, 0}, {rate, -5}, {headers, [bad]}, {paths, []}, {cpus, [a]},
-                   {new_conn, yes}, {body, "not a binary"}, {method, 42}]],
+    [?assertEqual({error, {bad_option, K, V, A}}, cbench:load(U, #{K => V}))
+     || {K, V, A} <- [{connections, 0, {integer, 1, infinity}}, {connections, "4", {integer, 1, infinity}},
+                      {depth, -1, {integer, 1, infinity}}, {proto, h3, {one_of, [h1, h2c, ws]}},
+                      {duration, 0, {seconds, greater_than_0}}, {rate, -5, {seconds, at_least_0}},
+                      {headers, [bad], {list, {string, string}}}, {paths, [], {list, string}},
+                      {cpus, [a], {list, {integer, 0, infinity}}}, {new_conn, yes, boolean},
+                      {body, "not a binary", binary}, {method, 42, string}]],
+    %% An unknown key names the keys load/2 takes, as start_server/2 does.
+    ?assertMatch({error, {bad_option, bogus, 1, {known, [proto | _]}}}, cbench:load(U, #{bogus => 1})),
     %% What the program refuses comes back as its usage text.
     ?assertMatch({error, {usage, _}}, cbench:load(U, #{new_conn => true, proto => h2c})),
     ?assertMatch({error, {usage, _}}, cbench:load("gopher://x/", #{})).

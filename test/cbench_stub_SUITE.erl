@@ -1,4 +1,5 @@
-%%% @doc Routes as data, beyond one engine: bad stub terms (badarg or {bad_stub, Why}), the canonical
+%%% @doc Routes as data, beyond one engine: bad stub terms (badarg or {bad_stub, {Field, Value, Why}},
+%%% the same on every engine and from the C engine's own checks), the canonical
 %%% form every engine takes, the Erlang fixture route list against the C table (same requests to the
 %%% nif and ehttpd engines, same answers and route names), and the NIF and the port program given
 %%% terms that do not decode (badarg or {error, badarg}, never a crash).
@@ -7,11 +8,11 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
--export([bad_stubs/1, canonical_forms/1, fixture_routes_as_in_c/1, nif_survives_any_term/1,
-         port_survives_any_term/1]).
+-export([bad_stubs/1, c_engine_detail/1, whys_agree_with_c/1, canonical_forms/1,
+         fixture_routes_as_in_c/1, nif_survives_any_term/1, port_survives_any_term/1]).
 
-all() -> [bad_stubs, canonical_forms, fixture_routes_as_in_c, nif_survives_any_term,
-          port_survives_any_term].
+all() -> [bad_stubs, c_engine_detail, whys_agree_with_c, canonical_forms, fixture_routes_as_in_c,
+          nif_survives_any_term, port_survives_any_term].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(inets),
@@ -22,10 +23,10 @@ end_per_suite(Config) ->
     cbench:stop_server(proplists:get_value(server, Config)).
 
 %% @doc Wrong types at the top are badarg; anything wrong inside Match or Response is
-%% {error, {bad_stub, Why}} with Why naming the field; nothing is added.
+%% {error, {bad_stub, {Field, Value, Why}}} naming the field, the value and why, the same term on
+%% every engine; nothing is added.
 bad_stubs(Config) ->
     S = proplists:get_value(server, Config),
-    Dir = proplists:get_value(priv_dir, Config),
     ?assertError(badarg, cbench:stub(S, 42, #{})),
     ?assertError(badarg, cbench:stub(S, "/x", [{status, 200}])),
     ?assertError(badarg, cbench:stub(S, #{path => "/x"}, not_a_map)),
@@ -39,73 +40,174 @@ bad_stubs(Config) ->
     ?assertError(badarg, cbench:clear_requests(42)),
     ?assertError(badarg, cbench:await(S, #{}, 1, -1)),
     ?assertError(badarg, cbench:await(S, [], 1, 10)),
+    {ok, Nif} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    {ok, Port} = cbench:start_server(port, #{port => 0, threads => 1}),
+    [begin
+         [?assertEqual({E, M, {error, {bad_stub, Bad}}}, {E, M, cbench:stub(Server, M, #{})})
+          || {M, Bad} <- bad_matches()],
+         [?assertEqual({E, R, {error, {bad_stub, Bad}}}, {E, R, cbench:stub(Server, "/x", R)})
+          || {R, Bad} <- bad_responses(Config)],
+         ?assertEqual({E, []}, {E, cbench:stubs(Server)})
+     end || {E, Server} <- [{ehttpd, S}, {nif, Nif}, {port, Port}]],
+    ok = cbench:stop_server(Nif),
+    ok = cbench:stop_server(Port).
+
+bad_matches() ->
     Params9 = "/" ++ lists:join("/", ["{p" ++ integer_to_list(I) ++ "}" || I <- lists:seq(1, 9)]),
-    BadMatch =
-        [{#{method => get}, {missing, path}},
-         {#{path => "/x", bogus => 1}, {unknown_key, bogus}},
-         {"x", {path, "x"}},
-         {<<>>, {path, <<>>}},
-         {"/a b", {path, "/a b"}},
-         {"/a?b", {path, "/a?b"}},
-         {"/a#b", {path, "/a#b"}},
-         {"/a*", {path, "/a*"}},
-         {"/*/x", {path, "/*/x"}},
-         {"/a/{b", {path, "/a/{b"}},
-         {"/a/x{id}", {path, "/a/x{id}"}},
-         {"/a/{i-d}", {path, "/a/{i-d}"}},
-         {"/a/{id}/*", {path, "/a/{id}/*"}},
-         {<<"/caf", 233>>, {path, <<"/caf", 233>>}},
-         {Params9, {path, Params9}},
-         {#{path => 42}, {path, 42}},
-         {#{path => "/x", method => purge}, {method, purge}},
-         {#{path => "/x", method => <<"get">>}, {method, <<"get">>}},
-         {#{path => "/x", method => []}, {method, []}},
-         {#{path => "/x", method => [get, 42]}, {method, 42}},
-         {#{path => "/x", headers => [{"bad name", present}]}, {headers, <<"bad name">>}},
-         {#{path => "/x", headers => [{"x", "a\r\nb"}]}, {headers, <<"a\r\nb">>}},
-         {#{path => "/x", headers => [{"x", " lead"}]}, {headers, <<" lead">>}},
-         {#{path => "/x", headers => [x]}, {headers, x}},
-         {#{path => "/x", headers => lists:duplicate(33, {"x", present})},
-          {headers, lists:duplicate(33, {"x", present})}},
-         {#{path => "/x", query => [{"", present}]}, {query, {"", present}}},
-         {#{path => "/x", query => nope}, {query, nope}},
-         {#{path => "/x", priority => 1.5}, {priority, 1.5}},
-         {#{path => "/x", priority => 1000001}, {priority, 1000001}},
-         {#{path => "/x", name => "has space"}, {name, "has space"}},
-         {#{path => "/x", name => ""}, {name, ""}}],
-    [?assertEqual({M, {error, {bad_stub, Why}}}, {M, cbench:stub(S, M, #{})}) || {M, Why} <- BadMatch],
+    P = {match, path},
+    [{#{method => get}, {P, undefined, missing}},
+     {#{path => "/x", bogus => 1}, {{match, bogus}, 1, unknown_key}},
+     {"x", {P, "x", no_leading_slash}},
+     {<<>>, {P, <<>>, empty}},
+     {"/a b", {P, "/a b", bad_char}},
+     {"/a?b", {P, "/a?b", bad_char}},
+     {"/a#b", {P, "/a#b", bad_char}},
+     {"/a\r\nb", {P, "/a\r\nb", bad_char}},
+     {"/" ++ lists:duplicate(4096, $a), {P, "/" ++ lists:duplicate(4096, $a), too_long}},
+     {"/a*", {P, "/a*", misplaced_star}},
+     {"/*/x", {P, "/*/x", misplaced_star}},
+     {"/a/{b", {P, "/a/{b", unclosed_brace}},
+     {"/a/{b/c}", {P, "/a/{b/c}", unclosed_brace}},
+     {"/a/b}", {P, "/a/b}", stray_brace}},
+     {"/a/x{id}", {P, "/a/x{id}", param_not_segment}},
+     {"/a/{}", {P, "/a/{}", empty_param_name}},
+     {"/a/{i-d}", {P, "/a/{i-d}", bad_param_name}},
+     {"/a/{id}/*", {P, "/a/{id}/*", star_with_param}},
+     {<<"/caf", 233>>, {P, <<"/caf", 233>>, bad_char}},
+     {Params9, {P, Params9, too_many_params}},
+     {#{path => 42}, {P, 42, wrong_type}},
+     {#{path => "/x", method => purge}, {{match, method}, purge, unknown_method}},
+     {#{path => "/x", method => <<"get">>}, {{match, method}, <<"get">>, unknown_method}},
+     {#{path => "/x", method => []}, {{match, method}, [], empty}},
+     {#{path => "/x", method => [get, 42]}, {{match, method}, 42, wrong_type}},
+     {#{path => "/x", method => lists:duplicate(17, get)}, {{match, method}, 17, too_many}},
+     {#{path => "/x", headers => [{"bad name", present}]},
+      {{match, headers, <<"bad name">>}, <<"bad name">>, not_a_token}},
+     {#{path => "/x", headers => [{"", present}]}, {{match, headers, <<>>}, <<>>, empty}},
+     {#{path => "/x", headers => [{"X", "a\r\nb"}]}, {{match, headers, <<"x">>}, <<"a\r\nb">>, control_char}},
+     {#{path => "/x", headers => [{"x", " lead"}]}, {{match, headers, <<"x">>}, <<" lead">>, edge_space}},
+     {#{path => "/x", headers => [x]}, {{match, headers}, x, wrong_type}},
+     {#{path => "/x", headers => [{"x", present} | y]}, {{match, headers}, [{"x", present} | y], wrong_type}},
+     {#{path => "/x", headers => lists:duplicate(33, {"x", present})}, {{match, headers}, 33, too_many}},
+     {#{path => "/x", query => [{"", present}]}, {{match, query, <<>>}, <<>>, empty}},
+     {#{path => "/x", query => [{lists:duplicate(257, $q), present}]},
+      {{match, query, list_to_binary(lists:duplicate(257, $q))}, list_to_binary(lists:duplicate(257, $q)),
+       too_long}},
+     {#{path => "/x", query => [{"q", {1}}]}, {{match, query, <<"q">>}, {1}, wrong_type}},
+     {#{path => "/x", query => nope}, {{match, query}, nope, wrong_type}},
+     {#{path => "/x", priority => 1.5}, {{match, priority}, 1.5, wrong_type}},
+     {#{path => "/x", priority => 1000001}, {{match, priority}, 1000001, out_of_range}},
+     {#{path => "/x", name => "has space"}, {{match, name}, "has space", bad_char}},
+     {#{path => "/x", name => ""}, {{match, name}, "", empty}},
+     {#{path => "/x", name => {1}}, {{match, name}, {1}, wrong_type}},
+     {#{path => "/x", name => lists:duplicate(129, $n)}, {{match, name}, lists:duplicate(129, $n), too_long}}].
+
+bad_responses(Config) ->
+    Dir = proplists:get_value(priv_dir, Config),
     Missing = filename:join(Dir, "missing.bin"),
     {Small, _} = cbench_stubs:tmp_file(Config, "small.bin", 3),
-    BadResponse =
-        [{#{bogus => 1}, {unknown_key, bogus}},
-         {#{status => 199}, {status, 199}},
-         {#{status => 600}, {status, 600}},
-         {#{status => "200"}, {status, "200"}},
-         {#{headers => [{"x", "a\nb"}]}, {headers, <<"a\nb">>}},
-         {#{headers => [{"x y", "1"}]}, {headers, <<"x y">>}},
-         {#{headers => [{"Content-Length", "1"}]}, {reserved_header, <<"content-length">>}},
-         {#{headers => [{"transfer-encoding", "chunked"}]}, {reserved_header, <<"transfer-encoding">>}},
-         {#{headers => [{"date", "x"}]}, {reserved_header, <<"date">>}},
-         {#{headers => [{"connection", "close"}]}, {reserved_header, <<"connection">>}},
-         {#{headers => x}, {headers, x}},
-         {#{body => 42}, {body, 42}},
-         {#{body => {bytes, -1}}, {body, {bytes, -1}}},
-         {#{body => {file, Missing}}, {file, list_to_binary(Missing), enoent}},
-         {#{body => {file, Dir}}, {file, list_to_binary(Dir), eisdir}},
-         {#{body => {file, Small}, chunks => {4, 0}}, {chunks, {4, 0}}},
-         {#{delay_ms => -1}, {delay_ms, -1}},
-         {#{delay_ms => 3600001}, {delay_ms, 3600001}},
-         {#{chunks => {0, 1}}, {chunks, {0, 1}}},
-         {#{chunks => 3}, {chunks, 3}},
-         {#{body => <<"0123456789">>, chunks => {11, 0}}, {chunks, {11, 0}}},
-         {#{chunks => {2, 0}}, {chunks, {2, 0}}},
-         {#{times => 0}, {times, 0}},
-         {#{times => forever}, {times, forever}},
-         {#{status => 204, body => <<"x">>}, {body_not_allowed, 204}},
-         {#{status => 304, chunks => {1, 0}}, {body_not_allowed, 304}}],
-    [?assertEqual({R, {error, {bad_stub, Why}}}, {R, cbench:stub(S, "/x", R)})
-     || {R, Why} <- BadResponse],
-    ?assertEqual([], cbench:stubs(S)).
+    H = {response, headers},
+    Big = lists:duplicate(8193, $v),
+    [{#{bogus => 1}, {{response, bogus}, 1, unknown_key}},
+     {#{status => 199}, {{response, status}, 199, out_of_range}},
+     {#{status => 600}, {{response, status}, 600, out_of_range}},
+     {#{status => "200"}, {{response, status}, "200", wrong_type}},
+     {#{headers => [{"x", "a\nb"}]}, {{response, headers, <<"x">>}, <<"a\nb">>, control_char}},
+     {#{headers => [{"x", <<"a", 0, "b">>}]}, {{response, headers, <<"x">>}, <<"a", 0, "b">>, control_char}},
+     {#{headers => [{"x", "b "}]}, {{response, headers, <<"x">>}, <<"b ">>, edge_space}},
+     {#{headers => [{"x", Big}]}, {{response, headers, <<"x">>}, list_to_binary(Big), too_long}},
+     {#{headers => [{"x-" ++ integer_to_list(I), lists:duplicate(8000, $v)} || I <- lists:seq(1, 9)]},
+      {H, 9 * 8003, too_long}},
+     {#{headers => [{"x y", "1"}]}, {{response, headers, <<"x y">>}, <<"x y">>, not_a_token}},
+     {#{headers => [{"Content-Length", "1"}]},
+      {{response, headers, <<"content-length">>}, <<"content-length">>, forbidden_header}},
+     {#{headers => [{"transfer-encoding", "chunked"}]},
+      {{response, headers, <<"transfer-encoding">>}, <<"transfer-encoding">>, forbidden_header}},
+     {#{headers => [{"date", "x"}]}, {{response, headers, <<"date">>}, <<"date">>, forbidden_header}},
+     {#{headers => [{"connection", "close"}]},
+      {{response, headers, <<"connection">>}, <<"connection">>, forbidden_header}},
+     {#{headers => x}, {H, x, wrong_type}},
+     {#{headers => [x]}, {H, x, wrong_type}},
+     {#{headers => lists:duplicate(65, {"x", "1"})}, {H, 65, too_many}},
+     {#{body => 42}, {{response, body}, 42, wrong_type}},
+     {#{body => {bytes, -1}}, {{response, body}, {bytes, -1}, out_of_range}},
+     {#{body => {file, ""}}, {{response, body}, {file, ""}, empty}},
+     {#{body => {file, Missing}}, {{response, body}, {file, list_to_binary(Missing)}, enoent}},
+     {#{body => {file, Dir}}, {{response, body}, {file, list_to_binary(Dir)}, eisdir}},
+     {#{body => {file, "/dev/null"}}, {{response, body}, {file, <<"/dev/null">>}, not_regular}},
+     {#{body => {file, Small}, chunks => {4, 0}}, {{response, chunks}, {4, 0}, chunks_exceed_body}},
+     {#{delay_ms => -1}, {{response, delay_ms}, -1, out_of_range}},
+     {#{delay_ms => 3600001}, {{response, delay_ms}, 3600001, out_of_range}},
+     {#{chunks => {0, 1}}, {{response, chunks}, {0, 1}, out_of_range}},
+     {#{chunks => 3}, {{response, chunks}, 3, wrong_type}},
+     {#{body => <<"0123456789">>, chunks => {11, 0}}, {{response, chunks}, {11, 0}, chunks_exceed_body}},
+     {#{chunks => {2, 0}}, {{response, chunks}, {2, 0}, chunks_exceed_body}},
+     {#{times => 0}, {{response, times}, 0, out_of_range}},
+     {#{times => forever}, {{response, times}, forever, wrong_type}},
+     {#{fault => {reset, #{at => nowhere}}}, {{response, fault}, {reset, #{at => nowhere}}, bad_fault}},
+     {#{status => 204, body => <<"x">>}, {{response, status}, 204, body_not_allowed}},
+     {#{status => 304, chunks => {1, 0}}, {{response, status}, 304, body_not_allowed}}].
+
+%% @doc The C engine names a refused field with the same term as cbench_spec: terms that only the
+%% engine's checks see (cbench_spec would have refused them first) given straight to the NIF and to
+%% the port program come back as {bad_stub, {Field, Value, Why}}, equal on both and to what
+%% cbench:stub/3 answers for the same values.
+c_engine_detail(Config) ->
+    {ok, Opts} = cbench_opts:validate(nif, #{port => 0, threads => 1}),
+    {ok, H} = cbench_nif:start(Opts),
+    {ok, Port} = cbench_port:open(),
+    {ok, POpts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
+    {ok, _, 1, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
+    {ok, M0, R0} = cbench_spec:stub(#{path => "/z", headers => [{"x", "1"}]}, #{body => <<"z">>}),
+    M = cbench_c_terms:match(M0),
+    Params9 = iolist_to_binary(["/{p" ++ integer_to_list(I) ++ "}" || I <- lists:seq(1, 9)]),
+    Cases =
+        [{M#{path := <<"/a/{b">>}, R0, {{match, path}, <<"/a/{b">>, unclosed_brace}},
+         {M#{path := Params9}, R0, {{match, path}, Params9, too_many_params}},
+         {M#{path := <<"/a b">>}, R0, {{match, path}, <<"/a b">>, bad_char}},
+         {M#{path := <<"/a/{i-d}">>}, R0, {{match, path}, <<"/a/{i-d}">>, bad_param_name}},
+         {M#{name := <<"a b">>}, R0, {{match, name}, <<"a b">>, bad_char}},
+         {M#{headers := [{<<"x">>, present}, {<<"a b">>, present}]}, R0,
+          {{match, headers, <<"a b">>}, <<"a b">>, not_a_token}},
+         {M#{headers := [{<<"x">>, {equal, <<"v ">>}}]}, R0, {{match, headers, <<"x">>}, <<"v ">>, edge_space}},
+         {M, R0#{status := 204}, {{response, status}, 204, body_not_allowed}},
+         {M, R0#{headers := [{<<"x">>, <<"a\r\nb">>}]}, {{response, headers, <<"x">>}, <<"a\r\nb">>, control_char}},
+         {M, R0#{headers := [{<<"date">>, <<"x">>}]}, {{response, headers, <<"date">>}, <<"date">>, forbidden_header}},
+         {M, R0#{chunks := {2, 0}}, {{response, chunks}, {2, 0}, chunks_exceed_body}},
+         {M, R0#{delay_ms := 3600001}, {{response, delay_ms}, 3600001, out_of_range}},
+         {M, R0#{fault => <<"reset?at=nowhere">>}, {{response, fault}, <<"reset?at=nowhere">>, bad_fault}},
+         {M, R0#{body := {file, <<"/dev/null">>}}, {{response, body}, {file, <<"/dev/null">>}, not_regular}}],
+    [begin
+         Want = {error, {bad_stub, Bad}},
+         ?assertEqual({nif, Bad, Want}, {nif, Bad, cbench_nif:route_add_nif(H, Mx, Rx)}),
+         ?assertEqual({port, Bad, Want}, {port, Bad, cbench_port:request(Port, {route_add, Mx, Rx}, 5000)})
+     end || {Mx, Rx, Bad} <- Cases],
+    %% The same values through cbench:stub/3 (cbench_spec refuses them first) give the same terms.
+    S = proplists:get_value(server, Config),
+    ?assertEqual({error, {bad_stub, {{match, path}, <<"/a/{b">>, unclosed_brace}}},
+                 cbench:stub(S, <<"/a/{b">>, #{})),
+    ?assertEqual({error, {bad_stub, {{match, path}, Params9, too_many_params}}}, cbench:stub(S, Params9, #{})),
+    ?assertEqual({error, {bad_stub, {{response, headers, <<"x">>}, <<"a\r\nb">>, control_char}}},
+                 cbench:stub(S, "/z", #{headers => [{<<"x">>, <<"a\r\nb">>}]})),
+    %% A handler route (a deferred route in the engine) too.
+    ?assertEqual({error, {bad_stub, {{match, path}, <<"/a/{b">>, unclosed_brace}}},
+                 cbench_nif:handler_add_nif(H, M#{path := <<"/a/{b">>}, self(),
+                                            #{timeout_ms => 1000, batch => false, body => whole})),
+    ?assertEqual([], cbench_nif:stubs_nif(H)),
+    ?assertEqual({ok, []}, cbench_port:request(Port, stubs, 5000)),
+    ok = cbench_nif:stop(H),
+    ok = cbench_port:request(Port, stop, 10000),
+    port_close(Port).
+
+%% @doc The reasons of cbench_spec:whys/0 are include/cbench.h's CB_WHY_* names, in order: one list
+%% for the C API, the JSON loader and every Erlang engine.
+whys_agree_with_c(_Config) ->
+    Src = proplists:get_value(source, cbench_spec:module_info(compile)),
+    Header = filename:join([filename:dirname(filename:dirname(Src)), "include", "cbench.h"]),
+    {ok, Text} = file:read_file(Header),
+    {match, Names} = re:run(Text, "^\\s*CB_WHY_([A-Z_]+)[ ,=]", [multiline, global, {capture, all_but_first, list}]),
+    C = [list_to_atom(string:lowercase(N)) || [N] <- Names, N =/= "NONE", N =/= "COUNT"],
+    ?assertEqual(C, cbench_spec:whys()).
 
 %% @doc The canonical form: methods uppercased, sorted and unique; header names lowercased; paths
 %% parsed; defaults filled in; the pattern text and the description of a match; how `chunks'
@@ -208,7 +310,7 @@ nif_survives_any_term(_Config) ->
     [case catch cbench_nif:route_add_nif(H, M, R) of
          {'EXIT', {badarg, _}} -> ok;
          {ok, Id} -> ok = cbench_nif:route_remove_nif(H, Id);
-         {error, einval} -> ok
+         {error, {bad_stub, {_, _, Why}}} -> true = lists:member(Why, cbench_spec:whys())
      end || {M, R} <- corrupted()],
     Filter = #{since => 0, method => undefined, path => undefined, stub => undefined},
     [?assertError(badarg, cbench_nif:requests_nif(H, F))
@@ -240,7 +342,7 @@ port_survives_any_term(_Config) ->
     [case cbench_port:request(Port, {route_add, M, R}, 5000) of
          {error, badarg} -> ok;
          {ok, Id} -> ok = cbench_port:request(Port, {route_remove, Id}, 5000);
-         {error, einval} -> ok
+         {error, {bad_stub, {_, _, Why}}} -> true = lists:member(Why, cbench_spec:whys())
      end || {M, R} <- corrupted()],
     Filter = #{since => 0, method => undefined, path => undefined, stub => undefined},
     [?assertEqual({error, badarg}, cbench_port:request(Port, {requests, F}, 5000))

@@ -432,8 +432,10 @@ journal_filters(Config) ->
     ?assertEqual([<<"/g">>], Paths(#{path => <<"/g">>})),
     ?assertEqual([<<"/f/2">>, <<"/g">>], Paths(#{since => First})),
     ?assertEqual([], Paths(#{since => First + 2})),
-    ?assertEqual({error, {bad_filter, {unknown_key, route}}}, cbench:requests(S, #{route => x})),
-    ?assertEqual({error, {bad_filter, {since, -1}}}, cbench:requests(S, #{since => -1})),
+    ?assertEqual({error, {bad_filter, {{filter, route}, x, unknown_key}}}, cbench:requests(S, #{route => x})),
+    ?assertEqual({error, {bad_filter, {{filter, since}, -1, out_of_range}}}, cbench:requests(S, #{since => -1})),
+    ?assertEqual({error, {bad_filter, {{filter, stub}, 1 bsl 64, out_of_range}}},
+                 cbench:requests(S, #{stub => 1 bsl 64})),
     ?assertError(badarg, cbench:requests(S, [{path, "/"}])),
     ok = cbench:clear_requests(S),
     ?assertEqual([], cbench:requests(S)),
@@ -496,9 +498,9 @@ expect_verify(Config) ->
     raw(P, [{get("/ok"), ok200(<<>>)}, {get("/ok2/1"), ok200(<<>>)}, {get("/ok"), ok200(<<>>)},
             {get("/ok2/2"), ok200(<<>>)}, {get("/status/405"), s405()}]),
     ?assertEqual(ok, cbench:verify(S)),
-    ?assertEqual({error, {bad_stub, {expect, #{times => -1}}}},
+    ?assertEqual({error, {bad_stub, {expect, #{times => -1}, wrong_type}}},
                  cbench:expect(S, "/x", #{}, #{times => -1})),
-    ?assertEqual({error, {bad_stub, {expect, #{times => 1, at_least => 1}}}},
+    ?assertEqual({error, {bad_stub, {expect, #{times => 1, at_least => 1}, wrong_type}}},
                  cbench:expect(S, "/x", #{}, #{times => 1, at_least => 1})),
     ?assertError(badarg, cbench:expect(S, "/x", #{}, 1)).
 
@@ -537,7 +539,8 @@ await_other_process(Config) ->
         cbench:await(S, #{path => "/aw/*", since => Last}, 2, 300),
     {error, {timeout, []}} = cbench:await(S, #{path => "/never"}, 1, 50),
     ?assertError(badarg, cbench:await(S, #{}, 0, 10)),
-    ?assertEqual({error, {bad_filter, {path, "nope"}}}, cbench:await(S, #{path => "nope"}, 1, 10)).
+    ?assertEqual({error, {bad_filter, {{filter, path}, "nope", no_leading_slash}}},
+                 cbench:await(S, #{path => "nope"}, 1, 10)).
 
 %% The waiter is inside gen_server:call once it waits on the server's reply.
 wait_waiting(Pid) -> wait_waiting(Pid, 500).

@@ -353,11 +353,29 @@ set +e
 timeout 10 "$SERVER" --port 0 --stubs "$work/badstubs.json" >"$work/badstubs.out" 2>"$work/badstubs.err"
 rc=$?
 set -e
-want="cbench-server: $work/badstubs.json:3: stubs[0].response.status: must be an integer from 200 to 599"
+want="cbench-server: $work/badstubs.json:3: stubs[0].response.status: wrong_type: must be an integer from 200 to 599"
 if [ "$rc" = 2 ] && [ "$(cat "$work/badstubs.err")" = "$want" ] && [ ! -s "$work/badstubs.out" ]; then
   ok
 else
   bad "bad stub file: exit status $rc, stderr '$(cat "$work/badstubs.err")', expected 2 and '$want'"
+fi
+# What the engine refuses is named by field and reason too (cb_error_detail(): docs/routes.md), the value escaped.
+printf '[
+  {"match": {"path": "/ok"}},
+  {"match": {"path": "/a/{b}/c"},
+   "response": {"headers": {"x-a": "1",
+                            "x-b": "v\\r\\nset-cookie: y"}}}
+]
+' >"$work/badstubs2.json"
+set +e
+timeout 10 "$SERVER" --port 0 --stubs "$work/badstubs2.json" >"$work/badstubs2.out" 2>"$work/badstubs2.err"
+rc=$?
+set -e
+want="cbench-server: $work/badstubs2.json:5: stubs[1].response.headers.x-b: control_char: \"v\\r\\nset-cookie: y\" (docs/routes.md)"
+if [ "$rc" = 2 ] && [ "$(cat "$work/badstubs2.err")" = "$want" ] && [ ! -s "$work/badstubs2.out" ]; then
+  ok
+else
+  bad "engine-refused stub: exit status $rc, stderr '$(cat "$work/badstubs2.err")', expected 2 and '$want'"
 fi
 
 echo "e2e: $passed passed, $failed failed"

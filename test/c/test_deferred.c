@@ -615,3 +615,40 @@ TEST_T(deferred_body_stream, 60000) {
   buf_free(&got);
   test_stop(srv);
 }
+
+/* A deferred route refused for a field says which, like a stub (cb_error_detail()); nothing is added. */
+TEST(deferred_bad_fields_detail) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  cb_deferred_t d;
+  uint64_t id = 0;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/h");
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), CB_EINVAL);
+  ASSERT_STR_EQ(cb_error_detail()->field_name, "deliver");
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "missing");
+  d.deliver = deliver;
+  d.timeout_ms = 3600001;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), CB_EINVAL);
+  ASSERT_STR_EQ(cb_error_detail()->field_name, "timeout_ms");
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "out_of_range");
+  ASSERT_STR_EQ(cb_error_detail()->text, "3600001");
+  d.timeout_ms = 0;
+  d.match.path = CB_S("/h/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}");
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), CB_EINVAL);
+  ASSERT_STR_EQ(cb_error_detail()->field_name, "match.path");
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "too_many_params");
+  d.match.path = CB_S("/h");
+  d.name = CB_S("a\tb");
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), CB_EINVAL);
+  ASSERT_STR_EQ(cb_error_detail()->field_name, "name");
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "bad_char");
+  ASSERT_STR_EQ(cb_error_detail()->text, "a\\tb");
+  cb_stub_list_t *list;
+  ASSERT_ERR(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 0);
+  cb_stub_list_free(list);
+  test_stop(srv);
+}

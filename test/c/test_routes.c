@@ -537,52 +537,108 @@ TEST(routes_names_and_counts) {
   test_stop(srv);
 }
 
+/* Every bad field is UV_EINVAL with a detail that names the field, the item, the reason and the value (escaped):
+ * cb_error_detail(), the same reasons the Erlang API and cbench-server --stubs give (docs/routes.md). */
 TEST(routes_bad_stubs) {
   cb_server_t *srv = start_threads(1);
   uint64_t id = 0;
   cb_stub_t st;
-#define BAD(expr, err)                                        \
-  do {                                                        \
-    st = simple(CB_METHOD_GET, "/ok", 200, "x");              \
-    expr;                                                     \
-    cbt_log("bad: %s", #expr);                                \
-    ASSERT_ERR(cb_server_route_add(srv, &st, &id), err);      \
+  const cb_error_detail_t *d;
+#define BAD(expr, err_, field_, index_, why_, text_)              \
+  do {                                                           \
+    st = simple(CB_METHOD_GET, "/ok", 200, "x");                 \
+    expr;                                                        \
+    cbt_log("bad: %s", #expr);                                   \
+    ASSERT_ERR(cb_server_route_add(srv, &st, &id), err_);        \
+    d = cb_error_detail();                                       \
+    ASSERT_EQ(d->err, err_ == UV_EINVAL ? UV_EINVAL : 0);        \
+    ASSERT_STR_EQ(d->field_name, field_);                        \
+    ASSERT_EQ(d->index, index_);                                 \
+    ASSERT_STR_EQ(d->why_name, why_);                            \
+    ASSERT_STR_EQ(d->text, text_);                               \
   } while (0)
-  BAD(st.match.path = CB_S("no-slash"), UV_EINVAL);
-  BAD((st.match.path.ptr = NULL, st.match.path.len = 0), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a?b"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a*b"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a/{id"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a/x{id}"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a/{}"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/{a}/*"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/a\nb"), UV_EINVAL);
-  BAD(st.match.path = CB_S("/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}"), UV_EINVAL);
-  BAD(st.match.methods = 1u << 12, UV_EINVAL);
-  static const cb_matcher_t empty_name[] = {{CB_S(""), {NULL, 0}}};
-  BAD((st.match.headers = empty_name, st.match.nheaders = 1), UV_EINVAL);
-  BAD((st.match.query = empty_name, st.match.nquery = 1), UV_EINVAL);
+  BAD(st.match.path = CB_S("no-slash"), UV_EINVAL, "match.path", -1, "no_leading_slash", "no-slash");
+  BAD((st.match.path.ptr = NULL, st.match.path.len = 0), UV_EINVAL, "match.path", -1, "missing", "");
+  BAD(st.match.path = CB_S(""), UV_EINVAL, "match.path", -1, "empty", "");
+  BAD(st.match.path = CB_S("/a?b"), UV_EINVAL, "match.path", -1, "bad_char", "/a?b");
+  BAD(st.match.path = CB_S("/a b"), UV_EINVAL, "match.path", -1, "bad_char", "/a b");
+  BAD(st.match.path = CB_S("/a#b"), UV_EINVAL, "match.path", -1, "bad_char", "/a#b");
+  BAD(st.match.path = CB_S("/caf\xc3\xa9"), UV_EINVAL, "match.path", -1, "bad_char", "/caf\\xc3\\xa9");
+  BAD(st.match.path = CB_S("/a*b"), UV_EINVAL, "match.path", -1, "misplaced_star", "/a*b");
+  BAD(st.match.path = CB_S("/a/{id"), UV_EINVAL, "match.path", -1, "unclosed_brace", "/a/{id");
+  BAD(st.match.path = CB_S("/a/{id/x}"), UV_EINVAL, "match.path", -1, "unclosed_brace", "/a/{id/x}");
+  BAD(st.match.path = CB_S("/a/id}"), UV_EINVAL, "match.path", -1, "stray_brace", "/a/id}");
+  BAD(st.match.path = CB_S("/a/x{id}"), UV_EINVAL, "match.path", -1, "param_not_segment", "/a/x{id}");
+  BAD(st.match.path = CB_S("/a/{}"), UV_EINVAL, "match.path", -1, "empty_param_name", "/a/{}");
+  BAD(st.match.path = CB_S("/a/{i-d}"), UV_EINVAL, "match.path", -1, "bad_param_name", "/a/{i-d}");
+  BAD(st.match.path = CB_S("/{a}/*"), UV_EINVAL, "match.path", -1, "star_with_param", "/{a}/*");
+  BAD(st.match.path = CB_S("/a\r\nb"), UV_EINVAL, "match.path", -1, "bad_char", "/a\\r\\nb");
+  BAD(st.match.path = CB_S("/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}"), UV_EINVAL, "match.path", -1, "too_many_params",
+      "/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}");
+  static char long_path[CB_MAX_PATH + 2];
+  memset(long_path, 'a', sizeof long_path);
+  long_path[0] = '/';
+  BAD(st.match.path = ((cb_str_t){long_path, CB_MAX_PATH + 1}), UV_EINVAL, "match.path", -1, "too_long",
+      "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...");
+  BAD(st.match.methods = 1u << 12, UV_EINVAL, "match.methods", -1, "unknown_method", "4096");
+  static const cb_matcher_t empty_name[] = {{CB_S("x-a"), {NULL, 0}}, {CB_S(""), {NULL, 0}}};
+  BAD((st.match.headers = empty_name, st.match.nheaders = 2), UV_EINVAL, "match.headers", 1, "empty", "");
+  BAD((st.match.query = empty_name, st.match.nquery = 2), UV_EINVAL, "match.query", 1, "empty", "");
   static const cb_matcher_t bad_hname[] = {{CB_S("a b"), {NULL, 0}}};
-  BAD((st.match.headers = bad_hname, st.match.nheaders = 1), UV_EINVAL);
-  BAD(st.match.nheaders = 1, UV_EINVAL); /* headers NULL */
-  BAD(st.response.status = 199, UV_EINVAL);
-  BAD(st.response.status = 600, UV_EINVAL);
-  BAD(st.response.status = 204, UV_EINVAL); /* with a body */
-  static const cb_header_t cl[] = {{CB_S("Content-Length"), CB_S("5")}};
-  BAD((st.response.headers = cl, st.response.nheaders = 1), UV_EINVAL);
-  static const cb_header_t crlf[] = {{CB_S("x-a"), CB_S("a\r\nb: c")}};
-  BAD((st.response.headers = crlf, st.response.nheaders = 1), UV_EINVAL);
+  BAD((st.match.headers = bad_hname, st.match.nheaders = 1), UV_EINVAL, "match.headers", 0, "not_a_token", "a b");
+  static const cb_matcher_t edge[] = {{CB_S("x-a"), CB_S("v ")}};
+  BAD((st.match.headers = edge, st.match.nheaders = 1), UV_EINVAL, "match.headers", 0, "edge_space", "v ");
+  BAD(st.match.nheaders = 1, UV_EINVAL, "match.headers", -1, "null_pointer", "1"); /* headers NULL */
+  static cb_matcher_t many[CB_MAX_MATCHERS + 1];
+  for (int i = 0; i <= CB_MAX_MATCHERS; i++) many[i] = (cb_matcher_t){CB_S("q"), {NULL, 0}};
+  BAD((st.match.query = many, st.match.nquery = CB_MAX_MATCHERS + 1), UV_EINVAL, "match.query", -1, "too_many", "33");
+  BAD(st.response.status = 199, UV_EINVAL, "response.status", -1, "out_of_range", "199");
+  BAD(st.response.status = 600, UV_EINVAL, "response.status", -1, "out_of_range", "600");
+  BAD(st.response.status = 204, UV_EINVAL, "response.status", -1, "body_not_allowed", "204"); /* with a body */
+  static const cb_header_t cl[] = {{CB_S("x-a"), CB_S("1")}, {CB_S("Content-Length"), CB_S("5")}};
+  BAD((st.response.headers = cl, st.response.nheaders = 2), UV_EINVAL, "response.headers", 1, "forbidden_header",
+      "Content-Length");
+  static const cb_header_t crlf[] = {{CB_S("x-a"), CB_S("a\r\nb: \"c\"\\")}};
+  BAD((st.response.headers = crlf, st.response.nheaders = 1), UV_EINVAL, "response.headers", 0, "control_char",
+      "a\\r\\nb: \\\"c\\\"\\\\");
+  static const cb_header_t nul[] = {{CB_S("x-a"), {"a\0b", 3}}};
+  BAD((st.response.headers = nul, st.response.nheaders = 1), UV_EINVAL, "response.headers", 0, "control_char",
+      "a\\x00b");
   static const cb_header_t badname[] = {{CB_S("x:a"), CB_S("1")}};
-  BAD((st.response.headers = badname, st.response.nheaders = 1), UV_EINVAL);
-  BAD(st.response.chunks = 2, UV_EINVAL); /* more pieces than bytes */
-  BAD(st.response.body_kind = (cb_body_kind)7, UV_EINVAL);
-  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/nonexistent/cbench")), UV_ENOENT);
-  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/")), UV_EISDIR);
-  BAD(st.response.delay_ms = 3600001, UV_EINVAL);
-  BAD(st.name = CB_S("with space"), UV_EINVAL);
-  BAD(st.name = CB_S(""), UV_EINVAL);
+  BAD((st.response.headers = badname, st.response.nheaders = 1), UV_EINVAL, "response.headers", 0, "not_a_token",
+      "x:a");
+  static char big[8193];
+  memset(big, 'v', sizeof big);
+  static cb_header_t bigh[1];
+  bigh[0] = (cb_header_t){CB_S("x-big"), {big, sizeof big}};
+  BAD((st.response.headers = bigh, st.response.nheaders = 1), UV_EINVAL, "response.headers", 0, "too_long",
+      "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv...");
+  static cb_header_t lots[CB_MAX_HEADERS];
+  for (int i = 0; i < CB_MAX_HEADERS; i++) lots[i] = (cb_header_t){CB_S("x-big"), {big, 8192}};
+  BAD((st.response.headers = lots, st.response.nheaders = 9), UV_EINVAL, "response.headers", -1, "too_long", "73773");
+  BAD(st.response.chunks = 2, UV_EINVAL, "response.chunks", -1, "chunks_exceed_body", "2"); /* more pieces than bytes */
+  BAD(st.response.chunks = 1000001, UV_EINVAL, "response.chunks", -1, "out_of_range", "1000001");
+  BAD(st.response.interval_ms = 3600001, UV_EINVAL, "response.interval_ms", -1, "out_of_range", "3600001");
+  BAD(st.response.body_kind = (cb_body_kind)7, UV_EINVAL, "response.body", -1, "out_of_range", "7");
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/nonexistent/cbench")), UV_ENOENT, "none", -1,
+      "none", "");
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/")), UV_EISDIR, "none", -1, "none", "");
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("/dev/null")), UV_EINVAL, "response.body", -1,
+      "not_regular", "/dev/null");
+  BAD((st.response.body_kind = CB_BODY_FILE, st.response.body = CB_S("")), UV_EINVAL, "response.body", -1, "empty", "");
+  BAD(st.response.delay_ms = 3600001, UV_EINVAL, "response.delay_ms", -1, "out_of_range", "3600001");
+  BAD(st.response.fault = CB_S("reset?at=nowhere"), UV_EINVAL, "response.fault", -1, "bad_fault", "reset?at=nowhere");
+  BAD(st.name = CB_S("with space"), UV_EINVAL, "name", -1, "bad_char", "with space");
+  BAD(st.name = CB_S(""), UV_EINVAL, "name", -1, "empty", "");
+  /* A good stub clears the detail of the bad one before it. */
+  st = simple(CB_METHOD_GET, "/ok", 200, "x");
+  ASSERT_ERR(cb_server_route_add(srv, &st, &id), 0);
+  ASSERT_EQ(cb_error_detail()->err, 0);
+  ASSERT_EQ(cb_error_detail()->field, CB_FIELD_NONE);
+  ASSERT_ERR(cb_server_route_remove(srv, id), 0);
 #undef BAD
   ASSERT_ERR(cb_server_route_add(NULL, &st, &id), UV_EINVAL);
+  ASSERT_EQ(cb_error_detail()->field, CB_FIELD_NONE); /* not a field: no detail */
   ASSERT_ERR(cb_server_route_add(srv, NULL, &id), UV_EINVAL);
   ASSERT_ERR(cb_server_route_remove(srv, 12345), UV_ENOENT);
   cb_stub_list_t *list;
@@ -594,6 +650,21 @@ TEST(routes_bad_stubs) {
   h1_check(cb_server_port(srv), "GET", "/hello", "", &e);
   buf_free(&e);
   test_stop(srv);
+}
+
+/* Every field and reason has its name; a reason's name is its enum name in lowercase (the Erlang atom, which
+ * test/cbench_stub_SUITE.erl checks against cbench_spec:whys() by reading this header's CB_WHY_ names). */
+TEST(routes_detail_names) {
+  for (int i = 0; i < CB_WHY_COUNT; i++) ASSERT(strcmp(cb_why_name(i), "?") != 0);
+  for (int i = 0; i < CB_FIELD_COUNT; i++) ASSERT(strcmp(cb_field_name(i), "?") != 0);
+  ASSERT_STR_EQ(cb_why_name(CB_WHY_COUNT), "?");
+  ASSERT_STR_EQ(cb_why_name(-1), "?");
+  ASSERT_STR_EQ(cb_why_name(CB_WHY_NOT_A_TOKEN), "not_a_token");
+  ASSERT_STR_EQ(cb_why_name(CB_WHY_TOO_MANY_PARAMS), "too_many_params");
+  ASSERT_STR_EQ(cb_field_name(CB_FIELD_MATCH_QUERY), "match.query");
+  /* A thread that never added a stub reads an empty detail, not garbage. */
+  ASSERT_EQ(cb_error_detail()->err, 0);
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "none");
 }
 
 /* A thousand routes: each answers, and a lookup among them stays right. */
