@@ -2,6 +2,7 @@
 #
 #   make load            build/cbench-load (and priv/cbench_load, the copy cbench:load/2 runs)
 #   make load-test       the histogram's unit tests and the end-to-end tests of test/load/ (part of make test)
+#   make load-hostile    the CT suite's group hostile alone: cbench-load against servers that attack it
 #   make bench-load      the closing figures: cbench-load against h2load and wrk on cbench-server /hello
 #
 # It shares the engine's flags and llhttp objects, nothing else: its own files, its own cbl_ prefix.
@@ -18,7 +19,7 @@ ALL_TARGETS += $(LOAD_BIN) priv/cbench_load
 TEST_TARGETS += load-test
 CLEAN_PATHS += priv/cbench_load
 
-.PHONY: load load-test load-unit load-e2e load-asan bench-load
+.PHONY: load load-test load-unit load-e2e load-hostile load-asan bench-load
 
 load: $(LOAD_BIN) priv/cbench_load
 
@@ -49,10 +50,16 @@ load-unit: $(LOAD_TEST_BIN)
 	$(LOAD_TEST_BIN)
 
 # The end-to-end tests are the Common Test suite test/cbench_load_SUITE.erl (cbench:load/2 against the nif
-# engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors); make
-# test runs it with the other suites (test-beam). This target runs it alone.
+# engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors, and the
+# group hostile: issue 22's servers that flood WebSocket pings without reading, answer three times, answer a
+# 200 for the 101, or never end a head, a chunked body or their 100 Continues, each run checked for its exit
+# status, its error counters and its peak RSS); make test runs it with the other suites (test-beam) and under
+# ASan (load-asan). These targets run it, or its group hostile (about 15 s), alone.
 load-e2e: priv/cbench_load $(BUILD)/cbench-server
 	$(REBAR3) ct --suite test/cbench_load_SUITE --readable true
+
+load-hostile: priv/cbench_load
+	$(REBAR3) ct --suite test/cbench_load_SUITE --group hostile --readable true
 
 load-test: load-unit $(BUILD)/cbench-server priv/cbench_load
 
