@@ -24,7 +24,7 @@
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
-         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1]).
+         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1]).
 
 all() -> [{group, server}, {group, faults}, {group, hostile}, coordinated_omission, cli_usage,
           api_bad_input].
@@ -36,7 +36,7 @@ groups() ->
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
-                    endless_continue, ws_two_echoes, h2_unsolicited]}].
+                    endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(cbench),
@@ -432,6 +432,24 @@ h2_unsolicited(Config) ->
     #{requests := #{ok := Ok, completed := Done}, errors := #{unsolicited := U, total := U}} = R,
     ?assertEqual(0, Exit, R),
     ?assert(Ok >= 1 andalso Ok =:= Done andalso U >= 1 andalso U =< Done, R),
+    bounded(Config, Hwm, R).
+
+%% h2c: PING frames as fast as gen_tcp sends them, never reading. nghttp2 ends the session once
+%% more than 1,000 acknowledgements wait in its queue (here within one 64 KiB read, so this case
+%% holds with or without the 256 KiB output bound, which matters for a slower flood): a protocol
+%% error for the request in flight, memory flat. Before: the same errors, and exit status 0.
+h2_ping_flood(Config) ->
+    Pings = iolist_to_binary(lists:duplicate(4096, h2_frame(6, 0, 0, <<0:64>>))),
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _} = gen_tcp:recv(S, 24, 5000),
+                                        ok = gen_tcp:send(S, h2_frame(4, 0, 0, <<>>)),
+                                        flood(S, Pings)
+                                end),
+    {Exit, R, Hwm} = watched(url_of(Port, "/hello"), #{proto => h2c, duration => 2, timeout => 1}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0}, errors := #{protocol := Pr, timeout := To}} = R,
+    ?assertEqual(3, Exit, R),
+    ?assert(Pr >= 1 andalso Pr + To =:= N, R),
     bounded(Config, Hwm, R).
 
 h2_answer_twice(S, <<Len:24, Type, Flags, _:1, Sid:31, Payload:Len/binary, Rest/binary>>) ->
