@@ -1,6 +1,7 @@
-/* cbench-load: the load generator (src/load/, docs/bench.md). Exit status: 0 after a run (whatever the server
- * answered: errors are in the results), 1 when the run could not be made, 2 for bad arguments (usage on
- * stderr). */
+/* cbench-load: the load generator (src/load/, docs/bench.md). Exit status: 0 after a run with at least one
+ * measured request answered 2xx (or echoed), whatever else the server did: errors are in the results; 3 after a
+ * run that had none (the results are written all the same), so that a script cannot take a hostile or missing
+ * server for a clean one; 1 when the run could not be made; 2 for bad arguments (usage on stderr). */
 #include <signal.h>
 #include <stdio.h>
 
@@ -18,11 +19,16 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   cbl_run_t run;
   rc = cbl_run(&run, &cfg);
+  int status = 1;
   if (rc == 0) {
     if (!cfg.quiet) cbl_report_text(&run, stdout);
     rc = cbl_report_files(&run);
   }
+  if (rc == 0) {
+    status = run.total.counts.ok ? 0 : 3;
+    if (status == 3) fprintf(stderr, "cbench-load: no request succeeded (exit 3)\n");
+  }
   cbl_run_free(&run);
   cbl_config_free(&cfg);
-  return rc == 0 ? 0 : 1;
+  return status;
 }

@@ -2,6 +2,9 @@
 #
 #   make load            build/cbench-load (and priv/cbench_load, the copy cbench:load/2 runs)
 #   make load-test       the histogram's unit tests and the end-to-end tests of test/load/ (part of make test)
+#   make load-hostile    the CT suite's group hostile alone: cbench-load against servers that attack it
+#   make load-fuzz       libFuzzer on what cbench-load reads (HTTP/1.1 answers, WebSocket frames) for FUZZ_SECONDS
+#   make load-fuzz-smoke the same for 15 s with the fixed seed, as make test runs it
 #   make bench-load      the closing figures: cbench-load against h2load and wrk on cbench-server /hello
 #
 # It shares the engine's flags and llhttp objects, nothing else: its own files, its own cbl_ prefix.
@@ -18,7 +21,7 @@ ALL_TARGETS += $(LOAD_BIN) priv/cbench_load
 TEST_TARGETS += load-test
 CLEAN_PATHS += priv/cbench_load
 
-.PHONY: load load-test load-unit load-e2e load-asan bench-load
+.PHONY: load load-test load-unit load-e2e load-hostile load-asan load-fuzz load-fuzz-smoke bench-load
 
 load: $(LOAD_BIN) priv/cbench_load
 
@@ -49,10 +52,16 @@ load-unit: $(LOAD_TEST_BIN)
 	$(LOAD_TEST_BIN)
 
 # The end-to-end tests are the Common Test suite test/cbench_load_SUITE.erl (cbench:load/2 against the nif
-# engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors); make
-# test runs it with the other suites (test-beam). This target runs it alone.
+# engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors, and the
+# group hostile: issue 22's servers that flood WebSocket pings without reading, answer three times, answer a
+# 200 for the 101, or never end a head, a chunked body or their 100 Continues, each run checked for its exit
+# status, its error counters and its peak RSS); make test runs it with the other suites (test-beam) and under
+# ASan (load-asan). These targets run it, or its group hostile (about 15 s), alone.
 load-e2e: priv/cbench_load $(BUILD)/cbench-server
 	$(REBAR3) ct --suite test/cbench_load_SUITE --readable true
+
+load-hostile: priv/cbench_load
+	$(REBAR3) ct --suite test/cbench_load_SUITE --group hostile --readable true
 
 load-test: load-unit $(BUILD)/cbench-server priv/cbench_load
 
@@ -71,3 +80,30 @@ load-asan:
 	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
 TEST_TARGETS += load-asan
+
+# libFuzzer on cbench-load's readers of a server's bytes (test/load/fuzz_load.c): the load objects built again with
+# clang and the fuzz build's sanitizers (mk/ctest.mk's FUZZ_* settings). New inputs go to $(FUZZ_DIR)/corpus/load;
+# the seeds in test/load/corpus are only read.
+LOAD_FUZZ_OBJS := $(LOAD_SRCS:src/load/%.c=$(FUZZ_DIR)/obj/load/%.o)
+LOAD_FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Isrc/load -I$(LLHTTP_INC) $(DEP_CFLAGS) \
+  $(shell pkg-config --cflags jansson 2>/dev/null)
+LOAD_FUZZ_SMOKE_SECONDS ?= 15
+
+$(FUZZ_DIR)/obj/load/%.o: src/load/%.c src/load/*.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(LOAD_FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_load: test/load/fuzz_load.c $(LOAD_FUZZ_OBJS) $(FUZZ_DIR)/obj/llhttp/llhttp.o \
+  $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o
+	$(FUZZ_CC) $(LOAD_FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(LOAD_FUZZ_OBJS) \
+	  $(FUZZ_DIR)/obj/llhttp/llhttp.o $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o $(LOAD_LIBS)
+
+load-fuzz: $(FUZZ_DIR)/fuzz_load
+	@mkdir -p $(FUZZ_DIR)/corpus/load $(FUZZ_DIR)/artifacts/
+	$(FUZZ_DIR)/fuzz_load -max_len=4096 -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_SEED_FLAG) \
+	  -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus/load test/load/corpus
+
+load-fuzz-smoke:
+	@$(MAKE) --no-print-directory load-fuzz FUZZ_SECONDS=$(LOAD_FUZZ_SMOKE_SECONDS) FUZZ_SEED=$(FUZZ_SMOKE_SEED)
+
+TEST_TARGETS += load-fuzz-smoke

@@ -64,14 +64,20 @@ num(F) when is_float(F) -> float_to_list(F, [{decimals, 3}, compact]).
 
 %% @doc Runs cbench-load pinned to the load CPUs, bounded by the run's duration,
 %% warm-up and its 10 s answer timeout plus a margin. Notify (a pid or undefined) is
-%% sent {os_pid, Runner, OsPid}. Returns the decoded JSON (binary keys).
+%% sent {os_pid, Runner, OsPid}. Returns the decoded JSON (binary keys), also after
+%% exit status 3 (a run without a successful request: its errors are classified).
 -spec run(map(), string(), pid() | undefined) -> {ok, map()} | {error, term(), binary()}.
 run(Spec, LoadCpus, Notify) ->
     Bound = maps:get(duration, Spec, 1) + maps:get(warmup, Spec, 0) + 10 + 15,
     Args = ["-c", LoadCpus, path() | args(Spec)],
     Json = maps:get(json, Spec),
     _ = file:delete(Json),
-    case cbench_bench_os:run_bounded("/usr/bin/taskset", Args, round(Bound * 1000), "cbench-load", Notify) of
+    Ran = case cbench_bench_os:run_bounded("/usr/bin/taskset", Args, round(Bound * 1000), "cbench-load", Notify) of
+              %% 3: no request succeeded; the results are written all the same.
+              {error, {exit_status, 3}, O} -> {ok, O};
+              Other -> Other
+          end,
+    case Ran of
         {ok, Out} ->
             Res = case file:read_file(Json) of
                       {ok, B} ->

@@ -45,7 +45,9 @@ void cbl_usage(void *file) {
           "      --erl FILE          write the results as an Erlang term (file:consult/1)\n"
           "  -q, --quiet             no summary on stdout\n"
           "  -V, --version           the version and the libraries'\n"
-          "  -h, --help              this text\n");
+          "  -h, --help              this text\n"
+          "Exit status: 0 after a run with at least one request answered 2xx (or echoed), 3 after a run\n"
+          "with none (the results are written all the same), 1 when it could not run, 2 for bad arguments.\n");
 }
 
 const char *cbl_proto_name(cbl_proto_id_t p) {

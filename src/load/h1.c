@@ -1,7 +1,12 @@
 /* HTTP/1.1 for cbench-load: llhttp in response mode. Requests are the prebuilt bytes of request.c, copied into
  * the connection's output (pipelined up to the depth); answers come back in order, so the oldest request in
  * flight is the one each answer completes. HEAD answers have no body whatever their headers say (llhttp is told
- * so from on_headers_complete). A server's `Connection: close` ends the connection cleanly after its answer. */
+ * so from on_headers_complete). A server's `Connection: close` ends the connection cleanly after its answer.
+ *
+ * A hostile server cannot make it hold more than the parser's state: bodies are counted, never kept; a head
+ * longer than CBL_MAX_HEAD is a protocol error (llhttp itself sets no bound); an answer that begins with no
+ * request in flight is an unsolicited one, counted as such and the end of the connection, for nothing says
+ * which of the later answers belong to which request any more. */
 #include <llhttp.h>
 #include <stdlib.h>
 
@@ -10,13 +15,26 @@
 typedef struct {
   llhttp_t parser; /* first: callbacks cast back */
   cbl_conn_t *c;
+  bool in_head;      /* an answer's head has begun and is not complete */
+  size_t head_bytes; /* bytes read while it was (at most one read more than the head itself) */
+  cbl_err_t err;     /* why a callback stopped the parser, when not a protocol error */
 } h1_t;
+
+static int on_message_begin(llhttp_t *p) {
+  h1_t *h = (h1_t *)p;
+  if (h->c->inflight == 0) {
+    h->err = CBL_ERR_UNSOLICITED;
+    return HPE_USER;
+  }
+  h->in_head = true;
+  h->head_bytes = 0;
+  return 0;
+}
 
 static int on_headers_complete(llhttp_t *p) {
   h1_t *h = (h1_t *)p;
   cbl_conn_t *c = h->c;
-  /* An answer with nothing in flight is not ours: a protocol error (set in on_message_complete). */
-  if (c->inflight == 0) return 0;
+  h->in_head = false;
   c->reqs[c->head].status = p->status_code;
   if (c->t->wire->head) return 1; /* no body follows */
   return 0;
@@ -34,7 +52,6 @@ static int on_message_complete(llhttp_t *p) {
   cbl_conn_t *c = h->c;
   /* 1xx answers (100 Continue, 103) precede the real one. */
   if (p->status_code < 200) return 0;
-  if (c->inflight == 0) return HPE_USER;
   cbl_req_t *r = &c->reqs[c->head];
   bool keep = llhttp_should_keep_alive(p);
   cbl_req_done(c, r, p->status_code, c->t->now);
@@ -46,6 +63,7 @@ static int on_message_complete(llhttp_t *p) {
 }
 
 static const llhttp_settings_t settings = {
+  .on_message_begin = on_message_begin,
   .on_headers_complete = on_headers_complete,
   .on_body = on_body,
   .on_message_complete = on_message_complete,
@@ -55,6 +73,7 @@ static void *h1_create(cbl_conn_t *c) {
   h1_t *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->c = c;
+  h->err = CBL_ERR_PROTOCOL;
   llhttp_init(&h->parser, HTTP_RESPONSE, &settings);
   return h;
 }
@@ -64,6 +83,8 @@ static void h1_destroy(void *p) { free(p); }
 static int h1_open(cbl_conn_t *c) {
   h1_t *h = c->p;
   llhttp_init(&h->parser, HTTP_RESPONSE, &settings);
+  h->in_head = false;
+  h->err = CBL_ERR_PROTOCOL;
   return 0;
 }
 
@@ -87,9 +108,13 @@ static int h1_flush(cbl_conn_t *c) {
 static int h1_read(cbl_conn_t *c, const char *p, size_t n) {
   h1_t *h = c->p;
   llhttp_errno_t e = llhttp_execute(&h->parser, p, n);
-  if (e == HPE_OK) return 0;
+  if (e == HPE_OK) {
+    if (h->in_head && (h->head_bytes += n) > CBL_MAX_HEAD) return CBL_FAIL(CBL_ERR_PROTOCOL);
+    return 0;
+  }
   if (e == HPE_PAUSED && c->done_clean) return 0;
-  return CBL_FAIL(CBL_ERR_PROTOCOL);
+  /* llhttp reports a callback's refusal as its own code (HPE_CB_MESSAGE_BEGIN): the reason is in h->err. */
+  return CBL_FAIL(h->err);
 }
 
 static int h1_eof(cbl_conn_t *c) {

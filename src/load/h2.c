@@ -4,7 +4,9 @@
  * windows are opened wide (1 GiB - 1 for the connection and each stream) so that flow control never paces the
  * server; nghttp2 returns the consumed window by itself. A stream reset by the server (RST_STREAM, or refused
  * after GOAWAY) is a protocol error for its request; a connection the server ends with GOAWAY is closed after
- * its last stream and opened again. */
+ * its last stream and opened again. Frames are taken from nghttp2 only while less than CBL_OUT_HIGH bytes wait
+ * for the socket (the rest when a write completes): a server that sends PINGs or SETTINGS and never reads fills
+ * nghttp2's queue instead, which fails the session past its limit of unanswered acknowledgements. */
 #include <nghttp2/nghttp2.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 typedef struct {
   nghttp2_session *s;
   cbl_conn_t *c;
+  bool unsolicited; /* the server sent an answer on a stream no request opened */
 } h2_t;
 
 static cbl_req_t *stream_req(nghttp2_session *s, int32_t id) { return nghttp2_session_get_stream_user_data(s, id); }
@@ -71,6 +74,16 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   return (ssize_t)n;
 }
 
+/* nghttp2 ends the session when a server sends HEADERS or DATA on a stream this client did not open; it is
+ * counted as what it is, an answer nobody asked for, rather than as the connection's end. */
+static int on_invalid_frame(nghttp2_session *s, const nghttp2_frame *f, int lib_error, void *ud) {
+  (void)lib_error;
+  h2_t *h = ud;
+  if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) && !stream_req(s, f->hd.stream_id))
+    h->unsolicited = true;
+  return 0;
+}
+
 /* One callback table for every session of every thread, made once. */
 static nghttp2_session_callbacks *shared_cbs;
 
@@ -79,6 +92,7 @@ static void init_callbacks(void) {
   nghttp2_session_callbacks_set_on_header_callback(shared_cbs, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(shared_cbs, on_data);
   nghttp2_session_callbacks_set_on_stream_close_callback(shared_cbs, on_stream_close);
+  nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(shared_cbs, on_invalid_frame);
 }
 
 static void *h2_create(cbl_conn_t *c) {
@@ -104,6 +118,7 @@ static void h2_destroy(void *p) {
 
 static int h2_open(cbl_conn_t *c) {
   h2_t *h = c->p;
+  h->unsolicited = false;
   nghttp2_option *opt;
   if (nghttp2_option_new(&opt)) return CBL_FAIL(CBL_ERR_PROTOCOL);
   /* Streams beyond the server's limit wait in nghttp2 instead of failing. */
@@ -142,7 +157,7 @@ static int h2_send(cbl_conn_t *c, cbl_req_t *r) {
 static int h2_flush(cbl_conn_t *c) {
   h2_t *h = c->p;
   if (!h->s) return 0;
-  for (;;) {
+  while (cbl_conn_unsent(c) < CBL_OUT_HIGH) {
     const uint8_t *data;
     ssize_t n = nghttp2_session_mem_send(h->s, &data);
     if (n < 0) return CBL_FAIL(CBL_ERR_PROTOCOL);
@@ -161,6 +176,7 @@ static int h2_flush(cbl_conn_t *c) {
 static int h2_read(cbl_conn_t *c, const char *p, size_t n) {
   h2_t *h = c->p;
   ssize_t rc = nghttp2_session_mem_recv(h->s, (const uint8_t *)p, n);
+  if (h->unsolicited) return CBL_FAIL(CBL_ERR_UNSOLICITED);
   if (rc < 0) return CBL_FAIL(CBL_ERR_PROTOCOL);
   return 0;
 }

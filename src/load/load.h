@@ -11,7 +11,7 @@
  *               open-loop schedule (a timerfd in the loop), timeouts, the measured window, the accounting
  *   h1.c        HTTP/1.1 over llhttp in response mode: keep-alive, pipelining, a connection per request, HEAD
  *   h2.c        h2c with prior knowledge over an nghttp2 client session: N streams per connection
- *   ws.c        WebSocket echo over wslay: the upgrade, masked text frames, the echo
+ *   ws.c        WebSocket echo: the upgrade, masked text frames out (wslay), the server's frames read here
  *   report.c    the results as a human summary, JSON (jansson) and an Erlang term file
  *   hist.c      the log-linear latency histogram
  */
@@ -34,14 +34,34 @@
 #define CBL_MAX_DEPTH 4096
 #define CBL_READ_BUF (64 * 1024)
 #define CBL_MAX_STATUS 600
+/* What a hostile server can make the generator hold, per connection. An answer's head (or the WebSocket
+ * handshake's) longer than CBL_MAX_HEAD is a protocol error; bodies are counted, never kept. Output that reading
+ * makes (h2 frames nghttp2 answers with, WebSocket pongs) is produced only while less than CBL_OUT_HIGH bytes
+ * wait for the socket: nghttp2 keeps the rest and fails a session that floods it, and pings are coalesced into
+ * one pending pong (RFC 6455 section 5.5.3), so a server that never reads cannot grow the generator's memory. */
+#define CBL_MAX_HEAD (1024 * 1024)
+#define CBL_OUT_HIGH (256 * 1024)
 /* The longest run whose per-second timeline is kept: a histogram per second and thread is 30 KiB, so 15 minutes
  * cost 27 MiB per thread. Longer runs keep the totals and an empty timeline. */
 #define CBL_MAX_TIMELINE 900
 
 typedef enum { CBL_H1, CBL_H2C, CBL_WS } cbl_proto_id_t;
 
-/* Error kinds, counted per request (or per attempt for connect). */
-typedef enum { CBL_ERR_CONNECT, CBL_ERR_RESET, CBL_ERR_TIMEOUT, CBL_ERR_PROTOCOL, CBL_ERR_KINDS } cbl_err_t;
+/* Error kinds. Reset, timeout and protocol are counted per measured request; connect per attempt. Unsolicited
+ * (an answer, or a WebSocket message, with no request in flight to be its answer; h2 HEADERS or DATA on a
+ * stream no request opened) and upgrade (a WebSocket
+ * handshake that failed without a non-2xx status to count it by: a 2xx instead of the 101, a head llhttp
+ * rejects or longer than CBL_MAX_HEAD, the close or --timeout before the 101) are counted per event, and end
+ * the connection; requests still in flight on it count as protocol errors. */
+typedef enum {
+  CBL_ERR_CONNECT,
+  CBL_ERR_RESET,
+  CBL_ERR_TIMEOUT,
+  CBL_ERR_PROTOCOL,
+  CBL_ERR_UNSOLICITED,
+  CBL_ERR_UPGRADE,
+  CBL_ERR_KINDS
+} cbl_err_t;
 
 typedef struct {
   const char *name;
@@ -249,6 +269,8 @@ void *cbl_thread_main(void *arg);
 /* Called by the protocols. */
 uint64_t cbl_now(void);
 int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n);
+/* Bytes queued on c that the socket has not taken yet (compared with CBL_OUT_HIGH). */
+size_t cbl_conn_unsent(const cbl_conn_t *c);
 /* A request's answer is complete with this status; the slot is released. */
 void cbl_req_done(cbl_conn_t *c, cbl_req_t *r, int status, uint64_t now);
 /* A request ended with an error of this kind (the connection goes on: an h2 stream reset); the slot is released. */

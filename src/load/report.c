@@ -9,7 +9,8 @@
 
 #include "load.h"
 
-static const char *const err_names[CBL_ERR_KINDS] = {"connect", "reset", "timeout", "protocol"};
+static const char *const err_names[CBL_ERR_KINDS] = {"connect", "reset", "timeout", "protocol", "unsolicited",
+                                                     "upgrade"};
 
 static double us(uint64_t ns) { return (double)ns / 1000.0; }
 
@@ -205,10 +206,10 @@ void cbl_report_text(const cbl_run_t *run, void *file) {
           (unsigned long long)c->completed, (unsigned long long)c->ok, (unsigned long long)c->unsent);
   fprintf(f, "  rate        %.1f req/s achieved", (double)c->completed / run->elapsed_s);
   if (cfg->rate > 0) fprintf(f, " of %.1f offered (%.1f%%)", cfg->rate, 100.0 * (double)c->completed / run->elapsed_s / cfg->rate);
-  fprintf(f, "\n  errors      connect %llu, reset %llu, timeout %llu, protocol %llu, non-2xx %llu",
-          (unsigned long long)c->errors[CBL_ERR_CONNECT], (unsigned long long)c->errors[CBL_ERR_RESET],
-          (unsigned long long)c->errors[CBL_ERR_TIMEOUT], (unsigned long long)c->errors[CBL_ERR_PROTOCOL],
-          (unsigned long long)non2xx(c));
+  fprintf(f, "\n  errors     ");
+  for (int k = 0; k < CBL_ERR_KINDS; k++)
+    fprintf(f, " %s %llu,", err_names[k], (unsigned long long)c->errors[k]);
+  fprintf(f, " non-2xx %llu", (unsigned long long)non2xx(c));
   for (int s = 0; s < CBL_MAX_STATUS; s++)
     if (c->status[s] && (s < 200 || s >= 300)) fprintf(f, " [%d: %llu]", s, (unsigned long long)c->status[s]);
   fprintf(f, "\n  bytes       read %llu, written %llu, body %llu; %llu connections opened\n",

@@ -18,8 +18,15 @@
  *
  * Errors: a socket error or the peer's reset is `reset` for each request in flight (the peer closing with
  * requests in flight too); a malformed answer is `protocol`; an answer later than --timeout is `timeout`; a
- * failed connect is `connect` (per attempt). The connection is then closed and opened again (after 10 ms when it
- * had not been answered at all, so that a refusing server is not hammered in a tight loop). */
+ * failed connect is `connect` (per attempt); an answer with no request in flight is `unsolicited` and a failed
+ * WebSocket handshake `upgrade` (per event, load.h). The connection is then closed and opened again (after 10 ms
+ * when it had not been answered at all, so that a refusing server is not hammered in a tight loop).
+ *
+ * Memory against a hostile server: reading never queues output without a bound (load.h, CBL_OUT_HIGH), and a
+ * write that completes runs the connection's step again, so output held back for the bound goes out as soon as
+ * the socket takes it. Reading itself is not stopped while output waits: what reading can add is bounded, and a
+ * client that stopped reading while its own requests wait for the socket would deadlock with a server that
+ * stops reading while its answers wait. */
 #include <errno.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -154,7 +161,13 @@ static void fail_inflight(cbl_conn_t *c, cbl_err_t kind) {
 
 static void conn_fail(cbl_conn_t *c, cbl_err_t kind) {
   if (c->state != CBL_CONN_OPEN && c->state != CBL_CONN_CONNECTING) return;
-  if (kind == CBL_ERR_CONNECT && in_stats(c->t) && c->t->sending) c->t->res.counts.errors[kind]++;
+  cbl_thread_t *t = c->t;
+  if (kind == CBL_ERR_CONNECT && in_stats(t) && t->sending) t->res.counts.errors[kind]++;
+  if (kind == CBL_ERR_UNSOLICITED || kind == CBL_ERR_UPGRADE) {
+    /* Counted once for the connection; a request in flight there is lost to a protocol error. */
+    if (in_stats(t)) t->res.counts.errors[kind]++;
+    kind = CBL_ERR_PROTOCOL;
+  }
   fail_inflight(c, kind);
   conn_close(c, false);
 }
@@ -167,7 +180,10 @@ int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n) {
   return cbl_buf_append(&c->out, p, n) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
 }
 
+size_t cbl_conn_unsent(const cbl_conn_t *c) { return c->out.len + c->wout.len; }
+
 static int conn_flush(cbl_conn_t *c);
+static void conn_step(cbl_conn_t *c, int rc);
 
 static void on_write(uv_write_t *req, int status) {
   cbl_conn_t *c = req->data;
@@ -181,8 +197,8 @@ static void on_write(uv_write_t *req, int status) {
     return;
   }
   if (in_stats(c->t)) c->t->res.counts.bytes_written += n;
-  int rc = conn_flush(c);
-  if (rc < 0) conn_fail(c, (cbl_err_t)(-1 - rc));
+  /* Not just conn_flush: a protocol may have held output back for CBL_OUT_HIGH, and room has just been made. */
+  conn_step(c, 0);
 }
 
 /* Hands c->out to the socket: uv_try_write first (the common case: it all goes at once, no callback), and what
@@ -453,6 +469,10 @@ static void on_tick(uv_timer_t *tm) {
     if (c->state == CBL_CONN_IDLE && t->sending && c->retry_at <= t->now) conn_connect(c);
     else if (c->state == CBL_CONN_CONNECTING && t->now - c->started >= t->cfg->timeout_ns)
       conn_fail(c, CBL_ERR_CONNECT);
+    /* A WebSocket handshake the server never finishes is no request's timeout: it would hold the connection
+     * without a single error to show for it. */
+    else if (c->state == CBL_CONN_OPEN && !t->proto->ready(c) && t->now - c->started >= t->cfg->timeout_ns)
+      conn_fail(c, CBL_ERR_UPGRADE);
     else if (c->state == CBL_CONN_OPEN && c->inflight) {
       busy = true;
       /* The oldest request in flight decides (HTTP/1.1 and WebSocket answer in order; over h2 any stream may
