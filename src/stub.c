@@ -72,10 +72,35 @@ static uint64_t piece_end(const stub_t *st, unsigned k) {
   return (uint64_t)((unsigned __int128)st->len * (k + 1) / st->chunks);
 }
 
+/* Bytes [from, to) of the stub's body as one piece; returns 1 when the output is above its high-water mark. */
+static int body_range(cb__req_t *r, const stub_t *st, uint64_t from, uint64_t to) {
+  if (st->kind == CB_BODY_FILE) return cb__res_file(r, st->fd, st->body, from, (size_t)(to - from));
+  if (st->kind == CB_BODY_BYTES) return cb__res_data(r, st->body + from, (size_t)(to - from), CB__DATA_STATIC | CB__DATA_PIECE_END);
+  const char *gen = cb__generated();
+  int full = 0;
+  while (gen != NULL && from < to) { /* generated: in runs the generated block spans */
+    uint64_t n = to - from > CB__GEN_SPAN ? CB__GEN_SPAN : to - from;
+    full = cb__res_data(r, gen + from % 251, (size_t)n, CB__DATA_STATIC | (from + n == to ? CB__DATA_PIECE_END : 0));
+    from += n;
+  }
+  return full;
+}
+
+/* The body a pacing fault paces (cb__fault_answer_t.body). */
+static int fault_body(cb__req_t *r, uint64_t from, uint64_t to) { return body_range(r, r->route->arg, from, to); }
+
+static void stub_tick(cb__req_t *r);
+
 static void stub_produce(cb__req_t *r) {
   const stub_t *st = r->route->arg;
   const char *gen = st->kind == CB_BODY_GENERATED ? cb__generated() : NULL;
   r->blocked = 0;
+  /* interval_ms: a piece begins on its timer only. On_writable at a piece's start (the output was full when
+   * the last piece ended) starts that timer; it never sends the piece itself. */
+  if (st->interval_ms > 0 && r->u.stub.piece > 0 && !r->u.stub.due) {
+    if (cb__req_timer(r, st->interval_ms, stub_tick) != 0) cb__conn_abort(r->conn);
+    return;
+  }
   for (;;) {
     uint64_t end = piece_end(st, r->u.stub.piece);
     int full = 0;
@@ -98,18 +123,35 @@ static void stub_produce(cb__req_t *r) {
       }
     }
     r->u.stub.off = end;
+    r->u.stub.due = 0;
     if (++r->u.stub.piece >= npieces(st)) {
       cb__res_end(r);
       return;
     }
-    if (st->interval_ms > 0) {
-      if (cb__req_timer(r, st->interval_ms, stub_produce) == 0) return;
-    }
+    /* The next piece waits: for room in the output first (on_writable), then for its interval. */
     if (full) {
       r->blocked = 1;
       return;
     }
+    if (st->interval_ms > 0) {
+      if (cb__req_timer(r, st->interval_ms, stub_tick) != 0) cb__conn_abort(r->conn);
+      return;
+    }
   }
+}
+
+static void stub_tick(cb__req_t *r) {
+  r->conn->w->pace_wakes++;
+  r->u.stub.due = 1;
+  stub_produce(r);
+}
+
+/* Room in the output: the stub's own pieces, or those of a fault that paces its body. */
+static void stub_writable(cb__req_t *r) {
+  if (cb__fault_pacing(r))
+    cb__fault_writable(r);
+  else
+    stub_produce(r);
 }
 
 /* The usual stub: a body of bytes, sent in one piece with its length (not chunked). */
@@ -134,6 +176,7 @@ static void stub_start(cb__req_t *r) {
   r->head_key = 0;
   r->u.stub.off = 0;
   r->u.stub.piece = 0;
+  r->u.stub.due = 0;
   if (no_body || r->method == CB_METHOD_HEAD || st->len == 0) {
     cb__res_end(r);
     return;
@@ -159,7 +202,7 @@ static void stub_end(cb__req_t *r) {
   stub_start(r);
 }
 
-static const cb__handler_t stub_handler = {.on_end = stub_end, .on_writable = stub_produce};
+static const cb__handler_t stub_handler = {.on_end = stub_end, .on_writable = stub_writable};
 
 /* ---- building a stub from its public description ---- */
 
@@ -289,7 +332,7 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   if (err == 0) err = copy_headers(st, res);
   if (err == 0 && (res->fault.ptr != NULL || res->fault.len != 0))
     err = cb__fault_parse(res->fault.ptr, res->fault.len, &st->fault);
-  st->answer = (cb__fault_answer_t){st->status, st->headers, st->nheaders, stub_start};
+  st->answer = (cb__fault_answer_t){st->status, st->headers, st->nheaders, stub_start, 0, NULL, MAX_DELAY_MS};
   if (err == 0) {
     switch (res->body_kind) {
       case CB_BODY_BYTES:
@@ -320,6 +363,12 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
   }
   if (err == 0 && (st->status == 204 || st->status == 304) && (st->len > 0 || st->chunks > 0)) err = UV_EINVAL;
   if (err == 0 && st->chunks > 0 && st->chunks > st->len && !(st->len == 0 && st->chunks == 1)) err = UV_EINVAL;
+  /* A fault that paces a body paces the stub's own, when it has one. */
+  if (err == 0 && st->len > 0 && st->status != 204 && st->status != 304) {
+    st->answer.body_len = st->len;
+    st->answer.body = fault_body;
+    err = cb__fault_fit(&st->fault, st->len);
+  }
   if (err) {
     stub_free(st);
     return err;
