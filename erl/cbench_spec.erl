@@ -138,7 +138,9 @@ response(R) when is_map(R) ->
                   Fault = case R of
                               #{fault := UF} ->
                                   case cbench_fault:spec(UF) of
-                                      {ok, Text} -> #{fault => Text};
+                                      {ok, Text} ->
+                                          fault_fits(Text, UF, body_size(Body)),
+                                          #{fault => Text};
                                       {error, Why} -> fail(Why)
                                   end;
                               _ -> #{}
@@ -387,6 +389,12 @@ chunks(none) -> none;
 chunks({N, Ms}) when is_integer(N), N >= 1, N =< ?MAX_CHUNKS,
                      is_integer(Ms), Ms >= 0, Ms =< ?MAX_DELAY_MS -> {N, Ms};
 chunks(V) -> fail({chunks, V}).
+
+%% A fault that paces a body paces the stub's own (docs/faults.md): it must fit it.
+fault_fits(_Text, _UF, unknown) -> ok;
+fault_fits(Text, UF, Size) ->
+    {ok, F} = cbench_fault:parse(Text),
+    cbench_fault:fit(F, Size) =/= error orelse fail({fault, UF}).
 
 chunks_fit(_Chunks, unknown) -> ok;
 chunks_fit(Chunks, Size) -> chunks_fit_size(Chunks, Size) orelse fail({chunks, Chunks}).
