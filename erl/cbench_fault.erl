@@ -5,7 +5,7 @@
 %%% same rules and bounds as the C parser) and runs it with cbench_ehttpd_fault.
 -module(cbench_fault).
 
--export([spec/1, parse/1, fires/2, delay_ms/2, delay_ms/3, fit/2, garbage/2, h2_only/1]).
+-export([spec/1, parse/1, fires/2, delay_ms/3, fit/2, garbage/2, h2_only/1]).
 
 -export_type([user_fault/0, fault/0, kind/0]).
 
@@ -278,10 +278,6 @@ fires(#{rate := R}, _) when R >= ?ALWAYS -> true;
 fires(#{rate := 0}, _) -> false;
 fires(#{rate := R, seed := Seed}, N) ->
     splitmix64(Seed bxor splitmix64(N)) rem ?ALWAYS < R.
-
-%% @doc The N-th delay of a delay fault, in milliseconds, at most a stub's bound of `ms'.
--spec delay_ms(fault(), non_neg_integer()) -> non_neg_integer().
-delay_ms(F, N) -> delay_ms(F, N, ?MAX_MS).
 
 %% @doc The N-th delay of a delay fault, in milliseconds, at most Bound: the bound of `ms' on the
 %% fault's path (60,000 through /fault/), which a lognormal draw, having no upper end, is cut at.

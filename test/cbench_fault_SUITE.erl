@@ -262,7 +262,7 @@ stub_pacing_own_body(_Config) ->
 delay_draw_bound(_Config) ->
     {ok, F} = cbench_fault:parse(<<"delay?ms=1000&sigma=10&seed=1">>),
     ?assertEqual(60000, cbench_fault:delay_ms(F, 0, 60000)),
-    ?assertEqual(3600000, cbench_fault:delay_ms(F, 0)),
+    ?assertEqual(3600000, cbench_fault:delay_ms(F, 0, 3600000)),
     ?assert(lists:all(fun(N) -> cbench_fault:delay_ms(F, N, 60000) =< 60000 end, lists:seq(0, 999))),
     ok.
 
