@@ -93,6 +93,42 @@ TEST_T(pace_dribble_stalled_bounded, 60000) {
   p_close(&p);
 }
 
+/* The same over h2c, to a client that neither reads nor opens its flow-control window: the stream's pieces stop
+ * once the stream holds the high-water mark (its 64 KiB window went out, the rest waits in the stream), and no
+ * timer runs while they wait. Before the fix all 100,000 pieces were queued in one pass. */
+TEST_T(pace_dribble_h2_stalled_bounded, 30000) {
+  static const char path[] = "/fault/dribble?pieces=100000&length=16777216&ms=1000";
+  buf_t req = {0};
+  buf_adds(&req, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+  buf_add(&req, "\0\0\0\x04\0\0\0\0\0", 9); /* SETTINGS, empty */
+  /* HEADERS, END_STREAM | END_HEADERS, stream 1: GET, http, :path (a literal), :authority x. */
+  size_t hlen = 2 + 2 + (sizeof path - 1) + 3;
+  char fh[9] = {0, 0, (char)hlen, 1, 5, 0, 0, 0, 1};
+  buf_add(&req, fh, 9);
+  buf_add(&req, "\x82\x86\x04", 3);
+  char plen = (char)(sizeof path - 1);
+  buf_add(&req, &plen, 1);
+  buf_add(&req, path, sizeof path - 1);
+  buf_add(&req, "\x01\x01x", 3);
+
+  pconn_t p;
+  p_open(&p);
+  ASSERT_EQ(cb__testconn_stall(p.tc, 1), 0);
+  p.closed = cb__testconn_feed(p.tc, req.p, req.len);
+  ASSERT_EQ(p.closed, 0);
+  ASSERT_EQ(cb__testconn_run(p.tc, 1), 0);
+  size_t queued = cb__testconn_queued(p.tc);
+  uint64_t wakes = cb__testconn_pace_wakes(p.tc);
+  cbt_log("stalled: %zu bytes queued for the socket after %llu wake-ups", queued, (unsigned long long)wakes);
+  /* The window (65,535 bytes) and frames in the queue; the stream holds the mark and a piece; at 100 pieces of
+   * 167 or 168 bytes a wake-up, that is about 20 wake-ups. 40 leaves room for where the window's end falls. */
+  ASSERT_LT(queued, (size_t)80 * 1024);
+  if (wakes > 40) cbt_log("more wake-ups than the mark and the window need: production did not stop");
+  ASSERT_LE(wakes, 40);
+  buf_free(&req);
+  p_close(&p);
+}
+
 /* More pieces than milliseconds: several pieces per wake-up, at most one wake-up per millisecond (the first is
  * at once, so ms - 1 timers), and the bytes of each kind exactly. */
 TEST_T(pace_pieces_over_ms_wakes, 30000) {
