@@ -129,10 +129,15 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
 
 %% A stub's fault, parsed once for the connections (the HTTP/2 kinds cannot be served here).
 fault_run({ok, R = #{fault := Text}}) ->
-    {ok, F = #{kind := Kind}} = cbench_fault:parse(Text),
-    case cbench_fault:h2_only(Kind) of
-        true -> {error, {unsupported, Kind}};
-        false -> {ok, R#{fault_run => F, fault_draws => atomics:new(1, [])}}
+    {ok, F0 = #{kind := Kind}} = cbench_fault:parse(Text),
+    %% Fitted to the stub's own body, which the pacing faults pace (as stub.c does).
+    case {cbench_ehttpd_conn:own_size(R), cbench_fault:h2_only(Kind)} of
+        {_, true} -> {error, {unsupported, Kind}};
+        {Size, false} ->
+            case cbench_fault:fit(F0, Size) of
+                {ok, F} -> {ok, R#{fault_run => F, fault_draws => atomics:new(1, [])}};
+                error -> {error, {bad_stub, {{response, fault}, Text, fault_exceeds_body}}}
+            end
     end;
 fault_run(Other) ->
     Other.

@@ -98,7 +98,7 @@
                not_a_token, control_char, edge_space, bad_char, no_leading_slash, misplaced_star,
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
-               chunks_exceed_body, bad_fault, not_regular]).
+               chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
@@ -159,7 +159,9 @@ response(R) when is_map(R) ->
                   Fault = case R of
                               #{fault := UF} ->
                                   case cbench_fault:spec(UF) of
-                                      {ok, Text} -> #{fault => Text};
+                                      {ok, Text} ->
+                                          fault_fits(Text, UF, body_size(Body)),
+                                          #{fault => Text};
                                       {error, _} -> fail({response, fault}, UF, bad_fault)
                                   end;
                               _ -> #{}
@@ -438,6 +440,12 @@ chunks({N, Ms}) when is_integer(N), N >= 1, N =< ?MAX_CHUNKS,
                      is_integer(Ms), Ms >= 0, Ms =< ?MAX_DELAY_MS -> {N, Ms};
 chunks({N, Ms} = C) when is_integer(N), is_integer(Ms) -> fail({response, chunks}, C, out_of_range);
 chunks(V) -> fail({response, chunks}, V, wrong_type).
+
+%% A fault that paces a body paces the stub's own (docs/faults.md): it must fit it.
+fault_fits(_Text, _UF, unknown) -> ok;
+fault_fits(Text, UF, Size) ->
+    {ok, F} = cbench_fault:parse(Text),
+    cbench_fault:fit(F, Size) =/= error orelse fail({response, fault}, UF, fault_exceeds_body).
 
 chunks_fit(_Chunks, unknown) -> ok;
 chunks_fit(Chunks, Size) ->

@@ -426,6 +426,8 @@ typedef enum {
   CB_WHY_CHUNKS_EXCEED_BODY, /* more chunks than body bytes */
   CB_WHY_BAD_FAULT,          /* a fault spec that does not parse (docs/faults.md) */
   CB_WHY_NOT_REGULAR,        /* a body file that is not a regular file (a directory is UV_EISDIR) */
+  CB_WHY_FAULT_EXCEEDS_BODY, /* a pacing fault that cannot pace the stub's body: a drip over 100,000 bytes, a
+                              * dribble in more pieces than the body has bytes (docs/faults.md) */
   CB_WHY_COUNT
 } cb_why_id;
 

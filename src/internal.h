@@ -162,6 +162,7 @@ typedef struct {
   char *block; /* the cached block, NULL when none is held: CB__OUTQ_ENTRIES entries, then CB__OUTQ_ARENA bytes */
   cb__out_t *q;
   uint32_t head, tail, cap;
+  uint8_t stalled; /* test connections only (testing.h): the sink takes nothing, like a peer that does not read */
   char *arena;
   size_t alen, acap;
   size_t bytes; /* queued, not yet written */
@@ -443,6 +444,7 @@ struct cb__worker_s {
   size_t date_len;
   uint32_t date_gen;  /* counts the refreshes of date_line (memos of what holds it compare it) */
   cb_stats_t stats;
+  uint64_t pace_wakes;  /* timer wake-ups of paced answers (faults, stub intervals): tests count them */
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;
   int trim_pending;     /* the last connection closed: return free memory to the system (worker.c) */
@@ -744,6 +746,12 @@ typedef struct {
   const cb__hdr_t *hdrs;
   int nhdrs;
   void (*normal)(cb__req_t *r);
+  /* The answer's own body, which the pacing faults (dribble, drip, slow_head) pace: body_len bytes, of which
+   * body(r, from, to) hands [from, to) to the response API as one piece, returning what cb__res_data returns.
+   * body NULL: none (/fault/, a stub without a body): `length` bytes of generated content instead. */
+  uint64_t body_len;
+  int (*body)(cb__req_t *r, uint64_t from, uint64_t to);
+  uint32_t max_delay_ms; /* the bound of a drawn delay: the path's bound of `ms` (60,000 for /fault/) */
 } cb__fault_answer_t;
 
 /* Parses a fault spec (KIND, or KIND?name=value&... with the parameters of docs/faults.md, values
@@ -757,6 +765,15 @@ int cb__fault_fires(const cb__fault_t *f, uint64_t *counter);
 void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_t *answer);
 /* The name of a fault kind ("reset"), "" for none. */
 const char *cb__fault_name(int kind);
+/* A stub's fault paces the stub's own body when it has one (body_len > 0): drip sends it a byte per piece, so
+ * body_len must be at most 100,000; dribble's pieces at most body_len. Returns 0 or UV_EINVAL. */
+int cb__fault_fit(cb__fault_t *f, uint64_t body_len);
+/* Whether r's answer is being paced by its fault (dribble, drip, slow_head): its handler's on_writable then
+ * calls cb__fault_writable(r). */
+int cb__fault_pacing(const cb__req_t *r);
+void cb__fault_writable(cb__req_t *r);
+/* Delay's n-th seeded draw of f, at most bound_ms (exposed for the tests of the bound). */
+uint32_t cb__fault_delay_ms(const cb__fault_t *f, uint64_t n, uint32_t bound_ms);
 /* The /fault/{kind} fixture handler. */
 extern const cb__handler_t cb__h_fault;
 
@@ -824,6 +841,7 @@ struct cb__req_s {
     struct {
       uint64_t off;   /* body bytes emitted */
       unsigned piece; /* the piece being emitted */
+      uint8_t due;    /* interval_ms: the timer fired for this piece (on_writable alone does not start one) */
     } stub;
     struct {
       char *buf;     /* the request body, held from the echo budget (cap bytes) */
@@ -840,7 +858,8 @@ struct cb__req_s {
     struct {
       const cb__fault_t *f;
       const cb__fault_answer_t *answer;
-      unsigned piece; /* dribble, slow_head: the next piece; hang: ms left */
+      unsigned piece; /* dribble, drip, slow_head: the next piece; hang: ms left */
+      unsigned wake;  /* dribble, drip, slow_head: the wake-up whose pieces go next (see fault.c, pacing) */
       uint8_t own;    /* /fault/{kind}: f was parsed for this request and is freed with it */
     } fault;
     unsigned ms;

@@ -94,6 +94,7 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_CHUNKS_EXCEED_BODY] = "chunks_exceed_body",
     [CB_WHY_BAD_FAULT] = "bad_fault",
     [CB_WHY_NOT_REGULAR] = "not_regular",
+    [CB_WHY_FAULT_EXCEEDS_BODY] = "fault_exceeds_body",
 };
 
 const char *cb_field_name(int field) {

@@ -240,6 +240,7 @@ static void consume(cb__outq_t *q, size_t n) {
 /* Test connections: file ranges are read with pread and handed to the sink with the rest. */
 static ssize_t flush_to_sink(cb__outq_t *q, cb__sink_fn_t sink, void *arg) {
   ssize_t total = 0;
+  if (q->stalled) return 0; /* a peer that does not read (cb__testconn_stall) */
   char buf[16384];
   while (q->head < q->tail) {
     cb__out_t *e = &q->q[q->head];

@@ -117,6 +117,29 @@ void cb__testconn_set_date(cb__testconn_t *tc, const char *imf) {
   w->date_gen++;
 }
 
+int cb__testconn_stall(cb__testconn_t *tc, int stalled) {
+  if (is_closed(tc)) return 1;
+  tc->c->out.stalled = (uint8_t)(stalled != 0);
+  if (!stalled) cb__conn_after(tc->c); /* the writable event a socket would give */
+  return is_closed(tc);
+}
+
+size_t cb__testconn_queued(cb__testconn_t *tc) { return is_closed(tc) ? 0 : tc->c->out.bytes; }
+
+uint64_t cb__testconn_pace_wakes(cb__testconn_t *tc) { return tc->w->pace_wakes; }
+
+static void longest_timer(uv_handle_t *h, void *arg) {
+  if (h->type != UV_TIMER || !uv_is_active(h)) return;
+  uint64_t due = uv_timer_get_due_in((uv_timer_t *)h);
+  if (due > *(uint64_t *)arg) *(uint64_t *)arg = due;
+}
+
+uint64_t cb__testconn_timer_max(cb__testconn_t *tc) {
+  uint64_t max = 0;
+  uv_walk(&tc->w->loop, longest_timer, &max);
+  return max;
+}
+
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out) {
   *out = tc->w->stats;
   out->conns_open = out->conns_accepted - out->conns_closed;

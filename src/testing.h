@@ -38,6 +38,20 @@ int cb__testconn_holds(cb__testconn_t *tc);
  * does: what was made under the old line (HTTP/1.1's memos) is made again. */
 void cb__testconn_set_date(cb__testconn_t *tc, const char *imf);
 
+/* stalled 1: the peer stops reading (what the connection writes stays queued, as before a socket that does not
+ * drain); 0: it reads again, and what was queued is flushed at once. Returns like cb__testconn_feed(). */
+int cb__testconn_stall(cb__testconn_t *tc, int stalled);
+
+/* The bytes the connection has queued and not written. */
+size_t cb__testconn_queued(cb__testconn_t *tc);
+
+/* The timer wake-ups of paced answers (faults dribble, drip, slow_head; stub intervals) on the test worker. */
+uint64_t cb__testconn_pace_wakes(cb__testconn_t *tc);
+
+/* The longest wait, in ms, of the timers running on the test worker (the one a /fault/delay armed, when the
+ * idle and header timeouts are shorter). */
+uint64_t cb__testconn_timer_max(cb__testconn_t *tc);
+
 /* Reads the worker's counters. */
 void cb__testconn_stats(cb__testconn_t *tc, cb_stats_t *out);
 
