@@ -411,13 +411,16 @@ static __attribute__((noinline)) int grow_hdrs(h1_t *h) {
 
 /* RFC 9112 section 5: a field value excludes the whitespace (SP, HTAB) around it. llhttp drops what leads the
  * value but keeps what trails it, so a value's end is trimmed once the value is complete: when the next name
- * completes, or the head. One test of the last byte for most values. hd->value is a pointer while the head is
- * direct, an offset into `head` otherwise (see h1_t). */
-static void trim_value(const h1_t *h, cb__hdr_t *hd) {
-  const char *v = h->direct ? hd->value : h->head + (uintptr_t)hd->value;
+ * completes, or the head. v is where the value's bytes are. One test of the last byte for most values: llhttp
+ * lets no control byte but HTAB into a value, so a last byte up to 0x20 is SP or HTAB. */
+static __attribute__((noinline)) void trim_slow(const char *v, cb__hdr_t *hd) {
   size_t n = hd->value_len;
   while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
   hd->value_len = n;
+}
+
+static inline void trim_value(const char *v, cb__hdr_t *hd) {
+  if (hd->value_len > 0 && (unsigned char)v[hd->value_len - 1] <= ' ') trim_slow(v, hd);
 }
 
 static int on_header_field_complete(llhttp_t *p) {
@@ -438,7 +441,10 @@ static int on_header_field_complete(llhttp_t *p) {
   if (count_head(h, 4)) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
   h->keep_cur = 1;
-  if (h->nhdrs > 0) trim_value(h, &h->hdrs[h->nhdrs - 1]); /* the value before this name is complete */
+  if (h->nhdrs > 0) { /* the value before this name is complete; an offset into `head` unless direct (h1_t) */
+    cb__hdr_t *prev = &h->hdrs[h->nhdrs - 1];
+    trim_value(h->direct ? prev->value : h->head + (uintptr_t)prev->value, prev);
+  }
   if (h->nhdrs == h->hdrs_cap && grow_hdrs(h) != 0) return -1;
   note_header(h, name, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
@@ -606,9 +612,9 @@ static int on_headers_complete(llhttp_t *p) {
   cb__conn_t *c = h->c;
   const cb_config_t *cfg = c->w->cfg;
   cb__req_t *r = &h->req;
-  if (h->nhdrs > 0) trim_value(h, &h->hdrs[h->nhdrs - 1]); /* before head_complete: offsets still */
   h->in_head = 0;
   head_complete(h);
+  if (h->nhdrs > 0) trim_value(h->hdrs[h->nhdrs - 1].value, &h->hdrs[h->nhdrs - 1]); /* pointers now */
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
   r->nheaders = h->nhdrs;
