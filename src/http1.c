@@ -1290,12 +1290,15 @@ static void h1_after(cb__conn_t *c) {
     int rc = len > 0 ? parse(h, h->pending, len) : 0;
     if (c->proto_state != h) {
       /* A held request upgraded the connection (h2c or WebSocket): h is gone, and the new protocol takes the
-       * step. Reading was paused for h's held input, not for the new protocol. */
+       * step. Reading was paused for h's held input, not for the new protocol; an EOF that came while the
+       * input was held was told to HTTP/1.1 only. */
       c->read_paused = 0;
-      if (rc != 0)
+      if (rc != 0) {
         cb__conn_close(c);
-      else
-        c->ops->after(c);
+        return;
+      }
+      if (c->eof) c->ops->eof(c);
+      c->ops->after(c);
       return;
     }
     if (rc != 0) {

@@ -372,6 +372,30 @@ TEST(adv_pipelined_upgrade) {
   test_stop(srv);
 }
 
+/* A handshake held behind /delay/0 with the peer's EOF after it: the WebSocket side is told of the EOF that
+ * came while HTTP/1.1 held the input, so the connection closes once the echo is out (not at the idle timeout). */
+TEST(adv_pipelined_upgrade_eof) {
+  buf_t in = {0}, want = {0}, got = {0};
+  buf_adds(&in, "GET /delay/0 HTTP/1.1\r\nhost: x\r\n\r\n" WS_HANDSHAKE);
+  cframe(&in, 1, 1, "last", 4);
+  exp_head(&want, 200, "text/plain", NULL, 2, CONN_NONE);
+  buf_adds(&want, "ok" WS_101);
+  sframe(&want, 1, "last", 4);
+  cb__testconn_t *tc = cb__testconn_new(NULL, sink, &got);
+  ASSERT_NE(tc, NULL);
+  cb__testconn_feed(tc, in.p, in.len);
+  cb__testconn_eof(tc);
+  int closed = 0;
+  for (int i = 0; i < 20 && !closed; i++) closed = cb__testconn_run(tc, 0);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, want.p, want.len);
+  ASSERT_EQ(closed, 1);
+  ASSERT_EQ(cb__testconn_free(tc), 0);
+  buf_free(&in);
+  buf_free(&want);
+  buf_free(&got);
+}
+
 /* ---- finding 11: h2c expect: 100-continue ---- */
 
 static int have_headers(h2cl_t *cl, const void *arg) {
