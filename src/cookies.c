@@ -59,8 +59,36 @@ size_t cb__cookies_json_cap(const cb__hdr_t *hs, int n) {
   return cap + 5 * CB__COOKIES_MAX;
 }
 
+/* The names kept so far, found by hash: a repeated name costs one probe or a few, where a scan of the kept
+ * names cost up to 255 comparisons per pair (255 names, then 1.6 million repeats of the last: 1.33 s of CPU,
+ * 15 times what the same bytes cost without repeats). Open addressing in twice as many slots as names; the
+ * hash is seeded per call (from the answer buffer's address), so that a client cannot aim names at one slot. */
+#define NAME_SLOTS (2 * CB__COOKIES_MAX)
+
+static uint64_t name_hash(uint64_t seed, const char *p, size_t n) {
+  uint64_t x = seed ^ 0xcbf29ce484222325ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) x = (x ^ (unsigned char)p[i]) * 0x100000001b3ull;
+  return x ^ x >> 29;
+}
+
+/* Whether name was seen before; if not, it is added as names[kept] (the caller counts it). */
+static int seen_name(cb__slice_t *names, int kept, int16_t *slots, uint64_t seed, cb__slice_t name) {
+  for (uint64_t i = name_hash(seed, name.ptr, name.len);; i++) {
+    int16_t k = slots[i & (NAME_SLOTS - 1)];
+    if (k < 0) {
+      slots[i & (NAME_SLOTS - 1)] = (int16_t)kept;
+      names[kept] = name;
+      return 0;
+    }
+    if (names[k].len == name.len && memcmp(names[k].ptr, name.ptr, name.len) == 0) return 1;
+  }
+}
+
 size_t cb__cookies_json(const cb__hdr_t *hs, int n, char *out) {
   cb__slice_t names[CB__COOKIES_MAX];
+  int16_t slots[NAME_SLOTS];
+  memset(slots, 0xff, sizeof slots); /* -1: empty */
+  uint64_t seed = (uint64_t)(uintptr_t)out * 0x9e3779b97f4a7c15ull;
   int kept = 0;
   size_t o = 0;
   out[o++] = '{';
@@ -73,12 +101,9 @@ size_t cb__cookies_json(const cb__hdr_t *hs, int n, char *out) {
       const char *stop = semi != NULL ? semi : end;
       cb__slice_t name, value;
       if (parse_pair(p, (size_t)(stop - p), &name, &value)) {
-        int dup = 0;
-        for (int k = 0; k < kept && !dup; k++)
-          dup = names[k].len == name.len && memcmp(names[k].ptr, name.ptr, name.len) == 0;
         /* The first of a repeated name wins: user agents send the most specific cookie first (5.4). */
-        if (!dup) {
-          names[kept++] = name;
+        if (!seen_name(names, kept, slots, seed, name)) {
+          kept++;
           if (o > 1) out[o++] = ',';
           /* Tokens and cookie-octets hold no character JSON would escape. */
           out[o++] = '"';

@@ -65,7 +65,6 @@ typedef struct {
   uint8_t expect_continue;
   uint8_t upgrade_h2c;     /* this request upgrades the connection to h2c once it is complete */
   uint8_t upgrade_ws;      /* this request upgrades the connection to WebSocket once it is complete (ws.c) */
-  uint8_t parsing_held;    /* parsing input held in `pending` (no upgrade from there) */
   int err_status; /* set by a callback that refuses the request */
   /* The headers the engine itself reads, found as their names complete (on_header_field_complete): the index
    * of the first of each in hdrs, -1 when none; and how many host headers there are. */
@@ -410,6 +409,20 @@ static __attribute__((noinline)) int grow_hdrs(h1_t *h) {
   return 0;
 }
 
+/* RFC 9112 section 5: a field value excludes the whitespace (SP, HTAB) around it. llhttp drops what leads the
+ * value but keeps what trails it, so a value's end is trimmed once the value is complete: when the next name
+ * completes, or the head. v is where the value's bytes are. One test of the last byte for most values: llhttp
+ * lets no control byte but HTAB into a value, so a last byte up to 0x20 is SP or HTAB. */
+static __attribute__((noinline)) void trim_slow(const char *v, cb__hdr_t *hd) {
+  size_t n = hd->value_len;
+  while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+  hd->value_len = n;
+}
+
+static inline void trim_value(const char *v, cb__hdr_t *hd) {
+  if (hd->value_len > 0 && (unsigned char)v[hd->value_len - 1] <= ' ') trim_slow(v, hd);
+}
+
 static int on_header_field_complete(llhttp_t *p) {
   h1_t *h = H(p);
   if (!h->in_head) { /* a trailer: an empty name is a 400 as in the head; the value is not kept */
@@ -428,6 +441,10 @@ static int on_header_field_complete(llhttp_t *p) {
   if (count_head(h, 4)) return -1;
   /* Every header is kept: routes match on them and the journal records them. */
   h->keep_cur = 1;
+  if (h->nhdrs > 0) { /* the value before this name is complete; an offset into `head` unless direct (h1_t) */
+    cb__hdr_t *prev = &h->hdrs[h->nhdrs - 1];
+    trim_value(h->direct ? prev->value : h->head + (uintptr_t)prev->value, prev);
+  }
   if (h->nhdrs == h->hdrs_cap && grow_hdrs(h) != 0) return -1;
   note_header(h, name, n, h->nhdrs);
   cb__hdr_t *hd = &h->hdrs[h->nhdrs++];
@@ -538,10 +555,11 @@ static int has_token(const cb__hdr_t *hd, const char *token) {
   return 0;
 }
 
-/* Upgrade: h2c is taken for a bodiless HTTP/1.1 request with a valid HTTP2-Settings, read straight from the
- * socket (not from held pipelined input), when HTTP/2 is on. Anything else is served as HTTP/1.1. */
+/* Upgrade: h2c is taken for a bodiless HTTP/1.1 request with a valid HTTP2-Settings, when HTTP/2 is on, also
+ * when it was pipelined behind other requests (held input: it is taken once they are answered, h1_after).
+ * Anything else is served as HTTP/1.1. */
 static int wants_h2c(h1_t *h, int has_body) {
-  if (!h->parser.upgrade || has_body || h->http10 || h->parsing_held || !h->c->w->cfg->enable_h2 ||
+  if (!h->parser.upgrade || has_body || h->http10 || !h->c->w->cfg->enable_h2 ||
       !cb__h2_available())
     return 0;
   const cb__hdr_t *up = header_at(h, h->upgrade_idx);
@@ -580,10 +598,13 @@ static void head_complete(h1_t *h) {
 
 /* llhttp_should_keep_alive() for a request, without the call: HTTP/1.1 unless `Connection: close`, HTTP/1.0 with
  * `Connection: keep-alive` (a request never needs the connection's end to end its body: llhttp_message_needs_eof
- * is 0 for requests). */
+ * is 0 for requests). An HTTP/1.0 request with Transfer-Encoding is served but not kept: RFC 9112 6.1 says to
+ * treat its framing as faulty and to close the connection after processing it (HTTP/1.0 has no chunked
+ * coding, so an intermediary may have framed it otherwise: what follows cannot be trusted). */
 static int request_keeps_alive(const llhttp_t *p) {
-  return p->http_major > 0 && p->http_minor > 0 ? !(p->flags & F_CONNECTION_CLOSE)
-                                                : (p->flags & F_CONNECTION_KEEP_ALIVE) != 0;
+  return p->http_major > 0 && p->http_minor > 0
+             ? !(p->flags & F_CONNECTION_CLOSE)
+             : (p->flags & (F_CONNECTION_KEEP_ALIVE | F_TRANSFER_ENCODING)) == F_CONNECTION_KEEP_ALIVE;
 }
 
 static int on_headers_complete(llhttp_t *p) {
@@ -593,6 +614,7 @@ static int on_headers_complete(llhttp_t *p) {
   cb__req_t *r = &h->req;
   h->in_head = 0;
   head_complete(h);
+  if (h->nhdrs > 0) trim_value(h->hdrs[h->nhdrs - 1].value, &h->hdrs[h->nhdrs - 1]); /* pointers now */
   r->path_len = path_length(r->path, h->url_len);
   r->target_len = h->url_len;
   r->nheaders = h->nhdrs;
@@ -695,6 +717,17 @@ static int on_ext_value_complete(llhttp_t *p) {
   return HPE_PAUSED;
 }
 
+/* A chunk's size is known (its line is complete): one that takes the body over the limit gets its 413 now, as
+ * a Content-Length over it does, rather than once the limit's worth of bytes has arrived. */
+static int on_chunk_header(llhttp_t *p) {
+  h1_t *h = H(p);
+  if (p->content_length > h->c->w->cfg->max_body_bytes - h->req.body_received) {
+    h->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
 static int on_body(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   cb__req_t *r = &h->req;
@@ -723,8 +756,8 @@ static int on_message_complete(llhttp_t *p) {
   cb__req_t *r = &h->req;
   r->req_done = 1;
   if (h->upgrade_h2c) return 0; /* llhttp pauses with HPE_PAUSED_UPGRADE: parse() switches protocols */
-  /* GET /ws with a valid handshake, read straight from the socket (as h2c's): the same pause, then ws.c. */
-  if (r->handler == &cb__h_ws && h->parser.upgrade && !h->http10 && !h->parsing_held && !h->stopping &&
+  /* GET /ws with a valid handshake, pipelined or not (as h2c's): the same pause, then ws.c. */
+  if (r->handler == &cb__h_ws && h->parser.upgrade && !h->http10 && !h->stopping &&
       cb__ws_check(r) == 0) {
     h->upgrade_ws = 1;
     return 0;
@@ -749,6 +782,7 @@ static const llhttp_settings_t settings = {
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
     .on_chunk_extension_name = on_ext_name,
     .on_chunk_extension_name_complete = on_ext_name_complete,
@@ -1113,7 +1147,8 @@ static h1_t *h1_wake(cb__conn_t *c);
 static void h1_rest(cb__conn_t *c);
 
 /* Switches the connection to HTTP/2: 101, then the request becomes stream 1 and the bytes after it (the
- * client preface and frames) go to the HTTP/2 side. */
+ * client preface and frames) go to the HTTP/2 side. The rest may lie in `pending` (a request pipelined behind
+ * one answered later): it is handed over before the state that holds it is given back. */
 static int upgrade(h1_t *h, const char *rest, const char *end) {
   static const char switching[] =
       "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
@@ -1122,16 +1157,20 @@ static int upgrade(h1_t *h, const char *rest, const char *end) {
   if (cb__h2_upgrade(c, &h->req, st->value, st->value_len) != 0) return -1;
   /* nghttp2 writes its frames only in the after-event step, so the 101 still comes first. */
   cb__outq_copy(&c->out, switching, sizeof switching - 1);
-  h1_free(h); /* c->proto_state and c->ops are HTTP/2's now */
-  return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+  /* c->proto_state and c->ops are HTTP/2's now */
+  int rc = rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+  h1_free(h);
+  return rc;
 }
 
 /* Switches the connection to WebSocket (ws.c): the 101, then the bytes after the request are frames. */
 static int upgrade_ws(h1_t *h, const char *rest, const char *end) {
   cb__conn_t *c = h->c;
   if (cb__ws_upgrade(c, &h->req) != 0) return -1;
-  h1_free(h); /* c->proto_state and c->ops are ws.c's now */
-  return rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+  /* c->proto_state and c->ops are ws.c's now; the rest may lie in `pending` (see upgrade) */
+  int rc = rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
+  h1_free(h);
+  return rc;
 }
 
 /* Decides on a request line whose method llhttp refused, from the bytes held since (`pending`): 501 for a
@@ -1248,9 +1287,20 @@ static void h1_after(cb__conn_t *c) {
     /* Parse the held input from the start of the buffer; what pauses again is moved back to the front. */
     size_t len = h->pending_len;
     h->pending_len = 0;
-    h->parsing_held = 1;
     int rc = len > 0 ? parse(h, h->pending, len) : 0;
-    h->parsing_held = 0;
+    if (c->proto_state != h) {
+      /* A held request upgraded the connection (h2c or WebSocket): h is gone, and the new protocol takes the
+       * step. Reading was paused for h's held input, not for the new protocol; an EOF that came while the
+       * input was held was told to HTTP/1.1 only. */
+      c->read_paused = 0;
+      if (rc != 0) {
+        cb__conn_close(c);
+        return;
+      }
+      if (c->eof) c->ops->eof(c);
+      c->ops->after(c);
+      return;
+    }
     if (rc != 0) {
       cb__conn_close(c);
       return;

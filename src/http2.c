@@ -23,6 +23,9 @@
 static uint32_t nghttp2_stream_limit(uint32_t limit) { return limit < (1u << 29) ? 2 * limit + 100 : limit; }
 /* A body that fits one DATA frame of the default SETTINGS_MAX_FRAME_SIZE. */
 #define ONE_FRAME 16384
+/* Entries of a SETTINGS frame (and of HTTP2-Settings) nghttp2 accepts; a frame with more ends the connection
+ * (GOAWAY(ENHANCE_YOUR_CALM)). nghttp2's default, set explicitly so that cb__h2_settings_valid agrees. */
+#define MAX_SETTINGS 32
 /* Streams keep their structures for reuse up to this many per connection. */
 #define FREE_STREAMS_MAX 16
 
@@ -62,6 +65,7 @@ struct h2s {
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
   uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
+  uint8_t expect_continue; /* the request has `expect: 100-continue` */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
   /* The status and content-length values of the response head: nghttp2 references them (NO_COPY) until the
    * HEADERS frame is written, in this event's send. */
@@ -671,6 +675,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     s->req.content_length = v; /* nghttp2 has checked it is all digits and matches the DATA received */
   } else if (NAME_IS(name, nlen, "priority")) {
     s->client_priority = 1;
+  } else if (NAME_IS(name, nlen, "expect")) {
+    s->expect_continue = ci_eq((const char *)value, vlen, "100-continue");
   }
   /* Every regular field is kept: routes match on them and the journal records them. */
   if (add_header(s, name, nlen, value, vlen, 0) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -702,6 +708,15 @@ static void refuse(h2s_t *s, int status, int ends) {
     s->rst_after = 1;
     s->h->nrst_after++;
   }
+}
+
+/* `expect: 100-continue` on a request whose body is still to come, and no answer yet (RFC 9110 10.1.1): an
+ * interim HEADERS with :status 100, as HTTP/1.1 sends `100 Continue`, so that a client waiting for it sends the
+ * body. A request the route answered at once (a 413 or 503 before the body) gets that answer instead. */
+static __attribute__((noinline)) void send_continue(h2c_t *h, h2s_t *s) {
+  static const nghttp2_nv cont[] = {{(uint8_t *)":status", (uint8_t *)"100", 7, 3,
+                                     NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE}};
+  nghttp2_submit_headers(h->session, NGHTTP2_FLAG_NONE, s->id, NULL, cont, 1, NULL);
 }
 
 /* The head is complete: route it (or refuse it) and hand it to the handler. */
@@ -737,6 +752,7 @@ static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
   s->head_only = r->method == CB_METHOD_HEAD;
   s->dispatched = 1;
   cb__req_dispatch(r);
+  if (s->expect_continue && !ends && r->res_state == CB__RES_NONE) send_continue(h, s);
 }
 
 static void request_done(h2s_t *s) {
@@ -1036,6 +1052,7 @@ static void init_callbacks(void) {
   nghttp2_option_set_max_outbound_ack(options, 1000);
   nghttp2_option_set_stream_reset_rate_limit(options, 1000, 100);
   nghttp2_option_set_no_auto_window_update(options, 1);
+  nghttp2_option_set_max_settings(options, MAX_SETTINGS);
 
 }
 
@@ -1112,10 +1129,14 @@ static ssize_t b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap)
   return (ssize_t)o;
 }
 
+/* HTTP2-Settings is taken when nghttp2 will take it as the client's first SETTINGS: at most MAX_SETTINGS
+ * entries. With more, nghttp2_session_upgrade2 failed after the 101 was decided and the connection closed
+ * without an answer (33 to 85 entries; 86 and more are over the 512 bytes read here). Now the request is
+ * served as HTTP/1.1, as for any HTTP2-Settings that is not taken. */
 int cb__h2_settings_valid(const char *settings, size_t len) {
   uint8_t payload[512];
   ssize_t plen = b64url_decode(settings, len, payload, sizeof payload);
-  return plen >= 0 && plen % 6 == 0;
+  return plen >= 0 && plen % 6 == 0 && plen / 6 <= MAX_SETTINGS;
 }
 
 int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size_t settings_len) {

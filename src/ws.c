@@ -9,7 +9,13 @@
  * The frame codec is written here rather than taken from wslay (Debian's libwslay-dev, which cbench-load and
  * the tests use as the peer): Debian ships wslay as a shared library only, and libcbench promises a fully
  * static link (pkg-config --static, make pkgconfig-test). Its state is small and bounded: a 14-byte header, a
- * 125-byte control payload, and the message being assembled (at most max_body_bytes). */
+ * 125-byte control payload, and the message being assembled (at most max_body_bytes).
+ *
+ * Messages are held from the echo budget as /echo's bodies are (cb__echo_hold): the buffer of the message being
+ * assembled and of every echo not yet written. Without it, clients that send large messages and never read
+ * held a message each in the output queue, with nothing to bound their sum (100 clients of 9.9 MB: 970 MB). A
+ * frame that would take the connection over its budget gets 1009 (the message is too big for what the
+ * connection already holds), one that would take the server over its budget 1013 (try again later). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +25,7 @@
 
 enum { OP_CONT = 0, OP_TEXT = 1, OP_BINARY = 2, OP_CLOSE = 8, OP_PING = 9, OP_PONG = 10 };
 enum { CLOSE_NORMAL = 1000, CLOSE_GOING_AWAY = 1001, CLOSE_PROTOCOL = 1002, CLOSE_BAD_DATA = 1007,
-       CLOSE_TOO_BIG = 1009 };
+       CLOSE_TOO_BIG = 1009, CLOSE_TRY_LATER = 1013 };
 
 /* ---- the handshake ---- */
 
@@ -158,6 +164,26 @@ typedef struct {
   uint8_t closed;    /* a close frame was sent: input is dropped, the connection closes once it is out */
 } ws_t;
 
+/* Grows the message buffer to `cap` bytes, held from the echo budget. Returns 0 or a close code. */
+static unsigned msg_grow(ws_t *ws, size_t cap) {
+  cb__conn_t *c = ws->c;
+  size_t more = cap - ws->msg_cap;
+  /* The connection's part of the budget is looked at first, so that the two refusals can be told apart
+   * (cb__echo_hold says only that one of them refused). */
+  size_t body = c->w->cfg->max_body_bytes;
+  size_t conn_budget = body > SIZE_MAX / CB__ECHO_CONN_BODIES ? SIZE_MAX : body * CB__ECHO_CONN_BODIES;
+  if (more > conn_budget - c->echo_held) return CLOSE_TOO_BIG;
+  if (cb__echo_hold(c, more) != 0) return CLOSE_TRY_LATER;
+  char *m = realloc(ws->msg, cap);
+  if (m == NULL) { /* out of memory: refused like an oversized message */
+    cb__echo_release(c, more);
+    return CLOSE_TOO_BIG;
+  }
+  ws->msg = m;
+  ws->msg_cap = cap;
+  return 0;
+}
+
 static void frame_head(ws_t *ws, uint8_t op, uint64_t n) {
   uint8_t h[10];
   size_t hl;
@@ -226,12 +252,7 @@ static unsigned header_done(ws_t *ws) {
       ws->msg_op = ws->opcode;
       ws->utf8 = 0;
     }
-    if (ws->msg_len + n > ws->msg_cap) {
-      char *m = realloc(ws->msg, ws->msg_len + (size_t)n);
-      if (m == NULL) return CLOSE_TOO_BIG; /* out of memory: refused like an oversized message */
-      ws->msg = m;
-      ws->msg_cap = ws->msg_len + (size_t)n;
-    }
+    if (ws->msg_len + n > ws->msg_cap) return msg_grow(ws, ws->msg_len + (size_t)n);
   }
   return 0;
 }
@@ -262,12 +283,15 @@ static unsigned frame_done(ws_t *ws) {
     default:
       if (!ws->fin) return 0;
       if (ws->msg_op == OP_TEXT && ws->utf8 != 0) return CLOSE_BAD_DATA; /* a sequence cut at the end */
-      /* The message goes out as it is: the queue takes the buffer and frees it once written. */
+      /* The message goes out as it is: the queue takes the buffer, frees it once written and gives its budget
+       * back then (conn.c's flush). */
       frame_head(ws, ws->msg_op, ws->msg_len);
       if (ws->msg_len > 0) {
-        if (cb__outq_ref(&ws->c->out, ws->msg, ws->msg_len, 1) != 0) return CLOSE_TOO_BIG;
+        char *m = ws->msg;
+        size_t held = ws->msg_cap;
         ws->msg = NULL;
         ws->msg_cap = 0;
+        if (cb__outq_ref_range(&ws->c->out, m, 0, ws->msg_len, 1, held) != 0) return CLOSE_TOO_BIG;
       }
       ws->msg_len = 0;
       ws->msg_op = 0;
@@ -345,6 +369,7 @@ static void ws_destroy(cb__conn_t *c) {
   ws_t *ws = c->proto_state;
   if (ws == NULL) return;
   free(ws->msg);
+  cb__echo_release(c, ws->msg_cap);
   free(ws);
   c->proto_state = NULL;
 }
