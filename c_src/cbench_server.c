@@ -1,5 +1,6 @@
 /* cbench-server: the engine as a standalone program. Prints one ready line, serves until SIGINT or SIGTERM,
- * then stops gracefully, prints the stats and exits 0. */
+ * then stops gracefully, prints the stats and exits 0. SIGINT or SIGTERM before the ready line (while a stub
+ * file is read, say from a FIFO nobody writes) ends it at once with 128 + the signal's number. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cbench.h"
 #include "stub_json.h"
@@ -128,6 +130,54 @@ static int start_error(const cb_config_t *cfg, int err) {
   return 1;
 }
 
+/* The signals: one thread waits for SIGINT and SIGTERM from the first line of main on (every other thread has
+ * them blocked, the workers included, since they inherit the mask). Before the ready line a signal ends the
+ * process at once, whatever main is blocked in (open(2) of a FIFO, a start that takes long); after it, main is
+ * woken to stop gracefully. */
+static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER;
+static int serving, got_signal;
+
+static void *signal_thread(void *arg) {
+  const sigset_t *set = arg;
+  for (;;) {
+    int sig = 0;
+    if (sigwait(set, &sig) != 0) continue;
+    pthread_mutex_lock(&sig_mu);
+    if (!serving) {
+      static const char msg[] = "cbench-server: stopped by a signal before it was ready\n";
+      ssize_t w = write(2, msg, sizeof msg - 1);
+      (void)w;
+      _exit(128 + sig);
+    }
+    got_signal = sig;
+    pthread_cond_signal(&sig_cv);
+    pthread_mutex_unlock(&sig_mu);
+  }
+  return NULL;
+}
+
+/* Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) and starts the thread that
+ * waits for them. Returns 0, or -1 (the signals then keep their default action: they end the process). */
+static int take_signals(void) {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) return -1;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, signal_thread, &set);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    return -1;
+  }
+  return 0;
+}
+
 static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   printf("cbench-server stats: conns accepted %llu open %llu closed %llu, requests %llu, bytes read %llu "
          "written %llu\n",
@@ -152,6 +202,11 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
 }
 
 int main(int argc, char **argv) {
+  if (take_signals() != 0) {
+    fprintf(stderr, "cbench-server: cannot start the signal thread\n");
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
@@ -204,14 +259,6 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  /* Signals are taken before the workers start so that they inherit the mask and only main sees them. */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
   if (err) return start_error(&cfg, err);
@@ -226,12 +273,16 @@ int main(int argc, char **argv) {
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
+  /* From the ready line on, a signal is a graceful stop (a signal that came before has ended the process). */
+  pthread_mutex_lock(&sig_mu);
+  serving = 1;
+  pthread_mutex_unlock(&sig_mu);
   printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
          cb_server_port(srv), threads, threads == 1 ? "" : "s");
   fflush(stdout);
-
-  int sig = 0;
-  sigwait(&set, &sig);
+  pthread_mutex_lock(&sig_mu);
+  while (got_signal == 0) pthread_cond_wait(&sig_cv, &sig_mu);
+  pthread_mutex_unlock(&sig_mu);
   /* The stats once the graceful stop is over, so that what finished while draining is counted. */
   cb_stats_t stats;
   cb_route_counts_t *counts = NULL;

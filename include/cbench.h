@@ -308,11 +308,14 @@ typedef struct cb_header_s {
 typedef enum {
   CB_BODY_BYTES,     /* body: the bytes, copied by cb_server_route_add (may be empty) */
   CB_BODY_GENERATED, /* body_size bytes of fixture content: byte i is i % 251, like the fixture files */
-  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. Up to 1 MiB it is read into
+  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. A regular file only (a
+                      * FIFO or a device: UV_EINVAL, a directory: UV_EISDIR, without opening it, so the call never
+                      * blocks), at most CB_MAX_BODY_FILE bytes (CB_ELIMIT). Up to 1 MiB it is read into
                       * memory then (served like bytes); a bigger one is sent with sendfile(2) from the open
                       * file, never mapped: if it shrinks later, the responses that reach past its end are cut
                       * short (their connections closed) instead of faulting */
 } cb_body_kind;
+#define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
  * content-length, or transfer-encoding: chunked over HTTP/1.1 when chunks > 0. */
@@ -354,6 +357,16 @@ typedef struct cb_stub_s {
  * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
  * UV_EBUSY (called from a worker thread). */
 CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
+
+/* Adds n stubs at once, as if by n calls of cb_server_route_add in array order (so stubs[n - 1] is the newest and
+ * gets the highest id), but all or nothing and with one new table: adding N stubs this way costs O(N log N) in
+ * all, where N separate calls each rebuild the table. On success ids[i] is the id of stubs[i]. On failure
+ * nothing was added (some ids may have been used up: ids are never reused) and, when the fault is one stub's,
+ * *failed is its index (otherwise n); failed may be NULL. Errors: those of cb_server_route_add (CB_ELIMIT
+ * when the table would hold more than CB_MAX_ROUTES stubs), UV_EINVAL for a NULL stubs or ids with n > 0. n = 0
+ * does nothing and returns 0. */
+CB_EXTERN int cb_server_route_add_many(cb_server_t *srv, const cb_stub_t *stubs, size_t n, uint64_t *ids,
+                                       size_t *failed);
 
 #define CB_MAX_ROUTES 100000
 
