@@ -227,10 +227,14 @@ CB_EXTERN int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final);
  * those routes' methods in the order GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, TRACE), otherwise
  * 404. A route that allows GET answers HEAD too (headers only).
  *
- * Tables are immutable values: every change builds a new table and hands it to every worker; the calls below
- * return once every worker uses it, so a request sent after cb_server_route_add() returns sees the new stub.
- * A request that began under the old table is answered from it, and the old table (with the stub bytes its
- * responses reference) is freed once no worker and no queued response uses it.
+ * Tables are immutable values, read by the workers without a lock. The calls below return once every worker
+ * will dispatch its next request under a table with the change, so a request sent after cb_server_route_add()
+ * returns sees the new stub. The table itself is built once per burst of changes: a change hands every worker
+ * a stand-in, and the first request dispatched under it builds the table from every change made so far (once,
+ * for all workers), so N adds in a row cost O(N log N) in all, not N tables; cb_server_route_add_many builds
+ * its table at once, before it returns. If that build runs out of memory, the workers keep the table they had
+ * until the next change. A request that began under an old table is answered from it, and the old table (with
+ * the stub bytes its responses reference) is freed once no worker and no queued response uses it.
  *
  * Threads: these functions may be called from any thread except an engine worker (from a worker, for example
  * inside a journal listener, they return UV_EBUSY); calls on one server are serialised. They block until every
@@ -310,7 +314,7 @@ typedef enum {
   CB_BODY_GENERATED, /* body_size bytes of fixture content: byte i is i % 251, like the fixture files */
   CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. A regular file only (a
                       * FIFO or a device: UV_EINVAL, a directory: UV_EISDIR, without opening it, so the call never
-                      * blocks), at most CB_MAX_BODY_FILE bytes (CB_ELIMIT). Up to 1 MiB it is read into
+                      * blocks), at most CB_MAX_BODY_FILE bytes (UV_EFBIG). Up to 1 MiB it is read into
                       * memory then (served like bytes); a bigger one is sent with sendfile(2) from the open
                       * file, never mapped: if it shrinks later, the responses that reach past its end are cut
                       * short (their connections closed) instead of faulting */
@@ -354,7 +358,8 @@ typedef struct cb_stub_s {
  * bytes; a CB_BODY_FILE is opened, and read when small) before returning: `stub` and everything it points to may be
  * freed at once. On success *id is the stub's id: unique for the server's life, starting at 1.
  * Errors: UV_EINVAL (a bad field: see the limits above), CB_ELIMIT (more than CB_MAX_ROUTES routes live), the
- * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
+ * error of stat(2), open(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...; UV_EINVAL for
+ * one that is not a regular file, UV_EFBIG above CB_MAX_BODY_FILE), UV_ENOMEM,
  * UV_EBUSY (called from a worker thread). */
 CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
 

@@ -258,7 +258,7 @@ static int open_body_file(stub_t *st, cb_str_t path) {
   if (fstat(st->fd, &sb) != 0) return uv_translate_sys_error(errno);
   if (S_ISDIR(sb.st_mode)) return UV_EISDIR;
   if (!S_ISREG(sb.st_mode)) return UV_EINVAL;
-  if ((uint64_t)sb.st_size > CB_MAX_BODY_FILE) return CB_ELIMIT;
+  if ((uint64_t)sb.st_size > CB_MAX_BODY_FILE) return UV_EFBIG;
   st->len = (uint64_t)sb.st_size;
   if (st->len > FILE_IN_MEMORY_MAX) return 0;
   /* Small: read once, then served like bytes. */

@@ -243,7 +243,7 @@ TEST_T(adv_stubs_body_file_kinds, 30000) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, (off_t)CB_MAX_BODY_FILE + 1), 0);
   st.response.body = (cb_str_t){big, strlen(big)};
-  ASSERT_ERR(cb_server_route_add(srv, &st, &id), CB_ELIMIT);
+  ASSERT_ERR(cb_server_route_add(srv, &st, &id), UV_EFBIG);
   ASSERT_EQ(ftruncate(fd, (off_t)CB_MAX_BODY_FILE), 0);
   close(fd);
   ASSERT_ERR(cb_server_route_add(srv, &st, &id), 0);
