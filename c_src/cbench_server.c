@@ -38,6 +38,20 @@ static void usage(FILE *f) {
   fprintf(f, "  --version\n  --help\n");
 }
 
+/* An argument as a message may quote it: a control byte, DEL or a byte above 0x7f becomes \xNN, so that what
+ * was typed (or generated) cannot act on the terminal. Cut to fit buf. */
+static const char *quoted(const char *s, char *buf, size_t cap) {
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && o + 5 < cap; p++) {
+    if (*p < 0x20 || *p >= 0x7f)
+      o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", *p);
+    else
+      buf[o++] = (char)*p;
+  }
+  buf[o] = '\0';
+  return buf;
+}
+
 static const cb_option_t *find_flag(const char *flag) {
   int n;
   const cb_option_t *opts = cb_config_options(&n);
@@ -76,12 +90,13 @@ static int parse_cpus(const char *s, const cb_option_t *o, int *cpus, int *n) {
 /* Sets the option of one flag from its value. Returns 0, or -1 after printing what the flag accepts. */
 static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *cpus) {
   unsigned long long n;
+  char q[256];
   switch (o->type) {
     case CB_OPT_BOOL: return cb_config_set_uint(cfg, o, !o->def);
     case CB_OPT_UINT:
       if (parse_num(v, &n) == 0 && cb_config_set_uint(cfg, o, n) == 0) return 0;
       fprintf(stderr, "cbench-server: %s takes an integer from %llu to %llu, not '%s'\n", o->flag,
-              (unsigned long long)o->min, (unsigned long long)o->max, v);
+              (unsigned long long)o->min, (unsigned long long)o->max, quoted(v, q, sizeof q));
       return -1;
     case CB_OPT_CPUS:
       if (parse_cpus(v, o, cpus, &cfg->ncpus) == 0) {
@@ -89,7 +104,8 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
         return 0;
       }
       fprintf(stderr, "cbench-server: %s takes a comma-separated list of 1 to %d CPU numbers from %llu to %llu, "
-              "not '%s'\n", o->flag, CB_MAX_THREADS, (unsigned long long)o->min, (unsigned long long)o->max, v);
+              "not '%s'\n", o->flag, CB_MAX_THREADS, (unsigned long long)o->min, (unsigned long long)o->max,
+              quoted(v, q, sizeof q));
       return -1;
     case CB_OPT_HOST:
     case CB_OPT_STRING:
@@ -107,13 +123,14 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
 /* Why the start failed, in the words of the flag that caused it. Returns the exit status: 2 for an argument
  * that cannot work on this machine, 1 otherwise. */
 static int start_error(const cb_config_t *cfg, int err) {
+  char q[256];
   if (err == CB_EADDRINUSE) {
-    fprintf(stderr, "cbench-server: %s:%d is already in use\n", cfg->host, cfg->port);
+    fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
   }
   if (err == CB_EAI_NONAME) {
     fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
-            "or a name the resolver knows\n", cfg->host);
+            "or a name the resolver knows\n", quoted(cfg->host, q, sizeof q));
     return 2;
   }
   if (err == CB_ETHREADS && cfg->ncpus > 0) {
@@ -232,7 +249,8 @@ int main(int argc, char **argv) {
     }
     const cb_option_t *o = find_flag(a);
     if (o == NULL) {
-      fprintf(stderr, "cbench-server: unknown argument: %s\n", a);
+      char q[256];
+      fprintf(stderr, "cbench-server: unknown argument: %s\n", quoted(a, q, sizeof q));
       usage(stderr);
       return 2;
     }

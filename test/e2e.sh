@@ -441,6 +441,18 @@ for f in dup esc; do
   fi
 done
 
+# Arguments quoted in messages get the same treatment.
+set +e
+timeout 10 "$SERVER" --port "$(printf '1\033[2J')" >"$work/escarg.out" 2>"$work/escarg.err"
+rc=$?
+set -e
+want="cbench-server: --port takes an integer from 0 to 65535, not '1\\x1b[2J'"
+if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/escarg.err")" = "$want" ] && ! LC_ALL=C grep -q "$(printf '\033')" "$work/escarg.err"; then
+  ok
+else
+  bad "--port with ESC: exit status $rc, stderr '$(head -n 1 "$work/escarg.err" | cat -v)', expected 2 and '$want'"
+fi
+
 # 20,000 stubs from one file (one route table, not one per stub): every one tried answers its own body.
 awk 'BEGIN { printf "["; for (i = 0; i < 20000; i++) printf "%s{\"match\": {\"path\": \"/s/%d\"}, \"response\": {\"body\": \"s%d\"}}", (i ? ",\n" : ""), i, i; print "]" }' \
   >"$work/many.json"
