@@ -260,3 +260,41 @@ TEST_T(adv_stubs_body_file_kinds, 30000) {
   cb_stub_list_free(list);
   test_stop(srv);
 }
+
+/* A fixture_dir holding a FIFO where a fixture file goes, and another under the name of the temporary file the
+ * server writes (this process's pid): the start neither blocks on them nor serves them; the files are written
+ * afresh and served. */
+TEST_T(adv_stubs_fixture_dir_fifos, 30000) {
+  char dir[512], p[600];
+  snprintf(dir, sizeof dir, "%s", tmp_path("fxdir"));
+  mkdir(dir, 0700);
+  snprintf(p, sizeof p, "%s/tiny", dir);
+  unlink(p);
+  ASSERT_EQ(mkfifo(p, 0600), 0);
+  snprintf(p, sizeof p, "%s/.small.%ld.tmp", dir, (long)getpid());
+  unlink(p);
+  ASSERT_EQ(mkfifo(p, 0600), 0);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cfg.fixture_dir = dir;
+  cb_server_t *srv = test_start(&cfg);
+  int fd = cl_connect(cb_server_port(srv));
+  const char *paths[] = {"/file/tiny", "/file/small"};
+  for (int i = 0; i < 2; i++) {
+    buf_t e = {0}, req = {0};
+    exp_route(&e, "GET", paths[i], CONN_NONE);
+    buf_addf(&req, "GET %s HTTP/1.1\r\nhost: x\r\n\r\n", paths[i]);
+    ROUNDTRIP(fd, req.p, req.len, &e);
+    buf_free(&e);
+    buf_free(&req);
+  }
+  close(fd);
+  test_stop(srv);
+  const char *names[] = {"tiny", "small", "big"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    unlink(p);
+  }
+  rmdir(dir);
+}
