@@ -1,5 +1,6 @@
 /* cbench-server: the engine as a standalone program. Prints one ready line, serves until SIGINT or SIGTERM,
- * then stops gracefully, prints the stats and exits 0. */
+ * then stops gracefully, prints the stats and exits 0. SIGINT or SIGTERM before the ready line (while a stub
+ * file is read, say from a FIFO nobody writes) ends it at once with 128 + the signal's number. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cbench.h"
 #include "stub_json.h"
@@ -34,6 +36,20 @@ static void usage(FILE *f) {
   }
   fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md)\n");
   fprintf(f, "  --version\n  --help\n");
+}
+
+/* An argument as a message may quote it: a control byte, DEL or a byte above 0x7f becomes \xNN, so that what
+ * was typed (or generated) cannot act on the terminal. Cut to fit buf. */
+static const char *quoted(const char *s, char *buf, size_t cap) {
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && o + 5 < cap; p++) {
+    if (*p < 0x20 || *p >= 0x7f)
+      o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", *p);
+    else
+      buf[o++] = (char)*p;
+  }
+  buf[o] = '\0';
+  return buf;
 }
 
 static const cb_option_t *find_flag(const char *flag) {
@@ -74,12 +90,13 @@ static int parse_cpus(const char *s, const cb_option_t *o, int *cpus, int *n) {
 /* Sets the option of one flag from its value. Returns 0, or -1 after printing what the flag accepts. */
 static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *cpus) {
   unsigned long long n;
+  char q[256];
   switch (o->type) {
     case CB_OPT_BOOL: return cb_config_set_uint(cfg, o, !o->def);
     case CB_OPT_UINT:
       if (parse_num(v, &n) == 0 && cb_config_set_uint(cfg, o, n) == 0) return 0;
       fprintf(stderr, "cbench-server: %s takes an integer from %llu to %llu, not '%s'\n", o->flag,
-              (unsigned long long)o->min, (unsigned long long)o->max, v);
+              (unsigned long long)o->min, (unsigned long long)o->max, quoted(v, q, sizeof q));
       return -1;
     case CB_OPT_CPUS:
       if (parse_cpus(v, o, cpus, &cfg->ncpus) == 0) {
@@ -87,7 +104,8 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
         return 0;
       }
       fprintf(stderr, "cbench-server: %s takes a comma-separated list of 1 to %d CPU numbers from %llu to %llu, "
-              "not '%s'\n", o->flag, CB_MAX_THREADS, (unsigned long long)o->min, (unsigned long long)o->max, v);
+              "not '%s'\n", o->flag, CB_MAX_THREADS, (unsigned long long)o->min, (unsigned long long)o->max,
+              quoted(v, q, sizeof q));
       return -1;
     case CB_OPT_HOST:
     case CB_OPT_STRING:
@@ -105,13 +123,14 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
 /* Why the start failed, in the words of the flag that caused it. Returns the exit status: 2 for an argument
  * that cannot work on this machine, 1 otherwise. */
 static int start_error(const cb_config_t *cfg, int err) {
+  char q[256];
   if (err == CB_EADDRINUSE) {
-    fprintf(stderr, "cbench-server: %s:%d is already in use\n", cfg->host, cfg->port);
+    fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
   }
   if (err == CB_EAI_NONAME) {
     fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
-            "or a name the resolver knows\n", cfg->host);
+            "or a name the resolver knows\n", quoted(cfg->host, q, sizeof q));
     return 2;
   }
   if (err == CB_ETHREADS && cfg->ncpus > 0) {
@@ -126,6 +145,54 @@ static int start_error(const cb_config_t *cfg, int err) {
   }
   fprintf(stderr, "cbench-server: cannot start: %s (%s)\n", cb_strerror(err), cb_err_name(err));
   return 1;
+}
+
+/* The signals: one thread waits for SIGINT and SIGTERM from the first line of main on (every other thread has
+ * them blocked, the workers included, since they inherit the mask). Before the ready line a signal ends the
+ * process at once, whatever main is blocked in (open(2) of a FIFO, a start that takes long); after it, main is
+ * woken to stop gracefully. */
+static pthread_mutex_t sig_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sig_cv = PTHREAD_COND_INITIALIZER;
+static int serving, got_signal;
+
+static void *signal_thread(void *arg) {
+  const sigset_t *set = arg;
+  for (;;) {
+    int sig = 0;
+    if (sigwait(set, &sig) != 0) continue;
+    pthread_mutex_lock(&sig_mu);
+    if (!serving) {
+      static const char msg[] = "cbench-server: stopped by a signal before it was ready\n";
+      ssize_t w = write(2, msg, sizeof msg - 1);
+      (void)w;
+      _exit(128 + sig);
+    }
+    got_signal = sig;
+    pthread_cond_signal(&sig_cv);
+    pthread_mutex_unlock(&sig_mu);
+  }
+  return NULL;
+}
+
+/* Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts) and starts the thread that
+ * waits for them. Returns 0, or -1 (the signals then keep their default action: they end the process). */
+static int take_signals(void) {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) return -1;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, signal_thread, &set);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    return -1;
+  }
+  return 0;
 }
 
 static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
@@ -152,6 +219,11 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
 }
 
 int main(int argc, char **argv) {
+  if (take_signals() != 0) {
+    fprintf(stderr, "cbench-server: cannot start the signal thread\n");
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
@@ -177,7 +249,8 @@ int main(int argc, char **argv) {
     }
     const cb_option_t *o = find_flag(a);
     if (o == NULL) {
-      fprintf(stderr, "cbench-server: unknown argument: %s\n", a);
+      char q[256];
+      fprintf(stderr, "cbench-server: unknown argument: %s\n", quoted(a, q, sizeof q));
       usage(stderr);
       return 2;
     }
@@ -204,14 +277,6 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  /* Signals are taken before the workers start so that they inherit the mask and only main sees them. */
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
   if (err) return start_error(&cfg, err);
@@ -226,12 +291,16 @@ int main(int argc, char **argv) {
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
+  /* From the ready line on, a signal is a graceful stop (a signal that came before has ended the process). */
+  pthread_mutex_lock(&sig_mu);
+  serving = 1;
+  pthread_mutex_unlock(&sig_mu);
   printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
          cb_server_port(srv), threads, threads == 1 ? "" : "s");
   fflush(stdout);
-
-  int sig = 0;
-  sigwait(&set, &sig);
+  pthread_mutex_lock(&sig_mu);
+  while (got_signal == 0) pthread_cond_wait(&sig_cv, &sig_mu);
+  pthread_mutex_unlock(&sig_mu);
   /* The stats once the graceful stop is over, so that what finished while draining is counted. */
   cb_stats_t stats;
   cb_route_counts_t *counts = NULL;

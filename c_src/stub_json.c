@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A field's place: array indexes and object keys from the root. */
 typedef struct {
@@ -109,6 +110,21 @@ static void field_name(const ctx_t *c, const where_t *w, char *out, size_t cap) 
   }
 }
 
+/* Rewrites msg in place so that a terminal shows it as text: a control byte, DEL or a byte above 0x7f (from a
+ * key, a value or the file name quoted in it) becomes \xNN. Cut at the end of msg's room. */
+static void escape_msg(char *msg, size_t cap) {
+  char out[2048];
+  size_t o = 0;
+  for (const unsigned char *p = (const unsigned char *)msg; *p != '\0' && o + 5 < sizeof out; p++) {
+    if (*p < 0x20 || *p >= 0x7f)
+      o += (size_t)snprintf(out + o, sizeof out - o, "\\x%02x", *p);
+    else
+      out[o++] = (char)*p;
+  }
+  out[o] = '\0';
+  snprintf(msg, cap, "%s", out);
+}
+
 __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, const where_t *w, const char *fmt, ...) {
   char field[256], what[512];
   va_list ap;
@@ -117,6 +133,7 @@ __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, const wher
   va_end(ap);
   field_name(c, w, field, sizeof field);
   snprintf(c->msg, c->msgcap, "%s:%d: %s: %s", c->file, line_of(c, locate(c, w)), field[0] ? field : "stubs", what);
+  escape_msg(c->msg, c->msgcap);
   return -1;
 }
 
@@ -302,6 +319,20 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
       p = *owned;
     }
     res->body = (cb_str_t){p, strlen(p)};
+    /* The engine refuses these too (cb_server_route_add); here the message can say what the file is. stat(2)
+     * opens nothing, so a FIFO cannot block it. */
+    struct stat sb;
+    if (stat(p, &sb) == 0) {
+      /* The reason first, as everywhere: not_regular, or the posix name (eisdir, efbig) as in Erlang. */
+      if (S_ISDIR(sb.st_mode)) return fail(c, &f, "eisdir: %s is a directory: a body file must be a regular file", p);
+      const char *what = S_ISFIFO(sb.st_mode) ? "a FIFO"
+                         : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device" : S_ISSOCK(sb.st_mode) ? "a socket"
+                         : NULL;
+      if (what != NULL) return fail(c, &f, "not_regular: %s is %s: a body file must be a regular file", p, what);
+      if ((uint64_t)sb.st_size > CB_MAX_BODY_FILE)
+        return fail(c, &f, "efbig: %s has %llu bytes: a body file may have at most %llu", p,
+                    (unsigned long long)sb.st_size, (unsigned long long)CB_MAX_BODY_FILE);
+    }
     return 0;
   }
   if ((x = json_object_get(v, "json")) != NULL) {
@@ -312,7 +343,23 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
   return fail(c, w, "unknown_key: must be a string, or an object with one of bytes, file, json");
 }
 
-static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *s) {
+/* One stub, parsed: what it points to lives in the parsed document or in the four allocations, freed by
+ * parsed_free once the stubs are added. */
+typedef struct {
+  cb_stub_t st;
+  cb_matcher_t *hm, *qm;
+  cb_header_t *rh;
+  char *owned;
+} parsed_t;
+
+static void parsed_free(parsed_t *p) {
+  free(p->hm);
+  free(p->qm);
+  free(p->rh);
+  free(p->owned);
+}
+
+static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out) {
   static const char *const stub_keys[] = {"name", "match", "response", NULL};
   static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
   static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", "fault", NULL};
@@ -322,6 +369,7 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
   memset(&st, 0, sizeof st);
   char *owned = NULL;
   int rc = -1;
+  memset(out, 0, sizeof *out);
   json_t *name = json_object_get(s, "name"), *match = json_object_get(s, "match"), *res = json_object_get(s, "response");
   where_t wm = sub(w, "match", 0), wr = sub(w, "response", 0);
   if (name != NULL) {
@@ -390,39 +438,48 @@ static int add_stub(const ctx_t *c, cb_server_t *srv, const where_t *w, json_t *
     }
     if (fault != NULL) st.response.fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
   }
-  uint64_t id;
-  int err = cb_server_route_add(srv, &st, &id);
-  if (err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE) {
-    /* The engine checks what JSON types cannot say (a pattern's syntax, header names and values) and says which
-     * field and why (the reasons of cb_error_detail(), the Erlang API's too). */
-    fail_detail(c, w, cb_error_detail(), match, res);
-    goto out;
-  }
-  if (err) {
-    const char *hint = st.response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
-    fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body%s", hint,
-         cb_strerror(err), cb_err_name(err), st.response.fault.ptr ? ", docs/faults.md for response.fault" : "");
-    goto out;
-  }
   rc = 0;
 out:
-  free(hm);
-  free(qm);
-  free(rh);
-  free(owned);
+  *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned};
+  if (rc) parsed_free(out);
   return rc;
 }
 
+/* What the engine refused in stub w, after the JSON types were right (a pattern's syntax, header names and
+ * values, a body file). */
+/* What the engine refused of stub s (parsed as st): the field and why when it names one (the reasons of
+ * cb_error_detail(), the Erlang API's too: a pattern's syntax, header names and values, what JSON types cannot
+ * say), else the error. */
+static int refused(const ctx_t *c, const where_t *w, json_t *s, const cb_stub_t *st, int err) {
+  if (err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE)
+    return fail_detail(c, w, cb_error_detail(), json_object_get(s, "match"), json_object_get(s, "response"));
+  const char *hint = st->response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";
+  return fail(c, w, "%s%s (%s): see docs/routes.md for the rules of match.path, headers and body%s", hint,
+              cb_strerror(err), cb_err_name(err), st->response.fault.ptr ? ", docs/faults.md for response.fault" : "");
+}
+
 int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msgcap) {
+  /* A FIFO is a fine stub file (--stubs <(generate)): its open waits for a writer, and the CLI's signal
+   * handling ends the wait on SIGINT or SIGTERM. The text is bounded so that /dev/zero cannot take the memory. */
   FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    snprintf(msg, msgcap, "%s: %s", path, strerror(errno));
+  struct stat sb;
+  if (f == NULL || fstat(fileno(f), &sb) != 0 || S_ISDIR(sb.st_mode)) {
+    snprintf(msg, msgcap, "%s: %s", path, f == NULL || !S_ISDIR(sb.st_mode) ? strerror(errno) : "is a directory");
+    escape_msg(msg, msgcap);
+    if (f != NULL) fclose(f);
     return -1;
   }
   char *text = NULL;
   size_t len = 0, cap = 0, n;
   char buf[65536];
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    if (len + n > CB_STUBS_FILE_MAX) {
+      free(text);
+      fclose(f);
+      snprintf(msg, msgcap, "%s: more than %u bytes: a stub file may have at most that", path, CB_STUBS_FILE_MAX);
+      escape_msg(msg, msgcap);
+      return -1;
+    }
     if (len + n > cap) {
       cap = (len + n) * 2;
       char *t = realloc(text, cap);
@@ -443,10 +500,12 @@ int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msg
              .dir_len = slash ? (size_t)(slash - path) : 0, .msg = msg, .msgcap = msgcap};
   if (slash == path) c.dir_len = 1; /* "/x.json": the root */
   json_error_t e;
-  json_t *root = json_loadb(c.text, len, 0, &e);
+  /* A key given twice in one object would be taken silently with its last value: refused, with its line. */
+  json_t *root = json_loadb(c.text, len, JSON_REJECT_DUPLICATES, &e);
   int count = -1;
   if (root == NULL) {
     snprintf(msg, msgcap, "%s:%d: column %d: %s", path, e.line, e.column, e.text);
+    escape_msg(msg, msgcap);
     goto done;
   }
   where_t w = {0};
@@ -460,17 +519,40 @@ int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msg
     fail(&c, &w, "wrong_type: must be a list of stubs (or an object with a \"stubs\" list)");
     goto done;
   }
-  size_t i;
-  json_t *s;
-  count = 0;
-  json_array_foreach(stubs, i, s) {
-    where_t ws = sub(&w, NULL, i);
-    if (add_stub(&c, srv, &ws, s) != 0) {
-      count = -1;
-      break;
+  /* Every stub parsed first, then added in one call: one route table for the whole file. */
+  n = json_array_size(stubs);
+  size_t i, parsed = 0;
+  parsed_t *ps = calloc(n + 1, sizeof *ps);
+  uint64_t *ids = calloc(n + 1, sizeof *ids);
+  if (ps == NULL || ids == NULL) {
+    snprintf(msg, msgcap, "%s: out of memory", path);
+  } else {
+    json_t *s;
+    json_array_foreach(stubs, i, s) {
+      where_t ws = sub(&w, NULL, i);
+      if (parse_stub(&c, &ws, s, &ps[i]) != 0) break;
+      parsed++;
     }
-    count++;
   }
+  if (ps != NULL && ids != NULL && parsed == n) {
+    cb_stub_t *all = malloc((n + 1) * sizeof *all);
+    size_t bad = n;
+    int err = all ? 0 : CB_ENOMEM;
+    for (i = 0; i < n && all; i++) all[i] = ps[i].st;
+    if (err == 0) err = cb_server_route_add_many(srv, all, n, ids, &bad);
+    if (err == 0) {
+      count = (int)n;
+    } else if (bad < n) {
+      where_t ws = sub(&w, NULL, bad);
+      refused(&c, &ws, json_array_get(stubs, bad), &all[bad], err);
+    } else {
+      snprintf(msg, msgcap, "%s: %s (%s)", path, cb_strerror(err), cb_err_name(err));
+    }
+    free(all);
+  }
+  for (i = 0; i < parsed; i++) parsed_free(&ps[i]);
+  free(ps);
+  free(ids);
 done:
   json_decref(root);
   free(text);

@@ -8,6 +8,10 @@
 %%% fixture routes, compiled by cbench_router and published for the connections to read), the
 %%% journal ring, and down/up.
 %%%
+%%% A change to the stubs only marks the published table stale (O(1)); the first request after
+%%% it asks this process to compile and publish it (handle_info/2), so that N stub/3 calls in a
+%%% row cost one compile and one persistent_term:put, not N of each (cbench_router:table/1).
+%%%
 %%% Process tree: the server process (which traps exits) links to the acceptors; each connection is
 %%% linked to its acceptor and always exits normally, so stop/1 (killing the acceptors) takes every
 %%% connection and its socket down with it, while a closing connection never disturbs its acceptor.
@@ -16,12 +20,12 @@
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([handler_add/4, handler_fail/2]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
-         journal_notify/2, down/1, up/1]).
+         journal_notify/2, down/1, up/1, handle_info/2]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
-              {journal_notify, 2}, {down, 1}, {up, 1}]).
+              {journal_notify, 2}, {down, 1}, {up, 1}, {handle_info, 2}]).
 %% Process entry points.
 -export([acceptor/4]).
 
@@ -34,7 +38,7 @@
             cnt :: counters:counters_ref(), port :: inet:port_number(),
             threads :: pos_integer(), scheds :: [pos_integer()], cfg :: #cfg{},
             listen_opts :: list(), ip :: inet:ip_address(),
-            %% Stubs in the order they were added.
+            %% Stubs, the newest first (an add is O(1)).
             stubs = [] :: [map()], next_id = 1 :: pos_integer()}).
 -opaque handle() :: #h{}.
 
@@ -74,7 +78,8 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
             Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
             H = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
                    cfg = Cfg, listen_opts = ListenOpts, ip = Ip, acceptors = []},
-            publish(H),
+            cbench_router:publish(Cfg#cfg.table, compile([])),
+            cbench_router:lazy(Cfg#cfg.table, self()),
             {ok, spawn_acceptors(H)};
         {error, Reason} ->
             {error, Reason}
@@ -176,8 +181,8 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                    end,
             Stub = #{id => Id, name => Name, match => Match, response => R,
                      counts => counters:new(2, [write_concurrency]), left => Left},
-            H1 = H#h{stubs = Stubs ++ [Stub], next_id = Id + 1},
-            publish(H1),
+            H1 = H#h{stubs = [Stub | Stubs], next_id = Id + 1},
+            stale(H1),
             {{ok, Id}, H1};
         Error ->
             {Error, H}
@@ -194,8 +199,8 @@ handler_add(H = #h{stubs = Stubs, next_id = Id}, Match, Target, Opts) ->
            end,
     Stub = #{id => Id, name => Name, match => Match, response => {handler, Target, Opts},
              counts => counters:new(2, [write_concurrency]), left => undefined},
-    H1 = H#h{stubs = Stubs ++ [Stub], next_id = Id + 1},
-    publish(H1),
+    H1 = H#h{stubs = [Stub | Stubs], next_id = Id + 1},
+    stale(H1),
     {{ok, Id}, H1}.
 
 %% @doc Nothing to do: each waiting connection monitors the handler itself.
@@ -209,7 +214,7 @@ route_remove(H = #h{stubs = Stubs}, Id) ->
         Stubs -> {{error, not_found}, H};
         Left ->
             H1 = H#h{stubs = Left},
-            publish(H1),
+            stale(H1),
             {ok, H1}
     end.
 
@@ -217,7 +222,7 @@ route_remove(H = #h{stubs = Stubs}, Id) ->
 -spec routes_reset(handle()) -> {ok, handle()}.
 routes_reset(H) ->
     H1 = H#h{stubs = []},
-    publish(H1),
+    stale(H1),
     {ok, H1}.
 
 %% @doc The stubs, oldest first: name, the requests each answered and the uses it has left.
@@ -229,12 +234,23 @@ stubs(#h{stubs = Stubs}) ->
                    undefined -> infinity;
                    _ -> max(0, atomics:get(Left, 1))
                end}
-     || #{id := Id, name := Name, counts := Counts, left := Left} <- Stubs].
+     || #{id := Id, name := Name, counts := Counts, left := Left} <- lists:reverse(Stubs)].
 
-publish(#h{stubs = Stubs, cfg = #cfg{table = Key}}) ->
+%% @doc A connection found the table stale (cbench_router:table/1): it is compiled and published
+%% once, then every connection that asked meanwhile is answered.
+-spec handle_info(term(), handle()) -> {ok, handle()} | false.
+handle_info({cbench_router, publish, From, Ref}, H = #h{stubs = Stubs, cfg = #cfg{table = Key}}) ->
+    cbench_router:refresh(Key, fun() -> compile(Stubs) end),
+    From ! {Ref, published},
+    {ok, H};
+handle_info(_Msg, _H) -> false.
+
+stale(#h{cfg = #cfg{table = Key}}) -> cbench_router:stale(Key).
+
+compile(Stubs) ->
     Fixture = cbench_fixture_routes:routes(),
     Stats = lists:seq(length(?STAT_KEYS) + 1, length(?STAT_KEYS) + length(Fixture)),
-    cbench_router:publish(Key, cbench_router:compile(Stubs, lists:zip(Fixture, Stats))).
+    cbench_router:compile(Stubs, lists:zip(Fixture, Stats)).
 
 %%% Journal
 

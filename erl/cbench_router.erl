@@ -1,6 +1,6 @@
 %%% @doc The run-time route table of the ehttpd engine: stubs and the fixture routes compiled into
 %%% one immutable value, published with persistent_term (read per request without a copy or a
-%%% lock; replaced whole when a stub is added or removed), and the lookup with the rules every
+%%% lock; replaced whole after stubs were added or removed), and the lookup with the rules every
 %%% engine follows:
 %%%
 %%% - Order: stubs by `priority' (higher first), then newest first; the fixture routes last.
@@ -15,7 +15,8 @@
 %%% looks only at the few that share the request's first segment.
 -module(cbench_router).
 
--export([compile/2, publish/2, table/1, unpublish/1, lookup/5, path_matches/2]).
+-export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
+         path_matches/2]).
 
 -export_type([table/0, target/0]).
 
@@ -92,14 +93,60 @@ path_segment(_) -> <<>>.
 -spec publish(term(), table()) -> ok.
 publish(Key, Table) -> persistent_term:put({?MODULE, Key}, Table).
 
-%% @doc The table published under Key.
+%% Publishing is lazy: a change to the stubs only marks the table stale (stale/1, one atomic
+%% write), and the first table/1 after it asks the server process to compile and publish the
+%% table once (refresh/2), whatever the number of changes. persistent_term:put copies the whole
+%% table and makes every process be scanned for the old one, so a put per stub/3 call would make
+%% N calls cost N tables.
+
+%% @doc Publishing under Key becomes lazy: Server compiles and publishes the table when a
+%% connection finds it stale (it gets {cbench_router, publish, From, Ref} and calls refresh/2).
+-spec lazy(term(), pid()) -> ok.
+lazy(Key, Server) -> persistent_term:put({?MODULE, Key, stale}, {atomics:new(1, []), Server}).
+
+%% @doc The stubs behind Key changed: the next table/1 asks for a new table. Called by the server
+%% process before the change's call returns, so a request sent after it never gets the old table.
+-spec stale(term()) -> ok.
+stale(Key) ->
+    {Stale, _} = persistent_term:get({?MODULE, Key, stale}),
+    atomics:put(Stale, 1, 1).
+
+%% @doc In the server process: publishes Compile() if the table is stale (several connections
+%% may ask for one change). The table is put before the mark is cleared, so a reader that sees
+%% the mark clear reads the new table.
+-spec refresh(term(), fun(() -> table())) -> ok.
+refresh(Key, Compile) ->
+    {Stale, _} = persistent_term:get({?MODULE, Key, stale}),
+    case atomics:get(Stale, 1) of
+        0 -> ok;
+        _ ->
+            publish(Key, Compile()),
+            atomics:put(Stale, 1, 0)
+    end.
+
+%% @doc The table published under Key, once it has every change made so far (see lazy/2).
 -spec table(term()) -> table().
-table(Key) -> persistent_term:get({?MODULE, Key}).
+table(Key) ->
+    {Stale, Server} = persistent_term:get({?MODULE, Key, stale}),
+    case atomics:get(Stale, 1) of
+        0 -> persistent_term:get({?MODULE, Key});
+        _ ->
+            Ref = monitor(process, Server),
+            Server ! {?MODULE, publish, self(), Ref},
+            receive
+                {Ref, published} ->
+                    demonitor(Ref, [flush]),
+                    table(Key);
+                {'DOWN', Ref, process, _, _} ->
+                    persistent_term:get({?MODULE, Key})
+            end
+    end.
 
 %% @doc Forgets the table of a stopped server.
 -spec unpublish(term()) -> ok.
 unpublish(Key) ->
     _ = persistent_term:erase({?MODULE, Key}),
+    _ = persistent_term:erase({?MODULE, Key, stale}),
     ok.
 
 %% @doc The route of a request: Path is the target before `?', Query what follows it (<<>> when

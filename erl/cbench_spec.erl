@@ -73,6 +73,8 @@
 -define(MAX_DELAY_MS, 3600000).
 -define(MAX_CHUNKS, 1000000).
 -define(MAX_BYTES, 1 bsl 40).
+%% A body file: a regular file of at most 1 TiB (CB_MAX_BODY_FILE in cbench.h).
+-define(MAX_FILE, 1 bsl 40).
 %% A body given as bytes is copied into the engine (and over the port): keep it reasonable.
 -define(MAX_DATA, 64 * 1024 * 1024).
 -define(MAX_MATCHERS, 32).
@@ -419,6 +421,8 @@ body({file, Path} = F) ->
         end,
     Abs = filename:absname(P),
     case file:read_file_info(Abs) of
+        {ok, #file_info{type = regular, size = Size}} when Size > ?MAX_FILE ->
+            fail({response, body}, {file, P}, efbig);
         {ok, #file_info{type = regular}} ->
             case file:open(Abs, [read, raw]) of
                 {ok, Fd} -> ok = file:close(Fd), {file, Abs};

@@ -227,10 +227,14 @@ CB_EXTERN int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final);
  * those routes' methods in the order GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, CONNECT, TRACE), otherwise
  * 404. A route that allows GET answers HEAD too (headers only).
  *
- * Tables are immutable values: every change builds a new table and hands it to every worker; the calls below
- * return once every worker uses it, so a request sent after cb_server_route_add() returns sees the new stub.
- * A request that began under the old table is answered from it, and the old table (with the stub bytes its
- * responses reference) is freed once no worker and no queued response uses it.
+ * Tables are immutable values, read by the workers without a lock. The calls below return once every worker
+ * will dispatch its next request under a table with the change, so a request sent after cb_server_route_add()
+ * returns sees the new stub. The table itself is built once per burst of changes: a change hands every worker
+ * a stand-in, and the first request dispatched under it builds the table from every change made so far (once,
+ * for all workers), so N adds in a row cost O(N log N) in all, not N tables; cb_server_route_add_many builds
+ * its table at once, before it returns. If that build runs out of memory, the workers keep the table they had
+ * until the next change. A request that began under an old table is answered from it, and the old table (with
+ * the stub bytes its responses reference) is freed once no worker and no queued response uses it.
  *
  * Threads: these functions may be called from any thread except an engine worker (from a worker, for example
  * inside a journal listener, they return UV_EBUSY); calls on one server are serialised. They block until every
@@ -311,11 +315,14 @@ typedef struct cb_header_s {
 typedef enum {
   CB_BODY_BYTES,     /* body: the bytes, copied by cb_server_route_add (may be empty) */
   CB_BODY_GENERATED, /* body_size bytes of fixture content: byte i is i % 251, like the fixture files */
-  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. Up to 1 MiB it is read into
+  CB_BODY_FILE       /* body: a file path, opened at add time, its size taken then. A regular file only (a
+                      * FIFO or a device: UV_EINVAL, a directory: UV_EISDIR, without opening it, so the call never
+                      * blocks), at most CB_MAX_BODY_FILE bytes (UV_EFBIG). Up to 1 MiB it is read into
                       * memory then (served like bytes); a bigger one is sent with sendfile(2) from the open
                       * file, never mapped: if it shrinks later, the responses that reach past its end are cut
                       * short (their connections closed) instead of faulting */
 } cb_body_kind;
+#define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
  * content-length, or transfer-encoding: chunked over HTTP/1.1 when chunks > 0. */
@@ -353,11 +360,22 @@ typedef struct cb_stub_s {
 /* Adds a stub in front of the table. The library copies everything it needs (strings, header lists, body
  * bytes; a CB_BODY_FILE is opened, and read when small) before returning: `stub` and everything it points to may be
  * freed at once. On success *id is the stub's id: unique for the server's life, starting at 1.
- * Errors: UV_EINVAL (a bad field: see the limits above; cb_error_detail() says which and why), CB_ELIMIT (more
- * than CB_MAX_ROUTES routes live), the
- * error of open(2), fstat(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...), UV_ENOMEM,
+ * Errors: UV_EINVAL (a bad field: see the limits above; cb_error_detail() says which and why; a body file that
+ * is not a regular file is CB_WHY_NOT_REGULAR), CB_ELIMIT (more than CB_MAX_ROUTES routes live), the error of
+ * stat(2), open(2) or read(2) for a body file (UV_ENOENT, UV_EACCES, UV_EISDIR...; UV_EFBIG above
+ * CB_MAX_BODY_FILE), UV_ENOMEM,
  * UV_EBUSY (called from a worker thread). */
 CB_EXTERN int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id);
+
+/* Adds n stubs at once, as if by n calls of cb_server_route_add in array order (so stubs[n - 1] is the newest and
+ * gets the highest id), but all or nothing and with one new table: adding N stubs this way costs O(N log N) in
+ * all, where N separate calls each rebuild the table. On success ids[i] is the id of stubs[i]. On failure
+ * nothing was added (some ids may have been used up: ids are never reused) and, when the fault is one stub's,
+ * *failed is its index (otherwise n); failed may be NULL. Errors: those of cb_server_route_add (CB_ELIMIT
+ * when the table would hold more than CB_MAX_ROUTES stubs), UV_EINVAL for a NULL stubs or ids with n > 0. n = 0
+ * does nothing and returns 0. */
+CB_EXTERN int cb_server_route_add_many(cb_server_t *srv, const cb_stub_t *stubs, size_t n, uint64_t *ids,
+                                       size_t *failed);
 
 #define CB_MAX_ROUTES 100000
 

@@ -31,22 +31,32 @@ static int fill(int fd, uint64_t size) {
   return 0;
 }
 
-/* A file in a directory the caller named: reused when one of the right size is there (a fixture_dir shared
- * by several servers); otherwise written under a temporary name and renamed, so no reader sees half. */
+/* A file in a directory the caller named: reused when a regular file of the right size is there (a
+ * fixture_dir shared by several servers); otherwise written under a temporary name and renamed, so no reader
+ * sees half. Nothing there can make the start block: the temporary file is created afresh (O_EXCL, so a FIFO
+ * left under its name is an error, not a wait for a reader), and the file is opened with O_NONBLOCK and
+ * checked through its descriptor (a FIFO or a device put in its place meanwhile is refused). */
 static int open_in_dir(const char *dir, const char *name, uint64_t size) {
   char path[600], tmp[640];
   struct stat st;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  if (stat(path, &st) != 0 || (uint64_t)st.st_size != size) {
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
     snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     if (fill(fd, size) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
       unlink(tmp);
       return -1;
     }
   }
-  return open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 /* Without a directory the files live in memory (memfd): nothing on disk to leak when a process is killed,

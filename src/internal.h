@@ -680,8 +680,13 @@ int cb__rtable_build(cb__routes_t *reg, cb__rtable_t **out);
 void cb__rtable_retire(cb__rtable_t *t, int worker);
 /* The request's use of its table ends once the output queued so far has left. */
 void cb__rtable_release(cb__req_t *r);
-/* Publishes a new table built from srv's registry to every worker and waits until all use it. */
+/* Makes the registry's change visible to every worker and waits until all see it: every worker holds a stand-in
+ * built from the registry at its first dispatch (route_table.c), so that N changes in a row cost one build.
+ * Callers hold srv->api_mu. */
 int cb__routes_publish(cb_server_t *srv);
+/* The same with the table built now, on the calling thread: after a batch (cb_server_route_add_many), so that the
+ * first request does not pay for the build. */
+int cb__routes_publish_now(cb_server_t *srv);
 
 /* Matches r against w's table: sets r->route (not_found when nothing matched), r->allow (405 when non-zero and
  * no route matched). Takes a use of the table for r (r->table, released by cb__req_release) unless its route is

@@ -13,6 +13,17 @@
  * worker that has switched to a newer table and has no use left of the old one lets go of it: one atomic
  * decrement per worker per table; the last worker to let go frees it.
  *
+ * Publishing is lazy, so that adding N stubs one call at a time costs O(N) and not N table builds: a change
+ * to the registry hands every worker a stand-in (a lazy table: no routes, nothing built) and returns once every
+ * worker holds it; further changes while every worker still holds that stand-in only change the registry. The
+ * first request a worker dispatches under the stand-in builds the real table from the registry as it is then
+ * (under the registry's lock, once for all workers: the others adopt the same table), so a request sent after a
+ * change returned sees it, and a loop of N adds followed by requests builds one table. A table is still
+ * immutable once built and read without a lock; the stand-in costs the dispatch one test of a field that
+ * dispatch_lookup reads anyway (the path that remembers the last route never sees a stand-in: it has none).
+ * Each worker keeps the table it held before the stand-in until it has built or adopted the new one: if the
+ * build fails (out of memory), it goes on with that one until the next change.
+ *
  * Lookup: exact routes are indexed by their whole path, prefix and {param} routes by their first path segment
  * when it is literal; the few others (a first segment that is a parameter, a prefix that ends inside the first
  * segment) are always candidates. The candidate lists are kept in table order and merged, so the first route
@@ -43,6 +54,7 @@ struct cb__routes_s {
   uint32_t nfree, free_cap;
   uint32_t next_slot;
   uint64_t ***chunks; /* [worker][chunk] */
+  cb__rtable_t *pending; /* the stand-in every worker holds and none has built yet; NULL when none */
 };
 
 typedef struct {
@@ -54,8 +66,13 @@ typedef struct {
    * path and an allowed method gets it without the lookup. NULL when none. */
   const cb__route_t *last;
   uint64_t *last_count; /* the worker's answered counter of `last` (counter chunks never move) */
-  char pad[64 - 2 * sizeof(uint64_t) - 3 * sizeof(void *)];
+  /* A stand-in only: the table the worker held before it (kept until the worker moves to the built one), and
+   * whether the worker adopted the built table (under the registry's lock). */
+  cb__rtable_t *prev;
+  uint8_t adopted;
+  char pad[64 - 3 * sizeof(uint64_t) - 4 * sizeof(void *)];
 } use_t;
+_Static_assert(sizeof(use_t) == 64, "one cache line per worker");
 
 typedef struct {
   const char *key; /* NULL: empty bucket */
@@ -70,8 +87,10 @@ typedef struct {
 } index_t;
 
 struct cb__rtable_s {
-  int workers_left; /* atomic */
+  int workers_left; /* atomic; for a stand-in, under the registry's lock */
   int nworkers;
+  int lazy;            /* a stand-in: built from the registry at the first dispatch under it */
+  cb__rtable_t *built; /* a stand-in: the table built for it (under the registry's lock), or NULL */
   cb__routes_t *reg;
   cb__route_t **routes;
   int n;
@@ -175,8 +194,9 @@ int cb__routes_append(cb__routes_t *reg, cb__route_t *rt) {
   return 0;
 }
 
+/* From the newest: a failed add takes back what it appended last, at no cost. */
 cb__route_t *cb__routes_take(cb__routes_t *reg, uint64_t id) {
-  for (int i = 0; i < reg->nstubs; i++) {
+  for (int i = reg->nstubs - 1; i >= 0; i--) {
     cb__route_t *rt = reg->stubs[i];
     if (rt->stub_id != id) continue;
     memmove(&reg->stubs[i], &reg->stubs[i + 1], (size_t)(reg->nstubs - i - 1) * sizeof *reg->stubs);
@@ -393,16 +413,95 @@ int cb__rtable_build(cb__routes_t *reg, cb__rtable_t **out) {
   return 0;
 }
 
+/* A stand-in for the table the registry will hold at the first dispatch under it (see the top of this file). */
+static int lazy_new(cb__routes_t *reg, cb__rtable_t **out) {
+  cb__rtable_t *t = calloc(1, sizeof *t);
+  void *use = NULL;
+  if (t == NULL || posix_memalign(&use, 64, (size_t)reg->nworkers * sizeof(use_t)) != 0) {
+    free(t);
+    return UV_ENOMEM;
+  }
+  memset(use, 0, (size_t)reg->nworkers * sizeof(use_t));
+  t->use = use;
+  t->reg = reg;
+  t->lazy = 1;
+  t->nworkers = reg->nworkers;
+  t->workers_left = reg->nworkers;
+  for (int i = 0; i < reg->nworkers; i++) t->use[i].t = t;
+  *out = t;
+  return 0;
+}
+
 /* ---- lifetime ---- */
 
 static void let_go(cb__rtable_t *t) {
   if (__atomic_sub_fetch(&t->workers_left, 1, __ATOMIC_ACQ_REL) == 0) table_free(t);
 }
 
+/* The worker leaves the stand-in t. If it never adopted the table built for t, it lets go of that one too (a
+ * worker that left before the build is not counted by it: build_for). */
+static void lazy_leave(cb__rtable_t *t, int worker) {
+  cb__routes_t *reg = t->reg;
+  cb__routes_lock(reg);
+  t->use[worker].retired = 1;
+  cb__rtable_t *built = t->use[worker].adopted ? NULL : t->built;
+  int last = --t->workers_left == 0;
+  if (last && reg->pending == t) reg->pending = NULL;
+  cb__routes_unlock(reg);
+  if (built != NULL) cb__rtable_retire(built, worker);
+  if (last) table_free(t);
+}
+
 void cb__rtable_retire(cb__rtable_t *t, int worker) {
   if (t == NULL) return;
+  if (t->lazy) {
+    cb__rtable_t *prev = t->use[worker].prev;
+    t->use[worker].prev = NULL;
+    cb__rtable_retire(prev, worker);
+    lazy_leave(t, worker);
+    return;
+  }
   t->use[worker].retired = 1;
   if (t->use[worker].uses == 0) let_go(t);
+}
+
+/* Builds the table for the stand-in t, under the registry's lock. Workers that have left t already will never
+ * adopt it nor let go of it: they are counted out here. */
+static void build_for(cb__routes_t *reg, cb__rtable_t *t) {
+  /* Whether or not the build succeeds, a worker has left t now (to its build or back to its previous table):
+   * the next change needs a new stand-in. */
+  if (reg->pending == t) reg->pending = NULL;
+  cb__rtable_t *b;
+  if (cb__rtable_build(reg, &b) != 0) return; /* each worker tries again, or keeps its previous table */
+  for (int i = 0; i < t->nworkers; i++) {
+    if (!t->use[i].retired) continue;
+    b->use[i].retired = 1;
+    b->workers_left--;
+  }
+  t->built = b;
+}
+
+/* The worker's first dispatch under the stand-in t: the table built for it (built now if no worker did yet),
+ * or, when it cannot be built, the table the worker held before. Rare (once per worker per burst of changes),
+ * so out of the dispatch's way. */
+static __attribute__((noinline, cold)) cb__rtable_t *materialize(cb__worker_t *w, cb__rtable_t *t) {
+  cb__routes_t *reg = t->reg;
+  int me = w->index;
+  cb__routes_lock(reg);
+  if (t->built == NULL) build_for(reg, t);
+  cb__rtable_t *b = t->built;
+  if (b != NULL) t->use[me].adopted = 1;
+  cb__routes_unlock(reg);
+  cb__rtable_t *prev = t->use[me].prev;
+  t->use[me].prev = NULL;
+  if (b != NULL) {
+    w->table = b;
+    cb__rtable_retire(prev, me);
+  } else {
+    w->table = prev;
+  }
+  lazy_leave(t, me);
+  return w->table;
 }
 
 /* A request's use ends (its output has left, or its connection closed). */
@@ -412,29 +511,53 @@ static void use_release(void *arg, uint32_t n) {
   if (u->uses == 0 && u->retired) let_go(u->t);
 }
 
+/* The worker takes the table t. A stand-in: the worker keeps the table it dispatches under until it builds or
+ * adopts t's. */
 static void swap_call(cb__worker_t *w, cb__call_t *call) {
-  cb__rtable_t *old = w->table;
-  w->table = call->arg;
-  cb__rtable_retire(old, w->index);
+  cb__rtable_t *old = w->table, *t = call->arg;
+  w->table = t;
+  if (!t->lazy) {
+    cb__rtable_retire(old, w->index);
+  } else if (old->lazy) { /* a stand-in it never dispatched under: the table before it is still the one to keep */
+    t->use[w->index].prev = old->use[w->index].prev;
+    old->use[w->index].prev = NULL;
+    cb__rtable_retire(old, w->index);
+  } else {
+    t->use[w->index].prev = old;
+  }
   cb__call_done(call);
 }
 
-int cb__routes_publish(cb_server_t *srv) {
+/* Callers hold srv->api_mu, so publishes do not overlap: when every worker holds a stand-in nobody has built
+ * yet (reg->pending), the change is already in what they will build, and nothing needs to be sent. */
+static int publish(cb_server_t *srv, int now) {
+  cb__routes_t *reg = srv->routes;
   cb__rtable_t *t;
-  cb__routes_lock(srv->routes);
-  int err = cb__rtable_build(srv->routes, &t);
-  cb__routes_unlock(srv->routes);
-  if (err) return err;
-  cb__call_t *calls = malloc((size_t)srv->nworkers * sizeof *calls);
-  if (calls == NULL) {
-    table_free(t);
-    return UV_ENOMEM;
+  cb__routes_lock(reg);
+  int err;
+  if (now) {
+    err = cb__rtable_build(reg, &t);
+    if (err == 0) reg->pending = NULL; /* a worker may still build the stand-in it holds, to no harm */
+  } else {
+    err = reg->pending != NULL ? 1 : lazy_new(reg, &t);
+    if (err == 0) reg->pending = t;
   }
-  err = cb__call_all(srv, swap_call, t, calls);
+  cb__routes_unlock(reg);
+  if (err) return err > 0 ? 0 : err;
+  cb__call_t *calls = malloc((size_t)srv->nworkers * sizeof *calls);
+  err = calls ? cb__call_all(srv, swap_call, t, calls) : UV_ENOMEM;
   free(calls);
-  if (err) table_free(t); /* no worker took it */
+  if (err) { /* no worker took it */
+    cb__routes_lock(reg);
+    if (reg->pending == t) reg->pending = NULL;
+    cb__routes_unlock(reg);
+    table_free(t);
+  }
   return err;
 }
+
+int cb__routes_publish(cb_server_t *srv) { return publish(srv, 0); }
+int cb__routes_publish_now(cb_server_t *srv) { return publish(srv, 1); }
 
 /* ---- dispatch ---- */
 
@@ -491,6 +614,10 @@ static inline void answer_last(cb__req_t *r, cb__rtable_t *t, use_t *u, const cb
 
 /* The lookup (and the last route for a path that cb__rtable_dispatch does not compare itself). */
 static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u) {
+  if (__builtin_expect(t->lazy, 0)) { /* a stand-in (it has no last route): the table built for it */
+    t = materialize(w, t);
+    u = &t->use[w->index];
+  }
   const cb__route_t *last = u->last;
   if (last != NULL && last_answers(last, r)) {
     answer_last(r, t, u, last);

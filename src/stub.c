@@ -285,6 +285,11 @@ static int copy_headers(stub_t *st, const cb_response_t *res) {
  * the end of a node that hosts the NIF), where sendfile just comes up short and that connection is closed. */
 #define FILE_IN_MEMORY_MAX (1u << 20)
 
+/* A body file is a regular file: a FIFO would block open(2) until a writer came (the CLI before its ready
+ * line, a dirty scheduler of the node), a device such as /dev/zero has no size to announce, and a directory
+ * has no bytes. It is looked at with stat(2) first, so that nothing else is ever opened (opening a device or a
+ * FIFO can have effects of its own), then opened with O_NONBLOCK and looked at again through the descriptor:
+ * if the path was replaced between the two, the descriptor is still checked and open(2) could not block. */
 static int open_body_file(stub_t *st, cb_str_t path) {
   if (path.ptr == NULL)
     return cb__bad_bytes(CB_FIELD_BODY, -1, path.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
@@ -294,12 +299,16 @@ static int open_body_file(stub_t *st, cb_str_t path) {
   char p[4096];
   memcpy(p, path.ptr, path.len);
   p[path.len] = '\0';
-  st->fd = open(p, O_RDONLY | O_CLOEXEC);
-  if (st->fd < 0) return uv_translate_sys_error(errno);
   struct stat sb;
+  if (stat(p, &sb) != 0) return uv_translate_sys_error(errno);
+  if (S_ISDIR(sb.st_mode)) return UV_EISDIR;
+  if (!S_ISREG(sb.st_mode)) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_NOT_REGULAR, path.ptr, path.len);
+  st->fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (st->fd < 0) return uv_translate_sys_error(errno);
   if (fstat(st->fd, &sb) != 0) return uv_translate_sys_error(errno);
   if (S_ISDIR(sb.st_mode)) return UV_EISDIR;
   if (!S_ISREG(sb.st_mode)) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_NOT_REGULAR, path.ptr, path.len);
+  if ((uint64_t)sb.st_size > CB_MAX_BODY_FILE) return UV_EFBIG;
   st->len = (uint64_t)sb.st_size;
   if (st->len > FILE_IN_MEMORY_MAX) return 0;
   /* Small: read once, then served like bytes. */
@@ -455,25 +464,42 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   return 0;
 }
 
-int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
-  if (srv == NULL || stub == NULL || id == NULL) return UV_EINVAL;
-  if (cb__on_worker_thread()) return UV_EBUSY;
-  uv_mutex_lock(&srv->api_mu);
-  uint64_t sid;
-  int err = cb__stub_append(srv->routes, stub, &sid);
-  if (err == 0) {
-    err = cb__routes_publish(srv);
-    if (err) { /* not in any worker's table: take it back out */
-      cb__routes_lock(srv->routes);
-      cb__route_t *rt = cb__routes_take(srv->routes, sid);
-      cb__routes_unlock(srv->routes);
-      cb__route_unref(srv->routes, rt);
-    } else {
-      *id = sid;
-    }
+/* Takes the stubs ids[0..n-1] back out of the registry (the newest last, so each is found at once). */
+static void take_back(cb__routes_t *reg, const uint64_t *ids, size_t n) {
+  while (n > 0) {
+    cb__routes_lock(reg);
+    cb__route_t *rt = cb__routes_take(reg, ids[--n]);
+    cb__routes_unlock(reg);
+    cb__route_unref(reg, rt);
   }
+}
+
+int cb_server_route_add_many(cb_server_t *srv, const cb_stub_t *stubs, size_t n, uint64_t *ids, size_t *failed) {
+  if (failed != NULL) *failed = n;
+  if (srv == NULL || (n > 0 && (stubs == NULL || ids == NULL))) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  if (n == 0) return 0;
+  if (n > CB_MAX_ROUTES) return CB_ELIMIT;
+  uv_mutex_lock(&srv->api_mu);
+  size_t i;
+  int err = 0;
+  for (i = 0; i < n; i++) {
+    err = cb__stub_append(srv->routes, &stubs[i], &ids[i]);
+    if (err) break;
+  }
+  if (err) {
+    if (failed != NULL) *failed = i;
+  } else {
+    err = n > 1 ? cb__routes_publish_now(srv) : cb__routes_publish(srv);
+  }
+  if (err) take_back(srv->routes, ids, i); /* not in any worker's table yet */
   uv_mutex_unlock(&srv->api_mu);
   return err;
+}
+
+int cb_server_route_add(cb_server_t *srv, const cb_stub_t *stub, uint64_t *id) {
+  if (srv == NULL || stub == NULL || id == NULL) return UV_EINVAL;
+  return cb_server_route_add_many(srv, stub, 1, id, NULL);
 }
 
 int cb_server_route_remove(cb_server_t *srv, uint64_t id) {

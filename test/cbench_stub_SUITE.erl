@@ -9,10 +9,11 @@
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([bad_stubs/1, c_engine_detail/1, whys_agree_with_c/1, canonical_forms/1,
-         fixture_routes_as_in_c/1, nif_survives_any_term/1, port_survives_any_term/1]).
+         fixture_routes_as_in_c/1, nif_survives_any_term/1, port_survives_any_term/1,
+         many_stubs_one_by_one/1]).
 
 all() -> [bad_stubs, c_engine_detail, whys_agree_with_c, canonical_forms, fixture_routes_as_in_c,
-          nif_survives_any_term, port_survives_any_term].
+          nif_survives_any_term, port_survives_any_term, many_stubs_one_by_one].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(inets),
@@ -106,6 +107,16 @@ bad_responses(Config) ->
     Dir = proplists:get_value(priv_dir, Config),
     Missing = filename:join(Dir, "missing.bin"),
     {Small, _} = cbench_stubs:tmp_file(Config, "small.bin", 3),
+    %% A body file is a regular file of at most 1 TiB (issue 22): a sparse file one byte over, a
+    %% FIFO (never opened: an open would wait for a writer), a device.
+    Huge = filename:join(Dir, "huge.bin"),
+    {ok, HF} = file:open(Huge, [write]),
+    {ok, _} = file:position(HF, (1 bsl 40) + 1),
+    ok = file:truncate(HF),
+    ok = file:close(HF),
+    Fifo = filename:join(Dir, "body.fifo"),
+    _ = file:delete(Fifo),
+    [] = os:cmd("mkfifo " ++ Fifo),
     H = {response, headers},
     Big = lists:duplicate(8193, $v),
     [{#{bogus => 1}, {{response, bogus}, 1, unknown_key}},
@@ -135,6 +146,9 @@ bad_responses(Config) ->
      {#{body => {file, Missing}}, {{response, body}, {file, list_to_binary(Missing)}, enoent}},
      {#{body => {file, Dir}}, {{response, body}, {file, list_to_binary(Dir)}, eisdir}},
      {#{body => {file, "/dev/null"}}, {{response, body}, {file, <<"/dev/null">>}, not_regular}},
+     {#{body => {file, "/dev/zero"}}, {{response, body}, {file, <<"/dev/zero">>}, not_regular}},
+     {#{body => {file, Fifo}}, {{response, body}, {file, list_to_binary(Fifo)}, not_regular}},
+     {#{body => {file, Huge}}, {{response, body}, {file, list_to_binary(Huge)}, efbig}},
      {#{body => {file, Small}, chunks => {4, 0}}, {{response, chunks}, {4, 0}, chunks_exceed_body}},
      {#{delay_ms => -1}, {{response, delay_ms}, -1, out_of_range}},
      {#{delay_ms => 3600001}, {{response, delay_ms}, 3600001, out_of_range}},
@@ -354,3 +368,39 @@ port_survives_any_term(_Config) ->
     ?assertMatch({ok, #{requests := 0}}, cbench_port:request(Port, stats, 5000)),
     ok = cbench_port:request(Port, stop, 10000),
     port_close(Port).
+
+%% @doc Issue 22: 3,000 stubs added with one stub/3 call each (the C engines publish their route table
+%% lazily: one build for the run, at the first request after it) all answer on every engine, with
+%% their ids in order; the newer of two stubs on one path answers; after that, one more stub and one
+%% removal are each seen by the next request.
+many_stubs_one_by_one(_Config) ->
+    N = 3000,
+    Path = fun(I) -> case I rem 3 of
+                         0 -> {"/many/" ++ integer_to_list(I), "/many/" ++ integer_to_list(I)};
+                         1 -> {"/pre" ++ integer_to_list(I) ++ "/*", "/pre" ++ integer_to_list(I) ++ "/x/y"};
+                         2 -> {"/p/{id}/" ++ integer_to_list(I), "/p/7/" ++ integer_to_list(I)}
+                     end end,
+    Body = fun(I) -> <<"stub ", (integer_to_binary(I))/binary>> end,
+    Get = fun(Target) -> ["GET ", Target, " HTTP/1.1\r\nHost: x\r\n\r\n"] end,
+    E404 = cbench_routes:resp(<<"404 Not Found">>, [], <<"content-length: 0">>, <<>>),
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 2}),
+         Port = cbench:port(S),
+         Ids = [begin
+                    {P, _} = Path(I),
+                    {ok, Id} = cbench:stub(S, #{path => P}, #{body => Body(I)}),
+                    Id
+                end || I <- lists:seq(1, N)],
+         ?assertEqual({E, lists:seq(hd(Ids), hd(Ids) + N - 1)}, {E, Ids}),
+         ok = cbench_stubs:raw(Port, [{Get(element(2, Path(I))), cbench_stubs:ok200(Body(I))}
+                                      || I <- lists:seq(1, N)]),
+         {ok, Newer} = cbench:stub(S, #{path => "/many/3"}, #{body => <<"newer">>}),
+         ok = cbench_stubs:raw(Port, [{Get("/many/3"), cbench_stubs:ok200(<<"newer">>)}]),
+         ok = cbench:unstub(S, Newer),
+         ok = cbench:unstub(S, lists:nth(6, Ids)),
+         ok = cbench_stubs:raw(Port, [{Get("/many/3"), cbench_stubs:ok200(Body(3))},
+                                      {Get("/many/6"), E404}]),
+         ?assertEqual({E, N - 1}, {E, length(cbench:stubs(S))}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.

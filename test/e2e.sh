@@ -378,5 +378,111 @@ else
   bad "engine-refused stub: exit status $rc, stderr '$(cat "$work/badstubs2.err")', expected 2 and '$want'"
 fi
 
+# Issue 22: a body file that is a FIFO (no writer), a device, a directory or bigger than 1 TiB (sparse) is refused
+# before the ready line, naming the stub; nothing hangs (each run is bounded by timeout: 124 would be a hang).
+mkfifo "$work/body.fifo"
+mkdir "$work/bodydir"
+truncate -s 1099511627777 "$work/huge"
+for f in body.fifo /dev/zero bodydir huge; do
+  case $f in
+    body.fifo) what="not_regular: $work/body.fifo is a FIFO: a body file must be a regular file" ;;
+    /dev/zero) what="not_regular: /dev/zero is a device: a body file must be a regular file" ;;
+    bodydir) what="eisdir: $work/bodydir is a directory: a body file must be a regular file" ;;
+    huge) what="efbig: $work/huge has 1099511627777 bytes: a body file may have at most 1099511627776" ;;
+  esac
+  printf '[{"match": {"path": "/ok"}},\n {"match": {"path": "/f"}, "response": {"body": {"file": "%s"}}}]\n' "$f" \
+    >"$work/fstubs.json"
+  set +e
+  timeout 10 "$SERVER" --port 0 --threads 1 --stubs "$work/fstubs.json" >"$work/fstubs.out" 2>"$work/fstubs.err"
+  rc=$?
+  set -e
+  want="cbench-server: $work/fstubs.json:2: stubs[1].response.body.file: $what"
+  if [ "$rc" = 2 ] && [ "$(cat "$work/fstubs.err")" = "$want" ] && [ ! -s "$work/fstubs.out" ]; then
+    ok
+  else
+    bad "body file $f: exit status $rc, stderr '$(cat "$work/fstubs.err")', expected 2 and '$want'"
+  fi
+done
+rm -f "$work/huge"
+
+# A stub file that is a FIFO nobody writes: SIGTERM (SIGINT) while the server waits in open(2), after its
+# workers started, ends it at once with 143 (130) and a message, without the ready line.
+mkfifo "$work/stubs.fifo"
+for sig in TERM INT; do
+  "$SERVER" --port 0 --threads 1 --stubs "$work/stubs.fifo" >"$work/sigfifo.out" 2>"$work/sigfifo.err" &
+  fpid=$!
+  pids+=("$fpid")
+  # Main thread, signal thread and the worker: the start is over and the open is under way.
+  for i in $(seq 1 100); do
+    [ "$(ls "/proc/$fpid/task" 2>/dev/null | wc -l)" -ge 3 ] && break
+    sleep 0.05
+  done
+  sleep 0.2
+  kill -"$sig" "$fpid"
+  for i in $(seq 1 100); do
+    kill -0 "$fpid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$fpid" 2>/dev/null; then
+    bad "SIG$sig during the start (stub file a FIFO): still running after 5 s"
+    kill -9 "$fpid"
+  fi
+  set +e
+  wait "$fpid"
+  rc=$?
+  set -e
+  want_rc=$([ "$sig" = TERM ] && echo 143 || echo 130)
+  want="cbench-server: stopped by a signal before it was ready"
+  if [ "$rc" = "$want_rc" ] && [ "$(cat "$work/sigfifo.err")" = "$want" ] && [ ! -s "$work/sigfifo.out" ]; then
+    ok
+  else
+    bad "SIG$sig during the start: exit status $rc, stderr '$(cat "$work/sigfifo.err")', expected $want_rc and '$want'"
+  fi
+done
+
+# A key given twice is refused with its line; bytes of the input a terminal would act on are quoted as \xNN.
+printf '[\n  {"match": {"path": "/a"}},\n  {"match": {"path": "/b", "path": "/c"}}\n]\n' >"$work/dup.json"
+printf '[{"match": {"path": "/a", "x\\u001b]0;owned\\u0007": 1}}]\n' >"$work/esc.json"
+for f in dup esc; do
+  case $f in
+    dup) want="cbench-server: $work/dup.json:3: column 33: duplicate object key near '\"path\"'" ;;
+    esc) want="cbench-server: $work/esc.json:1: stubs[0].match.x\\x1b]0;owned\\x07: unknown_key: unknown field" ;;
+  esac
+  set +e
+  timeout 10 "$SERVER" --port 0 --stubs "$work/$f.json" >"$work/$f.out" 2>"$work/$f.err"
+  rc=$?
+  set -e
+  if [ "$rc" = 2 ] && [ "$(cat "$work/$f.err")" = "$want" ] && ! LC_ALL=C grep -q "$(printf '\033')" "$work/$f.err"; then
+    ok
+  else
+    bad "stub file $f: exit status $rc, stderr '$(cat -v "$work/$f.err")', expected 2 and '$want'"
+  fi
+done
+
+# Arguments quoted in messages get the same treatment.
+set +e
+timeout 10 "$SERVER" --port "$(printf '1\033[2J')" >"$work/escarg.out" 2>"$work/escarg.err"
+rc=$?
+set -e
+want="cbench-server: --port takes an integer from 0 to 65535, not '1\\x1b[2J'"
+if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/escarg.err")" = "$want" ] && ! LC_ALL=C grep -q "$(printf '\033')" "$work/escarg.err"; then
+  ok
+else
+  bad "--port with ESC: exit status $rc, stderr '$(head -n 1 "$work/escarg.err" | cat -v)', expected 2 and '$want'"
+fi
+
+# 20,000 stubs from one file (one route table, not one per stub): every one tried answers its own body.
+awk 'BEGIN { printf "["; for (i = 0; i < 20000; i++) printf "%s{\"match\": {\"path\": \"/s/%d\"}, \"response\": {\"body\": \"s%d\"}}", (i ? ",\n" : ""), i, i; print "]" }' \
+  >"$work/many.json"
+start_server many --port 0 --threads 2 --stubs "$work/many.json"
+for i in 0 1 9999 12345 19999; do
+  body=$(curl -s "http://127.0.0.1:$PORT/s/$i")
+  if [ "$body" = "s$i" ]; then ok; else bad "20,000 stubs: GET /s/$i answered '$body'"; fi
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/s/20000")
+if [ "$code" = 404 ]; then ok; else bad "20,000 stubs: GET /s/20000 answered $code, expected 404"; fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "20,000 stubs server: exit status $?"
+
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -133,6 +134,20 @@ TEST(stub_json_errors) {
        "FILE:2: stubs[0].response.fault: wrong_type: must be a fault spec string such as \"reset?at=head\" (docs/faults.md)"},
       {"[\n{\"match\": {\"path\": \"/a\"}, \"response\": {\"fault\": \"reset?at=x\"}}]",
        "FILE:2: stubs[0].response.fault: bad_fault: \"reset?at=x\" (docs/routes.md, docs/faults.md)"},
+      /* A key twice in one object: refused with its line (jansson would keep the last). */
+      {"[{\"match\": {\"path\": \"/a\"}},\n {\"match\": {\"path\": \"/b\", \"path\": \"/c\"}}]",
+       "FILE:2: column 32: duplicate object key near '\"path\"'"},
+      /* Bytes a terminal acts on, quoted from the input, are written as \xNN. */
+      {"[{\"match\": {\"path\": \"/a\", \"pa\\u001b[2Jth\\u0007\\u00e9\": 1}}]",
+       "FILE:1: stubs[0].match.pa\\x1b[2Jth\\x07\\xc3\\xa9: unknown_key: unknown field"},
+      {"[{\"match\": {\"path\": \"/a\", \"method\": \"G\\u001bT\"}}]",
+       "FILE:1: stubs[0].match.method: unknown_method: unknown method \"G\\x1bT\" (GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, "
+       "CONNECT, TRACE, or \"any\")"},
+      {"[{\"match\": {\"path\": \"/a\"}}, {\"match\": {\"path\": \"/b\"}, \"response\": {\"body\": {\"file\": "
+       "\"/dev/zero\"}}}]",
+       "FILE:1: stubs[1].response.body.file: not_regular: /dev/zero is a device: a body file must be a regular file"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"file\": \"/\"}}}]",
+       "FILE:1: stubs[0].response.body.file: eisdir: / is a directory: a body file must be a regular file"},
   };
   cb_config_t cfg;
   test_config(&cfg);
@@ -150,6 +165,26 @@ TEST(stub_json_errors) {
   char msg[1024];
   ASSERT_EQ(cb_stubs_json_load(srv, "/nonexistent/stubs.json", msg, sizeof msg), -1);
   ASSERT_STR_EQ(msg, "/nonexistent/stubs.json: No such file or directory");
+  ASSERT_EQ(cb_stubs_json_load(srv, "/", msg, sizeof msg), -1);
+  ASSERT_STR_EQ(msg, "/: is a directory");
+  /* A FIFO as a body file: refused at once with the stub named (open(2) would wait for a writer forever). */
+  char fifo[512], want[1600], text[1600];
+  snprintf(fifo, sizeof fifo, "%s", tmp_path("body.fifo"));
+  unlink(fifo);
+  ASSERT_EQ(mkfifo(fifo, 0600), 0);
+  snprintf(text, sizeof text, "[{\"match\": {\"path\": \"/a\"}},\n{\"match\": {\"path\": \"/b\"},\n"
+           "\"response\": {\"body\": {\"file\": \"%s\"}}}]", fifo);
+  write_text(path, text);
+  ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), -1);
+  snprintf(want, sizeof want, "%s:3: stubs[1].response.body.file: not_regular: %s is a FIFO: a body file must be a regular file",
+           path, fifo);
+  ASSERT_STR_EQ(msg, want);
+  unlink(fifo);
+  /* Nothing of a file with an error was added. */
+  cb_stub_list_t *list;
+  ASSERT_EQ(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 0);
+  cb_stub_list_free(list);
   unlink(path);
   test_stop(srv);
 }
