@@ -156,6 +156,11 @@ static const wire_case_t cases[] = {
   {"64-bit length over", B("\x81\x7f\x40\x00\x00\x00\x00\x00\x00\x00" "0"), 1, FAIL_P, 0, ""},
   {"fragments over the message", B("\x01\x0a" "0123456789" "\x80\x0a" "abcdefghij"), 1, FAIL_P, 0, ""},
   {"message short", B("\x81\x0f" "0123456789abcde"), 1, FAIL_P, 0, ""},
+  /* Where wslay's frame layer differs from the hand-written reader it replaced (src/load/ws.c's header comment):
+   * a length not in its shortest form is refused, and a header is judged with its payload's first byte. */
+  {"16-bit length for 16 bytes", B("\x81\x7e\x00\x10" MSG), 1, FAIL_P, 0, ""},
+  {"over-long header alone", B("\x81\x7f\x40\x00\x00\x00\x00\x00\x00\x00"), 1, 0, 0, ""},
+  {"unsolicited header alone", B("\x81\x10"), 0, 0, 0, ""},
 };
 
 /* Reads c's bytes in steps of `step` (0: whole), flushing after each read as thread.c does. */
