@@ -80,11 +80,12 @@ bench-build: $(LOAD_BIN)
 bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server
 	bench/load_figures.sh
 
-# The same suite against cbench-load built with ASan + UBSan (build/asan, as make asan): any memory error aborts
-# the program and a leak makes it exit non-zero, which fails the test that ran it.
+# The WebSocket reader's wire tests and the same suite against cbench-load built with ASan + UBSan (build/asan, as
+# make asan): any memory error aborts the program and a leak makes it exit non-zero, which fails the test that ran it.
 load-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
-	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load
+	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load build/asan/test/cbench-load-ws
+	$(SAN_ENV) build/asan/test/cbench-load-ws
 	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
 TEST_TARGETS += load-asan
