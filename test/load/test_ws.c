@@ -1,12 +1,12 @@
 /* Wire tests of cbench-load's WebSocket reader (src/load/ws.c), run by `make load-unit`: after a fixed 101, a
  * server's exact bytes are read whole, one byte at a time and three bytes at a time (a header split anywhere),
  * and each case asserts the result (0 or the error kind), the echoes completed and the exact frames written
- * (unmasked: one pong per read's flush, with the latest ping's payload however many the read held). The rules pinned: echoes
- * compared as they arrive, fragments and control frames between them, RSV bits, masked frames, unknown opcodes,
- * control frames fragmented or over 125 bytes, continuation without a message, a message inside a message, a
- * message with nothing in flight (unsolicited), frames and messages longer or shorter than the message sent,
- * and the pong held while the output is at CBL_OUT_HIGH. As fuzz_load.c, no loop and no socket: a connection
- * and its thread are set up by hand. */
+ * (unmasked: one pong per read's flush, with the latest ping's payload however many the read held). The rules
+ * pinned: echoes compared as they arrive, fragments and control frames between them, RSV bits, masked frames,
+ * unknown opcodes, control frames fragmented or over 125 bytes, continuation without a message, a message inside
+ * a message, a message with nothing in flight (unsolicited), frames and messages longer or shorter than the
+ * message sent, and the pong held while the output is at CBL_OUT_HIGH. As fuzz_load.c, no loop and no socket:
+ * a connection and its thread are set up by hand. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
