@@ -1,7 +1,7 @@
 # cbench-load, the load generator (src/load/, c_src/cbench_load.c; docs/bench.md "cbench-load").
 #
 #   make load            build/cbench-load (and priv/cbench_load, the copy cbench:load/2 runs)
-#   make load-test       the histogram's unit tests and the end-to-end tests of test/load/ (part of make test)
+#   make load-test       the histogram's unit tests, the WebSocket reader's wire tests and the end-to-end tests of test/load/ (part of make test)
 #   make load-hostile    the CT suite's group hostile alone: cbench-load against servers that attack it
 #   make load-fuzz       libFuzzer on what cbench-load reads (HTTP/1.1 answers, WebSocket frames) for FUZZ_SECONDS
 #   make load-fuzz-smoke the same for 15 s with the fixed seed, as make test runs it
@@ -48,8 +48,16 @@ $(LOAD_TEST_BIN): test/load/test_hist.c src/load/hist.c src/load/hist.h
 	@mkdir -p $(@D)
 	$(CC) $(LOAD_CFLAGS) -o $@ test/load/test_hist.c src/load/hist.c -lm $(LDFLAGS_EXTRA)
 
-load-unit: $(LOAD_TEST_BIN)
+# The WebSocket reader's wire tests (test/load/test_ws.c): exact server bytes in, result, echoes and frames out.
+LOAD_WS_TEST_BIN := $(BUILD)/test/cbench-load-ws
+
+$(LOAD_WS_TEST_BIN): test/load/test_ws.c $(LOAD_OBJS) $(LLHTTP_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(LOAD_CFLAGS) -o $@ $< $(LOAD_OBJS) $(LLHTTP_OBJS) $(LOAD_LIBS) $(LDFLAGS_EXTRA)
+
+load-unit: $(LOAD_TEST_BIN) $(LOAD_WS_TEST_BIN)
 	$(LOAD_TEST_BIN)
+	$(LOAD_WS_TEST_BIN)
 
 # The end-to-end tests are the Common Test suite test/cbench_load_SUITE.erl (cbench:load/2 against the nif
 # engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors, and the
@@ -72,11 +80,12 @@ bench-build: $(LOAD_BIN)
 bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server
 	bench/load_figures.sh
 
-# The same suite against cbench-load built with ASan + UBSan (build/asan, as make asan): any memory error aborts
-# the program and a leak makes it exit non-zero, which fails the test that ran it.
+# The WebSocket reader's wire tests and the same suite against cbench-load built with ASan + UBSan (build/asan, as
+# make asan): any memory error aborts the program and a leak makes it exit non-zero, which fails the test that ran it.
 load-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
-	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load
+	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load build/asan/test/cbench-load-ws
+	$(SAN_ENV) build/asan/test/cbench-load-ws
 	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
 TEST_TARGETS += load-asan

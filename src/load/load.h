@@ -11,7 +11,7 @@
  *               open-loop schedule (a timerfd in the loop), timeouts, the measured window, the accounting
  *   h1.c        HTTP/1.1 over llhttp in response mode: keep-alive, pipelining, a connection per request, HEAD
  *   h2.c        h2c with prior knowledge over an nghttp2 client session: N streams per connection
- *   ws.c        WebSocket echo: the upgrade, masked text frames out (wslay), the server's frames read here
+ *   ws.c        WebSocket echo: the upgrade, then frames both ways through wslay's frame layer
  *   report.c    the results as a human summary, JSON (jansson) and an Erlang term file
  *   hist.c      the log-linear latency histogram
  */

@@ -1,17 +1,27 @@
 /* WebSocket echo for cbench-load (RFC 6455): the upgrade request (parsed back with llhttp in response mode: a
- * 101 with Upgrade ends the HTTP part), then each "request" is one masked text frame of --ws-size bytes, framed
- * by wslay, and its answer is the echoed message, compared byte for byte with what was sent as it arrives
- * (anything else is a protocol error). Messages are answered in order, so the oldest in flight is the one an
- * echo completes. A close frame from the server ends the connection: a reset for the messages still in flight.
+ * 101 with Upgrade ends the HTTP part), then each "request" is one masked text frame of --ws-size bytes and its
+ * answer is the echoed message, compared byte for byte with what was sent as it arrives (anything else is a
+ * protocol error). Messages are answered in order, so the oldest in flight is the one an echo completes. A close
+ * frame from the server ends the connection: a reset for the messages still in flight.
  *
- * The server's frames are read here rather than by wslay, because a hostile server must not be able to grow
- * the generator's memory. wslay queues a pong, with a copy of the ping, for every ping it reads and keeps a
- * message whole until its last fragment; here nothing of a data frame is kept (it is compared with the message
- * sent, so a frame or a message longer than --ws-size fails at once), and pings are coalesced: only the latest
- * waits for its pong (RFC 6455 section 5.5.3 allows answering only the most recent one), and the pong is queued
- * only while less than CBL_OUT_HIGH bytes wait for the socket, so a server that floods pings and never reads
- * costs one pending pong. A message that begins with nothing in flight is unsolicited; a failed handshake is an
- * upgrade error unless its status (not 2xx) counts it already (load.h).
+ * Both directions go through wslay's frame layer (wslay_frame_send, wslay_frame_recv), not its event layer,
+ * because a hostile server must not be able to grow the generator's memory: the event layer queues a pong, with
+ * a copy of the ping, for every ping it reads, and keeps a message whole until its last fragment. The frame
+ * layer keeps nothing but its fixed 4 KiB input buffer: it parses headers across reads, refuses control frames
+ * that are fragmented or longer than 125 bytes and lengths not in their shortest form, and hands the payload
+ * back in pieces as it arrives. Here each piece of a data frame is compared with the message sent and dropped
+ * (so a frame or a message longer than --ws-size fails before its payload is looked at), and pings are
+ * coalesced: only the latest waits for its pong (RFC 6455 section 5.5.3 allows answering only the most recent
+ * one), and the pong is written only while less than CBL_OUT_HIGH bytes wait for the socket, so a server that
+ * floods pings and never reads costs one pending pong. A message that begins with nothing in flight is
+ * unsolicited; a failed handshake is an upgrade error unless its status (not 2xx) counts it already (load.h).
+ * Sending with the frame layer too means one wslay context per connection (the event layer's holds a frame
+ * context and a 4 KiB output buffer besides) and no copy of each message into a queue: a message is framed
+ * and masked straight into the connection's output when it is sent.
+ *
+ * wslay_frame_recv reports a frame only with the first piece of its payload (or at once when it has none), so
+ * a frame's header is judged when its first payload byte arrives: a server that sends the header of an
+ * over-long or unsolicited frame and then nothing is counted by --timeout, not by the header's fault.
  *
  * The handshake's Sec-WebSocket-Accept is not verified (it needs SHA-1, which none of the libraries cbench
  * uses offers); a load generator loses nothing by trusting the 101. */
@@ -27,14 +37,15 @@
 typedef struct {
   llhttp_t parser; /* first: callbacks cast back */
   cbl_conn_t *c;
-  wslay_event_context_ptr ctx; /* the sending side */
+  wslay_frame_context_ptr fr;
   bool upgraded;
   int status;
   size_t head_bytes;
+  /* The read wslay_frame_recv is pulling bytes from. */
+  const uint8_t *in;
+  size_t in_len;
   /* The frame being read. */
-  uint8_t hdr[10]; /* its header (a server's frames are not masked: 10 bytes at most) */
-  size_t hdr_len;
-  bool in_payload;
+  bool in_frame;
   uint64_t left; /* payload bytes still to come */
   uint8_t op;
   bool fin;
@@ -61,28 +72,27 @@ static const llhttp_settings_t settings = {
   .on_message_complete = on_message_complete,
 };
 
-/* wslay reads nothing here (the frames are read by ws_frames), but its context wants a recv callback. */
-static ssize_t recv_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *ud) {
-  (void)buf;
-  (void)len;
-  (void)flags;
-  (void)ud;
-  wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
-  return -1;
-}
-
-static ssize_t send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags, void *ud) {
+/* wslay copies the current read's bytes into its buffer as it needs them; -1 when they are all taken makes
+ * wslay_frame_recv answer WSLAY_ERR_WANT_READ, keeping a partial header for the next read. */
+static ssize_t recv_cb(uint8_t *buf, size_t len, int flags, void *ud) {
   (void)flags;
   ws_t *w = ud;
-  if (cbl_conn_write(w->c, data, len)) {
-    wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
-    return -1;
-  }
-  return (ssize_t)len;
+  if (w->in_len == 0) return -1;
+  size_t n = w->in_len < len ? w->in_len : len;
+  memcpy(buf, w->in, n);
+  w->in += n;
+  w->in_len -= n;
+  return (ssize_t)n;
 }
 
-static int genmask_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, void *ud) {
-  (void)ctx;
+/* Output is queued on the connection, so a frame is always taken whole (or the connection fails). */
+static ssize_t send_cb(const uint8_t *data, size_t len, int flags, void *ud) {
+  (void)flags;
+  ws_t *w = ud;
+  return cbl_conn_write(w->c, data, len) ? -1 : (ssize_t)len;
+}
+
+static int genmask_cb(uint8_t *buf, size_t len, void *ud) {
   ws_t *w = ud;
   for (size_t i = 0; i < len; i += 8) {
     uint64_t r = cbl_rand(w->c->t);
@@ -91,30 +101,29 @@ static int genmask_cb(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, voi
   return 0;
 }
 
-static const struct wslay_event_callbacks callbacks = {
-  .recv_callback = recv_cb,
+static const struct wslay_frame_callbacks callbacks = {
   .send_callback = send_cb,
+  .recv_callback = recv_cb,
   .genmask_callback = genmask_cb,
 };
 
+/* One masked final frame. */
+static int frame_send(ws_t *w, uint8_t op, const void *p, size_t n) {
+  struct wslay_frame_iocb f = {.fin = 1, .opcode = op, .mask = 1, .payload_length = n, .data = p, .data_length = n};
+  return wslay_frame_send(w->fr, &f) == (ssize_t)n ? 0 : CBL_FAIL(CBL_ERR_PROTOCOL);
+}
+
 /* ---- the server's frames ---- */
 
-/* The header is complete: check it against what this client may receive. */
-static int frame_begin(ws_t *w) {
+/* A frame's first piece: check its header against what this client may receive. wslay has refused control
+ * frames that are fragmented or over 125 bytes already. */
+static int frame_begin(ws_t *w, const struct wslay_frame_iocb *f) {
   cbl_conn_t *c = w->c;
-  const uint8_t *h = w->hdr;
-  w->fin = (h[0] & 0x80) != 0;
-  w->op = h[0] & 0x0f;
-  uint8_t len7 = h[1] & 0x7f;
-  uint64_t len = len7;
-  if (len7 == 126) len = (uint64_t)h[2] << 8 | h[3];
-  if (len7 == 127) {
-    len = 0;
-    for (int i = 2; i < 10; i++) len = len << 8 | h[i];
-  }
-  if (h[0] & 0x70) return CBL_FAIL(CBL_ERR_PROTOCOL); /* no extension was negotiated */
-  if (w->op & 0x08) {
-    if (!w->fin || len > CTRL_MAX || (w->op != WSLAY_CONNECTION_CLOSE && w->op != WSLAY_PING && w->op != WSLAY_PONG))
+  w->fin = f->fin;
+  w->op = f->opcode;
+  if (f->mask || f->rsv) return CBL_FAIL(CBL_ERR_PROTOCOL); /* a server does not mask; no extension */
+  if (wslay_is_ctrl_frame(w->op)) {
+    if (w->op != WSLAY_CONNECTION_CLOSE && w->op != WSLAY_PING && w->op != WSLAY_PONG)
       return CBL_FAIL(CBL_ERR_PROTOCOL);
     w->ctrl_len = 0;
   } else if (w->op == WSLAY_CONTINUATION_FRAME) {
@@ -126,17 +135,17 @@ static int frame_begin(ws_t *w) {
     w->in_msg = true;
     w->msg_off = 0;
   }
-  if (!(w->op & 0x08) && len > c->t->cfg->ws_size - w->msg_off) return CBL_FAIL(CBL_ERR_PROTOCOL);
-  w->left = len;
-  w->in_payload = true;
+  if (!wslay_is_ctrl_frame(w->op) && f->payload_length > c->t->cfg->ws_size - w->msg_off)
+    return CBL_FAIL(CBL_ERR_PROTOCOL);
+  w->left = f->payload_length;
+  w->in_frame = true;
   return 0;
 }
 
 /* The payload is complete. */
 static int frame_end(ws_t *w) {
   cbl_conn_t *c = w->c;
-  w->in_payload = false;
-  w->hdr_len = 0;
+  w->in_frame = false;
   switch (w->op) {
     case WSLAY_CONNECTION_CLOSE: return CBL_FAIL(CBL_ERR_RESET);
     case WSLAY_PING:
@@ -156,41 +165,36 @@ static int frame_end(ws_t *w) {
   return 0;
 }
 
-/* The header's length once its first two bytes are in: 2, 4 or 10 (a masked frame is refused before). */
-static size_t hdr_need(const ws_t *w) {
-  uint8_t len7 = w->hdr[1] & 0x7f;
-  return len7 == 127 ? 10 : len7 == 126 ? 4 : 2;
-}
-
 static int ws_frames(ws_t *w, const uint8_t *p, size_t n) {
   const char *msg = w->c->t->wire->ws_msg;
-  while (n) {
-    if (!w->in_payload) {
-      w->hdr[w->hdr_len++] = *p++;
-      n--;
-      if (w->hdr_len == 2 && (w->hdr[1] & 0x80)) return CBL_FAIL(CBL_ERR_PROTOCOL); /* a server does not mask */
-      if (w->hdr_len < 2 || w->hdr_len < hdr_need(w)) continue;
-      int rc = frame_begin(w);
-      if (rc) return rc;
-    } else {
-      size_t m = w->left < n ? (size_t)w->left : n;
-      if (w->op & 0x08) {
-        memcpy(w->ctrl + w->ctrl_len, p, m);
-        w->ctrl_len += m;
-      } else {
-        if (memcmp(p, msg + w->msg_off, m) != 0) return CBL_FAIL(CBL_ERR_PROTOCOL);
-        w->msg_off += m;
-      }
-      p += m;
-      n -= m;
-      w->left -= m;
+  w->in = p;
+  w->in_len = n;
+  for (;;) {
+    struct wslay_frame_iocb f;
+    ssize_t r = wslay_frame_recv(w->fr, &f);
+    if (r == WSLAY_ERR_WANT_READ) {
+      if (w->in_len == 0) return 0;
+      continue; /* part of a header came; the rest of the read has more */
     }
-    if (w->in_payload && w->left == 0) {
+    if (r < 0) return CBL_FAIL(CBL_ERR_PROTOCOL);
+    if (!w->in_frame) {
+      int rc = frame_begin(w, &f);
+      if (rc) return rc;
+    }
+    size_t m = f.data_length;
+    if (wslay_is_ctrl_frame(w->op)) {
+      memcpy(w->ctrl + w->ctrl_len, f.data, m);
+      w->ctrl_len += m;
+    } else {
+      if (memcmp(f.data, msg + w->msg_off, m) != 0) return CBL_FAIL(CBL_ERR_PROTOCOL);
+      w->msg_off += m;
+    }
+    w->left -= m;
+    if (w->left == 0) {
       int rc = frame_end(w);
       if (rc) return rc;
     }
   }
-  return 0;
 }
 
 /* ---- the protocol ---- */
@@ -203,14 +207,14 @@ static void *ws_create(cbl_conn_t *c) {
 
 static void ws_reset(cbl_conn_t *c) {
   ws_t *w = c->p;
-  if (w->ctx) wslay_event_context_free(w->ctx);
-  w->ctx = NULL;
+  if (w->fr) wslay_frame_context_free(w->fr);
+  w->fr = NULL;
   w->upgraded = false;
 }
 
 static void ws_destroy(void *p) {
   ws_t *w = p;
-  if (w->ctx) wslay_event_context_free(w->ctx);
+  if (w->fr) wslay_frame_context_free(w->fr);
   free(w);
 }
 
@@ -219,11 +223,10 @@ static int ws_open(cbl_conn_t *c) {
   llhttp_init(&w->parser, HTTP_RESPONSE, &settings);
   w->status = 0;
   w->head_bytes = 0;
-  w->hdr_len = 0;
-  w->in_payload = false;
+  w->in_frame = false;
   w->in_msg = false;
   w->pong_due = false;
-  if (wslay_event_context_client_init(&w->ctx, &callbacks, w)) return CBL_FAIL(CBL_ERR_PROTOCOL);
+  if (wslay_frame_context_init(&w->fr, &callbacks, w)) return CBL_FAIL(CBL_ERR_PROTOCOL);
   return cbl_conn_write(c, c->t->wire->ws_handshake, c->t->wire->ws_handshake_len);
 }
 
@@ -235,20 +238,14 @@ static bool ws_ready(cbl_conn_t *c) {
 static int ws_send(cbl_conn_t *c, cbl_req_t *r) {
   (void)r;
   ws_t *w = c->p;
-  struct wslay_event_msg msg = {WSLAY_TEXT_FRAME, (const uint8_t *)c->t->wire->ws_msg, c->t->cfg->ws_size};
-  return wslay_event_queue_msg(w->ctx, &msg) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
+  return frame_send(w, WSLAY_TEXT_FRAME, c->t->wire->ws_msg, c->t->cfg->ws_size);
 }
 
 static int ws_flush(cbl_conn_t *c) {
   ws_t *w = c->p;
-  if (!w->ctx || !w->upgraded) return 0;
-  if (w->pong_due && cbl_conn_unsent(c) < CBL_OUT_HIGH) {
-    struct wslay_event_msg pong = {WSLAY_PONG, w->ping, w->ping_len};
-    if (wslay_event_queue_msg(w->ctx, &pong)) return CBL_FAIL(CBL_ERR_PROTOCOL);
-    w->pong_due = false;
-  }
-  if (wslay_event_want_write(w->ctx) && wslay_event_send(w->ctx)) return CBL_FAIL(CBL_ERR_PROTOCOL);
-  return 0;
+  if (!w->fr || !w->upgraded || !w->pong_due || cbl_conn_unsent(c) >= CBL_OUT_HIGH) return 0;
+  w->pong_due = false;
+  return frame_send(w, WSLAY_PONG, w->ping, w->ping_len);
 }
 
 static int ws_read(cbl_conn_t *c, const char *p, size_t n) {
