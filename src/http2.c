@@ -1282,6 +1282,15 @@ static void h2_destroy(cb__conn_t *c) {
   c->proto_state = NULL;
 }
 
+/* The connection is to end (the session is done, or a fault closes it): every open stream's request is
+ * journaled now, before the GOAWAY or the FIN that ends it leaves. */
+static void h2_record(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL) return;
+  for (h2s_t *s = h->streams; s != NULL; s = s->next)
+    if (s->req.jseq != 0) cb__journal_record(c->w, &s->req);
+}
+
 static const cb__conn_ops_t h2_ops = {
     .read = h2_read,
     .eof = h2_eof,
@@ -1292,6 +1301,7 @@ static const cb__conn_ops_t h2_ops = {
     .stop = h2_stop,
     .destroy = h2_destroy,
     .rest = h2_rest,
+    .record = h2_record,
 };
 
 /* ---- faults (fault.c) ---- */
