@@ -1263,7 +1263,10 @@ static void h2_rest(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
   if (h == NULL || h->nstreams > 0) return;
   free_spare_streams(h);
-  if (!h->would_block && !nghttp2_session_want_write(h->session)) cb__h2_mem_rest(&h->mem);
+  if (!h->would_block && !nghttp2_session_want_write(h->session))
+    cb__h2_mem_rest(&h->mem);
+  else
+    cb__h2_mem_rest_skipped();
 }
 
 static void h2_destroy(cb__conn_t *c) {
