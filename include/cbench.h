@@ -528,7 +528,11 @@ CB_EXTERN void cb_route_counts_free(cb_route_counts_t *counts);
  * response is complete (or cut short). Each worker keeps its own ring; no lock is shared between workers (one
  * atomic increment of a server-wide sequence counter per request). A read merges the workers' rings in
  * sequence order and keeps the newest cfg.journal requests. A worker also drops its oldest entries early when
- * their heads and bodies together pass about cfg.journal KiB (plus room for one largest request). */
+ * their heads and bodies together pass about cfg.journal KiB (plus room for one largest request).
+ *
+ * A request is recorded before the socket call that ends its response: its last byte, the FIN or the reset of a
+ * connection that ends, an HTTP/2 END_STREAM, RST_STREAM or GOAWAY. Reads go through the same worker after it.
+ * So once a client has seen the end of a response, a cb_server_requests() started afterwards includes it. */
 
 /* One journaled request. In a list from cb_server_requests() every string is a NUL-terminated copy owned by
  * the list. Inside a listener the strings point into the journal: valid during the call only, and not

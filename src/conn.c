@@ -92,6 +92,8 @@ void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg) {
 
 static void free_conn(cb__conn_t *c) {
   cb__worker_t *w = c->w;
+  /* destroy releases (and so journals) the requests still held before close(2) sends the FIN, or the RST of
+   * cb__conn_abort: the peer cannot see the end of a request that is not in the journal yet. */
   if (c->ops && c->ops->destroy) c->ops->destroy(c);
   run_releases(c);
   cb__outq_free(&c->out);
@@ -133,7 +135,14 @@ static void start_linger(cb__conn_t *c) {
   if (c->eof || c->fd < 0) cb__conn_close(c);
 }
 
-void cb__conn_close_linger(cb__conn_t *c) { c->close_after_flush = 1; }
+void cb__conn_close_linger(cb__conn_t *c) {
+  if (c->close_after_flush) return;
+  c->close_after_flush = 1;
+  /* Whatever ends the responses still open (the bytes queued last, the FIN) is written after this call, in
+   * this event or a later one: their requests go into the journal first, so that a client that sees the end
+   * and then reads the journal finds them. */
+  if (c->ops && c->ops->record) c->ops->record(c);
+}
 
 void cb__conn_abort(cb__conn_t *c) {
   if (c->closing) return;

@@ -25,6 +25,10 @@
 
 static size_t page_size = 4096; /* set from sysconf when the first session is made */
 
+/* Process-wide counts for tests (cb__h2_mem_counts): frame buffers mapped now, and how often the rest step
+ * emptied one or was skipped. Touched when a session is made or freed and at its rest step, never per request. */
+static uint64_t n_framebufs, n_emptied, n_skipped;
+
 static size_t page_round(size_t n) { return (n + page_size - 1) & ~(page_size - 1); }
 
 /* Mappings and slots start on a multiple of 1 KiB; heap blocks rarely do, so most frees and reallocs are told
@@ -47,6 +51,7 @@ static void *big_alloc(cb__h2_mem_t *m, size_t n) {
   slot->ptr = p;
   slot->len = (uint32_t)len;
   slot->size = (uint32_t)n;
+  if (n == CB__H2_MEM_FRAMEBUF) __atomic_add_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
   return p;
 }
 
@@ -82,6 +87,7 @@ static void *slot_alloc(cb__h2_mem_t *m) {
 
 /* Gives a mapping back to the kernel, or a slot back to the worker. */
 static void big_free(cb__h2_mem_t *m, cb__h2_big_t *b) {
+  if (b->len > 0 && b->size == CB__H2_MEM_FRAMEBUF) __atomic_sub_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
   if (b->len > 0)
     munmap(b->ptr, b->len);
   else if (grow(&m->small->slots, &m->small->slots_cap, m->small->nslots + 1) == 0)
@@ -209,8 +215,17 @@ void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small) {
 
 void cb__h2_mem_rest(cb__h2_mem_t *m) {
   for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
-    if (m->big[i].ptr != NULL && m->big[i].size == CB__H2_MEM_FRAMEBUF)
-      madvise(m->big[i].ptr, m->big[i].len, MADV_DONTNEED);
+    if (m->big[i].ptr != NULL && m->big[i].size == CB__H2_MEM_FRAMEBUF && m->big[i].len > 0 &&
+        madvise(m->big[i].ptr, m->big[i].len, MADV_DONTNEED) == 0)
+      __atomic_add_fetch(&n_emptied, 1, __ATOMIC_RELAXED);
+}
+
+void cb__h2_mem_rest_skipped(void) { __atomic_add_fetch(&n_skipped, 1, __ATOMIC_RELAXED); }
+
+void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped) {
+  *framebufs = __atomic_load_n(&n_framebufs, __ATOMIC_RELAXED);
+  *emptied = __atomic_load_n(&n_emptied, __ATOMIC_RELAXED);
+  *skipped = __atomic_load_n(&n_skipped, __ATOMIC_RELAXED);
 }
 
 void cb__h2_mem_free(cb__h2_mem_t *m) {

@@ -54,6 +54,11 @@ void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small);
 cb__h2_small_t *cb__h2_small_get(cb__h2_small_t **slot);
 /* The session is at rest (no frame being sent, nothing queued): gives its frame buffers' pages back. */
 void cb__h2_mem_rest(cb__h2_mem_t *m);
+/* The rest step found the session sending (its frame buffer may hold a frame not yet written): nothing emptied. */
+void cb__h2_mem_rest_skipped(void);
+/* For tests (test_idle_memory.c says with them why memory grew): frame buffers that are mappings now, in the
+ * whole process, and how many times the rest step emptied one or was skipped (both since the process began). */
+void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped);
 /* Unmaps what the session did not free (after nghttp2_session_del, nothing should be left). */
 void cb__h2_mem_free(cb__h2_mem_t *m);
 

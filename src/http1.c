@@ -1446,6 +1446,12 @@ static void h1_rest(cb__conn_t *c) {
 
 size_t cb__h1_state_size(void) { return sizeof(h1_t); }
 
+/* The connection is to end: the request in flight (a fault's, or one cut short) is journaled now. */
+static void h1_record(cb__conn_t *c) {
+  h1_t *h = c->proto_state;
+  if (h != NULL && h->req.jseq != 0) cb__journal_record(c->w, &h->req);
+}
+
 static const cb__conn_ops_t h1_ops = {
     .read = h1_read,
     .eof = h1_eof,
@@ -1456,6 +1462,7 @@ static const cb__conn_ops_t h1_ops = {
     .stop = h1_stop,
     .destroy = h1_destroy,
     .rest = h1_rest,
+    .record = h1_record,
 };
 
 static void make_parser_start(void) {

@@ -1284,7 +1284,10 @@ static void h2_rest(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
   if (h == NULL || h->nstreams > 0) return;
   free_spare_streams(h);
-  if (!h->would_block && !nghttp2_session_want_write(h->session)) cb__h2_mem_rest(&h->mem);
+  if (!h->would_block && !nghttp2_session_want_write(h->session))
+    cb__h2_mem_rest(&h->mem);
+  else
+    cb__h2_mem_rest_skipped();
 }
 
 static void h2_destroy(cb__conn_t *c) {
@@ -1303,6 +1306,15 @@ static void h2_destroy(cb__conn_t *c) {
   c->proto_state = NULL;
 }
 
+/* The connection is to end (the session is done, or a fault closes it): every open stream's request is
+ * journaled now, before the GOAWAY or the FIN that ends it leaves. */
+static void h2_record(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL) return;
+  for (h2s_t *s = h->streams; s != NULL; s = s->next)
+    if (s->req.jseq != 0) cb__journal_record(c->w, &s->req);
+}
+
 static const cb__conn_ops_t h2_ops = {
     .read = h2_read,
     .eof = h2_eof,
@@ -1313,6 +1325,7 @@ static const cb__conn_ops_t h2_ops = {
     .stop = h2_stop,
     .destroy = h2_destroy,
     .rest = h2_rest,
+    .record = h2_record,
 };
 
 /* ---- faults (fault.c) ---- */

@@ -236,6 +236,10 @@ typedef struct {
   /* Optional: the connection has been idle (no event) for CB__REST_MS: give back what an idle connection need
    * not hold (it is made again when the next bytes arrive). */
   void (*rest)(cb__conn_t *c);
+  /* Optional: the connection is to end (cb__conn_close_linger): nothing more is produced for the requests it
+   * still holds, so they go into the journal now, before the bytes and the FIN that end them can reach the
+   * peer (the journal's promise, docs/routes.md). A request recorded here is released later as usual. */
+  void (*record)(cb__conn_t *c);
 } cb__conn_ops_t;
 
 enum { CB__PROTO_DETECT, CB__PROTO_H1, CB__PROTO_H2 };
@@ -293,7 +297,8 @@ void cb__conn_after(cb__conn_t *c);
 /* Closes now, dropping what is queued. The memory is freed later, from the handles' close callbacks. */
 void cb__conn_close(cb__conn_t *c);
 /* Closes after what is queued is written: shuts down the sending side, then drains the peer's input for at
- * most CB__LINGER_MS, so the peer reads our last response instead of a reset. */
+ * most CB__LINGER_MS, so the peer reads our last response instead of a reset. The requests the connection
+ * still holds are journaled at once (c->ops->record), before anything queued leaves. */
 void cb__conn_close_linger(cb__conn_t *c);
 /* Closes now with a reset: SO_LINGER 0, so the peer gets RST instead of FIN (fault.c). */
 void cb__conn_abort(cb__conn_t *c);

@@ -3,7 +3,9 @@
  * Each worker records its own requests in its own rings, so recording takes no lock shared between workers;
  * the only shared write is one atomic increment of the server's sequence counter per request, at arrival
  * (which orders the workers' entries when they are merged). An entry is recorded when its request is released
- * (response complete, or the connection gone).
+ * (response complete, or the connection gone), or earlier, when its connection is to end (conn.c's
+ * cb__conn_close_linger and the protocols' record op): always before the socket call that ends the response,
+ * so that a client that has seen the end and then reads the journal finds the entry.
  *
  * Layout, per worker: a ring of fixed entries (growing by doubling up to cfg.journal) and a byte ring that
  * holds each entry's variable part contiguously: method, path, query, route name, headers (lengths then

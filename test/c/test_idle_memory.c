@@ -11,6 +11,7 @@
  * still made and checked, but the bound is only printed. The file descriptor limit is raised to what the test
  * needs; where the system refuses, fewer connections are opened (at least 1,000) and the log says so. */
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "h2_mem.h"
 #include "internal.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -40,8 +42,37 @@
 typedef struct {
   pid_t pid;
   int port;
-  int stop_fd; /* closing it stops the server */
+  int stop_fd; /* closing it stops the server; a byte 'm' asks for its allocator's figures (heap_report) */
+  int info_fd; /* where the child writes them */
 } child_t;
+
+/* What the child's allocator says (glibc's mallinfo2 over all arenas), and h2_mem.c's counts (nghttp2's frame
+ * buffers mapped now, rest steps that emptied one or were skipped), as the child sends them. */
+typedef struct {
+  size_t arena, ordblks, hblks, hblkhd, uordblks, fordblks, keepcost;
+  uint64_t framebufs, emptied, skipped;
+} heap_info_t;
+
+/* Writes the allocator's figures, then malloc_info(3)'s XML (its length first), to fd. */
+static void heap_report(int fd) {
+  struct mallinfo2 mi = mallinfo2();
+  heap_info_t h = {mi.arena, mi.ordblks, mi.hblks, mi.hblkhd, mi.uordblks, mi.fordblks, mi.keepcost, 0, 0, 0};
+  cb__h2_mem_counts(&h.framebufs, &h.emptied, &h.skipped);
+  char *xml = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&xml, &len);
+  if (f != NULL) {
+    malloc_info(0, f);
+    fclose(f);
+  }
+  if (write(fd, &h, sizeof h) != (ssize_t)sizeof h || write(fd, &len, sizeof len) != (ssize_t)sizeof len) _exit(5);
+  for (size_t o = 0; o < len;) {
+    ssize_t n = write(fd, xml + o, len - o);
+    if (n <= 0) _exit(5);
+    o += (size_t)n;
+  }
+  free(xml);
+}
 
 /* The server in a child process: it writes its port to a pipe and stops when the other pipe closes. */
 static child_t server_child(void) {
@@ -59,21 +90,34 @@ static child_t server_child(void) {
     if (cb_server_start(&cfg, &srv) != 0) _exit(3);
     int port = cb_server_port(srv);
     if (write(up[1], &port, sizeof port) != (ssize_t)sizeof port) _exit(4);
-    char ch;
-    while (read(down[0], &ch, 1) < 0 && errno == EINTR) {
+    for (;;) {
+      char ch;
+      ssize_t n = read(down[0], &ch, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 1) break;
+      if (ch == 'm') heap_report(up[1]);
     }
     cb_server_stop(srv);
     _exit(0);
   }
   close(up[1]);
   close(down[0]);
-  child_t ch = {pid, 0, down[1]};
+  child_t ch = {pid, 0, down[1], up[0]};
   ASSERT_EQ(read(up[0], &ch.port, sizeof ch.port), (ssize_t)sizeof ch.port);
-  close(up[0]);
   return ch;
 }
 
+static void read_all(int fd, void *p, size_t n) {
+  for (size_t o = 0; o < n;) {
+    ssize_t r = read(fd, (char *)p + o, n - o);
+    if (r < 0 && errno == EINTR) continue;
+    ASSERT_GT(r, 0);
+    o += (size_t)r;
+  }
+}
+
 static void child_stop(child_t *ch) {
+  close(ch->info_fd);
   close(ch->stop_fd);
   int st = 0;
   ASSERT_EQ(waitpid(ch->pid, &st, 0), ch->pid);
@@ -112,18 +156,166 @@ static int connections_allowed(int n) {
   return allowed < n ? allowed : n;
 }
 
-/* Lets the server finish what the last reads caused (its after-event step, and for h2c the rest step that an
- * idle connection takes after CB__REST_MS), then reads its RSS. */
-static long settled_rss(pid_t pid, int ms) {
-  sleep_ms(ms);
-  return rss_kb_of(pid);
+/* ---- what grew, for a failure on another host: the child's mappings and its allocator ---- */
+
+#define MAX_MAPS 4096
+
+typedef struct {
+  unsigned long start, end;
+  long rss_kb, anon_kb;
+  char name[80];
+} map_t;
+
+/* One reading of the server: its RSS, its mappings (/proc/PID/smaps) and its allocator's figures. */
+typedef struct {
+  long rss_kb;
+  map_t *maps;
+  int nmaps;
+  heap_info_t heap;
+  char *xml;
+} snap_t;
+
+static int read_maps(pid_t pid, map_t *maps) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
+  FILE *f = fopen(path, "r");
+  ASSERT_NOT_NULL(f);
+  int n = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    int off = 0;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %*s%n", &a, &b, &off) == 2 && strchr(line, ':') != NULL &&
+        line[strspn(line, "0123456789abcdef")] == '-') {
+      if (n + 1 >= MAX_MAPS) break;
+      map_t *m = &maps[++n];
+      memset(m, 0, sizeof *m);
+      m->start = a;
+      m->end = b;
+      const char *name = line + off;
+      while (*name == ' ') name++;
+      snprintf(m->name, sizeof m->name, "%.*s", (int)strcspn(name, "\n"), name);
+      /* glibc's heaps of a thread's arena are 64 MiB-aligned reservations (HEAP_MAX_SIZE); the other anonymous
+       * mappings of the server are h2_mem.c's (frame buffers, stream maps, HPACK slots: adjacent ones merge). */
+      if (m->name[0] == '\0')
+        snprintf(m->name, sizeof m->name, (a & ((64ul << 20) - 1)) == 0 ? "[arena heap]" : "[anon: mmap]");
+    } else if (n >= 0 && strncmp(line, "Rss:", 4) == 0) {
+      maps[n].rss_kb = atol(line + 4);
+    } else if (n >= 0 && strncmp(line, "Anonymous:", 10) == 0) {
+      maps[n].anon_kb = atol(line + 10);
+    }
+  }
+  fclose(f);
+  return n + 1;
 }
 
-static void check_bound(const char *what, long before_kb, long after_kb, int n, long bound) {
-  long per = (after_kb - before_kb) * 1024 / n;
-  cbt_log("%s: RSS %ld kB -> %ld kB over %d connections: %ld bytes per connection (bound %ld)", what, before_kb,
-          after_kb, n, per, bound);
+static snap_t snapshot(child_t *ch) {
+  snap_t s = {0};
+  s.rss_kb = rss_kb_of(ch->pid);
+  s.maps = malloc(MAX_MAPS * sizeof *s.maps);
+  ASSERT_NOT_NULL(s.maps);
+  s.nmaps = read_maps(ch->pid, s.maps);
+  ASSERT_EQ(write(ch->stop_fd, "m", 1), 1);
+  size_t len;
+  read_all(ch->info_fd, &s.heap, sizeof s.heap);
+  read_all(ch->info_fd, &len, sizeof len);
+  s.xml = malloc(len + 1);
+  ASSERT_NOT_NULL(s.xml);
+  read_all(ch->info_fd, s.xml, len);
+  s.xml[len] = '\0';
+  return s;
+}
+
+static void snap_free(snap_t *s) {
+  free(s->maps);
+  free(s->xml);
+}
+
+/* The mapping of `before` that holds address a, or NULL. */
+static const map_t *map_at(const snap_t *s, unsigned long a) {
+  for (int i = 0; i < s->nmaps; i++)
+    if (s->maps[i].start <= a && a < s->maps[i].end) return &s->maps[i];
+  return NULL;
+}
+
+/* malloc_info's per-arena lines that say how much memory each heap has: <heap nr=..>, <system type="current">,
+ * <total type="fast"|"rest"> (free chunks). */
+static void print_arenas(const char *xml) {
+  for (const char *p = xml; (p = strstr(p, "<heap nr=")) != NULL; p++) {
+    const char *end = strstr(p, "</heap>");
+    if (end == NULL) break;
+    const char *cur = strstr(p, "<system type=\"current\" size=\"");
+    const char *rest = strstr(p, "<total type=\"rest\" count=\"");
+    const char *fast = strstr(p, "<total type=\"fast\" count=\"");
+    fprintf(stderr, "    arena %ld: system %ld, free chunks %ld (fast) + %ld (rest) bytes\n", atol(p + 10),
+            cur && cur < end ? atol(cur + 29) : -1L, fast && fast < end ? atol(strstr(fast, "size=\"") + 6) : -1L,
+            rest && rest < end ? atol(strstr(rest, "size=\"") + 6) : -1L);
+  }
+}
+
+/* Says where the growth went: the mappings whose resident size grew the most (kernel view), and the allocator's
+ * figures before and after (glibc's view: in-use bytes, free bytes kept, its own mmaps), so that a failure on
+ * another host names the mapping (a thread's arena, the merged per-session mappings of h2_mem.c, the main heap)
+ * and whether the bytes are in use, kept free, or pages that were written and not given back. */
+static void explain_growth(const snap_t *a, const snap_t *b, int n) {
+  fprintf(stderr, "  mappings whose resident size grew (kB, per connection in bytes):\n");
+  int shown = 0;
+  for (int round = 0; round < 12; round++) {
+    long best = 64, bi = -1;
+    for (int i = 0; i < b->nmaps; i++) {
+      const map_t *m = &b->maps[i];
+      const map_t *o = map_at(a, m->start);
+      long grew = m->rss_kb - (o != NULL && o->start == m->start ? o->rss_kb : 0);
+      if (grew > best && m->name[0] != '\1') {
+        best = grew;
+        bi = i;
+      }
+    }
+    if (bi < 0) break;
+    map_t *m = &b->maps[bi];
+    const map_t *o = map_at(a, m->start);
+    fprintf(stderr, "    %lx-%lx %-20s size %lu kB, Rss %ld -> %ld kB (anon %ld), +%ld B/conn\n", m->start, m->end,
+            m->name, (m->end - m->start) >> 10, o && o->start == m->start ? o->rss_kb : 0, m->rss_kb, m->anon_kb,
+            best * 1024 / n);
+    m->name[0] = '\1'; /* shown */
+    shown++;
+  }
+  if (shown == 0) fprintf(stderr, "    (none grew by more than 64 kB)\n");
+  const heap_info_t *x = &a->heap, *y = &b->heap;
+  fprintf(stderr,
+          "  malloc (mallinfo2, all arenas), before -> after (per connection):\n"
+          "    arena (heap bytes from the system) %zu -> %zu (%+ld B)\n"
+          "    in use %zu -> %zu (%+ld B), free kept %zu -> %zu (%+ld B), chunks free %zu -> %zu\n"
+          "    malloc's own mmaps %zu (%zu B) -> %zu (%zu B), top releasable %zu -> %zu\n",
+          x->arena, y->arena, ((long)y->arena - (long)x->arena) / n, x->uordblks, y->uordblks,
+          ((long)y->uordblks - (long)x->uordblks) / n, x->fordblks, y->fordblks,
+          ((long)y->fordblks - (long)x->fordblks) / n, x->ordblks, y->ordblks, x->hblks, x->hblkhd, y->hblks,
+          y->hblkhd, x->keepcost, y->keepcost);
+  fprintf(stderr,
+          "  nghttp2 frame buffers (h2_mem.c mappings) %llu -> %llu; rest steps that emptied one %llu -> %llu, that\n"
+          "    found the session sending and emptied none %llu -> %llu (fewer emptied than buffers: those kept a page)\n",
+          (unsigned long long)x->framebufs, (unsigned long long)y->framebufs, (unsigned long long)x->emptied,
+          (unsigned long long)y->emptied, (unsigned long long)x->skipped, (unsigned long long)y->skipped);
+  fprintf(stderr, "  malloc_info before:\n");
+  print_arenas(a->xml);
+  fprintf(stderr, "  malloc_info after:\n");
+  print_arenas(b->xml);
+}
+
+/* Lets the server finish what the last reads caused (its after-event step, and for h2c the rest step that an
+ * idle connection takes after CB__REST_MS), then reads its RSS, mappings and allocator. */
+static snap_t settled(child_t *ch, int ms) {
+  sleep_ms(ms);
+  return snapshot(ch);
+}
+
+static void check_bound(const char *what, snap_t *before, snap_t *after, int n, long bound) {
+  long per = (after->rss_kb - before->rss_kb) * 1024 / n;
+  cbt_log("%s: RSS %ld kB -> %ld kB over %d connections: %ld bytes per connection (bound %ld)", what,
+          before->rss_kb, after->rss_kb, n, per, bound);
   fprintf(stderr, "%s: %ld bytes per idle connection (%d connections, bound %ld)\n", what, per, n, bound);
+  if (per > bound || getenv("CBT_IDLE_EXPLAIN") != NULL) explain_growth(before, after, n);
+  snap_free(before);
+  snap_free(after);
   if (!IDLE_SANITIZED) ASSERT_LE(per, bound);
 }
 
@@ -147,7 +339,7 @@ TEST_T(idle_memory_h1, 300000) {
     ASSERT_EQ(cl_read_n(wfd, &got, 100 * exp.len, 30000), CL_OK);
   }
   buf_free(&batch);
-  long before = settled_rss(ch.pid, 300);
+  snap_t before = settled(&ch, 300);
 
   int *fds = malloc((size_t)n * sizeof *fds);
   ASSERT_NOT_NULL(fds);
@@ -165,8 +357,8 @@ TEST_T(idle_memory_h1, 300000) {
       ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
     }
   }
-  long after = settled_rss(ch.pid, 300);
-  check_bound("HTTP/1.1", before, after, n, 1024);
+  snap_t after = settled(&ch, 300);
+  check_bound("HTTP/1.1", &before, &after, n, 1024);
 
   /* Every idle connection still answers. */
   for (int i = 0; i < n; i += n / 10) {
@@ -220,7 +412,7 @@ TEST_T(idle_memory_h2c, 300000) {
     read_server_start(warm[i]);
     cl_send(warm[i], h2_settings_ack, sizeof h2_settings_ack - 1);
   }
-  long before = settled_rss(ch.pid, CB__REST_MS + 1000);
+  snap_t before = settled(&ch, CB__REST_MS + 1000);
 
   int *fds = malloc((size_t)n * sizeof *fds);
   ASSERT_NOT_NULL(fds);
@@ -235,8 +427,8 @@ TEST_T(idle_memory_h2c, 300000) {
       cl_send(fds[i], h2_settings_ack, sizeof h2_settings_ack - 1);
     }
   }
-  long after = settled_rss(ch.pid, CB__REST_MS + 1000);
-  check_bound("h2c", before, after, n, 4096);
+  snap_t after = settled(&ch, CB__REST_MS + 1000);
+  check_bound("h2c", &before, &after, n, 4096);
 
   /* The idle sessions still work: a PING on some of them is answered. */
   static const char ping[] = "\x00\x00\x08\x06\x00\x00\x00\x00\x00" "abcdefgh";

@@ -486,3 +486,99 @@ TEST(journal_rings_wrap) {
   close(fd);
   test_stop(srv);
 }
+
+/* ---- the journal's promise (issue 21): once a client can see the end of its response, its entry is there ----
+ * Each fault kind is a stub; the client reads until the end is observable (EOF, reset, the last byte, END_STREAM,
+ * RST_STREAM, GOAWAY) and reads the journal at once, without waiting and without closing its socket first (a close
+ * would let the server's connection end, which journals late entries too, only sooner). Before the fix, a fault
+ * that closes with FIN (empty, garbage, hang, truncated, ...) left its request out of the journal until the
+ * connection was freed, CB__LINGER_MS later or when the client closed: such a read missed it every time. Nothing
+ * here depends on timing: the entry exists before the server's socket call that ends the response. */
+
+static const char *const promise_faults[] = {
+    "reset",           "reset?at=head",      "reset?at=body&length=100&bytes=10",
+    "empty",           "hang?ms=30",         "hang?ms=30&at=head",
+    "garbage",         "truncated",          "overlong",
+    "malformed_chunk", "missing_last_chunk", "raw?close=0&data=HTTP%2F1.1%20200%20OK%0D%0Acontent-length%3A%202%0D%0A%0D%0Aok",
+    "raw?preset=http10_no_length",           "delay?ms=5",
+    "dribble?ms=10&pieces=2&length=10",      "drip?ms=10&pieces=2&length=10",
+    "rst_stream",      "rst_stream?at=head", "goaway",
+    "goaway?last=2147483647&code=2",         "settings?window=1000",
+    "violation?ms=10", "trailers",           "slow_head?ms=10&pieces=2"};
+#define NPROMISE (sizeof promise_faults / sizeof *promise_faults)
+
+static void promise_stubs(cb_server_t *srv) {
+  for (size_t i = 0; i < NPROMISE; i++) {
+    char path[32];
+    snprintf(path, sizeof path, "/p%zu", i);
+    cb_stub_t st = {.match = {.path = {path, strlen(path)}},
+                    .response = {.status = 200, .body_kind = CB_BODY_BYTES, .body = CB_S("stub body"),
+                                 .fault = {promise_faults[i], strlen(promise_faults[i])}}};
+    uint64_t id;
+    cbt_log("stub %s: %s", path, promise_faults[i]);
+    ASSERT_ERR(cb_server_route_add(srv, &st, &id), 0);
+  }
+}
+
+/* The entries of path right now: one read, no wait. */
+static size_t entries_now(cb_server_t *srv, const char *path) {
+  cb_request_filter_t f = {.path = {path, strlen(path)}};
+  cb_request_list_t *list = NULL;
+  ASSERT_ERR(cb_server_requests(srv, &f, &list), 0);
+  size_t n = list->count;
+  cb_request_list_free(list);
+  return n;
+}
+
+TEST(journal_promise_faults_http1) {
+  cb_server_t *srv = start_journal(2, 1000, 64);
+  promise_stubs(srv);
+  int port = cb_server_port(srv);
+  for (int round = 0; round < 3; round++) {
+    for (size_t i = 0; i < NPROMISE; i++) {
+      char req[96], path[32];
+      snprintf(path, sizeof path, "/p%zu", i);
+      snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+      int fd = cl_connect(port);
+      cl_sends(fd, req);
+      buf_t got = {0};
+      int end = cl_read_close(fd, &got, 10000); /* every answer ends with EOF or a reset here */
+      if (end != CL_EOF && end != CL_RESET) FAIL("%s: %s", promise_faults[i], cl_status_name(end));
+      size_t n = entries_now(srv, path);
+      if (n != (size_t)round + 1)
+        FAIL("%s (%s after %zu bytes): %zu entries, want %d", promise_faults[i], cl_status_name(end), got.len, n,
+             round + 1);
+      close(fd);
+      buf_free(&got);
+    }
+  }
+  cb_server_stop(srv);
+}
+
+static int promise_end(h2cl_t *cl, const void *arg) {
+  const h2resp_t *r = arg;
+  return r->ended || r->rst != H2_NO_RST || cl->goaway > 0 || cl->closed;
+}
+
+TEST(journal_promise_faults_h2c) {
+  cb_server_t *srv = start_journal(2, 1000, 64);
+  promise_stubs(srv);
+  int port = cb_server_port(srv);
+  for (int round = 0; round < 3; round++) {
+    for (size_t i = 0; i < NPROMISE; i++) {
+      char path[32];
+      snprintf(path, sizeof path, "/p%zu", i);
+      h2cl_t *cl = h2_open(port);
+      h2_handshake(cl);
+      h2resp_t *r = h2_request(cl, 1, "GET", path, NULL, 0, NULL, 0);
+      int end = h2_run(cl, promise_end, r, 10000);
+      if (end != CL_OK) FAIL("%s: %s", promise_faults[i], cl_status_name(end));
+      size_t n = entries_now(srv, path);
+      if (n != (size_t)round + 1)
+        FAIL("%s (ended %d, rst %u, goaway %d, closed %d): %zu entries, want %d", promise_faults[i], r->ended,
+             r->rst, cl->goaway, cl->closed, n, round + 1);
+      h2_free(cl);
+    }
+  }
+  cb_server_stop(srv);
+}
