@@ -23,7 +23,7 @@ CLEAN_PATHS += $(BEAM_PRIV) _build/default/lib/cbench _build/test/lib/cbench ct_
 # What rebar3's pre-compile hook builds: only the C parts (rebar3 compiles erl/ itself).
 beam-priv: $(BEAM_PRIV)
 
-beam: $(BEAM_PRIV)
+beam: beam-priv
 	$(REBAR3) compile
 
 beam-clean:

@@ -16,16 +16,16 @@ MAKE=${MAKE:-make}
 if [ -n "${CBENCH_VERBOSE:-}" ]; then
   exec $MAKE --no-print-directory beam-priv
 fi
-if $MAKE --no-print-directory -q priv/cbench_nif.so priv/cbench_port 2>/dev/null; then
+if $MAKE --no-print-directory -q priv/cbench_nif.so priv/cbench_port priv/cbench_load 2>/dev/null; then
   exit 0
 fi
 log=$(mktemp "${TMPDIR:-/tmp}/cbench-build.XXXXXX") || exit 1
 if $MAKE --no-print-directory beam-priv >"$log" 2>&1; then
   rm -f "$log"
-  echo "cbench: built priv/cbench_nif.so and priv/cbench_port"
+  echo "cbench: built priv/cbench_nif.so, priv/cbench_port and priv/cbench_load"
   exit 0
 fi
 cat "$log" >&2
 rm -f "$log"
-echo "cbench: building the NIF and the port program failed (make beam-priv, output above)" >&2
+echo "cbench: building the NIF, the port program and cbench-load failed (make beam-priv, output above)" >&2
 exit 1
