@@ -57,7 +57,7 @@
                             fault_run => cbench_fault:fault(),
                             fault_draws => atomics:atomics_ref()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
-                          stub := any | pos_integer(), since := non_neg_integer()}.
+                          stub := any | integer(), since := non_neg_integer()}.
 -type why() :: term().
 
 -define(MAX_PRIORITY, 1000000).
@@ -170,7 +170,8 @@ filter(F) when is_map(F) ->
                                  end,
                          stub => case maps:get(stub, F, any) of
                                      any -> any;
-                                     Id when is_integer(Id), Id >= 1 -> Id;
+                                     %% An id that cannot exist (0, -1, 2^64) matches nothing.
+                                     Id when is_integer(Id) -> Id;
                                      Id -> fail({stub, Id})
                                  end,
                          since => int_in(since, maps:get(since, F, 0), 0, 1 bsl 62)}

@@ -63,6 +63,7 @@ void nif_unlock(nif_server_t *res);
 
 /* The body of a NIF (Resource, Id) -> ok | {error, Reason}: op(server, Id) under the lock; badarg for a term
  * that is not a server or an Id that is not a 64-bit unsigned integer, {error, stopped} for a stopped server. */
+int nif_get_id(ErlNifEnv *env, ERL_NIF_TERM t, uint64_t *id);
 ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t));
 
 /* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */

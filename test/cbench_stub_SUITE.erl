@@ -212,10 +212,16 @@ nif_survives_any_term(_Config) ->
      end || {M, R} <- corrupted()],
     Filter = #{since => 0, method => undefined, path => undefined, stub => undefined},
     [?assertError(badarg, cbench_nif:requests_nif(H, F))
-     || F <- [x, #{}, Filter#{since := -1}, Filter#{method := 1}, Filter#{stub := 0},
+     || F <- [x, #{}, Filter#{since := -1}, Filter#{method := 1}, Filter#{stub := a},
               maps:remove(path, Filter)]],
+    %% An integer that cannot be an id names nothing: no entry, not found (issue 21: these were
+    %% badarg, which ended the server process that made the call).
+    [?assertEqual([], cbench_nif:requests_nif(H, Filter#{stub := Id}))
+     || Id <- [0, -1, 1 bsl 64, -(1 bsl 70)]],
+    [?assertEqual({error, enoent}, cbench_nif:route_remove_nif(H, Id))
+     || Id <- [0, -1, 1 bsl 64, (1 bsl 64) - 1]],
+    ?assertError(badarg, cbench_nif:route_remove_nif(H, 1.0)),
     ?assertError(badarg, cbench_nif:journal_listen_nif(H, yes)),
-    ?assertError(badarg, cbench_nif:route_remove_nif(H, -1)),
     ?assertError(badarg, cbench_nif:route_add_nif(make_ref(), #{}, #{})),
     ?assertError(badarg, cbench_nif:down_nif(x)),
     ?assertEqual([], cbench_nif:stubs_nif(H)),
@@ -244,10 +250,14 @@ port_survives_any_term(_Config) ->
      end || {M, R} <- corrupted()],
     Filter = #{since => 0, method => undefined, path => undefined, stub => undefined},
     [?assertEqual({error, badarg}, cbench_port:request(Port, {requests, F}, 5000))
-     || F <- [x, #{}, Filter#{since := -1}, Filter#{method := 1}, Filter#{stub := 0},
+     || F <- [x, #{}, Filter#{since := -1}, Filter#{method := 1}, Filter#{stub := a},
               maps:remove(path, Filter)]],
+    [?assertEqual({ok, []}, cbench_port:request(Port, {requests, Filter#{stub := Id}}, 5000))
+     || Id <- [0, -1, 1 bsl 64, -(1 bsl 70)]],
+    [?assertEqual({error, enoent}, cbench_port:request(Port, {route_remove, Id}, 5000))
+     || Id <- [0, -1, 1 bsl 64, (1 bsl 64) - 1]],
+    ?assertEqual({error, badarg}, cbench_port:request(Port, {route_remove, 1.0}, 5000)),
     ?assertEqual({error, badarg}, cbench_port:request(Port, {journal_listen, yes}, 5000)),
-    ?assertEqual({error, badarg}, cbench_port:request(Port, {route_remove, -1}, 5000)),
     ?assertEqual({ok, []}, cbench_port:request(Port, stubs, 5000)),
     ?assertMatch({ok, #{requests := 0}}, cbench_port:request(Port, stats, 5000)),
     ok = cbench_port:request(Port, stop, 10000),

@@ -12,6 +12,7 @@
 -export([stub_h2/1]).
 -export([stub_paths/1, stub_methods_405/1, stub_fields/1, stub_priority/1, stub_responses/1,
          stub_chunks/1, stub_head_http10/1, stub_times/1, stub_httpc/1, unstub_and_reset/1,
+         hostile_ids/1,
          stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
          journal_filters/1, journal_bounds/1, journal_disabled/1, expect_verify/1,
          await_other_process/1, down_up/1]).
@@ -288,6 +289,25 @@ stub_httpc(Config) ->
     ok.
 
 %%% The table
+
+%% @doc An integer that cannot be an id (0, negative, 2^64 and more) is an id no engine knows:
+%% unstub/2 says not_found and a journal filter on it matches nothing; a non-integer is badarg.
+%% The server goes on (issue 21: on the nif engine these raised badarg inside the server process,
+%% which then exited; the port engine answered {error, badarg}).
+hostile_ids(Config) ->
+    S = reset(Config),
+    {ok, Id} = cbench:stub(S, "/h", #{body => <<"h">>}),
+    raw(port(Config), [{get("/h"), ok200(<<"h">>)}]),
+    Bad = [0, -1, -(1 bsl 64), 1 bsl 64, (1 bsl 64) + Id, 1 bsl 200, (1 bsl 64) - 1],
+    [?assertEqual({I, {error, not_found}}, {I, cbench:unstub(S, I)}) || I <- Bad],
+    [?assertEqual({I, []}, {I, cbench:requests(S, #{stub => I})}) || I <- Bad],
+    ?assertEqual({error, {timeout, []}}, cbench:await(S, #{stub => 1 bsl 64}, 1, 0)),
+    ?assertError(badarg, cbench:unstub(S, 1.0)),
+    ?assertEqual({error, {bad_filter, {stub, 1.0}}}, cbench:requests(S, #{stub => 1.0})),
+    ?assertMatch([#{id := Id}], cbench:stubs(S)),
+    ?assertMatch([#{stub := Id}], cbench:requests(S, #{stub => Id})),
+    ok = cbench:unstub(S, Id),
+    ?assertEqual([], cbench:stubs(S)).
 
 %% @doc unstub/2 and reset/1: a removed stub is gone (its path 404s again); an unknown id is
 %% not_found; reset leaves the fixture table and an empty journal.
