@@ -52,8 +52,13 @@
 -type entry() :: cbench_journal:entry().
 -type problem() :: cbench_expect:problem().
 -type req() :: cbench_handler:req().
+%% One entry of stubs/1: a stub's (or an expectation's) carries its `response'; a route of
+%% handle/4 carries its `handler' (the Target given) instead.
 -type stub_info() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
                        response := cbench_spec:canon_response(), hits := non_neg_integer(),
+                       left := non_neg_integer() | infinity} |
+                     #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
+                       handler := pid() | atom() | {module(), atom()}, hits := non_neg_integer(),
                        left := non_neg_integer() | infinity}.
 
 %% @doc Starts a server under the cbench application (started if needed); it runs until stopped,
@@ -232,7 +237,7 @@ unstub(_, _) ->
     error(badarg).
 
 %% @doc The stubs, oldest first, in canonical form, with the requests each answered and the uses
-%% it has left.
+%% it has left; the routes of handle/4 among them carry `handler' instead of `response'.
 -spec stubs(server()) -> [stub_info()] | {error, not_running}.
 stubs(Server) when is_pid(Server) ->
     cbench_server:call(Server, stubs);

@@ -233,8 +233,9 @@ claim(A, From, To, Op, Send) ->
 %% ---- what every engine takes ----
 
 %% The checks of cb_server_reply() (src/deferred.c), made here for every engine in three steps:
-%% types (badarg), sizes ({too_large, ...}: the port program takes frames of 65 MiB at most, so
-%% one limit for all), then values ({bad_reply, {Field, Value, Why}}). Names come back lowercased.
+%% types (badarg) and the status's range, sizes ({too_large, ...}: the port program takes frames
+%% of 65 MiB at most, so one limit for all), then values ({bad_reply, {Field, Value, Why}}). Names
+%% come back lowercased.
 checked(Op) ->
     try
         measure(Op),
@@ -242,16 +243,18 @@ checked(Op) ->
     catch throw:{reply_error, Reason} -> {error, Reason}
     end.
 
-%% Types and sizes only (the nif engine checks values itself).
+%% Types, the status and sizes only (the nif engine checks the rest itself).
 measured(Op) ->
     try measure(Op)
     catch throw:{reply_error, Reason} -> {error, Reason}
     end.
 
 measure({reply, S, H, B}) when is_integer(S) ->
+    status(S),
     header_bytes(H),
     within(body, iolist_size(B), ?MAX_BODY);
 measure({stream, S, H}) when is_integer(S) ->
+    status(S),
     header_bytes(H);
 measure({send, D}) ->
     within(body, iolist_size(D), ?MAX_BODY);
@@ -277,18 +280,21 @@ bad(Detail) -> throw({reply_error, {bad_reply, Detail}}).
 
 values({reply, S, H, B}) ->
     Body = iolist_to_binary(B),
-    status(S, Body =/= <<>>),
+    no_body(S, Body =/= <<>>),
     {reply, S, headers(H), Body};
 values({stream, S, H}) ->
-    status(S, true),
+    no_body(S, true),
     {stream, S, headers(H)};
 values({send, D}) -> {send, iolist_to_binary(D)};
 values(finish) -> finish.
 
+%% Checked with the types: the NIF takes a status that fits in a C int only.
+status(S) when S < 200; S > 599 -> bad({status, S, out_of_range});
+status(_) -> ok.
+
 %% 204 and 304 have no body, so they are never streamed either.
-status(S, _) when S < 200; S > 599 -> bad({status, S, out_of_range});
-status(S, true) when S =:= 204; S =:= 304 -> bad({status, S, no_body_allowed});
-status(_, _) -> ok.
+no_body(S, true) when S =:= 204; S =:= 304 -> bad({status, S, no_body_allowed});
+no_body(_, _) -> ok.
 
 headers(H) -> [header(iolist_to_binary(N), iolist_to_binary(V)) || {N, V} <- H].
 
