@@ -221,6 +221,13 @@ nif_survives_any_term(_Config) ->
     [?assertEqual({error, enoent}, cbench_nif:route_remove_nif(H, Id))
      || Id <- [0, -1, 1 bsl 64, (1 bsl 64) - 1]],
     ?assertError(badarg, cbench_nif:route_remove_nif(H, 1.0)),
+    %% Reply items as the port program takes them: {Ref, unavailable} decodes (here: no such
+    %% request), and any int status reaches the engine, which refuses it (issue 21: the NIF took
+    %% neither, the port program both).
+    ?assertEqual([{error, gone}], cbench_nif:reply_nif(H, [{1, unavailable}])),
+    ?assertEqual([{error, badarg}, {error, badarg}],
+                 cbench_nif:reply_nif(H, [{1, reply, 1000, [], <<>>}, {1, stream, -5, []}])),
+    ?assertError(badarg, cbench_nif:reply_nif(H, [{1, reply, 1 bsl 40, [], <<>>}])),
     ?assertError(badarg, cbench_nif:journal_listen_nif(H, yes)),
     ?assertError(badarg, cbench_nif:route_add_nif(make_ref(), #{}, #{})),
     ?assertError(badarg, cbench_nif:down_nif(x)),
@@ -257,6 +264,11 @@ port_survives_any_term(_Config) ->
     [?assertEqual({error, enoent}, cbench_port:request(Port, {route_remove, Id}, 5000))
      || Id <- [0, -1, 1 bsl 64, (1 bsl 64) - 1]],
     ?assertEqual({error, badarg}, cbench_port:request(Port, {route_remove, 1.0}, 5000)),
+    %% Any int status in a reply frame reaches the engine, which refuses it, as the NIF's do; the
+    %% program goes on (a status over 999 was a malformed frame: exit). A status past a C int is
+    %% still malformed, for both.
+    true = port_command(Port, term_to_binary({reply, [{1, reply, 1000, [], <<>>},
+                                                      {1, stream, -5, []}, {1, unavailable}]})),
     ?assertEqual({error, badarg}, cbench_port:request(Port, {journal_listen, yes}, 5000)),
     ?assertEqual({ok, []}, cbench_port:request(Port, stubs, 5000)),
     ?assertMatch({ok, #{requests := 0}}, cbench_port:request(Port, stats, 5000)),
