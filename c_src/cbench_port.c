@@ -128,13 +128,26 @@ void port_reply_result(int err) {
     port_reply_ok();
 }
 
+/* As the NIF's nif_get_id(): an integer that does not fit in 64 unsigned bits (negative, 2^64 and more) is an id
+ * that names nothing (0 here); anything but an integer is -1. */
+int port_get_id(const char *buf, int *idx, unsigned long long *id) {
+  int type, size;
+  if (ei_get_type(buf, idx, &type, &size) != 0) return -1;
+  if (type != ERL_SMALL_INTEGER_EXT && type != ERL_INTEGER_EXT && type != ERL_SMALL_BIG_EXT &&
+      type != ERL_LARGE_BIG_EXT)
+    return -1;
+  if (ei_decode_ulonglong(buf, idx, id) == 0) return 0;
+  *id = 0;
+  return ei_skip_term(buf, idx) == 0 ? 0 : -1;
+}
+
 void port_id_op(const char *buf, int *idx, int (*op)(cb_server_t *, uint64_t)) {
   unsigned long long id;
-  if (port_get_uint(buf, idx, UINT64_MAX, &id) != 0) {
+  if (port_get_id(buf, idx, &id) != 0) {
     port_reply_error_atom("badarg");
     return;
   }
-  port_reply_result(op(port_server, id));
+  port_reply_result(id == 0 ? CB_ENOENT : op(port_server, id));
 }
 
 void port_reply_id(int err, uint64_t id) {

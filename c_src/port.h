@@ -46,6 +46,7 @@ void port_id_op(const char *buf, int *idx, int (*op)(cb_server_t *, uint64_t));
 int port_get_bin(const char *buf, int *idx, cb_str_t *out);
 
 /* An unsigned integer up to max; 0 or -1. */
+int port_get_id(const char *buf, int *idx, unsigned long long *id);
 int port_get_uint(const char *buf, int *idx, unsigned long long max, unsigned long long *out);
 
 /* Whether the next term is the atom `name` (consumed when it is). */

@@ -18,6 +18,7 @@
  * Replies carry no answer: the node keeps each request's state (an atomics word, as the ehttpd engine does),
  * so a second answer is refused there; an answer that crosses a {cbench_gone, Ref} on the pipe is dropped here
  * (CB_EGONE) and nothing is sent. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,8 +131,9 @@ static int decode_item(const char *buf, int *idx, cb_reply_t *r, cb_header_t *hb
   else if (arity == 2 && port_is_atom(buf, idx, "finish")) return r->op = CB_REPLY_FINISH, 0;
   else if (arity == 2 && port_is_atom(buf, idx, "unavailable")) return r->op = CB_REPLY_UNAVAILABLE, 0;
   else return -1;
+  /* Any int, as the NIF takes it: cb_server_reply() checks the range (200..599) for both. */
   long status;
-  if (ei_decode_long(buf, idx, &status) != 0 || status < 0 || status > 999) return -1;
+  if (ei_decode_long(buf, idx, &status) != 0 || status < INT_MIN || status > INT_MAX) return -1;
   r->status = (int)status;
   if (decode_headers(buf, idx, r, hbuf, nh, hcap) != 0) return -1;
   return r->op == CB_REPLY_STREAM ? 0 : port_get_bin(buf, idx, &r->body);

@@ -70,7 +70,7 @@ static int get_opt_bin(const char *buf, int *idx, cb_str_t *out) {
 }
 
 /* Filter: #{since, method, path, stub}: what the engine applies itself (cbench_journal filters the rest). */
-static int decode_filter(const char *buf, int *idx, cb_request_filter_t *f) {
+static int decode_filter(const char *buf, int *idx, cb_request_filter_t *f, int *none) {
   int arity, seen = 0;
   unsigned long long u;
   memset(f, 0, sizeof *f);
@@ -90,8 +90,10 @@ static int decode_filter(const char *buf, int *idx, cb_request_filter_t *f) {
       seen |= 4;
     } else if (strcmp(key, "stub") == 0) {
       if (!port_is_atom(buf, idx, "undefined")) {
-        if (port_get_uint(buf, idx, UINT64_MAX, &u) != 0 || u == 0) return -1;
+        /* 0 (also for an integer out of range) matches nothing: port_requests() answers [] itself. */
+        if (port_get_id(buf, idx, &u) != 0) return -1;
         f->stub_id = u;
+        *none = u == 0;
       }
       seen |= 8;
     } else {
@@ -103,12 +105,14 @@ static int decode_filter(const char *buf, int *idx, cb_request_filter_t *f) {
 
 void port_requests(const char *buf, int *idx) {
   cb_request_filter_t f;
-  if (decode_filter(buf, idx, &f) != 0) {
+  int none = 0;
+  if (decode_filter(buf, idx, &f, &none) != 0) {
     port_reply_error_atom("badarg");
     return;
   }
-  cb_request_list_t *list;
-  int err = cb_server_requests(port_server, &f, &list);
+  cb_request_list_t empty = {0};
+  cb_request_list_t *list = &empty;
+  int err = none ? 0 : cb_server_requests(port_server, &f, &list);
   if (err < 0) {
     port_reply_error(err);
     return;
@@ -120,7 +124,7 @@ void port_requests(const char *buf, int *idx) {
   if (list->count > 0) ei_x_encode_list_header(&x, (long)list->count);
   for (size_t i = 0; i < list->count; i++) encode_entry(&x, &list->items[i]);
   ei_x_encode_empty_list(&x);
-  cb_request_list_free(list);
+  if (list != &empty) cb_request_list_free(list);
   port_send(&x);
 }
 

@@ -52,8 +52,13 @@
 -type entry() :: cbench_journal:entry().
 -type problem() :: cbench_expect:problem().
 -type req() :: cbench_handler:req().
+%% One entry of stubs/1: a stub's (or an expectation's) carries its `response'; a route of
+%% handle/4 carries its `handler' (the Target given) instead.
 -type stub_info() :: #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
                        response := cbench_spec:canon_response(), hits := non_neg_integer(),
+                       left := non_neg_integer() | infinity} |
+                     #{id := pos_integer(), name := binary(), match := cbench_spec:canon_match(),
+                       handler := pid() | atom() | {module(), atom()}, hits := non_neg_integer(),
                        left := non_neg_integer() | infinity}.
 
 %% @doc Starts a server under the cbench application (started if needed); it runs until stopped,
@@ -198,28 +203,31 @@ handle(_, _, _, _) ->
     error(badarg).
 
 %% @doc Answers a request whole: the same bytes a stub with this status, headers and body sends.
-%% {error, gone}: answered already, timed out, or its client or stream is gone.
+%% {error, gone}: answered already, timed out, or its client or stream is gone. A term of the
+%% wrong type: badarg; a status, header or size the engine refuses: {error, {bad_reply, {Field,
+%% Value, Why}}} or {error, {too_large, {Field, Size, Max}}}, the same on every engine (docs/beam.md).
 -spec reply(req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}], iodata()) ->
-          ok | {error, gone}.
+          ok | {error, cbench_handler:reply_error()}.
 reply(Req, Status, Headers, Body) -> cbench_handler:reply(Req, Status, Headers, Body).
 
 %% @doc Begins a streamed answer; send/2 adds pieces, finish/1 ends it.
 -spec reply_stream(req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}]) ->
-          ok | {error, gone}.
+          ok | {error, cbench_handler:reply_error()}.
 reply_stream(Req, Status, Headers) -> cbench_handler:reply_stream(Req, Status, Headers).
 
-%% @doc One piece of a streamed answer.
--spec send(req() | cbench_handler:handle(), iodata()) -> ok | {error, gone}.
+%% @doc One piece of a streamed answer; {error, not_streaming} before reply_stream/3 (the request
+%% still waits for its answer).
+-spec send(req() | cbench_handler:handle(), iodata()) -> ok | {error, cbench_handler:reply_error()}.
 send(Req, Data) -> cbench_handler:send(Req, Data).
 
-%% @doc Ends a streamed answer.
--spec finish(req() | cbench_handler:handle()) -> ok | {error, gone}.
+%% @doc Ends a streamed answer; {error, not_streaming} before reply_stream/3.
+-spec finish(req() | cbench_handler:handle()) -> ok | {error, cbench_handler:reply_error()}.
 finish(Req) -> cbench_handler:finish(Req).
 
 %% @doc Many whole answers in one call (one post per engine worker): [{Req, Status, Headers,
 %% Body}] -> one result each, in order.
 -spec replies([{req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}], iodata()}]) ->
-          [ok | {error, gone}].
+          [ok | {error, cbench_handler:reply_error()}].
 replies(Answers) -> cbench_handler:replies(Answers).
 
 %% @doc Removes a stub (or an expectation); {error, not_found} for an unknown id.
@@ -230,7 +238,7 @@ unstub(_, _) ->
     error(badarg).
 
 %% @doc The stubs, oldest first, in canonical form, with the requests each answered and the uses
-%% it has left.
+%% it has left; the routes of handle/4 among them carry `handler' instead of `response'.
 -spec stubs(server()) -> [stub_info()] | {error, not_running}.
 stubs(Server) when is_pid(Server) ->
     cbench_server:call(Server, stubs);

@@ -18,7 +18,7 @@
 -export([ehttpd_await/3, ehttpd_send/3, ehttpd_body/3, ehttpd_wait/1, ehttpd_next/1, ehttpd_done/1]).
 -export([port_state/0, port_gone/1]).
 
--export_type([req/0, handle/0, status/0, headers/0]).
+-export_type([req/0, handle/0, status/0, headers/0, reply_error/0]).
 
 -type handle() :: {cbench_nif, reference(), pos_integer()}
                 | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}
@@ -28,6 +28,13 @@
                  proto := cbench:proto(), body := binary(), handle := handle()}.
 -type status() :: 200..599.
 -type headers() :: [{iodata(), iodata()}].
+%% Why an answer was not given (docs/beam.md, "Erlang handlers").
+-type reply_error() :: gone | not_streaming |
+                       {too_large, {body | headers, non_neg_integer(), pos_integer()}} |
+                       {bad_reply, {{reply, status}, integer(), out_of_range | body_not_allowed} |
+                                   {{reply, headers, binary()}, binary(),
+                                    not_a_token | forbidden_header | control_char} |
+                                   {{reply, headers}, non_neg_integer(), too_many}}.
 
 %% States of an ehttpd request (the atomics array's one slot); the C engine has the same ones.
 -define(PARKED, 0).
@@ -35,6 +42,13 @@
 -define(STREAMING, 2).
 -define(FINISHED, 3).
 -define(DONE, 4).
+
+%% What an answer may hold, on every engine: a body (or a piece) of 32 MiB, 64 headers of 1 MiB in
+%% all. The port program takes frames of 65 MiB at most (c_src/cbench_port.c); these bounds keep
+%% any one answer, and a burst flushed at 16 MiB (cbench_port), well under it.
+-define(MAX_BODY, (32 bsl 20)).
+-define(MAX_HEADERS, 64).
+-define(MAX_HEADER_BYTES, (1 bsl 20)).
 
 -define(DEFAULT_TIMEOUT_MS, 5000).
 -define(MAX_TIMEOUT_MS, 3600000).
@@ -67,48 +81,56 @@ opts(Opts) ->
     {error, {bad_handler, Opts}}.
 
 %% @doc Answers a request whole. {error, gone}: answered already, timed out, or its client or
-%% stream is gone (nothing is sent). A bad status, header or body: badarg.
--spec reply(req() | handle(), status(), headers(), iodata()) -> ok | {error, gone}.
+%% stream is gone (nothing is sent). A status, header or body of the wrong type: badarg; of the
+%% right type but refused: {error, {bad_reply, {Field, Value, Why}}} or {error, {too_large,
+%% {Field, Size, Max}}} (nothing is sent and the request still waits for its answer).
+-spec reply(req() | handle(), status(), headers(), iodata()) -> ok | {error, reply_error()}.
 reply(Req, Status, Headers, Body) ->
     one(handle(Req), {reply, Status, Headers, Body}).
 
 %% @doc Begins a streamed answer (chunked over HTTP/1.1, DATA frames over h2c).
--spec reply_stream(req() | handle(), status(), headers()) -> ok | {error, gone}.
+-spec reply_stream(req() | handle(), status(), headers()) -> ok | {error, reply_error()}.
 reply_stream(Req, Status, Headers) ->
     one(handle(Req), {stream, Status, Headers}).
 
-%% @doc One piece of a streamed answer.
--spec send(req() | handle(), iodata()) -> ok | {error, gone}.
+%% @doc One piece of a streamed answer; {error, not_streaming} before reply_stream/3.
+-spec send(req() | handle(), iodata()) -> ok | {error, reply_error()}.
 send(Req, Data) ->
     one(handle(Req), {send, Data}).
 
-%% @doc Ends a streamed answer.
--spec finish(req() | handle()) -> ok | {error, gone}.
+%% @doc Ends a streamed answer; {error, not_streaming} before reply_stream/3.
+-spec finish(req() | handle()) -> ok | {error, reply_error()}.
 finish(Req) ->
     one(handle(Req), finish).
 
 %% @doc Many whole answers at once: those for one nif or port server reach its engine in one
-%% call (one queue post per worker). One result per answer, in order.
--spec replies([{req() | handle(), status(), headers(), iodata()}]) -> [ok | {error, gone}].
+%% call (one queue post per worker). One result per answer, in order. An answer of the wrong type
+%% raises badarg before any is given.
+-spec replies([{req() | handle(), status(), headers(), iodata()}]) -> [ok | {error, reply_error()}].
 replies(Answers) when is_list(Answers) ->
+    N = length(Answers),
     Items = [{handle(R), {reply, S, H, B}} || {R, S, H, B} <- Answers],
-    length(Items) =:= length(Answers) orelse error(badarg),
+    length(Items) =:= N orelse error(badarg),
+    [measured(Op) || {_, Op} <- Items],
     case Items of
         [{{cbench_nif, Server, _}, _} | _] ->
             case lists:all(fun({{cbench_nif, Sv, _}, _}) -> Sv =:= Server;
                               (_) -> false
                            end, Items) of
-                true -> c_reply(Server, [c_item(Ref, Op) || {{_, _, Ref}, Op} <- Items]);
+                true -> nif_reply(Server, [{Ref, Op} || {{_, _, Ref}, Op} <- Items]);
                 false -> [one(H, Op) || {H, Op} <- Items]
             end;
         _ ->
             %% Port answers are claimed one by one here, then sent to their owners one message each.
             Done = [case H of
                         {cbench_port, Owner, Ref, A} ->
-                            Op1 = port_check(Op),
-                            case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
-                                ok -> {ok, Owner, c_item(Ref, Op1)};
-                                _ -> {error, gone}
+                            case checked(Op) of
+                                {ok, Op1} ->
+                                    case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
+                                        ok -> {ok, Owner, c_item(Ref, Op1)};
+                                        _ -> {error, gone}
+                                    end;
+                                Error -> Error
                             end;
                         _ -> one(H, Op)
                     end || {H, Op} <- Items],
@@ -126,35 +148,49 @@ handle(H = {cbench_port, Pid, Ref, _}) when is_pid(Pid), is_integer(Ref) -> H;
 handle(_) -> error(badarg).
 
 one({cbench_nif, Server, Ref}, Op) ->
-    [Result] = c_reply(Server, [c_item(Ref, Op)]),
+    [Result] = nif_reply(Server, [{Ref, Op}]),
     Result;
 one({cbench_ehttpd, Pid, Ref, A}, Op) ->
-    ehttpd_op(Pid, Ref, A, check(Op));
+    case checked(Op) of
+        {ok, Op1} -> ehttpd_op(Pid, Ref, A, Op1);
+        Error -> Error
+    end;
 one({cbench_port, Owner, Ref, A}, Op) ->
-    state_op(A, port_check(Op), fun(Op1) -> Owner ! {cbench_port_reply, [c_item(Ref, Op1)]} end).
-
-%% The port program takes frames of 65 MiB at most: a bigger body or piece is refused (badarg)
-%% rather than taking the program down; send a big body in pieces.
--define(PORT_MAX_BODY, (32 bsl 20)).
-port_check(Op) ->
-    case check(Op) of
-        {reply, _, _, B} when byte_size(B) > ?PORT_MAX_BODY -> error(badarg);
-        {send, D} when byte_size(D) > ?PORT_MAX_BODY -> error(badarg);
-        Checked -> Checked
+    case checked(Op) of
+        {ok, Op1} ->
+            state_op(A, Op1, fun(Op2) -> Owner ! {cbench_port_reply, [c_item(Ref, Op2)]} end);
+        Error -> Error
     end.
+
+%% The nif engine checks values itself (cb_server_reply()); types and sizes are checked here, so
+%% that a body over the limit of every engine is refused here too. An answer the engine refuses
+%% is checked again here only to say why.
+nif_reply(Server, RefOps) ->
+    Measured = [{Ref, Op, measured(Op)} || {Ref, Op} <- RefOps],
+    Results = case [c_item(Ref, Op) || {Ref, Op, ok} <- Measured] of
+                  [] -> [];
+                  Items -> results(cbench_nif:reply_nif(Server, Items))
+              end,
+    merge(Measured, Results).
+
+merge([{_, Op, ok} | T], [R | Rs]) -> [nif_result(Op, R) | merge(T, Rs)];
+merge([{_, _, Error} | T], Rs) -> [Error | merge(T, Rs)];
+merge([], []) -> [].
+
+nif_result(Op, {error, badarg}) ->
+    case checked(Op) of
+        {error, _} = Error -> Error;
+        {ok, _} -> error(badarg)  % the engine refused what cbench lets through: a bug, said loudly
+    end;
+nif_result(_, R) -> R.
 
 c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
 c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
 c_item(Ref, {send, D}) -> {Ref, send, D};
 c_item(Ref, finish) -> {Ref, finish}.
 
-c_reply(Server, Items) -> results(cbench_nif:reply_nif(Server, Items)).
-
 results(Results) when is_list(Results) ->
-    [case R of
-         {error, badarg} -> error(badarg);
-         _ -> R
-     end || R <- Results];
+    Results;
 results({error, Reason}) ->
     error({cbench_reply, Reason}).
 
@@ -180,6 +216,7 @@ state_op(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send
 state_op(A, Op = {send, _}, Send) ->
     case atomics:get(A, 1) of
         ?STREAMING -> Send(Op), ok;
+        ?PARKED -> {error, not_streaming};
         _ -> {error, gone}
     end;
 state_op(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
@@ -187,45 +224,96 @@ state_op(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
 claim(A, From, To, Op, Send) ->
     case atomics:compare_exchange(A, 1, From, To) of
         ok -> Send(Op), ok;
+        %% A piece or an end before the head: the request still waits for its answer.
+        ?PARKED when From =:= ?STREAMING -> {error, not_streaming};
         _ -> {error, gone}
     end.
 
-%% What the C engine checks in cb_server_reply(), checked here for the ehttpd engine: a status
-%% of 200..599 (204 and 304 without a body, and not streamed), header names that are tokens and
-%% not the framing headers the engine writes, values without CR, LF or NUL. Names lowercased.
-check({reply, S, H, B}) ->
+%% ---- what every engine takes ----
+
+%% The checks of cb_server_reply() (src/deferred.c), made here for every engine in three steps:
+%% types (badarg) and the status's range, sizes ({too_large, ...}: the port program takes frames
+%% of 65 MiB at most, so one limit for all), then values ({bad_reply, {Field, Value, Why}}). Names
+%% come back lowercased.
+checked(Op) ->
+    try
+        measure(Op),
+        {ok, values(Op)}
+    catch throw:{reply_error, Reason} -> {error, Reason}
+    end.
+
+%% Types, the status and sizes only (the nif engine checks the rest itself).
+measured(Op) ->
+    try measure(Op)
+    catch throw:{reply_error, Reason} -> {error, Reason}
+    end.
+
+measure({reply, S, H, B}) when is_integer(S) ->
+    status(S),
+    header_bytes(H),
+    within(body, iolist_size(B), ?MAX_BODY);
+measure({stream, S, H}) when is_integer(S) ->
+    status(S),
+    header_bytes(H);
+measure({send, D}) ->
+    within(body, iolist_size(D), ?MAX_BODY);
+measure(finish) ->
+    ok;
+measure(_) ->
+    error(badarg).
+
+header_bytes(H) ->
+    {N, Bytes} = header_bytes(H, 0, 0),
+    N =< ?MAX_HEADERS orelse bad({{reply, headers}, N, too_many}),
+    within(headers, Bytes, ?MAX_HEADER_BYTES).
+
+header_bytes([{Name, Value} | T], N, Bytes) ->
+    header_bytes(T, N + 1, Bytes + iolist_size(Name) + iolist_size(Value));
+header_bytes([], N, Bytes) -> {N, Bytes};
+header_bytes(_, _, _) -> error(badarg).
+
+within(_What, Size, Max) when Size =< Max -> ok;
+within(What, Size, Max) -> throw({reply_error, {too_large, {What, Size, Max}}}).
+
+bad(Detail) -> throw({reply_error, {bad_reply, Detail}}).
+
+values({reply, S, H, B}) ->
     Body = iolist_to_binary(B),
-    no_body(S) andalso Body =/= <<>> andalso error(badarg),
-    {reply, status(S), headers(H), Body};
-check({stream, S, H}) ->
-    no_body(S) andalso error(badarg),
-    {stream, status(S), headers(H)};
-check({send, D}) -> {send, iolist_to_binary(D)};
-check(finish) -> finish;
-check(_) -> error(badarg).
+    no_body(S, Body =/= <<>>),
+    {reply, S, headers(H), Body};
+values({stream, S, H}) ->
+    no_body(S, true),
+    {stream, S, headers(H)};
+values({send, D}) -> {send, iolist_to_binary(D)};
+values(finish) -> finish.
 
-no_body(S) -> S =:= 204 orelse S =:= 304.
+%% Checked with the types: the NIF takes a status that fits in a C int only.
+status(S) when S < 200; S > 599 -> bad({{reply, status}, S, out_of_range});
+status(_) -> ok.
 
-status(S) when is_integer(S), S >= 200, S =< 599 -> S;
-status(_) -> error(badarg).
+%% 204 and 304 have no body, so they are never streamed either.
+no_body(S, true) when S =:= 204; S =:= 304 -> bad({{reply, status}, S, body_not_allowed});
+no_body(_, _) -> ok.
 
-headers(H) when is_list(H), length(H) =< 64 ->
-    lists:map(fun({N, V}) -> header(N, V);
-                 (_) -> error(badarg)
-              end, H);
-headers(_) -> error(badarg).
+headers(H) -> [header(iolist_to_binary(N), iolist_to_binary(V)) || {N, V} <- H].
 
+%% Refusals use the stub's reasons (docs/routes.md, "Bad stubs"): the field names the header,
+%% lowercased as the engine sends it.
 header(N, V) ->
-    Name = string:lowercase(iolist_to_binary(N)),
-    Value = iolist_to_binary(V),
-    (Name =:= <<>> orelse not token(Name) orelse forbidden(Name)) andalso error(badarg),
-    binary:match(Value, [<<"\r">>, <<"\n">>, <<0>>]) =:= nomatch orelse error(badarg),
-    {Name, Value}.
+    Name = string:lowercase(N),
+    (N =/= <<>> andalso token(N)) orelse bad({{reply, headers, Name}, N, not_a_token}),
+    forbidden(Name) andalso bad({{reply, headers, Name}, N, forbidden_header}),
+    value_ok(V) orelse bad({{reply, headers, Name}, V, control_char}),
+    {Name, V}.
 
 token(Name) ->
     lists:all(fun(C) -> (C >= $a andalso C =< $z) orelse (C >= $0 andalso C =< $9) orelse
                             lists:member(C, "!#$%&'*+-.^_`|~") orelse (C >= $A andalso C =< $Z)
               end, binary_to_list(Name)).
+
+%% As cb__bad_value(): no control byte but tab (CR and LF among them), no DEL.
+value_ok(V) ->
+    not lists:any(fun(C) -> (C < 16#20 andalso C =/= $\t) orelse C =:= 16#7f end, binary_to_list(V)).
 
 forbidden(N) ->
     lists:member(N, [<<"content-length">>, <<"transfer-encoding">>, <<"connection">>,

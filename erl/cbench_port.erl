@@ -231,9 +231,13 @@ flush_replies(Port) ->
             to_program(Port, All)
     end.
 
-item_bytes({_, reply, _, _, Body}) -> byte_size(Body);
+%% Headers count too: 4096 answers with big headers must not make a frame the program refuses.
+item_bytes({_, reply, _, Hs, Body}) -> header_bytes(Hs) + byte_size(Body);
+item_bytes({_, stream, _, Hs}) -> header_bytes(Hs);
 item_bytes({_, send, Data}) -> byte_size(Data);
 item_bytes(_) -> 0.
+
+header_bytes(Hs) -> lists:sum([byte_size(N) + byte_size(V) || {N, V} <- Hs]).
 
 final(Item) -> lists:member(element(2, Item), [reply, finish, unavailable]).
 

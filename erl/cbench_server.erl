@@ -17,6 +17,8 @@
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 -define(CALL_TIMEOUT, 60000).
+%% The ids the engines give: 1 and up, in 64 bits (the C engine's uint64_t).
+-define(IS_ID(Id), (is_integer(Id) andalso Id >= 1 andalso Id < 1 bsl 64)).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.
 %% Owner (a pid, or none): a process linked to the server, whose exit stops it.
@@ -73,23 +75,35 @@ init({Engine, Opts, Owner}) ->
     end.
 
 %% @private
-handle_call(port, _From, S = #{mod := Mod, handle := H}) ->
+handle_call(Req, From, S) ->
+    %% The API checks every term before it gets here; a term that still reaches a NIF it does not
+    %% decode (a direct gen_server:call, or a check missed) is refused with {error, badarg} instead
+    %% of ending this server and every test that shares it. Other exceptions are bugs and crash.
+    try serve(Req, From, S)
+    catch error:badarg:Stack ->
+            case Stack of
+                [{cbench_nif, _, _, _} | _] -> {reply, {error, badarg}, S};
+                _ -> erlang:raise(error, badarg, Stack)
+            end
+    end.
+
+serve(port, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:port(H), S};
-handle_call(stats, _From, S = #{mod := Mod, handle := H}) ->
+serve(stats, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:stats(H), S};
-handle_call(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
+serve(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
-handle_call({stub, Match, Response}, _From, S) ->
+serve({stub, Match, Response}, _From, S) ->
     add_stub(S, Match, Response);
-handle_call({expect, Match, Response, Count}, _From, S) ->
+serve({expect, Match, Response, Count}, _From, S) ->
     case add_stub(S, Match, Response) of
         {reply, {ok, Id}, S1 = #{expects := Es}} ->
             E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;
-handle_call({handle, Match, Target, Opts = #{pool := N}}, _From,
+serve({handle, Match, Target, Opts = #{pool := N}}, _From,
             S = #{stubs := Stubs, handlers := Hs}) ->
     %% An {M, F} target: a pool this server owns; the engine sends to its leader.
     Pid = case Target of
@@ -109,11 +123,15 @@ handle_call({handle, Match, Target, Opts = #{pool := N}}, _From,
             _ = Pid =/= Target andalso cbench_pool:stop(Pid),
             Other
     end;
-handle_call({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
+serve({unstub, Id}, _From, S) when not ?IS_ID(Id) ->
+    %% An integer that cannot be an id is one the engine does not know; no engine is asked (the
+    %% NIF would refuse it as a term).
+    {reply, {error, not_found}, S};
+serve({unstub, Id}, _From, S = #{expects := Es, stubs := Stubs}) ->
     {reply, Reply, S1} = engine(S, route_remove, [Id]),
     {reply, Reply, forget_handlers([Id], S1#{expects := [E || E = #{id := I} <- Es, I =/= Id],
                                              stubs := maps:remove(Id, Stubs)})};
-handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
+serve(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
     Reply = case Mod:stubs(H) of
                 {error, _} = Error -> Error;
                 Infos -> lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
@@ -121,20 +139,20 @@ handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
                                      || Info = #{id := Id} <- Infos])
             end,
     {reply, Reply, S};
-handle_call(reset, _From, S) ->
+serve(reset, _From, S) ->
     {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
     Cleared = Mod:journal_clear(H),
     {reply, case Reply of ok -> Cleared; _ -> Reply end,
      forget_handlers(all, S1#{expects := [], stubs := #{}})};
-handle_call({requests, Filter}, _From, S) ->
+serve({requests, Filter}, _From, S) ->
     Reply = case journal(S, Filter) of
                 {error, _} = Error -> Error;
                 Entries -> cbench_journal:filter(Filter, Entries)
             end,
     {reply, Reply, S};
-handle_call(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
+serve(clear_requests, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:journal_clear(H), S};
-handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
+serve(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
     Reply = case Mod:stubs(H) of
                 {error, _} = Error -> Error;
                 Infos ->
@@ -142,9 +160,9 @@ handle_call(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
                     cbench_expect:verify(Es, Hits, journal(S, everything(0)))
             end,
     {reply, Reply, S};
-handle_call({await, _, _, _}, _From, S = #{opts := #{journal := 0}}) ->
+serve({await, _, _, _}, _From, S = #{opts := #{journal := 0}}) ->
     {reply, {error, journal_disabled}, S};
-handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
+serve({await, Filter = #{since := Since}, Count, Timeout}, From,
             S = #{mod := Mod, handle := H, waiters := Ws}) ->
     %% Wake-ups are turned on before the journal is read, so that a request recorded in between
     %% is either in what is read or announced by a message.
@@ -157,11 +175,11 @@ handle_call({await, Filter = #{since := Since}, Count, Timeout}, From,
             {Ws1, Replies} = cbench_waiters:add(Ws, From, Filter, Count, {Entries, Timeout}),
             {noreply, answer(Replies, S#{waiters := Ws1})}
     end;
-handle_call(down, _From, S) ->
+serve(down, _From, S) ->
     engine(S, down, []);
-handle_call(up, _From, S) ->
+serve(up, _From, S) ->
     engine(S, up, []);
-handle_call(_Req, _From, S) ->
+serve(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
 
 %% The journal's entries that may match Filter, or {error, journal_disabled}.

@@ -62,7 +62,7 @@
                             fault_run => cbench_fault:fault(),
                             fault_draws => atomics:atomics_ref()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
-                          stub := any | pos_integer(), since := non_neg_integer()}.
+                          stub := any | integer(), since := non_neg_integer()}.
 -type why() :: atom().
 %% The key path of a refused value: the term (match, response, filter), its key, and for a header or
 %% query matcher or a response header, its name.
@@ -196,7 +196,9 @@ filter(F) when is_map(F) ->
                                  end,
                          stub => case maps:get(stub, F, any) of
                                      any -> any;
-                                     Id -> int_in({filter, stub}, Id, 1, 1 bsl 64 - 1)
+                                     %% An id that cannot exist (0, -1, 2^64) matches nothing.
+                                     Id when is_integer(Id) -> Id;
+                                     Id -> fail({filter, stub}, Id, wrong_type)
                                  end,
                          since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62)}
                end) of

@@ -48,7 +48,8 @@ enum {
   CB_ESTOPPED = -30002, /* the server is stopping or stopped */
   CB_ETHREADS = -30003, /* the number of threads or the CPU list is out of range */
   CB_ELIMIT = -30004,   /* a size limit or timeout is out of range */
-  CB_EGONE = -30005     /* a deferred request that was answered already, or whose client or stream is gone */
+  CB_EGONE = -30005,    /* a deferred request that was answered already, or whose client or stream is gone */
+  CB_ENOTSTREAMING = -30006 /* a piece or the end of a streamed answer to a request whose answer has not begun */
 };
 
 /* Maximum numbers of worker threads and of CPUs in a pin list. */
@@ -691,7 +692,8 @@ typedef struct cb_reply_s {
   const cb_header_t *headers; /* FULL and STREAM: as a stub's response headers; copied */
   size_t nheaders;
   cb_str_t body; /* FULL and SEND; copied */
-  int result;    /* out: 0, CB_EGONE (nothing happens), UV_EINVAL (a bad field: nothing happens) */
+  int result;    /* out: 0, CB_EGONE (nothing happens), CB_ENOTSTREAMING (SEND or FINISH before STREAM: nothing
+                    happens, the request still waits for its answer), UV_EINVAL (a bad field: nothing happens) */
 } cb_reply_t;
 
 /* Answers parked requests, from any thread (not racing cb_server_stop()). Every item gets its own result;

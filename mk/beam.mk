@@ -18,7 +18,7 @@ ALL_TARGETS += $(BEAM_PRIV)
 TEST_TARGETS += test-beam beam-xref hook-test dialyzer-test mix-test
 CLEAN_PATHS += $(BEAM_PRIV) _build/default/lib/cbench _build/test/lib/cbench ct_logs logs
 
-.PHONY: beam-priv beam beam-clean node test-beam beam-xref hook-test dialyzer-test mix-test
+.PHONY: beam-priv beam beam-clean node test-beam beam-xref hook-test dialyzer-test mix-test proper
 
 # What rebar3's pre-compile hook builds: only the C parts (rebar3 compiles erl/ itself).
 beam-priv: $(BEAM_PRIV)
@@ -51,6 +51,13 @@ node: beam
 # The Common Test suites of test/ (ehttpd, nif, port, API, lifecycle, consumer project).
 test-beam: $(BEAM_PRIV)
 	$(REBAR3) ct --dir test --readable true || { test/ct_failures.sh; exit 1; }
+
+# The API contract as a property (test/cbench_api_statem.erl), long and with a random seed; `make test` runs
+# the same suite with a fixed seed and PROPER_NUMTESTS's default. PROPER_SEED=A,B,C repeats a run.
+PROPER_NUMTESTS ?= 20000
+PROPER_SEED ?= random
+proper: $(BEAM_PRIV)
+	PROPER_SEED=$(PROPER_SEED) PROPER_NUMTESTS=$(PROPER_NUMTESTS) $(REBAR3) ct --dir test --suite cbench_proper_SUITE --readable true || { test/ct_failures.sh; exit 1; }
 
 # rebar3 xref: undefined calls, unused locals, and unused exports (the API and callbacks are marked with
 # -ignore_xref, so an unused export it reports is a real finding).

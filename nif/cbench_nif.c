@@ -332,15 +332,29 @@ int nif_lock(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res, cb_server_t **s
 
 void nif_unlock(nif_server_t *res) { enif_rwlock_runlock(res->lock); }
 
+/* An integer that does not fit in 64 unsigned bits (negative, 2^64 and more) names no route, so it gets the
+ * engine's answer for an id it does not know (CB_ENOENT, {error, not_found} in cbench) instead of badarg: a
+ * caller's id never raises in the server process that makes this call. Anything but an integer is badarg. */
+int nif_get_id(ErlNifEnv *env, ERL_NIF_TERM t, uint64_t *id) {
+  ErlNifUInt64 u;
+  if (enif_get_uint64(env, t, &u)) {
+    *id = u;
+    return 1;
+  }
+  if (enif_term_type(env, t) != ERL_NIF_TERM_TYPE_INTEGER) return 0;
+  *id = 0; /* no route, stub or journal entry has id 0 */
+  return 1;
+}
+
 ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t)) {
-  ErlNifUInt64 id;
-  if (!enif_get_uint64(env, argv[1], &id)) return enif_make_badarg(env);
+  uint64_t id;
+  if (!nif_get_id(env, argv[1], &id)) return enif_make_badarg(env);
   nif_server_t *res;
   cb_server_t *srv;
   int locked = nif_lock(env, argv[0], &res, &srv);
   if (locked == 0) return enif_make_badarg(env);
   if (locked < 0) return nif_stopped(env);
-  int err = op(srv, id);
+  int err = id == 0 ? CB_ENOENT : op(srv, id);
   nif_unlock(res);
   return err < 0 ? nif_error(env, err) : atom_ok;
 }

@@ -23,7 +23,7 @@
   X(chunks) X(none) X(times) X(infinity) X(id) X(hits) X(left) X(seq) X(time_us) X(proto) X(conn)     \
   X(stream) X(peer) X(method) X(body_length) X(route) X(stub) X(bytes_out) X(duration_us) X(since)    \
   X(cbench_journal) X(fault) X(faults) X(cbench_request) X(cbench_requests) X(cbench_nif) X(handle) X(gone)   \
-  X(http1) X(h2c_prior) X(h2c_upgrade) X(timeout_ms) X(batch) X(reply) X(send) X(finish) X(handler_unavailable) \
+  X(http1) X(h2c_prior) X(h2c_upgrade) X(timeout_ms) X(batch) X(reply) X(send) X(finish) X(unavailable) X(handler_unavailable) \
   X(handler_timeouts) X(whole) X(cbench_body) X(cbench_body_end)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
@@ -63,6 +63,7 @@ void nif_unlock(nif_server_t *res);
 
 /* The body of a NIF (Resource, Id) -> ok | {error, Reason}: op(server, Id) under the lock; badarg for a term
  * that is not a server or an Id that is not a 64-bit unsigned integer, {error, stopped} for a stopped server. */
+int nif_get_id(ErlNifEnv *env, ERL_NIF_TERM t, uint64_t *id);
 ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t));
 
 /* {error, Name}: the engine's error name lowercased without the CB_ prefix (eaddrinuse, efixture). */

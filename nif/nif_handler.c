@@ -196,9 +196,10 @@ static int decode_item(ErlNifEnv *env, ERL_NIF_TERM t, cb_reply_t *r, cb_header_
   else if (arity == 4 && enif_is_identical(e[1], atom_stream)) r->op = CB_REPLY_STREAM;
   else if (arity == 3 && enif_is_identical(e[1], atom_send)) r->op = CB_REPLY_SEND;
   else if (arity == 2 && enif_is_identical(e[1], atom_finish)) r->op = CB_REPLY_FINISH;
+  else if (arity == 2 && enif_is_identical(e[1], atom_unavailable)) r->op = CB_REPLY_UNAVAILABLE;
   else return 0;
   if (r->op == CB_REPLY_SEND) return get_iodata(env, e[2], &r->body);
-  if (r->op == CB_REPLY_FINISH) return 1;
+  if (r->op == CB_REPLY_FINISH || r->op == CB_REPLY_UNAVAILABLE) return 1;
   if (!enif_get_int(env, e[2], &r->status)) return 0;
   unsigned len;
   if (!enif_get_list_length(env, e[3], &len) || len > CB_MAX_HEADERS || *nh + len > hcap) return 0;
@@ -215,7 +216,8 @@ static int decode_item(ErlNifEnv *env, ERL_NIF_TERM t, cb_reply_t *r, cb_header_
   return r->op == CB_REPLY_STREAM || get_iodata(env, e[4], &r->body);
 }
 
-/* reply_nif(Resource, [Item]) -> [ok | {error, gone} | {error, badarg}], one result per item, in order; badarg
+/* reply_nif(Resource, [Item]) -> [ok | {error, gone} | {error, not_streaming} | {error, badarg}], one result per
+ * item, in order (an item may also be {Ref, unavailable}: 503, as the port program takes it); badarg
  * when an item does not decode. Microseconds: nothing waits for a worker. */
 ERL_NIF_TERM nif_reply(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
@@ -266,10 +268,13 @@ ERL_NIF_TERM nif_reply(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     }
   }
   ERL_NIF_TERM gone = enif_make_tuple2(env, atom_error, atom_gone);
+  ERL_NIF_TERM early = enif_make_tuple2(env, atom_error, enif_make_atom(env, "not_streaming"));
   ERL_NIF_TERM bad = enif_make_tuple2(env, atom_error, enif_make_atom(env, "badarg"));
   out = enif_make_list(env, 0);
-  for (unsigned i = n; i-- > 0;)
-    out = enif_make_list_cell(env, items[i].result == 0 ? atom_ok : items[i].result == CB_EGONE ? gone : bad, out);
+  for (unsigned i = n; i-- > 0;) {
+    int r = items[i].result;
+    out = enif_make_list_cell(env, r == 0 ? atom_ok : r == CB_EGONE ? gone : r == CB_ENOTSTREAMING ? early : bad, out);
+  }
 done:
   if (items != stack_items && items != NULL) enif_free(items);
   if (hdrs != stack_hdrs && hdrs != NULL) enif_free(hdrs);

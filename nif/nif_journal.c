@@ -80,15 +80,22 @@ ERL_NIF_TERM nif_requests(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   if (!get_opt_str(env, argv[1], atom_method, &f.method) || !get_opt_str(env, argv[1], atom_path, &f.path) ||
       !enif_get_map_value(env, argv[1], atom_stub, &v))
     return enif_make_badarg(env);
+  /* A stub id that cannot exist (0, negative, 2^64 and more) matches no entry: the answer is [], as for an id
+   * that was never given, and the engine is not asked. */
+  int none = 0;
   if (!enif_is_identical(v, atom_undefined)) {
-    if (!enif_get_uint64(env, v, &u) || u == 0) return enif_make_badarg(env);
-    f.stub_id = u;
+    if (!nif_get_id(env, v, &f.stub_id)) return enif_make_badarg(env);
+    none = f.stub_id == 0;
   }
   nif_server_t *res;
   cb_server_t *srv;
   int locked = nif_lock(env, argv[0], &res, &srv);
   if (locked == 0) return enif_make_badarg(env);
   if (locked < 0) return nif_stopped(env);
+  if (none) {
+    nif_unlock(res);
+    return enif_make_list(env, 0);
+  }
   cb_request_list_t *list;
   int err = cb_server_requests(srv, &f, &list);
   nif_unlock(res);

@@ -22,8 +22,9 @@ C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev nod
 zlib1g-dev"
 PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
+# erlang-proper-dev: proper.hrl for cbench_api_statem (erlang-proper alone ships no include file).
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
-erlang-dialyzer erlang-tools nghttp2-client wrk curl"
+erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl"
 
 set_name=build
 check_only=""

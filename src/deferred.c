@@ -635,6 +635,8 @@ static int claim(cb_server_t *srv, const cb_reply_t *x, uint32_t *slot, uint32_t
       return 0;
     default: from = ST_STREAMING, to = ST_FINISHED; break;
   }
+  /* A piece or an end before the head: the request is still open, which gone would deny. */
+  if (STATE(word) == ST_PARKED && from == ST_STREAMING) return CB_ENOTSTREAMING;
   if (STATE(word) != from) return CB_EGONE;
   if (from != to && !__atomic_compare_exchange_n(&s->word, &word, WORD(g, to), 0, __ATOMIC_ACQ_REL,
                                                  __ATOMIC_ACQUIRE))

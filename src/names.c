@@ -14,6 +14,7 @@ const char *cb_strerror(int err) {
     case CB_ETHREADS: return "the number of threads or a CPU number is out of range";
     case CB_ELIMIT: return "a size limit or timeout is out of range";
     case CB_EGONE: return "the request was answered already or its client is gone";
+    case CB_ENOTSTREAMING: return "the request's streamed answer has not begun";
     default: break;
   }
   /* libuv allocates (and never frees) a string for codes it does not know: format those here instead. */
@@ -30,6 +31,7 @@ const char *cb_err_name(int err) {
     case CB_ETHREADS: return "CB_ETHREADS";
     case CB_ELIMIT: return "CB_ELIMIT";
     case CB_EGONE: return "CB_EGONE";
+    case CB_ENOTSTREAMING: return "CB_ENOTSTREAMING";
     default: break;
   }
   static __thread char buf[64];

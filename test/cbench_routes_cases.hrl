@@ -8,7 +8,7 @@
          request_line/1, host_header/1]).
 -export([stub_paths/1, stub_methods_405/1, stub_fields/1, stub_priority/1, stub_responses/1,
          stub_chunks/1, stub_head_http10/1, stub_times/1, stub_httpc/1, unstub_and_reset/1,
-         stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
+         hostile_ids/1, stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
          journal_filters/1, journal_bounds/1, journal_disabled/1, expect_verify/1,
          await_other_process/1, down_up/1, stub_h2/1]).
 -export([rr_large/1, rr_cookies/1, rr_gzip/1, rr_headers_heavy/1, rr_ws/1, rr_ws_errors/1]).
@@ -48,6 +48,7 @@ stub_head_http10(C) -> cbench_stubs:stub_head_http10(C).
 stub_times(C) -> cbench_stubs:stub_times(C).
 stub_httpc(C) -> cbench_stubs:stub_httpc(C).
 unstub_and_reset(C) -> cbench_stubs:unstub_and_reset(C).
+hostile_ids(C) -> cbench_stubs:hostile_ids(C).
 stubs_listed(C) -> cbench_stubs:stubs_listed(C).
 stats_by_route(C) -> cbench_stubs:stats_by_route(C).
 swaps_while_requests(C) -> cbench_stubs:swaps_while_requests(C).

@@ -12,6 +12,7 @@
 -export([stub_h2/1]).
 -export([stub_paths/1, stub_methods_405/1, stub_fields/1, stub_priority/1, stub_responses/1,
          stub_chunks/1, stub_head_http10/1, stub_times/1, stub_httpc/1, unstub_and_reset/1,
+         hostile_ids/1,
          stubs_listed/1, stats_by_route/1, swaps_while_requests/1, journal_entries/1,
          journal_filters/1, journal_bounds/1, journal_disabled/1, expect_verify/1,
          await_other_process/1, down_up/1]).
@@ -289,6 +290,31 @@ stub_httpc(Config) ->
 
 %%% The table
 
+%% @doc An integer that cannot be an id (0, negative, 2^64 and more) is an id no engine knows:
+%% unstub/2 says not_found and a journal filter on it matches nothing; a non-integer is badarg.
+%% The server goes on (issue 21: on the nif engine these raised badarg inside the server process,
+%% which then exited; the port engine answered {error, badarg}).
+hostile_ids(Config) ->
+    S = reset(Config),
+    {ok, Id} = cbench:stub(S, "/h", #{body => <<"h">>}),
+    raw(port(Config), [{get("/h"), ok200(<<"h">>)}]),
+    Bad = [0, -1, -(1 bsl 64), 1 bsl 64, (1 bsl 64) + Id, 1 bsl 200, (1 bsl 64) - 1],
+    [?assertEqual({I, {error, not_found}}, {I, cbench:unstub(S, I)}) || I <- Bad],
+    [?assertEqual({I, []}, {I, cbench:requests(S, #{stub => I})}) || I <- Bad],
+    ?assertEqual({error, {timeout, []}}, cbench:await(S, #{stub => 1 bsl 64}, 1, 0)),
+    ?assertError(badarg, cbench:unstub(S, 1.0)),
+    ?assertEqual({error, {bad_filter, {{filter, stub}, 1.0, wrong_type}}}, cbench:requests(S, #{stub => 1.0})),
+    %% A term that gets past the API's checks to a NIF (here: a direct call) is refused with
+    %% {error, badarg}; the server goes on.
+    engine(Config) =:= nif andalso
+        ?assertEqual({error, badarg},
+                     gen_server:call(S, {requests, #{since => x, methods => any, path => any,
+                                                     stub => any}})),
+    ?assertMatch([#{id := Id}], cbench:stubs(S)),
+    ?assertMatch([#{stub := Id}], cbench:requests(S, #{stub => Id})),
+    ok = cbench:unstub(S, Id),
+    ?assertEqual([], cbench:stubs(S)).
+
 %% @doc unstub/2 and reset/1: a removed stub is gone (its path 404s again); an unknown id is
 %% not_found; reset leaves the fixture table and an empty journal.
 unstub_and_reset(Config) ->
@@ -354,25 +380,33 @@ swaps_while_requests(Config) ->
          ok = cbench:unstub(S, Id)
      end || _ <- lists:seq(1, 200)],
     Client ! stop,
-    Answers = receive {answers, A} -> A after 30000 -> ct:fail(client_stuck) end,
+    {Answers, Last} = receive {answers, A} -> A after 30000 -> ct:fail(client_stuck) end,
     ct:log("answers during 200 swaps: ~p", [Answers]),
     ?assertEqual([], maps:keys(Answers) -- [<<"old!">>, <<"new!">>]),
-    ?assert(maps:get(<<"old!">>, Answers, 0) > 0).
+    %% How many answers came from which table depends on timing; what must hold is that a request
+    %% sent after the last unstub/2 returned is answered by the table without the new stub.
+    ?assertEqual(<<"old!">>, Last).
 
 swap_client(Port, Acc, N) ->
     {ok, C} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
     swap_loop(C, Acc, N).
 
 swap_loop(C, Acc, N) ->
-    receive stop when N > 0 -> gen_tcp:close(C), Acc
+    receive stop when N > 0 ->
+            Last = swap_get(C),
+            gen_tcp:close(C),
+            {Acc, Last}
     after 0 ->
-        ok = gen_tcp:send(C, get("/swap")),
-        {ok, Got} = gen_tcp:recv(C, byte_size(ok200(<<"old!">>)) + 28, ?TIMEOUT),
-        Body = case cbench_routes:mask(Got) of
-                   <<"HTTP/1.1 200 OK\r\ndate: X\r\ncontent-length: 4\r\n\r\n", B/binary>> -> B;
-                   Other -> {bad, Other}
-               end,
+        Body = swap_get(C),
         swap_loop(C, maps:update_with(Body, fun(V) -> V + 1 end, 1, Acc), N + 1)
+    end.
+
+swap_get(C) ->
+    ok = gen_tcp:send(C, get("/swap")),
+    {ok, Got} = gen_tcp:recv(C, byte_size(ok200(<<"old!">>)) + 28, ?TIMEOUT),
+    case cbench_routes:mask(Got) of
+        <<"HTTP/1.1 200 OK\r\ndate: X\r\ncontent-length: 4\r\n\r\n", B/binary>> -> B;
+        Other -> {bad, Other}
     end.
 
 %%% The journal
@@ -434,8 +468,7 @@ journal_filters(Config) ->
     ?assertEqual([], Paths(#{since => First + 2})),
     ?assertEqual({error, {bad_filter, {{filter, route}, x, unknown_key}}}, cbench:requests(S, #{route => x})),
     ?assertEqual({error, {bad_filter, {{filter, since}, -1, out_of_range}}}, cbench:requests(S, #{since => -1})),
-    ?assertEqual({error, {bad_filter, {{filter, stub}, 1 bsl 64, out_of_range}}},
-                 cbench:requests(S, #{stub => 1 bsl 64})),
+    ?assertEqual([], cbench:requests(S, #{stub => 1 bsl 64})),
     ?assertError(badarg, cbench:requests(S, [{path, "/"}])),
     ok = cbench:clear_requests(S),
     ?assertEqual([], cbench:requests(S)),

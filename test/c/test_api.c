@@ -257,6 +257,8 @@ TEST(api_error_names) {
       {CB_ESTOPPED, "CB_ESTOPPED"},
       {CB_ETHREADS, "CB_ETHREADS"},
       {CB_ELIMIT, "CB_ELIMIT"},
+      {CB_EGONE, "CB_EGONE"},
+      {CB_ENOTSTREAMING, "CB_ENOTSTREAMING"},
   };
   size_t i, k;
   for (i = 0; i < sizeof own / sizeof own[0]; i++) {

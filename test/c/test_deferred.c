@@ -71,6 +71,10 @@ static void answer(item_t *it) {
   if (strcmp(it->path, "/h/full") == 0) {
     ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, hdrs, 2, "Hello, Joe!"), 0);
   } else if (strcmp(it->path, "/h/stream") == 0) {
+    /* A piece or an end before the head: refused, and the request still takes its answer (issue 21: this was
+     * CB_EGONE, as if the request were over). */
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "early"), CB_ENOTSTREAMING);
+    ASSERT_ERR(reply1(it->ref, CB_REPLY_FINISH, 0, NULL, 0, NULL), CB_ENOTSTREAMING);
     ASSERT_ERR(reply1(it->ref, CB_REPLY_STREAM, 200, hdrs + 1, 1, NULL), 0);
     ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "abc"), 0);
     ASSERT_ERR(reply1(it->ref, CB_REPLY_SEND, 0, NULL, 0, "defg"), 0);
