@@ -199,6 +199,15 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
 %% the descriptor, the path the connections open it by, its identity and its size. The checks of
 %% cbench_spec (a regular file) are made again on the descriptor.
 open_stub_file(Path) ->
+    %% Erlang's file has no O_NONBLOCK: the path is looked at first, so that only a FIFO put there
+    %% between this look and the open can block the add.
+    case file:read_file_info(Path) of
+        {ok, #file_info{type = regular}} -> open_stub_fd(Path);
+        {ok, _} -> {error, not_regular};
+        {error, E} -> {error, E}
+    end.
+
+open_stub_fd(Path) ->
     case file:open(Path, [read, raw, binary]) of
         {ok, Fd} ->
             case file:read_file_info(Fd) of
