@@ -372,7 +372,7 @@ after_body(S, Cfg, Req, Respond) ->
 echo(S, Cfg, Req = #req{framing = {length, N}}) when N > 0 ->
     case echo_hold(Cfg, N) of
         ok ->
-            Result = echo_answer(S, Cfg, Req, body(S, Cfg, Req, fun(P, Acc) -> {ok, [Acc | P]} end, [])),
+            Result = echo_answer(S, Cfg, Req, body(S, Cfg, Req, fun(P, Acc) -> {ok, [Acc, P]} end, [])),
             echo_release(Cfg, N),
             Result;
         _Full ->
@@ -389,7 +389,7 @@ echo(S, Cfg, Req = #req{framing = chunked}) ->
                    Len1 = Len + byte_size(Piece),
                    Cap1 = echo_capacity(Cfg, Len1, Cap),
                    case echo_hold(Cfg, Cap1 - Cap) of
-                       ok -> {ok, {[Acc | Piece], Len1, Cap1}};
+                       ok -> {ok, {[Acc, Piece], Len1, Cap1}};
                        _Full ->
                            echo_release(Cfg, Cap),
                            case simple(S, Cfg, Req, 503, [], <<>>) of
@@ -904,7 +904,7 @@ send_file(S, Cfg, Req, Status, Headers, File, Size) ->
             end
     end.
 
-sendfile(_S, _Cfg, _File, _Offset, 0) -> ok;
+%% A piece of a stub's file (never empty: cbench_spec:pieces/2 makes none).
 sendfile(S, Cfg, File, Offset, Size) ->
     case open_file(File) of
         {ok, Fd} ->
