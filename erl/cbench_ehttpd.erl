@@ -73,7 +73,8 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
                        not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
                        journal = cbench_journal:new(maps:get(journal, Opts, 0),
                                                     maps:get(journal_body_bytes, Opts, 0),
-                                                    self())},
+                                                    self()),
+                       echo_held = atomics:new(1, [{signed, true}])},
             Online = erlang:system_info(schedulers_online),
             Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
             H = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
@@ -93,14 +94,14 @@ spawn_acceptors(H = #h{listen = L, scheds = Scheds, cfg = Cfg}) ->
 %% @doc Closes the listener and kills the acceptors, which takes every connection with them.
 %% Unlike the C engine, in-flight responses are not given stop_timeout_ms to finish.
 -spec stop(handle()) -> ok.
-stop(#h{listen = L, acceptors = Accs, cfg = #cfg{table = Key, journal = J}}) ->
+stop(#h{listen = L, acceptors = Accs, stubs = Stubs, cfg = #cfg{table = Key, journal = J}}) ->
     _ = L =/= undefined andalso gen_tcp:close(L),
     Refs = [monitor(process, A) || A <- Accs],
     [exit(A, kill) || A <- Accs],
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
     cbench_router:unpublish(Key),
     cbench_journal:delete(J),
-    ok.
+    close_stub_files(Stubs).
 
 %% @doc The bound TCP port.
 -spec port(handle()) -> inet:port_number().
@@ -157,13 +158,19 @@ route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
 route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
     Response1 = case Response of
                     #{body := {file, Path}, chunks := Chunks} ->
-                        %% Served like the fixture files: the size is fixed when the stub is added.
-                        case file:read_file_info(Path) of
-                            {ok, #file_info{size = Size}} ->
+                        %% The file is opened once, here, and its size fixed, as the C engine keeps
+                        %% its descriptor: what is put under its name later (a FIFO, another file)
+                        %% changes nothing. A raw descriptor serves its owner only, so the
+                        %% connections open /proc/self/fd/N, the same open file, and check it is.
+                        case open_stub_file(Path) of
+                            {ok, Fd, ProcPath, FileId, Size} ->
                                 case cbench_spec:chunks_fit_size(Chunks, Size) of
-                                    true -> {ok, Response#{file_size => Size}};
-                                    false -> {error, {bad_stub, {{response, chunks}, Chunks,
-                                                                 chunks_exceed_body}}}
+                                    true -> {ok, Response#{body := {file, ProcPath}, file_size => Size,
+                                                           file_fd => Fd, file_id => FileId}};
+                                    false ->
+                                        ok = file:close(Fd),
+                                        {error, {bad_stub, {{response, chunks}, Chunks,
+                                                            chunks_exceed_body}}}
                                 end;
                             {error, E} -> {error, {bad_stub, {{response, body}, {file, Path}, E}}}
                         end;
@@ -187,6 +194,36 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
         Error ->
             {Error, H}
     end.
+
+%% A stub's body file, opened by this process (which owns the descriptor until the stub goes):
+%% the descriptor, the path the connections open it by, its identity and its size. The checks of
+%% cbench_spec (a regular file) are made again on the descriptor.
+open_stub_file(Path) ->
+    %% Erlang's file has no O_NONBLOCK: the path is looked at first, so that only a FIFO put there
+    %% between this look and the open can block the add.
+    case file:read_file_info(Path) of
+        {ok, #file_info{type = regular}} -> open_stub_fd(Path);
+        {ok, _} -> {error, not_regular};
+        {error, E} -> {error, E}
+    end.
+
+open_stub_fd(Path) ->
+    case file:open(Path, [read, raw, binary]) of
+        {ok, Fd} ->
+            case file:read_file_info(Fd) of
+                {ok, #file_info{type = regular, size = Size, major_device = Dev, inode = Ino}} ->
+                    <<N:32/native>> = prim_file:get_handle(Fd),
+                    {ok, Fd, <<"/proc/self/fd/", (integer_to_binary(N))/binary>>, {Dev, Ino}, Size};
+                {ok, _} -> ok = file:close(Fd), {error, not_regular};
+                {error, E} -> ok = file:close(Fd), {error, E}
+            end;
+        {error, E} -> {error, E}
+    end.
+
+%% Closes the body files of stubs that are gone.
+close_stub_files(Stubs) ->
+    _ = [file:close(Fd) || #{response := #{file_fd := Fd}} <- Stubs],
+    ok.
 
 %% @doc Adds an Erlang handler route: a stub whose response is the handler (the connection
 %% process sends the request to Target and waits, cbench_handler:ehttpd_await/3).
@@ -215,14 +252,16 @@ route_remove(H = #h{stubs = Stubs}, Id) ->
         Left ->
             H1 = H#h{stubs = Left},
             stale(H1),
+            close_stub_files([S || S = #{id := I} <- Stubs, I =:= Id]),
             {ok, H1}
     end.
 
 %% @doc Back to the fixture table: every stub removed.
 -spec routes_reset(handle()) -> {ok, handle()}.
-routes_reset(H) ->
+routes_reset(H = #h{stubs = Stubs}) ->
     H1 = H#h{stubs = []},
     stale(H1),
+    close_stub_files(Stubs),
     {ok, H1}.
 
 %% @doc The stubs, oldest first: name, the requests each answered and the uses it has left.

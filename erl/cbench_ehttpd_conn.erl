@@ -13,6 +13,7 @@
 
 -export([conn/3, own_size/1]).
 
+-include_lib("kernel/include/file.hrl").
 -include("cbench_ehttpd.hrl").
 
 %% The request being served.
@@ -36,8 +37,13 @@
 %% chunked piece of it is that many chunks.
 -define(GEN_SPAN, 1048576).
 
-%% Process dictionary keys (see the module doc).
+%% Process dictionary keys (see the module doc). ?HELD: the bytes this connection holds of the
+%% server's echo budget (echo_hold/2), given back when it ends whatever way it ends.
 -define(BODY, cbench_body).
+-define(HELD, cbench_echo_held).
+%% The echo budgets, in body limits (src/internal.h, CB__ECHO_CONN_BODIES and CB__ECHO_SERVER_BODIES).
+-define(ECHO_CONN_BODIES, 2).
+-define(ECHO_SERVER_BODIES, 32).
 
 bump(#cfg{cnt = Cnt}, I) -> counters:add(Cnt, I, 1).
 
@@ -58,6 +64,7 @@ conn(_Acceptor, Cfg, S) ->
             logger:error("cbench_ehttpd connection crashed: ~p:~p ~p", [Class, Reason, Stack]),
             bump(Cfg, ?RESETS)
     end,
+    echo_release(Cfg, echo_held()),
     case inet:getstat(S, [recv_oct, send_oct]) of
         {ok, [{recv_oct, R}, {send_oct, W}]} ->
             counters:add(Cfg#cfg.cnt, ?BYTES_READ, R),
@@ -230,9 +237,12 @@ port_ok(<<>>) -> true;
 port_ok(<<":", Digits/binary>>) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(Digits));
 port_ok(_) -> false.
 
-frame([], Req, CL, TE, _Minor) ->
+frame([], Req, CL, TE, Minor) ->
     case {CL, TE} of
         {undefined, undefined} -> {ok, Req};
+        %% HTTP/1.0 has no Transfer-Encoding: its framing is faulty (RFC 9112 6.1), so the answer
+        %% closes the connection, whatever `connection' said.
+        {undefined, chunked} when Minor =:= 0 -> {ok, Req#req{framing = chunked, keep = false}};
         {undefined, chunked} -> {ok, Req#req{framing = chunked}};
         {N, undefined} when is_integer(N) -> {ok, Req#req{framing = {length, N}}};
         _ -> error
@@ -339,8 +349,9 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
             ok
     end.
 
-%% Expect: 100-continue is answered only when a body will be read.
-continue(S, #req{expect = true, framing = F}) when F =/= none, F =/= {length, 0} ->
+%% Expect: 100-continue is answered only when a body will be read, and never to HTTP/1.0 (which has
+%% no 1xx answers, RFC 9110 15.2; the C engine's rule).
+continue(S, #req{expect = true, framing = F, version = {1, 1}}) when F =/= none, F =/= {length, 0} ->
     gen_tcp:send(S, <<"HTTP/1.1 100 Continue\r\n\r\n">>);
 continue(_, _) ->
     ok.
@@ -354,14 +365,92 @@ after_body(S, Cfg, Req, Respond) ->
         Error -> Error
     end.
 
-echo(S, Cfg, Req) ->
-    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
-        {ok, Body} ->
-            Size = iolist_size(Body),
-            finish(S, Cfg, Req, 200, out(Req, Size),
-                   [cbench_http:head(200, [ct(octet)], Size, conn_mode(Req)),
-                    body_unless_head(Req, Body)]);
+%% /echo holds the body from the echo budget as the C engine's buffer does (src/handlers.c): a
+%% declared length at once, a chunked body in a capacity that doubles from 4 KiB (at most the body
+%% limit). A body that would take the connection or the server over its budget gets 503 at once,
+%% and the rest of it is read and dropped; the connection goes on.
+echo(S, Cfg, Req = #req{framing = {length, N}}) when N > 0 ->
+    case echo_hold(Cfg, N) of
+        ok ->
+            Result = echo_answer(S, Cfg, Req, body(S, Cfg, Req, fun(P, Acc) -> {ok, [Acc, P]} end, [])),
+            echo_release(Cfg, N),
+            Result;
+        _Full ->
+            then(simple(S, Cfg, Req, 503, [], <<>>),
+                 fun() -> case body(S, Cfg, Req, fun(_, A) -> {ok, A} end, ok) of
+                              {ok, ok} -> ok;
+                              Error -> Error
+                          end
+                 end)
+    end;
+echo(S, Cfg, Req = #req{framing = chunked}) ->
+    Grow = fun(_Piece, refused) -> {ok, refused};
+              (Piece, {Acc, Len, Cap}) ->
+                   Len1 = Len + byte_size(Piece),
+                   Cap1 = echo_capacity(Cfg, Len1, Cap),
+                   case echo_hold(Cfg, Cap1 - Cap) of
+                       ok -> {ok, {[Acc, Piece], Len1, Cap1}};
+                       _Full ->
+                           echo_release(Cfg, Cap),
+                           case simple(S, Cfg, Req, 503, [], <<>>) of
+                               ok -> {ok, refused};
+                               Error -> Error
+                           end
+                   end
+           end,
+    case body(S, Cfg, Req, Grow, {[], 0, 0}) of
+        {ok, refused} -> ok;
+        {ok, {Body, _, Cap}} ->
+            Result = echo_answer(S, Cfg, Req, {ok, Body}),
+            echo_release(Cfg, Cap),
+            Result;
         Error -> Error
+    end;
+echo(S, Cfg, Req) ->
+    echo_answer(S, Cfg, Req, {ok, []}).
+
+echo_answer(S, Cfg, Req, {ok, Body}) ->
+    Size = iolist_size(Body),
+    finish(S, Cfg, Req, 200, out(Req, Size),
+           [cbench_http:head(200, [ct(octet)], Size, conn_mode(Req)), body_unless_head(Req, Body)]);
+echo_answer(_S, _Cfg, _Req, Error) ->
+    Error.
+
+echo_capacity(_Cfg, Len, Cap) when Len =< Cap -> Cap;
+echo_capacity(#cfg{max_body = Max}, Len, Cap) ->
+    Doubled = double_from(case Cap of 0 -> 4096; _ -> Cap end, Len),
+    case Doubled > Max andalso Len =< Max of
+        true -> Max;
+        false -> Doubled
+    end.
+
+double_from(C, Len) when C >= Len -> C;
+double_from(C, Len) -> double_from(C * 2, Len).
+
+%% Takes N bytes from the connection's echo budget (two body limits) and the server's (32): ok, or
+%% conn or server naming the budget it would pass (nothing taken then).
+echo_hold(_Cfg, 0) -> ok;
+echo_hold(#cfg{echo_held = A, max_body = Max}, N) ->
+    Mine = echo_held(),
+    case Mine + N > ?ECHO_CONN_BODIES * Max of
+        true -> conn;
+        false ->
+            case atomics:add_get(A, 1, N) > ?ECHO_SERVER_BODIES * Max of
+                true -> atomics:sub(A, 1, N), server;
+                false -> put(?HELD, Mine + N), ok
+            end
+    end.
+
+echo_release(_Cfg, 0) -> ok;
+echo_release(#cfg{echo_held = A}, N) ->
+    atomics:sub(A, 1, N),
+    put(?HELD, echo_held() - N),
+    ok.
+
+echo_held() ->
+    case get(?HELD) of
+        undefined -> 0;
+        N -> N
     end.
 
 echo_chunked(S, Cfg, Req) ->
@@ -715,7 +804,10 @@ respond(S, Cfg, Req = #req{method = M, headers = Hs, version = V}, ws) ->
             Head = [<<"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
                       "sec-websocket-accept: ">>, Accept, <<"\r\n\r\n">>],
             case finish(S, Cfg, Req, 101, 0, Head) of
-                ok -> cbench_ws:serve(S, Cfg#cfg.max_body, Cfg#cfg.idle_timeout);
+                ok -> cbench_ws:serve(S, Cfg#cfg.max_body, Cfg#cfg.idle_timeout,
+                                      fun(N) when N >= 0 -> echo_hold(Cfg, N);
+                                         (N) -> echo_release(Cfg, -N)
+                                      end);
                 Error -> Error
             end;
         {_, 426} -> simple(S, Cfg, Req, 426, [{<<"sec-websocket-version">>, <<"13">>}], <<>>);
@@ -789,30 +881,47 @@ streamed(S, Cfg, Req, Headers, Pieces) ->
             body_unless_head(Req, [[cbench_http:chunk(P) || P <- Pieces],
                                    cbench_http:last_chunk()])]).
 
-send_file(S, Cfg, Req, Status, Headers, Path, Size) ->
+%% File: a fixture's path, or {Path, Id} for a stub's (open_file/1). A file that cannot be opened
+%% gets a 500 and a close before any byte of the answer.
+send_file(S, Cfg, Req, Status, Headers, File, Size) ->
     Head = cbench_http:head(Status, Headers, Size, conn_mode(Req)),
-    case Req#req.method of
-        <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, Head);
+    case {Req#req.method, Size} of
+        {<<"HEAD">>, _} -> finish(S, Cfg, Req, Status, 0, Head);
+        {_, 0} -> finish(S, Cfg, Req, Status, 0, Head);
         _ ->
-            case send(S, Head) of
-                ok ->
-                    journal(Cfg, Req, Status, Size),
-                    sendfile(S, Cfg, Path, 0, Size);
-                Error -> Error
+            case open_file(File) of
+                {ok, Fd} ->
+                    try send(S, Head) of
+                        ok ->
+                            journal(Cfg, Req, Status, Size),
+                            send_fd(S, Cfg, Fd, 0, Size);
+                        Error -> Error
+                    after
+                        file:close(Fd)
+                    end;
+                {error, _} ->
+                    error_close(S, Cfg, 500)
             end
     end.
 
-sendfile(_S, _Cfg, _Path, _Offset, 0) -> ok;
-sendfile(S, Cfg, Path, Offset, Size) ->
-    {ok, Fd} = file:open(Path, [read, raw, binary]),
-    try file:sendfile(Fd, S, Offset, Size, []) of
+%% A piece of a stub's file (never empty: cbench_spec:pieces/2 makes none).
+sendfile(S, Cfg, File, Offset, Size) ->
+    case open_file(File) of
+        {ok, Fd} ->
+            try send_fd(S, Cfg, Fd, Offset, Size)
+            after
+                file:close(Fd)
+            end;
+        Error -> Error
+    end.
+
+send_fd(S, Cfg, Fd, Offset, Size) ->
+    case file:sendfile(Fd, S, Offset, Size, []) of
         {ok, Size} ->
             %% send_oct does not count what sendfile wrote.
             counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, Size);
         {ok, _} -> {error, short_sendfile};
         Error -> Error
-    after
-        file:close(Fd)
     end.
 
 body_unless_head(#req{method = <<"HEAD">>}, _) -> <<>>;
@@ -828,7 +937,7 @@ stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
     Normal = fun() -> stub(S, Cfg, Req, maps:without([fault_run], R)) end,
     Own = case own_size(R) of
               0 -> none;
-              Size -> {Size, fun(Off, Len) -> own_bytes(maps:get(body, R), Off, Len) end}
+              Size -> {Size, fun(Off, Len) -> own_bytes(file_body(R), Off, Len) end}
           end,
     case cbench_fault:fires(F, fault_draw(Draws)) of
         true -> fault(S, Cfg, Req, F, Status, Headers, Normal, Own, 3600000);
@@ -849,7 +958,7 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
         {none, <<"HEAD">>, _} ->
             finish(S, Cfg, Req, Status, 0, Head(Size, conn_mode(Req)));
         {none, _, {file, Path}} ->
-            send_file(S, Cfg, Req, Status, Headers, Path, Size);
+            send_file(S, Cfg, Req, Status, Headers, {Path, maps:get(file_id, R)}, Size);
         {none, _, _} ->
             finish(S, Cfg, Req, Status, Size, [Head(Size, conn_mode(Req)), slice(Body, 0, Size)]);
         {{N, Interval}, Method, _} ->
@@ -861,7 +970,7 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
                 end,
             Sent = case Method of
                        <<"HEAD">> -> finish(S, Cfg, Req, Status, 0, H);
-                       _ -> pieces(S, Cfg, Req, {Status, Size}, Body, H,
+                       _ -> pieces(S, Cfg, Req, {Status, Size}, file_body(R), H,
                                    cbench_spec:pieces(Size, N), Interval, Chunked)
                    end,
             %% The head said `connection: close' to HTTP/1.0, even to one that asked to keep it.
@@ -934,14 +1043,36 @@ own_size(#{body := {data, B}}) -> byte_size(B);
 own_size(#{body := {bytes, N}}) -> N;
 own_size(#{body := {file, _}, file_size := Size}) -> Size.
 
+%% A stub's body, a file's with the identity its descriptor had when the stub was added.
+file_body(#{body := {file, Path}, file_id := Id}) -> {file, {Path, Id}};
+file_body(#{body := Body}) -> Body.
+
+%% Opens a body file: a fixture's by its path; a stub's by its descriptor's path, checked to be the
+%% file the stub was added with (a descriptor number the server reused after the stub went is not).
+open_file({Path, Id}) ->
+    case file:open(Path, [read, raw, binary]) of
+        {ok, Fd} ->
+            case file:read_file_info(Fd) of
+                {ok, #file_info{type = regular, major_device = Dev, inode = Ino}} when {Dev, Ino} =:= Id ->
+                    {ok, Fd};
+                _ -> ok = file:close(Fd), {error, stub_file_gone}
+            end;
+        Error -> Error
+    end;
+open_file(Path) ->
+    file:open(Path, [read, raw, binary]).
+
 %% Bytes [Off, Off + Len) of a stub's own body (a file's read with pread).
-own_bytes({file, Path}, Off, Len) ->
-    {ok, Fd} = file:open(Path, [read, raw, binary]),
-    try file:pread(Fd, Off, Len) of
-        {ok, B} -> B;
+own_bytes({file, File}, Off, Len) ->
+    case open_file(File) of
+        {ok, Fd} ->
+            try file:pread(Fd, Off, Len) of
+                {ok, B} -> B;
+                _ -> <<>>
+            after
+                file:close(Fd)
+            end;
         _ -> <<>>
-    after
-        file:close(Fd)
     end;
 own_bytes(Body, Off, Len) -> slice(Body, Off, Len).
 

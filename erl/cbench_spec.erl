@@ -59,6 +59,10 @@
                             %% The ehttpd engine's: a body file's size, taken when the stub is added,
                             %% and its fault parsed, with the counter of its rate's draws.
                             file_size => non_neg_integer(),
+                            %% and its descriptor, opened then, and the file's {device, inode}
+                            %% (the body's path is then the descriptor's, /proc/self/fd/N).
+                            file_fd => file:fd(),
+                            file_id => {non_neg_integer(), non_neg_integer()},
                             fault_run => cbench_fault:fault(),
                             fault_draws => atomics:atomics_ref()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),

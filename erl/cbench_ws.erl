@@ -5,7 +5,7 @@
 %%% for invalid UTF-8, 1009 over the message limit), checked in the C engine's order.
 -module(cbench_ws).
 
--export([check/2, accept/1, serve/3]).
+-export([check/2, accept/1, serve/4]).
 
 -define(GUID, "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").
 -define(LINGER_MS, 1000).
@@ -48,11 +48,16 @@ has_token(V, Token) ->
 accept(Key) -> base64:encode(sha1(<<Key/binary, ?GUID>>)).
 
 %% @doc Serves the upgraded connection until the close handshake or an error; returns close.
-%% Limit is the largest message (max_body_bytes), Idle the idle timeout between frames.
--spec serve(gen_tcp:socket(), pos_integer(), pos_integer()) -> close.
-serve(S, Limit, Idle) ->
+%% Limit is the largest message (max_body_bytes), Idle the idle timeout between frames. Hold(N)
+%% takes N bytes of the echo budgets for a data frame when its header is complete (ok, or conn or
+%% server: the close code 1009 or 1013), Hold(-N) gives back a message's bytes once its echo is
+%% written; the connection gives back the rest when it ends (docs/wire.md, WebSocket memory).
+-spec serve(gen_tcp:socket(), pos_integer(), pos_integer(),
+            fun((integer()) -> ok | conn | server)) -> close.
+serve(S, Limit, Idle, Hold) ->
     ok = inet:setopts(S, [{packet, raw}]),
-    loop(S, #{limit => Limit, idle => Idle, op => none, msg => [], len => 0, utf8 => 0}).
+    loop(S, #{limit => Limit, idle => Idle, hold => Hold, op => none, msg => [], len => 0,
+              utf8 => 0}).
 
 loop(S, St = #{idle := Idle}) ->
     case gen_tcp:recv(S, 2, Idle) of
@@ -95,9 +100,18 @@ frame(S, St, B0, B1, Ext, Rest) ->
         Op =:= 8, N =:= 1 -> fail(S, 1002);
         not Ctrl, N > Limit orelse MsgLen + N > Limit -> fail(S, 1009);
         true ->
-            case recv(S, N, maps:get(idle, St)) of
-                {ok, Masked} -> payload(S, St, Fin, Op, unmask(Masked, Mask));
-                error -> close
+            Held = case Ctrl of
+                       true -> ok;
+                       false -> (maps:get(hold, St))(N)
+                   end,
+            case Held of
+                conn -> fail(S, 1009);
+                server -> fail(S, 1013);
+                ok ->
+                    case recv(S, N, maps:get(idle, St)) of
+                        {ok, Masked} -> payload(S, St, Fin, Op, unmask(Masked, Mask));
+                        error -> close
+                    end
             end
     end.
 
@@ -120,7 +134,9 @@ payload(S, St0, Fin, Op, P) ->
                 1 ->
                     Out = iolist_to_binary([Msg, P]),
                     case send(S, [head(MsgOp, byte_size(Out)), Out]) of
-                        ok -> loop(S, St1#{op := none, msg := [], len := 0, utf8 := 0});
+                        ok ->
+                            _ = (maps:get(hold, St1))(-byte_size(Out)),
+                            loop(S, St1#{op := none, msg := [], len := 0, utf8 := 0});
                         error -> close
                     end
             end

@@ -356,14 +356,13 @@ uint32_t cb__fault_delay_ms(const cb__fault_t *f, uint64_t n, uint32_t bound_ms)
 
 /* ---- running a fault ---- */
 
-static const char ct_octet[] = "application/octet-stream";
 static uint64_t delay_draws; /* atomic: delay's seeded draws, server-wide */
 
 static int on_h2(const cb__req_t *r) { return r->conn->proto == CB__PROTO_H2; }
 
 static void head(cb__req_t *r, int64_t length) {
   const cb__fault_answer_t *a = r->u.fault.answer;
-  cb__res_head(r, a->status, a->hdrs ? NULL : ct_octet, a->hdrs, a->nhdrs, length);
+  cb__res_head(r, a->status, NULL, a->hdrs, a->nhdrs, length);
 }
 
 /* Body bytes [from, to) of the generated content (byte i is i % 251), in pieces the generator spans (flags
@@ -532,7 +531,6 @@ static void h1_head_parts(cb__req_t *r, int64_t length, int date, emit_fn emit, 
   emit(arg, "\r\n", 2);
   if (date) emit(arg, r->conn->w->date_line, r->conn->w->date_len);
   const cb__hdr_t *h = a->hdrs;
-  if (h == NULL) EMIT(arg, "content-type: application/octet-stream\r\n");
   for (int i = 0; h != NULL && i < a->nhdrs; i++) {
     emit(arg, h[i].name, h[i].name_len);
     emit(arg, ": ", 2);
@@ -762,7 +760,10 @@ void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_
 /* ---- the fixture route /fault/{kind}?params ---- */
 
 static uint64_t route_draws; /* atomic: /fault/'s rate draws, server-wide (see docs/faults.md) */
-static const cb__fault_answer_t route_answer = {200, NULL, 0, NULL, 0, NULL, MAX_ROUTE_MS};
+/* /fault/'s declared head carries its content-type as a header of the answer, as a stub's would: a stub
+ * without headers has none under a fault either (docs/faults.md: a fault departs from the declared answer). */
+static const cb__hdr_t route_ctype = {"content-type", 12, "application/octet-stream", 24};
+static const cb__fault_answer_t route_answer = {200, &route_ctype, 1, NULL, 0, NULL, MAX_ROUTE_MS};
 
 static void route_end(cb__req_t *r) {
   size_t pre = r->route->path_len; /* "/fault/" */

@@ -928,6 +928,9 @@ extern const cb__handler_t cb__h_gzip;
 /* The bytes cb__cookies_json() may write for these headers, and the JSON object of their cookie fields. */
 size_t cb__cookies_json_cap(const cb__hdr_t *hs, int n);
 size_t cb__cookies_json(const cb__hdr_t *hs, int n, char *out);
+/* The same, adding to *compared the comparisons of a pair's name with a name already kept (for the tests: a
+ * repeated name costs a few, not one per name kept). */
+size_t cb__cookies_json_counted(const cb__hdr_t *hs, int n, char *out, uint64_t *compared);
 #define CB__GZIP_PLAIN_LEN 16384
 /* The /gzip body as sent: plain and gzip-coded, made once per process. 0, or UV_ENOMEM. */
 int cb__gzip_bodies(cb__slice_t *identity, cb__slice_t *gzip);

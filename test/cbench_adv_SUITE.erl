@@ -1,0 +1,215 @@
+%%% @doc The wire findings of issue 22 on every engine: one table of exact request bytes, sent over
+%%% gen_tcp to nif, port and ehttpd, each answer compared with the bytes docs/wire.md gives (the
+%%% `date' value masked) and so with the other engines'; then the echo budgets shared by WebSocket
+%%% messages and `/echo' bodies, and a stub's body file replaced by a FIFO after the stub was added.
+-module(cbench_adv_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
+-export([wire_table/1, ws_server_budget/1, stub_file_fifo/1]).
+
+all() -> [wire_table, ws_server_budget, stub_file_fifo].
+
+suite() -> [{timetrap, {minutes, 3}}].
+
+-define(ENGINES, [nif, port, ehttpd]).
+%% A small body limit, so that the budgets (2 and 32 limits) are reached with little memory.
+-define(LIMIT, 1000).
+-define(KEY, "dGhlIHNhbXBsZSBub25jZQ==").
+-define(ACCEPT, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=").
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(cbench),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+%%% The table
+
+%% A WebSocket handshake with spaces after the version and the key (taken: RFC 9112 5 drops them).
+handshake() ->
+    "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: " ?KEY " \r\nSec-WebSocket-Version: 13 \r\n\r\n".
+
+%% A masked empty close frame, and the server's empty close in answer.
+-define(CLOSE, <<16#88, 16#80, 0, 0, 0, 0>>).
+-define(CLOSE_ANSWER, <<16#88, 0>>).
+-define(WS_101, "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+                "sec-websocket-accept: " ?ACCEPT "\r\n\r\n").
+-define(CLOSE_REQ, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").
+-define(CLOSE_ANS, "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 12\r\nconnection: close\r\n\r\nhello world!").
+-define(E413, "HTTP/1.1 413 Content Too Large\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").
+
+%% {Name, request bytes, the answer}: each case ends with the server's close, so the answer is all
+%% that comes back until then.
+cases() ->
+    [{host_trailing_space,
+      "GET / HTTP/1.1\r\nHost: x \r\nConnection: close\r\n\r\n", ?CLOSE_ANS},
+     {host_tab_around, "GET / HTTP/1.1\r\nHost:\tx\t\r\nConnection: close\r\n\r\n", ?CLOSE_ANS},
+     {headers_whitespace_around,
+      "GET /headers HTTP/1.1\r\nHost: x\r\na:  b  \r\nc:\t d \t\r\nConnection: close\r\n\r\n",
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/json\r\ncontent-length: 49\r\n"
+      "connection: close\r\n\r\n{\"host\":\"x\",\"a\":\"b\",\"c\":\"d\",\"connection\":\"close\"}"},
+     {ws_version_and_key_with_space, [handshake(), ?CLOSE], [?WS_101, ?CLOSE_ANSWER]},
+     {http10_chunked_closes,
+      "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+      "5\r\nhello\r\n0\r\n\r\nGET /hello HTTP/1.0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 5\r\n"
+      "connection: close\r\n\r\nhello"},
+     {http10_expect_no_100,
+      "POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi",
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 2\r\n"
+      "connection: close\r\n\r\nhi"},
+     {expect_100_then_echo,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\n"
+      "content-length: 2\r\nconnection: close\r\n\r\nhi"},
+     {chunk_size_max_at_once,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n", ?E413},
+     {second_chunk_past_limit,
+      ["POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n",
+       binary:copy(<<"a">>, 1000), "\r\n1\r\n"], ?E413},
+     {ws_behind_hello, ["GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", handshake(), ?CLOSE],
+      ["HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: text/plain\r\ncontent-length: 11\r\n\r\nHello, Joe!",
+       ?WS_101, ?CLOSE_ANSWER]},
+     {ws_behind_delay, ["GET /delay/100 HTTP/1.1\r\nHost: x\r\n\r\n", handshake(), ?CLOSE],
+      ["HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok",
+       ?WS_101, ?CLOSE_ANSWER]}].
+
+%% @doc Every case on every engine: the same exact bytes, those of docs/wire.md.
+wire_table(_Config) ->
+    Got = [begin
+               {ok, S} = cbench:start_server(E, #{port => 0, max_body_bytes => ?LIMIT}),
+               P = cbench:port(S),
+               Answers = [{Name, mask_date(exchange(P, Req))} || {Name, Req, _} <- cases()],
+               ok = cbench:stop_server(S),
+               {E, Answers}
+           end || E <- ?ENGINES],
+    Want = [{Name, iolist_to_binary(A)} || {Name, _, A} <- cases()],
+    [ct:log("~p: ~p", [E, Answers]) || {E, Answers} <- Got],
+    %% Every difference at once: {Engine, Case, Wanted, Got}.
+    ?assertEqual([], [{E, Name, W, A} || {E, Answers} <- Got,
+                                         {{Name, W}, {Name, A}} <- lists:zip(Want, Answers), W =/= A]),
+    ok.
+
+%%% The echo budgets
+
+%% @doc WebSocket messages and /echo bodies share the server's budget, 32 body limits: 32
+%% connections each hold a full-size message open (a fragment without FIN, acknowledged by the
+%% pong of the ping behind it); then a data frame on a 33rd connection gets the close code 1013
+%% and an /echo body a 503 at once; once one holder has gone, the budget is free again.
+ws_server_budget(_Config) ->
+    [budget(E) || E <- ?ENGINES],
+    ok.
+
+budget(E) ->
+    {ok, S} = cbench:start_server(E, #{port => 0, max_body_bytes => ?LIMIT}),
+    P = cbench:port(S),
+    Holders = [begin
+                   C = ws_open(P),
+                   ok = gen_tcp:send(C, [masked(2, 0, binary:copy(<<"a">>, ?LIMIT)), masked(9, 1, <<"p">>)]),
+                   ?assertEqual({E, {ok, <<16#8a, 1, "p">>}}, {E, gen_tcp:recv(C, 3, 5000)}),
+                   C
+               end || _ <- lists:seq(1, 32)],
+    C33 = ws_open(P),
+    ok = gen_tcp:send(C33, masked(2, 1, <<"x">>)),
+    ?assertEqual({E, <<16#88, 2, 1013:16>>}, {E, recv_all(C33)}),
+    {ok, C34} = gen_tcp:connect({127, 0, 0, 1}, P, [binary, {active, false}]),
+    ok = gen_tcp:send(C34, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n"),
+    ?assertEqual({E, <<"HTTP/1.1 503 Service Unavailable\r\ndate: *\r\ncontent-length: 0\r\n\r\n">>},
+                 {E, mask_date(recv_head(C34))}),
+    %% The refused body is read and dropped; the connection goes on.
+    ok = gen_tcp:send(C34, ["abc", ?CLOSE_REQ]),
+    ?assertEqual({E, <<?CLOSE_ANS>>}, {E, mask_date(recv_all(C34))}),
+    %% A chunked body: refused at its first chunk, the rest read and dropped.
+    {ok, C35} = gen_tcp:connect({127, 0, 0, 1}, P, [binary, {active, false}]),
+    ok = gen_tcp:send(C35, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"),
+    ?assertEqual({E, <<"HTTP/1.1 503 Service Unavailable\r\ndate: *\r\ncontent-length: 0\r\n\r\n">>},
+                 {E, mask_date(recv_head(C35))}),
+    ok = gen_tcp:send(C35, ["2\r\nde\r\n0\r\n\r\n", ?CLOSE_REQ]),
+    ?assertEqual({E, <<?CLOSE_ANS>>}, {E, mask_date(recv_all(C35))}),
+    [gen_tcp:close(C) || C <- Holders],
+    ?assertEqual({E, ok}, {E, echo_within(P, 50)}),
+    ok = cbench:stop_server(S).
+
+%% An /echo of 3 bytes answered 200, tried every 100 ms up to N times (holders closing is seen by
+%% the server a little after the client closed).
+echo_within(_P, 0) -> no_room;
+echo_within(P, N) ->
+    Got = mask_date(exchange(P, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")),
+    case Got of
+        <<"HTTP/1.1 200 OK", _/binary>> -> ok;
+        _ -> timer:sleep(100), echo_within(P, N - 1)
+    end.
+
+ws_open(P) ->
+    {ok, C} = gen_tcp:connect({127, 0, 0, 1}, P, [binary, {active, false}]),
+    ok = gen_tcp:send(C, handshake()),
+    W = <<?WS_101>>,
+    {ok, W} = gen_tcp:recv(C, byte_size(W), 5000),
+    C.
+
+%% A client frame with FIN as given, masked with the zero key (the payload unchanged).
+masked(Op, Fin, P) when byte_size(P) < 126 -> <<Fin:1, 0:3, Op:4, 1:1, (byte_size(P)):7, 0:32, P/binary>>;
+masked(Op, Fin, P) -> <<Fin:1, 0:3, Op:4, 1:1, 126:7, (byte_size(P)):16, 0:32, P/binary>>.
+
+%%% A stub's body file
+
+%% @doc A stub's body is the file it was added with: a FIFO put in its place afterwards neither
+%% blocks a connection nor changes the answer (the C engine keeps the descriptor it opened at add
+%% time; ehttpd keeps its own).
+stub_file_fifo(Config) ->
+    Dir = proplists:get_value(priv_dir, Config),
+    [begin
+         Path = filename:join(Dir, atom_to_list(E) ++ "_body"),
+         ok = file:write_file(Path, <<"from the file">>),
+         {ok, S} = cbench:start_server(E, #{port => 0}),
+         {ok, _} = cbench:stub(S, <<"/f">>, #{body => {file, list_to_binary(Path)}}),
+         {ok, _} = cbench:stub(S, <<"/c">>, #{body => {file, list_to_binary(Path)},
+                                             chunks => {2, 1}}),
+         {ok, _} = cbench:stub(S, <<"/d">>, #{body => {file, list_to_binary(Path)},
+                                             fault => <<"dribble?pieces=2&ms=2">>}),
+         ok = file:delete(Path),
+         "" = os:cmd("mkfifo " ++ Path),
+         P = cbench:port(S),
+         ?assertEqual({E, <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 13\r\nconnection: close\r\n\r\n"
+                            "from the file">>},
+                      {E, mask_date(exchange(P, "GET /f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))}),
+         ?assertEqual({E, <<"HTTP/1.1 200 OK\r\ndate: *\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                            "6\r\nfrom t\r\n7\r\nhe file\r\n0\r\n\r\n">>},
+                      {E, mask_date(exchange(P, "GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))}),
+         ?assertEqual({E, <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 13\r\nconnection: close\r\n\r\n"
+                            "from the file">>},
+                      {E, mask_date(exchange(P, "GET /d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))}),
+         ok = cbench:stop_server(S),
+         ok = file:delete(Path)
+     end || E <- ?ENGINES],
+    ok.
+
+%%% Helpers
+
+%% Sends Req and reads until the server closes (5 s at most between reads).
+exchange(P, Req) ->
+    {ok, C} = gen_tcp:connect({127, 0, 0, 1}, P, [binary, {active, false}]),
+    ok = gen_tcp:send(C, Req),
+    recv_all(C).
+
+recv_all(C) -> recv_all(C, <<>>).
+recv_all(C, Acc) ->
+    case gen_tcp:recv(C, 0, 5000) of
+        {ok, D} -> recv_all(C, <<Acc/binary, D/binary>>);
+        {error, _} -> gen_tcp:close(C), Acc
+    end.
+
+recv_head(C) -> recv_head(C, <<>>).
+recv_head(C, Acc) ->
+    case binary:match(Acc, <<"\r\n\r\n">>) of
+        nomatch ->
+            {ok, D} = gen_tcp:recv(C, 0, 5000),
+            recv_head(C, <<Acc/binary, D/binary>>);
+        _ -> Acc
+    end.
+
+mask_date(B) -> re:replace(B, "date: [^\r]*", "date: *", [{return, binary}]).
