@@ -14,12 +14,17 @@
 # inside the namespaces: the host's own network gets no interface, no address and no route, so traffic between
 # the namespaces never leaves them. Needs root (ip netns); exits 77 with a message otherwise, which the tests
 # read as "skip". TESTBED_PREFIX (default cbtb) and TESTBED_NET (default 10.77.0, a private range used only
-# inside these namespaces) change the names and addresses.
+# inside these namespaces) change the names and addresses; test/cbench_cluster_SUITE.erl uses the prefix
+# cbct<its OS pid>n, so that two runs on one machine never remove each other's namespaces (after a crashed run:
+# TESTBED_PREFIX=cbct<pid>n scripts/testbed.sh down, or `ip netns list` to find them).
 set -eu
 
 PREFIX=${TESTBED_PREFIX:-cbtb}
 NET=${TESTBED_NET:-10.77.0}
 HUB=${PREFIX}0
+case "$PREFIX" in
+  '' | *[!a-zA-Z0-9_]*) echo "testbed: TESTBED_PREFIX must be letters, digits and _ only" >&2; exit 2 ;;
+esac
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
