@@ -23,9 +23,18 @@
 %% code_path (default the directory cbench's modules were loaded from), wait_boot (ms, 30000).
 %% When this node is not distributed and no exec is given, it becomes cbench_<os pid>@127.0.0.1
 %% (epmd started and waited for) so that it can reach its peers. On a failure the nodes already
-%% started are stopped and {error, {peer_start, Name, Reason}} names the one that failed.
+%% started are stopped and {error, {peer_start, Name, Reason}} names the one that failed; an
+%% unknown option: {error, {bad_option, Key}}.
 -spec start([spec()], map()) -> {ok, [peer()]} | {error, term()}.
 start(Specs, Opts) when is_list(Specs), is_map(Opts) ->
+    case maps:keys(maps:without([host, cookie, exec, args, code_path, wait_boot], Opts)) of
+        [] -> start_checked(Specs, Opts);
+        [Bad | _] -> {error, {bad_option, Bad}}
+    end;
+start(_, _) ->
+    error(badarg).
+
+start_checked(Specs, Opts) ->
     Local = not maps:is_key(exec, Opts) andalso
         lists:all(fun(S) -> not (is_map(S) andalso is_map_key(exec, S)) end, Specs),
     Dist = case Local of
@@ -36,9 +45,7 @@ start(Specs, Opts) when is_list(Specs), is_map(Opts) ->
     case Dist of
         ok -> start(Specs, Opts, []);
         {error, Why} -> {error, {not_distributed, Why}}
-    end;
-start(_, _) ->
-    error(badarg).
+    end.
 
 start([Spec | Rest], Opts, Acc) ->
     S = case Spec of
