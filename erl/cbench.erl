@@ -364,7 +364,13 @@ settings() ->
 %% wrong type: badarg; an unknown key or a bad value: {error, {bad_option, Key, Value, Allowed}}
 %% (as start_server/2's; Allowed `{known, Keys}' for an unknown key); the program
 %% missing: {error, {not_built, Path}}; it refusing the arguments: {error, {usage, Text}}.
+%% With `nodes => [Node | {Node, Weight}]' the load runs from those nodes at once (cbench on their
+%% code path), connections and rate split by weight, and the histograms merged exactly; the map
+%% adds `nodes' (each node's own results) and `failed' (node => why) (cbench_cluster; docs/bench.md,
+%% "More than one machine").
 -spec load(string() | binary(), map()) -> {ok, map()} | {error, term()}.
+load(Url, #{nodes := _} = Opts) ->
+    cbench_cluster:run(Url, Opts);
 load(Url, Opts) ->
     cbench_load:run(Url, Opts).
 

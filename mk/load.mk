@@ -59,6 +59,16 @@ load-unit: $(LOAD_TEST_BIN) $(LOAD_WS_TEST_BIN)
 	$(LOAD_TEST_BIN)
 	$(LOAD_WS_TEST_BIN)
 
+# Fixed-seed histograms written by cbench-load's own writer, for the exact-merge test of erl/cbench_hist.erl
+# (test/cbench_cluster_SUITE.erl, hist_merge_exact).
+LOAD_HISTDUMP := $(BUILD)/test/cbench-load-histdump
+
+$(LOAD_HISTDUMP): test/load/hist_dump.c $(LOAD_OBJS) $(LLHTTP_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(LOAD_CFLAGS) -o $@ $< $(LOAD_OBJS) $(LLHTTP_OBJS) $(LOAD_LIBS) $(LDFLAGS_EXTRA)
+
+test-beam: $(LOAD_HISTDUMP)
+
 # The end-to-end tests are the Common Test suite test/cbench_load_SUITE.erl (cbench:load/2 against the nif
 # engine, fault servers written in gen_tcp, cbench-server frozen with SIGSTOP, the CLI's usage errors, and the
 # group hostile: issue 22's servers that flood WebSocket pings without reading, answer three times, answer a

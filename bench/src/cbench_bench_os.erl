@@ -266,26 +266,8 @@ cmd(C) ->
 %% @doc Starts epmd if it is not running and returns once it answers, so that net_kernel:start/1
 %% can register. `epmd -daemon' returns before the daemon listens: on a fresh machine, where no
 %% epmd ran before, a distribution started right after it fails with `nodistribution'
-%% (register/listen error: econnrefused). {error, Why} names what was tried after 10 s.
+%% (register/listen error: econnrefused). {error, Why} names what was tried after 10 s. The code
+%% is cbench_dist:ensure_epmd/0, which cbench:load/2 over several nodes and cbench_peers share.
 -spec ensure_epmd() -> ok | {error, string()}.
 ensure_epmd() ->
-    case erl_epmd:names() of
-        {ok, _} -> ok;
-        _ ->
-            Out = os:cmd("epmd -daemon 2>&1"),
-            wait_epmd(erlang:monotonic_time(millisecond) + 10000, Out)
-    end.
-
-wait_epmd(Deadline, Out) ->
-    case erl_epmd:names() of
-        {ok, _} -> ok;
-        Error ->
-            case erlang:monotonic_time(millisecond) >= Deadline of
-                true ->
-                    {error, lists:flatten(io_lib:format("epmd does not answer after `epmd -daemon' "
-                                                        "(~0p; it printed: ~ts)", [Error, Out]))};
-                false ->
-                    timer:sleep(20),
-                    wait_epmd(Deadline, Out)
-            end
-    end.
+    cbench_dist:ensure_epmd().

@@ -286,5 +286,8 @@ int cbl_run(cbl_run_t *run, const cbl_config_t *cfg);
 void cbl_run_free(cbl_run_t *run);
 void cbl_report_text(const cbl_run_t *run, void *file);
 int cbl_report_files(const cbl_run_t *run); /* --json and --erl; 0 or -1 with a message printed */
+/* One histogram as the --erl file writes it under `hist' (#{total, min, max, sum, buckets}), on file (a FILE *):
+ * for the tests of erl/cbench_hist.erl, which merges these. */
+void cbl_report_hist_erl(const cbl_hist_t *h, void *file);
 
 #endif

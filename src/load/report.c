@@ -1,11 +1,14 @@
 /* cbench-load's results: the summary on stdout, --json FILE (jansson) and --erl FILE (the same tree written as
  * an Erlang term that file:consult/1 reads: objects become maps with atom keys, numeric keys become integers,
- * strings binaries, null `undefined'). Latencies are in microseconds with nanosecond decimals. */
+ * strings binaries, null `undefined'). Latencies are in microseconds with nanosecond decimals. The term file also
+ * carries the histograms themselves (`hist'), which the JSON leaves out, so that runs on several nodes can be
+ * merged exactly (erl/cbench_hist.erl). */
 #include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "load.h"
 
@@ -20,6 +23,14 @@ static json_t *percentiles(const cbl_hist_t *h) {
                    us(cbl_hist_percentile(h, 50)), "p90", us(cbl_hist_percentile(h, 90)), "p99",
                    us(cbl_hist_percentile(h, 99)), "p999", us(cbl_hist_percentile(h, 99.9)), "p9999",
                    us(cbl_hist_percentile(h, 99.99)), "max", us(h->max));
+}
+
+/* The program's own CPU time (all threads, the set-up included): what the load cost the machine it ran on. */
+static json_t *cpu_used(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return json_null();
+  return json_pack("{s:f, s:f}", "user", (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6, "system",
+                   (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6);
 }
 
 static uint64_t non2xx(const cbl_counts_t *c) {
@@ -86,7 +97,45 @@ static json_t *build(const cbl_run_t *run) {
                                         us(cbl_hist_percentile(&r->second[i], 99))));
   }
   json_object_set_new(root, "timeline", tl);
+  json_object_set_new(root, "cpu_s", cpu_used());
   return root;
+}
+
+/* ---- the histograms themselves (the --erl file only) ---- */
+
+static void erl_term(FILE *f, const json_t *v);
+
+/* A histogram as a caller merges it (erl/cbench_hist.erl, for cbench:load/2 over several nodes): the non-empty
+ * buckets as a flat list [index, count, index, count, ...] in index order, with the exact total, min, max and sum
+ * (an integer: the sum of integer nanoseconds, exact below 2^53). Sparse because a run at one latency fills a few
+ * dozen of the 3,840 buckets. */
+static json_t *hist_json(const cbl_hist_t *h) {
+  json_t *b = json_array();
+  for (uint32_t i = 0; i < CBL_HIST_BUCKETS; i++) {
+    if (!h->counts[i]) continue;
+    json_array_append_new(b, json_integer((json_int_t)i));
+    json_array_append_new(b, json_integer((json_int_t)h->counts[i]));
+  }
+  return json_pack("{s:I, s:I, s:I, s:I, s:o}", "total", (json_int_t)h->total, "min",
+                   (json_int_t)(h->total ? h->min : 0), "max", (json_int_t)h->max, "sum", (json_int_t)h->sum,
+                   "buckets", b);
+}
+
+/* The layout the indexes refer to, so that a reader built for another layout refuses instead of misreading. */
+static json_t *hists_json(const cbl_run_t *run) {
+  const cbl_result_t *r = &run->total;
+  json_t *seconds = json_array();
+  for (uint32_t i = 0; i < r->nsec; i++) json_array_append_new(seconds, hist_json(&r->second[i]));
+  return json_pack("{s:{s:i, s:i, s:i, s:i}, s:o, s:o, s:o, s:o}", "layout", "sub_bits", CBL_HIST_SUB_BITS,
+                   "linear", (int)CBL_HIST_LINEAR, "max_bits", CBL_HIST_MAX_BITS, "buckets", (int)CBL_HIST_BUCKETS,
+                   "corrected", hist_json(&r->corrected), "uncorrected", hist_json(&r->uncorrected), "send_lag",
+                   hist_json(&r->send_lag), "seconds", seconds);
+}
+
+void cbl_report_hist_erl(const cbl_hist_t *h, void *file) {
+  json_t *t = hist_json(h);
+  erl_term(file, t);
+  json_decref(t);
 }
 
 /* ---- the Erlang term ---- */
@@ -168,6 +217,8 @@ int cbl_report_files(const cbl_run_t *run) {
     rc = -1;
   }
   if (cfg->erl_path) {
+    /* The histograms go to the term file only: the JSON stays a summary a person reads. */
+    json_object_set_new(root, "hist", hists_json(run));
     FILE *f = fopen(cfg->erl_path, "w");
     if (f) {
       erl_term(f, root);
