@@ -261,9 +261,12 @@ refused_connect(_Config) ->
 %% A WebSocket echo server (RFC 6455) on gen_tcp: the 101, then every masked frame echoed
 %% unmasked. Until issue 16 adds GET /ws to the engines, this is the server the mode is tested on.
 ws_echo(_Config) ->
+    %% A second, not less: the echo server is a gen_tcp process of this node, and on a loaded
+    %% machine (make test beside other builds) 0.4 s once passed before it answered a handshake,
+    %% a run with nothing sent, which proves nothing about the echo.
     {Port, Stop} = fault_server(fun(S) -> ws_serve(S, fun(M) -> M end) end),
     R = load("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws",
-             #{connections => 2, depth => 2, duration => 0.4}),
+             #{connections => 2, depth => 2, duration => 1}),
     Stop(),
     #{requests := #{completed := N}, bytes := #{body := Body}, proto := <<"ws">>, status := St} =
         no_errors(R),
@@ -272,7 +275,7 @@ ws_echo(_Config) ->
     %% Any size, one message at a time.
     {Port2, Stop2} = fault_server(fun(S) -> ws_serve(S, fun(M) -> M end) end),
     R2 = load("http://127.0.0.1:" ++ integer_to_list(Port2) ++ "/ws",
-              #{proto => ws, ws_size => 70000, connections => 1, duration => 0.3}),
+              #{proto => ws, ws_size => 70000, connections => 1, duration => 1}),
     Stop2(),
     #{requests := #{completed := N2}, bytes := #{body := B2}} = no_errors(R2),
     ?assertEqual(N2 * 70000, B2).
