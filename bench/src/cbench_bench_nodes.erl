@@ -31,7 +31,8 @@ host(N) when is_atom(N) -> host(atom_to_list(N));
 host(N) -> lists:last(string:split(N, "@")).
 
 %% @doc Makes the harness a distributed node and starts the nodes that do not answer yet.
-%% Opts: root (the source tree: cbench's ebin under it), cookie (undefined: this node's).
+%% Opts: root (the source tree: cbench's ebin under it), cookie (undefined: this node's), pin (a
+%% CPU list: the nodes started on this machine are pinned to it with taskset).
 %% Returns the placement (for run/3 and stop/1) or {error, Why}.
 -spec start([node()], map()) -> {ok, map()} | {error, string()}.
 start(Nodes, Opts) ->
@@ -79,7 +80,12 @@ start_nodes([N | Rest], Opts, Acc = #{peers := Ps, pidfiles := Fs}) ->
                               [N, case local(Host) of true -> "on this machine"; false -> "over ssh" end]),
                     %% A node on this machine is swept by bench/run.sh's trap like every child.
                     F = case local(Host) of
-                            true -> cbench_bench_os:pidfile("load-node", list_to_integer(OsPid));
+                            true ->
+                                _ = case maps:get(pin, Opts, undefined) of
+                                        undefined -> ok;
+                                        Cpus -> os:cmd("taskset -a -p -c " ++ Cpus ++ " " ++ OsPid ++ " >/dev/null 2>&1")
+                                    end,
+                                cbench_bench_os:pidfile("load-node", list_to_integer(OsPid));
                             false -> undefined
                         end,
                     start_nodes(Rest, Opts, Acc#{peers => [P | Ps], pidfiles => [F | Fs]});
