@@ -2,7 +2,9 @@
 #
 #   make bench              quick profile (about 5 minutes on 2 CPUs)
 #   make bench FULL=1       every case, 3 runs of 10 s, latency ladder for every case
-#   make bench PEERS=0      without inets httpd, nginx and h2o
+#   make bench PEERS=0      without inets httpd, mochiweb, yaws, nginx and h2o
+#   make bench NODES=gen1@127.0.0.1,gen2@10.0.0.7  the load generator on those nodes at once (cbench:load/2 with
+#                           nodes; started with cbench_peers when not running, over ssh for another host)
 #   make bench CASES=roadrunner  roadrunner's scenarios and its resource table (FULL=1 includes them)
 #   make bench BENCH_ARGS='--target mine=http://127.0.0.1:9000 --cases hello'
 #   make bench-h1           cbench-server vs nginx, /hello and /file/small, HTTP/1.1 (issue 2)
@@ -29,6 +31,15 @@ CASES ?=
 BENCH_CASES := $(if $(CASES),$(if $(filter roadrunner,$(CASES)),--case-set roadrunner,--cases $(CASES)),)
 
 ROUTES_ARGS ?=
+# NODES=a@host,b@host: the load generators on those nodes (docs/bench.md, "More than one machine"); COOKIE=c
+# for nodes already running with another cookie. FIXTURE_NODE is make bench-clients' (its fixture on a node);
+# make bench's servers run on this machine, so it refuses FIXTURE_NODE rather than ignore it.
+NODES ?=
+COOKIE ?=
+FIXTURE_NODE ?=
+BENCH_NODES := $(if $(NODES),--nodes $(NODES),) $(if $(COOKIE),--cookie $(COOKIE),)
+BENCH_NO_FIXTURE_NODE = @if [ -n "$(FIXTURE_NODE)" ]; then echo "make $@: FIXTURE_NODE is for make bench-clients;" \
+  "make bench starts the servers it measures on this machine (NODES places the load generators)" >&2; exit 2; fi
 
 .PHONY: soak bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
@@ -50,16 +61,20 @@ bench-engines:
 	-@if [ -f rebar.config ]; then rebar3 compile; fi
 
 bench: deps bench-build bench-engines
-	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_CASES) $(BENCH_ARGS)
+	$(BENCH_NO_FIXTURE_NODE)
+	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_CASES) $(BENCH_NODES) $(BENCH_ARGS)
 
 bench-h1: deps bench-build bench-engines
-	bench/run.sh --profile h1 $(BENCH_ARGS)
+	$(BENCH_NO_FIXTURE_NODE)
+	bench/run.sh --profile h1 $(BENCH_NODES) $(BENCH_ARGS)
 
 bench-node: deps bench-build bench-engines
-	bench/run.sh --profile node $(BENCH_ARGS)
+	$(BENCH_NO_FIXTURE_NODE)
+	bench/run.sh --profile node $(BENCH_NODES) $(BENCH_ARGS)
 
 bench-h2: deps bench-build bench-engines
-	bench/run.sh --profile h2 $(BENCH_ARGS)
+	$(BENCH_NO_FIXTURE_NODE)
+	bench/run.sh --profile h2 $(BENCH_NODES) $(BENCH_ARGS)
 
 bench-routes: deps $(BUILD)/cbench-server
 	bench/routes.sh $(ROUTES_ARGS)

@@ -13,9 +13,9 @@
 -export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
          note/3, progress/3, cli/5]).
 
--define(ENGINES, ["nif", "port", "ehttpd", "cbench-server", "httpd", "nginx", "h2o"]).
--define(PEERS, ["httpd", "nginx", "h2o"]).
--define(NODE, ["nif", "port", "ehttpd", "httpd"]).
+-define(ENGINES, ["nif", "port", "ehttpd", "cbench-server", "httpd", "mochiweb", "yaws", "nginx", "h2o"]).
+-define(PEERS, ["httpd", "mochiweb", "yaws", "nginx", "h2o"]).
+-define(NODE, ["nif", "port", "ehttpd", "httpd", "mochiweb", "yaws"]).
 
 %% ---------------------------------------------------------------------------
 %% Cases: the 15 of the route contract.
@@ -145,7 +145,7 @@ usage() ->
     "  --case-set ewe|roadrunner  the profile's cases, or roadrunner's scenarios (CASES=roadrunner)\n"
     "  --engines a,b,...      engines (of: " ++ string:join(?ENGINES, ",") ++ ")\n"
     "  --protocols h1,h2c     protocols\n"
-    "  --no-peers             skip httpd, nginx and h2o (PEERS=0)\n"
+    "  --no-peers             skip httpd, mochiweb, yaws, nginx and h2o (PEERS=0)\n"
     "  --target NAME=URL      also measure a running server (repeatable)\n"
     "  --runs N  --duration S  --warmup S     throughput runs\n"
     "  --latency-duration S  --latency-warmup S  --no-latency\n"
@@ -153,6 +153,9 @@ usage() ->
     "  --tool cbench-load|h2load   throughput load generator (default cbench-load; the latency\n"
     "                         ladder always runs cbench-load open loop)\n"
     "  --server-cpus 0,..  --load-cpus 1,..   placement (default: first half / rest)\n"
+    "  --nodes N@H,...        run the load generator on these nodes at once (NODES=...; started\n"
+    "                         here, or over ssh, when not running; cbench:load/2 with nodes)\n"
+    "  --cookie C             the cookie for --nodes\n"
     "  --out DIR              results directory (default bench/results/<timestamp>-<profile>)\n"
     "  --keep-tmp             keep configs, fixture files and h2load logs\n"
     "  --dry-run              start and probe the servers, print the plan and its duration, measure nothing\n".
@@ -222,6 +225,8 @@ opts(["--threads", N | R], Cfg) -> opts(R, Cfg#{threads => pos(N, "--threads")})
 opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cpus(L, "--server-cpus")});
 opts(["--load-cpus", L | R], Cfg) -> opts(R, Cfg#{load_cpus => cpus(L, "--load-cpus")});
 opts(["--out", D | R], Cfg) -> opts(R, Cfg#{out => D});
+opts(["--nodes", L | R], Cfg) -> opts(R, Cfg#{nodes => cbench_bench_nodes:parse(L)});
+opts(["--cookie", C | R], Cfg) -> opts(R, Cfg#{cookie => list_to_atom(C)});
 opts(["--tool", "cbench-load" | R], Cfg) -> opts(R, Cfg#{tool => cbench_load});
 opts(["--tool", "h2load" | R], Cfg) -> opts(R, Cfg#{tool => h2load});
 opts(["--tool", T | _], _) -> throw({usage, "unknown tool '" ++ T ++ "' (cbench-load, h2load)"});
@@ -336,8 +341,11 @@ run(Cfg0) ->
               [maps:get(profile, Cfg), cpu_list(SC), cpu_list(LC), Out]),
     St0 = #{engines => [], peer => undefined, notes => [], node_info => #{}},
     St1 = start_servers(Cfg, St0),
+    LoadNodes = try start_load_nodes(Cfg)
+                catch throw:Fatal -> cbench_bench_servers:stop_all(St1), throw(Fatal)
+                end,
     try
-        St2 = measure(Cfg, St1),
+        St2 = measure(Cfg#{load_nodes => LoadNodes}, load_nodes_note(Cfg, St1)),
         cbench_bench_servers:stop_all(St2),
         cbench_bench_report:write(Cfg, St2),
         0
@@ -346,6 +354,7 @@ run(Cfg0) ->
             _ = file:del_dir(Out),
             0
     after
+        cbench_bench_nodes:stop(LoadNodes),
         cbench_bench_servers:stop_all(St1),
         case maps:get(keep_tmp, Cfg) of
             true -> ok;
@@ -356,6 +365,26 @@ run(Cfg0) ->
                 ok
         end
     end.
+
+%% --nodes: the generator nodes, started when they are not running (a failure ends the run: a
+%% measurement from this machine instead would not be the one asked for).
+start_load_nodes(#{nodes := Nodes} = Cfg) ->
+    io:format("load generator nodes: ~s~n", [string:join([atom_to_list(N) || N <- Nodes], ", ")]),
+    case cbench_bench_nodes:start(Nodes, #{root => maps:get(root, Cfg), cookie => maps:get(cookie, Cfg, undefined)}) of
+        {ok, Placement} -> Placement;
+        {error, Why} -> throw({fatal, Why})
+    end;
+start_load_nodes(_) -> undefined.
+
+load_nodes_note(#{nodes := Nodes} = Cfg, St) ->
+    note(St, "the load came from ~b node~s at once (~s), merged exactly by cbench:load/2~s",
+         [length(Nodes), case Nodes of [_] -> ""; _ -> "s" end,
+          string:join([atom_to_list(N) || N <- Nodes], ", "),
+          case maps:get(tool, Cfg) of
+              h2load -> "; the throughput phase ran h2load on this machine (--tool h2load)";
+              _ -> ""
+          end]);
+load_nodes_note(_, St) -> St.
 
 root() ->
     case os:getenv("CBENCH_ROOT") of
@@ -403,7 +432,7 @@ start_servers(Cfg = #{engines := Wanted}, St0) ->
                           add_results(Rs, St0#{peer => Peer, node_pidfile => PidFile,
                                                node_info => Info#{args => NodeArgs}});
                       {error, Why} ->
-                          note(St0, "the node did not start (~0p): nif, port, ehttpd, httpd skipped", [Why])
+                          note(St0, "the node did not start (~0p): ~s skipped", [Why, string:join(NodeWanted, ", ")])
                   end
           end,
     Procs = [{"cbench-server", fun cbench_bench_servers:start_cbench_server/1},
@@ -627,6 +656,10 @@ tool(_, Cfg) -> maps:get(tool, Cfg, cbench_load).
 
 run_tool(h2load, Cfg, Spec, Notify) ->
     cbench_bench_h2load:run(Spec, maps:get(load_cpus_s, Cfg), Notify);
+run_tool(cbench_load, Cfg = #{load_nodes := #{} = Placement}, Spec, Notify) ->
+    %% No cbench-load process here to sample: the nodes report their own CPU time.
+    _ = is_pid(Notify) andalso (Notify ! {os_pid, self(), undefined}),
+    cbench_bench_nodes:run(Spec, Placement, maps:get(load_cpus, Cfg));
 run_tool(cbench_load, Cfg, Spec, Notify) ->
     Json = filename:join(maps:get(tmp, Cfg), "cbench-load-" ++ integer_to_list(erlang:unique_integer([positive])) ++ ".json"),
     cbench_bench_load:run(Spec#{json => Json}, maps:get(load_cpus_s, Cfg), Notify).

@@ -1,12 +1,12 @@
 %% @doc Runs inside the node under test (a peer started by the harness): starts the
-%% cbench engines that have been built and OTP's inets httpd, and reports what it
-%% started, on which ports, with which settings.
+%% cbench engines that have been built, OTP's inets httpd, and mochiweb and yaws when
+%% they are installed, and reports what it started, on which ports, with which settings.
 -module(cbench_bench_node).
 
 -export([setup/1, memory_total/0, engine_pids/0]).
 
 %% @doc Opts: threads (engine threads), docroot (fixture files for httpd), engines
-%% (the names wanted among nif, port, ehttpd, httpd), router (add the 100 stubs of
+%% (the names wanted among nif, port, ehttpd, httpd, mochiweb, yaws), router (add the 100 stubs of
 %% the varied_paths_router case to each cbench engine). Returns a map with, per
 %% engine, {ok, Port} or {skip, Reason}, and the node's settings.
 -spec setup(map()) -> map().
@@ -16,7 +16,7 @@ setup(Opts = #{threads := Threads, docroot := DocRoot, engines := Wanted}) ->
     Engines = [{E, start_engine(E, HaveCbench, Threads, DocRoot)} || E <- Wanted],
     %% varied_paths_router: the 100 routes, added through the stub API of each cbench engine.
     [ok = router_stubs(get({server, E}))
-     || {E, {ok, _}} <- Engines, E =/= httpd, maps:get(router, Opts, false)],
+     || {E, {ok, _}} <- Engines, lists:member(E, [nif, port, ehttpd]), maps:get(router, Opts, false)],
     #{engines => maps:from_list(Engines),
       os_pid => list_to_integer(os:getpid()),
       otp => erlang:system_info(otp_release),
@@ -25,10 +25,18 @@ setup(Opts = #{threads := Threads, docroot := DocRoot, engines := Wanted}) ->
       bindings => tuple_to_list(erlang:system_info(scheduler_bindings)),
       cbench_settings => cbench_settings(HaveCbench),
       cbench_vsn => app_vsn(cbench),
-      inets_vsn => app_vsn(inets)}.
+      inets_vsn => app_vsn(inets),
+      mochiweb_vsn => app_vsn(mochiweb),
+      yaws_vsn => app_vsn(yaws)}.
 
 start_engine(httpd, _, _Threads, DocRoot) ->
     start_httpd(DocRoot);
+%% The other BEAM servers, each with as many acceptors as the cbench engines have threads (at
+%% least their own defaults).
+start_engine(mochiweb, _, Threads, DocRoot) ->
+    cbench_bench_mochiweb:start(DocRoot, Threads);
+start_engine(yaws, _, Threads, DocRoot) ->
+    cbench_bench_yaws:start(DocRoot, Threads);
 start_engine(E, false, _, _) ->
     {skip, iolist_to_binary(io_lib:format("~s: the cbench Erlang application is not built", [E]))};
 start_engine(E, true, Threads, _) ->

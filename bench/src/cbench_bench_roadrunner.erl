@@ -141,7 +141,7 @@ report_md(Cfg, St, Engines) ->
             ["## The roadrunner table\n\n",
              "roadrunner's resource report, in its layout: for each scenario, the servers by req/s, with the ",
              "peak RSS of the server's processes, the peak `erlang:memory(total)` of the node (`beam`, for the ",
-             "engines inside it: nif, port, ehttpd, httpd share one node and its memory), and the average CPU% ",
+             "engines inside it: nif, port, ehttpd, httpd, mochiweb, yaws share one node and its memory), and the average CPU% ",
              "(100% = one core busy), sampled every 100 ms in the measured window only. `-`: the server does not ",
              "serve the scenario (nginx and h2o have no echo or cookie parser; inets httpd serves only `/hello` ",
              "and `/echo`) or is not installed.",

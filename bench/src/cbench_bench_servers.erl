@@ -1,5 +1,5 @@
-%% @doc The servers under test: the node with cbench's nif, port and ehttpd engines
-%% and inets httpd, the cbench-server CLI, nginx and h2o with generated configs,
+%% @doc The servers under test: the node with cbench's nif, port and ehttpd engines,
+%% inets httpd, and mochiweb and yaws when installed, the cbench-server CLI, nginx and h2o with generated configs,
 %% and any running server given with --target. Each is an engine map:
 %%
 %%   name      the column name in the tables
@@ -17,7 +17,7 @@
 -export([start_node/1, node_engines/2, start_cbench_server/1, start_nginx/1,
          start_h2o/1, target/2, stop_all/1, write_fixtures/1, url/3]).
 
--define(NODE_ENGINES, [nif, port, ehttpd, httpd]).
+-define(NODE_ENGINES, [nif, port, ehttpd, httpd, mochiweb, yaws]).
 
 %% @doc The full URL of Path on an engine for a protocol, or undefined.
 -spec url(map(), h1 | h2c, string()) -> string() | undefined.
@@ -89,8 +89,11 @@ node_engines(Peer, Opts = #{threads := T, docroot := Doc, engines := Wanted0}) -
     Alive = fun() -> is_process_alive(Peer) andalso
                          cbench_bench_os:proc_sample(NodePid) =/= undefined end,
     Vsn = fun(httpd) -> "inets " ++ str(maps:get(inets_vsn, Info));
+             (mochiweb) -> "mochiweb " ++ str(maps:get(mochiweb_vsn, Info));
+             (yaws) -> "yaws " ++ str(maps:get(yaws_vsn, Info));
              (_) -> "cbench " ++ str(maps:get(cbench_vsn, Info))
           end,
+    Cbench = fun(E) -> lists:member(E, [nif, port, ehttpd]) end,
     Results =
         [case maps:get(E, Es) of
              {ok, Port} ->
@@ -98,7 +101,7 @@ node_engines(Peer, Opts = #{threads := T, docroot := Doc, engines := Wanted0}) -
                  {ok, #{name => atom_to_list(E), kind => node,
                         urls => #{h1 => Base, h2c => Base},
                         pids => node_pids(E, NodePid), mem => Mem, alive => Alive,
-                        version => Vsn(E), cbench => E =/= httpd}};
+                        version => Vsn(E), cbench => Cbench(E)}};
              {skip, Why} -> {skip, atom_to_list(E), binary_to_list(Why)}
          end || E <- Wanted],
     {Results, Info}.

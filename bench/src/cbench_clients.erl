@@ -73,7 +73,9 @@ usage() ->
     "  --engine nif|port|ehttpd the fixture's engine (default nif)\n"
     "  --url URL                request URL instead of starting a fixture (nothing measured server-side)\n"
     "  --server-node NAME@HOST  run the fixture on this running node (cbench in its code path)\n"
-    "  --cookie C               the cookie for --server-node\n"
+    "  --cookie C               the cookie for --server-node and --nodes\n"
+    "  --nodes N@H,...          run each cell's workers on these nodes, split evenly (NODES=...; started\n"
+    "                           here, or over ssh, when not running)\n"
     "  --server-ip IP           the address the fixture listens on and the clients use (default 127.0.0.1)\n"
     "  --server-cpus L  --client-cpus L   placement on this machine (default: first half / rest)\n"
     "  --hold-engines a,b  --hold-delays MS,...  --hold-rounds N  --no-hold   the fixture at the top concurrency\n"
@@ -124,6 +126,7 @@ opts(["--server-node", N | R], Cfg) ->
         _ -> throw({usage, "bad --server-node '" ++ N ++ "' (expected NAME@HOST)"})
     end;
 opts(["--cookie", C | R], Cfg) -> opts(R, Cfg#{cookie => list_to_atom(C)});
+opts(["--nodes", L | R], Cfg) -> opts(R, Cfg#{nodes => cbench_bench_nodes:parse(L)});
 opts(["--server-ip", Ip | R], Cfg) ->
     case inet:parse_ipv4strict_address(Ip) of
         {ok, _} -> opts(R, Cfg#{server_ip => Ip});
@@ -225,7 +228,10 @@ run(Cfg0) ->
                    {undefined, undefined} -> "fixture in a peer node on CPU " ++ cpu_list(SC);
                    {undefined, N} -> "fixture on " ++ atom_to_list(N);
                    {U, _} -> "requests to " ++ U
-               end]),
+               end ++ case maps:get(nodes, Cfg, undefined) of
+                          undefined -> "";
+                          Ns -> ", workers on " ++ string:join([atom_to_list(N) || N <- Ns], ", ")
+                      end]),
     case maps:get(dry_run, Cfg) of
         true ->
             [io:format("  ~s ~s c=~b~n", [N, shape(Cell), C]) || Cell = #{client := N, concurrency := C} <- Plan],
@@ -238,16 +244,53 @@ run(Cfg0) ->
             {ok, _} = application:ensure_all_started(inets),
             St0 = #{notes => [], cells => [], hold => [], client_info => cbench_clients_server:info(),
                     time_wait => time_wait()},
-            St1 = open_fixture(Cfg, St0),
+            %% The client nodes first: this node turns distributed for them, and the fixture's
+            %% pids must be read after that, or they would be taken for this node's own.
+            ClientNodes = client_nodes(Cfg),
+            St1 = try open_fixture(Cfg, St0)
+                  catch throw:Fatal -> cbench_bench_nodes:stop(ClientNodes), throw(Fatal)
+                  end,
             try
-                St2 = grid(Cfg, Plan, St1),
+                St2 = grid(Cfg, Plan, St1#{client_nodes => ClientNodes}),
                 St3 = log_note(Log, hold(Cfg, St2)),
                 close_fixture(St3),
                 cbench_clients_report:write(Cfg, St3),
                 0
             after
+                cbench_bench_nodes:stop(ClientNodes),
                 close_fixture(St1)
             end
+    end.
+
+%% --nodes: the nodes the cells' workers run on, started when they are not running (those on this
+%% machine pinned to the client CPUs), with the cell's module and the adapters loaded there and
+%% inets started (httpc's profiles live in it).
+client_nodes(#{nodes := Nodes} = Cfg) ->
+    io:format("client nodes: ~s~n", [string:join([atom_to_list(N) || N <- Nodes], ", ")]),
+    Opts = #{root => maps:get(root, Cfg), cookie => maps:get(cookie, Cfg),
+             pin => cpu_list(maps:get(client_cpus, Cfg))},
+    case cbench_bench_nodes:start(Nodes, Opts) of
+        {ok, Placement} ->
+            Mods = [cbench_clients_cell | [M || #{module := M} <- maps:get(clients, Cfg)]],
+            try
+                [begin
+                     [ship(N, M) || M <- Mods],
+                     {ok, _} = erpc:call(N, application, ensure_all_started, [inets], 60000)
+                 end || N <- Nodes],
+                Placement
+            catch C:R ->
+                    cbench_bench_nodes:stop(Placement),
+                    throw({fatal, lists:flatten(io_lib:format("the client nodes could not be set up: ~0p:~0p", [C, R]))})
+            end;
+        {error, Why} -> throw({fatal, Why})
+    end;
+client_nodes(_) -> undefined.
+
+%% A module as this node has it (a node already running may lack the harness's modules, or hold older ones).
+ship(Node, M) ->
+    case code:get_object_code(M) of
+        {M, Bin, File} -> {module, M} = erpc:call(Node, code, load_binary, [M, File, Bin], 60000);
+        error -> ok
     end.
 
 %% The client node: pinned to the client CPUs (as the server harness pins itself), one scheduler
@@ -412,7 +455,11 @@ measured(_Cfg, Cell, Mod, Url, Opts, St, RowF) ->
                               end,
                      #{client => Client, server => Server, open_peak => stop_poller(Poller)}
              end,
-    Raw = cbench_clients_cell:run(Mod, Url, Opts#{on_go => OnGo, on_done => OnDone}),
+    Raw = case maps:get(client_nodes, St, undefined) of
+              undefined -> cbench_clients_cell:run(Mod, Url, Opts#{on_go => OnGo, on_done => OnDone});
+              Placement -> cbench_clients_cell:run_on(maps:get(nodes, Placement), Mod, Url,
+                                                      Opts#{on_go => OnGo, on_done => OnDone})
+          end,
     After = stats(Place, Fx),
     Alive = Fx =:= undefined orelse cbench_clients_fixture:alive(Place, Fx),
     Kernel1 = kernel_counters(),

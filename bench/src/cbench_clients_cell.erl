@@ -10,7 +10,7 @@
 %% errors, never a hang.
 -module(cbench_clients_cell).
 
--export([run/3, figures/1]).
+-export([run/3, run_on/4, merge/1, figures/1]).
 
 -define(GRACE_MS, 2000).
 %% Error reasons kept per kind and worker, for the report.
@@ -38,6 +38,57 @@ run(Mod, Url, Opts = #{concurrency := C, iterations := N, timeout := T, pool_siz
             end;
         {error, Why} ->
             Base#{status => start_failed, why => Why}
+    end.
+
+%% @doc Runs one cell with its workers split over Nodes (`make bench-clients NODES=...'): concurrency
+%% and iterations shared evenly (largest remainder), every node's part run by run/3 there at once, and
+%% the parts merged (merge/1). on_go and on_done run here, around the whole. A node that fails
+%% (unreachable, crashed, no answer by the cell's bound) counts its share of the requests as `other'
+%% errors, with an example naming it.
+-spec run_on([node()], module(), string(), map()) -> map().
+run_on(Nodes0, Mod, Url, Opts = #{concurrency := C, iterations := N, timeout := T, max_seconds := MaxS}) ->
+    Nodes = lists:sublist(Nodes0, C),
+    Shares = lists:zip3(Nodes, cbench_cluster:split(C, [1 || _ <- Nodes]),
+                        cbench_cluster:split(max(N, length(Nodes)), [1 || _ <- Nodes])),
+    Part = maps:without([on_go, on_done], Opts),
+    (maps:get(on_go, Opts, fun() -> ok end))(),
+    Reqs = [{Node, Ni, erpc:send_request(Node, ?MODULE, run, [Mod, Url, Part#{concurrency => Ci, iterations => Ni}])}
+            || {Node, Ci, Ni} <- Shares],
+    %% A part's own bound is max_seconds + timeout + the grace; its pools' start and stop come on top.
+    Deadline = erlang:monotonic_time(millisecond) + MaxS * 1000 + T + ?GRACE_MS + 60000,
+    Parts = [part(Node, Ni, Req, Deadline) || {Node, Ni, Req} <- Reqs],
+    Probe = (maps:get(on_done, Opts, fun() -> undefined end))(),
+    (merge(Parts))#{concurrency => C, iterations => N, timeout => T, pool_size => maps:get(pool_size, Opts),
+                    pool_count => maps:get(pool_count, Opts), probe => Probe,
+                    nodes => [atom_to_binary(Nd) || Nd <- Nodes]}.
+
+part(Node, Ni, Req, Deadline) ->
+    try erpc:receive_response(Req, max(0, Deadline - erlang:monotonic_time(millisecond))) of
+        R -> R
+    catch C:R ->
+            #{status => ok, started => Ni, ok => 0, errors => #{timeout => 0, closed => 0, refused => 0, other => Ni},
+              stuck => 0, elapsed_us => 0, latencies_us => [], examples => #{other => [{node_failed, Node, {C, R}}]}}
+    end.
+
+%% @doc The parts of a cell run on several nodes as one: counts and errors summed, the latencies
+%% merged, the elapsed time the longest part's (the parts start together), the status the worst
+%% (start_failed, stuck, capped, ok).
+-spec merge([map()]) -> map().
+merge(Parts) ->
+    Statuses = [maps:get(status, P) || P <- Parts],
+    Status = hd([S || S <- [start_failed, stuck, capped, ok], lists:member(S, Statuses)]),
+    case Status of
+        start_failed ->
+            #{status => start_failed, why => [maps:get(why, P) || P = #{status := start_failed} <- Parts]};
+        _ ->
+            Sum = fun(K) -> lists:sum([maps:get(K, P) || P <- Parts]) end,
+            #{status => Status, started => Sum(started), ok => Sum(ok), stuck => Sum(stuck),
+              errors => maps:from_list([{K, lists:sum([maps:get(K, maps:get(errors, P)) || P <- Parts])}
+                                        || K <- ?KINDS]),
+              elapsed_us => lists:max([maps:get(elapsed_us, P) || P <- Parts]),
+              latencies_us => lists:merge([maps:get(latencies_us, P) || P <- Parts]),
+              examples => lists:foldl(fun(P, Ex) -> merge_examples(maps:get(examples, P), Ex) end,
+                                      #{}, Parts)}
     end.
 
 start_client(Mod, Opts) ->

@@ -109,7 +109,12 @@ call(#{kind := remote, node := Node}, M, F, A, Timeout) -> erpc:call(Node, M, F,
 -spec start(map(), atom(), string()) -> {ok, map()} | {error, term()}.
 start(Place, Engine, Ip) ->
     Opts = #{port => 0, ip => Ip, backlog => 65535},
-    case call(Place, cbench_clients_server, start_fixture, [Engine, Opts, node()], ?CALL_MS) of
+    %% A peer node is not distributed (it halts with this node anyway): its guard watches no node.
+    Harness = case Place of
+                  #{kind := peer} -> nonode@nohost;
+                  _ -> node()
+              end,
+    case call(Place, cbench_clients_server, start_fixture, [Engine, Opts, Harness], ?CALL_MS) of
         {ok, Fx = #{port := Port}} ->
             {ok, Fx#{engine => Engine, base => "http://" ++ Ip ++ ":" ++ integer_to_list(Port)}};
         {error, _} = E -> E

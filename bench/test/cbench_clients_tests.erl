@@ -325,3 +325,20 @@ wait_no_servers(Node, N) ->
         [] -> [];
         _ -> wait_no_servers(Node, N - 1)
     end.
+
+%% A cell split over nodes (--nodes) reads as one: counts and errors summed, latencies merged in
+%% order, the longest part's time, the worst status; a part that could not start fails the cell.
+merge_parts_test() ->
+    P = fun(Ok, Lats, Us, St) ->
+                #{status => St, started => Ok + 1, ok => Ok, stuck => 0, elapsed_us => Us,
+                  errors => #{timeout => 1, closed => 0, refused => 0, other => 0},
+                  latencies_us => Lats, examples => #{timeout => [t]}}
+        end,
+    M = cbench_clients_cell:merge([P(2, [10, 30], 1000, ok), P(3, [5, 20, 40], 1500, capped)]),
+    ?assertMatch(#{status := capped, started := 7, ok := 5, elapsed_us := 1500,
+                   latencies_us := [5, 10, 20, 30, 40],
+                   errors := #{timeout := 2, closed := 0, refused := 0, other := 0}}, M),
+    ?assertMatch(#{rps := R, error_pct := E} when R == 5 / 0.0015 andalso E == 200 / 7,
+                 cbench_clients_cell:figures(M)),
+    ?assertMatch(#{status := start_failed, why := [nope]},
+                 cbench_clients_cell:merge([P(1, [1], 10, ok), #{status => start_failed, why => nope}])).

@@ -6,7 +6,8 @@
 #      writes report.md, data.json, data.csv and SVG charts, and the fixture's counters agree
 #      with the clients' (every success was a request the fixture answered, no server error);
 #   3. a fixture node killed mid-cell gives errors in that cell and a report, not a hang;
-#   4. --server-node: the fixture on a running node reached by distributed Erlang.
+#   4. --server-node: the fixture on a running node reached by distributed Erlang;
+#   5. --nodes: each cell's workers on a peer node the harness starts and stops.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -21,7 +22,8 @@ fail() { echo "bench-clients-smoke: FAIL: $*" >&2; exit 1; }
 export CBENCH_BENCH_MAIN=cbench_clients CBENCH_BENCH_ERL_FLAGS="+sbwt none +Q 65536" ERL_CRASH_DUMP_SECONDS=0
 
 # 1. Bad input.
-for args in "--clients nope" "--profile huge" "--concurrency x" "--engine apache" "--server-node nohost"; do
+for args in "--clients nope" "--profile huge" "--concurrency x" "--engine apache" "--server-node nohost" \
+            "--nodes nohost"; do
     # shellcheck disable=SC2086
     bench/run.sh $args >"$WORK/bad.out" 2>&1
     rc=$?
@@ -142,4 +144,24 @@ check_json "$WORK/out4" '
 kill "$FXNODE"
 FXNODE=""
 echo "bench-clients-smoke: the fixture on a --server-node answered every cell"
+
+# 5. --nodes (make bench-clients NODES=...): each cell's workers on a peer node on this machine,
+# started by the harness and stopped at the end; every success a request the fixture answered.
+gen="cbench_cgen_$$"
+bench/run.sh --profile smoke --clients tcp,httpc --pool-counts 1 --concurrency 8 --no-hold \
+    --nodes "$gen@127.0.0.1" --out "$WORK/out5" >"$WORK/nodes.out" 2>&1
+rc=$?
+[ "$rc" = 0 ] || { cat "$WORK/nodes.out"; fail "the --nodes run exited $rc"; }
+grep -q "load node $gen@127.0.0.1: started" "$WORK/nodes.out" || { cat "$WORK/nodes.out"; fail "no client node started"; }
+check_json "$WORK/out5" '
+    Cells = maps:get(<<"cells">>, J),
+    case [C || C <- Cells, maps:get(<<"status">>, C) =/= <<"ok">>
+                           orelse maps:get(<<"server_requests">>, C) =/= maps:get(<<"ok">>, C)
+                           orelse maps:get(<<"ok">>, C) < 1
+                           orelse length(maps:get(<<"nodes">>, C, [])) =/= 1] of
+        [] when length(Cells) =:= 2 -> ok;
+        Bad -> {cells, Bad}
+    end' || fail "the --nodes cells did not check out"
+if epmd -names 2>/dev/null | grep -q "name $gen "; then fail "the client node $gen is still running"; fi
+echo "bench-clients-smoke: --nodes $gen@127.0.0.1 ran every cell's workers there, and stopped it"
 echo "bench-clients-smoke: passed"

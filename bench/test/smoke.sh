@@ -2,7 +2,8 @@
 # Smoke test of the harness (make bench-smoke, part of make test): one case, one
 # engine, a 1 s run and a 1 s latency ladder; checks that report.md, data.json,
 # data.csv and the SVG charts are produced and well-formed, that bad input exits 2,
-# and that an interrupted run leaves no server behind.
+# that an interrupted run leaves no server behind, that mochiweb and yaws (when
+# installed) answer the cases, and that --nodes puts the load on a peer node.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -12,7 +13,7 @@ trap 'rm -rf "$WORK"' EXIT
 fail() { echo "bench-smoke: FAIL: $*" >&2; exit 1; }
 
 # 1. Bad input: a clear message and exit 2.
-for args in "--cases nope" "--engines apache" "--profile huge" "--runs x" "--target nourl"; do
+for args in "--cases nope" "--engines apache" "--profile huge" "--runs x" "--target nourl" "--nodes gen1"; do
     # shellcheck disable=SC2086
     bench/run.sh $args >"$WORK/bad.out" 2>&1
     rc=$?
@@ -98,4 +99,60 @@ for p in $servers; do
     fi
 done
 echo "bench-smoke: Ctrl-C left nothing running ($servers)"
+
+# 4. mochiweb and yaws, the optional BEAM peers: every case of the 15 probed once on each (the dry
+# run's plan lists the cases an engine answered with a 2xx: all but the three sse cases on mochiweb,
+# which has no event-stream API, all 15 on yaws); their bytes are checked by bench-unit. Skipped,
+# each with a line, when the Debian package is not installed.
+CASES15=hello,hello_headers,echo_1kb,echo_1kb_headers,echo_10kb,echo_chunked_10kb,file_tiny,file_small,file_big
+CASES15=$CASES15,stream,stream_small,stream_big,sse,sse_small,sse_big
+have() {
+    erl -noshell -pa /usr/lib/yaws/ebin -eval "halt(case code:which($1) of non_existing -> 1; _ -> 0 end)."
+}
+beam_peers=""
+if have mochiweb_http; then beam_peers="mochiweb"; else
+    echo "bench-smoke: mochiweb skipped: not installed (apt-get install erlang-mochiweb)"; fi
+if have yaws; then beam_peers="${beam_peers:+$beam_peers,}yaws"; else
+    echo "bench-smoke: yaws skipped: not installed (apt-get install erlang-yaws)"; fi
+if [ -n "$beam_peers" ]; then
+    bench/run.sh --profile smoke --engines "$beam_peers" --cases "$CASES15" --dry-run >"$WORK/plan.out" 2>&1 \
+        || { cat "$WORK/plan.out"; fail "the dry run with $beam_peers exited $?"; }
+    for peer in ${beam_peers//,/ }; do
+        want=15; [ "$peer" = mochiweb ] && want=12
+        got=$(grep -c "^  h1 [a-z0-9_]* $peer\$" "$WORK/plan.out")
+        [ "$got" = "$want" ] || { cat "$WORK/plan.out"; fail "$peer answered $got of the cases, expected $want"; }
+        echo "bench-smoke: $peer answered $got of the 15 cases with a 2xx"
+    done
+fi
+
+# 5. --nodes (make bench NODES=...): the load from one peer node on this machine, started by the
+# harness (cbench_peers) and stopped at the end, for a 1 s run and the latency ladder on mochiweb and
+# yaws (cbench-server when neither is installed); every row measured, and the node gone afterwards.
+gen="smoke_gen_$$"
+engines=${beam_peers:-cbench-server}
+bench/run.sh --profile smoke --engines "$engines" --cases hello --nodes "$gen@127.0.0.1" --out "$WORK/out3" \
+    >"$WORK/nodes.out" 2>&1 || { cat "$WORK/nodes.out"; fail "the --nodes run exited $?"; }
+grep -q "load node $gen@127.0.0.1: started" "$WORK/nodes.out" || { cat "$WORK/nodes.out"; fail "no load node started"; }
+erl -noshell -pa bench/ebin -eval '
+    [Out, Engines, Gen] = init:get_plain_arguments(),
+    Check = fun(true, _) -> ok;
+               (false, Why) -> io:format(standard_error, "bench-smoke: FAIL: ~s~n", [Why]), halt(1)
+            end,
+    {ok, Js} = file:read_file(filename:join(Out, "data.json")),
+    J = cbench_bench_json:decode(Js),
+    Rows = maps:get(<<"throughput">>, J),
+    [Check(lists:any(fun(T) -> maps:get(<<"engine">>, T) =:= list_to_binary(E)
+                               andalso maps:get(<<"status">>, T) =:= <<"ok">>
+                               andalso maps:get(<<"rps">>, T) > 0 end, Rows),
+           io_lib:format("no ok throughput row for ~s in ~p", [E, Rows]))
+     || E <- string:lexemes(Engines, ",")],
+    Lat = maps:get(<<"latency">>, J),
+    Check(length(Lat) =:= 3 * length(string:lexemes(Engines, ",")), io_lib:format("latency rows ~p", [Lat])),
+    Check([x || L <- Lat, lists:member(maps:get(<<"status">>, L), [<<"ok">>, <<"overloaded">>])] =/= [],
+          "no latency row measured through the node"),
+    Notes = iolist_to_binary(maps:get(<<"notes">>, J)),
+    Check(binary:match(Notes, list_to_binary(Gen)) =/= nomatch, "the notes do not name the load node"),
+    halt(0).' -extra "$WORK/out3" "$engines" "$gen" || fail "the --nodes outputs did not check out"
+if epmd -names 2>/dev/null | grep -q "name $gen "; then fail "the load node $gen is still running"; fi
+echo "bench-smoke: --nodes $gen@127.0.0.1 measured $engines with the load from that node, and stopped it"
 echo "bench-smoke: passed"
