@@ -88,14 +88,23 @@ start_server(Engine, Opts, Owner) when is_atom(Engine), is_map(Opts) ->
 start_server(_, _, _) ->
     error(badarg).
 
-%% @doc Runs Fun(Server) with a server started (linked) for it, and always stops the server:
-%% returns Fun's result or re-raises its exception. A server that cannot start raises
-%% `error({start_server, Reason})'.
+%% @doc Runs Fun(Server) with a server started (linked) for it, verifies the server (verify/1)
+%% when Fun returns, and always stops the server: returns Fun's result, or raises
+%% `error({cbench_verify, Problems})' when Fun returned but an expectation was not met or a
+%% request matched nothing; an exception of Fun is re-raised as it was (not verified: the first
+%% failure is the better message). A server that cannot start raises `error({start_server, Reason})'.
 -spec with_server(engine(), opts(), fun((server()) -> Result)) -> Result.
 with_server(Engine, Opts, Fun) when is_function(Fun, 1) ->
     case start_link_server(Engine, Opts) of
         {ok, Server} ->
-            try Fun(Server)
+            try Fun(Server) of
+                Result ->
+                    case verify(Server) of
+                        {error, Problems} when is_list(Problems) ->
+                            error({cbench_verify, Problems});
+                        _ ->
+                            Result
+                    end
             after stop_server(Server)
             end;
         {error, Reason} ->
