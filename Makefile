@@ -106,9 +106,10 @@ $(BUILD)/libcbench-internal.a: $(ALL_OBJS)
 $(BUILD)/libcbench.so: $(ALL_OBJS)
 	$(CC) $(OPT) $(LTO) -shared -Wl,-soname,libcbench.so.0 -o $@ $^ $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
-$(BUILD)/cbench-server: c_src/cbench_server.c c_src/stub_json.c c_src/stub_json.h $(BUILD)/libcbench.a
+$(BUILD)/cbench-server: c_src/cbench_server.c c_src/stub_json.c c_src/stub_json.h c_src/admin.c c_src/admin.h \
+	  $(BUILD)/libcbench.a
 	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(JSON_CFLAGS) $(EXTRA_CFLAGS) -o $@ c_src/cbench_server.c \
-	  c_src/stub_json.c $(BUILD)/libcbench.a $(DEP_LIBS) $(JSON_LIBS) $(LDFLAGS_EXTRA)
+	  c_src/stub_json.c c_src/admin.c $(BUILD)/libcbench.a $(DEP_LIBS) $(JSON_LIBS) $(LDFLAGS_EXTRA)
 
 include $(sort $(wildcard mk/*.mk))
 

@@ -5,7 +5,8 @@
 #   priv    the NIF and the port program too: what rebar3's pre-compile hook builds when cbench is a dependency
 #   build   the whole BEAM side: the Erlang application and a node to run it (make, make run)
 #   test    what the tests and benchmarks run besides (make test, make bench): clang and the sanitizer
-#           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl
+#           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl, python3 (test/admin_client.py: the
+#           admin API driven from another language, standard library only)
 #
 # usage: scripts/deps.sh [c|priv|build|test] [--check]
 #
@@ -23,7 +24,7 @@ zlib1g-dev"
 PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
-erlang-dialyzer erlang-tools nghttp2-client wrk curl"
+erlang-dialyzer erlang-tools nghttp2-client wrk curl python3"
 
 set_name=build
 check_only=""
