@@ -11,8 +11,6 @@
 #include <unistd.h>
 
 #include "cbench.h"
-#include "admin.h"
-#include "stub_json.h"
 
 /* Flags, their defaults and their ranges all come from the option table (cb_config_options()). */
 static void usage(FILE *f) {
@@ -36,10 +34,6 @@ static void usage(FILE *f) {
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
   }
   fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md)\n");
-  fprintf(f, "  --admin-port N (0..65535; off unless given)\n      serve the admin API (JSON: stubs, journal, "
-             "verify, reset, stats; docs/routes.md) on this port; 0 binds an ephemeral one\n");
-  fprintf(f, "  --admin-host HOST (default 127.0.0.1)\n      address the admin API binds; anything but loopback "
-             "lets other machines change the stubs\n");
   fprintf(f, "  --version\n  --help\n");
 }
 
@@ -129,6 +123,12 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
  * that cannot work on this machine, 1 otherwise. */
 static int start_error(const cb_config_t *cfg, int err) {
   char q[256];
+  if (err == CB_EADDRINUSE && cfg->admin) {
+    char qa[256];
+    fprintf(stderr, "cbench-server: %s:%d or the admin API's %s:%d is already in use\n",
+            quoted(cfg->host, q, sizeof q), cfg->port, quoted(cfg->admin_host, qa, sizeof qa), cfg->admin_port);
+    return 1;
+  }
   if (err == CB_EADDRINUSE) {
     fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
@@ -232,8 +232,7 @@ int main(int argc, char **argv) {
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
-  const char *stubs = NULL, *admin_host = "127.0.0.1";
-  int admin_port = -1; /* -1: no admin API */
+  const char *stubs = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -247,32 +246,6 @@ int main(int argc, char **argv) {
         return 2;
       }
       stubs = argv[++i];
-      continue;
-    }
-    if (strcmp(a, "--admin-port") == 0 || strcmp(a, "--admin-host") == 0) { /* the CLI's: c_src/admin.c */
-      if (i + 1 == argc) {
-        fprintf(stderr, "cbench-server: %s needs a value\n", a);
-        usage(stderr);
-        return 2;
-      }
-      const char *v = argv[++i];
-      unsigned long long n;
-      char q[256];
-      if (a[8] == 'h') {
-        if (strlen(v) < 1 || strlen(v) > 63) {
-          fprintf(stderr, "cbench-server: --admin-host takes 1 to 63 characters\n");
-          usage(stderr);
-          return 2;
-        }
-        admin_host = v;
-      } else if (parse_num(v, &n) == 0 && n <= 65535) {
-        admin_port = (int)n;
-      } else {
-        fprintf(stderr, "cbench-server: --admin-port takes an integer from 0 to 65535, not '%s'\n",
-                quoted(v, q, sizeof q));
-        usage(stderr);
-        return 2;
-      }
       continue;
     }
     if (strcmp(a, "--version") == 0) {
@@ -299,6 +272,8 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+    /* --admin-port and --admin-host turn the admin API on as --admin does. */
+    if (strncmp(o->name, "admin_", 6) == 0) cfg.admin = 1;
   }
 
   /* Combinations no single flag can judge (--no-h1 with --no-h2: nothing left to serve) are usage errors too. */
@@ -312,29 +287,14 @@ int main(int argc, char **argv) {
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
   if (err) return start_error(&cfg, err);
-  cb_stub_added_t *added = NULL;
-  int nadded = 0;
   if (stubs != NULL) {
     char msg[1024];
-    if ((nadded = cb_stubs_json_load_added(srv, stubs, &added, msg, sizeof msg)) < 0) {
+    if (cb_server_stubs_file(srv, stubs, msg, sizeof msg) < 0) {
       fprintf(stderr, "cbench-server: %s\n", msg);
       cb_server_stop(srv);
       return 2;
     }
   }
-  cb_admin_t *admin = NULL;
-  if (admin_port >= 0) {
-    err = cb_admin_start(srv, admin_host, admin_port, added, (size_t)nadded, &admin);
-    if (err) {
-      char q[256];
-      fprintf(stderr, "cbench-server: cannot start the admin API on %s:%d: %s (%s)\n",
-              quoted(admin_host, q, sizeof q), admin_port, cb_strerror(err), cb_err_name(err));
-      cb_server_stop(srv);
-      free(added);
-      return err == CB_EADDRINUSE ? 1 : 2;
-    }
-  }
-  free(added);
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
@@ -344,17 +304,16 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&sig_mu);
   printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
          cb_server_port(srv), threads, threads == 1 ? "" : "s");
-  if (admin != NULL) {
-    int a6 = strchr(admin_host, ':') != NULL;
-    printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", admin_host, a6 ? "]" : "",
-           cb_admin_port(admin));
+  if (cfg.admin) {
+    int a6 = strchr(cfg.admin_host, ':') != NULL;
+    printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",
+           cb_server_admin_port(srv));
   }
   fflush(stdout);
   pthread_mutex_lock(&sig_mu);
   while (got_signal == 0) pthread_cond_wait(&sig_cv, &sig_mu);
   pthread_mutex_unlock(&sig_mu);
   /* The stats once the graceful stop is over, so that what finished while draining is counted. */
-  cb_admin_stop(admin); /* first: its thread calls srv */
   cb_stats_t stats;
   cb_route_counts_t *counts = NULL;
   if (cb_server_route_counts(srv, &counts) != 0) counts = NULL;

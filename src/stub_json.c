@@ -6,6 +6,9 @@
  * whitespace, ':' and ',' are skipped by hand). */
 #include "stub_json.h"
 
+#include "admin.h"
+#include "internal.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -636,4 +639,17 @@ int cb_stubs_json_load_added(cb_server_t *srv, const char *path, cb_stub_added_t
   int count = add_text(srv, &c, added);
   free(text);
   return count;
+}
+
+int cb_server_stubs_file(cb_server_t *srv, const char *path, char *msg, size_t msgcap) {
+  if (srv == NULL || path == NULL || msg == NULL || msgcap == 0) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  cb_stub_added_t *added = NULL;
+  int n = cb_stubs_json_load_added(srv, path, &added, msg, msgcap);
+  if (n < 0) return UV_EINVAL;
+  /* The stubs are in; their expectations are the admin API's to verify (kept only when it runs). */
+  int err = srv->admin != NULL ? cb__admin_expect(srv->admin, added, (size_t)n) : 0;
+  free(added);
+  if (err) snprintf(msg, msgcap, "%s: %s (%s)", path, cb_strerror(err), cb_err_name(err));
+  return err ? err : n;
 }

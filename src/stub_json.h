@@ -1,4 +1,5 @@
-/* Stubs from a JSON file (cbench-server --stubs FILE): the format is in docs/routes.md. */
+/* Stubs as JSON (the stub file of cbench-server --stubs and cb_server_stubs_file(), the admin API's POST /stubs):
+ * the format is in docs/routes.md. The library's own (not exported); the C tests call it directly. */
 #ifndef CB_STUB_JSON_H
 #define CB_STUB_JSON_H
 
@@ -17,7 +18,7 @@
 int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msgcap);
 
 /* What a stub asks of verification: "expect": {"times": N} (exactly N requests) or {"at_least": N}. The engine
- * does not verify; the admin API's POST /verify does (c_src/admin.c, docs/routes.md). */
+ * does not verify; the admin API's POST /verify does (src/admin.c, docs/routes.md). */
 typedef enum { CB_STUB_EXPECT_NONE = 0, CB_STUB_EXPECT_TIMES, CB_STUB_EXPECT_AT_LEAST } cb_stub_expect_kind;
 
 typedef struct cb_stub_added_s {

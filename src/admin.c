@@ -1,4 +1,4 @@
-/* The admin API of cbench-server: an engine of its own answers the admin listener, and one thread does the work.
+/* The admin API (cfg.admin): an engine of its own answers the admin listener, and one thread does the work.
  *
  * The library's calls that change a server (cb_server_route_add, cb_server_requests, ...) block until every
  * worker has run them, so a worker cannot make them (they return UV_EBUSY there). The admin listener is
@@ -31,7 +31,7 @@ typedef struct {
   uint64_t n;
 } expect_t;
 
-struct cb_admin_s {
+struct cb__admin_s {
   cb_server_t *data;  /* the server administered */
   cb_server_t *admin; /* the engine serving the admin listener */
   pthread_t thread;
@@ -39,7 +39,7 @@ struct cb_admin_s {
   pthread_cond_t cv;
   job_t *head, *tail; /* under mu */
   int stopping;       /* under mu */
-  /* The admin thread's own (and cb_admin_start's before the thread runs). */
+  pthread_mutex_t emu; /* the expectations: the admin thread and cb_server_stubs_file() change them */
   expect_t *expects;
   size_t nexpects, capexpects;
 };
@@ -72,7 +72,8 @@ static answer_t engine_error(int err) {
 
 /* ---- expectations ---- */
 
-static int expect_add(cb_admin_t *a, uint64_t id, cb_stub_expect_kind kind, uint64_t n) {
+/* Under emu. */
+static int expect_add(cb__admin_t *a, uint64_t id, cb_stub_expect_kind kind, uint64_t n) {
   if (kind == CB_STUB_EXPECT_NONE) return 0;
   if (a->nexpects == a->capexpects) {
     size_t cap = a->capexpects ? a->capexpects * 2 : 16;
@@ -85,7 +86,8 @@ static int expect_add(cb_admin_t *a, uint64_t id, cb_stub_expect_kind kind, uint
   return 0;
 }
 
-static void expect_remove(cb_admin_t *a, uint64_t id) {
+/* Under emu. */
+static void expect_remove(cb__admin_t *a, uint64_t id) {
   size_t o = 0;
   for (size_t i = 0; i < a->nexpects; i++)
     if (a->expects[i].id != id) a->expects[o++] = a->expects[i];
@@ -117,7 +119,7 @@ static json_t *methods_json(unsigned methods) {
   return l;
 }
 
-static const expect_t *expect_of(const cb_admin_t *a, uint64_t id) {
+static const expect_t *expect_of(const cb__admin_t *a, uint64_t id) {
   for (size_t i = 0; i < a->nexpects; i++)
     if (a->expects[i].id == id) return &a->expects[i];
   return NULL;
@@ -191,31 +193,29 @@ static json_t *request_json(const cb_request_t *r) {
 
 /* ---- the endpoints ---- */
 
-static answer_t post_stubs(cb_admin_t *a, const job_t *j) {
+static answer_t post_stubs(cb__admin_t *a, const job_t *j) {
   cb_stubs_json_error_t err;
   cb_stub_added_t *added = NULL;
   /* Relative body files are relative to the server's working directory. */
   int n = cb_stubs_json_add(a->data, "body", NULL, j->body, j->body_len, &added, &err);
   if (n < 0) return error_answer(400, err.field[0] ? err.field : NULL, err.why[0] ? err.why : "refused", err.value,
                                  err.msg);
-  json_t *ids = json_array();
-  for (int i = 0; i < n; i++) {
-    if (expect_add(a, added[i].id, added[i].expect, added[i].expect_n) != 0) {
-      free(added);
-      json_decref(ids);
-      return engine_error(CB_ENOMEM);
-    }
-    json_array_append_new(ids, json_integer((json_int_t)added[i].id));
+  if (cb__admin_expect(a, added, (size_t)n) != 0) {
+    free(added);
+    return engine_error(CB_ENOMEM);
   }
+  json_t *ids = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(ids, json_integer((json_int_t)added[i].id));
   free(added);
   return json_answer(201, json_pack("{s:o}", "ids", ids));
 }
 
-static answer_t get_stubs(cb_admin_t *a) {
+static answer_t get_stubs(cb__admin_t *a) {
   cb_stub_list_t *l;
   int err = cb_server_stubs(a->data, &l);
   if (err) return engine_error(err);
   json_t *out = json_array();
+  pthread_mutex_lock(&a->emu);
   for (size_t i = 0; i < l->count; i++) {
     const cb_stub_info_t *s = &l->items[i];
     json_t *o = json_object();
@@ -232,11 +232,12 @@ static answer_t get_stubs(cb_admin_t *a) {
     if (e != NULL) json_object_set_new(o, "expect", expect_json(e));
     json_array_append_new(out, o);
   }
+  pthread_mutex_unlock(&a->emu);
   cb_stub_list_free(l);
   return json_answer(200, out);
 }
 
-static answer_t delete_stub(cb_admin_t *a, const char *id_text) {
+static answer_t delete_stub(cb__admin_t *a, const char *id_text) {
   char *end;
   errno = 0;
   unsigned long long id = strtoull(id_text, &end, 10);
@@ -245,7 +246,9 @@ static answer_t delete_stub(cb_admin_t *a, const char *id_text) {
   int err = cb_server_route_remove(a->data, id);
   if (err == CB_ENOENT) return error_answer(404, "id", "not_found", id_text, "no such stub");
   if (err) return engine_error(err);
+  pthread_mutex_lock(&a->emu);
   expect_remove(a, id);
+  pthread_mutex_unlock(&a->emu);
   return json_answer(204, NULL);
 }
 
@@ -279,7 +282,7 @@ static int parse_u64(const char *s, uint64_t *out) {
 }
 
 /* GET /requests?path=..&method=..&route=..&stub=..&since=..&limit=..: the journal's entries, oldest first. */
-static answer_t get_requests(cb_admin_t *a, char *query) {
+static answer_t get_requests(cb__admin_t *a, char *query) {
   cb_request_filter_t f;
   memset(&f, 0, sizeof f);
   for (char *save = NULL, *kv = strtok_r(query, "&", &save); kv != NULL; kv = strtok_r(NULL, "&", &save)) {
@@ -324,11 +327,12 @@ static int unexpected(const cb_request_t *r) {
 
 /* POST /verify: 200 {"ok": true, "problems": []}, or 409 with the problems in the order of the Erlang API's
  * verify/1: each expectation not met (in the order the stubs were added), then each unexpected request. */
-static answer_t post_verify(cb_admin_t *a) {
+static answer_t post_verify(cb__admin_t *a) {
   cb_stub_list_t *l;
   int err = cb_server_stubs(a->data, &l);
   if (err) return engine_error(err);
   json_t *problems = json_array();
+  pthread_mutex_lock(&a->emu);
   for (size_t k = 0; k < a->nexpects; k++) {
     const expect_t *e = &a->expects[k];
     const cb_stub_info_t *s = NULL;
@@ -343,6 +347,7 @@ static answer_t post_verify(cb_admin_t *a) {
                           (json_int_t)s->hits);
     json_array_append_new(problems, p);
   }
+  pthread_mutex_unlock(&a->emu);
   cb_stub_list_free(l);
   cb_request_list_t *r;
   cb_request_filter_t f;
@@ -367,7 +372,7 @@ static answer_t post_verify(cb_admin_t *a) {
   return json_answer(ok ? 200 : 409, json_pack("{s:b, s:o}", "ok", ok, "problems", problems));
 }
 
-static answer_t get_stats(cb_admin_t *a) {
+static answer_t get_stats(cb__admin_t *a) {
   cb_stats_t s;
   cb_route_counts_t *rc;
   int err = cb_server_stats(a->data, &s);
@@ -396,11 +401,13 @@ static answer_t get_stats(cb_admin_t *a) {
   return json_answer(200, o);
 }
 
-static answer_t post_reset(cb_admin_t *a) {
+static answer_t post_reset(cb__admin_t *a) {
   int err = cb_server_route_reset(a->data);
   if (err == 0) err = cb_server_requests_clear(a->data);
   if (err) return engine_error(err);
+  pthread_mutex_lock(&a->emu);
   a->nexpects = 0;
+  pthread_mutex_unlock(&a->emu);
   return json_answer(204, NULL);
 }
 
@@ -410,7 +417,7 @@ static answer_t method_not_allowed(const char *allow) {
   return r;
 }
 
-static answer_t route(cb_admin_t *a, job_t *j) {
+static answer_t route(cb__admin_t *a, job_t *j) {
   const char *m = j->method, *p = j->path;
   int get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
   if (strcmp(p, "/stubs") == 0) {
@@ -443,7 +450,7 @@ static answer_t route(cb_admin_t *a, job_t *j) {
                       "the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats");
 }
 
-static void answer(cb_admin_t *a, job_t *j) {
+static void answer(cb__admin_t *a, job_t *j) {
   answer_t r = route(a, j);
   char *text = r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
   cb_header_t h[3];
@@ -469,7 +476,7 @@ static void job_free(job_t *j) {
 }
 
 static void *admin_thread(void *arg) {
-  cb_admin_t *a = arg;
+  cb__admin_t *a = arg;
   pthread_mutex_lock(&a->mu);
   for (;;) {
     while (a->head == NULL && !a->stopping) pthread_cond_wait(&a->cv, &a->mu);
@@ -496,7 +503,7 @@ static char *dup_str(cb_str_t s) {
 
 /* On the admin engine's worker: copies the request onto the queue. Refused (503) when out of memory. */
 static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
-  cb_admin_t *a = ud;
+  cb__admin_t *a = ud;
   for (size_t i = 0; i < n; i++) {
     job_t *j = calloc(1, sizeof *j);
     if (j == NULL) return -1;
@@ -520,15 +527,22 @@ static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
   return 0;
 }
 
-int cb_admin_start(cb_server_t *data, const char *host, int port, const cb_stub_added_t *initial, size_t n,
-                   cb_admin_t **out) {
-  cb_admin_t *a = calloc(1, sizeof *a);
+int cb__admin_expect(cb__admin_t *a, const cb_stub_added_t *added, size_t n) {
+  int err = 0;
+  pthread_mutex_lock(&a->emu);
+  for (size_t i = 0; i < n && err == 0; i++) err = expect_add(a, added[i].id, added[i].expect, added[i].expect_n);
+  pthread_mutex_unlock(&a->emu);
+  return err;
+}
+
+int cb__admin_start(cb_server_t *data, const char *host, int port, cb__admin_t **out) {
+  cb__admin_t *a = calloc(1, sizeof *a);
   if (a == NULL) return CB_ENOMEM;
   a->data = data;
   pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->emu, NULL);
   pthread_cond_init(&a->cv, NULL);
   int err = 0;
-  for (size_t i = 0; i < n && err == 0; i++) err = expect_add(a, initial[i].id, initial[i].expect, initial[i].expect_n);
   cb_config_t cfg;
   cb_config_init(&cfg);
   cfg.host = host;
@@ -550,8 +564,8 @@ int cb_admin_start(cb_server_t *data, const char *host, int port, const cb_stub_
     if (err) cb_server_stop(a->admin);
   }
   if (err) {
-    free(a->expects);
     pthread_mutex_destroy(&a->mu);
+    pthread_mutex_destroy(&a->emu);
     pthread_cond_destroy(&a->cv);
     free(a);
     return err;
@@ -560,9 +574,9 @@ int cb_admin_start(cb_server_t *data, const char *host, int port, const cb_stub_
   return 0;
 }
 
-int cb_admin_port(const cb_admin_t *a) { return cb_server_port(a->admin); }
+int cb__admin_port(const cb__admin_t *a) { return cb_server_port(a->admin); }
 
-void cb_admin_stop(cb_admin_t *a) {
+void cb__admin_stop(cb__admin_t *a) {
   if (a == NULL) return;
   /* The thread first (it may be answering), then the engine: cb_server_reply must not race its stop. */
   pthread_mutex_lock(&a->mu);
@@ -577,6 +591,7 @@ void cb_admin_stop(cb_admin_t *a) {
   }
   free(a->expects);
   pthread_mutex_destroy(&a->mu);
+  pthread_mutex_destroy(&a->emu);
   pthread_cond_destroy(&a->cv);
   free(a);
 }
