@@ -14,10 +14,10 @@ OBJCOPY ?= objcopy
 LLHTTP_DIR ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 
-PKGS := libuv libnghttp2 zlib
+# jansson: the library reads stubs as JSON (the stub file, the admin API: src/stub_json.c, src/admin.c).
+PKGS := libuv libnghttp2 zlib jansson
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
-# The CLI reads stub files as JSON (jansson); the library itself does not need it.
 JSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
 JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
 
@@ -106,9 +106,9 @@ $(BUILD)/libcbench-internal.a: $(ALL_OBJS)
 $(BUILD)/libcbench.so: $(ALL_OBJS)
 	$(CC) $(OPT) $(LTO) -shared -Wl,-soname,libcbench.so.0 -o $@ $^ $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
-$(BUILD)/cbench-server: c_src/cbench_server.c c_src/stub_json.c c_src/stub_json.h $(BUILD)/libcbench.a
-	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(JSON_CFLAGS) $(EXTRA_CFLAGS) -o $@ c_src/cbench_server.c \
-	  c_src/stub_json.c $(BUILD)/libcbench.a $(DEP_LIBS) $(JSON_LIBS) $(LDFLAGS_EXTRA)
+$(BUILD)/cbench-server: c_src/cbench_server.c $(BUILD)/libcbench.a
+	$(CC) -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(EXTRA_CFLAGS) -o $@ c_src/cbench_server.c \
+	  $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
 include $(sort $(wildcard mk/*.mk))
 

@@ -426,7 +426,7 @@ static void do_start(const char *buf, int *idx) {
   int threads = cb_server_threads(port_server);
   ei_x_buff x;
   port_new(&x);
-  ei_x_encode_tuple_header(&x, 4);
+  ei_x_encode_tuple_header(&x, 5);
   ei_x_encode_atom(&x, "ok");
   ei_x_encode_long(&x, cb_server_port(port_server));
   ei_x_encode_long(&x, threads);
@@ -435,6 +435,7 @@ static void do_start(const char *buf, int *idx) {
     ei_x_encode_long(&x, cb_server_worker_cpu(port_server, i));
   }
   ei_x_encode_empty_list(&x);
+  ei_x_encode_long(&x, cb_server_admin_port(port_server)); /* 0: no admin API */
   port_send(&x);
 }
 

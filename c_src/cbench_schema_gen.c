@@ -103,7 +103,9 @@ int main(void) {
     printf(", allowed => ");
     print_allowed(o);
     printf(",\n       engines => %s,\n       doc => ",
-           (o->flags & CB_OPT_F_EHTTPD_ONLY) ? "[ehttpd]" : "[nif, port, ehttpd]");
+           (o->flags & CB_OPT_F_EHTTPD_ONLY) ? "[ehttpd]"
+           : (o->flags & CB_OPT_F_C_ENGINES) ? "[nif, port]"
+                                              : "[nif, port, ehttpd]");
     print_doc(o->doc);
     printf("}");
     first = 0;

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "cbench.h"
-#include "stub_json.h"
 
 /* Flags, their defaults and their ranges all come from the option table (cb_config_options()). */
 static void usage(FILE *f) {
@@ -124,6 +123,12 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
  * that cannot work on this machine, 1 otherwise. */
 static int start_error(const cb_config_t *cfg, int err) {
   char q[256];
+  if (err == CB_EADDRINUSE && cfg->admin) {
+    char qa[256];
+    fprintf(stderr, "cbench-server: %s:%d or the admin API's %s:%d is already in use\n",
+            quoted(cfg->host, q, sizeof q), cfg->port, quoted(cfg->admin_host, qa, sizeof qa), cfg->admin_port);
+    return 1;
+  }
   if (err == CB_EADDRINUSE) {
     fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
@@ -267,6 +272,8 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
+    /* --admin-port and --admin-host turn the admin API on as --admin does. */
+    if (strncmp(o->name, "admin_", 6) == 0) cfg.admin = 1;
   }
 
   /* Combinations no single flag can judge (--no-h1 with --no-h2: nothing left to serve) are usage errors too. */
@@ -282,7 +289,7 @@ int main(int argc, char **argv) {
   if (err) return start_error(&cfg, err);
   if (stubs != NULL) {
     char msg[1024];
-    if (cb_stubs_json_load(srv, stubs, msg, sizeof msg) < 0) {
+    if (cb_server_stubs_file(srv, stubs, msg, sizeof msg) < 0) {
       fprintf(stderr, "cbench-server: %s\n", msg);
       cb_server_stop(srv);
       return 2;
@@ -297,6 +304,11 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&sig_mu);
   printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
          cb_server_port(srv), threads, threads == 1 ? "" : "s");
+  if (cfg.admin) {
+    int a6 = strchr(cfg.admin_host, ':') != NULL;
+    printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",
+           cb_server_admin_port(srv));
+  }
   fflush(stdout);
   pthread_mutex_lock(&sig_mu);
   while (got_signal == 0) pthread_cond_wait(&sig_cv, &sig_mu);

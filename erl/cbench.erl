@@ -3,7 +3,7 @@
 %%% them. `erl -s cbench' starts all three engines and prints where they listen.
 -module(cbench).
 
--export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2,
+-export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2, admin_url/1,
          stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
 -export([stub/3, unstub/2, stubs/1, reset/1, requests/1, requests/2, clear_requests/1,
          expect/4, verify/1, await/4, down/1, up/1]).
@@ -11,7 +11,7 @@
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
-              {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
+              {url, 2}, {admin_url, 1}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
               {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
               {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1},
               {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1}, {replies, 1}]).
@@ -93,14 +93,23 @@ start_server(Engine, Opts, Owner) when is_atom(Engine), is_map(Opts) ->
 start_server(_, _, _) ->
     error(badarg).
 
-%% @doc Runs Fun(Server) with a server started (linked) for it, and always stops the server:
-%% returns Fun's result or re-raises its exception. A server that cannot start raises
-%% `error({start_server, Reason})'.
+%% @doc Runs Fun(Server) with a server started (linked) for it, verifies the server (verify/1)
+%% when Fun returns, and always stops the server: returns Fun's result, or raises
+%% `error({cbench_verify, Problems})' when Fun returned but an expectation was not met or a
+%% request matched nothing; an exception of Fun is re-raised as it was (not verified: the first
+%% failure is the better message). A server that cannot start raises `error({start_server, Reason})'.
 -spec with_server(engine(), opts(), fun((server()) -> Result)) -> Result.
 with_server(Engine, Opts, Fun) when is_function(Fun, 1) ->
     case start_link_server(Engine, Opts) of
         {ok, Server} ->
-            try Fun(Server)
+            try Fun(Server) of
+                Result ->
+                    case verify(Server) of
+                        {error, Problems} when is_list(Problems) ->
+                            error({cbench_verify, Problems});
+                        _ ->
+                            Result
+                    end
             after stop_server(Server)
             end;
         {error, Reason} ->
@@ -147,6 +156,18 @@ url(Server, Path) when is_pid(Server), is_list(Path) ->
             end
     end;
 url(_, _) ->
+    error(badarg).
+
+%% @doc `http://127.0.0.1:PORT' of the server's admin API (started with `admin => true' on nif or
+%% port: docs/routes.md, "The admin API"), or {error, no_admin}.
+-spec admin_url(server()) -> string() | {error, no_admin | not_running}.
+admin_url(Server) when is_pid(Server) ->
+    case cbench_server:call(Server, info) of
+        #{admin_port := P} -> "http://127.0.0.1:" ++ integer_to_list(P);
+        #{} -> {error, no_admin};
+        Error -> Error
+    end;
+admin_url(_) ->
     error(badarg).
 
 path("") -> "";

@@ -80,8 +80,9 @@ port(H) -> port_nif(H).
 -spec stats(handle()) -> map() | {error, stopped}.
 stats(H) -> stats_nif(H).
 
-%% @doc Threads and the CPU each is pinned to (-1: not pinned).
--spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()]}.
+%% @doc Threads and the CPU each is pinned to (-1: not pinned), and the admin API's port when it is on.
+-spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()],
+                          admin_port => inet:port_number()}.
 info(H) -> info_nif(H).
 
 %% @doc Adds a stub (canonical terms); dirty I/O: returns once every worker uses the new table.

@@ -33,7 +33,8 @@
 -export_type([handle/0]).
 
 -record(h, {port :: port(), tcp_port :: inet:port_number(), threads :: pos_integer(),
-            cpus :: [integer()], stop_timeout :: non_neg_integer()}).
+            cpus :: [integer()], stop_timeout :: non_neg_integer(),
+            admin_port :: inet:port_number()}).
 -opaque handle() :: #h{}.
 
 %% Engine calls wait for every worker, normally microseconds.
@@ -56,9 +57,9 @@ start(Opts = #{stop_timeout_ms := StopMs}) ->
     case open() of
         {ok, Port} ->
             case request(Port, {start, cbench_opts:engine_map(Opts)}, 30000) of
-                {ok, TcpPort, Threads, Cpus} ->
+                {ok, TcpPort, Threads, Cpus, AdminPort} ->
                     {ok, #h{port = Port, tcp_port = TcpPort, threads = Threads, cpus = Cpus,
-                            stop_timeout = StopMs}};
+                            stop_timeout = StopMs, admin_port = AdminPort}};
                 {error, _} = Error ->
                     close(Port),
                     Error
@@ -128,14 +129,19 @@ close(Port) ->
 -spec port(handle()) -> inet:port_number().
 port(#h{tcp_port = P}) -> P.
 
-%% @doc Threads and the CPU each is pinned to (-1: not pinned).
--spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()], os_pid := integer()}.
-info(#h{port = Port, threads = T, cpus = C}) ->
+%% @doc Threads and the CPU each is pinned to (-1: not pinned), and the admin API's port when it is on.
+-spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()], os_pid := integer(),
+                          admin_port => inet:port_number()}.
+info(#h{port = Port, threads = T, cpus = C, admin_port = A}) ->
     OsPid = case erlang:port_info(Port, os_pid) of
                 {os_pid, P} -> P;
                 undefined -> undefined
             end,
-    #{threads => T, cpus => C, os_pid => OsPid}.
+    Info = #{threads => T, cpus => C, os_pid => OsPid},
+    case A of
+        0 -> Info;
+        _ -> Info#{admin_port => A}
+    end.
 
 %% @doc The engine's counters, or {error, Reason}.
 -spec stats(handle()) -> map() | {error, term()}.

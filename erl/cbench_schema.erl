@@ -22,6 +22,8 @@
                   h2_max_concurrent_streams => 1..1048576,
                   journal => 0..10000000,
                   journal_body_bytes => 0..67108864,
+                  admin => boolean(),
+                  admin_port => 0..65535,
                   close => boolean()}.
 
 -type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,
@@ -92,6 +94,14 @@ options() ->
        default => 65536, allowed => {integer, 0, 67108864},
        engines => [nif, port, ehttpd],
        doc => "request body bytes kept per journaled request"},
+     #{key => admin, name => admin, type => boolean, min => 0, max => 1,
+       default => false, allowed => boolean,
+       engines => [nif, port],
+       doc => "serve the admin API (JSON: stubs, journal, verify, reset, stats) on a listener of its own"},
+     #{key => admin_port, name => admin_port, type => integer, min => 0, max => 65535,
+       default => 0, allowed => {integer, 0, 65535},
+       engines => [nif, port],
+       doc => "the admin API's TCP port; 0 binds an ephemeral one"},
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],

@@ -12,8 +12,8 @@
 -module(cbench_server).
 -behaviour(gen_server).
 
--export([start_link/3, call/2, call/3]).
--ignore_xref([{start_link, 3}]). %% the child spec of cbench_server_sup
+-export([start_link/4, call/2, call/3]).
+-ignore_xref([{start_link, 4}]). %% the child spec of cbench_server_sup
 -export([init/1, handle_call/3, handle_cast/2, handle_info/2, terminate/2]).
 
 -define(CALL_TIMEOUT, 60000).
@@ -21,10 +21,11 @@
 -define(IS_ID(Id), (is_integer(Id) andalso Id >= 1 andalso Id < 1 bsl 64)).
 
 %% @doc Starts the engine; returns {error, Reason} (without a crash report) when it cannot start.
-%% Owner (a pid, or none): a process linked to the server, whose exit stops it.
--spec start_link(cbench:engine(), map(), pid() | none) -> {ok, pid()} | {error, term()}.
-start_link(Engine, Opts, Owner) ->
-    proc_lib:start_link(?MODULE, init, [{Engine, Opts, Owner}]).
+%% Owner (a pid, or none): a process linked to the server, whose exit stops it. Starter: the group
+%% leader of the process that asked for the server (answered to `starter' calls, for cbench_cth).
+-spec start_link(cbench:engine(), map(), pid() | none, pid()) -> {ok, pid()} | {error, term()}.
+start_link(Engine, Opts, Owner, Starter) ->
+    proc_lib:start_link(?MODULE, init, [{Engine, Opts, Owner, Starter}]).
 
 %% @doc A synchronous request to a server, or {error, not_running}.
 -spec call(pid(), term()) -> term().
@@ -55,7 +56,7 @@ engine_module(port) -> cbench_port;
 engine_module(ehttpd) -> cbench_ehttpd.
 
 %% @private
-init({Engine, Opts, Owner}) ->
+init({Engine, Opts, Owner, Starter}) ->
     %% Exits of the engine's linked processes and ports come as messages; shutdown runs terminate/2.
     process_flag(trap_exit, true),
     Mod = engine_module(Engine),
@@ -66,7 +67,8 @@ init({Engine, Opts, Owner}) ->
             _ = is_pid(Owner) andalso link(Owner),
             proc_lib:init_ack({ok, self()}),
             gen_server:enter_loop(?MODULE, [], #{engine => Engine, mod => Mod, handle => H,
-                                                 opts => Opts, owner => Owner, expects => [],
+                                                 opts => Opts, owner => Owner, starter => Starter,
+                                                 expects => [],
                                                  stubs => #{}, waiters => cbench_waiters:new(),
                                                  handlers => #{}});
         {error, Reason} ->
@@ -89,6 +91,8 @@ handle_call(Req, From, S) ->
 
 serve(port, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:port(H), S};
+serve(starter, _From, S = #{starter := Starter}) ->
+    {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:stats(H), S};
 serve(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->

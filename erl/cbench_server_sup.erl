@@ -13,10 +13,12 @@ start_link() ->
     supervisor:start_link({local, ?MODULE}, ?MODULE, []).
 
 %% @doc Starts a server with validated options; Owner (a pid, or none) is linked to it and the
-%% server stops when Owner exits.
+%% server stops when Owner exits. The server remembers the caller's group leader: Common Test gives
+%% each test case its own, so that cbench_cth tells which case started a server (also in parallel
+%% groups).
 -spec start_server(cbench:engine(), map(), pid() | none) -> {ok, pid()} | {error, term()}.
 start_server(Engine, Opts, Owner) ->
-    supervisor:start_child(?MODULE, [Engine, Opts, Owner]).
+    supervisor:start_child(?MODULE, [Engine, Opts, Owner, group_leader()]).
 
 %% @doc Stops a server and waits until its engine is stopped; unknown or stopped servers are fine.
 -spec stop_server(pid()) -> ok.

@@ -82,6 +82,12 @@ typedef struct cb_config_s {
                                 * 0 disables it. 0..CB_JOURNAL_MAX; default 10000 */
   size_t journal_body_bytes;   /* request body bytes kept per journaled request (the full length is always
                                 * recorded). 0..CB_JOURNAL_BODY_MAX; default 65536 */
+  int admin;                   /* 1: serve the admin API (JSON over HTTP: stubs, journal, verify, reset, stats;
+                                * docs/routes.md) on a listener of its own; default 0 */
+  int admin_port;              /* the admin API's TCP port, 0..65535; 0 (default) binds an ephemeral one (see
+                                * cb_server_admin_port()) */
+  const char *admin_host;      /* the address the admin API binds; default "127.0.0.1". Anything but loopback
+                                * lets other machines change the stubs */
 } cb_config_t;
 
 #define CB_JOURNAL_MAX 10000000u
@@ -142,6 +148,8 @@ typedef enum {
 /* cb_option_t.flags */
 #define CB_OPT_F_C_ONLY 1u      /* not an option of the Erlang API (fixture_dir) */
 #define CB_OPT_F_EHTTPD_ONLY 2u /* an option of the Erlang ehttpd engine only, no field of cb_config_t */
+#define CB_OPT_F_C_ENGINES 4u   /* an option of the C engine only: the Erlang API takes it for nif and port,
+                                 * the ehttpd engine refuses it (admin, admin_port) */
 
 typedef struct cb_option_s {
   const char *name;    /* the cb_config_t field and the Erlang option key ("max_header_bytes") */
@@ -195,6 +203,9 @@ CB_EXTERN int cb_server_start(const cb_config_t *cfg, cb_server_t **out);
 
 /* The TCP port every worker listens on (the bound port when cfg.port was 0). */
 CB_EXTERN int cb_server_port(const cb_server_t *srv);
+
+/* The TCP port of the admin API (the bound one when cfg.admin_port was 0), or 0 when cfg.admin is 0. */
+CB_EXTERN int cb_server_admin_port(const cb_server_t *srv);
 
 /* The number of worker threads. */
 CB_EXTERN int cb_server_threads(const cb_server_t *srv);
@@ -379,6 +390,13 @@ CB_EXTERN int cb_server_route_add_many(cb_server_t *srv, const cb_stub_t *stubs,
                                        size_t *failed);
 
 #define CB_MAX_ROUTES 100000
+
+/* Adds the stubs of a JSON stub file (the format of cbench-server --stubs: docs/routes.md) in one
+ * cb_server_route_add_many call. Returns the number added, or UV_EINVAL with msg (msgcap bytes, NUL-terminated)
+ * saying why: "FILE:LINE: FIELD: WHY: what", or the file's open(2) or read error; then nothing was added. A
+ * stub's "expect" is kept for the admin API's POST /verify. A FIFO is read as a file (its open waits for a
+ * writer). Not from a worker thread (UV_EBUSY). */
+CB_EXTERN int cb_server_stubs_file(cb_server_t *srv, const char *path, char *msg, size_t msgcap);
 
 /* ==== Why a stub was refused: the error detail ====
  *

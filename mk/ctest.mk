@@ -43,13 +43,12 @@ CLEAN_PATHS += build/asan $(FUZZ_DIR)
 
 .PHONY: c-test e2e pkgconfig-test lib-symbols-test asan asan-run fuzz fuzz-smoke
 
-# The tests use internal cb__ functions (socket-less connections): they link the internal archive. The
-# stub-file loader of the CLI (c_src/stub_json.c) is tested in the same binary.
-$(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h c_src/stub_json.c c_src/stub_json.h \
+# The tests use internal cb__ functions (socket-less connections) and the stub-file loader (src/stub_json.c):
+# they link the internal archive.
+$(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h src/stub_json.h \
   $(BUILD)/libcbench-internal.a
 	@mkdir -p $(@D)
-	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) c_src/stub_json.c $(BUILD)/libcbench-internal.a $(DEP_LIBS) \
-	  $(JSON_LIBS) $(LDFLAGS_EXTRA)
+	$(CC) $(CTEST_CFLAGS) -o $@ $(CTEST_SRCS) $(BUILD)/libcbench-internal.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
 c-test: $(CTEST_BIN)
 	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)
@@ -73,7 +72,7 @@ pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-serve
 	$(CC) -std=gnu11 $(WARN) -static -o $$p/hello-static test/pkgconfig/hello.c \
 	  $$(pkg-config --static --cflags --libs cbench) 2>$$p/static.log || { cat $$p/static.log; exit 1; }; \
 	$(CC) -std=gnu11 $(WARN) -o $$p/collide test/pkgconfig/collide.c -I$$p/include $$p/lib/libcbench.a \
-	  $$(pkg-config --libs libuv libnghttp2 zlib) -lpthread -lm; \
+	  $$(pkg-config --libs libuv libnghttp2 zlib jansson) -lpthread -lm; \
 	if ldd $$p/hello-shared | grep -q "$$p/lib/libcbench.so"; then :; \
 	  else echo "pkgconfig-test: hello-shared is not linked to the installed libcbench.so"; exit 1; fi; \
 	if ldd $$p/hello-static 2>&1 | grep -q libcbench; then \

@@ -5,7 +5,8 @@
 #   priv    the NIF and the port program too: what rebar3's pre-compile hook builds when cbench is a dependency
 #   build   the whole BEAM side: the Erlang application and a node to run it (make, make run)
 #   test    what the tests and benchmarks run besides (make test, make bench): clang and the sanitizer
-#           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl
+#           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl, python3 (test/admin_client.py: the
+#           admin API driven from another language, standard library only)
 #
 # usage: scripts/deps.sh [c|priv|build|test] [--check]
 #
@@ -15,7 +16,8 @@
 # install: print one line naming the missing packages and exit 1.
 set -eu
 
-# libjansson-dev: JSON for cbench-server's --stubs file and for cbench-load. libwslay-dev: cbench-load's
+# libjansson-dev: JSON in the library (the stub file, the admin API: src/stub_json.c, src/admin.c) and for
+# cbench-load. libwslay-dev: cbench-load's
 # WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
 # zlib1g-dev: the library compresses the /gzip route's body once at start (and ehttpd's zlib is the same).
 C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev
@@ -24,7 +26,7 @@ PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 # erlang-proper-dev: proper.hrl for cbench_api_statem (erlang-proper alone ships no include file).
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
-erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl"
+erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl python3"
 
 set_name=build
 check_only=""

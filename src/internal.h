@@ -1008,6 +1008,8 @@ struct cb_server_s {
   uint64_t conn_ids;  /* connections accepted, server-wide (atomic) */
   uint64_t jseq;      /* journal sequence numbers given (atomic) */
   uint64_t jfloor;    /* entries with seq <= this were cleared (atomic) */
+  struct cb__admin_s *admin; /* the admin API (cfg.admin), or NULL: src/admin.c */
+  char admin_host[64];
 };
 
 #endif

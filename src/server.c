@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "internal.h"
 
 static int online_cpus(void) {
@@ -145,6 +146,8 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   srv->cfg = *cfg;
   strcpy(srv->host, cfg->host);
   srv->cfg.host = srv->host;
+  snprintf(srv->admin_host, sizeof srv->admin_host, "%s", cfg->admin_host ? cfg->admin_host : "127.0.0.1");
+  srv->cfg.admin_host = srv->admin_host;
   memcpy(srv->cpus, cfg->cpus ? cfg->cpus : srv->cpus, (size_t)cfg->ncpus * sizeof(int));
   srv->cfg.cpus = srv->cpus;
   srv->cfg.fixture_dir = NULL; /* not kept: only read here */
@@ -236,11 +239,19 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     free_server(srv);
     return err;
   }
+  /* The admin API last: its thread calls this server's API, which needs the workers running. */
+  if (cfg->admin && (err = cb__admin_start(srv, srv->admin_host, cfg->admin_port, &srv->admin)) != 0) {
+    cb_server_stop(srv);
+    return err;
+  }
   *out = srv;
   return 0;
 }
 
 int cb_server_port(const cb_server_t *srv) { return srv ? srv->port : UV_EINVAL; }
+int cb_server_admin_port(const cb_server_t *srv) {
+  return srv == NULL ? UV_EINVAL : srv->admin ? cb__admin_port(srv->admin) : 0;
+}
 int cb_server_threads(const cb_server_t *srv) { return srv ? srv->nworkers : UV_EINVAL; }
 
 int cb_server_worker_cpu(const cb_server_t *srv, int i) {
@@ -250,6 +261,8 @@ int cb_server_worker_cpu(const cb_server_t *srv, int i) {
 
 int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final) {
   if (srv == NULL) return UV_EINVAL;
+  cb__admin_stop(srv->admin); /* first: its thread calls this server */
+  srv->admin = NULL;
   for (int i = 0; i < srv->nworkers; i++) cb__worker_post_stop(srv->workers[i]);
   for (int i = 0; i < srv->nworkers; i++) {
     cb__worker_join(srv->workers[i]);

@@ -54,9 +54,13 @@ start_bad_input(_Config) ->
                   {cbench:start_server(E, #{cpus => V}), E})
      || V <- [[a], [-1], x, [1024]], E <- [nif, port]],
     %% Unknown keys name the keys the engine takes; an option of another engine names those.
-    [?assertMatch({error, {bad_option, K, 1, {known, [backlog | _]}}},
+    [?assertMatch({error, {bad_option, K, 1, {known, [First | _]}}},
                   cbench:start_server(E, #{K => 1}))
-     || K <- [bogus, "port", fixture_dir], E <- [nif, port, ehttpd]],
+     || K <- [bogus, "port", fixture_dir, admin_host],
+        {E, First} <- [{nif, admin}, {port, admin}, {ehttpd, backlog}]],
+    %% The admin API is the C engine's (docs/routes.md): the ehttpd engine names those that have it.
+    [?assertEqual({error, {bad_option, K, V, {engines, [nif, port]}}}, cbench:start_server(ehttpd, #{K => V}))
+     || {K, V} <- [{admin, true}, {admin_port, 0}]],
     ?assertEqual({error, {bad_option, close, true, {engines, [ehttpd]}}},
                  cbench:start_server(nif, #{close => true})),
     ?assertEqual({error, {bad_option, close, false, {engines, [ehttpd]}}},
@@ -84,16 +88,16 @@ bounds_table_drives_all_engines(_Config) ->
          [begin
               Expected = {error, {bad_option, K, V, {integer, Min, Max}}},
               [?assertEqual({E, Expected}, {E, cbench:start_server(E, #{K => V})})
-               || E <- [nif, port, ehttpd]],
+               || E <- Engines],
               ?assertEqual({nif, {error, {bad_option, Name, V, {integer, Min, Max}}}},
                            {nif, cbench_nif:start_nif(Engine#{Name => V})}),
               ?assertEqual({port, {error, {bad_option, Name, V, {integer, Min, Max}}}},
                            {port, port_start(Engine#{Name => V})})
           end || V <- Out],
          [?assertMatch({ok, #{K := V}}, cbench_opts:validate(E, #{K => V}))
-          || V <- [Min, Max], E <- [nif, port, ehttpd],
+          || V <- [Min, Max], E <- Engines,
              {K, V} =/= {threads, 0}] %% threads 0 becomes the online CPUs (threads_zero)
-     end || #{key := K, name := Name, min := Min, max := Max} <- Rows],
+     end || #{key := K, name := Name, min := Min, max := Max, engines := Engines} <- Rows],
     %% The engines decode every option of the table (a key they did not know would be refused).
     {ok, S} = cbench:start_server(nif, maps:from_list(
                                          [{K, D} || #{key := K, default := D, engines := [nif | _]}

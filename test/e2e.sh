@@ -484,5 +484,98 @@ if [ "$code" = 404 ]; then ok; else bad "20,000 stubs: GET /s/20000 answered $co
 kill -TERM "$SPID"
 wait "$SPID" || bad "20,000 stubs server: exit status $?"
 
+# ---- the admin API (--admin-port; docs/routes.md "The admin API") ----
+# Off by default: a server started without --admin-port prints one line only.
+if [ "$(wc -l <"$work/many.out")" -ge 1 ] && ! grep -q "admin API" "$work/many.out"; then ok; else bad "admin API announced without --admin-port: $(cat "$work/many.out")"; fi
+set +e
+timeout 10 "$SERVER" --port 0 --admin-port 70000 >"$work/badadmin.out" 2>"$work/badadmin.err"
+rc=$?
+set -e
+want="cbench-server: --admin-port takes an integer from 0 to 65535, not '70000'"
+if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/badadmin.err")" = "$want" ]; then ok; else bad "--admin-port 70000: exit status $rc, stderr '$(head -n 1 "$work/badadmin.err")'"; fi
+
+printf '[{"name": "ping", "match": {"method": "GET", "path": "/ping"}, "response": {"body": "pong"}, "expect": {"times": 1}}]\n' \
+  >"$work/admin_stubs.json"
+start_server admin --port 0 --threads 2 --admin-port 0 --stubs "$work/admin_stubs.json"
+line2=$(sed -n 2p "$work/admin.out")
+if [[ "$line2" =~ ^cbench-server\ admin\ API\ on\ http://127\.0\.0\.1:([0-9]+)$ ]]; then ok; else bad "admin ready line: '$line2'"; fi
+APORT=${BASH_REMATCH[1]:-0}
+A="http://127.0.0.1:$APORT"
+D="http://127.0.0.1:$PORT"
+# adm METHOD PATH [BODY]: sets CODE and BODY (the admin API's answer).
+adm() {
+  local out
+  if [ $# -ge 3 ]; then
+    out=$(curl -s -X "$1" -H 'content-type: application/json' --data-binary "$3" -w '\n%{http_code}' "$A$2")
+  else
+    out=$(curl -s -X "$1" -w '\n%{http_code}' "$A$2")
+  fi
+  CODE=${out##*$'\n'}
+  BODY=${out%$'\n'*}
+}
+expect_adm() { # expect_adm WHAT CODE BODY
+  if [ "$CODE" = "$2" ] && [ "$BODY" = "$3" ]; then ok; else bad "admin $1: $CODE '$BODY', expected $2 '$3'"; fi
+}
+adm GET /stubs
+expect_adm "GET /stubs (from --stubs)" 200 '[{"id":1,"name":"ping","path":"/ping","methods":["GET"],"priority":0,"status":200,"times":0,"hits":0,"spent":false,"expect":{"times":1}}]'
+adm POST /verify
+expect_adm "POST /verify, nothing arrived" 409 '{"ok":false,"problems":[{"problem":"no_request_arrived","stub":"GET /ping","id":1,"expected":{"times":1},"got":0}]}'
+if [ "$(curl -s "$D/ping")" = pong ]; then ok; else bad "GET /ping on the data port"; fi
+adm POST /verify
+expect_adm "POST /verify, met" 200 '{"ok":true,"problems":[]}'
+# The data port does not serve the admin API (its /stubs is a 404 like any unknown path).
+code=$(curl -s -o /dev/null -w '%{http_code}' "$D/stubs")
+if [ "$code" = 404 ]; then ok; else bad "GET /stubs on the data port: $code"; fi
+adm POST /verify
+expect_adm "POST /verify after a stray request" 409 '{"ok":false,"problems":[{"problem":"unexpected_request","method":"GET","path":"/stubs","query":"","seq":2,"status":404}]}'
+adm POST /stubs '{"match": {"path": "/h2", "method": ["GET", "POST"]}, "response": {"status": 202, "headers": {"x-a": "1"}}}'
+expect_adm "POST /stubs, one stub" 201 '{"ids":[2]}'
+out=$(curl -s --http2-prior-knowledge -D - -o /dev/null "$D/h2" | tr -d '\r' | grep -E '^(HTTP|x-a)')
+if [ "$out" = "HTTP/2 202 
+x-a: 1" ]; then ok; else bad "a stub from the admin API over h2c: '$out'"; fi
+adm GET "/requests?path=/h2"
+if [[ "$CODE" = 200 && "$BODY" =~ ^\[\{\"seq\":3,.*\"proto\":\"h2c_prior\",.*\"method\":\"GET\",\"path\":\"/h2\",.*\"status\":202, ]]; then ok; else bad "GET /requests?path=/h2: $CODE '$BODY'"; fi
+adm GET "/requests?since=2"
+if [ "$CODE" = 200 ] && [ "$(grep -o '"seq":' <<<"$BODY" | wc -l)" = 1 ]; then ok; else bad "GET /requests?since=2: $CODE '$BODY'"; fi
+# Bad input: 400 naming the field and why.
+adm POST /stubs '{"match": {"path": "/x"'
+expect_adm "bad JSON" 400 "{\"why\":\"bad_json\",\"message\":\"body:1: column 23: '}' expected near end of file\"}"
+adm POST /stubs '{"match": {"path": "/x", "pathx": "/y"}}'
+expect_adm "unknown field" 400 '{"field":"stubs[0].match.pathx","why":"unknown_key","message":"body:1: stubs[0].match.pathx: unknown_key: unknown field"}'
+adm POST /stubs '[{"match": {"path": "/x"}}, {"match": {"path": "/x"}, "response": {"headers": {"x-b": "v\r\nset-cookie: y"}}}]'
+expect_adm "engine-refused field" 400 '{"field":"stubs[1].response.headers.x-b","why":"control_char","value":"v\\r\\nset-cookie: y","message":"body:1: stubs[1].response.headers.x-b: control_char: \"v\\r\\nset-cookie: y\" (docs/routes.md)"}'
+adm POST /stubs '{"match": {"path": "/x"}, "expect": {"times": -1}}'
+expect_adm "bad expect" 400 '{"field":"stubs[0].expect.times","why":"out_of_range","message":"body:1: stubs[0].expect.times: out_of_range: must be an integer from 0 to 9223372036854775807"}'
+adm GET "/requests?sinse=1"
+expect_adm "unknown query parameter" 400 '{"field":"sinse","why":"unknown_key","message":"GET /requests takes path, method, route, stub, since and limit"}'
+adm DELETE /stubs/x
+expect_adm "DELETE /stubs/x" 400 '{"field":"id","why":"wrong_type","value":"x","message":"a stub id is a positive integer"}'
+adm DELETE /stubs/99
+expect_adm "DELETE /stubs/99" 404 '{"field":"id","why":"not_found","value":"99","message":"no such stub"}'
+adm GET /nowhere
+expect_adm "unknown endpoint" 404 '{"why":"not_found","message":"the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats"}'
+allow=$(curl -s -X PUT -D - -o /dev/null "$A/stubs" | tr -d '\r' | grep -E '^(HTTP|allow)')
+if [ "$allow" = "HTTP/1.1 405 Method Not Allowed
+allow: GET, POST" ]; then ok; else bad "PUT /stubs: '$allow'"; fi
+adm GET /near-misses
+expect_adm "GET /near-misses" 200 '[]'
+adm GET /stats
+if [[ "$CODE" = 200 && "$BODY" =~ \"requests\":3, && "$BODY" =~ \"ping\":1 && "$BODY" =~ \"not_found\":1 ]]; then ok; else bad "GET /stats: $CODE '$BODY'"; fi
+adm DELETE /stubs/2
+expect_adm "DELETE /stubs/2" 204 ''
+adm DELETE /requests
+expect_adm "DELETE /requests" 204 ''
+adm GET /requests
+expect_adm "GET /requests after DELETE" 200 '[]'
+adm POST /reset
+expect_adm "POST /reset" 204 ''
+adm GET /stubs
+expect_adm "GET /stubs after reset" 200 '[]'
+if [ "$(curl -s "$D/hello")" = "Hello, Joe!" ]; then ok; else bad "fixture routes after reset"; fi
+# The Python client (standard library only) drives every endpoint.
+if python3 test/admin_client.py "$D" "$A"; then ok; else bad "test/admin_client.py"; fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "admin server: exit status $?"
+
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -188,3 +188,68 @@ TEST(stub_json_errors) {
   unlink(path);
   test_stop(srv);
 }
+
+/* Stubs from memory (the admin API's POST /stubs): a lone object is a list of one; "expect" comes back with each
+ * stub's id; an error is given in parts too (field, why, value, line), and a file may carry expectations. */
+TEST(stub_json_add_text) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  cb_stubs_json_error_t err;
+  cb_stub_added_t *added = NULL;
+  const char *one = "{\"match\": {\"path\": \"/one\"}, \"expect\": {\"times\": 2}}";
+  ASSERT_EQ(cb_stubs_json_add(srv, "body", NULL, one, strlen(one), &added, &err), 1);
+  ASSERT_EQ(added[0].id, 1);
+  ASSERT_EQ(added[0].expect, CB_STUB_EXPECT_TIMES);
+  ASSERT_EQ(added[0].expect_n, 2);
+  free(added);
+  const char *two = "[{\"match\": {\"path\": \"/a\"}}, {\"match\": {\"path\": \"/b\"}, \"expect\": {\"at_least\": 0}}]";
+  ASSERT_EQ(cb_stubs_json_add(srv, "body", NULL, two, strlen(two), &added, &err), 2);
+  ASSERT_EQ(added[0].id, 2);
+  ASSERT_EQ(added[0].expect, CB_STUB_EXPECT_NONE);
+  ASSERT_EQ(added[1].id, 3);
+  ASSERT_EQ(added[1].expect, CB_STUB_EXPECT_AT_LEAST);
+  ASSERT_EQ(added[1].expect_n, 0);
+  free(added);
+  static const struct {
+    const char *text, *field, *why, *value, *msg;
+    int line, column;
+  } bad[] = {
+      {"{\"match\": ", "", "bad_json", "", "body:1: column 10: unexpected token near end of file", 1, 10},
+      {"{\"match\": {\"path\": \"/x\"},\n \"expect\": {\"times\": 1, \"at_least\": 1}}", "stubs[0].expect", "wrong_type",
+       "", "body:2: stubs[0].expect: wrong_type: must be {\"times\": N} or {\"at_least\": N}", 2, 0},
+      {"{\"match\": {\"path\": \"/x\"}, \"expect\": {\"once\": 1}}", "stubs[0].expect.once", "unknown_key", "",
+       "body:1: stubs[0].expect.once: unknown_key: unknown field", 1, 0},
+      {"[{\"match\": {\"path\": \"/x\"}},\n {\"match\": {\"path\": \"/x\", \"headers\": {\"x-a\": \"a\\u0001\"}}}]",
+       "stubs[1].match.headers.x-a", "control_char", "a\\x01",
+       "body:2: stubs[1].match.headers.x-a: control_char: \"a\\x01\" (docs/routes.md)", 2, 0},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    added = (cb_stub_added_t *)&err; /* overwritten with NULL on failure */
+    ASSERT_EQ(cb_stubs_json_add(srv, "body", NULL, bad[i].text, strlen(bad[i].text), &added, &err), -1);
+    ASSERT_NULL(added);
+    ASSERT_STR_EQ(err.msg, bad[i].msg);
+    ASSERT_STR_EQ(err.field, bad[i].field);
+    ASSERT_STR_EQ(err.why, bad[i].why);
+    ASSERT_STR_EQ(err.value, bad[i].value);
+    ASSERT_EQ(err.line, bad[i].line);
+    ASSERT_EQ(err.column, bad[i].column);
+  }
+  /* Nothing of a refused text was added: the three stubs of before. */
+  cb_stub_list_t *list;
+  ASSERT_EQ(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 3);
+  cb_stub_list_free(list);
+  /* A file's expectations. */
+  char path[512];
+  snprintf(path, sizeof path, "%s", tmp_path("expect.json"));
+  write_text(path, "{\"stubs\": [{\"match\": {\"path\": \"/f\"}, \"expect\": {\"at_least\": 3}}]}");
+  char msg[1024];
+  ASSERT_EQ(cb_stubs_json_load_added(srv, path, &added, msg, sizeof msg), 1);
+  ASSERT(added[0].id > 3); /* a refused batch may have used ids up (cb_server_route_add_many) */
+  ASSERT_EQ(added[0].expect, CB_STUB_EXPECT_AT_LEAST);
+  ASSERT_EQ(added[0].expect_n, 3);
+  free(added);
+  unlink(path);
+  test_stop(srv);
+}

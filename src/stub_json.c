@@ -6,6 +6,9 @@
  * whitespace, ':' and ',' are skipped by hand). */
 #include "stub_json.h"
 
+#include "admin.h"
+#include "internal.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -33,6 +36,9 @@ typedef struct {
   char *msg;
   size_t msgcap;
   int root_is_object; /* {"stubs": [...]} */
+  cb_stubs_json_error_t *err; /* NULL, or where fail() also puts the field, the reason and the value */
+  int single_ok;              /* a lone stub object is taken as a list of one (the admin API) */
+  int lone;                   /* it was: the text has no list for stubs[0] to index */
 } ctx_t;
 
 static size_t skip_ws(const char *t, size_t len, size_t pos) {
@@ -53,7 +59,7 @@ static size_t value_end(const char *t, size_t len, size_t pos) {
 static size_t locate(const ctx_t *c, const where_t *w) {
   const char *t = c->text;
   size_t len = c->len, pos = skip_ws(t, len, 0);
-  for (int d = 0; d < w->n && pos < len; d++) {
+  for (int d = c->lone ? 1 : 0; d < w->n && pos < len; d++) {
     if (t[pos] == '[' && w->at[d].key == NULL) {
       pos = skip_ws(t, len, pos + 1);
       for (size_t i = 0; i < w->at[d].index && pos < len && t[pos] != ']'; i++) {
@@ -132,8 +138,17 @@ __attribute__((format(printf, 3, 4))) static int fail(const ctx_t *c, const wher
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   field_name(c, w, field, sizeof field);
-  snprintf(c->msg, c->msgcap, "%s:%d: %s: %s", c->file, line_of(c, locate(c, w)), field[0] ? field : "stubs", what);
+  int line = line_of(c, locate(c, w));
+  snprintf(c->msg, c->msgcap, "%s:%d: %s: %s", c->file, line, field[0] ? field : "stubs", what);
   escape_msg(c->msg, c->msgcap);
+  if (c->err != NULL) {
+    /* Every message starts with its reason: "unknown_key: ...", "control_char: \"value\" ...". */
+    snprintf(c->err->field, sizeof c->err->field, "%s", field[0] ? field : "stubs");
+    escape_msg(c->err->field, sizeof c->err->field);
+    snprintf(c->err->why, sizeof c->err->why, "%.*s", (int)strcspn(what, ":"), what);
+    c->err->line = line;
+    c->err->column = 0;
+  }
   return -1;
 }
 
@@ -181,6 +196,7 @@ static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_
       }
     }
   }
+  if (c->err != NULL) snprintf(c->err->value, sizeof c->err->value, "%s", d->text);
   return fail(c, &w, "%s: \"%s\" (docs/routes.md%s)", d->why_name, d->text,
               d->field == CB_FIELD_FAULT ? ", docs/faults.md" : "");
 }
@@ -350,7 +366,24 @@ typedef struct {
   cb_matcher_t *hm, *qm;
   cb_header_t *rh;
   char *owned;
+  cb_stub_expect_kind expect;
+  uint64_t expect_n;
 } parsed_t;
+
+/* "expect": {"times": N} or {"at_least": N}, one of the two. */
+static int parse_expect(const ctx_t *c, const where_t *w, json_t *v, parsed_t *out) {
+  static const char *const keys[] = {"times", "at_least", NULL};
+  if (v == NULL) return 0;
+  if (!json_is_object(v) || json_object_size(v) != 1)
+    return fail(c, w, "wrong_type: must be {\"times\": N} or {\"at_least\": N}");
+  if (check_keys(c, w, v, keys)) return -1;
+  int times = json_object_get(v, "times") != NULL;
+  uint64_t n = 0;
+  if (get_uint(c, w, v, times ? "times" : "at_least", UINT64_MAX >> 1, &n)) return -1;
+  out->expect = times ? CB_STUB_EXPECT_TIMES : CB_STUB_EXPECT_AT_LEAST;
+  out->expect_n = n;
+  return 0;
+}
 
 static void parsed_free(parsed_t *p) {
   free(p->hm);
@@ -360,7 +393,7 @@ static void parsed_free(parsed_t *p) {
 }
 
 static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out) {
-  static const char *const stub_keys[] = {"name", "match", "response", NULL};
+  static const char *const stub_keys[] = {"name", "match", "response", "expect", NULL};
   static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
   static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", "fault", NULL};
   if (!json_is_object(s)) return fail(c, w, "wrong_type: must be an object with match and response");
@@ -438,9 +471,12 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
     }
     if (fault != NULL) st.response.fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
   }
+  where_t we = sub(w, "expect", 0);
+  if (parse_expect(c, &we, json_object_get(s, "expect"), out)) goto out;
   rc = 0;
 out:
-  *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned};
+  *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned, .expect = out->expect,
+                    .expect_n = out->expect_n};
   if (rc) parsed_free(out);
   return rc;
 }
@@ -458,11 +494,112 @@ static int refused(const ctx_t *c, const where_t *w, json_t *s, const cb_stub_t 
               cb_strerror(err), cb_err_name(err), st->response.fault.ptr ? ", docs/faults.md for response.fault" : "");
 }
 
+/* Parses the text of c (one stub object, a list of stubs, or {"stubs": [...]}) and adds every stub in one
+ * call. Returns the number added, or -1 with c->msg (and c->err) filled. */
+static int add_text(cb_server_t *srv, ctx_t *c, cb_stub_added_t **added) {
+  char *msg = c->msg;
+  size_t msgcap = c->msgcap, n;
+  json_error_t e;
+  /* A key given twice in one object would be taken silently with its last value: refused, with its line. */
+  json_t *root = json_loadb(c->text, c->len, JSON_REJECT_DUPLICATES, &e), *one = NULL;
+  int count = -1;
+  if (added != NULL) *added = NULL;
+  if (root == NULL) {
+    snprintf(msg, msgcap, "%s:%d: column %d: %s", c->file, e.line, e.column, e.text);
+    escape_msg(msg, msgcap);
+    if (c->err != NULL) {
+      snprintf(c->err->why, sizeof c->err->why, "bad_json");
+      c->err->line = e.line;
+      c->err->column = e.column;
+    }
+    goto done;
+  }
+  where_t w = {0};
+  json_t *stubs = root;
+  if (json_is_object(root) && json_object_get(root, "stubs") == NULL && c->single_ok) {
+    /* One stub object (the admin API's POST /stubs): a list of one. */
+    one = json_array();
+    if (one == NULL || json_array_append(one, root) != 0) {
+      snprintf(msg, msgcap, "%s: out of memory", c->file);
+      goto done;
+    }
+    stubs = one;
+    c->lone = 1;
+  } else if (json_is_object(root)) {
+    c->root_is_object = 1;
+    w = sub(&w, "stubs", 0);
+    stubs = json_object_get(root, "stubs");
+  }
+  if (!json_is_array(stubs)) {
+    fail(c, &w, "wrong_type: must be a list of stubs (or an object with a \"stubs\" list)");
+    goto done;
+  }
+  /* Every stub parsed first, then added in one call: one route table for the whole file. */
+  n = json_array_size(stubs);
+  size_t i, parsed = 0;
+  parsed_t *ps = calloc(n + 1, sizeof *ps);
+  uint64_t *ids = calloc(n + 1, sizeof *ids);
+  if (ps == NULL || ids == NULL) {
+    snprintf(msg, msgcap, "%s: out of memory", c->file);
+  } else {
+    json_t *s;
+    json_array_foreach(stubs, i, s) {
+      where_t ws = sub(&w, NULL, i);
+      if (parse_stub(c, &ws, s, &ps[i]) != 0) break;
+      parsed++;
+    }
+  }
+  if (ps != NULL && ids != NULL && parsed == n) {
+    cb_stub_t *all = malloc((n + 1) * sizeof *all);
+    size_t bad = n;
+    int err = all ? 0 : CB_ENOMEM;
+    for (i = 0; i < n && all; i++) all[i] = ps[i].st;
+    if (err == 0) err = cb_server_route_add_many(srv, all, n, ids, &bad);
+    if (err == 0 && added != NULL && n > 0) {
+      *added = malloc(n * sizeof **added);
+      if (*added == NULL) err = CB_ENOMEM; /* the stubs are in: said as a failure all the same */
+      for (i = 0; i < n && *added; i++)
+        (*added)[i] = (cb_stub_added_t){.id = ids[i], .expect = ps[i].expect, .expect_n = ps[i].expect_n};
+    }
+    if (err == 0) {
+      count = (int)n;
+    } else if (bad < n) {
+      where_t ws = sub(&w, NULL, bad);
+      refused(c, &ws, json_array_get(stubs, bad), &all[bad], err);
+    } else {
+      snprintf(msg, msgcap, "%s: %s (%s)", c->file, cb_strerror(err), cb_err_name(err));
+    }
+    free(all);
+  }
+  for (i = 0; i < parsed; i++) parsed_free(&ps[i]);
+  free(ps);
+  free(ids);
+done:
+  json_decref(one);
+  json_decref(root);
+  return count;
+}
+
+int cb_stubs_json_add(cb_server_t *srv, const char *label, const char *dir, const char *text, size_t len,
+                      cb_stub_added_t **added, cb_stubs_json_error_t *err) {
+  memset(err, 0, sizeof *err);
+  ctx_t c = {.file = label, .text = text ? text : "", .len = text ? len : 0, .dir = dir ? dir : "",
+             .dir_len = dir ? strlen(dir) : 0, .msg = err->msg, .msgcap = sizeof err->msg, .err = err,
+             .single_ok = 1};
+  return add_text(srv, &c, added);
+}
+
 int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msgcap) {
+  return cb_stubs_json_load_added(srv, path, NULL, msg, msgcap);
+}
+
+int cb_stubs_json_load_added(cb_server_t *srv, const char *path, cb_stub_added_t **added, char *msg,
+                             size_t msgcap) {
   /* A FIFO is a fine stub file (--stubs <(generate)): its open waits for a writer, and the CLI's signal
    * handling ends the wait on SIGINT or SIGTERM. The text is bounded so that /dev/zero cannot take the memory. */
   FILE *f = fopen(path, "rb");
   struct stat sb;
+  if (added != NULL) *added = NULL;
   if (f == NULL || fstat(fileno(f), &sb) != 0 || S_ISDIR(sb.st_mode)) {
     snprintf(msg, msgcap, "%s: %s", path, f == NULL || !S_ISDIR(sb.st_mode) ? strerror(errno) : "is a directory");
     escape_msg(msg, msgcap);
@@ -499,62 +636,20 @@ int cb_stubs_json_load(cb_server_t *srv, const char *path, char *msg, size_t msg
   ctx_t c = {.file = path, .text = text ? text : "", .len = len, .dir = path,
              .dir_len = slash ? (size_t)(slash - path) : 0, .msg = msg, .msgcap = msgcap};
   if (slash == path) c.dir_len = 1; /* "/x.json": the root */
-  json_error_t e;
-  /* A key given twice in one object would be taken silently with its last value: refused, with its line. */
-  json_t *root = json_loadb(c.text, len, JSON_REJECT_DUPLICATES, &e);
-  int count = -1;
-  if (root == NULL) {
-    snprintf(msg, msgcap, "%s:%d: column %d: %s", path, e.line, e.column, e.text);
-    escape_msg(msg, msgcap);
-    goto done;
-  }
-  where_t w = {0};
-  json_t *stubs = root;
-  if (json_is_object(root)) {
-    c.root_is_object = 1;
-    w = sub(&w, "stubs", 0);
-    stubs = json_object_get(root, "stubs");
-  }
-  if (!json_is_array(stubs)) {
-    fail(&c, &w, "wrong_type: must be a list of stubs (or an object with a \"stubs\" list)");
-    goto done;
-  }
-  /* Every stub parsed first, then added in one call: one route table for the whole file. */
-  n = json_array_size(stubs);
-  size_t i, parsed = 0;
-  parsed_t *ps = calloc(n + 1, sizeof *ps);
-  uint64_t *ids = calloc(n + 1, sizeof *ids);
-  if (ps == NULL || ids == NULL) {
-    snprintf(msg, msgcap, "%s: out of memory", path);
-  } else {
-    json_t *s;
-    json_array_foreach(stubs, i, s) {
-      where_t ws = sub(&w, NULL, i);
-      if (parse_stub(&c, &ws, s, &ps[i]) != 0) break;
-      parsed++;
-    }
-  }
-  if (ps != NULL && ids != NULL && parsed == n) {
-    cb_stub_t *all = malloc((n + 1) * sizeof *all);
-    size_t bad = n;
-    int err = all ? 0 : CB_ENOMEM;
-    for (i = 0; i < n && all; i++) all[i] = ps[i].st;
-    if (err == 0) err = cb_server_route_add_many(srv, all, n, ids, &bad);
-    if (err == 0) {
-      count = (int)n;
-    } else if (bad < n) {
-      where_t ws = sub(&w, NULL, bad);
-      refused(&c, &ws, json_array_get(stubs, bad), &all[bad], err);
-    } else {
-      snprintf(msg, msgcap, "%s: %s (%s)", path, cb_strerror(err), cb_err_name(err));
-    }
-    free(all);
-  }
-  for (i = 0; i < parsed; i++) parsed_free(&ps[i]);
-  free(ps);
-  free(ids);
-done:
-  json_decref(root);
+  int count = add_text(srv, &c, added);
   free(text);
   return count;
+}
+
+int cb_server_stubs_file(cb_server_t *srv, const char *path, char *msg, size_t msgcap) {
+  if (srv == NULL || path == NULL || msg == NULL || msgcap == 0) return UV_EINVAL;
+  if (cb__on_worker_thread()) return UV_EBUSY;
+  cb_stub_added_t *added = NULL;
+  int n = cb_stubs_json_load_added(srv, path, &added, msg, msgcap);
+  if (n < 0) return UV_EINVAL;
+  /* The stubs are in; their expectations are the admin API's to verify (kept only when it runs). */
+  int err = srv->admin != NULL ? cb__admin_expect(srv->admin, added, (size_t)n) : 0;
+  free(added);
+  if (err) snprintf(msg, msgcap, "%s: %s (%s)", path, cb_strerror(err), cb_err_name(err));
+  return err ? err : n;
 }

@@ -1,0 +1,95 @@
+/* The admin API as the library serves it (cfg.admin, src/admin.c): off by default; on, a listener of its own
+ * whose answers are exact bytes; cb_server_stubs_file() keeps a stub's "expect" for POST /verify; the admin
+ * thread and its engine stop with the server (the runner checks for threads and descriptors left). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* One request on a new connection (closed by the client's "connection: close"); the whole answer, dates masked,
+ * must be `status` with a JSON body `json` (NULL: none). */
+static void admin_call(int port, const char *method, const char *path, const char *body, int status,
+                       const char *json) {
+  char req[1024];
+  snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: %zu\r\n\r\n%s", method,
+           path, body ? strlen(body) : 0, body ? body : "");
+  int fd = cl_connect(port);
+  cl_sends(fd, req);
+  buf_t got = {0}, exp = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  mask_dates(got.p, got.len);
+  exp_head(&exp, status, json ? "application/json" : NULL, NULL, json ? (long)strlen(json) : CL_NONE, CONN_CLOSE);
+  if (json) buf_adds(&exp, json);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  buf_free(&got);
+  buf_free(&exp);
+}
+
+TEST(admin_off_by_default) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  ASSERT_EQ(cfg.admin, 0);
+  cb_server_t *srv = test_start(&cfg);
+  ASSERT_EQ(cb_server_admin_port(srv), 0);
+  test_stop(srv);
+}
+
+TEST(admin_verify_and_stubs_file) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  ASSERT(admin > 0);
+  ASSERT(admin != cb_server_port(srv));
+  char path[512], msg[1024];
+  const char *t = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/cbench-%d-admin.json", t && *t ? t : "/tmp", (int)getpid());
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("[{\"match\": {\"method\": \"GET\", \"path\": \"/p\"}, \"response\": {\"body\": \"q\"}, "
+        "\"expect\": {\"times\": 1}}]",
+        f);
+  fclose(f);
+  ASSERT_EQ(cb_server_stubs_file(srv, path, msg, sizeof msg), 1);
+  admin_call(admin, "POST", "/verify", NULL, 409,
+             "{\"ok\":false,\"problems\":[{\"problem\":\"no_request_arrived\",\"stub\":\"GET /p\",\"id\":1,"
+             "\"expected\":{\"times\":1},\"got\":0}]}");
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, NULL, 1, CONN_NONE);
+  buf_adds(&exp, "q");
+  int fd = cl_connect(cb_server_port(srv));
+  cl_sends(fd, "GET /p HTTP/1.1\r\nhost: x\r\n\r\n");
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  buf_free(&got);
+  buf_free(&exp);
+  /* The journal records the request when its response is complete, before the client sees the end. */
+  admin_call(admin, "POST", "/verify", NULL, 200, "{\"ok\":true,\"problems\":[]}");
+  admin_call(admin, "POST", "/stubs", "{\"match\": {\"path\": \"/r\"}, \"expect\": {\"at_least\": 1}}", 201,
+             "{\"ids\":[2]}");
+  admin_call(admin, "DELETE", "/stubs/2", NULL, 204, NULL);
+  admin_call(admin, "POST", "/verify", NULL, 200, "{\"ok\":true,\"problems\":[]}");
+  admin_call(admin, "POST", "/stubs", "[1]", 400,
+             "{\"field\":\"stubs[0]\",\"why\":\"wrong_type\",\"message\":\"body:1: stubs[0]: wrong_type: must be an "
+             "object with match and response\"}");
+  /* A file with an error: UV_EINVAL and the message, nothing added. */
+  f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("[{\"match\": {\"path\": \"/x\"}, \"expect\": {\"times\": \"1\"}}]", f);
+  fclose(f);
+  ASSERT_EQ(cb_server_stubs_file(srv, path, msg, sizeof msg), CB_EINVAL);
+  char want[1200];
+  snprintf(want, sizeof want, "%s:1: stubs[0].expect.times: wrong_type: must be an integer from 0 to %llu", path,
+           (unsigned long long)(UINT64_MAX >> 1));
+  ASSERT_STR_EQ(msg, want);
+  unlink(path);
+  test_stop(srv);
+}
