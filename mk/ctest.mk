@@ -8,6 +8,9 @@
 #   make asan             the library, the C tests and e2e again in build/asan with ASan + UBSan
 #   make fuzz             libFuzzer on the HTTP/1.1 connection code for FUZZ_SECONDS (default 60)
 #   make fuzz-smoke       the same for FUZZ_SMOKE_SECONDS (default 20) with a fixed seed, as `make test` runs it
+#   make adv-test         the adversarial cases of hardening round 3 (issue 22) alone: the C tests adv_* and pace_*,
+#                         cbench-load against hostile servers, the same raw bytes to nif, port and ehttpd
+#                         (cbench_adv_SUITE); make test runs each of them inside c-test and test-beam
 #
 # CTEST_ARGS passes options or test names to the runner: make c-test CTEST_ARGS='-v wire_*'
 
@@ -41,7 +44,7 @@ FUZZ_RUN_FLAGS := -max_len=4096 -timeout=20 -rss_limit_mb=2048 -dict=test/fuzz/h
 TEST_TARGETS += c-test e2e lib-symbols-test pkgconfig-test asan fuzz-smoke
 CLEAN_PATHS += build/asan $(FUZZ_DIR)
 
-.PHONY: c-test e2e pkgconfig-test lib-symbols-test asan asan-run fuzz fuzz-smoke
+.PHONY: c-test e2e pkgconfig-test lib-symbols-test asan asan-run fuzz fuzz-smoke adv-test
 
 # The tests use internal cb__ functions (socket-less connections) and the stub-file loader (src/stub_json.c):
 # they link the internal archive.
@@ -52,6 +55,11 @@ $(CTEST_BIN): $(CTEST_SRCS) $(CTEST_HDRS) src/testing.h include/cbench.h src/stu
 
 c-test: $(CTEST_BIN)
 	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) $(CTEST_ARGS)
+
+adv-test: $(CTEST_BIN) $(BEAM_PRIV) priv/cbench_load
+	CBT_FIXTURE_DIR=$(BUILD)/test/fixtures $(CTEST_BIN) -j $(CTEST_JOBS) 'adv_*' 'pace_*'
+	$(REBAR3) ct --suite test/cbench_load_SUITE --group hostile --readable true
+	$(REBAR3) ct --suite test/cbench_adv_SUITE --readable true
 
 e2e: $(BUILD)/cbench-server
 	CBENCH_SERVER=$(BUILD)/cbench-server test/e2e.sh
