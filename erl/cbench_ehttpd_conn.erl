@@ -27,6 +27,8 @@
               route = not_found :: atom() | binary(), stub :: pos_integer() | undefined,
               %% The fault applied to the answer (docs/faults.md), for the journal.
               fault :: cbench_fault:kind() | undefined,
+              %% The delay a stub waited before its answer (its delay_ms or the drawn one).
+              delay_ms = 0 :: non_neg_integer(),
               %% The answer has begun (a streamed echo): a later error closes without a status.
               started = false :: boolean()}).
 
@@ -834,9 +836,10 @@ stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
         true -> fault(S, Cfg, Req, F, Status, Headers, Normal, Own, 3600000);
         false -> Normal()
     end;
-stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, delay_ms := Delay,
-                        chunks := Chunks}) ->
+stub(S, Cfg, Req0, R = #{status := Status, headers := Headers, body := Body, chunks := Chunks}) ->
+    Delay = stub_delay(R),
     Delay > 0 andalso receive after Delay -> ok end,
+    Req = Req0#req{delay_ms = Delay},
     Size = case Body of
                {data, B} -> byte_size(B);
                {bytes, Bytes} -> Bytes;
@@ -870,6 +873,18 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
                 _ -> Sent
             end
     end.
+
+%% A stub's delay: delay_ms, or the n-th draw of its distribution (the n-th answer of this
+%% response, over every connection), as the delay fault draws (cbench_fault:delay_ms/3) and as
+%% src/stub.c does, so that a seed gives the same delays on every engine.
+stub_delay(#{delay := {Dist, Ms, P, Seed}, delay_draws := A}) ->
+    N = atomics:add_get(A, 1, 1) - 1,
+    F = case Dist of
+            uniform -> #{dist => uniform, ms => Ms, max => P, seed => Seed};
+            lognormal -> #{dist => lognormal, ms => Ms, sigma => P, seed => Seed}
+        end,
+    cbench_fault:delay_ms(F, N, 3600000);
+stub_delay(#{delay_ms := Ms}) -> Ms.
 
 %% The head goes with the first piece, each next piece `Interval' ms after the one before, the
 %% last chunk with the last piece (journaled just before that write). Answer is {Status, Size}.
@@ -977,6 +992,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
            headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
+           delay_ms => Req#req.delay_ms,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
 

@@ -488,6 +488,7 @@ typedef enum {
                               * dribble in more pieces than the body has bytes (docs/faults.md) */
   CB_WHY_NEEDS_SCENARIO,     /* a scenario state (when, then) on a stub without a scenario */
   CB_WHY_MIN_ABOVE_MAX,      /* a uniform delay whose lower end is above its upper end */
+  CB_WHY_CONFLICT,           /* two keys that say the same thing: delay and delay_ms (Erlang maps and JSON) */
   CB_WHY_COUNT
 } cb_why_id;
 

@@ -103,6 +103,7 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_FAULT_EXCEEDS_BODY] = "fault_exceeds_body",
     [CB_WHY_NEEDS_SCENARIO] = "needs_scenario",
     [CB_WHY_MIN_ABOVE_MAX] = "min_above_max",
+    [CB_WHY_CONFLICT] = "conflict",
 };
 
 const char *cb_field_name(int field) {
