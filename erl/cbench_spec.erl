@@ -117,7 +117,7 @@
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
                chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, needs_scenario,
-               min_above_max, conflict]).
+               min_above_max, conflict, bad_template]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).

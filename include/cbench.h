@@ -359,6 +359,13 @@ typedef struct cb_response_s {
   unsigned delay_max_ms; /* UNIFORM: the upper end, delay_ms..3600000 */
   double delay_sigma;    /* LOGNORMAL */
   uint64_t delay_seed;
+  /* 1: the body (CB_BODY_BYTES) and the header values are templates (docs/routes.md, "Templates"): {{method}},
+   * {{body}}, {{seq}} (this response's answers, from 1), {{path.NAME}} (a parameter of match.path),
+   * {{query.NAME}} (decoded), {{header.NAME}}, each replaced by the request's value, escaped nowhere, a missing
+   * one empty. Compiled when the stub is added: an unknown or unclosed placeholder is UV_EINVAL
+   * (CB_WHY_BAD_TEMPLATE); with chunks, a fault or a body that is not bytes, CB_WHY_CONFLICT. 0: the bytes are
+   * sent as they are, "{{" and all. */
+  int templated;
 } cb_response_t;
 
 /* What a sequence answers once each of its responses was given (cb_stub_t.after). */
@@ -449,6 +456,7 @@ typedef enum {
   CB_FIELD_WHEN,          /* when ({match, 'when'}) */
   CB_FIELD_THEN,          /* then ({match, then}) */
   CB_FIELD_DELAY,         /* response.delay_dist, delay_max_ms, delay_sigma ({response, delay}) */
+  CB_FIELD_TEMPLATE,      /* response.templated ({response, template}) */
   CB_FIELD_COUNT
 } cb_field_id;
 
@@ -488,7 +496,10 @@ typedef enum {
                               * dribble in more pieces than the body has bytes (docs/faults.md) */
   CB_WHY_NEEDS_SCENARIO,     /* a scenario state (when, then) on a stub without a scenario */
   CB_WHY_MIN_ABOVE_MAX,      /* a uniform delay whose lower end is above its upper end */
-  CB_WHY_CONFLICT,           /* two keys that say the same thing: delay and delay_ms (Erlang maps and JSON) */
+  CB_WHY_CONFLICT,           /* fields that cannot go together: delay and delay_ms (Erlang, JSON); a template
+                              * with chunks, a fault or a body that is not bytes */
+  CB_WHY_BAD_TEMPLATE,       /* a template with an unknown or unclosed placeholder, or {{path.NAME}} that names
+                              * no parameter of the path */
   CB_WHY_COUNT
 } cb_why_id;
 

@@ -665,6 +665,29 @@ void cb__routes_free(cb__routes_t *reg);
 /* The server's scenarios (scenario.c): made and freed with the registry. */
 cb__scenarios_t *cb__routes_scenarios(cb__routes_t *reg);
 
+/* ---- template.c: response templates (cb_response_t.templated) ---- */
+enum { CB__TPL_LIT, CB__TPL_METHOD, CB__TPL_BODY, CB__TPL_SEQ, CB__TPL_PATH, CB__TPL_QUERY, CB__TPL_HEADER };
+typedef struct {
+  uint8_t kind;    /* CB__TPL_* */
+  unsigned arg;    /* PATH: the parameter's index in the pattern */
+  const char *str; /* LIT: the bytes; QUERY: the name; HEADER: the name, lowercased (in the template's text) */
+  size_t len;
+} cb__tpl_piece_t;
+typedef struct {
+  cb__tpl_piece_t *p;
+  int n;
+  char *text;        /* the template's own copy, which the pieces point into */
+  uint8_t uses_body; /* {{body}}: the request's body is kept for it */
+} cb__tpl_t;
+/* Compiles text[0..n) against the path pattern (whose {params} {{path.NAME}} may name). 0, UV_EINVAL (an unknown
+ * or unclosed placeholder, a parameter the pattern does not have) or UV_ENOMEM. */
+int cb__tpl_compile(const char *text, size_t n, cb_str_t pattern, cb__tpl_t *t);
+void cb__tpl_free(cb__tpl_t *t);
+/* Writes the template for r into dst (NULL: only measures) and returns the length. header: a header value, from
+ * whose inserted values the bytes a field value cannot hold are left out. */
+size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, size_t body_len, uint64_t seq,
+                      int header, char *dst);
+
 /* ---- scenario.c: scenario states (cb_stub_t.scenario) ---- */
 struct cb__scenario_s {
   uint32_t state; /* atomic: the state's number (0: "started"); loaded and swapped by the workers */
@@ -871,6 +894,9 @@ struct cb__req_s {
       uint64_t off;   /* body bytes emitted */
       unsigned piece; /* the piece being emitted */
       uint8_t due;    /* interval_ms: the timer fired for this piece (on_writable alone does not start one) */
+      uint8_t refused; /* a template's {{body}}: over the echo budget, answered 503 */
+      char *body;     /* a template's {{body}}: the request body, held from the echo budget (cap bytes) */
+      size_t len, cap;
     } stub;
     struct {
       char *buf;     /* the request body, held from the echo budget (cap bytes) */

@@ -68,6 +68,7 @@ static const char *const field_names[CB_FIELD_COUNT] = {
     [CB_FIELD_WHEN] = "when",
     [CB_FIELD_THEN] = "then",
     [CB_FIELD_DELAY] = "response.delay",
+    [CB_FIELD_TEMPLATE] = "response.template",
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -104,6 +105,7 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_NEEDS_SCENARIO] = "needs_scenario",
     [CB_WHY_MIN_ABOVE_MAX] = "min_above_max",
     [CB_WHY_CONFLICT] = "conflict",
+    [CB_WHY_BAD_TEMPLATE] = "bad_template",
 };
 
 const char *cb_field_name(int field) {

@@ -53,6 +53,11 @@ struct stub_s {
   cb__scenario_t *scen;
   uint32_t when, then;
   uint8_t moves;
+  /* A template (templated): the body's and each header value's, and this response's answers (atomic). */
+  uint8_t tpl;
+  cb__tpl_t body_tpl;
+  cb__tpl_t *hdr_tpl; /* nheaders of them */
+  uint64_t tpl_seq;
 };
 
 #define ANY_STATE UINT32_MAX
@@ -67,6 +72,9 @@ static void stub_free(void *arg) {
   cb__fault_free(&st->fault);
   for (unsigned i = 0; i < st->nseq; i++) stub_free(st->seq[i]);
   free(st->seq);
+  cb__tpl_free(&st->body_tpl);
+  for (int i = 0; st->hdr_tpl && i < st->nheaders; i++) cb__tpl_free(&st->hdr_tpl[i]);
+  free(st->hdr_tpl);
   free(st);
 }
 
@@ -201,8 +209,14 @@ static int one_piece(const stub_t *st) {
   return st->kind == CB_BODY_BYTES && st->chunks == 0 && st->len > 0 && st->status != 204 && st->status != 304;
 }
 
+static void tpl_start(cb__req_t *r, stub_t *st);
+
 static void stub_start(cb__req_t *r) {
   const stub_t *st = r->stub;
+  if (st->tpl) {
+    tpl_start(r, (stub_t *)st);
+    return;
+  }
   int no_body = st->status == 204 || st->status == 304;
   int64_t length = no_body ? CB__NO_BODY : st->chunks ? CB__STREAMED : (int64_t)st->len;
   r->head_key = st->head_key; /* a stub's headers are fixed: its head can be reused */
@@ -251,6 +265,117 @@ static void stub_end(cb__req_t *r) {
 }
 
 static const cb__handler_t stub_handler = {.on_end = stub_end, .on_writable = stub_writable};
+
+/* ---- templates (template.c) ----
+ * A templated answer is made per request: its header values and body rendered for it, held from the echo
+ * budget while they exist (a {{body}} or a header repeated many times can make an answer much bigger than the
+ * request), sent whole with its length. The request body is kept only for a template that uses {{body}}. */
+
+static void tpl_refuse(cb__req_t *r) {
+  free(r->u.stub.body);
+  cb__echo_release(r->conn, r->u.stub.cap);
+  r->u.stub.body = NULL;
+  r->u.stub.len = r->u.stub.cap = 0;
+  r->u.stub.refused = 1;
+}
+
+static void tpl_body(cb__req_t *r, const char *p, size_t n) {
+  if (r->u.stub.refused) return;
+  if (r->u.stub.len + n > r->u.stub.cap) {
+    size_t cap = r->u.stub.cap ? r->u.stub.cap : 4096;
+    while (cap < r->u.stub.len + n) cap *= 2;
+    size_t max = r->conn->w->cfg->max_body_bytes; /* the protocol refuses a longer body before it gets here */
+    if (cap > max && r->u.stub.len + n <= max) cap = max;
+    if (cb__echo_hold(r->conn, cap - r->u.stub.cap) != 0) {
+      tpl_refuse(r);
+      return;
+    }
+    char *b = realloc(r->u.stub.body, cap);
+    if (b == NULL) {
+      cb__echo_release(r->conn, cap - r->u.stub.cap);
+      tpl_refuse(r);
+      return;
+    }
+    r->u.stub.body = b;
+    r->u.stub.cap = cap;
+  }
+  memcpy(r->u.stub.body + r->u.stub.len, p, n);
+  r->u.stub.len += n;
+}
+
+static void tpl_free_req(cb__req_t *r) {
+  free(r->u.stub.body);
+  cb__echo_release(r->conn, r->u.stub.cap);
+  r->u.stub.body = NULL;
+  r->u.stub.cap = r->u.stub.len = 0;
+}
+
+/* Spaces and tabs at either end of a rendered header value are dropped: neither protocol carries them. */
+static void trim(cb__hdr_t *h) {
+  while (h->value_len && (h->value[0] == ' ' || h->value[0] == '\t')) {
+    h->value++;
+    h->value_len--;
+  }
+  while (h->value_len && (h->value[h->value_len - 1] == ' ' || h->value[h->value_len - 1] == '\t')) h->value_len--;
+}
+
+#define TPL_MAX_VALUE 8192 /* a rendered header value is cut there, as a stub's own values are bounded */
+
+static void tpl_start(cb__req_t *r, stub_t *st) {
+  r->head_key = 0;
+  int no_body = st->status == 204 || st->status == 304, head_only = r->method == CB_METHOD_HEAD;
+  if (r->u.stub.refused) { /* its {{body}} went over the echo budget */
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  uint64_t seq = __atomic_add_fetch(&st->tpl_seq, 1, __ATOMIC_RELAXED);
+  const char *b = r->u.stub.body;
+  size_t bl = r->u.stub.len, hbytes = 0, n = 0;
+  size_t hlen[CB_MAX_HEADERS];
+  for (int i = 0; i < st->nheaders; i++) {
+    hlen[i] = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, NULL);
+    hbytes += hlen[i];
+  }
+  if (!no_body) n = cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, NULL);
+  size_t out_n = head_only ? 0 : n;
+  char *hbuf = NULL, *out = NULL;
+  if (cb__echo_hold(r->conn, hbytes + out_n) != 0) { /* over the budget: 503, not a part of the answer */
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  if ((hbytes && (hbuf = malloc(hbytes)) == NULL) || (out_n && (out = malloc(out_n)) == NULL)) {
+    free(hbuf);
+    free(out);
+    cb__echo_release(r->conn, hbytes + out_n);
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  cb__hdr_t hs[CB_MAX_HEADERS];
+  size_t o = 0;
+  for (int i = 0; i < st->nheaders; i++) {
+    hs[i].name = st->headers[i].name;
+    hs[i].name_len = st->headers[i].name_len;
+    hs[i].value = hbuf + o;
+    hs[i].value_len = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, hbuf + o);
+    o += hlen[i];
+    if (hs[i].value_len > TPL_MAX_VALUE) hs[i].value_len = TPL_MAX_VALUE;
+    trim(&hs[i]);
+  }
+  if (out_n) cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, out);
+  cb__res_head(r, st->status, NULL, hs, st->nheaders, no_body ? CB__NO_BODY : (int64_t)n);
+  free(hbuf); /* the head is written (HTTP/1.1) or its fields copied (nghttp2) */
+  cb__echo_release(r->conn, hbytes);
+  if (out_n) cb__res_data(r, out, out_n, CB__DATA_HELD | CB__DATA_PIECE_END); /* the protocol owns it now */
+  r->u.stub.off = out_n;
+  r->u.stub.piece = 1;
+  cb__res_end(r);
+}
+
+static const cb__handler_t stub_body_handler = {
+    .on_body = tpl_body, .on_end = stub_end, .on_writable = stub_writable, .on_free = tpl_free_req};
 
 /* ---- building a stub from its public description ---- */
 
@@ -410,7 +535,26 @@ static int delay_dist(stub_t *st, const cb_response_t *res) {
   return 0;
 }
 
-static int stub_new(const cb_response_t *res, stub_t **out) {
+/* A templated response: its body and every header value compiled (template.c). Templates are sent whole from
+ * bytes: not in chunks, not with a fault (which would pace or cut the stub's fixed bytes). */
+static int templates(stub_t *st, const cb_response_t *res, cb_str_t pattern) {
+  if (res->chunks > 0 || st->fault.kind != CB__FAULT_NONE || res->body_kind != CB_BODY_BYTES)
+    return cb__bad_number(CB_FIELD_TEMPLATE, -1, CB_WHY_CONFLICT, res->templated);
+  st->tpl = 1;
+  int err = cb__tpl_compile(st->body, (size_t)st->len, pattern, &st->body_tpl);
+  if (err == UV_EINVAL) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_BAD_TEMPLATE, res->body.ptr, res->body.len);
+  if (err) return err;
+  if (st->nheaders > 0 && (st->hdr_tpl = calloc((size_t)st->nheaders, sizeof *st->hdr_tpl)) == NULL) return UV_ENOMEM;
+  for (int i = 0; i < st->nheaders; i++) {
+    err = cb__tpl_compile(st->headers[i].value, st->headers[i].value_len, pattern, &st->hdr_tpl[i]);
+    if (err == UV_EINVAL)
+      return cb__bad_bytes(CB_FIELD_HEADERS, i, CB_WHY_BAD_TEMPLATE, res->headers[i].value.ptr, res->headers[i].value.len);
+    if (err) return err;
+  }
+  return 0;
+}
+
+static int stub_new(const cb_response_t *res, cb_str_t pattern, stub_t **out) {
   *out = NULL;
   stub_t *st = calloc(1, sizeof *st);
   if (st == NULL) return UV_ENOMEM;
@@ -483,6 +627,7 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
     if (err == UV_EINVAL)
       err = cb__bad_bytes(CB_FIELD_FAULT, -1, CB_WHY_FAULT_EXCEEDS_BODY, res->fault.ptr, res->fault.len);
   }
+  if (err == 0 && res->templated) err = templates(st, res, pattern);
   if (err) {
     stub_free(st);
     return err;
@@ -503,6 +648,16 @@ int cb__check_name(cb_str_t name) {
 }
 
 /* ---- the public API ---- */
+
+/* Whether the stub (or a response of its sequence) has a template that inserts the request's body. */
+static int uses_body(const stub_t *st) {
+  if (st->tpl && st->body_tpl.uses_body) return 1;
+  for (int i = 0; st->tpl && i < st->nheaders; i++)
+    if (st->hdr_tpl[i].uses_body) return 1;
+  for (unsigned i = 0; i < st->nseq; i++)
+    if (uses_body(st->seq[i])) return 1;
+  return 0;
+}
 
 static void set_whole(stub_t *st, uint64_t sid) {
   st->whole = (cb__fixed_t){.status = st->status, .ctype = NULL, .extra = st->headers, .nextra = st->nheaders,
@@ -560,7 +715,7 @@ static int sequence_new(const cb_stub_t *stub, stub_t **out) {
   }
   st->fd = -1;
   for (size_t i = 0; i < n; i++) {
-    int err = stub_new(&stub->responses[i], &st->seq[i]);
+    int err = stub_new(&stub->responses[i], stub->match.path, &st->seq[i]);
     if (err) {
       stub_free(st);
       return err;
@@ -579,7 +734,7 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   if (stub == NULL || id == NULL) return UV_EINVAL;
   if (cb__check_name(stub->name)) return UV_EINVAL;
   stub_t *st;
-  int err = stub->nresponses > 0 ? sequence_new(stub, &st) : stub_new(&stub->response, &st);
+  int err = stub->nresponses > 0 ? sequence_new(stub, &st) : stub_new(&stub->response, stub->match.path, &st);
   if (err) return err;
   err = scenario_of(reg, stub, st);
   if (err) {
@@ -597,8 +752,8 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   }
   cb__route_t *rt;
   int claims = st->times > 0 || st->nseq > 0 || st->scen != NULL;
-  err = cb__route_new(&stub->match, name.ptr, name.len, claims ? &stub_claim_kind : &stub_kind, &stub_handler, st,
-                      &rt);
+  err = cb__route_new(&stub->match, name.ptr, name.len, claims ? &stub_claim_kind : &stub_kind,
+                      uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
     return err;

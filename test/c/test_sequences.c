@@ -329,3 +329,79 @@ TEST(seq_scenario_delay_refused) {
   ASSERT_EQ(cb_server_scenario_set(srv, CB_S(""), CB_S("y")), UV_EINVAL);
   test_stop(srv);
 }
+
+/* Templates: every placeholder in the body and a header, over keep-alive requests; a missing value is empty;
+ * {{seq}} counts this response's answers; an untemplated body keeps its "{{" as bytes. */
+TEST(template_body_and_header) {
+  cb_server_t *srv = start2();
+  static const char body[] = "id={{path.id}} q={{query.k}} h={{header.X-K}} m={{method}} s={{seq}} b={{body}}";
+  cb_header_t h[] = {{CB_S("x-echo"), CB_S("{{header.x-k}}-{{seq}}")}, {CB_S("x-q"), CB_S("<{{query.k}}>")}};
+  cb_stub_t st = on("/users/{id}");
+  st.response = resp(200, body);
+  st.response.headers = h;
+  st.response.nheaders = 2;
+  st.response.templated = 1;
+  cb_stub_t plain = on("/plain");
+  plain.response = resp(200, "{{path.id}}");
+  cb_stub_t all[] = {st, plain};
+  uint64_t ids[2];
+  ASSERT_EQ(cb_server_route_add_many(srv, all, 2, ids, NULL), 0);
+  int fd = cl_connect(cb_server_port(srv));
+  buf_t e = {0};
+  static const char want1[] = "id=42 q=a b h=V m=POST s=1 b=hello";
+  exp_head(&e, 200, NULL, "x-echo: V-1\r\nx-q: <a b>\r\n", (long)strlen(want1), CONN_NONE);
+  buf_adds(&e, want1);
+  ROUNDTRIP_S(fd, "POST /users/42?z=1&k=a%20b HTTP/1.1\r\nhost: x\r\nx-k: V\r\ncontent-length: 5\r\n\r\nhello", &e);
+  buf_reset(&e);
+  static const char want2[] = "id=7 q= h= m=GET s=2 b=";
+  exp_head(&e, 200, NULL, "x-echo: -2\r\nx-q: <>\r\n", (long)strlen(want2), CONN_NONE);
+  buf_adds(&e, want2);
+  ROUNDTRIP_S(fd, "GET /users/7 HTTP/1.1\r\nhost: x\r\n\r\n", &e);
+  /* A value that a header cannot hold loses its control bytes there (no response splitting); the body keeps
+   * them. */
+  buf_reset(&e);
+  static const char want3[] = "id=1 q= a\r\nset-cookie: x h= m=GET s=3 b=";
+  exp_head(&e, 200, NULL, "x-echo: -3\r\nx-q: < aset-cookie: x>\r\n", (long)strlen(want3), CONN_NONE);
+  buf_adds(&e, want3);
+  ROUNDTRIP_S(fd, "GET /users/1?k=+a%0d%0aset-cookie:+x HTTP/1.1\r\nhost: x\r\n\r\n", &e);
+  buf_free(&e);
+  expect(fd, "/plain", 200, "{{path.id}}");
+  close(fd);
+  test_stop(srv);
+}
+
+TEST(template_refused) {
+  cb_server_t *srv = start2();
+  cb_stub_t st = on("/t/{id}");
+  st.response = resp(200, "{{nope}}");
+  st.response.templated = 1;
+  refused(srv, &st, CB_FIELD_BODY, CB_WHY_BAD_TEMPLATE);
+  ASSERT_STR_EQ(cb_error_detail()->why_name, "bad_template");
+  st.response = resp(200, "{{path.other}}");
+  st.response.templated = 1;
+  refused(srv, &st, CB_FIELD_BODY, CB_WHY_BAD_TEMPLATE);
+  st.response = resp(200, "{{method");
+  st.response.templated = 1;
+  refused(srv, &st, CB_FIELD_BODY, CB_WHY_BAD_TEMPLATE);
+  cb_header_t h[] = {{CB_S("x-a"), CB_S("ok")}, {CB_S("x-b"), CB_S("{{query}}")}};
+  st.response = resp(200, "");
+  st.response.templated = 1;
+  st.response.headers = h;
+  st.response.nheaders = 2;
+  refused(srv, &st, CB_FIELD_HEADERS, CB_WHY_BAD_TEMPLATE);
+  ASSERT_EQ(cb_error_detail()->index, 1);
+  st.response = resp(200, "ab");
+  st.response.templated = 1;
+  st.response.chunks = 2;
+  refused(srv, &st, CB_FIELD_TEMPLATE, CB_WHY_CONFLICT);
+  st.response = resp(200, "ab");
+  st.response.templated = 1;
+  st.response.fault = CB_S("reset");
+  refused(srv, &st, CB_FIELD_TEMPLATE, CB_WHY_CONFLICT);
+  st.response = resp(200, "");
+  st.response.body_kind = CB_BODY_GENERATED;
+  st.response.body_size = 10;
+  st.response.templated = 1;
+  refused(srv, &st, CB_FIELD_TEMPLATE, CB_WHY_CONFLICT);
+  test_stop(srv);
+}
