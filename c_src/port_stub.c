@@ -186,7 +186,7 @@ static int decode_responses(const char *buf, int *idx, cb_stub_t *st, void **mem
 }
 
 enum { K_STATUS = 1, K_HEADERS = 2, K_BODY = 4, K_DELAY_MS = 8, K_CHUNKS = 16, K_TIMES = 32, K_FAULT = 64,
-       K_DELAY = 128, K_RESPONSES = 256, K_AFTER = 512 };
+       K_DELAY = 128, K_RESPONSES = 256, K_AFTER = 512, K_TEMPLATE = 1024 };
 
 /* Response: #{status, headers, body, delay_ms, chunks, times} and optionally fault and delay, each key once; or,
  * where seq is not NULL (a stub's own response), a sequence: #{responses, after, times}. */
@@ -194,11 +194,15 @@ static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_a
                            void **mem) {
   int arity, seen = 0, n;
   unsigned long long u;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 3 || arity > 8) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 3 || arity > 9) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
-    if (strcmp(key, "delay") == 0 && !(seen & K_DELAY)) {
+    if (strcmp(key, "template") == 0 && !(seen & K_TEMPLATE)) {
+      if (!port_is_atom(buf, idx, "true")) return -1;
+      res->templated = 1;
+      seen |= K_TEMPLATE;
+    } else if (strcmp(key, "delay") == 0 && !(seen & K_DELAY)) {
       if (decode_delay(buf, idx, res) != 0) return -1;
       seen |= K_DELAY;
     } else if (seq != NULL && strcmp(key, "responses") == 0 && !(seen & K_RESPONSES)) {
@@ -260,7 +264,7 @@ static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_a
     }
   }
   if (seen & (K_RESPONSES | K_AFTER)) return seen == (K_RESPONSES | K_AFTER | K_TIMES) && arity == 3 ? 0 : -1;
-  return (seen & 63) == 63 && arity == 6 + !!(seen & K_FAULT) + !!(seen & K_DELAY) ? 0 : -1;
+  return (seen & 63) == 63 && arity == 6 + !!(seen & K_FAULT) + !!(seen & K_DELAY) + !!(seen & K_TEMPLATE) ? 0 : -1;
 }
 
 /* {ok, Id}, or a refused field as cbench_spec names it: {error, {bad_stub, {Field, Value, Why}}} from
@@ -278,7 +282,8 @@ void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_respon
       [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
       [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
       [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
-      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"}};
+      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
+      [CB_FIELD_TEMPLATE] = {"response", "template"}};
   if (err != CB_EINVAL || d->err != CB_EINVAL || d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT ||
       keys[d->field][0] == NULL) {
     port_reply_id(err, id);

@@ -166,7 +166,7 @@ route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
           {{ok, pos_integer()} | {error, term()}, handle()}.
 route_add(H0, Match, Response = #{responses := Items}) ->
     %% A sequence: each response prepared as a single one; the router hands them out in turn.
-    Prepared = [prepare(I) || I <- Items],
+    Prepared = [template(Match, prepare(I)) || I <- Items],
     case [E || {error, _} = E <- Prepared] of
         [Error | _] -> {Error, H0};
         [] ->
@@ -200,7 +200,18 @@ prepare(Response) ->
         Other -> Other
     end.
 
-add(H0 = #h{next_id = Id}, Match, Prepared) ->
+%% A template's pieces (cbench_spec:template_pieces/1, checked already), with what a request needs
+%% to render them: the stub's path (for its parameters) and the count of its answers ({{seq}}).
+template(Match, {ok, R = #{template := true, body := {data, B}, headers := Hs}}) ->
+    {ok, BodyT} = cbench_spec:template_pieces(B),
+    HeadersT = [{N, element(2, cbench_spec:template_pieces(V))} || {N, V} <- Hs],
+    {ok, R#{tpl_body => BodyT, tpl_headers => HeadersT, tpl_seq => atomics:new(1, []),
+            tpl_path => maps:get(path, Match),
+            tpl_uses_body => lists:member(body, lists:append([BodyT | [T || {_, T} <- HeadersT]]))}};
+template(_Match, Other) -> Other.
+
+add(H0 = #h{next_id = Id}, Match, Prepared0) ->
+    Prepared = template(Match, Prepared0),
     case {Prepared, scenario_of(H0, Match)} of
         {{ok, R}, {ok, Scen, H = #h{stubs = Stubs}}} ->
             Left = case R of

@@ -16,7 +16,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         path_matches/2]).
+         path_matches/2, query_fields/1]).
 
 -export_type([table/0, target/0]).
 
@@ -223,8 +223,9 @@ all_present(Matchers, Fields) ->
                  ({N, {equal, V}}) -> lists:member({N, V}, Fields)
               end, Matchers).
 
-%% A query string split into its `name=value' fields (`name' alone has the value <<>>),
+%% @doc A query string split into its `name=value' fields (`name' alone has the value <<>>),
 %% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).
+-spec query_fields(binary()) -> [{binary(), binary()}].
 query_fields(<<>>) -> [];
 query_fields(Query) ->
     [case binary:split(F, <<"=">>) of

@@ -194,6 +194,10 @@ static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res,
       !get_str(env, v, &res->fault))
     return 0;
   if (!get_times(env, map, &res->times)) return 0;
+  if (get_map_value(env, map, atom_template, &v)) {
+    if (!enif_is_identical(v, atom_true)) return 0;
+    res->templated = 1;
+  }
   return !get_map_value(env, map, atom_delay, &v) || decode_delay(env, v, res);
 }
 
@@ -244,7 +248,8 @@ ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const c
       [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
       [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
       [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
-      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"}};
+      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
+      [CB_FIELD_TEMPLATE] = {"response", "template"}};
   if (d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT || keys[d->field][0] == NULL)
     return nif_error(env, err);
   ERL_NIF_TERM term = enif_make_atom(env, keys[d->field][0]), key = enif_make_atom(env, keys[d->field][1]);

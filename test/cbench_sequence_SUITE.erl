@@ -12,16 +12,19 @@
 -export([all/0, groups/0, init_per_suite/1, end_per_suite/1, init_per_group/2, end_per_group/2,
          init_per_testcase/2, end_per_testcase/2]).
 -export([retry_503_503_200/1, sequence_after/1, scenario_three_states/1, delay_seeded/1,
-         bad_terms/1, sequence_h2c/1, scenario_h2c/1]).
+         bad_terms/1, template_body_and_header/1, sequence_h2c/1, scenario_h2c/1,
+         template_h2c/1]).
 
 -define(READ_MS, 10000).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
-    Http1 = [retry_503_503_200, sequence_after, scenario_three_states, delay_seeded, bad_terms],
-    [{nif, [], Http1 ++ [sequence_h2c, scenario_h2c]},
-     {port, [], Http1 ++ [sequence_h2c, scenario_h2c]},
+    Http1 = [retry_503_503_200, sequence_after, scenario_three_states, delay_seeded, bad_terms,
+             template_body_and_header],
+    H2c = [sequence_h2c, scenario_h2c, template_h2c],
+    [{nif, [], Http1 ++ H2c},
+     {port, [], Http1 ++ H2c},
      {ehttpd, [], Http1}].
 
 init_per_suite(Config) ->
@@ -207,6 +210,62 @@ bad_terms(Config) ->
     ?assertEqual({error, {bad_stub, {{match, scenario}, <<"c">>, unknown_key}}},
                  cbench:handle(S, #{path => "/h", scenario => c}, self(), #{})),
     ?assertEqual([], cbench:stubs(S)).
+
+%% @doc A templated body and header: every placeholder, a missing value empty, {{seq}} counting
+%% the answers, a header value rid of the control bytes a query brought; a body without
+%% `template' keeps its braces; bad templates refused alike on every engine.
+template_body_and_header(Config) ->
+    S = proplists:get_value(server, Config),
+    add_user(S),
+    {ok, _} = cbench:stub(S, "/plain", #{body => <<"{{method}}">>}),
+    {ok, {{_, 200, _}, H1, B1}} =
+        httpc:request(post, {cbench:url(S, "/users/42?z=1&k=a%20b"), [{"x-k", "V"}],
+                             "text/plain", <<"hello">>}, [], [{body_format, binary}]),
+    ?assertEqual(<<"id=42 q=a b h=V m=POST s=1 b=hello">>, B1),
+    ?assertEqual({"V-1", "<a b>"}, {proplists:get_value("x-echo", H1),
+                                    proplists:get_value("x-q", H1)}),
+    {ok, {{_, 200, _}, H2, B2}} =
+        httpc:request(get, {cbench:url(S, "/users/7?k=+a%0d%0aset-cookie:+x"), []}, [],
+                      [{body_format, binary}]),
+    ?assertEqual(<<"id=7 q= a\r\nset-cookie: x h= m=GET s=2 b=">>, B2),
+    ?assertEqual({"-2", "< aset-cookie: x>", undefined},
+                 {proplists:get_value("x-echo", H2), proplists:get_value("x-q", H2),
+                  proplists:get_value("set-cookie", H2)}),
+    ?assertEqual({200, <<"{{method}}">>}, http_get(cbench:url(S, "/plain"))),
+    Bad = [{"/t/{id}", #{template => true, body => <<"{{nope}}">>},
+            {{response, body}, <<"{{nope}}">>, bad_template}},
+           {"/t/{id}", #{template => true, body => "{{path.other}}"},
+            {{response, body}, "{{path.other}}", bad_template}},
+           {"/t", #{template => true, body => <<"{{method">>},
+            {{response, body}, <<"{{method">>, bad_template}},
+           {"/t", #{template => true, headers => [{"x-b", "{{query}}"}]},
+            {{response, headers, <<"x-b">>}, <<"{{query}}">>, bad_template}},
+           {"/t", #{template => true, body => <<"ab">>, chunks => {2, 0}},
+            {{response, template}, true, conflict}},
+           {"/t", #{template => true, fault => reset}, {{response, template}, true, conflict}},
+           {"/t", #{template => true, body => {bytes, 10}}, {{response, template}, true, conflict}},
+           {"/t", #{template => yes}, {{response, template}, yes, wrong_type}},
+           {"/t", #{responses => [#{template => true, body => <<"{{x}}">>}]},
+            {{response, body}, <<"{{x}}">>, bad_template}}],
+    [?assertEqual({M, R, {error, {bad_stub, W}}}, {M, R, cbench:stub(S, M, R)})
+     || {M, R, W} <- Bad].
+
+add_user(S) ->
+    {ok, _} = cbench:stub(S, "/users/{id}",
+                          #{template => true,
+                            headers => [{"x-echo", "{{header.x-k}}-{{seq}}"},
+                                        {"x-q", "<{{query.k}}>"}],
+                            body => <<"id={{path.id}} q={{query.k}} h={{header.X-K}} m={{method}} "
+                                      "s={{seq}} b={{body}}">>}).
+
+%% @doc Over h2c: a templated body for each stream.
+template_h2c(Config) ->
+    S = proplists:get_value(server, Config),
+    add_user(S),
+    A = h2_connect(cbench:port(S)),
+    ?assertEqual([<<"id=1 q= h= m=GET s=1 b=">>, <<"id=2 q=x h= m=GET s=2 b=">>],
+                 [h2_body(A, 1, "/users/1"), h2_body(A, 3, "/users/2?k=x")]),
+    gen_tcp:close(A).
 
 %% @doc Over h2c (C engine): a sequence's bodies in turn, on streams of one connection and of a
 %% second one, with each status in the journal.
