@@ -405,3 +405,105 @@ TEST(template_refused) {
   refused(srv, &st, CB_FIELD_TEMPLATE, CB_WHY_CONFLICT);
   test_stop(srv);
 }
+
+/* ---- the stub file (c_src/stub_json.c) ---- */
+
+#include <unistd.h>
+
+#include "stub_json.h"
+
+static const char *json_tmp(const char *name) {
+  static char p[512];
+  const char *t = getenv("TMPDIR");
+  snprintf(p, sizeof p, "%s/cbench-seq-%d-%s", t && *t ? t : "/tmp", (int)getpid(), name);
+  return p;
+}
+
+static int load_json(cb_server_t *srv, const char *text, char *msg, size_t cap) {
+  const char *path = json_tmp("stubs.json");
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(text, f);
+  fclose(f);
+  int n = cb_stubs_json_load(srv, path, msg, cap);
+  unlink(path);
+  return n;
+}
+
+/* A sequence, a scenario, a seeded delay and a template from one file answer as their C counterparts. */
+TEST(seq_json_file) {
+  cb_server_t *srv = start2();
+  char msg[1024] = "";
+  static const char text[] =
+      "[{\"match\": {\"path\": \"/r\"}, \"response\": {\"responses\": [{\"status\": 503, \"body\": \"b\"},\n"
+      "   {\"status\": 200, \"body\": \"ok\"}], \"after\": \"cycle\"}},\n"
+      " {\"match\": {\"path\": \"/c\", \"scenario\": \"s\", \"when\": \"started\", \"then\": \"two\"},\n"
+      "  \"response\": {\"body\": \"one\"}},\n"
+      " {\"match\": {\"path\": \"/c\", \"scenario\": \"s\", \"when\": \"two\"}, \"response\": {\"body\": \"two\"}},\n"
+      " {\"match\": {\"path\": \"/d\"}, \"response\": {\"delay\": {\"uniform\": [1, 20]}, \"delay_seed\": 7,\n"
+      "  \"body\": \"d\"}},\n"
+      " {\"match\": {\"path\": \"/u/{id}\"}, \"response\": {\"template\": true, \"body\": \"<{{path.id}}>\",\n"
+      "  \"headers\": {\"x-m\": \"{{method}}\"}}}]\n";
+  ASSERT_EQ(load_json(srv, text, msg, sizeof msg), 5);
+  int fd = cl_connect(cb_server_port(srv));
+  expect(fd, "/r", 503, "b");
+  expect(fd, "/r", 200, "ok");
+  expect(fd, "/r", 503, "b");
+  expect(fd, "/c", 200, "one");
+  expect(fd, "/c", 200, "two");
+  expect(fd, "/c", 200, "two");
+  buf_t e = {0};
+  exp_head(&e, 200, NULL, "x-m: GET\r\n", 4, CONN_NONE);
+  buf_adds(&e, "<42>");
+  ROUNDTRIP_S(fd, "GET /u/42 HTTP/1.1\r\nhost: x\r\n\r\n", &e);
+  buf_free(&e);
+  close(fd);
+  unsigned got[3];
+  delays(srv, "/d", 3, got);
+  cb__fault_t f;
+  memset(&f, 0, sizeof f);
+  f.dist = 1;
+  f.ms = 1;
+  f.max_ms = 20;
+  f.seed = 7;
+  for (int i = 0; i < 3; i++) ASSERT_EQ(got[i], cb__fault_delay_ms(&f, (uint64_t)i, 3600000));
+  test_stop(srv);
+}
+
+TEST(seq_json_errors) {
+  static const struct {
+    const char *text, *msg;
+  } cases[] = {
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"responses\": []}}]",
+       "stubs[0].response.responses: empty: a sequence has at least one response"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"responses\": [{}], \"status\": 200}}]",
+       "stubs[0].response.status: unknown_key: a sequence takes responses, after and times"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"responses\": [{}, {\"times\": 2}]}}]",
+       "stubs[0].response.responses[1].times: unknown_key: unknown field"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"responses\": [{\"status\": 99}]}}]",
+       "stubs[0].response.responses[0].status: out_of_range: must be an integer from 200 to 599"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"responses\": [{}], \"after\": \"never\"}}]",
+       "stubs[0].response.after: out_of_range: must be \"last\", \"cycle\" or \"not_found\""},
+      {"[{\"match\": {\"path\": \"/a\", \"when\": \"x\"}}]", "stubs[0].match.when: needs_scenario: \"x\" (docs/routes.md)"},
+      {"[{\"match\": {\"path\": \"/a\", \"scenario\": 1}}]", "stubs[0].match.scenario: wrong_type: must be a string"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"delay\": {\"uniform\": [9, 3]}}}]",
+       "stubs[0].response.delay: min_above_max: the lower end is above the upper end"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"delay\": {\"lognormal\": [9, 0]}}}]",
+       "stubs[0].response.delay: out_of_range: milliseconds from 0 to 3600000, a sigma above 0 and at most 10"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"delay\": 3, \"delay_ms\": 3}}]",
+       "stubs[0].response.delay_ms: conflict: give delay or delay_ms, not both"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"template\": true, \"body\": \"{{x}}\"}}]",
+       "stubs[0].response.body: bad_template: \"{{x}}\" (docs/routes.md)"},
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"template\": 1}}]",
+       "stubs[0].response.template: wrong_type: must be true or false"},
+  };
+  cb_server_t *srv = start2();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char msg[1024] = "";
+    ASSERT_EQ(load_json(srv, cases[i].text, msg, sizeof msg), -1);
+    const char *m = strstr(msg, ": stubs");
+    ASSERT_NOT_NULL(m);
+    ASSERT_STR_EQ(m + 2, cases[i].msg);
+  }
+  test_stop(srv);
+}
