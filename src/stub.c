@@ -87,6 +87,8 @@ static void stub_free(void *arg) {
  * swap and then finds times used up by a racing request has moved the state without an answer from this stub.) */
 static int stub_claim(const cb__route_t *rt, cb__req_t *r) {
   stub_t *st = rt->arg;
+  if (st->scen == NULL && st->nseq == 0) /* times alone: one atomic, as before sequences and scenarios */
+    return __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) < st->times;
   if (st->times > 0 && __atomic_load_n(&st->claimed, __ATOMIC_RELAXED) >= st->times) return 0;
   if (st->nseq > 0 && st->after == CB_AFTER_NOT_FOUND && __atomic_load_n(&st->seq_next, __ATOMIC_RELAXED) >= st->nseq)
     return 0;
