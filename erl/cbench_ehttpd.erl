@@ -196,7 +196,14 @@ prepare(Response) ->
                     _ -> {ok, Response}
                 end,
     case fault_run(Response1) of
-        {ok, R = #{delay := _}} -> {ok, R#{delay_draws => atomics:new(1, [])}};
+        {ok, R = #{delay := {Dist, Ms, P, Seed}}} ->
+            %% Drawn as the delay fault draws (cbench_fault:delay_ms/3): its parameters as a fault's.
+            {ok, Base} = cbench_fault:parse(<<"delay">>),
+            F = case Dist of
+                    uniform -> Base#{dist := uniform, ms := Ms, max := P, seed := Seed};
+                    lognormal -> Base#{dist := lognormal, ms := Ms, sigma := P, seed := Seed}
+                end,
+            {ok, R#{delay_run => F, delay_draws => atomics:new(1, [])}};
         Other -> Other
     end.
 

@@ -929,13 +929,8 @@ edge_trim(V) -> string:trim(V, both, " \t").
 %% A stub's delay: delay_ms, or the n-th draw of its distribution (the n-th answer of this
 %% response, over every connection), as the delay fault draws (cbench_fault:delay_ms/3) and as
 %% src/stub.c does, so that a seed gives the same delays on every engine.
-stub_delay(#{delay := {Dist, Ms, P, Seed}, delay_draws := A}) ->
-    N = atomics:add_get(A, 1, 1) - 1,
-    F = case Dist of
-            uniform -> #{dist => uniform, ms => Ms, max => P, seed => Seed};
-            lognormal -> #{dist => lognormal, ms => Ms, sigma => P, seed => Seed}
-        end,
-    cbench_fault:delay_ms(F, N, 3600000);
+stub_delay(#{delay_run := F, delay_draws := A}) ->
+    cbench_fault:delay_ms(F, atomics:add_get(A, 1, 1) - 1, 3600000);
 stub_delay(#{delay_ms := Ms}) -> Ms.
 
 %% The head goes with the first piece, each next piece `Interval' ms after the one before, the

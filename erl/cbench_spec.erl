@@ -60,7 +60,10 @@
 -type canon_response() :: canon_single() | canon_sequence().
 %% A sequence: its responses in turn, then as `after' says (docs/beam.md).
 -type canon_sequence() :: #{responses := [canon_single()], 'after' := last | cycle | not_found,
-                            times := pos_integer() | infinity}.
+                            times := pos_integer() | infinity,
+                            %% The ehttpd engine's: the responses to hand out, and how many were.
+                            seq_items => tuple(), seq_n => pos_integer(),
+                            seq_next => atomics:atomics_ref()}.
 %% A drawn delay: its distribution and seed (delay_ms is then the lower end or the median).
 -type drawn_delay() :: {uniform, non_neg_integer(), non_neg_integer(), non_neg_integer()}
                      | {lognormal, non_neg_integer(), float(), non_neg_integer()}.
@@ -78,7 +81,14 @@
                             %% and its fault parsed, with the counter of its rate's draws.
                             file_size => non_neg_integer(),
                             fault_run => cbench_fault:fault(),
-                            fault_draws => atomics:atomics_ref()}.
+                            fault_draws => atomics:atomics_ref(),
+                            %% And a drawn delay's parameters and draws, a template's pieces, the
+                            %% stub's path and the count of its answers.
+                            delay_run => cbench_fault:fault(),
+                            delay_draws => atomics:atomics_ref(),
+                            tpl_body => [term()], tpl_headers => [{binary(), [term()]}],
+                            tpl_seq => atomics:atomics_ref(), tpl_path => canon_path(),
+                            tpl_uses_body => boolean()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | pos_integer(), since := non_neg_integer()}.
 -type why() :: atom().

@@ -200,6 +200,8 @@ static void stub_tick(cb__req_t *r) {
 
 /* Room in the output: the stub's own pieces, or those of a fault that paces its body. */
 static void stub_writable(cb__req_t *r) {
+  const stub_t *st = r->stub;
+  if (st == NULL || st->tpl) return; /* not begun (stub_end notes the stub), or a template's answer went whole */
   if (cb__fault_pacing(r))
     cb__fault_writable(r);
   else

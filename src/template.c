@@ -112,10 +112,13 @@ static int hexval(char ch) {
   return -1;
 }
 
-/* Percent-decodes src (and '+' as space) into dst (NULL: only counts), as the query matchers decode. */
-static size_t url_decode(char *dst, const char *src, size_t n) {
+static int header_byte(char c) { return (unsigned char)c >= 0x20 ? c != 0x7f : c == '\t'; }
+
+/* Percent-decodes src (and '+' as space) into dst (NULL: only counts), as the query matchers decode; header:
+ * the decoded bytes a field value cannot hold are left out. */
+static size_t url_decode(char *dst, const char *src, size_t n, int header) {
   size_t o = 0;
-  for (size_t i = 0; i < n; i++, o++) {
+  for (size_t i = 0; i < n; i++) {
     char c = src[i];
     if (c == '+') {
       c = ' ';
@@ -123,7 +126,9 @@ static size_t url_decode(char *dst, const char *src, size_t n) {
       c = (char)(hexval(src[i + 1]) << 4 | hexval(src[i + 2]));
       i += 2;
     }
+    if (header && !header_byte(c)) continue;
     if (dst) dst[o] = c;
+    o++;
   }
   return o;
 }
@@ -138,7 +143,7 @@ static int query_value(const cb__req_t *r, const char *name, size_t n, const cha
     const char *eq = memchr(p, '=', (size_t)(fe - p));
     const char *ne = eq ? eq : fe;
     char dec[256];
-    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p)) == n && memcmp(dec, name, n) == 0) {
+    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p), 0) == n && memcmp(dec, name, n) == 0) {
       *v = eq ? eq + 1 : fe;
       *vl = (size_t)(fe - *v);
       return 1;
@@ -164,7 +169,7 @@ static size_t put_value(char *dst, const char *v, size_t n, int header) {
   }
   size_t o = 0;
   for (size_t i = 0; i < n; i++)
-    if ((unsigned char)v[i] >= 0x20 ? v[i] != 0x7f : v[i] == '\t') {
+    if (header_byte(v[i])) {
       if (dst) dst[o] = v[i];
       o++;
     }
@@ -206,17 +211,8 @@ size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, 
         const char *raw;
         size_t rl;
         if (query_value(r, pc->str, pc->len, &raw, &rl)) {
-          /* Decoded, as the matchers compare it: the decoded bytes are never more than the raw ones. */
-          if (header) {
-            char tmp[8192];
-            size_t dl = url_decode(NULL, raw, rl);
-            if (dl <= sizeof tmp) {
-              url_decode(tmp, raw, rl);
-              o += put_value(dst ? dst + o : NULL, tmp, dl, 1);
-            }
-          } else {
-            o += dst ? url_decode(dst + o, raw, rl) : url_decode(NULL, raw, rl);
-          }
+          /* Decoded, as the matchers compare it. */
+          o += url_decode(dst ? dst + o : NULL, raw, rl, header);
         }
         continue;
       }
