@@ -12,9 +12,10 @@
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
               {url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
-              {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
-              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1},
-              {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1}, {replies, 1}]).
+              {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
+              {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4},
+              {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1},
+              {replies, 1}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
