@@ -8,6 +8,7 @@
  *   {route_add, Match, Response}     ->  {ok, Id} | {error, Reason}       (port_stub.c)
  *   {route_remove, Id} | route_reset ->  ok | {error, Reason}
  *   stubs                            ->  {ok, [#{id, name, hits, left}]}
+ *   {scenario, Name} | {scenario_set, Name, State} | scenarios_reset   (port_scenario.c)
  *   {requests, Filter}               ->  {ok, [Entry]} | {error, Reason}  (port_journal.c)
  *   requests_clear                   ->  ok | {error, Reason}
  *   {journal_listen, Bool}           ->  ok | {error, Reason}
@@ -541,6 +542,8 @@ static void atom_command(const char *cmd) {
     if (started()) port_reply_result(cb_server_up(port_server));
   } else if (strcmp(cmd, "route_reset") == 0) {
     if (started()) port_route_reset();
+  } else if (strcmp(cmd, "scenarios_reset") == 0) {
+    if (started()) port_scenarios_reset();
   } else if (strcmp(cmd, "stubs") == 0) {
     if (started()) port_stubs();
   } else if (strcmp(cmd, "requests_clear") == 0) {
@@ -556,6 +559,10 @@ static void tuple_command(const char *cmd, int arity, const char *buf, int *args
     do_start(buf, args);
   } else if (strcmp(cmd, "route_add") == 0 && arity == 3) {
     if (started()) port_route_add(buf, args);
+  } else if (strcmp(cmd, "scenario") == 0 && arity == 2) {
+    if (started()) port_scenario(buf, args);
+  } else if (strcmp(cmd, "scenario_set") == 0 && arity == 3) {
+    if (started()) port_scenario_set(buf, args);
   } else if (strcmp(cmd, "route_remove") == 0 && arity == 2) {
     if (started()) port_route_remove(buf, args);
   } else if (strcmp(cmd, "requests") == 0 && arity == 2) {

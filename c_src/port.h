@@ -75,6 +75,9 @@ void port_reply(const char *buf, int *idx);
 
 /* The commands of port_stub.c and port_journal.c; each reads its arguments at *idx and replies. */
 void port_route_add(const char *buf, int *idx);
+void port_scenario(const char *buf, int *idx);
+void port_scenario_set(const char *buf, int *idx);
+void port_scenarios_reset(void);
 /* The reply to a route or handler add: {ok, Id}, or {error, {bad_stub, {Field, Value, Why}}} (port_stub.c). */
 void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_response_t *res);
 void port_route_remove(const char *buf, int *idx);

@@ -12,7 +12,7 @@ static void encode_bin(ei_x_buff *x, cb_str_t s) { ei_x_encode_binary(x, s.ptr ?
 
 static void encode_entry(ei_x_buff *x, const cb_request_t *q) {
   const char *proto = cb_proto_name(q->proto);
-  ei_x_encode_map_header(x, 18);
+  ei_x_encode_map_header(x, 19);
   ei_x_encode_atom(x, "seq");
   ei_x_encode_ulonglong(x, q->seq);
   ei_x_encode_atom(x, "time_us");
@@ -58,6 +58,8 @@ static void encode_entry(ei_x_buff *x, const cb_request_t *q) {
   ei_x_encode_ulonglong(x, q->duration_us);
   ei_x_encode_atom(x, "fault");
   ei_x_encode_atom_len(x, q->fault.len ? q->fault.ptr : "undefined", q->fault.len ? (int)q->fault.len : 9);
+  ei_x_encode_atom(x, "delay_ms");
+  ei_x_encode_ulong(x, q->delay_ms);
 }
 
 /* An optional binary: `undefined` is absent. */

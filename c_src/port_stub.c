@@ -3,6 +3,7 @@
  * route_reset and the stub list. Strings point into the frame, which lives while the command runs;
  * cb_server_route_add copies what it keeps.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "port.h"
@@ -54,10 +55,29 @@ static int get_method(const char *buf, int *idx, void *out, int i) {
   return 0;
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority}, each key once. */
+/* A label or undefined ({NULL, 0}). */
+static int get_label(const char *buf, int *idx, cb_str_t *out) {
+  if (port_is_atom(buf, idx, "undefined")) {
+    *out = (cb_str_t){NULL, 0};
+    return 0;
+  }
+  return port_get_bin(buf, idx, out);
+}
+
+/* scenario: {Name, When | undefined, Then | undefined} (issue 25). */
+static int decode_scenario(const char *buf, int *idx, cb_stub_t *st) {
+  int arity;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 3) return -1;
+  return port_get_bin(buf, idx, &st->scenario) != 0 || get_label(buf, idx, &st->when) != 0 ||
+                 get_label(buf, idx, &st->then) != 0
+             ? -1
+             : 0;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority} and optionally scenario, each key once. */
 int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
   int arity, seen = 0, n;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 6 || arity > 7) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
@@ -91,11 +111,14 @@ int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a
       if (ei_decode_long(buf, idx, &p) != 0 || p < -2147483647L || p > 2147483647L) return -1;
       st->match.priority = (int)p;
       seen |= 32;
+    } else if (strcmp(key, "scenario") == 0 && !(seen & 64)) {
+      if (decode_scenario(buf, idx, st) != 0) return -1;
+      seen |= 64;
     } else {
       return -1;
     }
   }
-  return seen == 63 ? 0 : -1;
+  return (seen & 63) == 63 && arity == 6 + !!(seen & 64) ? 0 : -1;
 }
 
 /* {data, Bin} | {bytes, N} | {file, Path} */
@@ -120,15 +143,82 @@ static int decode_body(const char *buf, int *idx, cb_response_t *res) {
   return -1;
 }
 
-/* Response: #{status, headers, body, delay_ms, chunks, times} and optionally fault, each key once. */
-static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_arrays_t *a) {
+/* delay: {uniform, Min, Max, Seed} | {lognormal, Median, Sigma, Seed} (issue 25). */
+static int decode_delay(const char *buf, int *idx, cb_response_t *res) {
+  int arity, uniform;
+  unsigned long long a, b, seed;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 4) return -1;
+  if ((uniform = port_is_atom(buf, idx, "uniform")) == 0 && !port_is_atom(buf, idx, "lognormal")) return -1;
+  if (port_get_uint(buf, idx, UINT32_MAX, &a) != 0) return -1;
+  res->delay_ms = (unsigned)a;
+  if (uniform) {
+    if (port_get_uint(buf, idx, UINT32_MAX, &b) != 0) return -1;
+    res->delay_max_ms = (unsigned)b;
+    res->delay_dist = CB_DELAY_UNIFORM;
+  } else {
+    if (ei_decode_double(buf, idx, &res->delay_sigma) != 0) return -1;
+    res->delay_dist = CB_DELAY_LOGNORMAL;
+  }
+  if (port_get_uint(buf, idx, UINT64_MAX, &seed) != 0) return -1;
+  res->delay_seed = seed;
+  return 0;
+}
+
+static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_arrays_t *a, cb_stub_t *seq,
+                           void **mem);
+
+/* A sequence's responses (issue 25): each decoded into one malloc'ed block of responses and their header
+ * arrays, which the caller frees (*mem). */
+static int decode_responses(const char *buf, int *idx, cb_stub_t *st, void **mem) {
+  int n;
+  if (ei_decode_list_header(buf, idx, &n) != 0 || n <= 0 || n > CB_MAX_RESPONSES || *mem != NULL) return -1;
+  cb_response_t *rs = calloc((size_t)n, sizeof *rs + sizeof(stub_arrays_t));
+  if (rs == NULL) return -1;
+  *mem = rs;
+  stub_arrays_t *arrays = (stub_arrays_t *)(rs + n);
+  for (int i = 0; i < n; i++)
+    if (decode_response(buf, idx, &rs[i], &arrays[i], NULL, NULL) != 0) return -1;
+  int tail;
+  if (ei_decode_list_header(buf, idx, &tail) != 0 || tail != 0) return -1;
+  st->responses = rs;
+  st->nresponses = (size_t)n;
+  return 0;
+}
+
+enum { K_STATUS = 1, K_HEADERS = 2, K_BODY = 4, K_DELAY_MS = 8, K_CHUNKS = 16, K_TIMES = 32, K_FAULT = 64,
+       K_DELAY = 128, K_RESPONSES = 256, K_AFTER = 512, K_TEMPLATE = 1024 };
+
+/* Response: #{status, headers, body, delay_ms, chunks, times} and optionally fault and delay, each key once; or,
+ * where seq is not NULL (a stub's own response), a sequence: #{responses, after, times}. */
+static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_arrays_t *a, cb_stub_t *seq,
+                           void **mem) {
   int arity, seen = 0, n;
   unsigned long long u;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 6 || arity > 7) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 3 || arity > 9) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
-    if (strcmp(key, "status") == 0) {
+    if (strcmp(key, "template") == 0 && !(seen & K_TEMPLATE)) {
+      if (!port_is_atom(buf, idx, "true")) return -1;
+      res->templated = 1;
+      seen |= K_TEMPLATE;
+    } else if (strcmp(key, "delay") == 0 && !(seen & K_DELAY)) {
+      if (decode_delay(buf, idx, res) != 0) return -1;
+      seen |= K_DELAY;
+    } else if (seq != NULL && strcmp(key, "responses") == 0 && !(seen & K_RESPONSES)) {
+      if (decode_responses(buf, idx, seq, mem) != 0) return -1;
+      seen |= K_RESPONSES;
+    } else if (seq != NULL && strcmp(key, "after") == 0 && !(seen & K_AFTER)) {
+      if (port_is_atom(buf, idx, "last"))
+        seq->after = CB_AFTER_LAST;
+      else if (port_is_atom(buf, idx, "cycle"))
+        seq->after = CB_AFTER_CYCLE;
+      else if (port_is_atom(buf, idx, "not_found"))
+        seq->after = CB_AFTER_NOT_FOUND;
+      else
+        return -1;
+      seen |= K_AFTER;
+    } else if (strcmp(key, "status") == 0) {
       if (port_get_uint(buf, idx, 599, &u) != 0) return -1;
       res->status = (int)u;
       seen |= 1;
@@ -173,7 +263,8 @@ static int decode_response(const char *buf, int *idx, cb_response_t *res, stub_a
       return -1;
     }
   }
-  return (seen & 63) == 63 && arity == 6 + !!(seen & 64) ? 0 : -1;
+  if (seen & (K_RESPONSES | K_AFTER)) return seen == (K_RESPONSES | K_AFTER | K_TIMES) && arity == 3 ? 0 : -1;
+  return (seen & 63) == 63 && arity == 6 + !!(seen & K_FAULT) + !!(seen & K_DELAY) + !!(seen & K_TEMPLATE) ? 0 : -1;
 }
 
 /* {ok, Id}, or a refused field as cbench_spec names it: {error, {bad_stub, {Field, Value, Why}}} from
@@ -188,7 +279,11 @@ void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_respon
       [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
       [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
       [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
-      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
+      [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
+      [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
+      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
+      [CB_FIELD_TEMPLATE] = {"response", "template"}};
   if (err != CB_EINVAL || d->err != CB_EINVAL || d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT ||
       keys[d->field][0] == NULL) {
     port_reply_id(err, id);
@@ -236,13 +331,17 @@ void port_route_add(const char *buf, int *idx) {
   stub_arrays_t arrays;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
-  if (port_decode_match(buf, idx, &st, &arrays) != 0 || decode_response(buf, idx, &st.response, &arrays) != 0) {
+  void *mem = NULL;
+  if (port_decode_match(buf, idx, &st, &arrays) != 0 ||
+      decode_response(buf, idx, &st.response, &arrays, &st, &mem) != 0) {
+    free(mem);
     port_reply_error_atom("badarg");
     return;
   }
   uint64_t id = 0;
   int err = cb_server_route_add(port_server, &st, &id); /* sets id: before the call that reads it */
   port_reply_added(err, id, &st.match, &st.response);
+  free(mem);
 }
 
 void port_route_remove(const char *buf, int *idx) {

@@ -5,16 +5,17 @@
 
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2, admin_url/1,
          stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
--export([stub/3, unstub/2, stubs/1, reset/1, requests/1, requests/2, clear_requests/1,
-         expect/4, verify/1, await/4, down/1, up/1]).
+-export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
+         clear_requests/1, expect/4, verify/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
-              {url, 2}, {admin_url, 1}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0}, {stop, 0},
-              {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {requests, 1}, {requests, 2},
-              {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4}, {down, 1}, {up, 1},
-              {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1}, {replies, 1}]).
+              {url, 2}, {admin_url, 1}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0},
+              {stop, 0}, {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
+              {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4},
+              {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1},
+              {replies, 1}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
@@ -216,6 +217,9 @@ handle(Server, Match, Target, Opts) when is_pid(Server), is_map(Opts),
                                           is_atom(element(1, Target)) andalso
                                           is_atom(element(2, Target))) ->
     case {cbench_spec:match(Match), cbench_handler:opts(Opts)} of
+        {{ok, #{scenario := {Name, _, _}}}, _} ->
+            %% A scenario moves on a stub's answer; a handler's is the process's own.
+            {error, {bad_stub, {{match, scenario}, Name, unknown_key}}};
         {{ok, M}, {ok, O}} -> cbench_server:call(Server, {handle, M, Target, O});
         {{error, _} = Error, _} -> Error;
         {_, Error} -> Error
@@ -271,6 +275,33 @@ stubs(_) ->
 reset(Server) when is_pid(Server) ->
     cbench_server:call(Server, reset);
 reset(_) ->
+    error(badarg).
+
+%% @doc The state of scenario Name (an atom, binary or string; docs/beam.md): a binary,
+%% `<<"started">>' until a stub's answer or scenario/3 moves it. Bad names: `{error,
+%% {bad_scenario, {Field, Value, Why}}}'.
+-spec scenario(server(), atom() | iodata()) -> binary() | {error, term()}.
+scenario(Server, Name) when is_pid(Server) ->
+    case cbench_spec:scenario_label(scenario, Name) of
+        {ok, N} ->
+            case cbench_server:call(Server, {scenario, N}) of
+                {ok, State} -> State;
+                Error -> Error
+            end;
+        Error -> Error
+    end;
+scenario(_, _) ->
+    error(badarg).
+
+%% @doc Sets the state of scenario Name. reset/1 puts every scenario back to `started'.
+-spec scenario(server(), atom() | iodata(), atom() | iodata()) -> ok | {error, term()}.
+scenario(Server, Name, State) when is_pid(Server) ->
+    case {cbench_spec:scenario_label(scenario, Name), cbench_spec:scenario_label(state, State)} of
+        {{ok, N}, {ok, St}} -> cbench_server:call(Server, {scenario, N, St});
+        {{ok, _}, Error} -> Error;
+        {Error, _} -> Error
+    end;
+scenario(_, _, _) ->
     error(badarg).
 
 %% @doc Every request in the journal, oldest first.

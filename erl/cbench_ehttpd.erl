@@ -19,6 +19,8 @@
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([handler_add/4, handler_fail/2]).
+-export([scenario/2, scenario_set/3, scenarios_reset/1]).
+-ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handle_info/2]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
@@ -34,12 +36,20 @@
 -include_lib("kernel/include/file.hrl").
 -include("cbench_ehttpd.hrl").
 
+%% CB_MAX_SCENARIOS in include/cbench.h: names, and states.
+-define(MAX_SCENARIOS, 4096).
 -record(h, {listen :: gen_tcp:socket() | undefined, acceptors :: [pid()],
             cnt :: counters:counters_ref(), port :: inet:port_number(),
             threads :: pos_integer(), scheds :: [pos_integer()], cfg :: #cfg{},
             listen_opts :: list(), ip :: inet:ip_address(),
             %% Stubs, the newest first (an add is O(1)).
-            stubs = [] :: [map()], next_id = 1 :: pos_integer()}).
+            stubs = [] :: [map()], next_id = 1 :: pos_integer(),
+            %% Scenarios (issue 25): each name's slot in the atomics, which hold each one's
+            %% state as a number; the numbers of the state names both ways (0: started).
+            scen_atomics = atomics:new(?MAX_SCENARIOS, []) :: atomics:atomics_ref(),
+            scen_slots = #{} :: #{binary() => pos_integer()},
+            state_ids = #{<<"started">> => 0} :: #{binary() => non_neg_integer()},
+            state_names = #{0 => <<"started">>} :: #{non_neg_integer() => binary()}}).
 -opaque handle() :: #h{}.
 
 -define(TCP_DEFER_ACCEPT, {raw, 6, 9, <<1:32/native>>}).
@@ -155,7 +165,23 @@ route_count(Counts) -> counters:get(Counts, 1) + counters:get(Counts, 2).
 %% @doc Adds a stub (canonical terms of cbench_spec) and publishes the new table.
 -spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
-route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
+route_add(H0, Match, Response = #{responses := Items}) ->
+    %% A sequence: each response prepared as a single one; the router hands them out in turn.
+    Prepared = [template(Match, prepare(I)) || I <- Items],
+    case [E || {error, _} = E <- Prepared] of
+        [Error | _] -> {Error, H0};
+        [] ->
+            Rs = [R || {ok, R} <- Prepared],
+            Seq = Response#{seq_items => list_to_tuple(Rs), seq_n => length(Rs),
+                            seq_next => atomics:new(1, [])},
+            add(H0, Match, {ok, Seq})
+    end;
+route_add(H, Match, Response) ->
+    add(H, Match, prepare(Response)).
+
+%% A single response as the connections serve it: a body file's size, the fault parsed, and the
+%% counter of its drawn delays.
+prepare(Response) ->
     Response1 = case Response of
                     #{body := {file, Path}, chunks := Chunks} ->
                         %% The file is opened once, here, and its size fixed, as the C engine keeps
@@ -177,7 +203,31 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                     _ -> {ok, Response}
                 end,
     case fault_run(Response1) of
-        {ok, R} ->
+        {ok, R = #{delay := {Dist, Ms, P, Seed}}} ->
+            %% Drawn as the delay fault draws (cbench_fault:delay_ms/3): its parameters as a fault's.
+            {ok, Base} = cbench_fault:parse(<<"delay">>),
+            F = case Dist of
+                    uniform -> Base#{dist := uniform, ms := Ms, max := P, seed := Seed};
+                    lognormal -> Base#{dist := lognormal, ms := Ms, sigma := P, seed := Seed}
+                end,
+            {ok, R#{delay_run => F, delay_draws => atomics:new(1, [])}};
+        Other -> Other
+    end.
+
+%% A template's pieces (cbench_spec:template_pieces/1, checked already), with what a request needs
+%% to render them: the stub's path (for its parameters) and the count of its answers ({{seq}}).
+template(Match, {ok, R = #{template := true, body := {data, B}, headers := Hs}}) ->
+    {ok, BodyT} = cbench_spec:template_pieces(B),
+    HeadersT = [{N, element(2, cbench_spec:template_pieces(V))} || {N, V} <- Hs],
+    {ok, R#{tpl_body => BodyT, tpl_headers => HeadersT, tpl_seq => atomics:new(1, []),
+            tpl_path => maps:get(path, Match),
+            tpl_uses_body => lists:member(body, lists:append([BodyT | [T || {_, T} <- HeadersT]]))}};
+template(_Match, Other) -> Other.
+
+add(H0 = #h{next_id = Id}, Match, Prepared0) ->
+    Prepared = template(Match, Prepared0),
+    case {Prepared, scenario_of(H0, Match)} of
+        {{ok, R}, {ok, Scen, H = #h{stubs = Stubs}}} ->
             Left = case R of
                        #{times := infinity} -> undefined;
                        #{times := N} -> A = atomics:new(1, []), atomics:put(A, 1, N), A
@@ -186,13 +236,19 @@ route_add(H = #h{stubs = Stubs, next_id = Id}, Match, Response) ->
                        #{name := undefined} -> <<"stub_", (integer_to_binary(Id))/binary>>;
                        #{name := N0} -> N0
                    end,
-            Stub = #{id => Id, name => Name, match => Match, response => R,
-                     counts => counters:new(2, [write_concurrency]), left => Left},
+            Stub0 = #{id => Id, name => Name, match => Match, response => R,
+                      counts => counters:new(2, [write_concurrency]), left => Left},
+            Stub = case Scen of
+                       undefined -> Stub0;
+                       _ -> Stub0#{scen => Scen}
+                   end,
             H1 = H#h{stubs = [Stub | Stubs], next_id = Id + 1},
             stale(H1),
             {{ok, Id}, H1};
-        Error ->
-            {Error, H}
+        {{ok, _}, Error} ->
+            {Error, H0};
+        {Error, _} ->
+            {Error, H0}
     end.
 
 %% A stub's body file, opened by this process (which owns the descriptor until the stub goes):
@@ -224,6 +280,74 @@ open_stub_fd(Path) ->
 close_stub_files(Stubs) ->
     _ = [file:close(Fd) || #{response := #{file_fd := Fd}} <- Stubs],
     ok.
+
+%%% Scenarios (issue 25): names and states interned here, in the server process; the router reads
+%%% and swaps a scenario's state in the atomics.
+
+scenario_of(H, #{scenario := {Name, When, Then}}) ->
+    case slot(H, Name) of
+        {ok, Slot, H1} ->
+            case state_id(H1, When) of
+                {ok, W, H2} ->
+                    case state_id(H2, Then) of
+                        {ok, T, H3} ->
+                            {ok, {H3#h.scen_atomics, Slot,
+                                  case When of undefined -> any; _ -> W end,
+                                  case Then of undefined -> undefined; _ -> T end}, H3};
+                        Error -> Error
+                    end;
+                Error -> Error
+            end;
+        Error -> Error
+    end;
+scenario_of(H, _Match) -> {ok, undefined, H}.
+
+slot(H = #h{scen_slots = Slots}, Name) ->
+    case Slots of
+        #{Name := Slot} -> {ok, Slot, H};
+        _ when map_size(Slots) >= ?MAX_SCENARIOS -> {error, too_many_scenarios};
+        _ ->
+            Slot = map_size(Slots) + 1,
+            {ok, Slot, H#h{scen_slots = Slots#{Name => Slot}}}
+    end.
+
+state_id(H, undefined) -> {ok, 0, H};
+state_id(H = #h{state_ids = Ids, state_names = Names}, State) ->
+    case Ids of
+        #{State := N} -> {ok, N, H};
+        _ when map_size(Ids) >= ?MAX_SCENARIOS -> {error, too_many_scenarios};
+        _ ->
+            N = map_size(Ids),
+            {ok, N, H#h{state_ids = Ids#{State => N}, state_names = Names#{N => State}}}
+    end.
+
+%% @doc A scenario's state: `started' for a name no stub or call used.
+-spec scenario(handle(), binary()) -> {ok, binary()}.
+scenario(#h{scen_slots = Slots, scen_atomics = A, state_names = Names}, Name) ->
+    case Slots of
+        #{Name := Slot} -> {ok, maps:get(atomics:get(A, Slot), Names)};
+        _ -> {ok, <<"started">>}
+    end.
+
+%% @doc Sets a scenario's state.
+-spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
+scenario_set(H0, Name, State) ->
+    case slot(H0, Name) of
+        {ok, Slot, H1} ->
+            case state_id(H1, State) of
+                {ok, N, H2} ->
+                    atomics:put(H2#h.scen_atomics, Slot, N),
+                    {ok, H2};
+                Error -> {Error, H0}
+            end;
+        Error -> {Error, H0}
+    end.
+
+%% @doc Every scenario back to `started'.
+-spec scenarios_reset(handle()) -> {ok, handle()}.
+scenarios_reset(H = #h{scen_slots = Slots, scen_atomics = A}) ->
+    _ = [atomics:put(A, Slot, 0) || Slot <- maps:values(Slots)],
+    {ok, H}.
 
 %% @doc Adds an Erlang handler route: a stub whose response is the handler (the connection
 %% process sends the request to Target and waits, cbench_handler:ehttpd_await/3).

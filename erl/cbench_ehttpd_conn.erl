@@ -28,6 +28,10 @@
               route = not_found :: atom() | binary(), stub :: pos_integer() | undefined,
               %% The fault applied to the answer (docs/faults.md), for the journal.
               fault :: cbench_fault:kind() | undefined,
+              %% The delay a stub waited before its answer (its delay_ms or the drawn one).
+              delay_ms = 0 :: non_neg_integer(),
+              %% The request body, kept for a template that inserts it ({{body}}).
+              body = <<>> :: binary(),
               %% The answer has begun (a streamed echo): a later error closes without a status.
               started = false :: boolean()}).
 
@@ -318,7 +322,7 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
             {ok, {stub, Id, Name, Response, Counts}} ->
                 counters:add(Counts, 1, 1),
                 Req = Req0#req{route = Name, stub = Id},
-                after_body(S, Cfg, Req, fun() -> stub(S, Cfg, Req, Response) end);
+                stub_after_body(S, Cfg, Req, Response);
             {not_allowed, Allow, Target405} ->
                 %% Counted and journaled under the first route whose path matched.
                 Req = case Target405 of
@@ -929,6 +933,16 @@ body_unless_head(_, Body) -> Body.
 
 %%% Stub responses
 
+%% A stub's answer once the request's body is in: kept whole for a template that inserts it,
+%% read and dropped otherwise.
+stub_after_body(S, Cfg, Req, R = #{tpl_uses_body := true}) ->
+    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
+        {ok, B} -> stub(S, Cfg, Req#req{body = iolist_to_binary(B)}, R);
+        Error -> Error
+    end;
+stub_after_body(S, Cfg, Req, R) ->
+    after_body(S, Cfg, Req, fun() -> stub(S, Cfg, Req, R) end).
+
 %% A stub's answer: delay_ms, then the head (the user's headers in their order, then the framing)
 %% and the body whole, or in `chunks' pieces `interval' apart (chunked over HTTP/1.1; raw pieces
 %% ended by the close over HTTP/1.0). HEAD gets the head alone; 204 and 304 never carry a body.
@@ -943,9 +957,14 @@ stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
         true -> fault(S, Cfg, Req, F, Status, Headers, Normal, Own, 3600000);
         false -> Normal()
     end;
-stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, delay_ms := Delay,
-                        chunks := Chunks}) ->
+stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, chunks := Chunks}) ->
+    Delay = stub_delay(R),
     Delay > 0 andalso receive after Delay -> ok end,
+    Req = Req0#req{delay_ms = Delay},
+    {Headers, Body} = case R of
+                          #{tpl_body := _} -> render(R, Req);
+                          _ -> {Headers0, Body0}
+                      end,
     Size = case Body of
                {data, B} -> byte_size(B);
                {bytes, Bytes} -> Bytes;
@@ -979,6 +998,49 @@ stub(S, Cfg, Req, R = #{status := Status, headers := Headers, body := Body, dela
                 _ -> Sent
             end
     end.
+
+%% A template rendered for Req (src/template.c does the same): each placeholder replaced by the
+%% request's value, escaped nowhere, a missing one empty; in a header value, the inserted bytes a
+%% field value cannot hold (control bytes but HTAB) are left out, the value is cut at 8192 bytes
+%% and trimmed of spaces and tabs at its ends.
+render(#{tpl_body := BodyT, tpl_headers := HeadersT, tpl_seq := A, tpl_path := Pattern}, Req) ->
+    Seq = atomics:add_get(A, 1, 1),
+    {Path, Query} = split_target(Req#req.target),
+    Ctx = {Req, params(Pattern, Path), Query, Seq},
+    Headers = [{N, edge_trim(cut(iolist_to_binary([value(P, Ctx, header) || P <- T])))}
+               || {N, T} <- HeadersT],
+    {Headers, {data, iolist_to_binary([value(P, Ctx, body) || P <- BodyT])}}.
+
+params({segments, Segs}, <<"/", Rest/binary>>) ->
+    [{N, V} || {{param, N}, V} <- lists:zip(Segs, binary:split(Rest, <<"/">>, [global]))];
+params(_, _) -> [].
+
+value(Lit, _Ctx, _Kind) when is_binary(Lit) -> Lit;
+value(P, {Req, Params, Query, Seq}, Kind) ->
+    V = case P of
+            method -> Req#req.method;
+            body -> Req#req.body;
+            seq -> integer_to_binary(Seq);
+            {path, N} -> proplists:get_value(N, Params, <<>>);
+            {query, N} -> proplists:get_value(N, cbench_router:query_fields(Query), <<>>);
+            {header, N} -> proplists:get_value(N, Req#req.headers, <<>>)
+        end,
+    case Kind of
+        body -> V;
+        header -> << <<C>> || <<C>> <= V, C >= 32 andalso C =/= 127 orelse C =:= $\t >>
+    end.
+
+cut(<<V:8192/binary, _/binary>>) -> V;
+cut(V) -> V.
+
+edge_trim(V) -> string:trim(V, both, " \t").
+
+%% A stub's delay: delay_ms, or the n-th draw of its distribution (the n-th answer of this
+%% response, over every connection), as the delay fault draws (cbench_fault:delay_ms/3) and as
+%% src/stub.c does, so that a seed gives the same delays on every engine.
+stub_delay(#{delay_run := F, delay_draws := A}) ->
+    cbench_fault:delay_ms(F, atomics:add_get(A, 1, 1) - 1, 3600000);
+stub_delay(#{delay_ms := Ms}) -> Ms.
 
 %% The head goes with the first piece, each next piece `Interval' ms after the one before, the
 %% last chunk with the last piece (journaled just before that write). Answer is {Status, Size}.
@@ -1108,6 +1170,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
            headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
+           delay_ms => Req#req.delay_ms,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
 

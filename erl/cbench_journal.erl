@@ -28,7 +28,9 @@
                    body_length := non_neg_integer(), route := atom() | binary(),
                    stub := pos_integer() | undefined, status := 0 | 100..599,
                    bytes_out := non_neg_integer(), duration_us := non_neg_integer(),
-                   fault := cbench_fault:kind() | undefined}.
+                   fault := cbench_fault:kind() | undefined,
+                   %% The delay a stub waited before answering (0 for none).
+                   delay_ms := non_neg_integer()}.
 
 %% Atomics slots.
 -define(SEQ, 1).

@@ -4,12 +4,15 @@
 -module(cbench_nif).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([scenario/2, scenario_set/3, scenarios_reset/1]).
+-ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
+              {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handler_add/4, handler_fail/2]).
 -export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
-         reply_nif/2]).
+         reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
 %% Engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
@@ -25,7 +28,8 @@
 -nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
        route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
        requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
-       reply_nif/2]).
+       reply_nif/2, scenario_nif/2, scenario_set_nif/3,
+       scenarios_reset_nif/1]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -100,6 +104,18 @@ route_remove(H, Id) -> {cbench_c_terms:remove_result(route_remove_nif(H, Id)), H
 -spec routes_reset(handle()) -> {ok | {error, term()}, handle()}.
 routes_reset(H) -> {route_reset_nif(H), H}.
 
+%% @doc A scenario's state (docs/beam.md, scenarios).
+-spec scenario(handle(), binary()) -> {ok, binary()} | {error, term()}.
+scenario(H, Name) -> scenario_nif(H, Name).
+
+%% @doc Sets a scenario's state.
+-spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
+scenario_set(H, Name, State) -> {scenario_set_nif(H, Name, State), H}.
+
+%% @doc Every scenario back to `started'.
+-spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.
+scenarios_reset(H) -> {scenarios_reset_nif(H), H}.
+
 %% @doc The stubs with their names, hits and uses left.
 -spec stubs(handle()) -> [map()] | {error, stopped}.
 stubs(H) -> stubs_nif(H).
@@ -173,3 +189,9 @@ handler_add_nif(_H, _Match, _Target, _Opts) -> erlang:nif_error({not_loaded, ?MO
 handler_fail_nif(_H, _Id) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 reply_nif(_H, _Items) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+scenario_nif(_H, _Name) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+scenario_set_nif(_H, _Name, _State) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+scenarios_reset_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).

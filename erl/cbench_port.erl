@@ -9,6 +9,8 @@
 %% Lower level, for tests of the program itself.
 -export([open/0, request/3]).
 -export([handler_add/4, handler_fail/2]).
+-export([scenario/2, scenario_set/3, scenarios_reset/1]).
+-ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 
 %% Erlang handlers (docs/beam.md): the owner (the cbench_server process) keeps, in its process
@@ -270,6 +272,19 @@ route_remove(H = #h{port = Port}, Id) ->
 routes_reset(H = #h{port = Port}) ->
     [erase(K) || {K = {?ROUTE, _}, _} <- get()],
     {request(Port, route_reset, ?CALL_TIMEOUT), H}.
+
+%% @doc A scenario's state (docs/beam.md, scenarios).
+-spec scenario(handle(), binary()) -> {ok, binary()} | {error, term()}.
+scenario(#h{port = Port}, Name) -> request(Port, {scenario, Name}, ?CALL_TIMEOUT).
+
+%% @doc Sets a scenario's state.
+-spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
+scenario_set(H = #h{port = Port}, Name, State) ->
+    {request(Port, {scenario_set, Name, State}, ?CALL_TIMEOUT), H}.
+
+%% @doc Every scenario back to `started'.
+-spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.
+scenarios_reset(H = #h{port = Port}) -> {request(Port, scenarios_reset, ?CALL_TIMEOUT), H}.
 
 %% @doc The stubs with their names, hits and uses left.
 -spec stubs(handle()) -> [map()] | {error, term()}.

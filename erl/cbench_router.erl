@@ -16,7 +16,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         path_matches/2]).
+         path_matches/2, query_fields/1]).
 
 -export_type([table/0, target/0]).
 
@@ -31,7 +31,11 @@
                 target :: target(),
                 %% Uses left for a stub with `times' (atomics, decremented by the request that
                 %% claims one); undefined: unlimited.
-                left :: atomics:atomics_ref() | undefined}).
+                left :: atomics:atomics_ref() | undefined,
+                %% A scenario (issue 25): its states' atomics and slot, the state it requires
+                %% (any: none) and the one its answer moves to (undefined: none).
+                scen :: {atomics:atomics_ref(), pos_integer(), non_neg_integer() | any,
+                         non_neg_integer() | undefined} | undefined}).
 %% A stub's counters: 1, the requests it answered; 2, the 405s counted under it (the first route
 %% whose path matched a request whose method it did not take).
 -type target() :: {fixture, cbench_fixture_routes:name(), StatIndex :: pos_integer()}
@@ -53,9 +57,11 @@ compile(Stubs, Fixture) ->
                             #{id := B, match := #{priority := PB}}) -> {PA, A} >= {PB, B} end,
                         Stubs),
     NStubs = length(Sorted),
-    StubRoutes = [route(I, M, {stub, Id, Name, R, Counts}, Left)
-                  || {I, #{id := Id, name := Name, match := M, response := R, counts := Counts,
-                           left := Left}} <- lists:zip(lists:seq(1, NStubs), Sorted)],
+    StubRoutes = [(route(I, M, {stub, Id, Name, R, Counts}, Left))#route{
+                      scen = maps:get(scen, Stub, undefined)}
+                  || {I, Stub = #{id := Id, name := Name, match := M, response := R,
+                                  counts := Counts, left := Left}}
+                         <- lists:zip(lists:seq(1, NStubs), Sorted)],
     FixtureRoutes = [route(NStubs + I, M, {fixture, Name, Stat}, undefined)
                      || {I, {#{name := Name, match := M}, Stat}}
                             <- lists:zip(lists:seq(1, length(Fixture)), Fixture)],
@@ -151,7 +157,8 @@ unpublish(Key) ->
 
 %% @doc The route of a request: Path is the target before `?', Query what follows it (<<>> when
 %% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so
-%% that exactly that many requests get it even when connections race.
+%% that exactly that many requests get it even when connections race; so are a scenario's
+%% transition (one compare-and-swap) and a sequence's response (the target then holds that one).
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
           {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
 lookup({Buckets, Wild}, Method, Path, Query, Headers) ->
@@ -178,7 +185,7 @@ find([R | Rs], Req = {Method, Path, Query, Headers}, Applying) ->
             case method_matches(R#route.methods, Method) of
                 true ->
                     case claim(R) of
-                        true -> {ok, R#route.target};
+                        {ok, Target} -> {ok, Target};
                         false -> find(Rs, Req, Applying)  % spent by a racing request
                     end;
                 false -> find(Rs, Req, [R | Applying])
@@ -216,8 +223,9 @@ all_present(Matchers, Fields) ->
                  ({N, {equal, V}}) -> lists:member({N, V}, Fields)
               end, Matchers).
 
-%% A query string split into its `name=value' fields (`name' alone has the value <<>>),
+%% @doc A query string split into its `name=value' fields (`name' alone has the value <<>>),
 %% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).
+-spec query_fields(binary()) -> [{binary(), binary()}].
 query_fields(<<>>) -> [];
 query_fields(Query) ->
     [case binary:split(F, <<"=">>) of
@@ -240,6 +248,38 @@ hex(C) -> C - $A + 10.
 spent(#route{left = undefined}) -> false;
 spent(#route{left = Left}) -> atomics:get(Left, 1) =< 0.
 
-%% Takes one use of a route; false when none is left.
-claim(#route{left = undefined}) -> true;
-claim(#route{left = Left}) -> atomics:sub_get(Left, 1, 1) >= 0.
+%% Takes one use of a route, in the order of stub.c's stub_claim: a sequence that is spent, then
+%% the scenario (its state, then the compare-and-swap of its transition), then `times', then the
+%% sequence's next response. false when the route does not answer.
+claim(#route{left = Left, scen = Scen, target = Target}) ->
+    case not seq_spent(Target) andalso scen_take(Scen) andalso
+        (Left =:= undefined orelse atomics:sub_get(Left, 1, 1) >= 0) of
+        true -> pick(Target);
+        false -> false
+    end.
+
+seq_spent({stub, _, _, #{'after' := not_found, seq_next := A, seq_n := N}, _}) ->
+    atomics:get(A, 1) >= N;
+seq_spent(_) -> false.
+
+scen_take(undefined) -> true;
+scen_take({A, Slot, When, Then}) ->
+    Cur = atomics:get(A, Slot),
+    (When =:= any orelse Cur =:= When) andalso
+        (Then =:= undefined orelse Cur =:= Then orelse
+         atomics:compare_exchange(A, Slot, Cur, Then) =:= ok).
+
+pick({stub, Id, Name, #{seq_items := Items, 'after' := After, seq_next := A, seq_n := N},
+      Counts}) ->
+    I = atomics:add_get(A, 1, 1) - 1,
+    K = if
+            I < N -> I;
+            After =:= cycle -> I rem N;
+            After =:= last -> N - 1;
+            true -> none
+        end,
+    case K of
+        none -> false;
+        _ -> {ok, {stub, Id, Name, element(K + 1, Items), Counts}}
+    end;
+pick(Target) -> {ok, Target}.

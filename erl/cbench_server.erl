@@ -143,11 +143,17 @@ serve(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
                                      || Info = #{id := Id} <- Infos])
             end,
     {reply, Reply, S};
+serve({scenario, Name}, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Mod:scenario(H, Name), S};
+serve({scenario, Name, State}, _From, S) ->
+    engine(S, scenario_set, [Name, State]);
 serve(reset, _From, S) ->
-    {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
+    {reply, Reply, S1} = engine(S, routes_reset, []),
+    %% Every scenario back to `started' too (docs/beam.md).
+    {reply, ScenReply, S2 = #{mod := Mod, handle := H}} = engine(S1, scenarios_reset, []),
     Cleared = Mod:journal_clear(H),
-    {reply, case Reply of ok -> Cleared; _ -> Reply end,
-     forget_handlers(all, S1#{expects := [], stubs := #{}})};
+    {reply, case {Reply, ScenReply} of {ok, ok} -> Cleared; {ok, _} -> ScenReply; _ -> Reply end,
+     forget_handlers(all, S2#{expects := [], stubs := #{}})};
 serve({requests, Filter}, _From, S) ->
     Reply = case journal(S, Filter) of
                 {error, _} = Error -> Error;

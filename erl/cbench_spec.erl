@@ -15,13 +15,14 @@
 -include_lib("kernel/include/file.hrl").
 
 -export([match/1, response/1, stub/2, filter/1, path/1, describe/1, path_text/1,
-         methods_order/1, pieces/2, chunks_fit_size/2, whys/0]).
+         methods_order/1, pieces/2, chunks_fit_size/2, whys/0, scenario_label/2,
+         template_pieces/1]).
 %% The single terms on their own, for the routes of later kinds and the test suites; whys/0 for
 %% the suite that checks it against include/cbench.h.
 -ignore_xref([{response, 1}, {path, 1}, {whys, 0}]).
 
 -export_type([match/0, response/0, filter/0, path_pattern/0, canon_match/0, canon_response/0,
-              canon_path/0, canon_filter/0, why/0, field/0, bad/0]).
+              canon_path/0, canon_filter/0, canon_single/0, why/0, field/0, bad/0]).
 
 %% What a user writes.
 -type method() :: atom() | binary() | string().
@@ -31,13 +32,20 @@
 -type match() :: path_pattern()
                | #{path := path_pattern(), method => method() | [method()] | any,
                    headers => field_matcher(), query => field_matcher(),
-                   priority => integer(), name => iodata()}.
+                   priority => integer(), name => iodata(),
+                   scenario => iodata() | atom(), 'when' => iodata() | atom(),
+                   then => iodata() | atom()}.
 -type response() :: #{status => 200..599, headers => [{iodata() | atom(), iodata()}],
                       body => iodata() | {bytes, non_neg_integer()} | {file, file:name_all()},
                       delay_ms => non_neg_integer(),
                       chunks => {pos_integer(), non_neg_integer()},
                       times => pos_integer() | infinity,
-                      fault => cbench_fault:user_fault()}.
+                      fault => cbench_fault:user_fault(),
+                      delay => non_neg_integer() | {uniform, non_neg_integer(), non_neg_integer()}
+                             | {lognormal, non_neg_integer(), number()},
+                      delay_seed => non_neg_integer(), template => boolean()}
+                  | #{responses := [response()], 'after' => last | cycle | not_found,
+                      times => pos_integer() | infinity}.
 -type filter() :: #{method => method() | [method()], path => path_pattern(),
                     stub => pos_integer(), since => non_neg_integer()}.
 
@@ -47,8 +55,19 @@
 -type canon_field() :: {binary(), present | {equal, binary()}}.
 -type canon_match() :: #{methods := any | [binary()], path := canon_path(),
                          headers := [canon_field()], query := [canon_field()],
-                         priority := integer(), name := binary() | undefined}.
--type canon_response() :: #{status := 200..599, headers := [{binary(), binary()}],
+                         priority := integer(), name := binary() | undefined,
+                         scenario => {binary(), binary() | undefined, binary() | undefined}}.
+-type canon_response() :: canon_single() | canon_sequence().
+%% A sequence: its responses in turn, then as `after' says (docs/beam.md).
+-type canon_sequence() :: #{responses := [canon_single()], 'after' := last | cycle | not_found,
+                            times := pos_integer() | infinity,
+                            %% The ehttpd engine's: the responses to hand out, and how many were.
+                            seq_items => tuple(), seq_n => pos_integer(),
+                            seq_next => atomics:atomics_ref()}.
+%% A drawn delay: its distribution and seed (delay_ms is then the lower end or the median).
+-type drawn_delay() :: {uniform, non_neg_integer(), non_neg_integer(), non_neg_integer()}
+                     | {lognormal, non_neg_integer(), float(), non_neg_integer()}.
+-type canon_single() :: #{status := 200..599, headers := [{binary(), binary()}],
                             body := {data, binary()} | {bytes, non_neg_integer()}
                                   | {file, binary()},
                             delay_ms := non_neg_integer(),
@@ -56,6 +75,8 @@
                             times := pos_integer() | infinity,
                             %% A fault's spec text (docs/faults.md), when the stub has one.
                             fault => binary(),
+                            delay => drawn_delay(),
+                            template => true,
                             %% The ehttpd engine's: a body file's size, taken when the stub is added,
                             %% and its fault parsed, with the counter of its rate's draws.
                             file_size => non_neg_integer(),
@@ -64,7 +85,14 @@
                             file_fd => file:fd(),
                             file_id => {non_neg_integer(), non_neg_integer()},
                             fault_run => cbench_fault:fault(),
-                            fault_draws => atomics:atomics_ref()}.
+                            fault_draws => atomics:atomics_ref(),
+                            %% And a drawn delay's parameters and draws, a template's pieces, the
+                            %% stub's path and the count of its answers.
+                            delay_run => cbench_fault:fault(),
+                            delay_draws => atomics:atomics_ref(),
+                            tpl_body => [term()], tpl_headers => [{binary(), [term()]}],
+                            tpl_seq => atomics:atomics_ref(), tpl_path => canon_path(),
+                            tpl_uses_body => boolean()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | integer(), since := non_neg_integer()}.
 -type why() :: atom().
@@ -104,7 +132,8 @@
                not_a_token, control_char, edge_space, bad_char, no_leading_slash, misplaced_star,
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
-               chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body]).
+               chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, needs_scenario,
+               min_above_max, conflict, bad_template]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
@@ -118,7 +147,11 @@ stub(Match, Response) ->
     case match(Match) of
         {ok, M} ->
             case response(Response) of
-                {ok, R} -> {ok, M, R};
+                {ok, R} ->
+                    case check(fun() -> template_params(M, R, Response) end) of
+                        {ok, ok} -> {ok, M, R};
+                        Error -> Error
+                    end;
                 Error -> Error
             end;
         Error -> Error
@@ -135,18 +168,21 @@ match(Path) when is_binary(Path); is_list(Path) ->
     match(#{path => Path});
 match(M) when is_map(M) ->
     check(fun() ->
-                  known_keys(match, M, [path, method, headers, query, priority, name]),
+                  known_keys(match, M, [path, method, headers, query, priority, name,
+                                        scenario, 'when', then]),
                   P = case M of
                           #{path := P0} -> path_or_fail({match, path}, P0);
                           _ -> fail({match, path}, undefined, missing)
                       end,
-                  #{methods => methods({match, method}, maps:get(method, M, any)),
+                  Canon = #{methods => methods({match, method}, maps:get(method, M, any)),
                     path => P,
                     headers => fields(headers, maps:get(headers, M, []), fun lower/1),
                     query => fields(query, maps:get(query, M, []), fun(B) -> B end),
                     priority => int_in({match, priority}, maps:get(priority, M, 0),
                                        -?MAX_PRIORITY, ?MAX_PRIORITY),
-                    name => name(maps:get(name, M, undefined))}
+                    name => name(maps:get(name, M, undefined))},
+                  %% Only when given, so that a match without one is the term it always was.
+                  maps:merge(Canon, scenario(M))
           end);
 match(_) ->
     error(badarg).
@@ -154,34 +190,197 @@ match(_) ->
 %% @doc A Response term in canonical form; `{file, Path}' must name a readable regular file now
 %% (its size is taken when the engine adds the stub).
 -spec response(response()) -> {ok, canon_response()} | {error, {bad_stub, bad()}}.
+response(#{responses := _} = R) ->
+    check(fun() -> sequence(R) end);
 response(R) when is_map(R) ->
-    check(fun() ->
-                  known_keys(response, R, [status, headers, body, delay_ms, chunks, times, fault]),
-                  Status = int_in({response, status}, maps:get(status, R, 200), 200, 599),
-                  Body = body(maps:get(body, R, <<>>)),
-                  Chunks = chunks(maps:get(chunks, R, none)),
-                  chunks_fit(Chunks, body_size(Body)),
-                  bodyless(Status, Body, Chunks),
-                  Fault = case R of
-                              #{fault := UF} ->
-                                  case cbench_fault:spec(UF) of
-                                      {ok, Text} ->
-                                          fault_fits(Text, UF, body_size(Body)),
-                                          #{fault => Text};
-                                      {error, _} -> fail({response, fault}, UF, bad_fault)
-                                  end;
-                              _ -> #{}
-                          end,
-                  Fault#{status => Status,
-                         headers => response_headers(maps:get(headers, R, [])),
-                         body => Body,
-                         delay_ms => int_in({response, delay_ms}, maps:get(delay_ms, R, 0), 0,
-                                            ?MAX_DELAY_MS),
-                         chunks => Chunks,
-                         times => times(maps:get(times, R, infinity))}
-          end);
+    check(fun() -> single(R) end);
 response(_) ->
     error(badarg).
+
+%% One response: the only kind before sequences, and each item of a sequence.
+single(R) ->
+    known_keys(response, R, [status, headers, body, delay_ms, chunks, times, fault,
+                             delay, delay_seed, template]),
+    Status = int_in({response, status}, maps:get(status, R, 200), 200, 599),
+    Body = body(maps:get(body, R, <<>>)),
+    Chunks = chunks(maps:get(chunks, R, none)),
+    chunks_fit(Chunks, body_size(Body)),
+    bodyless(Status, Body, Chunks),
+    Fault = case R of
+                #{fault := UF} ->
+                    case cbench_fault:spec(UF) of
+                        {ok, Text} ->
+                            fault_fits(Text, UF, body_size(Body)),
+                            #{fault => Text};
+                        {error, _} -> fail({response, fault}, UF, bad_fault)
+                    end;
+                _ -> #{}
+            end,
+    Delay = delay(R),
+    Template = template(maps:get(template, R, false), R, Body, Chunks),
+    maps:merge(Fault#{status => Status,
+                      headers => response_headers(maps:get(headers, R, [])),
+                      body => Body,
+                      delay_ms => 0,
+                      chunks => Chunks,
+                      times => times(maps:get(times, R, infinity))},
+               maps:merge(Delay, Template)).
+
+%%% Sequences, scenarios and drawn delays (issue 25; docs/beam.md).
+
+-define(MAX_RESPONSES, 1000).
+-define(MAX_SIGMA, 10).
+
+%% A sequence: `responses' (1 to 1000 responses, each as a single one but without `times'), `after'
+%% (last, cycle or not_found; default last) and `times' (the answers in all). An item's refused
+%% field is named as a single response's (`{response, status}').
+sequence(R) ->
+    known_keys(response, R, [responses, 'after', times]),
+    Items = maps:get(responses, R),
+    case is_list(Items) andalso list_length(Items) of
+        false -> fail({response, responses}, Items, wrong_type);
+        error -> fail({response, responses}, Items, wrong_type);
+        0 -> fail({response, responses}, Items, empty);
+        N when N > ?MAX_RESPONSES -> fail({response, responses}, N, too_many);
+        _ -> ok
+    end,
+    Canon = [item(I) || I <- Items],
+    After = case maps:get('after', R, last) of
+                A when A =:= last; A =:= cycle; A =:= not_found -> A;
+                A when is_atom(A) -> fail({response, 'after'}, A, out_of_range);
+                A -> fail({response, 'after'}, A, wrong_type)
+            end,
+    #{responses => Canon, 'after' => After, times => times(maps:get(times, R, infinity))}.
+
+item(I) when is_map(I) ->
+    maps:is_key(times, I) andalso fail({response, times}, maps:get(times, I), unknown_key),
+    maps:is_key(responses, I) andalso
+        fail({response, responses}, maps:get(responses, I), unknown_key),
+    single(I);
+item(I) -> fail({response, responses}, I, wrong_type).
+
+%% `delay => Ms | {uniform, Min, Max} | {lognormal, MedianMs, Sigma}' and `delay_seed', or the
+%% older `delay_ms => Ms' (not both): a fixed delay in delay_ms; a drawn one also as
+%% `delay => {uniform, Min, Max, Seed} | {lognormal, Median, Sigma, Seed}'.
+delay(R = #{delay := D}) ->
+    maps:is_key(delay_ms, R) andalso fail({response, delay_ms}, maps:get(delay_ms, R), conflict),
+    Seed = int_in({response, delay_seed}, maps:get(delay_seed, R, 0), 0, 1 bsl 64 - 1),
+    case D of
+        Ms when is_integer(Ms) -> #{delay_ms => int_in({response, delay}, Ms, 0, ?MAX_DELAY_MS)};
+        {uniform, Min, Max} when is_integer(Min), is_integer(Max) ->
+            (Min >= 0 andalso Max =< ?MAX_DELAY_MS) orelse fail({response, delay}, D, out_of_range),
+            Min =< Max orelse fail({response, delay}, D, min_above_max),
+            #{delay_ms => Min, delay => {uniform, Min, Max, Seed}};
+        {lognormal, Median, Sigma} when is_integer(Median), is_number(Sigma) ->
+            (Median >= 0 andalso Median =< ?MAX_DELAY_MS andalso Sigma > 0 andalso
+             Sigma =< ?MAX_SIGMA) orelse fail({response, delay}, D, out_of_range),
+            #{delay_ms => Median, delay => {lognormal, Median, float(Sigma), Seed}};
+        _ -> fail({response, delay}, D, wrong_type)
+    end;
+delay(R) ->
+    _ = int_in({response, delay_seed}, maps:get(delay_seed, R, 0), 0, 1 bsl 64 - 1),
+    #{delay_ms => int_in({response, delay_ms}, maps:get(delay_ms, R, 0), 0, ?MAX_DELAY_MS)}.
+
+%% `template => true': the body and the header values are templates (docs/beam.md): checked here
+%% as src/template.c compiles them; sent whole from bytes, so not with chunks, a fault, or a body
+%% of generated bytes or a file. Canonical: `template => true', only when given true.
+template(false, _R, _Body, _Chunks) -> #{};
+template(true, R, Body, Chunks) ->
+    (Chunks =:= none andalso not maps:is_key(fault, R) andalso element(1, Body) =:= data)
+        orelse fail({response, template}, true, conflict),
+    {data, B} = Body,
+    template_ok(B) orelse fail({response, body}, maps:get(body, R), bad_template),
+    [template_ok(V) orelse fail({response, headers, N}, V, bad_template)
+     || {N, V} <- response_headers(maps:get(headers, R, []))],
+    #{template => true};
+template(V, _R, _Body, _Chunks) -> fail({response, template}, V, wrong_type).
+
+%% @doc A template's pieces (src/template.c): literal binaries and placeholders, or error for an
+%% unknown or unclosed one. `{path, Name}' is checked against the stub's path by the engine.
+-spec template_pieces(binary()) -> {ok, [binary() | method | body | seq | {path | query | header,
+                                                                        binary()}]} | error.
+template_pieces(B) ->
+    try {ok, tpl_pieces(B, <<>>, [])}
+    catch throw:bad_template -> error
+    end.
+
+tpl_pieces(<<"{{", Rest/binary>>, Lit, Acc) ->
+    {Name, After} = placeholder(Rest, <<>>),
+    Acc1 = case Lit of <<>> -> Acc; _ -> [Lit | Acc] end,
+    tpl_pieces(After, <<>>, [piece(Name) | Acc1]);
+tpl_pieces(<<C, Rest/binary>>, Lit, Acc) -> tpl_pieces(Rest, <<Lit/binary, C>>, Acc);
+tpl_pieces(<<>>, <<>>, Acc) -> lists:reverse(Acc);
+tpl_pieces(<<>>, Lit, Acc) -> lists:reverse([Lit | Acc]).
+
+placeholder(<<"}}", Rest/binary>>, Name) -> {Name, Rest};
+placeholder(<<C, Rest/binary>>, Name) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9;
+                                           C =:= $_; C =:= $-; C =:= $. ->
+    placeholder(Rest, <<Name/binary, C>>);
+placeholder(_, _) -> throw(bad_template).
+
+piece(<<"method">>) -> method;
+piece(<<"body">>) -> body;
+piece(<<"seq">>) -> seq;
+piece(<<"path.", N/binary>>) when N =/= <<>> -> {path, N};
+piece(<<"query.", N/binary>>) when N =/= <<>> -> {query, N};
+piece(<<"header.", N/binary>>) when N =/= <<>> -> {header, lower(N)};
+piece(_) -> throw(bad_template).
+
+template_ok(B) -> template_pieces(B) =/= error.
+
+%% A template's {{path.NAME}} must name a parameter of the stub's path (the one check of a template
+%% that needs the match).
+template_params(#{path := P}, #{responses := Rs}, #{responses := URs}) ->
+    _ = [template_params(#{path => P}, R, U) || {R, U} <- lists:zip(Rs, URs)],
+    ok;
+template_params(#{path := P}, R = #{template := true, body := {data, B}}, U) ->
+    Params = case P of
+                 {segments, Segs} -> [N || {param, N} <- Segs];
+                 _ -> []
+             end,
+    Known = fun(T) ->
+                    {ok, Ps} = template_pieces(T),
+                    lists:all(fun({path, N}) -> lists:member(N, Params); (_) -> true end, Ps)
+            end,
+    Known(B) orelse fail({response, body}, maps:get(body, U), bad_template),
+    [Known(V) orelse fail({response, headers, N}, V, bad_template)
+     || {N, V} <- maps:get(headers, R)],
+    ok;
+template_params(_, _, _) -> ok.
+
+%% `scenario => Name, 'when' => State, then => State': the stub matches while the scenario is in
+%% State (any state without `when') and its answer moves it to `then'. Canonical:
+%% `scenario => {Name, When | undefined, Then | undefined}', only when given.
+scenario(M = #{scenario := Name}) ->
+    #{scenario => {label({match, scenario}, Name),
+                   case M of #{'when' := W} -> label({match, 'when'}, W); _ -> undefined end,
+                   case M of #{then := T} -> label({match, then}, T); _ -> undefined end}};
+scenario(#{'when' := W}) -> fail({match, 'when'}, W, needs_scenario);
+scenario(#{then := T}) -> fail({match, then}, T, needs_scenario);
+scenario(_) -> #{}.
+
+%% A scenario's name or state: as a route's name (1 to 128 printable ASCII bytes, no space).
+label(Field, V) ->
+    B = case V of
+            _ when is_atom(V), V =/= undefined -> atom_to_binary(V);
+            _ when is_binary(V); is_list(V) ->
+                case to_bin(V) of
+                    {ok, B0} -> B0;
+                    error -> fail(Field, V, wrong_type)
+                end;
+            _ -> fail(Field, V, wrong_type)
+        end,
+    byte_size(B) >= 1 orelse fail(Field, V, empty),
+    byte_size(B) =< ?MAX_NAME orelse fail(Field, V, too_long),
+    lists:all(fun(C) -> C > 32 andalso C < 127 end, binary_to_list(B)) orelse fail(Field, V, bad_char),
+    B.
+
+%% @doc A scenario's name or state as the engines take it (scenario/2,3 in cbench).
+-spec scenario_label(scenario | state, term()) -> {ok, binary()} | {error, {bad_scenario, bad()}}.
+scenario_label(Which, V) ->
+    try {ok, label({scenario, Which}, V)}
+    catch throw:{bad_stub, Bad} -> {error, {bad_scenario, Bad}}
+    end.
 
 %% @doc A journal filter: any of `method' (one or a list, compared exactly: `get' is `GET' only),
 %% `path' (a path pattern, as in a Match), `stub' (a stub id), `since' (entries after that

@@ -323,6 +323,9 @@ typedef struct cb_header_s {
   cb_str_t value;
 } cb_header_t;
 
+/* How a stub's delay is drawn (cb_response_t.delay_dist). */
+typedef enum { CB_DELAY_FIXED, CB_DELAY_UNIFORM, CB_DELAY_LOGNORMAL } cb_delay_dist;
+
 /* How a stub's body is given. */
 typedef enum {
   CB_BODY_BYTES,     /* body: the bytes, copied by cb_server_route_add (may be empty) */
@@ -359,7 +362,33 @@ typedef struct cb_response_s {
                          * docs/faults.md ("reset?at=head", "truncated?length=100&bytes=10&rate=0.01&seed=7"):
                          * the stub answers with the fault (with probability rate, else normally). A fault
                          * that sends a head sends the stub's status and headers */
+  /* A drawn delay instead of the fixed delay_ms (docs/routes.md, "Delay distributions"): FIXED (the default)
+   * waits delay_ms; UNIFORM draws from [delay_ms, delay_max_ms]; LOGNORMAL around the median delay_ms with
+   * delay_sigma (0 < sigma <= 10), cut at 3600000. The n-th answer of this response (n from 0, counted over
+   * every worker) gets the n-th draw seeded by delay_seed: the same draws in every run. Journaled as
+   * cb_request_t.delay_ms. */
+  cb_delay_dist delay_dist;
+  unsigned delay_max_ms; /* UNIFORM: the upper end, delay_ms..3600000 */
+  double delay_sigma;    /* LOGNORMAL */
+  uint64_t delay_seed;
+  /* 1: the body (CB_BODY_BYTES) and the header values are templates (docs/routes.md, "Templates"): {{method}},
+   * {{body}}, {{seq}} (this response's answers, from 1), {{path.NAME}} (a parameter of match.path),
+   * {{query.NAME}} (decoded), {{header.NAME}}, each replaced by the request's value, escaped nowhere, a missing
+   * one empty. Compiled when the stub is added: an unknown or unclosed placeholder is UV_EINVAL
+   * (CB_WHY_BAD_TEMPLATE); with chunks, a fault or a body that is not bytes, CB_WHY_CONFLICT. 0: the bytes are
+   * sent as they are, "{{" and all. */
+  int templated;
 } cb_response_t;
+
+/* What a sequence answers once each of its responses was given (cb_stub_t.after). */
+typedef enum {
+  CB_AFTER_LAST,     /* the last response, again and again (the default) */
+  CB_AFTER_CYCLE,    /* from the first again */
+  CB_AFTER_NOT_FOUND /* nothing: the stub is spent, matching goes on past it as if it were not there */
+} cb_after;
+
+#define CB_MAX_RESPONSES 1000 /* responses of one sequence */
+#define CB_SCENARIO_STARTED "started" /* every scenario's state until a stub or the API moves it */
 
 /* A stub: a named match plus a response. */
 typedef struct cb_stub_s {
@@ -367,6 +396,18 @@ typedef struct cb_stub_s {
                   * unique: counts by name (cb_server_route_counts) add up the routes of one name */
   cb_match_t match;
   cb_response_t response;
+  /* A sequence (nresponses > 0): the stub answers responses[0], responses[1], ... in turn (one atomic increment
+   * per answer, over all workers), then as `after` says. response is then not used, but for response.times,
+   * which still bounds the answers in all. At most CB_MAX_RESPONSES. */
+  const cb_response_t *responses;
+  size_t nresponses;
+  cb_after after;
+  /* A scenario (docs/routes.md, "Scenarios"): with scenario set, the stub matches only while that scenario's
+   * state is `when` ({NULL, 0}: in any state), and when `then` is set its answer moves the state there with one
+   * compare-and-swap (so two requests racing for one transition cannot both take it: the loser passes the stub
+   * over). Names and states: 1..CB_MAX_NAME printable ASCII bytes, no space. when or then without scenario:
+   * UV_EINVAL (CB_WHY_NEEDS_SCENARIO). */
+  cb_str_t scenario, when, then;
 } cb_stub_t;
 
 /* Adds a stub in front of the table. The library copies everything it needs (strings, header lists, body
@@ -428,6 +469,13 @@ typedef enum {
   CB_FIELD_FAULT,         /* response.fault ({response, fault}) */
   CB_FIELD_TIMEOUT_MS,    /* cb_deferred_t.timeout_ms ({handler, timeout_ms}) */
   CB_FIELD_DELIVER,       /* cb_deferred_t.deliver */
+  CB_FIELD_RESPONSES,     /* responses, nresponses ({response, responses}) */
+  CB_FIELD_AFTER,         /* after ({response, after}) */
+  CB_FIELD_SCENARIO,      /* scenario ({match, scenario}) */
+  CB_FIELD_WHEN,          /* when ({match, 'when'}) */
+  CB_FIELD_THEN,          /* then ({match, then}) */
+  CB_FIELD_DELAY,         /* response.delay_dist, delay_max_ms, delay_sigma ({response, delay}) */
+  CB_FIELD_TEMPLATE,      /* response.templated ({response, template}) */
   CB_FIELD_COUNT
 } cb_field_id;
 
@@ -465,6 +513,12 @@ typedef enum {
   CB_WHY_NOT_REGULAR,        /* a body file that is not a regular file (a directory is UV_EISDIR) */
   CB_WHY_FAULT_EXCEEDS_BODY, /* a pacing fault that cannot pace the stub's body: a drip over 100,000 bytes, a
                               * dribble in more pieces than the body has bytes (docs/faults.md) */
+  CB_WHY_NEEDS_SCENARIO,     /* a scenario state (when, then) on a stub without a scenario */
+  CB_WHY_MIN_ABOVE_MAX,      /* a uniform delay whose lower end is above its upper end */
+  CB_WHY_CONFLICT,           /* fields that cannot go together: delay and delay_ms (Erlang, JSON); a template
+                              * with chunks, a fault or a body that is not bytes */
+  CB_WHY_BAD_TEMPLATE,       /* a template with an unknown or unclosed placeholder, or {{path.NAME}} that names
+                              * no parameter of the path */
   CB_WHY_COUNT
 } cb_why_id;
 
@@ -499,6 +553,25 @@ CB_EXTERN int cb_server_route_remove(cb_server_t *srv, uint64_t id);
  * cb_server_route_counts); ids are never reused. The journal is not touched (cb_server_requests_clear).
  * Errors: UV_EINVAL, UV_EBUSY. */
 CB_EXTERN int cb_server_route_reset(cb_server_t *srv);
+
+/* ==== Scenarios (cb_stub_t.scenario) ====
+ *
+ * A server keeps one state per scenario name; every scenario is in state "started" until a stub's answer or
+ * cb_server_scenario_set() moves it. At most CB_MAX_SCENARIOS names and CB_MAX_SCENARIOS states per server
+ * (CB_ELIMIT past them). States are read by the workers with one atomic load when a stub that names the
+ * scenario is matched, and changed with one compare-and-swap: a request sees the state at its dispatch. */
+#define CB_MAX_SCENARIOS 4096
+
+/* Copies scenario `name`'s state into out (cap bytes, NUL-terminated; CB_MAX_NAME + 1 always fits).
+ * Returns its length, or UV_EINVAL (a bad name, a NULL argument), UV_ENOBUFS (cap too small). A name no stub
+ * or call used is "started". */
+CB_EXTERN int cb_server_scenario(cb_server_t *srv, cb_str_t name, char *out, size_t cap);
+
+/* Sets scenario `name`'s state. Errors: UV_EINVAL (a bad name or state), CB_ELIMIT, UV_ENOMEM. */
+CB_EXTERN int cb_server_scenario_set(cb_server_t *srv, cb_str_t name, cb_str_t state);
+
+/* Puts every scenario back to "started". Errors: UV_EINVAL. */
+CB_EXTERN int cb_server_scenarios_reset(cb_server_t *srv);
 
 /* One stub as listed by cb_server_stubs(). The strings are NUL-terminated copies owned by the list. */
 typedef struct cb_stub_info_s {
@@ -579,6 +652,7 @@ typedef struct cb_request_s {
   uint64_t duration_us; /* from arrival to the end of the response; both are read once per iteration of the
                          * worker's event loop, so 0 when it ended in the iteration it arrived in */
   cb_str_t fault;      /* the fault applied ("reset", "truncated": docs/faults.md), empty when none. Static */
+  unsigned delay_ms;   /* the delay a stub waited before its answer (its delay_ms, or the drawn one); 0 else */
 } cb_request_t;
 
 /* Which requests a read returns; zero it for "all". */

@@ -39,7 +39,7 @@ NIF_SRCS := $(sort $(wildcard nif/*.c))
 priv/cbench_nif.so: $(NIF_SRCS) nif/nif.h include/cbench.h $(BUILD)/libcbench.a | priv
 	$(CC) $(BEAM_CFLAGS) -fPIC -shared -I$(ERTS_INCLUDE) -o $@ $(NIF_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
-PORT_SRCS := c_src/cbench_port.c c_src/port_stub.c c_src/port_journal.c c_src/port_handler.c
+PORT_SRCS := c_src/cbench_port.c c_src/port_stub.c c_src/port_journal.c c_src/port_handler.c c_src/port_scenario.c
 
 priv/cbench_port: $(PORT_SRCS) c_src/port.h include/cbench.h $(BUILD)/libcbench.a | priv
 	$(CC) $(BEAM_CFLAGS) -I$(EI_DIR)/include -o $@ $(PORT_SRCS) -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)

@@ -598,6 +598,9 @@ static ErlNifFunc funcs[] = {
     {"handler_add_nif", 4, nif_handler_add, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"handler_fail_nif", 2, nif_handler_fail, 0},
     {"reply_nif", 2, nif_reply, 0},
+    {"scenario_nif", 2, nif_scenario, 0},
+    {"scenario_set_nif", 3, nif_scenario_set, 0},
+    {"scenarios_reset_nif", 1, nif_scenarios_reset, 0},
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

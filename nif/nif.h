@@ -24,7 +24,8 @@
   X(stream) X(peer) X(method) X(body_length) X(route) X(stub) X(bytes_out) X(duration_us) X(since)    \
   X(cbench_journal) X(fault) X(faults) X(cbench_request) X(cbench_requests) X(cbench_nif) X(handle) X(gone)   \
   X(http1) X(h2c_prior) X(h2c_upgrade) X(timeout_ms) X(batch) X(reply) X(send) X(finish) X(unavailable) X(handler_unavailable) \
-  X(handler_timeouts) X(whole) X(cbench_body) X(cbench_body_end) X(admin_port)
+  X(handler_timeouts) X(whole) X(cbench_body) X(cbench_body_end) X(admin_port) X(scenario) X(delay) X(uniform) \
+  X(lognormal) X(responses) X(after) X(last) X(cycle) X(not_found) X(template)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)
@@ -95,6 +96,9 @@ int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_a
 ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_route_remove(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_route_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_scenario(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_scenario_set(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_scenarios_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests_clear(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -25,7 +25,7 @@ static ERL_NIF_TERM entry(ErlNifEnv *env, const cb_request_t *q) {
   ERL_NIF_TERM keys[] = {atom_seq,     atom_time_us, atom_proto,       atom_conn,  atom_stream,  atom_peer,
                          atom_method,  atom_path,    atom_query,       atom_headers, atom_body,  atom_body_length,
                          atom_route,   atom_stub,    atom_status,      atom_bytes_out, atom_duration_us,
-                         atom_fault};
+                         atom_fault,   atom_delay_ms};
   ERL_NIF_TERM vals[] = {enif_make_uint64(env, q->seq),
                          enif_make_int64(env, q->time_us),
                          proto_atom(env, q->proto),
@@ -43,7 +43,8 @@ static ERL_NIF_TERM entry(ErlNifEnv *env, const cb_request_t *q) {
                          enif_make_int(env, q->status),
                          enif_make_uint64(env, q->bytes_out),
                          enif_make_uint64(env, q->duration_us),
-                         q->fault.len ? enif_make_atom_len(env, q->fault.ptr, q->fault.len) : atom_undefined};
+                         q->fault.len ? enif_make_atom_len(env, q->fault.ptr, q->fault.len) : atom_undefined,
+                         enif_make_uint(env, q->delay_ms)};
   ERL_NIF_TERM map;
   if (!enif_make_map_from_arrays(env, keys, vals, sizeof keys / sizeof keys[0], &map))
     return enif_raise_exception(env, enif_make_string(env, __FILE__ ": duplicate journal key", ERL_NIF_LATIN1));

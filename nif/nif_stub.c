@@ -80,7 +80,24 @@ static int get_headers(ErlNifEnv *env, ERL_NIF_TERM t, cb_header_t *out, size_t 
   return 1;
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority}. */
+/* A label or undefined ({NULL, 0}). */
+static int get_label(ErlNifEnv *env, ERL_NIF_TERM t, cb_str_t *out) {
+  if (enif_is_identical(t, atom_undefined)) {
+    *out = (cb_str_t){NULL, 0};
+    return 1;
+  }
+  return get_str(env, t, out);
+}
+
+/* scenario: {Name, When | undefined, Then | undefined} (issue 25). */
+static int decode_scenario(ErlNifEnv *env, ERL_NIF_TERM t, cb_stub_t *st) {
+  const ERL_NIF_TERM *tuple;
+  int arity;
+  return enif_get_tuple(env, t, &arity, &tuple) && arity == 3 && get_str(env, tuple[0], &st->scenario) &&
+         get_label(env, tuple[1], &st->when) && get_label(env, tuple[2], &st->then);
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority} and optionally scenario. */
 int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_arrays_t *a) {
   ERL_NIF_TERM v;
   if (!get_map_value(env, map, atom_name, &v)) return 0;
@@ -95,10 +112,44 @@ int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_a
   st->match.headers = a->headers;
   if (!get_map_value(env, map, atom_query, &v) || !get_matchers(env, v, a->query, &st->match.nquery)) return 0;
   st->match.query = a->query;
-  return get_map_value(env, map, atom_priority, &v) && enif_get_int(env, v, &st->match.priority);
+  if (!get_map_value(env, map, atom_priority, &v) || !enif_get_int(env, v, &st->match.priority)) return 0;
+  return !get_map_value(env, map, atom_scenario, &v) || decode_scenario(env, v, st);
 }
 
-/* Response: #{status, headers, body, delay_ms, chunks, times}. */
+static int get_times(ErlNifEnv *env, ERL_NIF_TERM map, uint64_t *times) {
+  ERL_NIF_TERM v;
+  ErlNifUInt64 u;
+  if (!get_map_value(env, map, atom_times, &v)) return 0;
+  if (enif_is_identical(v, atom_infinity)) {
+    *times = 0;
+    return 1;
+  }
+  if (!enif_get_uint64(env, v, &u) || u == 0) return 0;
+  *times = u;
+  return 1;
+}
+
+/* delay: {uniform, Min, Max, Seed} | {lognormal, Median, Sigma, Seed} (issue 25); delay_ms holds Min or the
+ * median already. */
+static int decode_delay(ErlNifEnv *env, ERL_NIF_TERM t, cb_response_t *res) {
+  const ERL_NIF_TERM *tuple;
+  int arity;
+  ErlNifUInt64 seed;
+  unsigned a;
+  if (!enif_get_tuple(env, t, &arity, &tuple) || arity != 4 || !enif_get_uint(env, tuple[1], &a) ||
+      !enif_get_uint64(env, tuple[3], &seed))
+    return 0;
+  res->delay_ms = a;
+  res->delay_seed = seed;
+  if (enif_is_identical(tuple[0], atom_uniform)) {
+    res->delay_dist = CB_DELAY_UNIFORM;
+    return enif_get_uint(env, tuple[2], &res->delay_max_ms);
+  }
+  res->delay_dist = CB_DELAY_LOGNORMAL;
+  return enif_is_identical(tuple[0], atom_lognormal) && enif_get_double(env, tuple[2], &res->delay_sigma);
+}
+
+/* Response: #{status, headers, body, delay_ms, chunks, times} and optionally fault and delay. */
 static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res, nif_stub_arrays_t *a) {
   ErlNifUInt64 u;
   ERL_NIF_TERM v;
@@ -142,14 +193,41 @@ static int decode_response(ErlNifEnv *env, ERL_NIF_TERM map, cb_response_t *res,
   if (get_map_value(env, map, atom_fault, &v) && !enif_is_identical(v, atom_undefined) &&
       !get_str(env, v, &res->fault))
     return 0;
-  if (!get_map_value(env, map, atom_times, &v)) return 0;
-  if (enif_is_identical(v, atom_infinity)) {
-    res->times = 0;
-  } else if (!enif_get_uint64(env, v, &u) || u == 0) {
-    return 0;
-  } else {
-    res->times = u;
+  if (!get_times(env, map, &res->times)) return 0;
+  if (get_map_value(env, map, atom_template, &v)) {
+    if (!enif_is_identical(v, atom_true)) return 0;
+    res->templated = 1;
   }
+  return !get_map_value(env, map, atom_delay, &v) || decode_delay(env, v, res);
+}
+
+/* A sequence (issue 25): #{responses => [Response], after => last | cycle | not_found, times}. The responses and
+ * their header arrays live in one enif_alloc'ed block, which the caller frees (*mem). */
+static int decode_sequence(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, void **mem) {
+  ERL_NIF_TERM v, list, head;
+  unsigned n;
+  if (!get_map_value(env, map, atom_responses, &list) || !enif_get_list_length(env, list, &n) || n == 0 ||
+      n > CB_MAX_RESPONSES)
+    return 0;
+  if (!get_map_value(env, map, atom_after, &v)) return 0;
+  if (enif_is_identical(v, atom_last))
+    st->after = CB_AFTER_LAST;
+  else if (enif_is_identical(v, atom_cycle))
+    st->after = CB_AFTER_CYCLE;
+  else if (enif_is_identical(v, atom_not_found))
+    st->after = CB_AFTER_NOT_FOUND;
+  else
+    return 0;
+  if (!get_times(env, map, &st->response.times)) return 0;
+  cb_response_t *rs = enif_alloc(n * (sizeof *rs + sizeof(nif_stub_arrays_t)));
+  if (rs == NULL) return 0;
+  *mem = rs;
+  nif_stub_arrays_t *arrays = (nif_stub_arrays_t *)(rs + n);
+  memset(rs, 0, n * sizeof *rs);
+  for (unsigned i = 0; enif_get_list_cell(env, list, &head, &list); i++)
+    if (!decode_response(env, head, &rs[i], &arrays[i])) return 0;
+  st->responses = rs;
+  st->nresponses = n;
   return 1;
 }
 
@@ -167,7 +245,11 @@ ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const c
       [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
       [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
       [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
-      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
+      [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
+      [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
+      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
+      [CB_FIELD_TEMPLATE] = {"response", "template"}};
   if (d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT || keys[d->field][0] == NULL)
     return nif_error(env, err);
   ERL_NIF_TERM term = enif_make_atom(env, keys[d->field][0]), key = enif_make_atom(env, keys[d->field][1]);
@@ -203,8 +285,14 @@ ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) 
   nif_stub_arrays_t arrays;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
-  if (!nif_decode_match(env, argv[1], &st, &arrays) || !decode_response(env, argv[2], &st.response, &arrays))
+  void *mem = NULL;
+  ERL_NIF_TERM v;
+  int seq = get_map_value(env, argv[2], atom_responses, &v);
+  if (!nif_decode_match(env, argv[1], &st, &arrays) ||
+      !(seq ? decode_sequence(env, argv[2], &st, &mem) : decode_response(env, argv[2], &st.response, &arrays))) {
+    if (mem) enif_free(mem);
     return enif_make_badarg(env);
+  }
   nif_server_t *res;
   cb_server_t *srv;
   int locked = nif_lock(env, argv[0], &res, &srv);
@@ -213,8 +301,10 @@ ERL_NIF_TERM nif_route_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) 
   uint64_t id;
   int err = cb_server_route_add(srv, &st, &id);
   nif_unlock(res);
-  if (err < 0) return nif_add_error(env, err, &st.match, &st.response);
-  return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, id));
+  ERL_NIF_TERM ret = err < 0 ? nif_add_error(env, err, &st.match, &st.response)
+                             : enif_make_tuple2(env, atom_ok, enif_make_uint64(env, id));
+  if (mem) enif_free(mem);
+  return ret;
 }
 
 /* route_remove_nif(Resource, Id) -> ok | {error, enoent}. Dirty I/O. */

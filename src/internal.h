@@ -49,6 +49,8 @@
 typedef struct cb__worker_s cb__worker_t;
 typedef struct cb__conn_s cb__conn_t;
 typedef struct cb__req_s cb__req_t;
+typedef struct cb__scenarios_s cb__scenarios_t;
+typedef struct cb__scenario_s cb__scenario_t;
 typedef struct cb__route_s cb__route_t;
 typedef struct cb__handler_s cb__handler_t;
 typedef struct cb__rtable_s cb__rtable_t;
@@ -559,8 +561,9 @@ struct cb__handler_s {
 
 typedef struct {
   /* Optional: whether the route may answer this request now (a stub whose times are used up may not). Called
-   * once the route matched in every other way; a route that says no is passed over. */
-  int (*claim)(const cb__route_t *rt);
+   * once the route matched in every other way; a route that says no is passed over. It may note in r what it
+   * claimed (a sequence's response: cb__req_t.stub). */
+  int (*claim)(const cb__route_t *rt, cb__req_t *r);
   /* Optional: frees arg when the route is freed (on whichever thread lets go of it last). */
   void (*free_arg)(void *arg);
 } cb__route_kind_t;
@@ -659,6 +662,43 @@ size_t cb__allow_string(unsigned mask, char *buf);
  * counter slots and every worker's counter chunks. */
 int cb__routes_new(int nworkers, cb__routes_t **out);
 void cb__routes_free(cb__routes_t *reg);
+/* The server's scenarios (scenario.c): made and freed with the registry. */
+cb__scenarios_t *cb__routes_scenarios(cb__routes_t *reg);
+
+/* ---- template.c: response templates (cb_response_t.templated) ---- */
+enum { CB__TPL_LIT, CB__TPL_METHOD, CB__TPL_BODY, CB__TPL_SEQ, CB__TPL_PATH, CB__TPL_QUERY, CB__TPL_HEADER };
+typedef struct {
+  uint8_t kind;    /* CB__TPL_* */
+  unsigned arg;    /* PATH: the parameter's index in the pattern */
+  const char *str; /* LIT: the bytes; QUERY: the name; HEADER: the name, lowercased (in the template's text) */
+  size_t len;
+} cb__tpl_piece_t;
+typedef struct {
+  cb__tpl_piece_t *p;
+  int n;
+  char *text;        /* the template's own copy, which the pieces point into */
+  uint8_t uses_body; /* {{body}}: the request's body is kept for it */
+} cb__tpl_t;
+/* Compiles text[0..n) against the path pattern (whose {params} {{path.NAME}} may name). 0, UV_EINVAL (an unknown
+ * or unclosed placeholder, a parameter the pattern does not have) or UV_ENOMEM. */
+int cb__tpl_compile(const char *text, size_t n, cb_str_t pattern, cb__tpl_t *t);
+void cb__tpl_free(cb__tpl_t *t);
+/* Writes the template for r into dst (NULL: only measures) and returns the length. header: a header value, from
+ * whose inserted values the bytes a field value cannot hold are left out. */
+size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, size_t body_len, uint64_t seq,
+                      int header, char *dst);
+
+/* ---- scenario.c: scenario states (cb_stub_t.scenario) ---- */
+struct cb__scenario_s {
+  uint32_t state; /* atomic: the state's number (0: "started"); loaded and swapped by the workers */
+  char *name;
+};
+int cb__scenarios_new(cb__scenarios_t **out);
+void cb__scenarios_free(cb__scenarios_t *s);
+/* The scenario of this name (made in state "started" when new), or the number of a state name (0 for
+ * "started"; made when new). Errors: CB_ELIMIT past CB_MAX_SCENARIOS, UV_ENOMEM. */
+int cb__scenario_find(cb__scenarios_t *s, cb_str_t name, cb__scenario_t **out);
+int cb__scenario_state_id(cb__scenarios_t *s, cb_str_t state, uint32_t *id);
 /* The worker's counter chunks (cb__worker_t.counters). */
 uint64_t **cb__routes_counters(cb__routes_t *reg, int worker);
 /* Sums counter `idx` over the workers (lock-free). */
@@ -836,6 +876,8 @@ struct cb__req_s {
   uint8_t req_done;  /* the whole request (body included) was received */
   uint8_t blocked;   /* a generator was told to wait for on_writable */
   uint8_t fault;     /* the CB__FAULT_* applied to this request (journal), 0 for none */
+  uint32_t delay_ms; /* the delay a stub waited before answering (journal), 0 for none */
+  const void *stub;  /* stub.c: the response answering (a sequence's item, claimed at dispatch) */
   int64_t content_length; /* declared request body length, -1 when unknown */
   uint64_t body_received;
   /* The handler's state. */
@@ -852,6 +894,9 @@ struct cb__req_s {
       uint64_t off;   /* body bytes emitted */
       unsigned piece; /* the piece being emitted */
       uint8_t due;    /* interval_ms: the timer fired for this piece (on_writable alone does not start one) */
+      uint8_t refused; /* a template's {{body}}: over the echo budget, answered 503 */
+      char *body;     /* a template's {{body}}: the request body, held from the echo budget (cap bytes) */
+      size_t len, cap;
     } stub;
     struct {
       char *buf;     /* the request body, held from the echo budget (cap bytes) */

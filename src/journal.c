@@ -34,7 +34,7 @@ typedef struct {
   uint64_t conn_id, body_len, bytes_out, duration_us, stub_id;
   uint64_t dpos; /* the variable part: [dpos, dpos + dlen) in the byte ring (positions only grow) */
   uint32_t dlen;
-  uint32_t stream_id, nheaders, path_len, query_len, body_kept;
+  uint32_t stream_id, nheaders, path_len, query_len, body_kept, delay_ms;
   uint16_t method_len, route_len, status, peer_port;
   uint16_t method; /* a known method's CB_METHOD_* bit: its name is cb__method_name()'s, and its method_len bytes
                       in the ring are left unwritten (still counted, so that the rings fill as before); 0: the
@@ -428,6 +428,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   e->peer_port = c->peer_port;
   e->peer_family = c->peer_family;
   e->fault = r->fault;
+  e->delay_ms = r->delay_ms;
   memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
   if (h2) {
     e->stream_id = cb__h2_stream_id(r);
@@ -549,6 +550,7 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->status = e->status;
   out->bytes_out = e->bytes_out;
   out->duration_us = e->duration_us;
+  out->delay_ms = e->delay_ms;
   const char *fname = cb__fault_name(e->fault);
   out->fault = (cb_str_t){fname, strlen(fname)};
   if (copy) {

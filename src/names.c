@@ -64,6 +64,13 @@ static const char *const field_names[CB_FIELD_COUNT] = {
     [CB_FIELD_FAULT] = "response.fault",
     [CB_FIELD_TIMEOUT_MS] = "timeout_ms",
     [CB_FIELD_DELIVER] = "deliver",
+    [CB_FIELD_RESPONSES] = "responses",
+    [CB_FIELD_AFTER] = "after",
+    [CB_FIELD_SCENARIO] = "scenario",
+    [CB_FIELD_WHEN] = "when",
+    [CB_FIELD_THEN] = "then",
+    [CB_FIELD_DELAY] = "response.delay",
+    [CB_FIELD_TEMPLATE] = "response.template",
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -97,6 +104,10 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_BAD_FAULT] = "bad_fault",
     [CB_WHY_NOT_REGULAR] = "not_regular",
     [CB_WHY_FAULT_EXCEEDS_BODY] = "fault_exceeds_body",
+    [CB_WHY_NEEDS_SCENARIO] = "needs_scenario",
+    [CB_WHY_MIN_ABOVE_MAX] = "min_above_max",
+    [CB_WHY_CONFLICT] = "conflict",
+    [CB_WHY_BAD_TEMPLATE] = "bad_template",
 };
 
 const char *cb_field_name(int field) {

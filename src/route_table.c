@@ -55,6 +55,7 @@ struct cb__routes_s {
   uint32_t next_slot;
   uint64_t ***chunks; /* [worker][chunk] */
   cb__rtable_t *pending; /* the stand-in every worker holds and none has built yet; NULL when none */
+  cb__scenarios_t *scenarios; /* the server's scenario states (scenario.c) */
 };
 
 typedef struct {
@@ -221,6 +222,7 @@ int cb__routes_new(int nworkers, cb__routes_t **out) {
     if (reg->chunks[w] == NULL) err = UV_ENOMEM;
   }
   if (err == 0) err = cb__fixture_routes(reg, &reg->fixtures, &reg->nfixtures, &reg->not_found);
+  if (err == 0) err = cb__scenarios_new(&reg->scenarios);
   if (err) {
     cb__routes_free(reg);
     return err;
@@ -242,9 +244,12 @@ void cb__routes_free(cb__routes_t *reg) {
     free(reg->chunks[w]);
   }
   free(reg->chunks);
+  cb__scenarios_free(reg->scenarios);
   uv_mutex_destroy(&reg->mu);
   free(reg);
 }
+
+cb__scenarios_t *cb__routes_scenarios(cb__routes_t *reg) { return reg->scenarios; }
 
 /* ---- building a table ---- */
 
@@ -585,7 +590,7 @@ static inline int try_route(const cb__route_t *rt, cb__req_t *r, const cb__match
     if (*first405 == NULL) *first405 = rt;
     return 0;
   }
-  return rt->kind->claim == NULL || rt->kind->claim(rt);
+  return rt->kind->claim == NULL || rt->kind->claim(rt, r);
 }
 
 /* Whether rt answers any request with its path and an allowed method, when it is the first candidate. */

@@ -19,7 +19,8 @@
 #define MAX_CHUNKS 1000000u
 #define MAX_HEADER_BYTES 65536
 
-typedef struct {
+typedef struct stub_s stub_t;
+struct stub_s {
   int status;
   cb__hdr_t *headers;
   int nheaders;
@@ -37,7 +38,29 @@ typedef struct {
   cb__fault_t fault; /* kind CB__FAULT_NONE: none */
   cb__fault_answer_t answer; /* what the fault departs from: this stub's head and answer */
   uint64_t draws;    /* atomic: the fault's rate draws */
-} stub_t;
+  /* A drawn delay (delay_dist not FIXED): a delay fault's parameters (dist, ms, max_ms, sigma, seed), drawn with
+   * cb__fault_delay_ms as that fault is, the n-th answer of this response getting the n-th draw. */
+  uint8_t drawn;
+  cb__fault_t dist;
+  uint64_t delay_draws; /* atomic */
+  /* A sequence: the responses in turn (seq_next: answers claimed, atomic), then `after`. Its items are stubs of
+   * their own (with nseq 0); the route's stub holds them, and each request notes its item (cb__req_t.stub). */
+  stub_t **seq;
+  unsigned nseq;
+  uint8_t after;
+  uint64_t seq_next;
+  /* A scenario: matches while its state is `when` (ANY_STATE: whatever it is), then moves it to `then`. */
+  cb__scenario_t *scen;
+  uint32_t when, then;
+  uint8_t moves;
+  /* A template (templated): the body's and each header value's, and this response's answers (atomic). */
+  uint8_t tpl;
+  cb__tpl_t body_tpl;
+  cb__tpl_t *hdr_tpl; /* nheaders of them */
+  uint64_t tpl_seq;
+};
+
+#define ANY_STATE UINT32_MAX
 
 static void stub_free(void *arg) {
   stub_t *st = arg;
@@ -47,20 +70,51 @@ static void stub_free(void *arg) {
   free(st->owned);
   if (st->fd >= 0) close(st->fd);
   cb__fault_free(&st->fault);
+  for (unsigned i = 0; i < st->nseq; i++) stub_free(st->seq[i]);
+  free(st->seq);
+  cb__tpl_free(&st->body_tpl);
+  for (int i = 0; st->hdr_tpl && i < st->nheaders; i++) cb__tpl_free(&st->hdr_tpl[i]);
+  free(st->hdr_tpl);
   free(st);
 }
 
-/* A stub with times > 0 answers that many requests over all workers: one atomic per answer, on this stub. */
-static int stub_claim(const cb__route_t *rt) {
+/* Whether the stub answers r: a stub with times > 0 answers that many requests over all workers (one atomic per
+ * answer, on this stub); a sequence hands out its responses in turn (one atomic per answer); a scenario's state
+ * must be `when`, and is moved to `then` with one compare-and-swap, so that of two requests racing for one
+ * transition only one takes it (the other passes the stub over, as it would once the state had moved).
+ * Everything that can refuse is looked at with plain loads first, so that a stub passed over for one reason does
+ * not use up another: a use is only taken once the cheaper checks passed. (A request that wins the scenario's
+ * swap and then finds times used up by a racing request has moved the state without an answer from this stub.) */
+static int stub_claim(const cb__route_t *rt, cb__req_t *r) {
   stub_t *st = rt->arg;
-  if (st->times == 0) return 1;
-  return __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) < st->times;
+  if (st->scen == NULL && st->nseq == 0) /* times alone: one atomic, as before sequences and scenarios */
+    return __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) < st->times;
+  if (st->times > 0 && __atomic_load_n(&st->claimed, __ATOMIC_RELAXED) >= st->times) return 0;
+  if (st->nseq > 0 && st->after == CB_AFTER_NOT_FOUND && __atomic_load_n(&st->seq_next, __ATOMIC_RELAXED) >= st->nseq)
+    return 0;
+  if (st->scen != NULL) {
+    uint32_t cur = __atomic_load_n(&st->scen->state, __ATOMIC_ACQUIRE);
+    if (st->when != ANY_STATE && cur != st->when) return 0;
+    if (st->moves && cur != st->then &&
+        !__atomic_compare_exchange_n(&st->scen->state, &cur, st->then, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return 0;
+  }
+  if (st->times > 0 && __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) >= st->times) return 0;
+  if (st->nseq > 0) {
+    uint64_t i = __atomic_fetch_add(&st->seq_next, 1, __ATOMIC_RELAXED);
+    if (i >= st->nseq) {
+      if (st->after == CB_AFTER_NOT_FOUND) return 0;
+      i = st->after == CB_AFTER_CYCLE ? i % st->nseq : st->nseq - 1;
+    }
+    r->stub = st->seq[i];
+  }
+  return 1;
 }
 
-/* A stub without times claims nothing: without a claim it is also a route the dispatch may remember (a worker's
- * last route, route_table.c). */
+/* A stub without times, sequence or scenario claims nothing: without a claim it is also a route the dispatch may
+ * remember (a worker's last route, route_table.c). */
 static const cb__route_kind_t stub_kind = {.claim = NULL, .free_arg = stub_free};
-static const cb__route_kind_t stub_times_kind = {.claim = stub_claim, .free_arg = stub_free};
+static const cb__route_kind_t stub_claim_kind = {.claim = stub_claim, .free_arg = stub_free};
 
 /* ---- answering ---- */
 
@@ -90,12 +144,12 @@ static int body_range(cb__req_t *r, const stub_t *st, uint64_t from, uint64_t to
 }
 
 /* The body a pacing fault paces (cb__fault_answer_t.body): [from, to) as one piece. */
-static int fault_body(cb__req_t *r, uint64_t from, uint64_t to) { return body_range(r, r->route->arg, from, to, 1); }
+static int fault_body(cb__req_t *r, uint64_t from, uint64_t to) { return body_range(r, r->stub, from, to, 1); }
 
 static void stub_tick(cb__req_t *r);
 
 static void stub_produce(cb__req_t *r) {
-  const stub_t *st = r->route->arg;
+  const stub_t *st = r->stub;
   r->blocked = 0;
   /* interval_ms: a piece begins on its timer only. On_writable at a piece's start (the output was full when
    * the last piece ended) starts that timer; it never sends the piece itself. */
@@ -146,6 +200,8 @@ static void stub_tick(cb__req_t *r) {
 
 /* Room in the output: the stub's own pieces, or those of a fault that paces its body. */
 static void stub_writable(cb__req_t *r) {
+  const stub_t *st = r->stub;
+  if (st == NULL || st->tpl) return; /* not begun (stub_end notes the stub), or a template's answer went whole */
   if (cb__fault_pacing(r))
     cb__fault_writable(r);
   else
@@ -157,8 +213,14 @@ static int one_piece(const stub_t *st) {
   return st->kind == CB_BODY_BYTES && st->chunks == 0 && st->len > 0 && st->status != 204 && st->status != 304;
 }
 
+static void tpl_start(cb__req_t *r, stub_t *st);
+
 static void stub_start(cb__req_t *r) {
-  const stub_t *st = r->route->arg;
+  const stub_t *st = r->stub;
+  if (st->tpl) {
+    tpl_start(r, (stub_t *)st);
+    return;
+  }
   int no_body = st->status == 204 || st->status == 304;
   int64_t length = no_body ? CB__NO_BODY : st->chunks ? CB__STREAMED : (int64_t)st->len;
   r->head_key = st->head_key; /* a stub's headers are fixed: its head can be reused */
@@ -190,17 +252,134 @@ static void stub_start(cb__req_t *r) {
   stub_produce(r);
 }
 
+/* The answer begins: the response (a sequence's: the one its claim noted), its fault, its delay. */
 static void stub_end(cb__req_t *r) {
   stub_t *st = r->route->arg;
+  if (st->nseq > 0) st = (stub_t *)r->stub;
+  r->stub = st;
   if (st->fault.kind != CB__FAULT_NONE && cb__fault_fires(&st->fault, &st->draws)) {
     cb__fault_start(r, &st->fault, &st->answer);
     return;
   }
-  if (st->delay_ms > 0 && cb__req_timer(r, st->delay_ms, stub_start) == 0) return;
+  uint32_t ms = st->delay_ms;
+  if (st->drawn) ms = cb__fault_delay_ms(&st->dist, __atomic_fetch_add(&st->delay_draws, 1, __ATOMIC_RELAXED), MAX_DELAY_MS);
+  r->delay_ms = ms;
+  if (ms > 0 && cb__req_timer(r, ms, stub_start) == 0) return;
   stub_start(r);
 }
 
 static const cb__handler_t stub_handler = {.on_end = stub_end, .on_writable = stub_writable};
+
+/* ---- templates (template.c) ----
+ * A templated answer is made per request: its header values and body rendered for it, held from the echo
+ * budget while they exist (a {{body}} or a header repeated many times can make an answer much bigger than the
+ * request), sent whole with its length. The request body is kept only for a template that uses {{body}}. */
+
+static void tpl_refuse(cb__req_t *r) {
+  free(r->u.stub.body);
+  cb__echo_release(r->conn, r->u.stub.cap);
+  r->u.stub.body = NULL;
+  r->u.stub.len = r->u.stub.cap = 0;
+  r->u.stub.refused = 1;
+}
+
+static void tpl_body(cb__req_t *r, const char *p, size_t n) {
+  if (r->u.stub.refused) return;
+  if (r->u.stub.len + n > r->u.stub.cap) {
+    size_t cap = r->u.stub.cap ? r->u.stub.cap : 4096;
+    while (cap < r->u.stub.len + n) cap *= 2;
+    size_t max = r->conn->w->cfg->max_body_bytes; /* the protocol refuses a longer body before it gets here */
+    if (cap > max && r->u.stub.len + n <= max) cap = max;
+    if (cb__echo_hold(r->conn, cap - r->u.stub.cap) != 0) {
+      tpl_refuse(r);
+      return;
+    }
+    char *b = realloc(r->u.stub.body, cap);
+    if (b == NULL) {
+      cb__echo_release(r->conn, cap - r->u.stub.cap);
+      tpl_refuse(r);
+      return;
+    }
+    r->u.stub.body = b;
+    r->u.stub.cap = cap;
+  }
+  memcpy(r->u.stub.body + r->u.stub.len, p, n);
+  r->u.stub.len += n;
+}
+
+static void tpl_free_req(cb__req_t *r) {
+  free(r->u.stub.body);
+  cb__echo_release(r->conn, r->u.stub.cap);
+  r->u.stub.body = NULL;
+  r->u.stub.cap = r->u.stub.len = 0;
+}
+
+/* Spaces and tabs at either end of a rendered header value are dropped: neither protocol carries them. */
+static void trim(cb__hdr_t *h) {
+  while (h->value_len && (h->value[0] == ' ' || h->value[0] == '\t')) {
+    h->value++;
+    h->value_len--;
+  }
+  while (h->value_len && (h->value[h->value_len - 1] == ' ' || h->value[h->value_len - 1] == '\t')) h->value_len--;
+}
+
+#define TPL_MAX_VALUE 8192 /* a rendered header value is cut there, as a stub's own values are bounded */
+
+static void tpl_start(cb__req_t *r, stub_t *st) {
+  r->head_key = 0;
+  int no_body = st->status == 204 || st->status == 304, head_only = r->method == CB_METHOD_HEAD;
+  if (r->u.stub.refused) { /* its {{body}} went over the echo budget */
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  uint64_t seq = __atomic_add_fetch(&st->tpl_seq, 1, __ATOMIC_RELAXED);
+  const char *b = r->u.stub.body;
+  size_t bl = r->u.stub.len, hbytes = 0, n = 0;
+  size_t hlen[CB_MAX_HEADERS];
+  for (int i = 0; i < st->nheaders; i++) {
+    hlen[i] = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, NULL);
+    hbytes += hlen[i];
+  }
+  if (!no_body) n = cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, NULL);
+  size_t out_n = head_only ? 0 : n;
+  char *hbuf = NULL, *out = NULL;
+  if (cb__echo_hold(r->conn, hbytes + out_n) != 0) { /* over the budget: 503, not a part of the answer */
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  if ((hbytes && (hbuf = malloc(hbytes)) == NULL) || (out_n && (out = malloc(out_n)) == NULL)) {
+    free(hbuf);
+    free(out);
+    cb__echo_release(r->conn, hbytes + out_n);
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  cb__hdr_t hs[CB_MAX_HEADERS];
+  size_t o = 0;
+  for (int i = 0; i < st->nheaders; i++) {
+    hs[i].name = st->headers[i].name;
+    hs[i].name_len = st->headers[i].name_len;
+    hs[i].value = hbuf + o;
+    hs[i].value_len = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, hbuf + o);
+    o += hlen[i];
+    if (hs[i].value_len > TPL_MAX_VALUE) hs[i].value_len = TPL_MAX_VALUE;
+    trim(&hs[i]);
+  }
+  if (out_n) cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, out);
+  cb__res_head(r, st->status, NULL, hs, st->nheaders, no_body ? CB__NO_BODY : (int64_t)n);
+  free(hbuf); /* the head is written (HTTP/1.1) or its fields copied (nghttp2) */
+  cb__echo_release(r->conn, hbytes);
+  if (out_n) cb__res_data(r, out, out_n, CB__DATA_HELD | CB__DATA_PIECE_END); /* the protocol owns it now */
+  r->u.stub.off = out_n;
+  r->u.stub.piece = 1;
+  cb__res_end(r);
+}
+
+static const cb__handler_t stub_body_handler = {
+    .on_body = tpl_body, .on_end = stub_end, .on_writable = stub_writable, .on_free = tpl_free_req};
 
 /* ---- building a stub from its public description ---- */
 
@@ -330,7 +509,56 @@ static int open_body_file(stub_t *st, cb_str_t path) {
   return 0;
 }
 
-static int stub_new(const cb_response_t *res, stub_t **out) {
+/* A drawn delay (cb_response_t.delay_dist): kept as a delay fault's parameters, so that the draws are the delay
+ * fault's (cb__fault_delay_ms), with the same bound as a fixed delay. */
+static int delay_dist(stub_t *st, const cb_response_t *res) {
+  switch (res->delay_dist) {
+    case CB_DELAY_FIXED:
+      return 0;
+    case CB_DELAY_UNIFORM:
+      if (res->delay_max_ms > MAX_DELAY_MS)
+        return cb__bad_number(CB_FIELD_DELAY, -1, CB_WHY_OUT_OF_RANGE, res->delay_max_ms);
+      if (res->delay_ms > res->delay_max_ms)
+        return cb__bad_number(CB_FIELD_DELAY, -1, CB_WHY_MIN_ABOVE_MAX, res->delay_ms);
+      st->dist.dist = 1;
+      break;
+    case CB_DELAY_LOGNORMAL:
+      if (!(res->delay_sigma > 0.0 && res->delay_sigma <= 10.0)) /* NaN too */
+        return cb__bad_number(CB_FIELD_DELAY, -1, CB_WHY_OUT_OF_RANGE, (long long)res->delay_sigma);
+      st->dist.dist = 2;
+      st->dist.sigma = res->delay_sigma;
+      break;
+    default:
+      return cb__bad_number(CB_FIELD_DELAY, -1, CB_WHY_OUT_OF_RANGE, res->delay_dist);
+  }
+  st->drawn = 1;
+  st->dist.kind = CB__FAULT_DELAY;
+  st->dist.ms = res->delay_ms;
+  st->dist.max_ms = res->delay_max_ms;
+  st->dist.seed = res->delay_seed;
+  return 0;
+}
+
+/* A templated response: its body and every header value compiled (template.c). Templates are sent whole from
+ * bytes: not in chunks, not with a fault (which would pace or cut the stub's fixed bytes). */
+static int templates(stub_t *st, const cb_response_t *res, cb_str_t pattern) {
+  if (res->chunks > 0 || st->fault.kind != CB__FAULT_NONE || res->body_kind != CB_BODY_BYTES)
+    return cb__bad_number(CB_FIELD_TEMPLATE, -1, CB_WHY_CONFLICT, res->templated);
+  st->tpl = 1;
+  int err = cb__tpl_compile(st->body, (size_t)st->len, pattern, &st->body_tpl);
+  if (err == UV_EINVAL) return cb__bad_bytes(CB_FIELD_BODY, -1, CB_WHY_BAD_TEMPLATE, res->body.ptr, res->body.len);
+  if (err) return err;
+  if (st->nheaders > 0 && (st->hdr_tpl = calloc((size_t)st->nheaders, sizeof *st->hdr_tpl)) == NULL) return UV_ENOMEM;
+  for (int i = 0; i < st->nheaders; i++) {
+    err = cb__tpl_compile(st->headers[i].value, st->headers[i].value_len, pattern, &st->hdr_tpl[i]);
+    if (err == UV_EINVAL)
+      return cb__bad_bytes(CB_FIELD_HEADERS, i, CB_WHY_BAD_TEMPLATE, res->headers[i].value.ptr, res->headers[i].value.len);
+    if (err) return err;
+  }
+  return 0;
+}
+
+static int stub_new(const cb_response_t *res, cb_str_t pattern, stub_t **out) {
   *out = NULL;
   stub_t *st = calloc(1, sizeof *st);
   if (st == NULL) return UV_ENOMEM;
@@ -344,6 +572,7 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
     err = cb__bad_number(CB_FIELD_CHUNKS, -1, CB_WHY_OUT_OF_RANGE, res->chunks);
   else if (res->interval_ms > MAX_DELAY_MS)
     err = cb__bad_number(CB_FIELD_INTERVAL_MS, -1, CB_WHY_OUT_OF_RANGE, res->interval_ms);
+  if (err == 0) err = delay_dist(st, res);
   st->status = res->status;
   st->kind = res->body_kind;
   st->delay_ms = res->delay_ms;
@@ -402,6 +631,7 @@ static int stub_new(const cb_response_t *res, stub_t **out) {
     if (err == UV_EINVAL)
       err = cb__bad_bytes(CB_FIELD_FAULT, -1, CB_WHY_FAULT_EXCEEDS_BODY, res->fault.ptr, res->fault.len);
   }
+  if (err == 0 && res->templated) err = templates(st, res, pattern);
   if (err) {
     stub_free(st);
     return err;
@@ -423,13 +653,98 @@ int cb__check_name(cb_str_t name) {
 
 /* ---- the public API ---- */
 
+/* Whether the stub (or a response of its sequence) has a template that inserts the request's body. */
+static int uses_body(const stub_t *st) {
+  if (st->tpl && st->body_tpl.uses_body) return 1;
+  for (int i = 0; st->tpl && i < st->nheaders; i++)
+    if (st->hdr_tpl[i].uses_body) return 1;
+  for (unsigned i = 0; i < st->nseq; i++)
+    if (uses_body(st->seq[i])) return 1;
+  return 0;
+}
+
+static void set_whole(stub_t *st, uint64_t sid) {
+  st->whole = (cb__fixed_t){.status = st->status, .ctype = NULL, .extra = st->headers, .nextra = st->nheaders,
+                            .body = st->body, .len = (size_t)st->len, .flags = CB__DATA_STATIC | CB__DATA_PIECE_END,
+                            .memo_id = sid};
+}
+
+/* A scenario's name or state: as a route's name (1..CB_MAX_NAME printable ASCII bytes, no space). */
+static int check_label(int field, cb_str_t v) {
+  if (v.ptr == NULL) return cb__bad_bytes(field, -1, v.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
+  if (v.len == 0) return cb__bad_bytes(field, -1, CB_WHY_EMPTY, v.ptr, 0);
+  if (v.len > CB_MAX_NAME) return cb__bad_bytes(field, -1, CB_WHY_TOO_LONG, v.ptr, v.len);
+  for (size_t i = 0; i < v.len; i++)
+    if ((unsigned char)v.ptr[i] <= 0x20 || (unsigned char)v.ptr[i] >= 0x7f)
+      return cb__bad_bytes(field, -1, CB_WHY_BAD_CHAR, v.ptr, v.len);
+  return 0;
+}
+
+static int given(cb_str_t v) { return v.ptr != NULL || v.len != 0; }
+
+/* The stub's scenario: its name and states checked, then interned in the server's registry (scenario.c). */
+static int scenario_of(cb__routes_t *reg, const cb_stub_t *stub, stub_t *st) {
+  if (!given(stub->scenario)) {
+    if (given(stub->when)) return cb__bad_bytes(CB_FIELD_WHEN, -1, CB_WHY_NEEDS_SCENARIO, stub->when.ptr, stub->when.len);
+    if (given(stub->then)) return cb__bad_bytes(CB_FIELD_THEN, -1, CB_WHY_NEEDS_SCENARIO, stub->then.ptr, stub->then.len);
+    return 0;
+  }
+  int err = check_label(CB_FIELD_SCENARIO, stub->scenario);
+  if (err == 0 && given(stub->when)) err = check_label(CB_FIELD_WHEN, stub->when);
+  if (err == 0 && given(stub->then)) err = check_label(CB_FIELD_THEN, stub->then);
+  if (err) return err;
+  cb__scenarios_t *sc = cb__routes_scenarios(reg);
+  err = cb__scenario_find(sc, stub->scenario, &st->scen);
+  st->when = ANY_STATE;
+  if (err == 0 && given(stub->when)) err = cb__scenario_state_id(sc, stub->when, &st->when);
+  if (err == 0 && given(stub->then)) {
+    err = cb__scenario_state_id(sc, stub->then, &st->then);
+    st->moves = 1;
+  }
+  return err;
+}
+
+/* A sequence: a stub of its own for each response, held by the route's stub, which answers nothing itself (but
+ * lists the first response's status and counts `times`). */
+static int sequence_new(const cb_stub_t *stub, stub_t **out) {
+  *out = NULL;
+  size_t n = stub->nresponses;
+  if (n > CB_MAX_RESPONSES) return cb__bad_number(CB_FIELD_RESPONSES, -1, CB_WHY_TOO_MANY, (long long)n);
+  if (stub->responses == NULL) return cb__bad_number(CB_FIELD_RESPONSES, -1, CB_WHY_NULL_POINTER, (long long)n);
+  if ((unsigned)stub->after > CB_AFTER_NOT_FOUND) return cb__bad_number(CB_FIELD_AFTER, -1, CB_WHY_OUT_OF_RANGE, stub->after);
+  stub_t *st = calloc(1, sizeof *st);
+  if (st == NULL || (st->seq = calloc(n, sizeof *st->seq)) == NULL) {
+    free(st);
+    return UV_ENOMEM;
+  }
+  st->fd = -1;
+  for (size_t i = 0; i < n; i++) {
+    int err = stub_new(&stub->responses[i], stub->match.path, &st->seq[i]);
+    if (err) {
+      stub_free(st);
+      return err;
+    }
+    st->nseq = (unsigned)i + 1;
+  }
+  st->status = st->seq[0]->status;
+  st->times = stub->response.times;
+  st->after = (uint8_t)stub->after;
+  *out = st;
+  return 0;
+}
+
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   cb__detail_clear();
   if (stub == NULL || id == NULL) return UV_EINVAL;
   if (cb__check_name(stub->name)) return UV_EINVAL;
   stub_t *st;
-  int err = stub_new(&stub->response, &st);
+  int err = stub->nresponses > 0 ? sequence_new(stub, &st) : stub_new(&stub->response, stub->match.path, &st);
   if (err) return err;
+  err = scenario_of(reg, stub, st);
+  if (err) {
+    stub_free(st);
+    return err;
+  }
   cb__routes_lock(reg);
   uint64_t sid = cb__routes_next_id(reg); /* ids are never reused, even when the add fails */
   cb__routes_unlock(reg);
@@ -440,16 +755,16 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
     name = (cb_str_t){defname, (size_t)n};
   }
   cb__route_t *rt;
-  err = cb__route_new(&stub->match, name.ptr, name.len, st->times > 0 ? &stub_times_kind : &stub_kind,
-                      &stub_handler, st, &rt);
+  int claims = st->times > 0 || st->nseq > 0 || st->scen != NULL;
+  err = cb__route_new(&stub->match, name.ptr, name.len, claims ? &stub_claim_kind : &stub_kind,
+                      uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
     return err;
   }
   rt->stub_id = sid;
-  st->whole = (cb__fixed_t){.status = st->status, .ctype = NULL, .extra = st->headers, .nextra = st->nheaders,
-                            .body = st->body, .len = (size_t)st->len, .flags = CB__DATA_STATIC | CB__DATA_PIECE_END,
-                            .memo_id = sid};
+  set_whole(st, sid);
+  for (unsigned i = 0; i < st->nseq; i++) set_whole(st->seq[i], sid); /* memos are kept by address and id */
   err = cb__routes_slot(reg, rt);
   if (err == 0) {
     cb__routes_lock(reg);
@@ -558,7 +873,7 @@ int cb_server_stubs(cb_server_t *srv, cb_stub_list_t **out) {
   for (int i = 0; i < n; i++) {
     const cb__route_t *rt = stubs[i];
     /* NULL: a deferred route (deferred.c) */
-    const stub_t *st = rt->kind == &stub_kind || rt->kind == &stub_times_kind ? rt->arg : NULL;
+    const stub_t *st = rt->kind == &stub_kind || rt->kind == &stub_claim_kind ? rt->arg : NULL;
     cb_stub_info_t *x = &list->items[i];
     memcpy(b, rt->name, rt->name_len + 1);
     x->name = (cb_str_t){b, rt->name_len};

@@ -172,7 +172,11 @@ static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_
       [CB_FIELD_MATCH_QUERY] = {"match", "query"}, [CB_FIELD_STATUS] = {"response", "status"},
       [CB_FIELD_HEADERS] = {"response", "headers"}, [CB_FIELD_BODY] = {"response", "body"},
       [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
-      [CB_FIELD_INTERVAL_MS] = {"response", "interval_ms"}, [CB_FIELD_FAULT] = {"response", "fault"}};
+      [CB_FIELD_INTERVAL_MS] = {"response", "interval_ms"}, [CB_FIELD_FAULT] = {"response", "fault"},
+      [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
+      [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
+      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
+      [CB_FIELD_TEMPLATE] = {"response", "template"}};
   where_t w = *ws;
   json_t *items = NULL;
   if (d->field > CB_FIELD_NONE && d->field < CB_FIELD_COUNT && keys[d->field][0] != NULL) {
@@ -362,12 +366,20 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
 /* One stub, parsed: what it points to lives in the parsed document or in the four allocations, freed by
  * parsed_free once the stubs are added. */
 typedef struct {
+  cb_response_t *rs; /* a sequence's responses, with each one's headers and owned bytes */
+  cb_header_t **rh;
+  char **owned;
+  size_t n;
+} seq_t;
+
+typedef struct {
   cb_stub_t st;
   cb_matcher_t *hm, *qm;
   cb_header_t *rh;
   char *owned;
   cb_stub_expect_kind expect;
   uint64_t expect_n;
+  seq_t seq;
 } parsed_t;
 
 /* "expect": {"times": N} or {"at_least": N}, one of the two. */
@@ -385,17 +397,187 @@ static int parse_expect(const ctx_t *c, const where_t *w, json_t *v, parsed_t *o
   return 0;
 }
 
+static void seq_free(seq_t *q) {
+  for (size_t i = 0; i < q->n; i++) {
+    free(q->rh[i]);
+    free(q->owned[i]);
+  }
+  free(q->rs);
+  free(q->rh);
+  free(q->owned);
+  memset(q, 0, sizeof *q);
+}
+
 static void parsed_free(parsed_t *p) {
   free(p->hm);
   free(p->qm);
   free(p->rh);
   free(p->owned);
+  seq_free(&p->seq);
 }
+
+/* ---- sequences, scenarios, drawn delays and templates (issue 25) ---- */
+
+/* "delay": a number of ms, {"uniform": [MIN, MAX]} or {"lognormal": [MEDIAN_MS, SIGMA]}; "delay_seed": N. */
+static int parse_delay(const ctx_t *c, const where_t *w, json_t *res, cb_response_t *r) {
+  json_t *d = json_object_get(res, "delay");
+  if (d != NULL && json_object_get(res, "delay_ms") != NULL) {
+    where_t f = sub(w, "delay_ms", 0);
+    return fail(c, &f, "conflict: give delay or delay_ms, not both");
+  }
+  if (get_uint(c, w, res, "delay_seed", UINT64_MAX >> 1, &r->delay_seed)) return -1;
+  if (d == NULL) return 0;
+  where_t f = sub(w, "delay", 0);
+  if (json_is_integer(d)) { /* a fixed delay */
+    uint64_t ms = 0;
+    if (get_uint(c, w, res, "delay", 3600000, &ms)) return -1;
+    r->delay_ms = (unsigned)ms;
+    return 0;
+  }
+  json_t *u = json_is_object(d) && json_object_size(d) == 1 ? json_object_get(d, "uniform") : NULL;
+  json_t *l = json_is_object(d) && json_object_size(d) == 1 ? json_object_get(d, "lognormal") : NULL;
+  json_t *a = u ? u : l, *x = json_array_get(a, 0), *y = json_array_get(a, 1);
+  if (a == NULL || !json_is_array(a) || json_array_size(a) != 2 || !json_is_integer(x) ||
+      !(u ? json_is_integer(y) : json_is_number(y)))
+    return fail(c, &f, "wrong_type: must be milliseconds, {\"uniform\": [MIN, MAX]} or {\"lognormal\": [MEDIAN_MS, SIGMA]}");
+  json_int_t lo = json_integer_value(x);
+  double hi = json_number_value(y);
+  if (lo < 0 || lo > 3600000 || (u && (hi < 0 || hi > 3600000)) || (l && !(hi > 0 && hi <= 10)))
+    return fail(c, &f, "out_of_range: milliseconds from 0 to 3600000%s", l ? ", a sigma above 0 and at most 10" : "");
+  if (u && (double)lo > hi) return fail(c, &f, "min_above_max: the lower end is above the upper end");
+  r->delay_ms = (unsigned)lo;
+  r->delay_dist = u ? CB_DELAY_UNIFORM : CB_DELAY_LOGNORMAL;
+  if (u)
+    r->delay_max_ms = (unsigned)hi;
+  else
+    r->delay_sigma = hi;
+  return 0;
+}
+
+/* "scenario", "when", "then": strings (the engine checks them, and when or then without a scenario). */
+static int parse_scenario(const ctx_t *c, const where_t *w, json_t *match, cb_stub_t *st) {
+  static const char *const keys[] = {"scenario", "when", "then"};
+  cb_str_t *out[] = {&st->scenario, &st->when, &st->then};
+  for (int i = 0; i < 3; i++) {
+    json_t *v = json_object_get(match, keys[i]);
+    if (v == NULL) continue;
+    where_t f = sub(w, keys[i], 0);
+    if (!json_is_string(v)) return fail(c, &f, "wrong_type: must be a string");
+    *out[i] = (cb_str_t){json_string_value(v), json_string_length(v)};
+  }
+  return 0;
+}
+
+static int parse_response(const ctx_t *c, const where_t *wr, json_t *res, cb_response_t *r, cb_header_t **rh,
+                          char **owned, int top);
+
+/* "responses": a list of responses (each as "response" but without times, responses or after); "after":
+ * "last", "cycle" or "not_found". A sequence's own object holds only these and times. */
+static int parse_sequence(const ctx_t *c, const where_t *wr, json_t *res, cb_stub_t *st, seq_t *q) {
+  json_t *list = json_object_get(res, "responses"), *after = json_object_get(res, "after");
+  where_t wl = sub(wr, "responses", 0);
+  const char *key;
+  json_t *v;
+  json_object_foreach(res, key, v) {
+    if (strcmp(key, "responses") && strcmp(key, "after") && strcmp(key, "times")) {
+      where_t f = sub(wr, key, 0);
+      return fail(c, &f, "unknown_key: a sequence takes responses, after and times");
+    }
+  }
+  if (!json_is_array(list)) return fail(c, &wl, "wrong_type: must be a list of responses");
+  size_t n = json_array_size(list);
+  if (n == 0) return fail(c, &wl, "empty: a sequence has at least one response");
+  if (n > CB_MAX_RESPONSES) return fail(c, &wl, "too_many: at most %d responses", CB_MAX_RESPONSES);
+  q->rs = calloc(n, sizeof *q->rs);
+  q->rh = calloc(n, sizeof *q->rh);
+  q->owned = calloc(n, sizeof *q->owned);
+  if (q->rs == NULL || q->rh == NULL || q->owned == NULL) return fail(c, &wl, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    where_t wi = sub(&wl, NULL, i);
+    json_t *item = json_array_get(list, i);
+    q->n = i + 1;
+    if (!json_is_object(item)) return fail(c, &wi, "wrong_type: must be an object");
+    if (parse_response(c, &wi, item, &q->rs[i], &q->rh[i], &q->owned[i], 0)) return -1;
+  }
+  if (after != NULL) {
+    where_t f = sub(wr, "after", 0);
+    const char *a = json_string_value(after);
+    if (a == NULL) return fail(c, &f, "wrong_type: must be \"last\", \"cycle\" or \"not_found\"");
+    if (strcmp(a, "last") == 0)
+      st->after = CB_AFTER_LAST;
+    else if (strcmp(a, "cycle") == 0)
+      st->after = CB_AFTER_CYCLE;
+    else if (strcmp(a, "not_found") == 0)
+      st->after = CB_AFTER_NOT_FOUND;
+    else
+      return fail(c, &f, "out_of_range: must be \"last\", \"cycle\" or \"not_found\"");
+  }
+  st->responses = q->rs;
+  st->nresponses = n;
+  return 0;
+}
+
+/* A response object; top: the stub's own (which may also hold times, or be a sequence). */
+static int parse_response(const ctx_t *c, const where_t *wr, json_t *res, cb_response_t *r, cb_header_t **rh,
+                          char **owned, int top) {
+  static const char *const item_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "fault",
+                                          "delay", "delay_seed", "template", NULL};
+  r->status = 200;
+  r->body_kind = CB_BODY_BYTES;
+  if (top && json_object_get(res, "responses") != NULL) {
+    /* A sequence: times only here, the rest is its responses'. */
+    return get_uint(c, wr, res, "times", UINT64_MAX >> 1, &r->times);
+  }
+  if (!top && check_keys(c, wr, res, item_keys)) return -1;
+  json_t *status = json_object_get(res, "status");
+  if (status != NULL) {
+    where_t f = sub(wr, "status", 0);
+    if (!json_is_integer(status) || json_integer_value(status) < 200 || json_integer_value(status) > 599) {
+      fail(c, &f, "%s: must be an integer from 200 to 599", json_is_integer(status) ? "out_of_range" : "wrong_type");
+      return -1;
+    }
+    r->status = (int)json_integer_value(status);
+  }
+  where_t wrh = sub(wr, "headers", 0), wb = sub(wr, "body", 0);
+  if (parse_headers(c, &wrh, json_object_get(res, "headers"), rh, &r->nheaders)) return -1;
+  r->headers = *rh;
+  if (parse_body(c, &wb, json_object_get(res, "body"), r, owned)) return -1;
+  uint64_t v;
+  v = 0;
+  if (get_uint(c, wr, res, "delay_ms", 3600000, &v)) return -1;
+  r->delay_ms = (unsigned)v;
+  v = 0;
+  if (get_uint(c, wr, res, "chunks", 1000000, &v)) return -1;
+  r->chunks = (unsigned)v;
+  v = 0;
+  if (get_uint(c, wr, res, "interval_ms", 3600000, &v)) return -1;
+  r->interval_ms = (unsigned)v;
+  if (get_uint(c, wr, res, "times", UINT64_MAX >> 1, &r->times)) return -1;
+  json_t *fault = json_object_get(res, "fault");
+  if (fault != NULL && !json_is_string(fault)) {
+    where_t wf = sub(wr, "fault", 0);
+    fail(c, &wf, "wrong_type: must be a fault spec string such as \"reset?at=head\" (docs/faults.md)");
+    return -1;
+  }
+  if (fault != NULL) r->fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
+  if (parse_delay(c, wr, res, r)) return -1;
+  json_t *t = json_object_get(res, "template");
+  if (t != NULL) {
+    where_t f = sub(wr, "template", 0);
+    if (!json_is_boolean(t)) return fail(c, &f, "wrong_type: must be true or false");
+    r->templated = json_is_true(t);
+  }
+  return 0;
+}
+
 
 static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out) {
   static const char *const stub_keys[] = {"name", "match", "response", "expect", NULL};
-  static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", NULL};
-  static const char *const res_keys[] = {"status", "headers", "body", "delay_ms", "chunks", "interval_ms", "times", "fault", NULL};
+  static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", "scenario", "when",
+                                           "then", NULL};
+  static const char *const res_keys[] = {"status",   "headers", "body",       "delay_ms", "chunks",
+                                         "interval_ms", "times", "fault",   "delay",    "delay_seed",
+                                         "template", "responses", "after", NULL};
   if (!json_is_object(s)) return fail(c, w, "wrong_type: must be an object with match and response");
   if (check_keys(c, w, s, stub_keys)) return -1;
   cb_stub_t st;
@@ -423,6 +605,8 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   if (parse_methods(c, &wmeth, json_object_get(match, "method"), &st.match.methods)) return -1;
   cb_matcher_t *hm = NULL, *qm = NULL;
   cb_header_t *rh = NULL;
+  seq_t seq = {0};
+  if (parse_scenario(c, &wm, match, &st)) return -1;
   if (parse_matchers(c, &wh, json_object_get(match, "headers"), &hm, &st.match.nheaders)) goto out;
   st.match.headers = hm;
   if (parse_matchers(c, &wq, json_object_get(match, "query"), &qm, &st.match.nquery)) goto out;
@@ -439,50 +623,19 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   }
   st.response.status = 200;
   if (res != NULL) {
-    json_t *status = json_object_get(res, "status");
-    if (status != NULL) {
-      where_t f = sub(&wr, "status", 0);
-      if (!json_is_integer(status) || json_integer_value(status) < 200 || json_integer_value(status) > 599) {
-        fail(c, &f, "%s: must be an integer from 200 to 599", json_is_integer(status) ? "out_of_range" : "wrong_type");
-        goto out;
-      }
-      st.response.status = (int)json_integer_value(status);
-    }
-    where_t wrh = sub(&wr, "headers", 0), wb = sub(&wr, "body", 0);
-    if (parse_headers(c, &wrh, json_object_get(res, "headers"), &rh, &st.response.nheaders)) goto out;
-    st.response.headers = rh;
-    if (parse_body(c, &wb, json_object_get(res, "body"), &st.response, &owned)) goto out;
-    uint64_t v;
-    v = 0;
-    if (get_uint(c, &wr, res, "delay_ms", 3600000, &v)) goto out;
-    st.response.delay_ms = (unsigned)v;
-    v = 0;
-    if (get_uint(c, &wr, res, "chunks", 1000000, &v)) goto out;
-    st.response.chunks = (unsigned)v;
-    v = 0;
-    if (get_uint(c, &wr, res, "interval_ms", 3600000, &v)) goto out;
-    st.response.interval_ms = (unsigned)v;
-    if (get_uint(c, &wr, res, "times", UINT64_MAX >> 1, &st.response.times)) goto out;
-    json_t *fault = json_object_get(res, "fault");
-    if (fault != NULL && !json_is_string(fault)) {
-      where_t wf = sub(&wr, "fault", 0);
-      fail(c, &wf, "wrong_type: must be a fault spec string such as \"reset?at=head\" (docs/faults.md)");
-      goto out;
-    }
-    if (fault != NULL) st.response.fault = (cb_str_t){json_string_value(fault), json_string_length(fault)};
+    if (parse_response(c, &wr, res, &st.response, &rh, &owned, 1)) goto out;
+    if (json_object_get(res, "responses") != NULL && parse_sequence(c, &wr, res, &st, &seq)) goto out;
   }
   where_t we = sub(w, "expect", 0);
   if (parse_expect(c, &we, json_object_get(s, "expect"), out)) goto out;
   rc = 0;
 out:
   *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned, .expect = out->expect,
-                    .expect_n = out->expect_n};
+                    .expect_n = out->expect_n, .seq = seq};
   if (rc) parsed_free(out);
   return rc;
 }
 
-/* What the engine refused in stub w, after the JSON types were right (a pattern's syntax, header names and
- * values, a body file). */
 /* What the engine refused of stub s (parsed as st): the field and why when it names one (the reasons of
  * cb_error_detail(), the Erlang API's too: a pattern's syntax, header names and values, what JSON types cannot
  * say), else the error. */

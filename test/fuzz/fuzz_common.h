@@ -22,6 +22,38 @@ static const char *fixture_dir(void) {
   return env && *env ? env : "/tmp/cbench-fuzz-fixtures";
 }
 
+/* Stubs of issue 25 (a fuzzer's bytes reach their per-request work): a template inserting the path parameter,
+ * a decoded query parameter and a header into a header value and the body, with {{body}} kept from the request;
+ * a cycling sequence; two stubs of a scenario that moves back and forth; a seeded drawn delay of at most 1 ms. */
+static void add_issue25_stubs(cb__testconn_t *tc) {
+  static const cb_header_t tpl_hdr[] = {{CB_S("x-t"), CB_S("{{query.q}}|{{header.x-key}}|{{seq}}")}};
+  static const cb_response_t seq[] = {{.status = 503, .body = CB_S("a")}, {.status = 200, .body = CB_S("b")}};
+  cb_stub_t st[4];
+  memset(st, 0, sizeof st);
+  st[0].match = (cb_match_t){.path = CB_S("/t/{id}")};
+  st[0].response = (cb_response_t){.status = 200, .headers = tpl_hdr, .nheaders = 1, .templated = 1,
+                                   .body = CB_S("{{method}} {{path.id}} {{query.q}} {{header.x-key}} {{body}}")};
+  st[1].match = (cb_match_t){.path = CB_S("/seq")};
+  st[1].responses = seq;
+  st[1].nresponses = 2;
+  st[1].after = CB_AFTER_CYCLE;
+  st[2].match = (cb_match_t){.path = CB_S("/scen")};
+  st[2].response = (cb_response_t){.status = 200, .body = CB_S("one"), .delay_dist = CB_DELAY_UNIFORM,
+                                   .delay_max_ms = 1, .delay_seed = 7};
+  st[2].scenario = CB_S("s");
+  st[2].when = CB_S("started");
+  st[2].then = CB_S("two");
+  st[3].match = (cb_match_t){.path = CB_S("/scen")};
+  st[3].response = (cb_response_t){.status = 200, .body = CB_S("two")};
+  st[3].scenario = CB_S("s");
+  st[3].when = CB_S("two");
+  st[3].then = CB_S("started");
+  for (int i = 0; i < 4; i++) {
+    uint64_t id;
+    if (cb__testconn_route_add(tc, &st[i], &id) != 0) abort();
+  }
+}
+
 /* Stubs in front of the fixture routes, so that inputs reach every matcher kind (params, prefix, header and
  * query matchers, methods), the stub answers (bytes, generated, pieces) and 405s over several routes. */
 static void add_stubs(cb__testconn_t *tc) {
@@ -43,6 +75,7 @@ static void add_stubs(cb__testconn_t *tc) {
     uint64_t id;
     if (cb__testconn_route_add(tc, &st[i], &id) != 0) abort(); /* a fuzz run must not go on without them */
   }
+  add_issue25_stubs(tc);
 }
 
 #endif
