@@ -14,10 +14,11 @@ OBJCOPY ?= objcopy
 LLHTTP_DIR ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 
-PKGS := libuv libnghttp2 zlib
+# jansson: the library parses JSON for body matchers (src/body_match.c); the CLI also reads stub files with it.
+PKGS := libuv libnghttp2 zlib jansson
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
-# The CLI reads stub files as JSON (jansson); the library itself does not need it.
+# The CLI's stub-file loader includes jansson too (already in PKGS; kept for the rules that name it).
 JSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)
 JSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null)
 

@@ -100,7 +100,7 @@
                not_a_token, control_char, edge_space, bad_char, no_leading_slash, misplaced_star,
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
-               chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body]).
+               chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, bad_regex, bad_json]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).

@@ -15,7 +15,7 @@
 # install: print one line naming the missing packages and exit 1.
 set -eu
 
-# libjansson-dev: JSON for cbench-server's --stubs file and for cbench-load. libwslay-dev: cbench-load's
+# libjansson-dev: JSON for the library's body matchers, cbench-server's --stubs file and cbench-load. libwslay-dev: cbench-load's
 # WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
 # zlib1g-dev: the library compresses the /gzip route's body once at start (and ehttpd's zlib is the same).
 C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev

@@ -56,6 +56,7 @@ typedef struct cb__routes_s cb__routes_t;
 typedef struct cb__cmd_s cb__cmd_t;
 typedef struct cb__journal_s cb__journal_t;
 typedef struct cb__fixed_s cb__fixed_t;
+typedef struct cb__body_match_s cb__body_match_t;
 
 /* Counters have one writer (the worker's thread) and are read by cb_server_stats() from any thread: relaxed
  * atomic stores and loads keep that defined without a locked instruction on the hot path. */
@@ -600,6 +601,7 @@ struct cb__route_s {
   int nheaders;
   cb__matcher_t *query;
   int nquery;
+  cb__body_match_t *body; /* NULL: the route does not look at the body (body_match.c) */
   uint32_t slot; /* counter slot: counters 2*slot (answered) and 2*slot+1 (405 on its path) */
   const cb__route_kind_t *kind;
   const cb__handler_t *handler;
@@ -612,6 +614,20 @@ struct cb__route_s {
 int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const cb__route_kind_t *kind,
                   const cb__handler_t *handler, void *arg, cb__route_t **out);
 void cb__route_ref(cb__route_t *rt);
+
+/* body_match.c: a route's body matcher, compiled from cb_match_t.body (UV_EINVAL with the detail, UV_ENOMEM; *out
+ * stays NULL for CB_MATCH_BODY_ANY), matched against the request's held body (r->mbody), freed with the route. */
+int cb__body_match_new(const cb_body_match_t *in, cb__body_match_t **out);
+int cb__body_match(const cb__body_match_t *m, cb__req_t *r);
+void cb__body_match_free(cb__body_match_t *m);
+int cb__regex_subset_ok(const char *p, size_t n);
+void cb__req_body_json_free(cb__req_t *r);
+/* The handler of a request that waits for its body before the lookup can choose a route: it holds the body (from
+ * the echo budget), then cb__rtable_dispatch_body() chooses, and the chosen handler gets on_head, the held body
+ * and on_end in turn. */
+extern const cb__handler_t cb__h_body_wait;
+/* route_table.c: the lookup again, under the table r was dispatched under, with the body known. */
+void cb__rtable_dispatch_body(cb__req_t *r);
 /* Drops a reference; the last frees the route (its kind's free_arg, its slot through reg). */
 void cb__route_unref(cb__routes_t *reg, cb__route_t *rt);
 void cb__routes_slot_free(cb__routes_t *reg, uint32_t slot);
@@ -836,6 +852,13 @@ struct cb__req_s {
   uint8_t req_done;  /* the whole request (body included) was received */
   uint8_t blocked;   /* a generator was told to wait for on_writable */
   uint8_t fault;     /* the CB__FAULT_* applied to this request (journal), 0 for none */
+  uint8_t body_wait;  /* the lookup met a route with a body matcher: choose once the body is complete */
+  uint8_t body_known; /* the lookup runs with the body (cb__rtable_dispatch_body): body matchers are tried */
+  uint8_t mjson_state; /* mjson: 0 not parsed yet, 1 parsed, 2 the body is not JSON */
+  uint8_t mbody_refused; /* the held body went over the echo budget: answered 503 */
+  char *mbody;        /* the body held for body matchers (cb__h_body_wait), mbody_cap bytes from the echo budget */
+  size_t mbody_len, mbody_cap;
+  void *mjson;        /* the held body as JSON (a json_t), parsed by the first JSON matcher tried */
   int64_t content_length; /* declared request body length, -1 when unknown */
   uint64_t body_received;
   /* The handler's state. */

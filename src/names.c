@@ -62,6 +62,7 @@ static const char *const field_names[CB_FIELD_COUNT] = {
     [CB_FIELD_FAULT] = "response.fault",
     [CB_FIELD_TIMEOUT_MS] = "timeout_ms",
     [CB_FIELD_DELIVER] = "deliver",
+    [CB_FIELD_MATCH_BODY] = "match.body",
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -95,6 +96,8 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_BAD_FAULT] = "bad_fault",
     [CB_WHY_NOT_REGULAR] = "not_regular",
     [CB_WHY_FAULT_EXCEEDS_BODY] = "fault_exceeds_body",
+    [CB_WHY_BAD_REGEX] = "bad_regex",
+    [CB_WHY_BAD_JSON] = "bad_json",
 };
 
 const char *cb_field_name(int field) {
