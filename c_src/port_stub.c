@@ -54,10 +54,31 @@ static int get_method(const char *buf, int *idx, void *out, int i) {
   return 0;
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority}, each key once. */
+/* match.body: `any` or {equal | contains | regex | json | json_subset, Bytes} (cbench_c_terms:match/1). */
+static int get_body_match(const char *buf, int *idx, cb_body_match_t *out) {
+  static const struct {
+    const char *name;
+    int kind;
+  } kinds[] = {{"equal", CB_MATCH_BODY_EQUAL}, {"contains", CB_MATCH_BODY_CONTAINS}, {"regex", CB_MATCH_BODY_REGEX},
+               {"json", CB_MATCH_BODY_JSON}, {"json_subset", CB_MATCH_BODY_JSON_SUBSET}};
+  int arity;
+  char kind[MAXATOMLEN_UTF8];
+  out->kind = CB_MATCH_BODY_ANY;
+  out->value = (cb_str_t){NULL, 0};
+  if (port_is_atom(buf, idx, "any")) return 0;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2 || ei_decode_atom(buf, idx, kind) != 0) return -1;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kind, kinds[i].name) == 0) {
+      out->kind = kinds[i].kind;
+      return port_get_bin(buf, idx, &out->value);
+    }
+  return -1;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority, body}, each key once. */
 int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
   int arity, seen = 0, n;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 6) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity != 7) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
@@ -91,11 +112,14 @@ int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a
       if (ei_decode_long(buf, idx, &p) != 0 || p < -2147483647L || p > 2147483647L) return -1;
       st->match.priority = (int)p;
       seen |= 32;
+    } else if (strcmp(key, "body") == 0) {
+      if (get_body_match(buf, idx, &st->match.body) != 0) return -1;
+      seen |= 64;
     } else {
       return -1;
     }
   }
-  return seen == 63 ? 0 : -1;
+  return seen == 127 ? 0 : -1;
 }
 
 /* {data, Bin} | {bytes, N} | {file, Path} */
@@ -188,7 +212,8 @@ void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_respon
       [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
       [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
       [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
-      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
+      [CB_FIELD_MATCH_BODY] = {"match", "body"}};
   if (err != CB_EINVAL || d->err != CB_EINVAL || d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT ||
       keys[d->field][0] == NULL) {
     port_reply_id(err, id);

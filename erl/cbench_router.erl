@@ -7,6 +7,10 @@
 %%% - A route applies to a request when its path, header and query matchers match. The first
 %%%   applying route whose methods include the request's answers (GET brings HEAD; `any' takes
 %%%   every method). A stub with `times' left at 0 is spent: it no longer applies.
+%%% - A route with a body matcher (docs/routes.md, "Body matchers"): a lookup without the body
+%%%   that reaches it (path, fields and method matched) answers `body_wait'; the connection reads
+%%%   the body and looks up again with it (lookup/6), where a failing body matcher is a route that
+%%%   does not apply. A body matcher is not looked at for 405.
 %%% - Routes apply but none takes the method: 405, `allow' listing their methods
 %%%   (cbench_spec:methods_order/1). No route applies: 404.
 %%%
@@ -16,7 +20,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         path_matches/2]).
+         lookup/6, path_matches/2, body_matches/2]).
 
 -export_type([table/0, target/0]).
 
@@ -28,6 +32,7 @@
                 path :: cbench_spec:canon_path(),
                 headers :: [{binary(), present | {equal, binary()}}],
                 query :: [{binary(), present | {equal, binary()}}],
+                body :: any | cbench_spec:canon_body(),
                 target :: target(),
                 %% Uses left for a stub with `times' (atomics, decremented by the request that
                 %% claims one); undefined: unlimited.
@@ -61,9 +66,16 @@ compile(Stubs, Fixture) ->
                             <- lists:zip(lists:seq(1, length(Fixture)), Fixture)],
     index(StubRoutes ++ FixtureRoutes).
 
-route(Order, #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
-    #route{order = Order, methods = Ms, path = P, headers = H, query = Q, target = Target,
-           left = Left}.
+route(Order, M = #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
+    #route{order = Order, methods = Ms, path = P, headers = H, query = Q,
+           body = compile_body(maps:get(body, M, any)), target = Target, left = Left}.
+
+%% A regex is compiled once, here (PCRE read as POSIX ERE reads the subset cbench_spec lets in:
+%% `.' matches newlines, `$' only the end).
+compile_body({regex, Re}) ->
+    {ok, MP} = re:compile(Re, [dotall, dollar_endonly]),
+    {regex, MP};
+compile_body(B) -> B.
 
 index(Routes) ->
     {Buckets, Wild} =
@@ -154,35 +166,75 @@ unpublish(Key) ->
 %% that exactly that many requests get it even when connections race.
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
           {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
-lookup({Buckets, Wild}, Method, Path, Query, Headers) ->
+lookup(Table, Method, Path, Query, Headers) ->
+    lookup(Table, Method, Path, Query, Headers, unknown).
+
+%% @doc The same with the request's whole body known (Body a binary): body matchers are tried; with
+%% `unknown', `body_wait' when the lookup reaches a route with one.
+-spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}], binary() | unknown) ->
+          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found | body_wait.
+lookup({Buckets, Wild}, Method, Path, Query, Headers, Body) ->
     Candidates = merge(maps:get(path_segment(Path), Buckets, []), Wild),
     Req = {Method, Path, Query, Headers},
-    find(Candidates, Req, []).
+    case Body of
+        unknown -> ok;
+        _ -> put({?MODULE, json}, undefined)
+    end,
+    find(Candidates, Req, Body, []).
 
 merge([], Ws) -> Ws;
 merge(Bs, []) -> Bs;
 merge([B | Bs], [W | _] = Ws) when B#route.order < W#route.order -> [B | merge(Bs, Ws)];
 merge(Bs, [W | Ws]) -> [W | merge(Bs, Ws)].
 
-find([], _Req, []) -> not_found;
-find([], _Req, Applying) ->
+find([], _Req, _Body, []) -> not_found;
+find([], _Req, _Body, Applying) ->
     [First | _] = Rs = lists:reverse(Applying),
     Ms = lists:usort(lists:append([M || #route{methods = M} <- Rs])),
     {not_allowed, iolist_to_binary(lists:join(<<", ">>, cbench_spec:methods_order(Ms))),
      First#route.target};
-find([R | Rs], Req = {Method, Path, Query, Headers}, Applying) ->
+find([R | Rs], Req = {Method, Path, Query, Headers}, Body, Applying) ->
     case path_matches(R#route.path, Path) andalso fields_match(R, Query, Headers)
         andalso not spent(R) of
-        false -> find(Rs, Req, Applying);
+        false -> find(Rs, Req, Body, Applying);
         true ->
             case method_matches(R#route.methods, Method) of
+                true when R#route.body =/= any, Body =:= unknown -> body_wait;
                 true ->
-                    case claim(R) of
-                        true -> {ok, R#route.target};
-                        false -> find(Rs, Req, Applying)  % spent by a racing request
+                    case R#route.body =:= any orelse body_matches(R#route.body, Body) of
+                        false -> find(Rs, Req, Body, Applying);
+                        true ->
+                            case claim(R) of
+                                true -> {ok, R#route.target};
+                                false -> find(Rs, Req, Body, Applying)  % spent by a racing request
+                            end
                     end;
-                false -> find(Rs, Req, [R | Applying])
+                false -> find(Rs, Req, Body, [R | Applying])
             end
+    end.
+
+%% @doc Whether a whole request body matches a compiled body matcher. The body is parsed as JSON
+%% once per lookup, by the first JSON matcher tried.
+-spec body_matches(term(), binary()) -> boolean().
+body_matches({equal, B}, Body) -> B =:= Body;
+body_matches({contains, <<>>}, _Body) -> true;
+body_matches({contains, B}, Body) -> binary:match(Body, B) =/= nomatch;
+%% PCRE backtracks where glibc's matcher does not: a bound on its steps keeps a pathological
+%% pattern from holding the connection (past it, no match; docs/routes.md).
+body_matches({regex, MP}, Body) ->
+    re:run(Body, MP, [{capture, none}, {match_limit, 10000000}]) =:= match;
+body_matches({Kind, J}, Body) when Kind =:= json; Kind =:= json_subset ->
+    Parsed = case get({?MODULE, json}) of
+                 undefined ->
+                     P = cbench_json:decode(Body),
+                     put({?MODULE, json}, P),
+                     P;
+                 P -> P
+             end,
+    case Parsed of
+        {ok, V} when Kind =:= json -> cbench_json:equal(V, J);
+        {ok, V} -> cbench_json:holds(V, J);
+        error -> false
     end.
 
 %% @doc Whether a request path (the target before `?') matches a canonical path pattern.

@@ -80,7 +80,24 @@ static int get_headers(ErlNifEnv *env, ERL_NIF_TERM t, cb_header_t *out, size_t 
   return 1;
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority}. */
+/* match.body: `any` or {equal | contains | regex | json | json_subset, Bytes} (cbench_c_terms:match/1). */
+static int get_body_match(ErlNifEnv *env, ERL_NIF_TERM t, cb_body_match_t *out) {
+  const ERL_NIF_TERM *tuple;
+  int arity;
+  out->kind = CB_MATCH_BODY_ANY;
+  out->value = (cb_str_t){NULL, 0};
+  if (enif_is_identical(t, atom_any)) return 1;
+  if (!enif_get_tuple(env, t, &arity, &tuple) || arity != 2 || !get_str(env, tuple[1], &out->value)) return 0;
+  if (enif_is_identical(tuple[0], atom_equal)) out->kind = CB_MATCH_BODY_EQUAL;
+  else if (enif_is_identical(tuple[0], atom_contains)) out->kind = CB_MATCH_BODY_CONTAINS;
+  else if (enif_is_identical(tuple[0], atom_regex)) out->kind = CB_MATCH_BODY_REGEX;
+  else if (enif_is_identical(tuple[0], atom_json)) out->kind = CB_MATCH_BODY_JSON;
+  else if (enif_is_identical(tuple[0], atom_json_subset)) out->kind = CB_MATCH_BODY_JSON_SUBSET;
+  else return 0;
+  return 1;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority, body}. */
 int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_arrays_t *a) {
   ERL_NIF_TERM v;
   if (!get_map_value(env, map, atom_name, &v)) return 0;
@@ -95,6 +112,7 @@ int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_a
   st->match.headers = a->headers;
   if (!get_map_value(env, map, atom_query, &v) || !get_matchers(env, v, a->query, &st->match.nquery)) return 0;
   st->match.query = a->query;
+  if (!get_map_value(env, map, atom_body, &v) || !get_body_match(env, v, &st->match.body)) return 0;
   return get_map_value(env, map, atom_priority, &v) && enif_get_int(env, v, &st->match.priority);
 }
 
@@ -167,7 +185,8 @@ ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const c
       [CB_FIELD_HEADERS] = {"response", "headers"},  [CB_FIELD_BODY] = {"response", "body"},
       [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
       [CB_FIELD_INTERVAL_MS] = {"response", "chunks"}, [CB_FIELD_FAULT] = {"response", "fault"},
-      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"}};
+      [CB_FIELD_TIMEOUT_MS] = {"handler", "timeout_ms"}, [CB_FIELD_DELIVER] = {"handler", "deliver"},
+      [CB_FIELD_MATCH_BODY] = {"match", "body"}};
   if (d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT || keys[d->field][0] == NULL)
     return nif_error(env, err);
   ERL_NIF_TERM term = enif_make_atom(env, keys[d->field][0]), key = enif_make_atom(env, keys[d->field][1]);
