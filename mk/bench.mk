@@ -30,7 +30,7 @@ BENCH_CASES := $(if $(CASES),$(if $(filter roadrunner,$(CASES)),--case-set roadr
 
 ROUTES_ARGS ?=
 
-.PHONY: soak bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -92,6 +92,15 @@ $(BUILD)/bench-floor: bench/floor.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -o $@ $<
 
 bench-floor: $(BUILD)/bench-floor
+
+# Issue 25: near-miss scoring of 100 stubs for one 404 (bench/near_miss.c, socket-less, the internal library).
+$(BUILD)/bench-near-miss: bench/near_miss.c $(BUILD)/libcbench-internal.a src/testing.h
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -Isrc $(DEP_CFLAGS) -o $@ $< \
+	  $(BUILD)/libcbench-internal.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+bench-near-miss: $(BUILD)/bench-near-miss
+	$(BUILD)/bench-near-miss $(NEAR_ARGS)
 
 bench-instr: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
 	bench/instr.sh $(INSTR_ARGS)

@@ -663,6 +663,29 @@ void cb__match_in(const cb__req_t *r, cb__match_in_t *in);
 /* Whether rt's path matches (fills r->params on a PARAMS match); whether its headers and query do. */
 int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
+/* One header (query) matcher of rt, i < rt->nheaders (rt->nquery), against the request (near_miss.c). */
+int cb__route_header_ok(const cb__route_t *rt, int i, const cb__req_t *r);
+int cb__route_query_ok(const cb__route_t *rt, int i, const cb__match_in_t *in);
+/* The routes of a built table in matching order (none for a stand-in). */
+cb__route_t *const *cb__rtable_routes(const cb__rtable_t *t, int *n);
+
+/* ---- near_miss.c: the stubs closest to a request that matched none (the 404 path only) ----
+ * Each stub is scored by the parts of its match the request fails: the path counts 4, the method 2, each header
+ * or query matcher and the body matcher 1 (a body matcher on a request whose body was not held cannot be judged:
+ * it counts 1 and is flagged unchecked). The best CB__NEAR_MAX (lowest score, then matching order) are kept. */
+#define CB__NEAR_MAX 3
+enum { CB__NEAR_METHOD = 1, CB__NEAR_PATH = 2, CB__NEAR_BODY = 4, CB__NEAR_BODY_UNCHECKED = 8 };
+typedef struct {
+  const cb__route_t *route;
+  unsigned score;
+  unsigned flags;    /* CB__NEAR_*: the parts that differ */
+  uint32_t headers;  /* bit i: header matcher i differs */
+  uint32_t query;    /* bit i: query matcher i differs */
+} cb__near_t;
+/* Scores every stub of t (fixture routes are not stubs) against r; fills out[] best first, returns how many. */
+int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
+/* The differing parts as text, "method, path, header x-k, query a, body": at most cap bytes with the NUL. */
+size_t cb__near_text(const cb__near_t *n, char *buf, size_t cap);
 
 /* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */
 const char *cb__method_name(unsigned bit);

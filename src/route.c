@@ -407,6 +407,9 @@ int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in
   }
 }
 
+int cb__route_header_ok(const cb__route_t *rt, int i, const cb__req_t *r) { return header_ok(&rt->headers[i], r); }
+int cb__route_query_ok(const cb__route_t *rt, int i, const cb__match_in_t *in) { return query_ok(&rt->query[i], in); }
+
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in) {
   for (int i = 0; i < rt->nheaders; i++)
     if (!header_ok(&rt->headers[i], r)) return 0;

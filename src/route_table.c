@@ -108,6 +108,10 @@ void cb__routes_lock(cb__routes_t *reg) { uv_mutex_lock(&reg->mu); }
 void cb__routes_unlock(cb__routes_t *reg) { uv_mutex_unlock(&reg->mu); }
 uint64_t **cb__routes_counters(cb__routes_t *reg, int worker) { return reg->chunks[worker]; }
 cb__route_t *cb__routes_not_found(cb__routes_t *reg) { return reg->not_found; }
+cb__route_t *const *cb__rtable_routes(const cb__rtable_t *t, int *n) {
+  *n = t->lazy ? 0 : t->n;
+  return t->lazy ? NULL : t->routes;
+}
 uint64_t cb__routes_next_id(cb__routes_t *reg) { return ++reg->next_id; }
 
 cb__route_t **cb__routes_stubs(cb__routes_t *reg, int *n) {
