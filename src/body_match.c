@@ -253,7 +253,9 @@ static void hold_body(cb__req_t *r, const char *p, size_t n) {
       hold_refuse(r);
       return;
     }
-    char *b = realloc(r->mbody, cap);
+    /* One byte more for a terminator: regexec reads the body up to rm_eo (REG_STARTEND), but sanitizers'
+     * regexec interceptors measure the string with strlen first. */
+    char *b = realloc(r->mbody, cap + 1);
     if (b == NULL) {
       cb__echo_release(r->conn, cap - r->mbody_cap);
       hold_refuse(r);
@@ -264,6 +266,7 @@ static void hold_body(cb__req_t *r, const char *p, size_t n) {
   }
   memcpy(r->mbody + r->mbody_len, p, n);
   r->mbody_len += n;
+  r->mbody[r->mbody_len] = '\0';
 }
 
 static void hold_free(cb__req_t *r) {

@@ -879,7 +879,8 @@ struct cb__req_s {
   uint8_t body_known; /* the lookup runs with the body (cb__rtable_dispatch_body): body matchers are tried */
   uint8_t mjson_state; /* mjson: 0 not parsed yet, 1 parsed, 2 the body is not JSON */
   uint8_t mbody_refused; /* the held body went over the echo budget: answered 503 */
-  char *mbody;        /* the body held for body matchers (cb__h_body_wait), mbody_cap bytes from the echo budget */
+  char *mbody;        /* the body held for body matchers (cb__h_body_wait), mbody_cap bytes from the echo budget
+                         and a NUL after mbody_len (for sanitizers' regexec interceptors) */
   size_t mbody_len, mbody_cap;
   void *mjson;        /* the held body as JSON (a json_t), parsed by the first JSON matcher tried */
   int64_t content_length; /* declared request body length, -1 when unknown */
