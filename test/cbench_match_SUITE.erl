@@ -123,6 +123,11 @@ falls_through_with_the_body(_Config) ->
                                                        [<<"allow: POST">>],
                                                        <<"content-length: 0">>, <<>>)),
          gen_tcp:close(Sock),
+         %% Journaled under the route that answered, with the whole body.
+         {ok, _} = cbench:await(S, #{}, 4, 5000),
+         ?assertEqual({E, [{echo, <<"hello world">>}, {<<"stub_1">>, <<"say magic">>},
+                           {not_found, <<"y">>}, {<<"stub_2">>, <<>>}]},
+                      {E, [{R, B} || #{route := R, body := B} <- cbench:requests(S)]}),
          %% Counted once, under the route that answered.
          #{requests_by_route := ByRoute} = cbench:stats(S),
          ct:log("~p ~p", [E, ByRoute]),
