@@ -355,8 +355,21 @@ dispatch(S, Cfg = #cfg{cnt = Cnt}, Req0, Path, Query, Lookup) ->
             not_found ->
                 counters:add(Cnt, Cfg#cfg.not_found_stat, 1),
                 bump(Cfg, ?STATUS_404),
-                after_body(S, Cfg, Req0, fun() -> simple(S, Cfg, Req0, 404, [], <<>>) end)
+                after_body(S, Cfg, Req0, fun() -> not_found(S, Cfg, Req0, Query) end)
         end.
+
+%% A 404: with the stubs that came closest when there are stubs (cbench_router:near_body/6).
+not_found(S, Cfg, Req = #req{method = Method, target = Target, headers = Headers}, Query) ->
+    Body = case Req#req.framing of
+               {buffered, B} -> B;
+               _ -> unknown
+           end,
+    case cbench_router:near_body(cbench_router:table(Cfg#cfg.table), Method, Target, Query, Headers,
+                                 Body) of
+        none -> simple(S, Cfg, Req, 404, [], <<>>);
+        {json, Text} -> simple(S, Cfg, Req, 404, [ct(json)], Text);
+        {text, Text} -> simple(S, Cfg, Req, 404, [{<<"content-type">>, <<"text/plain">>}], Text)
+    end.
 
 %% Expect: 100-continue is answered only when a body will be read.
 continue(S, #req{expect = true, framing = F}) when F =/= none, F =/= {length, 0} ->

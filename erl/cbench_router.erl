@@ -20,7 +20,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         lookup/6, path_matches/2, body_matches/2]).
+         lookup/6, path_matches/2, body_matches/2, near_body/6]).
 
 -export_type([table/0, target/0]).
 
@@ -212,6 +212,77 @@ find([R | Rs], Req = {Method, Path, Query, Headers}, Body, Applying) ->
                 false -> find(Rs, Req, Body, [R | Applying])
             end
     end.
+
+%% @doc The body of a 404 with near misses (docs/routes.md, "Near misses"; src/near_miss.c writes
+%% the same bytes): every stub scored by the parts of its match the request fails (the path 4, the
+%% method 2, each header or query matcher and the body matcher 1; a body matcher on a body that was
+%% not read counts and says so; a stub that failed nothing was spent by its `times'), the three
+%% lowest, ties in matching order. none when the table has no stub.
+-spec near_body(table(), binary(), binary(), binary(), [{binary(), binary()}],
+                binary() | unknown) -> none | {json | text, binary()}.
+near_body({Buckets, Wild}, Method, Target, Query, Headers, Body) ->
+    Path = case binary:match(Target, <<"?">>) of
+               nomatch -> Target;
+               {Pos, _} -> binary_part(Target, 0, Pos)
+           end,
+    Routes = lists:ukeysort(#route.order, Wild ++ lists:append(maps:values(Buckets))),
+    put({?MODULE, json}, undefined),
+    Scored = lists:sort([{Score, R#route.order, Name, Id, Parts}
+                         || R = #route{target = {stub, Id, Name, _, _}} <- Routes,
+                            {Score, Parts} <- [near_score(R, Method, Path, Query, Headers, Body)]]),
+    case lists:sublist(Scored, 3) of
+        [] -> none;
+        Best ->
+            Json = lists:any(fun({<<"accept">>, V}) -> binary:match(V, <<"application/json">>) =/= nomatch;
+                                (_) -> false
+                             end, Headers),
+            {case Json of true -> json; false -> text end,
+             iolist_to_binary(near_text(Json, Method, Target, Best))}
+    end.
+
+near_score(R, Method, Path, Query, Headers, Body) ->
+    Fields = query_fields(Query),
+    Parts = [<<"method">> || R#route.methods =/= any, not method_matches(R#route.methods, Method)]
+        ++ [<<"path">> || not path_matches(R#route.path, Path)]
+        ++ [{<<"header ">>, N} || M = {N, _} <- R#route.headers, not all_present([M], Headers)]
+        ++ [{<<"query ">>, decode(N)} || M = {N, _} <- R#route.query,
+                                         not all_present([M], Fields)]
+        ++ case {R#route.body, Body} of
+               {any, _} -> [];
+               {_, unknown} -> [<<"body (not read)">>];
+               {B, _} -> [<<"body">> || not body_matches(B, Body)]
+           end,
+    Score = lists:sum([case P of <<"path">> -> 4; <<"method">> -> 2; _ -> 1 end || P <- Parts]),
+    case Parts of
+        [] -> {0, [<<"times (spent)">>]};
+        _ -> {Score, Parts}
+    end.
+
+near_text(true, Method, Target, Best) ->
+    ["{\"method\":\"", esc(Method, true), "\",\"target\":\"", esc(Target, true),
+     "\",\"near_misses\":[",
+     lists:join($,, [["{\"name\":\"", esc(Name, true), "\",\"id\":", integer_to_binary(Id),
+                      ",\"differs\":[", lists:join($,, [[$", part(P, true), $"] || P <- Parts]), "]}"]
+                     || {_, _, Name, Id, Parts} <- Best]),
+     "]}\n"];
+near_text(false, Method, Target, Best) ->
+    ["No stub matched ", esc(Method, false), " ", esc(Target, false), "\nClosest stubs:\n",
+     [["  ", esc(Name, false), " (id ", integer_to_binary(Id), "): ",
+       lists:join(", ", [part(P, false) || P <- Parts]), "\n"]
+      || {_, _, Name, Id, Parts} <- Best]].
+
+part({Prefix, Name}, Json) -> [Prefix, esc(Name, Json)];
+part(P, _) -> P.
+
+%% Bytes as text: in plain text, bytes outside printable ASCII and `\' as \xHH; in JSON, `"' and
+%% `\' escaped and bytes outside printable ASCII as \u00HH.
+esc(B, Json) -> << <<(esc_byte(C, Json))/binary>> || <<C>> <= B >>.
+
+esc_byte(C, true) when C =:= $"; C =:= $\\ -> <<$\\, C>>;
+esc_byte(C, true) when C < 16#20; C >= 16#7f -> iolist_to_binary(io_lib:format("\\u00~2.16.0b", [C]));
+esc_byte(C, false) when C < 16#20; C >= 16#7f; C =:= $\\ ->
+    iolist_to_binary(io_lib:format("\\x~2.16.0b", [C]));
+esc_byte(C, _) -> <<C>>.
 
 %% @doc Whether a whole request body matches a compiled body matcher. The body is parsed as JSON
 %% once per lookup, by the first JSON matcher tried.

@@ -282,12 +282,14 @@ static void hold_end(cb__req_t *r) {
   cb__rtable_dispatch_body(r);
   const cb__handler_t *h = r->allow ? &cb__h_method_not_allowed : r->route->handler;
   /* The chosen handler sees the request as if it had been chosen at the head: on_head, the body, on_end. The
-   * held buffer is freed before on_end, so a handler that answers there holds nothing of it. */
+   * held body stays until the request is released (cb__req_body_free): a 404 scores the body matchers of its
+   * near misses with it. */
   r->handler = h;
   if (h->on_head) h->on_head(r);
   if (h->on_body && r->mbody_len > 0) h->on_body(r, r->mbody, r->mbody_len);
-  hold_free(r);
   h->on_end(r);
 }
 
-const cb__handler_t cb__h_body_wait = {.on_body = hold_body, .on_end = hold_end, .on_free = hold_free};
+void cb__req_body_free(cb__req_t *r) { hold_free(r); }
+
+const cb__handler_t cb__h_body_wait = {.on_body = hold_body, .on_end = hold_end};

@@ -622,6 +622,8 @@ int cb__body_match(const cb__body_match_t *m, cb__req_t *r);
 void cb__body_match_free(cb__body_match_t *m);
 int cb__regex_subset_ok(const char *p, size_t n);
 void cb__req_body_json_free(cb__req_t *r);
+/* Frees the held body and its JSON (cb__req_release, when r->mbody or r->mjson is set). */
+void cb__req_body_free(cb__req_t *r);
 /* The handler of a request that waits for its body before the lookup can choose a route: it holds the body (from
  * the echo budget), then cb__rtable_dispatch_body() chooses, and the chosen handler gets on_head, the held body
  * and on_end in turn. */
@@ -674,7 +676,8 @@ cb__route_t *const *cb__rtable_routes(const cb__rtable_t *t, int *n);
  * or query matcher and the body matcher 1 (a body matcher on a request whose body was not held cannot be judged:
  * it counts 1 and is flagged unchecked). The best CB__NEAR_MAX (lowest score, then matching order) are kept. */
 #define CB__NEAR_MAX 3
-enum { CB__NEAR_METHOD = 1, CB__NEAR_PATH = 2, CB__NEAR_BODY = 4, CB__NEAR_BODY_UNCHECKED = 8 };
+/* CB__NEAR_SPENT: every part matched, so the stub was passed over for its `times` (used up). */
+enum { CB__NEAR_METHOD = 1, CB__NEAR_PATH = 2, CB__NEAR_BODY = 4, CB__NEAR_BODY_UNCHECKED = 8, CB__NEAR_SPENT = 16 };
 typedef struct {
   const cb__route_t *route;
   unsigned score;
@@ -686,6 +689,9 @@ typedef struct {
 int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
 /* The differing parts as text, "method, path, header x-k, query a, body": at most cap bytes with the NUL. */
 size_t cb__near_text(const cb__near_t *n, char *buf, size_t cap);
+/* The body of a 404 with near misses under r->table, malloc'd (*len bytes), JSON when the request accepts
+ * application/json (*json set), or NULL when no stub is near (an empty 404) or memory runs out. */
+char *cb__near_body(cb__req_t *r, size_t *len, int *json);
 
 /* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */
 const char *cb__method_name(unsigned bit);

@@ -704,6 +704,13 @@ found:
   } else {
     r->route = t->not_found;
     count(w, 2 * t->not_found->slot);
+    /* A 404 holds the table it was dispatched under (a fixture route would not): its answer scores the
+     * table's stubs (near_miss.c) when the request ends. Only the 404 path pays for it. */
+    if (u != NULL) {
+      r->table = t;
+      u->uses++;
+    }
+    return;
   }
   if (u != NULL) take_use(r, r->route, t, u);
 }

@@ -9,10 +9,10 @@
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([body_kinds_every_engine/1, body_kinds_h2c/1, falls_through_with_the_body/1,
-         bad_body_matchers/1, json_decoder/1, regex_subset/1]).
+         bad_body_matchers/1, json_decoder/1, regex_subset/1, near_miss_404/1]).
 
 all() -> [body_kinds_every_engine, body_kinds_h2c, falls_through_with_the_body, bad_body_matchers,
-          json_decoder, regex_subset].
+          json_decoder, regex_subset, near_miss_404].
 
 init_per_suite(Config) ->
     Config.
@@ -115,9 +115,12 @@ falls_through_with_the_body(_Config) ->
                                    <<"content-length: 11">>, <<"hello world">>),
          Sock = cbench_routes:exchange(Port, post("/echo", <<"hello world">>), Echo),
          _ = cbench_routes:exchange(Sock, post("/echo", <<"say magic">>), ok200(<<"stubbed">>)),
+         Near = <<"No stub matched POST /p\nClosest stubs:\n  stub_2 (id 2): body\n"
+                  "  stub_1 (id 1): path, body\n">>,
          _ = cbench_routes:exchange(Sock, post("/p", <<"y">>),
-                                    cbench_routes:resp(<<"404 Not Found">>, [],
-                                                       <<"content-length: 0">>, <<>>)),
+                                    cbench_routes:resp(<<"404 Not Found">>,
+                                                       [<<"content-type: text/plain">>],
+                                                       len(Near), Near)),
          _ = cbench_routes:exchange(Sock, "GET /p HTTP/1.1\r\nHost: x\r\n\r\n",
                                     cbench_routes:resp(<<"405 Method Not Allowed">>,
                                                        [<<"allow: POST">>],
@@ -197,3 +200,44 @@ regex_subset(_Config) ->
     [?assertEqual({R, true}, {R, cbench_spec:regex_ok(R)}) || R <- Good],
     [?assertEqual({R, false}, {R, cbench_spec:regex_ok(R)}) || R <- Bad],
     ok.
+
+%% @doc The 404 of a request no stub matched names the three closest stubs and what differs, the
+%% same bytes on every engine: plain text, JSON with accept: application/json; no stub, no body.
+near_miss_404(_Config) ->
+    Text = <<"No stub matched GET /orders/1?verbose=0&x=%22\nClosest stubs:\n"
+             "  orders_get (id 1): header x-tenant, header x-key\n"
+             "  orders_post (id 4): method, header x-tenant\n"
+             "  orders_put (id 3): method, query verbose, body (not read)\n">>,
+    Json = <<"{\"method\":\"GET\",\"target\":\"/orders/1?verbose=0&x=%22\",\"near_misses\":["
+             "{\"name\":\"orders_get\",\"id\":1,\"differs\":[\"header x-tenant\",\"header x-key\"]},"
+             "{\"name\":\"orders_post\",\"id\":4,\"differs\":[\"method\",\"header x-tenant\"]},"
+             "{\"name\":\"orders_put\",\"id\":3,\"differs\":[\"method\",\"query verbose\",\"body (not read)\"]}]}\n">>,
+    Req = "GET /orders/1?verbose=0&x=%22 HTTP/1.1\r\nHost: x\r\nx-tenant: other\r\n",
+    Empty = cbench_routes:resp(<<"404 Not Found">>, [], <<"content-length: 0">>, <<>>),
+    [begin
+         S = start(E),
+         Port = cbench:port(S),
+         gen_tcp:close(cbench_routes:exchange(Port, [Req, "\r\n"], Empty)),
+         {ok, _} = cbench:stub(S, #{path => "/orders/{id}", method => get, name => "orders_get",
+                                    headers => [{"x-tenant", "acme"}, {"x-key", present}]}, #{}),
+         {ok, _} = cbench:stub(S, #{path => "/users/{id}", name => users}, #{}),
+         {ok, _} = cbench:stub(S, #{path => "/orders/{id}", method => put, name => "orders_put",
+                                    query => [{"verbose", "1"}], body => #{json_subset => #{a => 1}}},
+                               #{}),
+         {ok, _} = cbench:stub(S, #{path => "/orders/{id}", method => post, name => "orders_post",
+                                    headers => [{"x-tenant", "acme"}]}, #{}),
+         ct:log("~p", [E]),
+         Sock = cbench_routes:exchange(Port, [Req, "\r\n"],
+                                       cbench_routes:resp(<<"404 Not Found">>,
+                                                          [<<"content-type: text/plain">>],
+                                                          len(Text), Text)),
+         _ = cbench_routes:exchange(Sock, [Req, "accept: application/json\r\n\r\n"],
+                                    cbench_routes:resp(<<"404 Not Found">>,
+                                                       [<<"content-type: application/json">>],
+                                                       len(Json), Json)),
+         gen_tcp:close(Sock),
+         ok = cbench:stop_server(S)
+     end || E <- engines()],
+    ok.
+
+len(B) -> iolist_to_binary(["content-length: ", integer_to_list(byte_size(B))]).

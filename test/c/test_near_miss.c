@@ -65,3 +65,39 @@ TEST(near_miss_no_stubs) {
   ASSERT_EQ(cb__testconn_near(tc, "GET", "/nope", NULL, 0, out, 3), 0);
   ASSERT_EQ(cb__testconn_free(tc), 0);
 }
+
+typedef struct {
+  buf_t out;
+} sinkbuf_t;
+
+static void sink_buf(void *arg, const char *data, size_t len) { buf_add(&((sinkbuf_t *)arg)->out, data, len); }
+
+/* The 404 body on the wire: plain text, JSON with accept: application/json (escaped), HEAD's head alone. */
+TEST(near_miss_404_bodies) {
+  sinkbuf_t s = {{0}};
+  cb__testconn_t *tc = cb__testconn_new(NULL, sink_buf, &s);
+  ASSERT_NOT_NULL(tc);
+  static const cb_matcher_t q[] = {{CB_S("a%22b"), {NULL, 0}}};
+  stub(tc, "orders", CB_METHOD_POST, "/orders/{id}", NULL, 0, q, 1, 0, NULL);
+  static const struct {
+    const char *req, *exp;
+  } cs[] = {
+      {"GET /orders/1?x=\"\\ HTTP/1.1\r\nhost: x\r\n\r\n",
+       "HTTP/1.1 404 Not Found\r\ndate: " DATE_MASK "\r\ncontent-type: text/plain\r\ncontent-length: 88\r\n\r\n"
+       "No stub matched GET /orders/1?x=\"\\x5c\nClosest stubs:\n  orders (id 1): method, query a\"b\n"},
+      {"GET /orders/1?x=\"\\ HTTP/1.1\r\nhost: x\r\nAccept: text/html, application/json;q=0.9\r\n\r\n",
+       "HTTP/1.1 404 Not Found\r\ndate: " DATE_MASK "\r\ncontent-type: application/json\r\ncontent-length: 120\r\n\r\n"
+       "{\"method\":\"GET\",\"target\":\"/orders/1?x=\\\"\\\\\",\"near_misses\":[{\"name\":\"orders\",\"id\":1,"
+       "\"differs\":[\"method\",\"query a\\\"b\"]}]}\n"},
+      {"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\n",
+       "HTTP/1.1 404 Not Found\r\ndate: " DATE_MASK "\r\ncontent-type: text/plain\r\ncontent-length: 80\r\n\r\n"},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    buf_reset(&s.out);
+    ASSERT_EQ(cb__testconn_feed(tc, cs[i].req, strlen(cs[i].req)), 0);
+    mask_dates(s.out.p, s.out.len);
+    ASSERT_MEM_EQ(s.out.p, s.out.len, cs[i].exp, strlen(cs[i].exp));
+  }
+  ASSERT_EQ(cb__testconn_free(tc), 0);
+  buf_free(&s.out);
+}
