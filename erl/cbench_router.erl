@@ -20,7 +20,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         lookup/6, path_matches/2, body_matches/2, near_body/6]).
+         lookup/6, path_matches/2, body_matches/2, near_body/6, near_parts/6]).
 
 -export_type([table/0, target/0]).
 
@@ -239,6 +239,16 @@ near_body({Buckets, Wild}, Method, Target, Query, Headers, Body) ->
             {case Json of true -> json; false -> text end,
              iolist_to_binary(near_text(Json, Method, Target, Best))}
     end.
+
+%% @doc The parts of a canonical match a request fails, and their score (as for near_body/6):
+%% verify/1 pairs an unmet expectation with the stray request that came closest.
+-spec near_parts(cbench_spec:canon_match(), binary(), binary(), binary(), [{binary(), binary()}],
+                 binary() | unknown) -> {non_neg_integer(), [binary()]}.
+near_parts(Match, Method, Path, Query, Headers, Body) ->
+    put({?MODULE, json}, undefined),
+    {Score, Parts} = near_score(route(0, Match, undefined, undefined), Method, Path, Query, Headers,
+                                Body),
+    {Score, [iolist_to_binary(part(P, false)) || P <- Parts]}.
 
 near_score(R, Method, Path, Query, Headers, Body) ->
     Fields = query_fields(Query),

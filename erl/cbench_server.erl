@@ -85,7 +85,7 @@ handle_call({stub, Match, Response}, _From, S) ->
 handle_call({expect, Match, Response, Count}, _From, S) ->
     case add_stub(S, Match, Response) of
         {reply, {ok, Id}, S1 = #{expects := Es}} ->
-            E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
+            E = #{id => Id, what => cbench_spec:describe(Match), count => Count, match => Match},
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;

@@ -9,10 +9,11 @@
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([body_kinds_every_engine/1, body_kinds_h2c/1, falls_through_with_the_body/1,
-         bad_body_matchers/1, json_decoder/1, regex_subset/1, near_miss_404/1]).
+         bad_body_matchers/1, json_decoder/1, regex_subset/1, near_miss_404/1,
+         verify_pairs_nearest/1]).
 
 all() -> [body_kinds_every_engine, body_kinds_h2c, falls_through_with_the_body, bad_body_matchers,
-          json_decoder, regex_subset, near_miss_404].
+          json_decoder, regex_subset, near_miss_404, verify_pairs_nearest].
 
 init_per_suite(Config) ->
     Config.
@@ -241,3 +242,42 @@ near_miss_404(_Config) ->
     ok.
 
 len(B) -> iolist_to_binary(["content-length: ", integer_to_list(byte_size(B))]).
+
+%% @doc verify/1 pairs an expectation that got too few requests with the stray request that came
+%% closest to it (its path matched), naming what differed; that request is not listed again; a
+%% stray whose path matches no expectation stays an unexpected request.
+verify_pairs_nearest(_Config) ->
+    [begin
+         S = start(E),
+         Port = cbench:port(S),
+         {ok, _} = cbench:expect(S, #{path => "/orders/{id}", method => post,
+                                      headers => [{"x-tenant", "acme"}],
+                                      body => #{json_subset => #{qty => 2}}}, #{}, #{times => 1}),
+         {ok, _} = cbench:expect(S, "/other", #{}, #{at_least => 1}),
+         Sock = cbench_routes:exchange(Port, "GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n",
+                                       cbench_routes:resp(<<"404 Not Found">>,
+                                                          [<<"content-type: text/plain">>],
+                                                          <<"content-length: 132">>,
+                                                          <<"No stub matched GET /elsewhere\nClosest stubs:\n"
+                                                            "  stub_2 (id 2): path\n"
+                                                            "  stub_1 (id 1): method, path, header x-tenant, body (not read)\n">>)),
+         gen_tcp:close(Sock),
+         Body = <<"{\"qty\":3}">>,
+         {ok, C} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+         ok = gen_tcp:send(C, ["POST /orders/1?v=1 HTTP/1.1\r\nHost: x\r\nx-tenant: other\r\n"
+                               "content-length: ", integer_to_list(byte_size(Body)), "\r\n\r\n", Body]),
+         {ok, <<"HTTP/1.1 404", _/binary>>} = gen_tcp:recv(C, 12, 5000),
+         gen_tcp:close(C),
+         {ok, _} = cbench:await(S, #{}, 2, 5000),
+         ?assertEqual({E, {error, [{no_request_arrived, <<"POST /orders/{id} header x-tenant=acme">>,
+                                    expected, 1},
+                                   {nearest_request, <<"POST /orders/{id} header x-tenant=acme">>,
+                                    #{method => <<"POST">>, path => <<"/orders/1">>,
+                                      query => <<"v=1">>,
+                                      differs => [<<"header x-tenant">>, <<"body">>]}},
+                                   {no_request_arrived, <<"* /other">>, expected, {at_least, 1}},
+                                   {unexpected_request, <<"GET">>, <<"/elsewhere">>}]}},
+                      {E, cbench:verify(S)}),
+         ok = cbench:stop_server(S)
+     end || E <- engines()],
+    ok.
