@@ -20,7 +20,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         lookup/6, path_matches/2, body_matches/2, near_body/6, near_parts/6]).
+         lookup/6, path_matches/2, near_body/6, near_parts/6]).
 
 -export_type([table/0, target/0]).
 
@@ -165,7 +165,7 @@ unpublish(Key) ->
 %% none), Headers as received with their names lowercased. A stub with `times' is claimed here, so
 %% that exactly that many requests get it even when connections race.
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
-          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
+          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found | body_wait.
 lookup(Table, Method, Path, Query, Headers) ->
     lookup(Table, Method, Path, Query, Headers, unknown).
 
@@ -246,8 +246,9 @@ near_body({Buckets, Wild}, Method, Target, Query, Headers, Body) ->
                  binary() | unknown) -> {non_neg_integer(), [binary()]}.
 near_parts(Match, Method, Path, Query, Headers, Body) ->
     put({?MODULE, json}, undefined),
-    {Score, Parts} = near_score(route(0, Match, undefined, undefined), Method, Path, Query, Headers,
-                                Body),
+    %% A route of its own for the match (the target is not looked at).
+    {Score, Parts} = near_score(route(0, Match, {fixture, expectation, 1}, undefined), Method, Path,
+                                Query, Headers, Body),
     {Score, [iolist_to_binary(part(P, false)) || P <- Parts]}.
 
 near_score(R, Method, Path, Query, Headers, Body) ->
@@ -294,8 +295,8 @@ esc_byte(C, false) when C < 16#20; C >= 16#7f; C =:= $\\ ->
     iolist_to_binary(io_lib:format("\\x~2.16.0b", [C]));
 esc_byte(C, _) -> <<C>>.
 
-%% @doc Whether a whole request body matches a compiled body matcher. The body is parsed as JSON
-%% once per lookup, by the first JSON matcher tried.
+%% Whether a whole request body matches a compiled body matcher. The body is parsed as JSON once
+%% per lookup, by the first JSON matcher tried.
 -spec body_matches(term(), binary()) -> boolean().
 body_matches({equal, B}, Body) -> B =:= Body;
 body_matches({contains, <<>>}, _Body) -> true;
