@@ -5,9 +5,13 @@
 %%% /status route did not make (/status/405).
 -module(cbench_expect).
 
--export([count/1, verify/3]).
+-export([count/1, verify/3, near_misses/2]).
 
--export_type([count/0, expectation/0, problem/0]).
+-export_type([count/0, expectation/0, problem/0, near_miss/0]).
+
+-type near_miss() :: #{seq := pos_integer(), method := binary(), path := binary(),
+                       query := binary(),
+                       near := [#{id := pos_integer(), name := binary(), differs := [binary()]}]}.
 
 -type count() :: {times, non_neg_integer()} | {at_least, non_neg_integer()}.
 -type expectation() :: #{id := pos_integer(), what := binary(), count := count(),
@@ -76,6 +80,29 @@ nearest(#{what := What, match := Match}, Strays) ->
     end;
 nearest(_, _) ->
     false.
+
+%% @doc The journal's requests that no route matched (404s, oldest first), each with the three
+%% stubs closest to it now (Stubs: {Id, Name, CanonMatch}), scored as a 404's near misses are
+%% (cbench_router:near_parts/6; the body judged from the journal's copy), equal scores in matching
+%% order (priority, then newest).
+-spec near_misses([{pos_integer(), binary(), cbench_spec:canon_match()}],
+                  [cbench_journal:entry()]) -> [near_miss()].
+near_misses(Stubs, Journal) ->
+    Ordered = lists:sort(fun({A, _, #{priority := PA}}, {B, _, #{priority := PB}}) ->
+                                 {PA, A} >= {PB, B}
+                         end, Stubs),
+    Indexed = lists:zip(lists:seq(1, length(Ordered)), Ordered),
+    [#{seq => Seq, method => M, path => P, query => Q,
+       near => [#{id => Id, name => Name, differs => Parts}
+                || {_, _, Id, Name, Parts}
+                       <- lists:sublist(lists:sort(
+                                          [{Score, I, Id, Name, Parts}
+                                           || {I, {Id, Name, Match}} <- Indexed,
+                                              {Score, Parts} <-
+                                                  [cbench_router:near_parts(Match, M, P, Q, H,
+                                                                            body(E))]]), 3)]}
+     || E = #{route := not_found, seq := Seq, method := M, path := P, query := Q, headers := H}
+            <- Journal].
 
 %% A journaled body is whole when the journal kept all of it.
 body(#{body := B, body_length := N}) when byte_size(B) =:= N -> B;

@@ -121,6 +121,16 @@ handle_call(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
                                      || Info = #{id := Id} <- Infos])
             end,
     {reply, Reply, S};
+handle_call(near_misses, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
+    Reply = case {Mod:stubs(H), journal(S, everything(0))} of
+                {{error, _} = Error, _} -> Error;
+                {_, {error, _} = Error} -> Error;
+                {Infos, Journal} ->
+                    Known = [{Id, Name, M} || #{id := Id, name := Name} <- Infos,
+                                              #{match := M} <- [maps:get(Id, Stubs, #{})]],
+                    cbench_expect:near_misses(Known, Journal)
+            end,
+    {reply, Reply, S};
 handle_call(reset, _From, S) ->
     {reply, Reply, S1 = #{mod := Mod, handle := H}} = engine(S, routes_reset, []),
     Cleared = Mod:journal_clear(H),
