@@ -74,10 +74,32 @@ static int decode_scenario(const char *buf, int *idx, cb_stub_t *st) {
              : 0;
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority} and optionally scenario, each key once. */
+/* match.body: `any` or {equal | contains | regex | json | json_subset, Bytes} (cbench_c_terms:match/1). */
+static int get_body_match(const char *buf, int *idx, cb_body_match_t *out) {
+  static const struct {
+    const char *name;
+    int kind;
+  } kinds[] = {{"equal", CB_MATCH_BODY_EQUAL}, {"contains", CB_MATCH_BODY_CONTAINS}, {"regex", CB_MATCH_BODY_REGEX},
+               {"json", CB_MATCH_BODY_JSON}, {"json_subset", CB_MATCH_BODY_JSON_SUBSET}};
+  int arity;
+  char kind[MAXATOMLEN_UTF8];
+  out->kind = CB_MATCH_BODY_ANY;
+  out->value = (cb_str_t){NULL, 0};
+  if (port_is_atom(buf, idx, "any")) return 0;
+  if (ei_decode_tuple_header(buf, idx, &arity) != 0 || arity != 2 || ei_decode_atom(buf, idx, kind) != 0) return -1;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kind, kinds[i].name) == 0) {
+      out->kind = kinds[i].kind;
+      return port_get_bin(buf, idx, &out->value);
+    }
+  return -1;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority, body} and optionally scenario, each key
+ * once. */
 int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a) {
   int arity, seen = 0, n;
-  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 6 || arity > 7) return -1;
+  if (ei_decode_map_header(buf, idx, &arity) != 0 || arity < 7 || arity > 8) return -1;
   for (int i = 0; i < arity; i++) {
     char key[MAXATOMLEN_UTF8];
     if (ei_decode_atom(buf, idx, key) != 0) return -1;
@@ -111,14 +133,17 @@ int port_decode_match(const char *buf, int *idx, cb_stub_t *st, stub_arrays_t *a
       if (ei_decode_long(buf, idx, &p) != 0 || p < -2147483647L || p > 2147483647L) return -1;
       st->match.priority = (int)p;
       seen |= 32;
-    } else if (strcmp(key, "scenario") == 0 && !(seen & 64)) {
-      if (decode_scenario(buf, idx, st) != 0) return -1;
+    } else if (strcmp(key, "body") == 0 && !(seen & 64)) {
+      if (get_body_match(buf, idx, &st->match.body) != 0) return -1;
       seen |= 64;
+    } else if (strcmp(key, "scenario") == 0 && !(seen & 128)) {
+      if (decode_scenario(buf, idx, st) != 0) return -1;
+      seen |= 128;
     } else {
       return -1;
     }
   }
-  return (seen & 63) == 63 && arity == 6 + !!(seen & 64) ? 0 : -1;
+  return (seen & 127) == 127 && arity == 7 + !!(seen & 128) ? 0 : -1;
 }
 
 /* {data, Bin} | {bytes, N} | {file, Path} */
@@ -283,7 +308,7 @@ void port_reply_added(int err, uint64_t id, const cb_match_t *m, const cb_respon
       [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
       [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
       [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
-      [CB_FIELD_TEMPLATE] = {"response", "template"}};
+      [CB_FIELD_TEMPLATE] = {"response", "template"},  [CB_FIELD_MATCH_BODY] = {"match", "body"}};
   if (err != CB_EINVAL || d->err != CB_EINVAL || d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT ||
       keys[d->field][0] == NULL) {
     port_reply_id(err, id);

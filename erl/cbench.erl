@@ -6,16 +6,16 @@
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2, admin_url/1,
          stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
 -export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
-         clear_requests/1, expect/4, verify/1, await/4, down/1, up/1]).
+         clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
               {url, 2}, {admin_url, 1}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0},
               {stop, 0}, {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
-              {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {await, 4},
-              {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2}, {finish, 1},
-              {replies, 1}]).
+              {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {near_misses, 1},
+              {await, 4}, {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2},
+              {finish, 1}, {replies, 1}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
@@ -346,10 +346,19 @@ expect(Server, Match, Response, Count) when is_pid(Server), is_map(Count) ->
 expect(_, _, _, _) ->
     error(badarg).
 
+%% @doc The recent requests no route matched (the journal's 404s, oldest first), each with the three
+%% stubs closest to it now and the parts that differ (docs/routes.md, "Near misses").
+-spec near_misses(server()) -> [cbench_expect:near_miss()] | {error, term()}.
+near_misses(Server) when is_pid(Server) ->
+    cbench_server:call(Server, near_misses);
+near_misses(_) ->
+    error(badarg).
+
 %% @doc `ok' when every expectation got its count and the journal holds no request that nothing
 %% was set up for (a 404, or a 405 by the method rule); else `{error, Problems}':
-%% `{expected, What, N, got, M}', `{no_request_arrived, What, expected, N}',
-%% `{unexpected_request, Method, Path}'.
+%% `{expected, What, N, got, M}', `{no_request_arrived, What, expected, N}' (then
+%% `{nearest_request, What, Request}' when a stray request came close), `{unexpected_request,
+%% Method, Path}'.
 -spec verify(server()) -> ok | {error, [problem()] | not_running}.
 verify(Server) when is_pid(Server) ->
     cbench_server:call(Server, verify);

@@ -5,10 +5,16 @@
 
 -export([match/1, filter/1, add_result/2, remove_result/1]).
 
-%% @doc A canonical match as the C glue decodes it: the path as pattern text.
+%% @doc A canonical match as the C glue decodes it: the path as pattern text, the body matcher as
+%% `any' or `{Kind, Bytes}' (a JSON value as its compact text, which jansson parses).
 -spec match(cbench_spec:canon_match()) -> map().
 match(M = #{path := P}) ->
-    M#{path := cbench_spec:path_text(P)}.
+    Body = case M of
+               #{body := {K, J}} when K =:= json; K =:= json_subset -> {K, cbench_json:encode(J)};
+               #{body := B} -> B;
+               _ -> any
+           end,
+    M#{path := cbench_spec:path_text(P), body => Body}.
 
 %% @doc What of a canonical filter the engine applies while reading (it returns no more than the
 %% filter keeps; cbench_journal:filter/2 then applies the whole filter): since, one method, an

@@ -20,7 +20,8 @@
 -record(req, {method :: binary(), target :: binary(), version :: {integer(), integer()},
               %% Names lowercased, values as received (trailing whitespace dropped), in order.
               headers = [] :: [{binary(), binary()}], keep = true :: boolean(),
-              framing = none :: none | chunked | {length, non_neg_integer()},
+              %% {buffered, Body}: read already, for a body matcher (request/3).
+              framing = none :: none | chunked | {length, non_neg_integer()} | {buffered, binary()},
               expect = false :: boolean(),
               %% For the journal: arrival (system time and monotonic, microseconds), the route's
               %% name and the stub that answered.
@@ -299,14 +300,43 @@ split_target(T) ->
 
 request(S, Cfg = #cfg{max_body = MaxBody}, #req{framing = {length, N}}) when N > MaxBody ->
     error_close(S, Cfg, 413);
-request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target}) ->
+request(S, Cfg, Req0 = #req{method = Method, target = Target}) ->
     {Path, Query} = split_target(Target),
     Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
     bump(Cfg, ?REQUESTS),
-    Lookup = cbench_router:lookup(cbench_router:table(Cfg#cfg.table), Method, Path, Query,
-                                  Req0#req.headers),
+    Table = cbench_router:table(Cfg#cfg.table),
+    Lookup0 = cbench_router:lookup(Table, Method, Path, Query, Req0#req.headers),
     continue(S, Req0),
     Result =
+        case Lookup0 of
+            body_wait ->
+                %% A route with a body matcher: the whole body first, then the lookup again with
+                %% it; the route chosen reads the body from memory (framing {buffered, Body}).
+                case body(S, Cfg, Req0, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
+                    {ok, Body0} ->
+                        Body = iolist_to_binary(Body0),
+                        dispatch(S, Cfg, Req0#req{framing = {buffered, Body}}, Path, Query,
+                                 cbench_router:lookup(Table, Method, Path, Query,
+                                                      Req0#req.headers, Body));
+                    Error ->
+                        Error
+                end;
+            Lookup ->
+                dispatch(S, Cfg, Req0, Path, Query, Lookup)
+        end,
+    case Result of
+        ok when Req0#req.keep ->
+            ok = inet:setopts(S, [{packet, http_bin}]),
+            next_request(S, Cfg, false);
+        ok ->
+            ok;
+        close ->
+            ok;
+        {error, _} ->
+            ok
+    end.
+
+dispatch(S, Cfg = #cfg{cnt = Cnt}, Req0, Path, Query, Lookup) ->
         case Lookup of
             {ok, {fixture, Route, Stat}} ->
                 counters:add(Cnt, Stat, 1),
@@ -339,18 +369,20 @@ request(S, Cfg = #cfg{cnt = Cnt}, Req0 = #req{method = Method, target = Target})
             not_found ->
                 counters:add(Cnt, Cfg#cfg.not_found_stat, 1),
                 bump(Cfg, ?STATUS_404),
-                after_body(S, Cfg, Req0, fun() -> simple(S, Cfg, Req0, 404, [], <<>>) end)
-        end,
-    case Result of
-        ok when Req0#req.keep ->
-            ok = inet:setopts(S, [{packet, http_bin}]),
-            next_request(S, Cfg, false);
-        ok ->
-            ok;
-        close ->
-            ok;
-        {error, _} ->
-            ok
+                after_body(S, Cfg, Req0, fun() -> not_found(S, Cfg, Req0, Query) end)
+        end.
+
+%% A 404: with the stubs that came closest when there are stubs (cbench_router:near_body/6).
+not_found(S, Cfg, Req = #req{method = Method, target = Target, headers = Headers}, Query) ->
+    Body = case Req#req.framing of
+               {buffered, B} -> B;
+               _ -> unknown
+           end,
+    case cbench_router:near_body(cbench_router:table(Cfg#cfg.table), Method, Target, Query, Headers,
+                                 Body) of
+        none -> simple(S, Cfg, Req, 404, [], <<>>);
+        {json, Text} -> simple(S, Cfg, Req, 404, [ct(json)], Text);
+        {text, Text} -> simple(S, Cfg, Req, 404, [{<<"content-type">>, <<"text/plain">>}], Text)
     end.
 
 %% Expect: 100-continue is answered only when a body will be read, and never to HTTP/1.0 (which has
@@ -409,6 +441,18 @@ echo(S, Cfg, Req = #req{framing = chunked}) ->
             echo_release(Cfg, Cap),
             Result;
         Error -> Error
+    end;
+echo(S, Cfg, Req = #req{framing = {buffered, Body}}) ->
+    %% Held already for a body matcher that did not match (request/3): echoed whole, holding its
+    %% size from the budget while it is written, as a declared length is.
+    N = byte_size(Body),
+    case echo_hold(Cfg, N) of
+        ok ->
+            Result = echo_answer(S, Cfg, Req, {ok, Body}),
+            echo_release(Cfg, N),
+            Result;
+        _Full ->
+            simple(S, Cfg, Req, 503, [], <<>>)
     end;
 echo(S, Cfg, Req) ->
     echo_answer(S, Cfg, Req, {ok, []}).
@@ -572,6 +616,10 @@ peer(S) ->
 %% Reads the body in raw mode, folding Fun over the pieces as they are read.
 body(_S, _Cfg, #req{framing = none}, _Fun, Acc) ->
     {ok, Acc};
+body(_S, _Cfg, #req{framing = {buffered, <<>>}}, _Fun, Acc) ->
+    {ok, Acc};
+body(_S, _Cfg, #req{framing = {buffered, Body}}, Fun, Acc) ->
+    Fun(Body, Acc);
 body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
     ok = inet:setopts(S, [{packet, raw}]),
     body_length(S, Cfg, N, Fun, Acc);

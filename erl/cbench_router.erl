@@ -7,6 +7,10 @@
 %%% - A route applies to a request when its path, header and query matchers match. The first
 %%%   applying route whose methods include the request's answers (GET brings HEAD; `any' takes
 %%%   every method). A stub with `times' left at 0 is spent: it no longer applies.
+%%% - A route with a body matcher (docs/routes.md, "Body matchers"): a lookup without the body
+%%%   that reaches it (path, fields and method matched) answers `body_wait'; the connection reads
+%%%   the body and looks up again with it (lookup/6), where a failing body matcher is a route that
+%%%   does not apply. A body matcher is not looked at for 405.
 %%% - Routes apply but none takes the method: 405, `allow' listing their methods
 %%%   (cbench_spec:methods_order/1). No route applies: 404.
 %%%
@@ -16,7 +20,7 @@
 -module(cbench_router).
 
 -export([compile/2, publish/2, lazy/2, stale/1, refresh/2, table/1, unpublish/1, lookup/5,
-         path_matches/2, query_fields/1]).
+         lookup/6, path_matches/2, query_fields/1, near_body/6, near_parts/6]).
 
 -export_type([table/0, target/0]).
 
@@ -28,6 +32,7 @@
                 path :: cbench_spec:canon_path(),
                 headers :: [{binary(), present | {equal, binary()}}],
                 query :: [{binary(), present | {equal, binary()}}],
+                body :: any | cbench_spec:canon_body(),
                 target :: target(),
                 %% Uses left for a stub with `times' (atomics, decremented by the request that
                 %% claims one); undefined: unlimited.
@@ -67,9 +72,16 @@ compile(Stubs, Fixture) ->
                             <- lists:zip(lists:seq(1, length(Fixture)), Fixture)],
     index(StubRoutes ++ FixtureRoutes).
 
-route(Order, #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
-    #route{order = Order, methods = Ms, path = P, headers = H, query = Q, target = Target,
-           left = Left}.
+route(Order, M = #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
+    #route{order = Order, methods = Ms, path = P, headers = H, query = Q,
+           body = compile_body(maps:get(body, M, any)), target = Target, left = Left}.
+
+%% A regex is compiled once, here (PCRE read as POSIX ERE reads the subset cbench_spec lets in:
+%% `.' matches newlines, `$' only the end).
+compile_body({regex, Re}) ->
+    {ok, MP} = re:compile(Re, [dotall, dollar_endonly]),
+    {regex, MP};
+compile_body(B) -> B.
 
 index(Routes) ->
     {Buckets, Wild} =
@@ -160,36 +172,158 @@ unpublish(Key) ->
 %% that exactly that many requests get it even when connections race; so are a scenario's
 %% transition (one compare-and-swap) and a sequence's response (the target then holds that one).
 -spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}]) ->
-          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found.
-lookup({Buckets, Wild}, Method, Path, Query, Headers) ->
+          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found | body_wait.
+lookup(Table, Method, Path, Query, Headers) ->
+    lookup(Table, Method, Path, Query, Headers, unknown).
+
+%% @doc The same with the request's whole body known (Body a binary): body matchers are tried; with
+%% `unknown', `body_wait' when the lookup reaches a route with one.
+-spec lookup(table(), binary(), binary(), binary(), [{binary(), binary()}], binary() | unknown) ->
+          {ok, target()} | {not_allowed, Allow :: binary(), target()} | not_found | body_wait.
+lookup({Buckets, Wild}, Method, Path, Query, Headers, Body) ->
     Candidates = merge(maps:get(path_segment(Path), Buckets, []), Wild),
     Req = {Method, Path, Query, Headers},
-    find(Candidates, Req, []).
+    case Body of
+        unknown -> ok;
+        _ -> put({?MODULE, json}, undefined)
+    end,
+    find(Candidates, Req, Body, []).
 
 merge([], Ws) -> Ws;
 merge(Bs, []) -> Bs;
 merge([B | Bs], [W | _] = Ws) when B#route.order < W#route.order -> [B | merge(Bs, Ws)];
 merge(Bs, [W | Ws]) -> [W | merge(Bs, Ws)].
 
-find([], _Req, []) -> not_found;
-find([], _Req, Applying) ->
+find([], _Req, _Body, []) -> not_found;
+find([], _Req, _Body, Applying) ->
     [First | _] = Rs = lists:reverse(Applying),
     Ms = lists:usort(lists:append([M || #route{methods = M} <- Rs])),
     {not_allowed, iolist_to_binary(lists:join(<<", ">>, cbench_spec:methods_order(Ms))),
      First#route.target};
-find([R | Rs], Req = {Method, Path, Query, Headers}, Applying) ->
+find([R | Rs], Req = {Method, Path, Query, Headers}, Body, Applying) ->
     case path_matches(R#route.path, Path) andalso fields_match(R, Query, Headers)
         andalso not spent(R) of
-        false -> find(Rs, Req, Applying);
+        false -> find(Rs, Req, Body, Applying);
         true ->
             case method_matches(R#route.methods, Method) of
+                true when R#route.body =/= any, Body =:= unknown -> body_wait;
                 true ->
-                    case claim(R) of
-                        {ok, Target} -> {ok, Target};
-                        false -> find(Rs, Req, Applying)  % spent by a racing request
+                    case R#route.body =:= any orelse body_matches(R#route.body, Body) of
+                        false -> find(Rs, Req, Body, Applying);
+                        true ->
+                            case claim(R) of
+                                {ok, Target} -> {ok, Target};
+                                false -> find(Rs, Req, Body, Applying)  % spent by a racing request
+                            end
                     end;
-                false -> find(Rs, Req, [R | Applying])
+                false -> find(Rs, Req, Body, [R | Applying])
             end
+    end.
+
+%% @doc The body of a 404 with near misses (docs/routes.md, "Near misses"; src/near_miss.c writes
+%% the same bytes): every stub scored by the parts of its match the request fails (the path 4, the
+%% method 2, each header or query matcher and the body matcher 1; a body matcher on a body that was
+%% not read counts and says so; a stub that failed nothing was spent by its `times'), the three
+%% lowest, ties in matching order. none when the table has no stub.
+-spec near_body(table(), binary(), binary(), binary(), [{binary(), binary()}],
+                binary() | unknown) -> none | {json | text, binary()}.
+near_body({Buckets, Wild}, Method, Target, Query, Headers, Body) ->
+    Path = case binary:match(Target, <<"?">>) of
+               nomatch -> Target;
+               {Pos, _} -> binary_part(Target, 0, Pos)
+           end,
+    Routes = lists:ukeysort(#route.order, Wild ++ lists:append(maps:values(Buckets))),
+    put({?MODULE, json}, undefined),
+    Scored = lists:sort([{Score, R#route.order, Name, Id, Parts}
+                         || R = #route{target = {stub, Id, Name, _, _}} <- Routes,
+                            {Score, Parts} <- [near_score(R, Method, Path, Query, Headers, Body)]]),
+    case lists:sublist(Scored, 3) of
+        [] -> none;
+        Best ->
+            Json = lists:any(fun({<<"accept">>, V}) -> binary:match(V, <<"application/json">>) =/= nomatch;
+                                (_) -> false
+                             end, Headers),
+            {case Json of true -> json; false -> text end,
+             iolist_to_binary(near_text(Json, Method, Target, Best))}
+    end.
+
+%% @doc The parts of a canonical match a request fails, and their score (as for near_body/6):
+%% verify/1 pairs an unmet expectation with the stray request that came closest.
+-spec near_parts(cbench_spec:canon_match(), binary(), binary(), binary(), [{binary(), binary()}],
+                 binary() | unknown) -> {non_neg_integer(), [binary()]}.
+near_parts(Match, Method, Path, Query, Headers, Body) ->
+    put({?MODULE, json}, undefined),
+    %% A route of its own for the match (the target is not looked at).
+    {Score, Parts} = near_score(route(0, Match, {fixture, expectation, 1}, undefined), Method, Path,
+                                Query, Headers, Body),
+    {Score, [iolist_to_binary(part(P, false)) || P <- Parts]}.
+
+near_score(R, Method, Path, Query, Headers, Body) ->
+    Fields = query_fields(Query),
+    Parts = [<<"method">> || R#route.methods =/= any, not method_matches(R#route.methods, Method)]
+        ++ [<<"path">> || not path_matches(R#route.path, Path)]
+        ++ [{<<"header ">>, N} || M = {N, _} <- R#route.headers, not all_present([M], Headers)]
+        ++ [{<<"query ">>, decode(N)} || M = {N, _} <- R#route.query,
+                                         not all_present([M], Fields)]
+        ++ case {R#route.body, Body} of
+               {any, _} -> [];
+               {_, unknown} -> [<<"body (not read)">>];
+               {B, _} -> [<<"body">> || not body_matches(B, Body)]
+           end,
+    Score = lists:sum([case P of <<"path">> -> 4; <<"method">> -> 2; _ -> 1 end || P <- Parts]),
+    case Parts of
+        [] -> {0, [<<"unavailable (spent, or another scenario state)">>]};
+        _ -> {Score, Parts}
+    end.
+
+near_text(true, Method, Target, Best) ->
+    ["{\"method\":\"", esc(Method, true), "\",\"target\":\"", esc(Target, true),
+     "\",\"near_misses\":[",
+     lists:join($,, [["{\"name\":\"", esc(Name, true), "\",\"id\":", integer_to_binary(Id),
+                      ",\"differs\":[", lists:join($,, [[$", part(P, true), $"] || P <- Parts]), "]}"]
+                     || {_, _, Name, Id, Parts} <- Best]),
+     "]}\n"];
+near_text(false, Method, Target, Best) ->
+    ["No stub matched ", esc(Method, false), " ", esc(Target, false), "\nClosest stubs:\n",
+     [["  ", esc(Name, false), " (id ", integer_to_binary(Id), "): ",
+       lists:join(", ", [part(P, false) || P <- Parts]), "\n"]
+      || {_, _, Name, Id, Parts} <- Best]].
+
+part({Prefix, Name}, Json) -> [Prefix, esc(Name, Json)];
+part(P, _) -> P.
+
+%% Bytes as text: in plain text, bytes outside printable ASCII and `\' as \xHH; in JSON, `"' and
+%% `\' escaped and bytes outside printable ASCII as \u00HH.
+esc(B, Json) -> << <<(esc_byte(C, Json))/binary>> || <<C>> <= B >>.
+
+esc_byte(C, true) when C =:= $"; C =:= $\\ -> <<$\\, C>>;
+esc_byte(C, true) when C < 16#20; C >= 16#7f -> iolist_to_binary(io_lib:format("\\u00~2.16.0b", [C]));
+esc_byte(C, false) when C < 16#20; C >= 16#7f; C =:= $\\ ->
+    iolist_to_binary(io_lib:format("\\x~2.16.0b", [C]));
+esc_byte(C, _) -> <<C>>.
+
+%% Whether a whole request body matches a compiled body matcher. The body is parsed as JSON once
+%% per lookup, by the first JSON matcher tried.
+-spec body_matches(term(), binary()) -> boolean().
+body_matches({equal, B}, Body) -> B =:= Body;
+body_matches({contains, <<>>}, _Body) -> true;
+body_matches({contains, B}, Body) -> binary:match(Body, B) =/= nomatch;
+%% PCRE backtracks where glibc's matcher does not: a bound on its steps keeps a pathological
+%% pattern from holding the connection (past it, no match; docs/routes.md).
+body_matches({regex, MP}, Body) ->
+    re:run(Body, MP, [{capture, none}, {match_limit, 10000000}]) =:= match;
+body_matches({Kind, J}, Body) when Kind =:= json; Kind =:= json_subset ->
+    Parsed = case get({?MODULE, json}) of
+                 undefined ->
+                     P = cbench_json:decode(Body),
+                     put({?MODULE, json}, P),
+                     P;
+                 P -> P
+             end,
+    case Parsed of
+        {ok, V} when Kind =:= json -> cbench_json:equal(V, J);
+        {ok, V} -> cbench_json:holds(V, J);
+        error -> false
     end.
 
 %% @doc Whether a request path (the target before `?') matches a canonical path pattern.

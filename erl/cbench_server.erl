@@ -103,7 +103,7 @@ serve({stub, Match, Response}, _From, S) ->
 serve({expect, Match, Response, Count}, _From, S) ->
     case add_stub(S, Match, Response) of
         {reply, {ok, Id}, S1 = #{expects := Es}} ->
-            E = #{id => Id, what => cbench_spec:describe(Match), count => Count},
+            E = #{id => Id, what => cbench_spec:describe(Match), count => Count, match => Match},
             {reply, {ok, Id}, S1#{expects := Es ++ [E]}};
         Other -> Other
     end;
@@ -141,6 +141,16 @@ serve(stubs, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
                 Infos -> lists:sort(fun(#{id := A}, #{id := B}) -> A =< B end,
                                     [maps:merge(Info, maps:get(Id, Stubs, #{}))
                                      || Info = #{id := Id} <- Infos])
+            end,
+    {reply, Reply, S};
+serve(near_misses, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
+    Reply = case {Mod:stubs(H), journal(S, everything(0))} of
+                {{error, _} = Error, _} -> Error;
+                {_, {error, _} = Error} -> Error;
+                {Infos, Journal} ->
+                    Known = [{Id, Name, M} || #{id := Id, name := Name} <- Infos,
+                                              #{match := M} <- [maps:get(Id, Stubs, #{})]],
+                    cbench_expect:near_misses(Known, Journal)
             end,
     {reply, Reply, S};
 serve({scenario, Name}, _From, S = #{mod := Mod, handle := H}) ->

@@ -16,13 +16,13 @@
 
 -export([match/1, response/1, stub/2, filter/1, path/1, describe/1, path_text/1,
          methods_order/1, pieces/2, chunks_fit_size/2, whys/0, scenario_label/2,
-         template_pieces/1]).
+         template_pieces/1, regex_ok/1]).
 %% The single terms on their own, for the routes of later kinds and the test suites; whys/0 for
 %% the suite that checks it against include/cbench.h.
--ignore_xref([{response, 1}, {path, 1}, {whys, 0}]).
+-ignore_xref([{response, 1}, {path, 1}, {whys, 0}, {regex_ok, 1}]).
 
 -export_type([match/0, response/0, filter/0, path_pattern/0, canon_match/0, canon_response/0,
-              canon_path/0, canon_filter/0, canon_single/0, why/0, field/0, bad/0]).
+              canon_path/0, canon_filter/0, canon_single/0, canon_body/0, why/0, field/0, bad/0]).
 
 %% What a user writes.
 -type method() :: atom() | binary() | string().
@@ -34,7 +34,11 @@
                    headers => field_matcher(), query => field_matcher(),
                    priority => integer(), name => iodata(),
                    scenario => iodata() | atom(), 'when' => iodata() | atom(),
-                   then => iodata() | atom()}.
+                   then => iodata() | atom(), body => body_matcher()}.
+%% docs/routes.md, "Body matchers": one key. A JSON term: maps (binary or atom keys), lists,
+%% binaries (strings), integers, floats, true, false, null (cbench_json).
+-type body_matcher() :: #{equal => iodata()} | #{contains => iodata()} | #{regex => iodata()}
+                      | #{json => term()} | #{json_subset => term()}.
 -type response() :: #{status => 200..599, headers => [{iodata() | atom(), iodata()}],
                       body => iodata() | {bytes, non_neg_integer()} | {file, file:name_all()},
                       delay_ms => non_neg_integer(),
@@ -56,7 +60,11 @@
 -type canon_match() :: #{methods := any | [binary()], path := canon_path(),
                          headers := [canon_field()], query := [canon_field()],
                          priority := integer(), name := binary() | undefined,
-                         scenario => {binary(), binary() | undefined, binary() | undefined}}.
+                         scenario => {binary(), binary() | undefined, binary() | undefined},
+                         %% Only when the match has one.
+                         body => canon_body()}.
+-type canon_body() :: {equal | contains | regex, binary()}
+                    | {json | json_subset, cbench_json:json()}.
 -type canon_response() :: canon_single() | canon_sequence().
 %% A sequence: its responses in turn, then as `after' says (docs/beam.md).
 -type canon_sequence() :: #{responses := [canon_single()], 'after' := last | cycle | not_found,
@@ -127,13 +135,17 @@
                    <<"keep-alive">>, <<"proxy-connection">>, <<"upgrade">>, <<"te">>,
                    <<"date">>]).
 
+%% Body matchers (include/cbench.h, CB_MAX_BODY_MATCH and CB_MAX_BODY_REGEX).
+-define(MAX_BODY_MATCH, 1048576).
+-define(MAX_BODY_REGEX, 1024).
+
 %% The reasons, in the order of include/cbench.h's CB_WHY_* (without CB_WHY_NONE).
 -define(WHYS, [unknown_key, missing, wrong_type, null_pointer, out_of_range, empty, too_long, too_many,
                not_a_token, control_char, edge_space, bad_char, no_leading_slash, misplaced_star,
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
                chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, needs_scenario,
-               min_above_max, conflict, bad_template]).
+               min_above_max, conflict, bad_template, bad_regex, bad_json]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
@@ -169,7 +181,7 @@ match(Path) when is_binary(Path); is_list(Path) ->
 match(M) when is_map(M) ->
     check(fun() ->
                   known_keys(match, M, [path, method, headers, query, priority, name,
-                                        scenario, 'when', then]),
+                                        scenario, 'when', then, body]),
                   P = case M of
                           #{path := P0} -> path_or_fail({match, path}, P0);
                           _ -> fail({match, path}, undefined, missing)
@@ -182,7 +194,11 @@ match(M) when is_map(M) ->
                                        -?MAX_PRIORITY, ?MAX_PRIORITY),
                     name => name(maps:get(name, M, undefined))},
                   %% Only when given, so that a match without one is the term it always was.
-                  maps:merge(Canon, scenario(M))
+                  Canon1 = maps:merge(Canon, scenario(M)),
+                  case M of
+                      #{body := B} -> Canon1#{body => body_matcher(B)};
+                      _ -> Canon1
+                  end
           end);
 match(_) ->
     error(badarg).
@@ -461,6 +477,111 @@ pieces(0, _N) -> [];
 pieces(Size, N) ->
     Ends = [Size * K div N || K <- lists:seq(0, N)],
     [{Start, End - Start} || {Start, End} <- lists:zip(lists:droplast(Ends), tl(Ends))].
+
+%% @doc Whether a regular expression stays inside the subset that POSIX ERE (the C engine's
+%% regcomp) and PCRE (`re', with dotall and dollar_endonly) read alike (docs/routes.md, "Body
+%% matchers"): src/body_match.c's cb__regex_subset_ok, step for step.
+-spec regex_ok(binary()) -> boolean().
+regex_ok(Re) -> rx(Re, 0, false).
+
+-define(RX_ESCAPABLE, "\\.[](){}*+?|^$-/").
+
+rx(<<>>, Depth, _) -> Depth =:= 0;
+rx(<<0, _/binary>>, _, _) -> false;
+rx(<<$\\, C, R/binary>>, D, _) ->
+    lists:member(C, ?RX_ESCAPABLE) andalso rx(R, D, true);
+rx(<<$\\>>, _, _) -> false;
+rx(<<$[, R0/binary>>, D, _) ->
+    R1 = case R0 of <<$^, X/binary>> -> X; _ -> R0 end,
+    R2 = case R1 of <<$], X2/binary>> -> X2; _ -> R1 end,
+    case bracket(R2) of
+        {ok, R3} -> rx(R3, D, true);
+        error -> false
+    end;
+rx(<<$(, C, _/binary>>, _, _) when C =:= $?; C =:= $*; C =:= $+ -> false;
+rx(<<$(, R/binary>>, D, _) -> rx(R, D + 1, false);
+rx(<<$), _/binary>>, 0, _) -> false;
+rx(<<$), R/binary>>, D, _) -> rx(R, D - 1, true);
+rx(<<C, R/binary>>, D, _) when C =:= $|; C =:= $^; C =:= $$ -> rx(R, D, false);
+rx(<<C, R/binary>>, D, true) when C =:= $*; C =:= $+; C =:= $? -> rx(R, D, false);
+rx(<<C, _/binary>>, _, false) when C =:= $*; C =:= $+; C =:= $?; C =:= ${ -> false;
+rx(<<${, R/binary>>, D, true) ->
+    case interval(R) of
+        {ok, R1} -> rx(R1, D, false);
+        error -> false
+    end;
+rx(<<C, _/binary>>, _, _) when C =:= $}; C =:= $] -> false;
+rx(<<_, R/binary>>, D, _) -> rx(R, D, true).
+
+%% The rest of a bracket expression after its opening (and a leading ^ and ]): up to its `]'.
+bracket(<<>>) -> error;
+bracket(<<$], R/binary>>) -> {ok, R};
+bracket(<<C, _/binary>>) when C =:= $\\; C =:= 0 -> error;
+bracket(<<$[, C, _/binary>>) when C =:= $.; C =:= $= -> error;
+bracket(<<$[, $:, R/binary>>) ->
+    case binary:match(R, <<":]">>) of
+        nomatch -> error;
+        {Pos, 2} ->
+            Class = binary_part(R, 0, Pos),
+            case lists:member(Class, [<<"alpha">>, <<"digit">>, <<"alnum">>, <<"upper">>,
+                                      <<"lower">>, <<"space">>, <<"punct">>, <<"print">>,
+                                      <<"graph">>, <<"cntrl">>, <<"xdigit">>, <<"blank">>]) of
+                true -> bracket(binary_part(R, Pos + 2, byte_size(R) - Pos - 2));
+                false -> error
+            end
+    end;
+bracket(<<_, R/binary>>) -> bracket(R).
+
+%% {m}, {m,}, {m,n} after the `{': m <= n <= 255, at most 4 digits each.
+interval(R) ->
+    case rx_digits(R, 0, 0) of
+        {0, _, _} -> error;
+        {_, M, _} when M > 255 -> error;
+        {_, M, <<$,, R1/binary>>} ->
+            case rx_digits(R1, 0, 0) of
+                {0, _, <<$}, R2/binary>>} -> {ok, R2};
+                {_, N, <<$}, R2/binary>>} when N =< 255, N >= M -> {ok, R2};
+                _ -> error
+            end;
+        {_, _, <<$}, R1/binary>>} -> {ok, R1};
+        _ -> error
+    end.
+
+rx_digits(<<C, R/binary>>, Nd, V) when C >= $0, C =< $9, Nd < 4 -> rx_digits(R, Nd + 1, V * 10 + C - $0);
+rx_digits(R, Nd, V) -> {Nd, V, R}.
+
+%% match.body: one of equal, contains, regex (iodata), json, json_subset (a JSON term).
+body_matcher(B) when is_map(B), map_size(B) =:= 1 ->
+    [{Kind, V}] = maps:to_list(B),
+    Field = {match, body},
+    case Kind of
+        _ when Kind =:= equal; Kind =:= contains; Kind =:= regex ->
+            Bin = case iodata_bin(V) of
+                      {ok, X} -> X;
+                      error -> fail(Field, V, wrong_type)
+                  end,
+            Max = case Kind of regex -> ?MAX_BODY_REGEX; _ -> ?MAX_BODY_MATCH end,
+            byte_size(Bin) =< Max orelse fail(Field, V, too_long),
+            Kind =/= regex orelse regex_compiles(Bin) orelse fail(Field, V, bad_regex),
+            {Kind, Bin};
+        _ when Kind =:= json; Kind =:= json_subset ->
+            case cbench_json:normalize(V) of
+                {ok, J} ->
+                    byte_size(cbench_json:encode(J)) =< ?MAX_BODY_MATCH
+                        orelse fail(Field, V, too_long),
+                    {Kind, J};
+                error -> fail(Field, V, bad_json)
+            end;
+        _ -> fail({match, body}, B, unknown_key)
+    end;
+body_matcher(B) -> fail({match, body}, B, wrong_type).
+
+regex_compiles(Re) ->
+    regex_ok(Re) andalso element(1, re:compile(Re, [dotall, dollar_endonly])) =:= ok.
+
+%% An iodata() value as a binary, or error.
+iodata_bin(V) ->
+    try {ok, iolist_to_binary(V)} catch error:badarg -> error end.
 
 %%% Internals: every check throws {bad_stub, {Field, Value, Why}}, caught once in check/1.
 

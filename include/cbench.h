@@ -290,6 +290,38 @@ typedef struct cb_matcher_s {
   cb_str_t value;
 } cb_matcher_t;
 
+/* What a route asks of the request body (cb_match_t.body). The body is matched once it is complete; a request
+ * whose candidate routes include one with a body matcher has its body held (up to the body limit) until then,
+ * and goes on to the next route when the matcher fails (docs/routes.md, "Body matchers").
+ *   ANY          no matcher (the default: the route never waits for the body);
+ *   EQUAL        the body is exactly `value`;
+ *   CONTAINS     the body holds `value` somewhere (an empty value: every body);
+ *   JSON         the body is JSON equal to `value` (JSON text): object key order ignored, numbers compared by
+ *                type and value (1 is not 1.0), as jansson's json_equal;
+ *   JSON_SUBSET  the body is JSON holding `value`: an object holds every member of the pattern's (extra members
+ *                allowed), recursively; an array has the pattern's length and each element holds the pattern's
+ *                at its place; other values are equal;
+ *   REGEX        `value` is a POSIX extended regular expression (regcomp(3), REG_EXTENDED | REG_NOSUB) in the
+ *                subset both engines read alike (docs/routes.md), searched for anywhere in the body.
+ * value: at most CB_MAX_BODY_MATCH bytes (a regex at most 1024); the bytes are copied or compiled when the route
+ * is added. */
+typedef enum {
+  CB_MATCH_BODY_ANY = 0,
+  CB_MATCH_BODY_EQUAL,
+  CB_MATCH_BODY_CONTAINS,
+  CB_MATCH_BODY_JSON,
+  CB_MATCH_BODY_JSON_SUBSET,
+  CB_MATCH_BODY_REGEX
+} cb_match_body_kind;
+
+#define CB_MAX_BODY_MATCH (1u << 20)
+#define CB_MAX_BODY_REGEX 1024
+
+typedef struct cb_body_match_s {
+  int kind; /* cb_match_body_kind */
+  cb_str_t value;
+} cb_body_match_t;
+
 /* Which requests a route answers.
  * path is a pattern over the request path (the target before '?', compared as received, not decoded):
  *   "/hello"           exactly this path;
@@ -308,6 +340,7 @@ typedef struct cb_match_s {
   const cb_matcher_t *query; /* all must match; at most CB_MAX_MATCHERS */
   size_t nquery;
   int priority; /* higher first; default 0. Fixture routes come after every stub whatever its priority */
+  cb_body_match_t body; /* {CB_MATCH_BODY_ANY}: any body */
 } cb_match_t;
 
 #define CB_MAX_PATH 4096
@@ -476,6 +509,7 @@ typedef enum {
   CB_FIELD_THEN,          /* then ({match, then}) */
   CB_FIELD_DELAY,         /* response.delay_dist, delay_max_ms, delay_sigma ({response, delay}) */
   CB_FIELD_TEMPLATE,      /* response.templated ({response, template}) */
+  CB_FIELD_MATCH_BODY,    /* match.body ({match, body}) */
   CB_FIELD_COUNT
 } cb_field_id;
 
@@ -519,6 +553,8 @@ typedef enum {
                               * with chunks, a fault or a body that is not bytes */
   CB_WHY_BAD_TEMPLATE,       /* a template with an unknown or unclosed placeholder, or {{path.NAME}} that names
                               * no parameter of the path */
+  CB_WHY_BAD_REGEX,          /* a body regex outside the subset both engines read alike, or refused by regcomp */
+  CB_WHY_BAD_JSON,           /* a body JSON value that does not parse (or holds a key twice) */
   CB_WHY_COUNT
 } cb_why_id;
 

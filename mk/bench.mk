@@ -41,7 +41,7 @@ BENCH_NODES := $(if $(NODES),--nodes $(NODES),) $(if $(COOKIE),--cookie $(COOKIE
 BENCH_NO_FIXTURE_NODE = @if [ -n "$(FIXTURE_NODE)" ]; then echo "make $@: FIXTURE_NODE is for make bench-clients;" \
   "make bench starts the servers it measures on this machine (NODES places the load generators)" >&2; exit 2; fi
 
-.PHONY: soak bench-instr bench-ab bench-floor bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -107,6 +107,15 @@ $(BUILD)/bench-floor: bench/floor.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -o $@ $<
 
 bench-floor: $(BUILD)/bench-floor
+
+# Issue 25: near-miss scoring of 100 stubs for one 404 (bench/near_miss.c, socket-less, the internal library).
+$(BUILD)/bench-near-miss: bench/near_miss.c $(BUILD)/libcbench-internal.a src/testing.h
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -Iinclude -Isrc $(DEP_CFLAGS) -o $@ $< \
+	  $(BUILD)/libcbench-internal.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+
+bench-near-miss: $(BUILD)/bench-near-miss
+	$(BUILD)/bench-near-miss $(NEAR_ARGS)
 
 bench-instr: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
 	bench/instr.sh $(INSTR_ARGS)

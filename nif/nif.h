@@ -25,7 +25,8 @@
   X(cbench_journal) X(fault) X(faults) X(cbench_request) X(cbench_requests) X(cbench_nif) X(handle) X(gone)   \
   X(http1) X(h2c_prior) X(h2c_upgrade) X(timeout_ms) X(batch) X(reply) X(send) X(finish) X(unavailable) X(handler_unavailable) \
   X(handler_timeouts) X(whole) X(cbench_body) X(cbench_body_end) X(admin_port) X(scenario) X(delay) X(uniform) \
-  X(lognormal) X(responses) X(after) X(last) X(cycle) X(not_found) X(template)
+  X(lognormal) X(responses) X(after) X(last) X(cycle) X(not_found) X(template) X(contains) X(regex) X(json)     \
+  X(json_subset)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)

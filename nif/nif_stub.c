@@ -97,7 +97,25 @@ static int decode_scenario(ErlNifEnv *env, ERL_NIF_TERM t, cb_stub_t *st) {
          get_label(env, tuple[1], &st->when) && get_label(env, tuple[2], &st->then);
 }
 
-/* Match: #{name, methods, path (pattern text), headers, query, priority} and optionally scenario. */
+
+/* match.body: `any` or {equal | contains | regex | json | json_subset, Bytes} (cbench_c_terms:match/1). */
+static int get_body_match(ErlNifEnv *env, ERL_NIF_TERM t, cb_body_match_t *out) {
+  const ERL_NIF_TERM *tuple;
+  int arity;
+  out->kind = CB_MATCH_BODY_ANY;
+  out->value = (cb_str_t){NULL, 0};
+  if (enif_is_identical(t, atom_any)) return 1;
+  if (!enif_get_tuple(env, t, &arity, &tuple) || arity != 2 || !get_str(env, tuple[1], &out->value)) return 0;
+  if (enif_is_identical(tuple[0], atom_equal)) out->kind = CB_MATCH_BODY_EQUAL;
+  else if (enif_is_identical(tuple[0], atom_contains)) out->kind = CB_MATCH_BODY_CONTAINS;
+  else if (enif_is_identical(tuple[0], atom_regex)) out->kind = CB_MATCH_BODY_REGEX;
+  else if (enif_is_identical(tuple[0], atom_json)) out->kind = CB_MATCH_BODY_JSON;
+  else if (enif_is_identical(tuple[0], atom_json_subset)) out->kind = CB_MATCH_BODY_JSON_SUBSET;
+  else return 0;
+  return 1;
+}
+
+/* Match: #{name, methods, path (pattern text), headers, query, priority, body} and optionally scenario. */
 int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_arrays_t *a) {
   ERL_NIF_TERM v;
   if (!get_map_value(env, map, atom_name, &v)) return 0;
@@ -112,6 +130,7 @@ int nif_decode_match(ErlNifEnv *env, ERL_NIF_TERM map, cb_stub_t *st, nif_stub_a
   st->match.headers = a->headers;
   if (!get_map_value(env, map, atom_query, &v) || !get_matchers(env, v, a->query, &st->match.nquery)) return 0;
   st->match.query = a->query;
+  if (!get_map_value(env, map, atom_body, &v) || !get_body_match(env, v, &st->match.body)) return 0;
   if (!get_map_value(env, map, atom_priority, &v) || !enif_get_int(env, v, &st->match.priority)) return 0;
   return !get_map_value(env, map, atom_scenario, &v) || decode_scenario(env, v, st);
 }
@@ -249,7 +268,7 @@ ERL_NIF_TERM nif_add_error(ErlNifEnv *env, int err, const cb_match_t *m, const c
       [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
       [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
       [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
-      [CB_FIELD_TEMPLATE] = {"response", "template"}};
+      [CB_FIELD_TEMPLATE] = {"response", "template"},  [CB_FIELD_MATCH_BODY] = {"match", "body"}};
   if (d->field <= CB_FIELD_NONE || d->field >= CB_FIELD_COUNT || keys[d->field][0] == NULL)
     return nif_error(env, err);
   ERL_NIF_TERM term = enif_make_atom(env, keys[d->field][0]), key = enif_make_atom(env, keys[d->field][1]);

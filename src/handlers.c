@@ -344,7 +344,18 @@ static const cb__handler_t h_headers = {.on_end = headers_end};
 
 static void not_found_end(cb__req_t *r) {
   CB__STAT_INC(r->conn->w, status_404);
-  cb__res_head(r, 404, NULL, NULL, 0, 0);
+  /* The stubs that came closest, in the body (near_miss.c, docs/routes.md "Near misses"): none, an empty 404. */
+  char *body = NULL;
+  size_t len = 0;
+  int json = 0;
+  if (r->table != NULL) body = cb__near_body(r, &len, &json);
+  if (body == NULL) {
+    cb__res_head(r, 404, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  cb__res_head(r, 404, json ? ct_json : ct_text, NULL, 0, (int64_t)len);
+  cb__res_data(r, body, len, CB__DATA_FREE);
   cb__res_end(r);
 }
 
@@ -465,6 +476,7 @@ void cb__req_release(cb__req_t *r) {
   }
   if (r->handler != NULL && r->handler->on_free != NULL) r->handler->on_free(r);
   r->handler = NULL;
+  if (__builtin_expect(r->mbody != NULL || r->mjson != NULL, 0)) cb__req_body_free(r); /* body_match.c */
   if (r->jseq != 0) cb__journal_record(r->conn->w, r);
   /* Last: the response may reference the table's bytes until the output queued so far has left. */
   if (r->table != NULL) cb__rtable_release(r);

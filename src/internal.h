@@ -58,6 +58,7 @@ typedef struct cb__routes_s cb__routes_t;
 typedef struct cb__cmd_s cb__cmd_t;
 typedef struct cb__journal_s cb__journal_t;
 typedef struct cb__fixed_s cb__fixed_t;
+typedef struct cb__body_match_s cb__body_match_t;
 
 /* Counters have one writer (the worker's thread) and are read by cb_server_stats() from any thread: relaxed
  * atomic stores and loads keep that defined without a locked instruction on the hot path. */
@@ -603,6 +604,7 @@ struct cb__route_s {
   int nheaders;
   cb__matcher_t *query;
   int nquery;
+  cb__body_match_t *body; /* NULL: the route does not look at the body (body_match.c) */
   uint32_t slot; /* counter slot: counters 2*slot (answered) and 2*slot+1 (405 on its path) */
   const cb__route_kind_t *kind;
   const cb__handler_t *handler;
@@ -615,6 +617,22 @@ struct cb__route_s {
 int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const cb__route_kind_t *kind,
                   const cb__handler_t *handler, void *arg, cb__route_t **out);
 void cb__route_ref(cb__route_t *rt);
+
+/* body_match.c: a route's body matcher, compiled from cb_match_t.body (UV_EINVAL with the detail, UV_ENOMEM; *out
+ * stays NULL for CB_MATCH_BODY_ANY), matched against the request's held body (r->mbody), freed with the route. */
+int cb__body_match_new(const cb_body_match_t *in, cb__body_match_t **out);
+int cb__body_match(const cb__body_match_t *m, cb__req_t *r);
+void cb__body_match_free(cb__body_match_t *m);
+int cb__regex_subset_ok(const char *p, size_t n);
+void cb__req_body_json_free(cb__req_t *r);
+/* Frees the held body and its JSON (cb__req_release, when r->mbody or r->mjson is set). */
+void cb__req_body_free(cb__req_t *r);
+/* The handler of a request that waits for its body before the lookup can choose a route: it holds the body (from
+ * the echo budget), then cb__rtable_dispatch_body() chooses, and the chosen handler gets on_head, the held body
+ * and on_end in turn. */
+extern const cb__handler_t cb__h_body_wait;
+/* route_table.c: the lookup again, under the table r was dispatched under, with the body known. */
+void cb__rtable_dispatch_body(cb__req_t *r);
 /* Drops a reference; the last frees the route (its kind's free_arg, its slot through reg). */
 void cb__route_unref(cb__routes_t *reg, cb__route_t *rt);
 void cb__routes_slot_free(cb__routes_t *reg, uint32_t slot);
@@ -650,6 +668,34 @@ void cb__match_in(const cb__req_t *r, cb__match_in_t *in);
 /* Whether rt's path matches (fills r->params on a PARAMS match); whether its headers and query do. */
 int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in);
+/* One header (query) matcher of rt, i < rt->nheaders (rt->nquery), against the request (near_miss.c). */
+int cb__route_header_ok(const cb__route_t *rt, int i, const cb__req_t *r);
+int cb__route_query_ok(const cb__route_t *rt, int i, const cb__match_in_t *in);
+/* The routes of a built table in matching order (none for a stand-in). */
+cb__route_t *const *cb__rtable_routes(const cb__rtable_t *t, int *n);
+
+/* ---- near_miss.c: the stubs closest to a request that matched none (the 404 path only) ----
+ * Each stub is scored by the parts of its match the request fails: the path counts 4, the method 2, each header
+ * or query matcher and the body matcher 1 (a body matcher on a request whose body was not held cannot be judged:
+ * it counts 1 and is flagged unchecked). The best CB__NEAR_MAX (lowest score, then matching order) are kept. */
+#define CB__NEAR_MAX 3
+/* CB__NEAR_SPENT: every part matched, so the stub was passed over: its `times` or its sequence used up, or its
+ * scenario in another state. */
+enum { CB__NEAR_METHOD = 1, CB__NEAR_PATH = 2, CB__NEAR_BODY = 4, CB__NEAR_BODY_UNCHECKED = 8, CB__NEAR_SPENT = 16 };
+typedef struct {
+  const cb__route_t *route;
+  unsigned score;
+  unsigned flags;    /* CB__NEAR_*: the parts that differ */
+  uint32_t headers;  /* bit i: header matcher i differs */
+  uint32_t query;    /* bit i: query matcher i differs */
+} cb__near_t;
+/* Scores every stub of t (fixture routes are not stubs) against r; fills out[] best first, returns how many. */
+int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
+/* The differing parts as text, "method, path, header x-k, query a, body": at most cap bytes with the NUL. */
+size_t cb__near_text(const cb__near_t *n, char *buf, size_t cap);
+/* The body of a 404 with near misses under r->table, malloc'd (*len bytes), JSON when the request accepts
+ * application/json (*json set), or NULL when no stub is near (an empty 404) or memory runs out. */
+char *cb__near_body(cb__req_t *r, size_t *len, int *json);
 
 /* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */
 const char *cb__method_name(unsigned bit);
@@ -878,6 +924,14 @@ struct cb__req_s {
   uint8_t fault;     /* the CB__FAULT_* applied to this request (journal), 0 for none */
   uint32_t delay_ms; /* the delay a stub waited before answering (journal), 0 for none */
   const void *stub;  /* stub.c: the response answering (a sequence's item, claimed at dispatch) */
+  uint8_t body_wait;  /* the lookup met a route with a body matcher: choose once the body is complete */
+  uint8_t body_known; /* the lookup runs with the body (cb__rtable_dispatch_body): body matchers are tried */
+  uint8_t mjson_state; /* mjson: 0 not parsed yet, 1 parsed, 2 the body is not JSON */
+  uint8_t mbody_refused; /* the held body went over the echo budget: answered 503 */
+  char *mbody;        /* the body held for body matchers (cb__h_body_wait), mbody_cap bytes from the echo budget
+                         and a NUL after mbody_len (for sanitizers' regexec interceptors) */
+  size_t mbody_len, mbody_cap;
+  void *mjson;        /* the held body as JSON (a json_t), parsed by the first JSON matcher tried */
   int64_t content_length; /* declared request body length, -1 when unknown */
   uint64_t body_received;
   /* The handler's state. */

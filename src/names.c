@@ -71,6 +71,7 @@ static const char *const field_names[CB_FIELD_COUNT] = {
     [CB_FIELD_THEN] = "then",
     [CB_FIELD_DELAY] = "response.delay",
     [CB_FIELD_TEMPLATE] = "response.template",
+    [CB_FIELD_MATCH_BODY] = "match.body",
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -108,6 +109,8 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_MIN_ABOVE_MAX] = "min_above_max",
     [CB_WHY_CONFLICT] = "conflict",
     [CB_WHY_BAD_TEMPLATE] = "bad_template",
+    [CB_WHY_BAD_REGEX] = "bad_regex",
+    [CB_WHY_BAD_JSON] = "bad_json",
 };
 
 const char *cb_field_name(int field) {

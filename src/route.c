@@ -238,6 +238,7 @@ static void route_free(cb__route_t *rt) {
     free(rt->query[i].name);
     free(rt->query[i].value);
   }
+  cb__body_match_free(rt->body);
   free(rt->headers);
   free(rt->query);
   free(rt->segs);
@@ -287,6 +288,7 @@ int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const 
   }
   if (err == 0) err = compile_matchers(m->headers, m->nheaders, 1, &rt->headers, &rt->nheaders);
   if (err == 0) err = compile_matchers(m->query, m->nquery, 0, &rt->query, &rt->nquery);
+  if (err == 0) err = cb__body_match_new(&m->body, &rt->body);
   if (err == 0) {
     /* Query names and values are compared decoded: decode the matchers' too, once. */
     for (int i = 0; i < rt->nquery; i++) {
@@ -405,6 +407,9 @@ int cb__route_match_path(const cb__route_t *rt, cb__req_t *r, const cb__match_in
   }
 }
 
+int cb__route_header_ok(const cb__route_t *rt, int i, const cb__req_t *r) { return header_ok(&rt->headers[i], r); }
+int cb__route_query_ok(const cb__route_t *rt, int i, const cb__match_in_t *in) { return query_ok(&rt->query[i], in); }
+
 int cb__route_match_rest(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in) {
   for (int i = 0; i < rt->nheaders; i++)
     if (!header_ok(&rt->headers[i], r)) return 0;
@@ -428,6 +433,10 @@ void cb__req_dispatch(cb__req_t *r) {
   CB__STAT_INC(w, requests);
   cb__rtable_dispatch(w, r);
   if (w->journal != NULL) cb__journal_arrive(w, r);
+  if (__builtin_expect(r->body_wait, 0)) {
+    r->handler = &cb__h_body_wait; /* the route is chosen when the body is complete */
+    return;
+  }
   r->handler = r->allow ? &cb__h_method_not_allowed : r->route->handler;
   if (r->handler->on_head) r->handler->on_head(r);
 }

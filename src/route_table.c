@@ -109,6 +109,10 @@ void cb__routes_lock(cb__routes_t *reg) { uv_mutex_lock(&reg->mu); }
 void cb__routes_unlock(cb__routes_t *reg) { uv_mutex_unlock(&reg->mu); }
 uint64_t **cb__routes_counters(cb__routes_t *reg, int worker) { return reg->chunks[worker]; }
 cb__route_t *cb__routes_not_found(cb__routes_t *reg) { return reg->not_found; }
+cb__route_t *const *cb__rtable_routes(const cb__rtable_t *t, int *n) {
+  *n = t->lazy ? 0 : t->n;
+  return t->lazy ? NULL : t->routes;
+}
 uint64_t cb__routes_next_id(cb__routes_t *reg) { return ++reg->next_id; }
 
 cb__route_t **cb__routes_stubs(cb__routes_t *reg, int *n) {
@@ -590,12 +594,21 @@ static inline int try_route(const cb__route_t *rt, cb__req_t *r, const cb__match
     if (*first405 == NULL) *first405 = rt;
     return 0;
   }
+  if (__builtin_expect(rt->body != NULL, 0)) {
+    /* At the head the body is not known: the lookup stops here and starts again once it is complete
+     * (cb__rtable_dispatch_body), so that a route before this one that answers at the head still wins. */
+    if (!r->body_known) {
+      r->body_wait = 1;
+      return 1;
+    }
+    if (!cb__body_match(rt->body, r)) return 0;
+  }
   return rt->kind->claim == NULL || rt->kind->claim(rt, r);
 }
 
 /* Whether rt answers any request with its path and an allowed method, when it is the first candidate. */
 static int path_method_only(const cb__route_t *rt) {
-  return rt->nheaders == 0 && rt->nquery == 0 && rt->kind->claim == NULL;
+  return rt->nheaders == 0 && rt->nquery == 0 && rt->body == NULL && rt->kind->claim == NULL;
 }
 
 /* r was dispatched under t: a use of t, unless r's route is a fixture route (see the top of this file). */
@@ -617,6 +630,8 @@ static inline void answer_last(cb__req_t *r, cb__rtable_t *t, use_t *u, const cb
   take_use(r, last, t, u);
 }
 
+static inline void lookup_all(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u);
+
 /* The lookup (and the last route for a path that cb__rtable_dispatch does not compare itself). */
 static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u) {
   if (__builtin_expect(t->lazy, 0)) { /* a stand-in (it has no last route): the table built for it */
@@ -628,6 +643,12 @@ static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t
     answer_last(r, t, u, last);
     return;
   }
+  lookup_all(w, r, t, u);
+}
+
+/* The lookup proper: u is NULL when it runs again with the body known (nothing remembered, the use taken). */
+static inline __attribute__((always_inline)) void lookup_all(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t,
+                                                              use_t *u) {
   cb__match_in_t in_req;
   const cb__match_in_t *in = &in_req;
   cb__match_in(r, &in_req);
@@ -642,7 +663,7 @@ static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t
     const cb__route_t *rt = t->routes[a[ia++]];
     if (try_route(rt, r, in, &allow, &first405, 1)) {
       hit = rt;
-      if (ia == 1 && path_method_only(rt)) {
+      if (ia == 1 && u != NULL && path_method_only(rt)) {
         u->last = rt;
         u->last_count = counter(w, 2 * rt->slot);
       }
@@ -673,6 +694,11 @@ static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t
     }
   }
 found:
+  if (__builtin_expect(r->body_wait, 0) && !r->body_known) { /* counted when it is chosen, with the body */
+    r->route = hit;
+    take_use(r, hit, t, u);
+    return;
+  }
   if (hit != NULL) {
     r->route = hit;
     count(w, 2 * hit->slot);
@@ -683,8 +709,21 @@ found:
   } else {
     r->route = t->not_found;
     count(w, 2 * t->not_found->slot);
+    /* A 404 holds the table it was dispatched under (a fixture route would not): its answer scores the
+     * table's stubs (near_miss.c) when the request ends. Only the 404 path pays for it. */
+    if (u != NULL) {
+      r->table = t;
+      u->uses++;
+    }
+    return;
   }
-  take_use(r, r->route, t, u);
+  if (u != NULL) take_use(r, r->route, t, u);
+}
+
+void cb__rtable_dispatch_body(cb__req_t *r) {
+  r->body_known = 1;
+  r->allow = 0;
+  lookup_all(r->conn->w, r, r->table, NULL);
 }
 
 void cb__rtable_dispatch(cb__worker_t *w, cb__req_t *r) {

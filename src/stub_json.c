@@ -176,14 +176,15 @@ static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_
       [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
       [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
       [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
-      [CB_FIELD_TEMPLATE] = {"response", "template"}};
+      [CB_FIELD_TEMPLATE] = {"response", "template"},  [CB_FIELD_MATCH_BODY] = {"match", "body"}};
   where_t w = *ws;
   json_t *items = NULL;
   if (d->field > CB_FIELD_NONE && d->field < CB_FIELD_COUNT && keys[d->field][0] != NULL) {
     w = sub(&w, keys[d->field][0], 0);
     if (keys[d->field][1]) {
       w = sub(&w, keys[d->field][1], 0);
-      items = json_object_get(d->field == CB_FIELD_HEADERS ? res : match, keys[d->field][1]);
+      items = d->field == CB_FIELD_MATCH_BODY ? NULL
+              : json_object_get(d->field == CB_FIELD_HEADERS ? res : match, keys[d->field][1]);
     }
   }
   if (d->index >= 0 && json_is_array(items)) {
@@ -363,6 +364,39 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
   return fail(c, w, "unknown_key: must be a string, or an object with one of bytes, file, json");
 }
 
+/* match.body: an object with one of equal, contains, regex (strings) or json, json_subset (any JSON value, handed
+ * to the engine as compact text in *owned, which the caller frees). */
+static int parse_body_match(const ctx_t *c, const where_t *w, json_t *v, cb_body_match_t *out, char **owned) {
+  static const struct {
+    const char *key;
+    int kind;
+  } kinds[] = {{"equal", CB_MATCH_BODY_EQUAL},
+               {"contains", CB_MATCH_BODY_CONTAINS},
+               {"regex", CB_MATCH_BODY_REGEX},
+               {"json", CB_MATCH_BODY_JSON},
+               {"json_subset", CB_MATCH_BODY_JSON_SUBSET}};
+  *owned = NULL;
+  if (v == NULL) return 0;
+  if (!json_is_object(v) || json_object_size(v) != 1)
+    return fail(c, w, "wrong_type: must be an object with one of equal, contains, regex, json, json_subset");
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    json_t *x = json_object_get(v, kinds[i].key);
+    if (x == NULL) continue;
+    where_t f = sub(w, kinds[i].key, 0);
+    out->kind = kinds[i].kind;
+    if (kinds[i].kind == CB_MATCH_BODY_JSON || kinds[i].kind == CB_MATCH_BODY_JSON_SUBSET) {
+      *owned = json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY);
+      if (*owned == NULL) return fail(c, &f, "out of memory");
+      out->value = (cb_str_t){*owned, strlen(*owned)};
+      return 0;
+    }
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string");
+    out->value = (cb_str_t){json_string_value(x), json_string_length(x)};
+    return 0;
+  }
+  return fail(c, w, "unknown_key: must be an object with one of equal, contains, regex, json, json_subset");
+}
+
 /* One stub, parsed: what it points to lives in the parsed document or in the four allocations, freed by
  * parsed_free once the stubs are added. */
 typedef struct {
@@ -376,7 +410,7 @@ typedef struct {
   cb_stub_t st;
   cb_matcher_t *hm, *qm;
   cb_header_t *rh;
-  char *owned;
+  char *owned, *mowned;
   cb_stub_expect_kind expect;
   uint64_t expect_n;
   seq_t seq;
@@ -414,6 +448,7 @@ static void parsed_free(parsed_t *p) {
   free(p->rh);
   free(p->owned);
   seq_free(&p->seq);
+  free(p->mowned);
 }
 
 /* ---- sequences, scenarios, drawn delays and templates (issue 25) ---- */
@@ -574,7 +609,7 @@ static int parse_response(const ctx_t *c, const where_t *wr, json_t *res, cb_res
 static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out) {
   static const char *const stub_keys[] = {"name", "match", "response", "expect", NULL};
   static const char *const match_keys[] = {"method", "path", "headers", "query", "priority", "scenario", "when",
-                                           "then", NULL};
+                                           "then", "body", NULL};
   static const char *const res_keys[] = {"status",   "headers", "body",       "delay_ms", "chunks",
                                          "interval_ms", "times", "fault",   "delay",    "delay_seed",
                                          "template", "responses", "after", NULL};
@@ -582,7 +617,7 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   if (check_keys(c, w, s, stub_keys)) return -1;
   cb_stub_t st;
   memset(&st, 0, sizeof st);
-  char *owned = NULL;
+  char *owned = NULL, *mowned = NULL;
   int rc = -1;
   memset(out, 0, sizeof *out);
   json_t *name = json_object_get(s, "name"), *match = json_object_get(s, "match"), *res = json_object_get(s, "response");
@@ -621,6 +656,8 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
     }
     st.match.priority = (int)json_integer_value(prio);
   }
+  where_t wmb = sub(&wm, "body", 0);
+  if (parse_body_match(c, &wmb, json_object_get(match, "body"), &st.match.body, &mowned)) goto out;
   st.response.status = 200;
   if (res != NULL) {
     if (parse_response(c, &wr, res, &st.response, &rh, &owned, 1)) goto out;
@@ -630,8 +667,8 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   if (parse_expect(c, &we, json_object_get(s, "expect"), out)) goto out;
   rc = 0;
 out:
-  *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned, .expect = out->expect,
-                    .expect_n = out->expect_n, .seq = seq};
+  *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned, .mowned = mowned,
+                    .expect = out->expect, .expect_n = out->expect_n, .seq = seq};
   if (rc) parsed_free(out);
   return rc;
 }

@@ -184,3 +184,30 @@ int cb__testconn_free(cb__testconn_t *tc) {
   free(tc);
   return rc;
 }
+
+int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs, int nhdrs,
+                      char out[][256], int max) {
+  cb__hdr_t h[16];
+  cb__req_t r;
+  memset(&r, 0, sizeof r);
+  if (nhdrs > 16) nhdrs = 16;
+  for (int i = 0; i < nhdrs; i++) {
+    const char *colon = strchr(hdrs[i], ':');
+    h[i] = (cb__hdr_t){hdrs[i], (size_t)(colon - hdrs[i]), colon + 1, strlen(colon + 1)};
+  }
+  const char *q = strchr(target, '?');
+  r.path = target;
+  r.target_len = strlen(target);
+  r.path_len = q ? (size_t)(q - target) : r.target_len;
+  r.method = (uint16_t)cb_method_bit((cb_str_t){method, strlen(method)});
+  r.headers = h;
+  r.nheaders = nhdrs;
+  r.content_length = -1;
+  cb__near_t near[CB__NEAR_MAX];
+  int n = cb__near_misses(tc->w->table, &r, near);
+  for (int i = 0; i < n && i < max; i++) {
+    int k = snprintf(out[i], 256, "%.*s %u: ", (int)near[i].route->name_len, near[i].route->name, near[i].score);
+    if (k > 0 && k < 256) cb__near_text(&near[i], out[i] + k, 256 - (size_t)k);
+  }
+  return n;
+}

@@ -61,6 +61,11 @@ uint64_t cb__testconn_route_count(cb__testconn_t *tc, const char *name);
 /* Adds a stub to the test worker's table, as cb_server_route_add() does for a server. */
 int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *id);
 
+/* The near misses (near_miss.c) of a request that reached no route, scored against the test worker's table:
+ * hdrs as "name:value" (names lowercased), out[i] "NAME SCORE: the parts that differ", best first. */
+int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs, int nhdrs,
+                      char out[][256], int max);
+
 /* Closes the connection, closes every handle, checks that the loop closes cleanly, frees everything.
  * Returns 0, or a negative code when the loop still had handles (a leak). */
 int cb__testconn_free(cb__testconn_t *tc);

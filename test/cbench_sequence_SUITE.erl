@@ -89,26 +89,40 @@ http_get(Url) ->
         httpc:request(get, {Url, []}, [], [{body_format, binary}]),
     {Status, Body}.
 
-%% @doc `cycle' starts again, `not_found' is spent (the fixture table's 404), `times' bounds a
-%% sequence in all.
+%% @doc `cycle' starts again, `not_found' is spent (a 404 that names it, docs/routes.md "Near
+%% misses"), `times' bounds a sequence in all.
 sequence_after(Config) ->
     S = proplists:get_value(server, Config),
     Rs = [#{body => <<"x">>}, #{status => 202, body => <<"y">>}],
-    {ok, _} = cbench:stub(S, "/cycle", #{responses => Rs, 'after' => cycle}),
-    {ok, _} = cbench:stub(S, "/once", #{responses => Rs, 'after' => not_found}),
-    {ok, _} = cbench:stub(S, "/three", #{responses => Rs, times => 3}),
+    {ok, A} = cbench:stub(S, "/cycle", #{responses => Rs, 'after' => cycle}),
+    {ok, B} = cbench:stub(S, "/once", #{responses => Rs, 'after' => not_found}),
+    {ok, C} = cbench:stub(S, "/three", #{responses => Rs, times => 3}),
     ?assertEqual([{200, <<"x">>}, {202, <<"y">>}, {200, <<"x">>}, {202, <<"y">>}],
                  [http_get(cbench:url(S, "/cycle")) || _ <- lists:seq(1, 4)]),
-    ?assertEqual([{200, <<"x">>}, {202, <<"y">>}, {404, <<>>}],
+    ?assertEqual([{200, <<"x">>}, {202, <<"y">>},
+                  near404("/once", [{B, unavailable}, {C, path}, {A, path}])],
                  [http_get(cbench:url(S, "/once")) || _ <- lists:seq(1, 3)]),
-    ?assertEqual([{200, <<"x">>}, {202, <<"y">>}, {202, <<"y">>}, {404, <<>>}],
+    ?assertEqual([{200, <<"x">>}, {202, <<"y">>}, {202, <<"y">>},
+                  near404("/three", [{C, unavailable}, {B, path}, {A, path}])],
                  [http_get(cbench:url(S, "/three")) || _ <- lists:seq(1, 4)]).
+
+%% The 404 of a GET that no stub matched, naming the closest stubs (unnamed: stub_ID), newest first
+%% among equal scores, with what differed (unavailable: every part matched but the stub was spent
+%% or its scenario in another state).
+near404(Path, Stubs) ->
+    {404, iolist_to_binary(
+            ["No stub matched GET ", Path, "\nClosest stubs:\n",
+             [io_lib:format("  stub_~b (id ~b): ~s~n",
+                            [Id, Id, case Why of
+                                         unavailable -> "unavailable (spent, or another scenario state)";
+                                         path -> "path"
+                                     end]) || {Id, Why} <- Stubs]])}.
 
 %% @doc started -> added -> paid, each stub answering in its own state; scenario/2 reads the
 %% state, scenario/3 sets it, reset/1 (with the stubs added again) puts it back to started.
 scenario_three_states(Config) ->
     S = proplists:get_value(server, Config),
-    add_cart(S),
+    [X, Y, Z] = add_cart(S),
     Url = cbench:url(S, "/cart"),
     ?assertEqual(<<"started">>, cbench:scenario(S, cart)),
     ?assertEqual({200, <<"added">>}, http_get(Url)),
@@ -120,7 +134,7 @@ scenario_three_states(Config) ->
     ok = cbench:scenario(S, cart, added),
     ?assertEqual({200, <<"paid">>}, http_get(Url)),
     ok = cbench:scenario(S, cart, <<"nowhere">>),
-    ?assertEqual({404, <<>>}, http_get(Url)),
+    ?assertEqual(near404("/cart", [{Z, unavailable}, {Y, unavailable}, {X, unavailable}]), http_get(Url)),
     ok = cbench:reset(S),
     ?assertEqual(<<"started">>, cbench:scenario(S, cart)),
     add_cart(S),
@@ -132,12 +146,13 @@ scenario_three_states(Config) ->
                  cbench:scenario(S, cart, <<>>)).
 
 add_cart(S) ->
-    {ok, _} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => started,
+    {ok, X} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => started,
                                then => added}, #{body => <<"added">>}),
-    {ok, _} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => added, then => paid},
+    {ok, Y} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => added, then => paid},
                           #{body => <<"paid">>}),
-    {ok, _} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => paid},
-                          #{status => 410, body => <<"closed">>}).
+    {ok, Z} = cbench:stub(S, #{path => "/cart", scenario => cart, 'when' => paid},
+                          #{status => 410, body => <<"closed">>}),
+    [X, Y, Z].
 
 %% @doc Uniform and lognormal delays with a seed: the n-th answer waits the n-th draw of the delay
 %% fault's own sequence (cbench_fault:delay_ms/3, which src/fault.c computes alike), recorded in

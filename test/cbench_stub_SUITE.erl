@@ -404,7 +404,12 @@ many_stubs_one_by_one(_Config) ->
                      end end,
     Body = fun(I) -> <<"stub ", (integer_to_binary(I))/binary>> end,
     Get = fun(Target) -> ["GET ", Target, " HTTP/1.1\r\nHost: x\r\n\r\n"] end,
-    E404 = cbench_routes:resp(<<"404 Not Found">>, [], <<"content-length: 0">>, <<>>),
+    %% The near misses of /many/6: every stub's path differs, so the three first in matching order.
+    Near = <<"No stub matched GET /many/6\nClosest stubs:\n  stub_3000 (id 3000): path\n"
+             "  stub_2999 (id 2999): path\n  stub_2998 (id 2998): path\n">>,
+    E404 = cbench_routes:resp(<<"404 Not Found">>, [<<"content-type: text/plain">>],
+                              iolist_to_binary(["content-length: ", integer_to_list(byte_size(Near))]),
+                              Near),
     [begin
          {ok, S} = cbench:start_server(E, #{port => 0, threads => 2}),
          Port = cbench:port(S),

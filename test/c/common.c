@@ -149,6 +149,14 @@ static int all_digits(const char *s, size_t n) {
   return 1;
 }
 
+void exp_near404(buf_t *b, const char *method, const char *target, const char *lines, int conn) {
+  buf_t body = {0};
+  buf_addf(&body, "No stub matched %s %s\nClosest stubs:\n%s", method, target, lines);
+  exp_head(b, 404, "text/plain", NULL, (long)body.len, conn);
+  if (strcmp(method, "HEAD") != 0) buf_add(b, body.p, body.len);
+  buf_free(&body);
+}
+
 int exp_route(buf_t *b, const char *method, const char *path_and_query, int conn) {
   char path[1024];
   const char *q = strchr(path_and_query, '?');

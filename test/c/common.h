@@ -53,6 +53,9 @@ void exp_error_close(buf_t *b, int status);
  * whose answer does not depend on the request's body or headers (so not /echo, /echo/chunked, /headers).
  * conn is the connection header the request implies. Returns 0, or -1 for a path this function does not know. */
 int exp_route(buf_t *b, const char *method, const char *path, int conn);
+/* The 404 of a request no stub matched while the table has stubs (near misses, docs/routes.md): the plain-text
+ * body naming the request, then `lines` ("  NAME (id N): parts\n" each). */
+void exp_near404(buf_t *b, const char *method, const char *target, const char *lines, int conn);
 
 /* Paths answered 200 (or their /status code) to GET and HEAD; paths answered 404; /delay and /status paths with
  * a bad parameter (400, connection kept). */

@@ -115,7 +115,7 @@ TEST(routes_stub_answers_byte_for_byte) {
   exp_head(&exp, 405, NULL, "allow: GET, HEAD\r\n", 0, CONN_NONE);
   both(port, "POST", "/api/users/42", "content-length: 0\r\n", NULL, 0, &exp);
   buf_reset(&exp);
-  exp_head(&exp, 404, NULL, NULL, 0, CONN_NONE);
+  exp_near404(&exp, "GET", "/api/users/43", "  stub_1 (id 1): path\n", CONN_NONE);
   both(port, "GET", "/api/users/43", "", NULL, 0, &exp);
   buf_free(&exp);
   test_stop(srv);
@@ -192,7 +192,7 @@ typedef struct {
   const char *method, *target, *h1hdrs;
   const char *h2name, *h2value; /* one request header over h2, or NULL */
   int status;
-  const char *body;  /* NULL: empty */
+  const char *body;  /* NULL: empty; for a 404, the near misses' lines (exp_near404) */
   const char *extra; /* expected header lines (allow) */
 } case_t;
 
@@ -200,7 +200,10 @@ static void run_cases(int port, const case_t *cs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     buf_t exp = {0};
     const case_t *c = &cs[i];
-    exp_simple(&exp, c->status, c->extra, c->body ? c->body : "", !strcmp(c->method, "HEAD"));
+    if (c->status == 404) /* body: the near misses' lines */
+      exp_near404(&exp, c->method, c->target, c->body ? c->body : "", CONN_NONE);
+    else
+      exp_simple(&exp, c->status, c->extra, c->body ? c->body : "", !strcmp(c->method, "HEAD"));
     const char *extra[2] = {c->h2name, c->h2value};
     both(port, c->method, c->target, c->h1hdrs ? c->h1hdrs : "", extra, c->h2name ? 1 : 0, &exp);
     buf_free(&exp);
@@ -257,23 +260,27 @@ TEST_T(routes_matchers, 60000) {
   st = simple(CB_METHOD_GET, "/json", 200, "stubbed json");
   add(srv, &st);
 
+  /* A 404 lists the three closest stubs: the path weighs 4, a header or query matcher 1; equal scores in
+   * matching order (/prio's priority 1 first, then the newest). */
+#define P2 "  stub_12 (id 12): path\n  stub_14 (id 14): path\n"
+#define P3 P2 "  stub_13 (id 13): path\n"
   static const case_t cases[] = {
       {"GET", "/files/a/b.txt", NULL, NULL, NULL, 200, "prefix", NULL},
       {"GET", "/files/", NULL, NULL, NULL, 200, "prefix", NULL},
-      {"GET", "/files", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/files", NULL, NULL, NULL, 404, P3, NULL},
       {"GET", "/users/7/posts/9", NULL, NULL, NULL, 200, "params", NULL},
       {"GET", "/users/7/posts/9?x=1", NULL, NULL, NULL, 200, "params", NULL},
-      {"GET", "/users//posts/9", NULL, NULL, NULL, 404, NULL, NULL},
-      {"GET", "/users/7/posts", NULL, NULL, NULL, 404, NULL, NULL},
-      {"GET", "/users/7/posts/9/x", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/users//posts/9", NULL, NULL, NULL, 404, P3, NULL},
+      {"GET", "/users/7/posts", NULL, NULL, NULL, 404, P3, NULL},
+      {"GET", "/users/7/posts/9/x", NULL, NULL, NULL, 404, P3, NULL},
       {"GET", "/h", NULL, NULL, NULL, 200, "plain", NULL},
       {"GET", "/h", "x-key: other\r\n", "x-key", "other", 200, "keyed", NULL},
       {"GET", "/h", "X-KEY: v1\r\n", "x-key", "v1", 200, "v1", NULL},
       {"GET", "/q?a=1+2&flag", NULL, NULL, NULL, 200, "query", NULL},
       {"GET", "/q?flag=&a=1%202", NULL, NULL, NULL, 200, "query", NULL},
-      {"GET", "/q?a=12&flag", NULL, NULL, NULL, 404, NULL, NULL},
-      {"GET", "/q?a=1+2", NULL, NULL, NULL, 404, NULL, NULL},
-      {"GET", "/q", NULL, NULL, NULL, 404, NULL, NULL}, /* no query at all */
+      {"GET", "/q?a=12&flag", NULL, NULL, NULL, 404, "  stub_6 (id 6): query a\n" P2, NULL},
+      {"GET", "/q?a=1+2", NULL, NULL, NULL, 404, "  stub_6 (id 6): query flag\n" P2, NULL},
+      {"GET", "/q", NULL, NULL, NULL, 404, "  stub_6 (id 6): query a, query flag\n" P2, NULL}, /* no query at all */
       {"PUT", "/m", "content-length: 0\r\n", NULL, NULL, 200, "put", NULL},
       {"PATCH", "/m", "content-length: 0\r\n", NULL, NULL, 200, "delete", NULL},
       {"GET", "/m", NULL, NULL, NULL, 405, NULL, "allow: PUT, DELETE, PATCH\r\n"},
@@ -283,8 +290,10 @@ TEST_T(routes_matchers, 60000) {
       {"GET", "/prio", NULL, NULL, NULL, 200, "high", NULL},
       {"GET", "/json", NULL, NULL, NULL, 200, "stubbed json", NULL},
       {"HEAD", "/json", NULL, NULL, NULL, 200, "stubbed json", NULL},
-      {"GET", "/nothing/here", NULL, NULL, NULL, 404, NULL, NULL},
+      {"GET", "/nothing/here", NULL, NULL, NULL, 404, P3, NULL},
   };
+#undef P2
+#undef P3
   run_cases(port, cases, sizeof cases / sizeof cases[0]);
   test_stop(srv);
 }
@@ -757,26 +766,29 @@ TEST(routes_socketless_last_route) {
   static const struct {
     const char *req;
     int status;
-    const char *body;
+    const char *body; /* a 404: the target */
     int head;
+    const char *near; /* a 404: the near misses' lines */
   } steps[] = {
-      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
-      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
-      {"POST /m HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", 200, "post", 0},
-      {"HEAD /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 1},
-      {"GET /n HTTP/1.1\r\nhost: x\r\n\r\n", 404, "", 0},
-      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0},
-      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 200, "once", 0},
-      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 404, "", 0},
-      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0},
-      {"GET /k HTTP/1.1\r\nhost: x\r\nx-k: 1\r\n\r\n", 200, "keyed", 0},
-      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0},
-      {"DELETE /m HTTP/1.1\r\nhost: x\r\n\r\n", 405, "", 0},
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0, NULL},
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0, NULL},
+      {"POST /m HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", 200, "post", 0, NULL},
+      {"HEAD /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 1, NULL},
+      {"GET /n HTTP/1.1\r\nhost: x\r\n\r\n", 404, "/n", 0,
+       "  stub_5 (id 5): path\n  stub_4 (id 4): path\n  stub_1 (id 1): path\n"},
+      {"GET /m HTTP/1.1\r\nhost: x\r\n\r\n", 200, "get", 0, NULL},
+      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 200, "once", 0, NULL},
+      {"GET /t HTTP/1.1\r\nhost: x\r\n\r\n", 404, "/t", 0, /* every part matched: spent */
+       "  stub_5 (id 5): unavailable (spent, or another scenario state)\n  stub_4 (id 4): path\n  stub_1 (id 1): path\n"},
+      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0, NULL},
+      {"GET /k HTTP/1.1\r\nhost: x\r\nx-k: 1\r\n\r\n", 200, "keyed", 0, NULL},
+      {"GET /k HTTP/1.1\r\nhost: x\r\n\r\n", 200, "plain", 0, NULL},
+      {"DELETE /m HTTP/1.1\r\nhost: x\r\n\r\n", 405, "", 0, NULL},
   };
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
     buf_t exp = {0};
     if (steps[i].status == 404)
-      exp_route(&exp, "GET", "/nope", CONN_NONE);
+      exp_near404(&exp, "GET", steps[i].body, steps[i].near, CONN_NONE);
     else if (steps[i].status == 405)
       exp_head(&exp, 405, NULL, "allow: GET, HEAD, POST\r\n", 0, CONN_NONE);
     else

@@ -27,12 +27,15 @@ static cb_stub_t on(const char *path) {
   return st;
 }
 
-/* GET target on fd: exactly `status` with `body`, or the fixture table's 404 when body is NULL. */
-static void expect(int fd, const char *target, int status, const char *body) {
+/* GET target on fd: exactly `status` with `body`; when body is NULL, a 404 whose near misses (docs/routes.md) are
+ * the lines `near` (or the fixture table's empty 404 when near is NULL too). */
+static void expect_near(int fd, const char *target, int status, const char *body, const char *near) {
   buf_t e = {0}, req = {0};
   if (body != NULL) {
     exp_head(&e, status, NULL, NULL, (long)strlen(body), CONN_NONE);
     buf_adds(&e, body);
+  } else if (near != NULL) {
+    exp_near404(&e, "GET", target, near, CONN_NONE);
   } else {
     exp_route(&e, "GET", target, CONN_NONE);
   }
@@ -41,6 +44,12 @@ static void expect(int fd, const char *target, int status, const char *body) {
   buf_free(&e);
   buf_free(&req);
 }
+
+static void expect(int fd, const char *target, int status, const char *body) {
+  expect_near(fd, target, status, body, NULL);
+}
+
+#define UNAVAILABLE "unavailable (spent, or another scenario state)"
 
 static cb_server_t *start2(void) {
   cb_config_t cfg;
@@ -92,7 +101,8 @@ TEST(seq_cycle_and_not_found) {
   expect(fd, "/cycle", 200, "x");
   expect(fd, "/once", 200, "x");
   expect(fd, "/once", 201, "y");
-  expect(fd, "/once", 0, NULL); /* spent: the fixture table's 404 */
+  /* Spent: a 404 that says so (every part of /once matched), the other stub by its path. */
+  expect_near(fd, "/once", 0, NULL, "  stub_2 (id 2): " UNAVAILABLE "\n  stub_1 (id 1): path\n");
   close(fd);
   test_stop(srv);
 }
@@ -118,7 +128,7 @@ TEST(seq_times_and_headers) {
   buf_free(&e);
   expect(fd, "/t", 202, "b");
   expect(fd, "/t", 202, "b");
-  expect(fd, "/t", 0, NULL);
+  expect_near(fd, "/t", 0, NULL, "  stub_1 (id 1): " UNAVAILABLE "\n");
   close(fd);
   test_stop(srv);
 }
@@ -165,7 +175,8 @@ TEST(scenario_three_states) {
   expect(fd, "/cart", 200, "added");
   /* A state no stub names: no stub of the scenario matches. */
   ASSERT_EQ(cb_server_scenario_set(srv, CB_S("cart"), CB_S("elsewhere")), 0);
-  expect(fd, "/cart", 0, NULL);
+  expect_near(fd, "/cart", 0, NULL,
+              "  stub_3 (id 3): " UNAVAILABLE "\n  stub_2 (id 2): " UNAVAILABLE "\n  stub_1 (id 1): " UNAVAILABLE "\n");
   char out[4];
   ASSERT_EQ(cb_server_scenario(srv, CB_S("cart"), out, sizeof out), UV_ENOBUFS);
   ASSERT_EQ(cb_server_scenario(srv, CB_S("never used"), out, sizeof out), UV_EINVAL);

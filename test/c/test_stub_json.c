@@ -92,6 +92,51 @@ TEST(stub_json_valid) {
   test_stop(srv);
 }
 
+/* Body matchers in a stub file (docs/routes.md, "Body matchers"): json_subset given as any JSON value, regex,
+ * equal, contains; the first that matches answers; a body none matches gets 405 here (the POST stub). */
+TEST(stub_json_body_match) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char json_path[512];
+  snprintf(json_path, sizeof json_path, "%s", tmp_path("bm.json"));
+  write_text(json_path,
+             "[{\"match\": {\"method\": \"POST\", \"path\": \"/o\", \"body\": {\"json_subset\": {\"kind\": \"book\"}},\n"
+             "   \"priority\": 3}, \"response\": {\"body\": \"book\"}},\n"
+             " {\"match\": {\"path\": \"/o\", \"body\": {\"regex\": \"^[a-z]+=[0-9]+$\"}, \"priority\": 2},\n"
+             "  \"response\": {\"body\": \"form\"}},\n"
+             " {\"match\": {\"path\": \"/o\", \"body\": {\"equal\": \"ping\"}, \"priority\": 1},\n"
+             "  \"response\": {\"body\": \"pong\"}},\n"
+             " {\"match\": {\"path\": \"/o\", \"body\": {\"contains\": \"x\"}}, \"response\": {\"body\": \"has x\"}}]\n");
+  char msg[1024] = "";
+  int n = cb_stubs_json_load(srv, json_path, msg, sizeof msg);
+  if (n < 0) FAIL("%s", msg);
+  ASSERT_EQ(n, 4);
+  int port = cb_server_port(srv);
+  static const struct {
+    const char *req, *answer;
+  } cs[] = {
+      {"POST /o HTTP/1.1\r\nHost: x\r\ncontent-length: 27\r\n\r\n{\"id\": 1, \"kind\": \"book\"}  ", "book"},
+      {"PUT /o HTTP/1.1\r\nHost: x\r\ncontent-length: 4\r\n\r\nid=7", "form"},
+      {"PUT /o HTTP/1.1\r\nHost: x\r\ncontent-length: 4\r\n\r\nping", "pong"},
+      {"PUT /o HTTP/1.1\r\nHost: x\r\ncontent-length: 3\r\n\r\naxb", "has x"},
+      {"PUT /o HTTP/1.1\r\nHost: x\r\ncontent-length: 3\r\n\r\nabc", NULL},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    buf_t exp = {0};
+    if (cs[i].answer) {
+      exp_head(&exp, 200, NULL, NULL, (long)strlen(cs[i].answer), CONN_NONE);
+      buf_adds(&exp, cs[i].answer);
+    } else { /* the POST stub's path matched, not its method: 405 (its body matcher is not looked at) */
+      exp_head(&exp, 405, NULL, "allow: POST\r\n", 0, CONN_NONE);
+    }
+    get(port, cs[i].req, &exp);
+    buf_free(&exp);
+  }
+  unlink(json_path);
+  test_stop(srv);
+}
+
 /* Each bad file: the message must be exactly this (with FILE for the path). */
 TEST(stub_json_errors) {
   static const struct {
@@ -148,6 +193,14 @@ TEST(stub_json_errors) {
        "FILE:1: stubs[1].response.body.file: not_regular: /dev/zero is a device: a body file must be a regular file"},
       {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"file\": \"/\"}}}]",
        "FILE:1: stubs[0].response.body.file: eisdir: / is a directory: a body file must be a regular file"},
+      {"[{\"match\": {\"path\": \"/a\", \"body\": {\"regex\": \"\\\\d+\"}}}]",
+       "FILE:1: stubs[0].match.body: bad_regex: \"\\\\d+\" (docs/routes.md)"},
+      {"[{\"match\": {\"path\": \"/a\",\n \"body\": {\"regex\": 1}}}]",
+       "FILE:2: stubs[0].match.body.regex: wrong_type: must be a string"},
+      {"[{\"match\": {\"path\": \"/a\", \"body\": {\"xml\": \"<a/>\"}}}]",
+       "FILE:1: stubs[0].match.body: unknown_key: must be an object with one of equal, contains, regex, json, json_subset"},
+      {"[{\"match\": {\"path\": \"/a\", \"body\": \"x\"}}]",
+       "FILE:1: stubs[0].match.body: wrong_type: must be an object with one of equal, contains, regex, json, json_subset"},
   };
   cb_config_t cfg;
   test_config(&cfg);

@@ -60,7 +60,7 @@ static void add_stubs(cb__testconn_t *tc) {
   static const cb_matcher_t hdr[] = {{CB_S("x-key"), CB_S("v1")}, {CB_S("host"), {NULL, 0}}};
   static const cb_matcher_t query[] = {{CB_S("a"), CB_S("1 2")}, {CB_S("flag"), {NULL, 0}}};
   static const cb_header_t out[] = {{CB_S("content-type"), CB_S("text/plain")}, {CB_S("x-a"), CB_S("1")}};
-  cb_stub_t st[4];
+  cb_stub_t st[7];
   memset(st, 0, sizeof st);
   st[0].match = (cb_match_t){.methods = CB_METHOD_GET, .path = CB_S("/users/{id}/x"), .headers = hdr, .nheaders = 2};
   st[0].response = (cb_response_t){.status = 200, .headers = out, .nheaders = 2, .body = CB_S("matched")};
@@ -71,7 +71,16 @@ static void add_stubs(cb__testconn_t *tc) {
   st[2].response = (cb_response_t){.status = 204};
   st[3].match = (cb_match_t){.methods = CB_METHOD_POST, .path = CB_S("/hello")};
   st[3].response = (cb_response_t){.status = 200, .body = CB_S("posted"), .chunks = 2, .times = 3};
-  for (int i = 0; i < 4; i++) {
+  /* Body matchers (issue 25): the body held, then the lookup again; a miss falls through to /echo or 404. */
+  st[4].match = (cb_match_t){.methods = CB_METHOD_POST, .path = CB_S("/bm"),
+                             .body = {CB_MATCH_BODY_JSON_SUBSET, CB_S("{\"a\":{\"b\":[1,\"x\"]}}")}};
+  st[4].response = (cb_response_t){.status = 200, .body = CB_S("json")};
+  st[5].match = (cb_match_t){.methods = 0, .path = CB_S("/bm"), .body = {CB_MATCH_BODY_REGEX, CB_S("^k=(v|w)+$")}};
+  st[5].response = (cb_response_t){.status = 201, .body = CB_S("regex")};
+  st[6].match = (cb_match_t){.methods = CB_METHOD_POST, .path = CB_S("/echo"), .priority = 1,
+                             .body = {CB_MATCH_BODY_CONTAINS, CB_S("stub")}};
+  st[6].response = (cb_response_t){.status = 200, .body = CB_S("not echoed"), .times = 2};
+  for (int i = 0; i < 7; i++) {
     uint64_t id;
     if (cb__testconn_route_add(tc, &st[i], &id) != 0) abort(); /* a fuzz run must not go on without them */
   }
