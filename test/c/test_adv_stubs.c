@@ -184,7 +184,7 @@ TEST(adv_stubs_batch_all_or_nothing) {
   ASSERT_ERR(cb_server_route_add_many(srv, stubs, 4, ids, &failed), 0);
   ASSERT_GT(ids[0], before + 1);
   for (int i = 0; i < 4; i++) {
-    char target[8], body[2] = {(char)('0' + i), 0};
+    char target[16], body[2] = {(char)('0' + i), 0};
     snprintf(target, sizeof target, "/g%d", i);
     expect_body(fd, target, body);
   }
