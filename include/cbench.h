@@ -717,6 +717,50 @@ CB_EXTERN void cb_request_list_free(cb_request_list_t *list);
  * recorded when it ends). Sequence numbers go on. Errors: UV_EINVAL, UV_EBUSY. */
 CB_EXTERN int cb_server_requests_clear(cb_server_t *srv);
 
+/* ==== Near misses: the journal's 404s and the stubs closest to each ====
+ *
+ * The journal's 404s (route "not_found"), oldest first, each scored now against the live stubs exactly as a
+ * 404's body scores them (docs/routes.md, "Near misses"): the path counts 4, the method 2, each header or
+ * query matcher and the body matcher 1; the CB_MAX_NEAR_STUBS lowest, equal scores in matching order. The
+ * body is judged from the journal's copy when it holds the whole body (cfg.journal_body_bytes), else it reads
+ * "body (not read)". Built from the journal rather than a ring of its own, so a 404 costs nothing more and
+ * cb_server_requests_clear() clears these too; with the journal off the list is empty. */
+#define CB_MAX_NEAR_STUBS 3
+
+/* One stub close to a 404: the parts of its match the request failed, each as text ("method", "path",
+ * "header x-key", "query verbose", "body", "body (not read)", "unavailable (spent, or another scenario state)"),
+ * in that order; the same items as a 404's JSON body. */
+typedef struct cb_near_stub_s {
+  uint64_t id;
+  cb_str_t name;
+  size_t ndiffers;
+  const cb_str_t *differs;
+} cb_near_stub_t;
+
+/* One 404 from the journal. */
+typedef struct cb_near_miss_s {
+  uint64_t seq;      /* the journal's */
+  cb_str_t method;   /* as received */
+  cb_str_t path;     /* before '?' */
+  cb_str_t query;    /* after '?', empty when none */
+  size_t count;      /* stubs in near[], 0 when the table has none */
+  cb_near_stub_t near[CB_MAX_NEAR_STUBS]; /* best first */
+} cb_near_miss_t;
+
+typedef struct cb_near_miss_list_s {
+  size_t count;
+  cb_near_miss_t *items; /* ascending seq */
+  void *priv_;           /* the library's: the memory the items point into */
+} cb_near_miss_list_t;
+
+/* Lists the near misses: reads the journal as cb_server_requests() does (through every worker's command
+ * queue, so not from a worker: UV_EBUSY there), then scores on the calling thread, holding a reference to each
+ * stub meanwhile (a stub removed during the call is still scored). Every string is a NUL-terminated copy owned
+ * by the list; *out is allocated, free it with cb_near_miss_list_free(). Errors: UV_EINVAL, UV_ENOMEM,
+ * UV_EBUSY. */
+CB_EXTERN int cb_server_near_misses(cb_server_t *srv, cb_near_miss_list_t **out);
+CB_EXTERN void cb_near_miss_list_free(cb_near_miss_list_t *list);
+
 /* Called on the worker's thread right after a request was recorded; `req` is valid during the call only. It
  * must be quick and must not call this API's blocking functions (they return UV_EBUSY there). */
 typedef void (*cb_journal_fn)(void *ud, const cb_request_t *req);

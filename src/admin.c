@@ -44,11 +44,10 @@ struct cb__admin_s {
   size_t nexpects, capexpects;
 };
 
-/* An answer: status, a JSON body (or none) and an optional note header. */
+/* An answer: status, a JSON body (or none) and an optional allow header. */
 typedef struct {
   int status;
   json_t *body; /* owned; NULL: empty body */
-  const char *note;
   const char *allow;
 } answer_t;
 
@@ -318,6 +317,53 @@ static answer_t get_requests(cb__admin_t *a, char *query) {
   return json_answer(200, out);
 }
 
+/* Bytes as a JSON string of the code points U+0000..U+00FF, one per byte: what a 404's JSON body says with its
+ * \u00HH escapes, so that both decode to the same strings (a stub's name, a matcher's name). */
+static json_t *latin1_json(cb_str_t s) {
+  char *b = malloc(s.len * 2 + 1);
+  if (b == NULL) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < s.len; i++) {
+    unsigned char c = (unsigned char)s.ptr[i];
+    if (c < 0x80) {
+      b[o++] = (char)c;
+    } else {
+      b[o++] = (char)(0xc0 | c >> 6);
+      b[o++] = (char)(0x80 | (c & 0x3f));
+    }
+  }
+  json_t *v = json_stringn(b, o);
+  free(b);
+  return v;
+}
+
+/* GET /near-misses: cb_server_near_misses() as JSON, each 404 as its JSON body's items are written (name, id,
+ * differs) with the request's seq, method, path and query (as in GET /requests: FIELD_base64 when not UTF-8). */
+static answer_t get_near_misses(cb__admin_t *a) {
+  cb_near_miss_list_t *l;
+  int err = cb_server_near_misses(a->data, &l);
+  if (err) return engine_error(err);
+  json_t *out = json_array();
+  for (size_t i = 0; i < l->count; i++) {
+    const cb_near_miss_t *x = &l->items[i];
+    json_t *o = json_object(), *near = json_array();
+    json_object_set_new(o, "seq", json_integer((json_int_t)x->seq));
+    set_bytes(o, "method", x->method);
+    set_bytes(o, "path", x->path);
+    set_bytes(o, "query", x->query);
+    for (size_t k = 0; k < x->count; k++) {
+      json_t *d = json_array();
+      for (size_t p = 0; p < x->near[k].ndiffers; p++) json_array_append_new(d, latin1_json(x->near[k].differs[p]));
+      json_array_append_new(near, json_pack("{s:o, s:I, s:o}", "name", latin1_json(x->near[k].name), "id",
+                                            (json_int_t)x->near[k].id, "differs", d));
+    }
+    json_object_set_new(o, "near_misses", near);
+    json_array_append_new(out, o);
+  }
+  cb_near_miss_list_free(l);
+  return json_answer(200, out);
+}
+
 /* A request nothing was set up for: a 404, or a 405 that no stub and not the fixture /status route made (as
  * the Erlang API's cbench_expect decides). */
 static int unexpected(const cb_request_t *r) {
@@ -439,9 +485,7 @@ static answer_t route(cb__admin_t *a, job_t *j) {
   }
   if (strcmp(p, "/near-misses") == 0) {
     if (!get) return method_not_allowed("GET");
-    answer_t r = json_answer(200, json_array());
-    r.note = "near misses are not recorded by this version of the engine";
-    return r;
+    return get_near_misses(a);
   }
   if (strcmp(p, "/verify") == 0) return post ? post_verify(a) : method_not_allowed("POST");
   if (strcmp(p, "/reset") == 0) return post ? post_reset(a) : method_not_allowed("POST");
@@ -453,10 +497,9 @@ static answer_t route(cb__admin_t *a, job_t *j) {
 static void answer(cb__admin_t *a, job_t *j) {
   answer_t r = route(a, j);
   char *text = r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
-  cb_header_t h[3];
+  cb_header_t h[2];
   size_t nh = 0;
   if (text != NULL) h[nh++] = (cb_header_t){CB_S("content-type"), CB_S("application/json")};
-  if (r.note != NULL) h[nh++] = (cb_header_t){CB_S("x-cbench-note"), {r.note, strlen(r.note)}};
   if (r.allow != NULL) h[nh++] = (cb_header_t){CB_S("allow"), {r.allow, strlen(r.allow)}};
   cb_reply_t rep = {.ref = j->ref, .op = CB_REPLY_FULL, .status = r.status, .headers = h, .nheaders = nh,
                     .body = {text ? text : "", text ? strlen(text) : 0}};

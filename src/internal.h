@@ -691,6 +691,8 @@ typedef struct {
 } cb__near_t;
 /* Scores every stub of t (fixture routes are not stubs) against r; fills out[] best first, returns how many. */
 int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
+/* The same over routes[0..nroutes) in matching order (cb_server_near_misses scores a snapshot of the stubs). */
+int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
 /* The differing parts as text, "method, path, header x-k, query a, body": at most cap bytes with the NUL. */
 size_t cb__near_text(const cb__near_t *n, char *buf, size_t cap);
 /* The body of a 404 with near misses under r->table, malloc'd (*len bytes), JSON when the request accepts
@@ -763,6 +765,8 @@ cb__route_t *cb__routes_not_found(cb__routes_t *reg);
 int cb__routes_append(cb__routes_t *reg, cb__route_t *rt);
 cb__route_t *cb__routes_take(cb__routes_t *reg, uint64_t id);
 cb__route_t **cb__routes_take_all(cb__routes_t *reg, int *n); /* the caller frees the array */
+/* Puts stubs in matching order, as a table holds them: priority first, then the newest. */
+void cb__routes_sort(cb__route_t **routes, int n);
 uint64_t cb__routes_next_id(cb__routes_t *reg);
 
 /* Builds a table of the registry's routes now (under its lock). nworkers as the registry's. */

@@ -364,6 +364,10 @@ static int stub_order(const void *a, const void *b) {
   return x->seq > y->seq ? -1 : (x->seq < y->seq ? 1 : 0);
 }
 
+void cb__routes_sort(cb__route_t **routes, int n) {
+  if (n > 1) qsort(routes, (size_t)n, sizeof *routes, stub_order);
+}
+
 static void table_free(cb__rtable_t *t) {
   for (int i = 0; i < t->n; i++) cb__route_unref(t->reg, t->routes[i]);
   if (t->not_found) cb__route_unref(t->reg, t->not_found);

@@ -156,7 +156,13 @@ def main(data_url, admin_url):
     check("verify reports the stray request", (ok, problems),
           (False, [{"problem": "unexpected_request", "method": "GET", "path": "/nope", "query": "x=1",
                     "seq": everything[-1]["seq"] + 1, "status": 404}]))
-    check("near misses: empty (not recorded by this engine)", a.near_misses(), [])
+    # Its near misses: the stubs scored as the 404's body scores them (path 4, method 2), equal scores in
+    # matching order (the newest first).
+    check("near misses of GET /nope", a.near_misses(),
+          [{"seq": everything[-1]["seq"] + 1, "method": "GET", "path": "/nope", "query": "x=1",
+            "near_misses": [{"name": f"stub_{order + 2}", "id": order + 2, "differs": ["path"]},
+                            {"name": f"stub_{order + 1}", "id": order + 1, "differs": ["path"]},
+                            {"name": "order", "id": order, "differs": ["method", "path"]}]}])
 
     # Counters.
     stats = a.stats()

@@ -558,7 +558,9 @@ allow=$(curl -s -X PUT -D - -o /dev/null "$A/stubs" | tr -d '\r' | grep -E '^(HT
 if [ "$allow" = "HTTP/1.1 405 Method Not Allowed
 allow: GET, POST" ]; then ok; else bad "PUT /stubs: '$allow'"; fi
 adm GET /near-misses
-expect_adm "GET /near-misses" 200 '[]'
+expect_adm "GET /near-misses" 200 '[{"seq":2,"method":"GET","path":"/stubs","query":"","near_misses":[{"name":"stub_2","id":2,"differs":["path"]},{"name":"ping","id":1,"differs":["path"]}]}]'
+nm_note=$(curl -s -D - -o /dev/null "$A/near-misses" | tr -d '\r' | grep -ci '^x-cbench-note' || true)
+if [ "$nm_note" = 0 ]; then ok; else bad "GET /near-misses still has an x-cbench-note header"; fi
 adm GET /stats
 if [[ "$CODE" = 200 && "$BODY" =~ \"requests\":3, && "$BODY" =~ \"ping\":1 && "$BODY" =~ \"not_found\":1 ]]; then ok; else bad "GET /stats: $CODE '$BODY'"; fi
 adm DELETE /stubs/2

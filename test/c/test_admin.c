@@ -93,3 +93,29 @@ TEST(admin_verify_and_stubs_file) {
   unlink(path);
   test_stop(srv);
 }
+
+/* GET /near-misses: the journal's 404s with their closest stubs (cb_server_near_misses), the items as a 404's
+ * JSON body writes them: a matcher's name as one code point per byte, as its \u00HH escapes decode. */
+TEST(admin_near_misses) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  admin_call(admin, "GET", "/near-misses", NULL, 200, "[]");
+  admin_call(admin, "POST", "/stubs",
+             "{\"name\": \"q\", \"match\": {\"method\": \"POST\", \"path\": \"/a\", \"query\": {\"\xc3\xa9\": \"1\"}}}",
+             201, "{\"ids\":[1]}");
+  int fd = cl_connect(cb_server_port(srv));
+  cl_sends(fd, "GET /a?x=1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  ASSERT(got.len > 12 && memcmp(got.p, "HTTP/1.1 404", 12) == 0);
+  close(fd);
+  buf_free(&got);
+  admin_call(admin, "GET", "/near-misses", NULL, 200,
+             "[{\"seq\":1,\"method\":\"GET\",\"path\":\"/a\",\"query\":\"x=1\",\"near_misses\":[{\"name\":\"q\",\"id\":1,"
+             "\"differs\":[\"method\",\"query \xc3\x83\xc2\xa9\"]}]}]");
+  test_stop(srv);
+}

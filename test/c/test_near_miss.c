@@ -3,6 +3,7 @@
  * priorities). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "testing.h"
@@ -100,4 +101,126 @@ TEST(near_miss_404_bodies) {
   }
   ASSERT_EQ(cb__testconn_free(tc), 0);
   buf_free(&s.out);
+}
+
+/* ---- cb_server_near_misses(): the journal's 404s, scored against the stubs now ---- */
+
+static void srv_stub(cb_server_t *srv, const char *name, unsigned methods, const char *path, const cb_matcher_t *h,
+                     size_t nh, const cb_matcher_t *q, size_t nq, int body_kind, const char *body) {
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.name = (cb_str_t){name, strlen(name)};
+  st.match.methods = methods;
+  st.match.path = (cb_str_t){path, strlen(path)};
+  st.match.headers = h;
+  st.match.nheaders = nh;
+  st.match.query = q;
+  st.match.nquery = nq;
+  st.match.body.kind = body_kind;
+  st.match.body.value = (cb_str_t){body, body ? strlen(body) : 0};
+  st.response.status = 200;
+  uint64_t id;
+  ASSERT_ERR(cb_server_route_add(srv, &st, &id), 0);
+}
+
+/* One request on its own connection, read to the close; returns the status. */
+static int one_request(int port, const char *req) {
+  int fd = cl_connect(port);
+  cl_sends(fd, req);
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  close(fd);
+  int status = 0;
+  ASSERT_EQ(sscanf(got.p, "HTTP/1.1 %d", &status), 1);
+  buf_free(&got);
+  return status;
+}
+
+/* A list as one line per 404: "seq METHOD path ?query: name#id[part|part] ...". */
+static void near_list_text(const cb_near_miss_list_t *l, buf_t *b) {
+  for (size_t i = 0; i < l->count; i++) {
+    const cb_near_miss_t *x = &l->items[i];
+    buf_addf(b, "%llu %s %s ?%s:", (unsigned long long)x->seq, x->method.ptr, x->path.ptr, x->query.ptr);
+    for (size_t k = 0; k < x->count; k++) {
+      const cb_near_stub_t *s = &x->near[k];
+      ASSERT_EQ(strlen(s->name.ptr), s->name.len);
+      buf_addf(b, " %s#%llu[", s->name.ptr, (unsigned long long)s->id);
+      for (size_t p = 0; p < s->ndiffers; p++) {
+        ASSERT_EQ(strlen(s->differs[p].ptr), s->differs[p].len);
+        buf_addf(b, "%s%s", p ? "|" : "", s->differs[p].ptr);
+      }
+      buf_adds(b, "]");
+    }
+    buf_adds(b, "\n");
+  }
+}
+
+static void expect_near_list(cb_server_t *srv, const char *want) {
+  cb_near_miss_list_t *l = NULL;
+  ASSERT_ERR(cb_server_near_misses(srv, &l), 0);
+  buf_t got = {0};
+  near_list_text(l, &got);
+  buf_add(&got, "", 1);
+  ASSERT_STR_EQ(got.p, want);
+  buf_free(&got);
+  cb_near_miss_list_free(l);
+}
+
+TEST(near_miss_list_from_journal) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.journal = 100;
+  cfg.journal_body_bytes = 8; /* a longer body is not whole in the journal: "body (not read)" */
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  static const cb_matcher_t tenant[] = {{CB_S("x-tenant"), CB_S("acme")}};
+  static const cb_matcher_t verbose[] = {{CB_S("verbose"), CB_S("1")}};
+  srv_stub(srv, "orders_post", CB_METHOD_POST, "/orders/{id}", tenant, 1, NULL, 0, CB_MATCH_BODY_JSON_SUBSET,
+           "{\"a\":1}");
+  srv_stub(srv, "users", 0, "/users/{id}", NULL, 0, NULL, 0, 0, NULL);
+  srv_stub(srv, "orders_get", CB_METHOD_GET, "/orders/{id}", NULL, 0, verbose, 1, 0, NULL);
+  ASSERT_EQ(one_request(port, "POST /orders/1?verbose=0 HTTP/1.1\r\nhost: x\r\nx-tenant: other\r\n"
+                              "content-length: 7\r\nconnection: close\r\n\r\n{\"a\":2}"),
+            404);
+  ASSERT_EQ(one_request(port, "POST /orders/2 HTTP/1.1\r\nhost: x\r\nx-tenant: acme\r\n"
+                              "content-length: 14\r\nconnection: close\r\n\r\n{\"a\":2,\"bb\":2}"),
+            404);
+  ASSERT_EQ(one_request(port, "GET /users/1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"), 200);
+  ASSERT_EQ(one_request(port, "GET /nope HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"), 404);
+  /* Scores: the path 4, the method 2, each other part 1; equal scores in matching order (newest first). A body
+   * whole in the journal is judged (GET /nope's empty body is not JSON); a cut one is not. */
+  expect_near_list(srv,
+                   "1 POST /orders/1 ?verbose=0: orders_post#1[header x-tenant|body] orders_get#3[method|query "
+                   "verbose] users#2[path]\n"
+                   "2 POST /orders/2 ?: orders_post#1[body (not read)] orders_get#3[method|query verbose] "
+                   "users#2[path]\n"
+                   "4 GET /nope ?: users#2[path] orders_get#3[path|query verbose] "
+                   "orders_post#1[method|path|header x-tenant|body]\n");
+  /* Scored against the stubs now: none left, nothing near; the 404s stay. */
+  ASSERT_ERR(cb_server_route_reset(srv), 0);
+  expect_near_list(srv, "1 POST /orders/1 ?verbose=0:\n2 POST /orders/2 ?:\n4 GET /nope ?:\n");
+  /* A stub named "not_found" answers under that route name: not a 404, not listed. */
+  srv_stub(srv, "not_found", 0, "/nf", NULL, 0, NULL, 0, 0, NULL);
+  ASSERT_EQ(one_request(port, "GET /nf HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"), 200);
+  expect_near_list(srv, "1 POST /orders/1 ?verbose=0: not_found#4[path]\n2 POST /orders/2 ?: not_found#4[path]\n"
+                        "4 GET /nope ?: not_found#4[path]\n");
+  ASSERT_ERR(cb_server_requests_clear(srv), 0);
+  expect_near_list(srv, "");
+  cb_near_miss_list_t *l = NULL;
+  ASSERT_EQ(cb_server_near_misses(NULL, &l), CB_EINVAL);
+  ASSERT_EQ(cb_server_near_misses(srv, NULL), CB_EINVAL);
+  cb_near_miss_list_free(NULL);
+  test_stop(srv);
+}
+
+/* With the journal off there is nothing to list. */
+TEST(near_miss_list_journal_off) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.journal = 0;
+  cb_server_t *srv = test_start(&cfg);
+  srv_stub(srv, "users", 0, "/users/{id}", NULL, 0, NULL, 0, 0, NULL);
+  ASSERT_EQ(one_request(cb_server_port(srv), "GET /nope HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"), 404);
+  expect_near_list(srv, "");
+  test_stop(srv);
 }
