@@ -15,10 +15,10 @@ BEAM_PRIV := priv/cbench_nif.so priv/cbench_port
 BEAM_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude $(EXTRA_CFLAGS)
 
 ALL_TARGETS += $(BEAM_PRIV)
-TEST_TARGETS += test-beam beam-xref hook-test dialyzer-test mix-test
+TEST_TARGETS += test-beam beam-eunit beam-xref hook-test dialyzer-test mix-test
 CLEAN_PATHS += $(BEAM_PRIV) _build/default/lib/cbench _build/test/lib/cbench ct_logs logs
 
-.PHONY: beam-priv beam beam-clean node test-beam beam-xref hook-test dialyzer-test mix-test proper
+.PHONY: beam-priv beam beam-clean node test-beam beam-eunit beam-xref hook-test dialyzer-test mix-test proper
 
 # What rebar3's pre-compile hook builds: only the C parts (rebar3 compiles erl/ itself).
 beam-priv: $(BEAM_PRIV)
@@ -51,6 +51,11 @@ node: beam
 # The Common Test suites of test/ (ehttpd, nif, port, API, lifecycle, consumer project).
 test-beam: $(BEAM_PRIV)
 	$(REBAR3) ct --dir test --readable true || { test/ct_failures.sh; exit 1; }
+
+# The EUnit modules of test/ (rebar3 compiles test/ in the test profile): issue 25's features on every engine
+# as a user's EUnit module uses them (test/cbench_features_tests.erl, under a second).
+beam-eunit: $(BEAM_PRIV)
+	$(REBAR3) eunit --module=cbench_features_tests
 
 # The API contract as a property (test/cbench_api_statem.erl), long and with a random seed; `make test` runs
 # the same suite with a fixed seed and PROPER_NUMTESTS's default. PROPER_SEED=A,B,C repeats a run.
