@@ -56,8 +56,11 @@ PARTIAL_LINK := $(LD) -r
 endif
 LDFLAGS_EXTRA ?=
 
-LIB_SRCS := $(wildcard src/*.c)
+# The engine's layers (docs/architecture.md): each folder of src/ but load/ (cbench-load, a program apart).
+LAYERS := base transport core routes proto kinds
+LIB_SRCS := $(wildcard $(LAYERS:%=src/%/*.c)) $(wildcard src/*.c)
 LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
+LIB_HDRS := $(wildcard src/*.h $(LAYERS:%=src/%/*.h))
 LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/obj/llhttp/http.o
 ALL_OBJS := $(LIB_OBJS) $(LLHTTP_OBJS)
 
@@ -80,7 +83,8 @@ deps-test:
 
 lib: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-server
 
-$(BUILD)/obj/%.o: src/%.c src/*.h include/cbench.h | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(LIB_HDRS) include/cbench.h | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
 $(BUILD)/obj/llhttp/%.o: $(LLHTTP_DIR)/%.c Makefile | $(BUILD)/obj/llhttp

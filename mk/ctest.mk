@@ -120,7 +120,7 @@ asan-run: $(CTEST_BIN) $(BUILD)/cbench-server
 
 # ---- fuzzing: the library compiled again with clang for libFuzzer ----
 
-$(FUZZ_DIR)/obj/%.o: src/%.c src/*.h include/cbench.h
+$(FUZZ_DIR)/obj/%.o: src/%.c $(LIB_HDRS) include/cbench.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
 

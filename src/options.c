@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
 
 #define FIELD(f) .offset = offsetof(cb_config_t, f), .size = sizeof(((cb_config_t *)0)->f)
 
@@ -173,7 +173,7 @@ int cb_config_check(const cb_config_t *cfg, const cb_option_t **bad) {
     if (bad != NULL) *bad = o;
     return o->err;
   }
-  if (!cfg->enable_h1 && !(cfg->enable_h2 && cb__h2_available())) { /* nothing left to serve */
+  if (!cfg->enable_h1 && !cfg->enable_h2) { /* nothing left to serve */
     if (bad != NULL) *bad = cb_config_option("enable_h1");
     return UV_EINVAL;
   }

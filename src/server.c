@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "admin.h"
-#include "internal.h"
+#include "engine.h"
 
 static int online_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -171,7 +171,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   }
   srv->api_mu_ok = 1;
   cb__rtable_t *table = NULL;
-  err = cb__routes_new(srv->nworkers, &srv->routes);
+  err = cb__routes_new(srv->nworkers, cb__fixture_routes, &srv->routes);
   if (err == 0) err = cb__rtable_build(srv->routes, &table);
   if (err) {
     free_server(srv);
@@ -192,7 +192,8 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       break;
     }
     int cpu = cfg->ncpus > 0 ? cfg->cpus[i % cfg->ncpus] : -1;
-    err = cb__worker_init(srv->workers[i], srv, &srv->cfg, &srv->fx, i, fds[i], cpu);
+    /* The layers meet here: connections start with protocol detection, requests reach the route table. */
+    err = cb__worker_init(srv->workers[i], srv, &srv->cfg, &srv->fx, i, fds[i], cpu, &cb__detect_ops, &cb__router);
     if (err) {
       free(srv->workers[i]);
       srv->workers[i] = NULL;

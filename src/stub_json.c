@@ -7,7 +7,7 @@
 #include "stub_json.h"
 
 #include "admin.h"
-#include "internal.h"
+#include "engine.h"
 
 #include <errno.h>
 #include <jansson.h>

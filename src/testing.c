@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "engine.h"
 #include "testing.h"
 
 struct cb__testconn_s {
@@ -39,14 +39,15 @@ cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void 
   if (cb__fixtures_open(&tc->fx, cfg ? cfg->fixture_dir : NULL) != 0) goto fail;
   tc->w = malloc(sizeof *tc->w);
   if (tc->w == NULL) goto fail_fx;
-  if (cb__worker_init_test(tc->w, &tc->cfg, &tc->fx) != 0) goto fail_w;
+  if (cb__worker_init_test(tc->w, &tc->cfg, &tc->fx, &cb__detect_ops, &cb__router) != 0) goto fail_w;
   /* The same route registry and table as a server's, for one worker. */
   tc->w->conn_ids = &tc->conn_ids;
-  if (cb__routes_new(1, &tc->routes) != 0 || cb__rtable_build(tc->routes, &tc->w->table) != 0) goto fail_loop;
+  if (cb__routes_new(1, cb__fixture_routes, &tc->routes) != 0 || cb__rtable_build(tc->routes, &tc->w->table) != 0) goto fail_loop;
   tc->w->counters = cb__routes_counters(tc->routes, 0);
   if (tc->cfg.journal > 0 && cb__journal_new(&tc->cfg, &tc->jseq, &tc->jfloor, &tc->w->journal) != 0)
     goto fail_loop;
-  tc->c = cb__conn_new(tc->w, -1, sink, arg);
+  cb__tport_t tr = cb__tport_sink(sink, arg);
+  tc->c = cb__conn_new(tc->w, &tr);
   if (tc->c == NULL) goto fail_loop;
   tc->c->freed_flag = &tc->freed;
   return tc;
@@ -119,7 +120,7 @@ void cb__testconn_set_date(cb__testconn_t *tc, const char *imf) {
 
 int cb__testconn_stall(cb__testconn_t *tc, int stalled) {
   if (is_closed(tc)) return 1;
-  tc->c->out.stalled = (uint8_t)(stalled != 0);
+  tc->c->tr.stalled = (uint8_t)(stalled != 0);
   if (!stalled) cb__conn_after(tc->c); /* the writable event a socket would give */
   return is_closed(tc);
 }

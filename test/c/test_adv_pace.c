@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "internal.h"
+#include "engine.h"
 #include "testing.h"
 
 #define HIGH_WATER (256 * 1024) /* CB__OUT_HIGH_WATER, written out: the test states the contract */

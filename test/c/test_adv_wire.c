@@ -10,7 +10,7 @@
 
 #include "common.h"
 #include "h2client.h"
-#include "internal.h"
+#include "engine.h"
 #include "testing.h"
 
 #define WS_HANDSHAKE                                                                                           \

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "h2_mem.h"
-#include "internal.h"
+#include "proto/h2_mem.h"
+#include "engine.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define IDLE_SANITIZED 1

@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "h2client.h"
-#include "internal.h"
+#include "engine.h"
 #include "testing.h"
 
 static cb_server_t *start(void) {

@@ -8,7 +8,7 @@
 #include <uv.h>
 
 #include "common.h"
-#include "internal.h"
+#include "engine.h"
 
 static cb_response_t resp(int status, const char *body) {
   cb_response_t r;

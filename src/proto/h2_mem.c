@@ -1,0 +1,231 @@
+/* The memory of an nghttp2 session (nghttp2_mem), so that an idle h2c connection costs little (issue 11).
+ *
+ * A session allocates a few large blocks when it is made: its outgoing frame buffer (16 KiB), the stream map's
+ * table (4 KiB), and later, rarely, more. Most of their bytes are never written while the connection idles, but
+ * from malloc's heap they are resident anyway: the heap's pages are shared with their neighbours, and calloc
+ * writes every byte. Here blocks of CB__H2_MEM_BIG bytes or more are mappings of their own (fresh pages are
+ * zero, so calloc writes nothing): a page costs memory only once something is written to it. Smaller blocks
+ * come from malloc, and those of up to 1 KiB are kept per worker when freed, by size class: a stream's blocks
+ * then cost a pointer pop and push instead of malloc and free. Blocks of exactly 1 KiB (the HPACK ring
+ * buffers: allocated with the session, written only once a header is indexed) are slots of per-worker
+ * mappings, four to a page, so that a session that never indexes a header costs nothing for them.
+ *
+ * cb__h2_mem_rest() goes further for a session that is at rest (nothing being sent): its frame buffers hold
+ * nothing that is still needed (nghttp2 resets them before each frame), so their pages are given back to the
+ * kernel; the next frame written finds zero-filled pages. */
+#include <malloc.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "proto/h2_mem.h"
+#include "proto/proto.h"
+
+static size_t page_size = 4096; /* set from sysconf when the first session is made */
+
+/* Process-wide counts for tests (cb__h2_mem_counts): frame buffers mapped now, and how often the rest step
+ * emptied one or was skipped. Touched when a session is made or freed and at its rest step, never per request. */
+static uint64_t n_framebufs, n_emptied, n_skipped;
+
+static size_t page_round(size_t n) { return (n + page_size - 1) & ~(page_size - 1); }
+
+/* Mappings and slots start on a multiple of 1 KiB; heap blocks rarely do, so most frees and reallocs are told
+ * apart without a search (a heap block that happens to be so aligned is simply not found among them). */
+static inline int maybe_big(const void *p) { return ((uintptr_t)p & (CB__H2_MEM_SLOT - 1)) == 0; }
+
+static cb__h2_big_t *find(cb__h2_mem_t *m, const void *p) {
+  for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
+    if (m->big[i].ptr == p) return &m->big[i];
+  return NULL;
+}
+
+static void *big_alloc(cb__h2_mem_t *m, size_t n) {
+  cb__h2_big_t *slot = find(m, NULL);
+  if (slot == NULL) return NULL; /* every slot taken: the caller uses malloc */
+  size_t len = page_round(n);
+  if (len > UINT32_MAX) return NULL;
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  slot->ptr = p;
+  slot->len = (uint32_t)len;
+  slot->size = (uint32_t)n;
+  if (n == CB__H2_MEM_FRAMEBUF) __atomic_add_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
+  return p;
+}
+
+static int grow(void ***arr, uint32_t *cap, uint32_t need) {
+  if (need <= *cap) return 0;
+  uint32_t c = *cap ? 2 * *cap : 64;
+  while (c < need) c *= 2;
+  void **a = realloc(*arr, c * sizeof *a);
+  if (a == NULL) return -1;
+  *arr = a;
+  *cap = c;
+  return 0;
+}
+
+static void *slot_alloc(cb__h2_mem_t *m) {
+  cb__h2_small_t *k = m->small;
+  cb__h2_big_t *e = find(m, NULL);
+  if (k == NULL || e == NULL) return NULL;
+  if (k->nslots == 0) {
+    size_t len = (size_t)CB__H2_SLOTS_PER_CHUNK * CB__H2_MEM_SLOT;
+    if (grow(&k->chunks, &k->chunks_cap, k->nchunks + 1) != 0 ||
+        grow(&k->slots, &k->slots_cap, CB__H2_SLOTS_PER_CHUNK) != 0)
+      return NULL;
+    char *c = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED) return NULL;
+    k->chunks[k->nchunks++] = c;
+    for (int i = CB__H2_SLOTS_PER_CHUNK - 1; i >= 0; i--) k->slots[k->nslots++] = c + (size_t)i * CB__H2_MEM_SLOT;
+  }
+  void *p = k->slots[--k->nslots];
+  *e = (cb__h2_big_t){.ptr = p, .len = 0, .size = CB__H2_MEM_SLOT};
+  return p;
+}
+
+/* Gives a mapping back to the kernel, or a slot back to the worker. */
+static void big_free(cb__h2_mem_t *m, cb__h2_big_t *b) {
+  if (b->len > 0 && b->size == CB__H2_MEM_FRAMEBUF) __atomic_sub_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
+  if (b->len > 0)
+    munmap(b->ptr, b->len);
+  else if (grow(&m->small->slots, &m->small->slots_cap, m->small->nslots + 1) == 0)
+    m->small->slots[m->small->nslots++] = b->ptr;
+  /* else: the slot is lost until the worker ends (its chunk is unmapped then) */
+  memset(b, 0, sizeof *b);
+}
+
+/* Heap blocks carry no header of their own: a block's class is read back from its usable size. Class k holds
+ * blocks of 16k + 8 bytes, which is what malloc gives a chunk of 16(k + 1) bytes, so a cached block costs what
+ * the same malloc would. Any block whose usable size is at least 16k + 8 can serve class k. */
+static inline int size_class(size_t n) { return (int)((n + 7) / 16); }
+static inline size_t class_size(int k) { return 16 * (size_t)k + 8; }
+
+static inline void *heap_alloc(cb__h2_mem_t *m, size_t n) {
+  if (n > CB__H2_SMALL_MAX) return malloc(n);
+  int k = size_class(n);
+  if (m->small != NULL && m->small->n[k] > 0) return m->small->free[k][--m->small->n[k]];
+  return malloc(class_size(k));
+}
+
+static inline void heap_free(cb__h2_mem_t *m, void *p) {
+  size_t u = malloc_usable_size(p);
+  if (u >= 8 && u <= class_size(CB__H2_SMALL_CLASSES - 1) && m->small != NULL) {
+    int k = (int)((u - 8) / 16);
+    if (m->small->n[k] < CB__H2_SMALL_KEEP) {
+      m->small->free[k][m->small->n[k]++] = p;
+      return;
+    }
+  }
+  free(p);
+}
+
+/* The bytes a heap block can hold. */
+static size_t heap_room(const void *p) { return malloc_usable_size((void *)p); }
+
+static __attribute__((noinline)) void *mem_malloc_big(cb__h2_mem_t *m, size_t n) {
+  void *p = n == CB__H2_MEM_SLOT ? slot_alloc(m) : n >= CB__H2_MEM_BIG ? big_alloc(m, n) : NULL;
+  return p != NULL ? p : heap_alloc(m, n);
+}
+
+/* The common case (a small block from the worker's cache) stays a leaf: nothing to save, no call. */
+static void *mem_malloc(size_t n, void *ud) {
+  cb__h2_mem_t *m = ud;
+  cb__h2_small_t *k = m->small;
+  if (__builtin_expect(n <= CB__H2_SMALL_MAX && k != NULL, 1)) {
+    int c = size_class(n);
+    if (k->n[c] > 0) return k->free[c][--k->n[c]];
+    return malloc(class_size(c));
+  }
+  return mem_malloc_big(m, n);
+}
+
+static __attribute__((noinline)) void mem_free_big(cb__h2_mem_t *m, void *p) {
+  cb__h2_big_t *b = find(m, p);
+  if (b != NULL)
+    big_free(m, b);
+  else
+    heap_free(m, p);
+}
+
+static void mem_free(void *p, void *ud) {
+  cb__h2_mem_t *m = ud;
+  if (__builtin_expect(maybe_big(p), 0)) {
+    if (p != NULL) mem_free_big(m, p);
+    return;
+  }
+  heap_free(m, p);
+}
+
+static void *mem_calloc(size_t k, size_t n, void *ud) {
+  cb__h2_mem_t *m = ud;
+  if (n != 0 && k > SIZE_MAX / n) return NULL;
+  size_t len = k * n;
+  if (len >= CB__H2_MEM_BIG) {
+    void *p = big_alloc(m, len); /* fresh pages are zero */
+    if (p != NULL) return p;
+  }
+  void *p = heap_alloc(m, len);
+  if (p != NULL) memset(p, 0, len);
+  return p;
+}
+
+static void *mem_realloc(void *p, size_t n, void *ud) {
+  cb__h2_mem_t *m = ud;
+  if (p == NULL) return mem_malloc(n, ud);
+  cb__h2_big_t *b = maybe_big(p) ? find(m, p) : NULL;
+  if (b != NULL && b->len > 0 && n >= CB__H2_MEM_BIG && n <= b->len) { /* still fits its mapping */
+    b->size = (uint32_t)n;
+    return p;
+  }
+  size_t old = b != NULL ? b->size : heap_room(p);
+  if (b == NULL && n <= old && n < CB__H2_MEM_BIG) return p; /* still fits its heap block */
+  void *q = mem_malloc(n, ud);
+  if (q == NULL) return NULL;
+  memcpy(q, p, n < old ? n : old);
+  mem_free(p, ud);
+  return q;
+}
+
+cb__h2_small_t *cb__h2_small_new(void) { return calloc(1, sizeof(cb__h2_small_t)); }
+
+void cb__h2_small_free(cb__h2_small_t *small) {
+  if (small == NULL) return;
+  for (int k = 0; k < CB__H2_SMALL_CLASSES; k++)
+    while (small->n[k] > 0) free(small->free[k][--small->n[k]]);
+  for (uint32_t i = 0; i < small->nchunks; i++)
+    munmap(small->chunks[i], (size_t)CB__H2_SLOTS_PER_CHUNK * CB__H2_MEM_SLOT);
+  free(small->chunks);
+  free(small->slots);
+  free(small);
+}
+
+void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0 && (ps & (ps - 1)) == 0) page_size = (size_t)ps;
+  memset(m, 0, sizeof *m);
+  m->small = small;
+  m->mem = (nghttp2_mem){.mem_user_data = m, .malloc = mem_malloc, .free = mem_free, .calloc = mem_calloc,
+                         .realloc = mem_realloc};
+}
+
+void cb__h2_mem_rest(cb__h2_mem_t *m) {
+  for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
+    if (m->big[i].ptr != NULL && m->big[i].size == CB__H2_MEM_FRAMEBUF && m->big[i].len > 0 &&
+        madvise(m->big[i].ptr, m->big[i].len, MADV_DONTNEED) == 0)
+      __atomic_add_fetch(&n_emptied, 1, __ATOMIC_RELAXED);
+}
+
+void cb__h2_mem_rest_skipped(void) { __atomic_add_fetch(&n_skipped, 1, __ATOMIC_RELAXED); }
+
+void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped) {
+  *framebufs = __atomic_load_n(&n_framebufs, __ATOMIC_RELAXED);
+  *emptied = __atomic_load_n(&n_emptied, __ATOMIC_RELAXED);
+  *skipped = __atomic_load_n(&n_skipped, __ATOMIC_RELAXED);
+}
+
+void cb__h2_mem_free(cb__h2_mem_t *m) {
+  for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
+    if (m->big[i].ptr != NULL) big_free(m, &m->big[i]);
+}

@@ -1,0 +1,67 @@
+/* The memory of one nghttp2 session (h2_mem.c). Internal to the engine. */
+#ifndef CB_H2_MEM_H
+#define CB_H2_MEM_H
+
+#include <nghttp2/nghttp2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Blocks of this size or more are mappings of their own. */
+#define CB__H2_MEM_BIG 4096
+/* nghttp2's outgoing frame buffer: NGHTTP2_FRAMEBUF_CHUNKLEN (a 9-byte frame header, one padding byte and a
+ * 16 KiB payload). Blocks of exactly this size are what cb__h2_mem_rest() empties; were nghttp2 to change it,
+ * nothing would be emptied (more memory, never a lost byte). */
+#define CB__H2_MEM_FRAMEBUF (16384 + 9 + 1)
+/* Blocks of exactly this size (the HPACK encoder's and decoder's ring buffers, which a session makes at once
+ * but writes only when a header is indexed) are slots of per-worker mappings, four to a page. */
+#define CB__H2_MEM_SLOT 1024
+#define CB__H2_SLOTS_PER_CHUNK 64
+/* Mappings and slots a session may hold at once (more go to malloc). */
+#define CB__H2_MEM_SLOTS 5
+
+typedef struct {
+  void *ptr;     /* NULL: a free entry */
+  uint32_t len;  /* of the mapping; 0 for a slot */
+  uint32_t size; /* asked for */
+} cb__h2_big_t;
+
+/* Small blocks (up to CB__H2_SMALL_MAX bytes) in size classes 16 bytes apart (h2_mem.c), kept per worker once
+ * freed: nghttp2 allocates and frees several per stream (the stream, its frames, header buffers). */
+#define CB__H2_SMALL_CLASSES 64 /* 8, 24, 40, ... 1016 bytes */
+#define CB__H2_SMALL_MAX 1016
+#define CB__H2_SMALL_KEEP 64  /* blocks kept per class */
+
+typedef struct cb__h2_small_s {
+  uint32_t n[CB__H2_SMALL_CLASSES];
+  void *free[CB__H2_SMALL_CLASSES][CB__H2_SMALL_KEEP];
+  /* The 1 KiB slots: free ones (a stack kept apart from them, so a slot never handed out stays untouched) and
+   * the mappings they are carved from (unmapped when the worker ends). */
+  void **slots;
+  uint32_t nslots, slots_cap;
+  void **chunks;
+  uint32_t nchunks, chunks_cap;
+} cb__h2_small_t;
+
+typedef struct {
+  nghttp2_mem mem; /* given to nghttp2_session_server_new3; mem_user_data points back here */
+  cb__h2_small_t *small; /* the worker's */
+  cb__h2_big_t big[CB__H2_MEM_SLOTS];
+} cb__h2_mem_t;
+
+/* small: the worker's small-block cache (one thread only). */
+void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small);
+/* A worker's small-block cache (NULL when out of memory: blocks then go to malloc), and its end: the blocks it
+ * keeps are freed. */
+cb__h2_small_t *cb__h2_small_new(void);
+void cb__h2_small_free(cb__h2_small_t *small);
+/* The session is at rest (no frame being sent, nothing queued): gives its frame buffers' pages back. */
+void cb__h2_mem_rest(cb__h2_mem_t *m);
+/* The rest step found the session sending (its frame buffer may hold a frame not yet written): nothing emptied. */
+void cb__h2_mem_rest_skipped(void);
+/* For tests (test_idle_memory.c says with them why memory grew): frame buffers that are mappings now, in the
+ * whole process, and how many times the rest step emptied one or was skipped (both since the process began). */
+void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped);
+/* Unmaps what the session did not free (after nghttp2_session_del, nothing should be left). */
+void cb__h2_mem_free(cb__h2_mem_t *m);
+
+#endif

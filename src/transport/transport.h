@@ -1,0 +1,57 @@
+/* transport/: the socket under a connection. A connection reads, writes, sends file ranges and shuts down
+ * through its transport and never touches a socket itself; nothing above core/conn.c and core/outq.c calls
+ * one of these. `plain` is a TCP socket; `sink` hands output to a function (socket-less test connections,
+ * the fuzzers). A TLS transport is a third table of the same shape (docs/architecture.md, "A new transport").
+ * Every operation runs on the worker's thread. Errors are negative UV_E* codes; UV_EAGAIN means "not now". */
+#ifndef CB_TRANSPORT_H
+#define CB_TRANSPORT_H
+
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include "base/base.h"
+
+typedef struct cb__tport_s cb__tport_t;
+
+typedef void (*cb__sink_fn_t)(void *arg, const char *data, size_t len);
+
+typedef struct {
+  /* Reads up to n bytes into buf: the count (> 0), 0 at the peer's end of stream, or a negative error
+   * (UV_EAGAIN: nothing to read now). */
+  ssize_t (*read)(cb__tport_t *t, char *buf, size_t n);
+  /* Writes p[0..n) / the n pieces of iov, as far as they go: the count written (>= 0, short when the peer's
+   * window is full), or a negative error (UV_EAGAIN: nothing could be written). */
+  ssize_t (*write)(cb__tport_t *t, const char *p, size_t n);
+  ssize_t (*writev)(cb__tport_t *t, const struct iovec *iov, int n);
+  /* Sends bytes [off, off + n) of the file fd without copying them through the engine (sendfile(2)): the
+   * count, or a negative error. NULL: the transport has to see the bytes (TLS without kernel TLS), and the
+   * output queue reads the range and writes it (core/outq.c). */
+  ssize_t (*sendfile)(cb__tport_t *t, int fd, uint64_t off, size_t n);
+  /* Nothing more will be written: the peer reads the end of the stream after what was written. */
+  void (*shutdown)(cb__tport_t *t);
+  /* The connection ends: release the socket. reset: the peer gets a reset (RST) instead of an orderly end, and
+   * what was not sent yet is dropped (a fault). */
+  void (*close)(cb__tport_t *t, int reset);
+} cb__tport_ops_t;
+
+/* A connection's transport: its table and what the table works on. */
+struct cb__tport_s {
+  const cb__tport_ops_t *ops;
+  int fd;              /* the socket the loop polls; -1: none (sink) */
+  uint8_t stalled;     /* sink: the peer takes nothing, like one that does not read (cb__testconn_stall) */
+  cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
+  void *sink_arg;
+};
+
+/* plain.c: the TCP socket fd (non-blocking). */
+cb__tport_t cb__tport_plain(int fd);
+/* sink.c: no socket; written bytes go to sink(arg, ...). */
+cb__tport_t cb__tport_sink(cb__sink_fn_t sink, void *arg);
+
+/* read(2) and write(2) on a socket, as system calls without glibc's wrappers: those are cancellation points,
+ * which in a threaded process cost about 25 instructions each way per call to arm and disarm; the engine's
+ * threads are never cancelled. Same return value and errno. */
+static inline ssize_t cb__sys_read(int fd, void *buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
+static inline ssize_t cb__sys_write(int fd, const void *buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
+
+#endif
