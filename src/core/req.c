@@ -56,11 +56,10 @@ void cb__req_release(cb__req_t *r) {
   }
   if (r->handler != NULL && r->handler->on_free != NULL) r->handler->on_free(r);
   r->handler = NULL;
-  cb__worker_t *w = r->conn->w;
-  if (r->jseq != 0) cb__journal_record(w, r);
+  if (r->jseq != 0) cb__journal_record(r->conn->w, r);
   /* Last: the held body, and the table, whose bytes the response may reference until the output queued so far
-   * has left (the router's release). */
-  if (r->table != NULL || __builtin_expect(r->mbody != NULL || r->mjson != NULL, 0)) w->router->release(r);
+   * has left (the router's release). A fixture route's request holds neither. */
+  if (r->table != NULL || __builtin_expect(r->mbody != NULL || r->mjson != NULL, 0)) r->conn->w->router->release(r);
 }
 
 void cb__req_dispatch(cb__req_t *r) {

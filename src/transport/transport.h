@@ -6,9 +6,7 @@
 #ifndef CB_TRANSPORT_H
 #define CB_TRANSPORT_H
 
-#include <sys/syscall.h>
 #include <sys/uio.h>
-#include <unistd.h>
 #include "base/base.h"
 
 typedef struct cb__tport_s cb__tport_t;
@@ -47,11 +45,5 @@ struct cb__tport_s {
 cb__tport_t cb__tport_plain(int fd);
 /* sink.c: no socket; written bytes go to sink(arg, ...). */
 cb__tport_t cb__tport_sink(cb__sink_fn_t sink, void *arg);
-
-/* read(2) and write(2) on a socket, as system calls without glibc's wrappers: those are cancellation points,
- * which in a threaded process cost about 25 instructions each way per call to arm and disarm; the engine's
- * threads are never cancelled. Same return value and errno. */
-static inline ssize_t cb__sys_read(int fd, void *buf, size_t n) { return syscall(SYS_read, fd, buf, n); }
-static inline ssize_t cb__sys_write(int fd, const void *buf, size_t n) { return syscall(SYS_write, fd, buf, n); }
 
 #endif
