@@ -36,8 +36,8 @@ fi
 # The same as a consumer runs it, through rebar3: a throwaway project with cbench in _checkouts and in its test
 # profile's deps, and the misspelt module under test/. `rebar3 as test dialyzer` flags both keys with
 # {plt_extra_apps, [cbench]} and says nothing without it (cbench is not in the project's .app.src, so it is not
-# in the PLT): the line README.md and docs/beam.md give. The base PLT (erts, kernel, stdlib) is kept in
-# build/rebar3-plt and reused, which only makes the check faster.
+# in the PLT): the line docs/erlang.md gives ("Use it in your test suite"). The base PLT (erts, kernel, stdlib)
+# is kept in build/rebar3-plt and reused, which only makes the check faster.
 rebar_plt=$root/build/rebar3-plt
 mkdir -p "$rebar_plt"
 rebar_dialyzer() {  # $1: the project's folder, $2: dialyzer options before the base PLT's
@@ -67,6 +67,6 @@ if [ $rc -eq 0 ] && ! grep -q "'prot'" <<<"$out"; then
   echo "dialyzer-test: ok: without plt_extra_apps the same run is silent (why the docs give the line)"
 else
   echo "dialyzer-test: FAIL: rebar3 without plt_extra_apps: expected no warning (exit $rc); if rebar3 now adds"
-  echo "test dependencies to the PLT itself, README.md and docs/beam.md must say so:"; echo "$out"; failures=1
+  echo "test dependencies to the PLT itself, docs/erlang.md must say so:"; echo "$out"; failures=1
 fi
 exit $failures
