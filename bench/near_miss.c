@@ -1,4 +1,4 @@
-/* The cost of near-miss scoring (issue 25, src/near_miss.c): one request that matched nothing scored against
+/* The cost of near-miss scoring (issue 25, src/kinds/near_miss.c): one request that matched nothing scored against
  * 100 stubs, each with a {param} path, a method, two header matchers and a query matcher (about the worst a
  * test suite's table looks like), repeated N times on one socket-less worker. Prints nanoseconds per 404's
  * scoring (CPU time of this thread); under valgrind --tool=callgrind the instruction count per scoring is the

@@ -401,7 +401,7 @@ after_body(S, Cfg, Req, Respond) ->
         Error -> Error
     end.
 
-%% /echo holds the body from the echo budget as the C engine's buffer does (src/handlers.c): a
+%% /echo holds the body from the echo budget as the C engine's buffer does (src/kinds/fixture_routes.c): a
 %% declared length at once, a chunked body in a capacity that doubles from 4 KiB (at most the body
 %% limit). A body that would take the connection or the server over its budget gets 503 at once,
 %% and the rest of it is read and dropped; the connection goes on.
@@ -1047,7 +1047,7 @@ stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, c
             end
     end.
 
-%% A template rendered for Req (src/template.c does the same): each placeholder replaced by the
+%% A template rendered for Req (src/kinds/template.c does the same): each placeholder replaced by the
 %% request's value, escaped nowhere, a missing one empty; in a header value, the inserted bytes a
 %% field value cannot hold (control bytes but HTAB) are left out, the value is cut at 8192 bytes
 %% and trimmed of spaces and tabs at its ends.
@@ -1085,7 +1085,7 @@ edge_trim(V) -> string:trim(V, both, " \t").
 
 %% A stub's delay: delay_ms, or the n-th draw of its distribution (the n-th answer of this
 %% response, over every connection), as the delay fault draws (cbench_fault:delay_ms/3) and as
-%% src/stub.c does, so that a seed gives the same delays on every engine.
+%% src/kinds/stub.c does, so that a seed gives the same delays on every engine.
 stub_delay(#{delay_run := F, delay_draws := A}) ->
     cbench_fault:delay_ms(F, atomics:add_get(A, 1, 1) - 1, 3600000);
 stub_delay(#{delay_ms := Ms}) -> Ms.

@@ -1,4 +1,4 @@
-%%% @doc Faults on the ehttpd engine (docs/faults.md): what src/fault.c does over HTTP/1.1, with
+%%% @doc Faults on the ehttpd engine (docs/faults.md): what src/kinds/fault.c does over HTTP/1.1, with
 %%% gen_tcp. A reset is `{linger, {true, 0}}' and a close (RST); every other fault writes bytes
 %%% and closes with FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
 %%% kinds (rst_stream, goaway, settings, violation) are answered 501 here as on the C engine's HTTP/1.1: a stub with
@@ -92,7 +92,7 @@ run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway;
     J(501, 0),
     send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx)));
 run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, status := Status, headers := Hs}) ->
-    %% A chunked body, then the last chunk with a trailer field (as src/fault.c writes it).
+    %% A chunked body, then the last chunk with a trailer field (as src/kinds/fault.c writes it).
     J(Status, out(Ctx, Len)),
     Head = cbench_http:head(Status, Hs ++ [{<<"transfer-encoding">>, <<"chunked">>},
                                            {<<"trailer">>, <<"x-trailer">>}], none, default),
@@ -105,7 +105,7 @@ run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, status := Statu
 run(S, F = #{kind := slow_head, pieces := P, ms := Ms},
     Ctx = #{journal := J, status := Status, headers := Hs}) ->
     %% The head in P pieces over Ms, without a date (its pieces must not depend on the clock), in
-    %% the wake-ups of src/fault.c: at most one per millisecond.
+    %% the wake-ups of src/kinds/fault.c: at most one per millisecond.
     Len = paced_length(F, Ctx),
     Head = iolist_to_binary([<<"HTTP/1.1 ">>, integer_to_binary(Status), $\s, cbench_http:reason(Status),
                              <<"\r\n">>, [[N, <<": ">>, V, <<"\r\n">>] || {N, V} <- Hs],
@@ -120,7 +120,7 @@ run(S, F = #{kind := slow_head, pieces := P, ms := Ms},
                                       send(S, paced(Ctx, 0, Len))
                               end).
 
-%% Wake-ups of a paced answer: one per piece, at most one per millisecond (src/fault.c).
+%% Wake-ups of a paced answer: one per piece, at most one per millisecond (src/kinds/fault.c).
 wakes(P, Ms) -> min(P, Ms).
 
 %% The wait before wake-up K + 1 of W over Ms: wake-up K is at Ms * K div W.

@@ -1,4 +1,4 @@
-%%% @doc Faults (docs/faults.md): the Erlang side of src/fault.c. A fault is written as the text
+%%% @doc Faults (docs/faults.md): the Erlang side of src/kinds/fault.c. A fault is written as the text
 %%% that follows `/fault/' in a URL, `KIND' or `KIND?name=value&...'; the Erlang API also takes
 %%% `Kind' (an atom) and `{Kind, #{Param => Value}}' and turns them into that text, which every
 %%% engine takes: the C engine parses it again, the ehttpd engine parses it here (parse/1, the
@@ -35,7 +35,7 @@
 -define(ALWAYS, 1000000000).
 -define(M64, 16#FFFFFFFFFFFFFFFF).
 
-%% The raw presets of src/fault.c, byte for byte.
+%% The raw presets of src/kinds/fault.c, byte for byte.
 presets() ->
     #{bare_lf => <<"HTTP/1.1 200 OK\ncontent-length: 2\n\nok">>,
       obs_fold => <<"HTTP/1.1 200 OK\r\nx-folded: a\r\n b\r\ncontent-length: 2\r\n\r\nok">>,
@@ -88,7 +88,7 @@ enc(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9; C =:= $-; C =:
             C =:= $.; C =:= $~ -> <<C>>;
 enc(C) -> iolist_to_binary(io_lib:format("%~2.16.0B", [C])).
 
-%% @doc Parses a spec text as src/fault.c does (the same defaults and bounds); `error' for
+%% @doc Parses a spec text as src/kinds/fault.c does (the same defaults and bounds); `error' for
 %% anything it refuses.
 -spec parse(binary()) -> {ok, fault()} | error.
 parse(Text) when is_binary(Text), byte_size(Text) > 0, byte_size(Text) =< 4 * ?MAX_DATA ->
@@ -264,7 +264,7 @@ raw_status(D) ->
                    (_, S) -> S
                 end, 0, Lines).
 
-%%% Seeded numbers: the same as src/fault.c's
+%%% Seeded numbers: the same as src/kinds/fault.c's
 
 splitmix64(X0) ->
     X = (X0 + 16#9e3779b97f4a7c15) band ?M64,

@@ -1,5 +1,5 @@
 %%% @doc The fixture routes of docs/wire.md as data: the default entries of every route table, in
-%%% the canonical match form of cbench_spec. The C engine keeps its own table (src/route.c, the
+%%% the canonical match form of cbench_spec. The C engine keeps its own table (src/routes/route.c, the
 %%% source of truth for the C engines); this list must describe the same routes, which
 %%% cbench_stub_SUITE checks against the table the NIF lists. The ehttpd engine routes with it; its
 %%% handlers are the clauses of cbench_ehttpd:respond/4, one per name.

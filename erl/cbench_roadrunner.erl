@@ -1,5 +1,5 @@
 %%% @doc The content of the roadrunner routes for the ehttpd engine, the same bytes as the C
-%%% engine's (src/handlers.c for /large, src/cookies.c, src/gzip_body.c; docs/wire.md): `GET /large'
+%%% engine's (src/kinds/fixture_routes.c for /large, src/kinds/cookies.c, src/kinds/gzip_body.c; docs/wire.md): `GET /large'
 %%% (64 KiB of the generated content), `GET /cookies' (the request's cookies as JSON, RFC 6265
 %%% server-side parsing, bad pairs skipped) and `GET /gzip' (a 16 KiB JSON-shaped body, gzip-coded
 %%% once per node with the same zlib and parameters as the C engine, chosen by accept-encoding).

@@ -220,7 +220,7 @@ find([R | Rs], Req = {Method, Path, Query, Headers}, Body, Applying) ->
             end
     end.
 
-%% @doc The body of a 404 with near misses (docs/routes.md, "Near misses"; src/near_miss.c writes
+%% @doc The body of a 404 with near misses (docs/routes.md, "Near misses"; src/kinds/near_miss.c writes
 %% the same bytes): every stub scored by the parts of its match the request fails (the path 4, the
 %% method 2, each header or query matcher and the body matcher 1; a body matcher on a body that was
 %% not read counts and says so; a stub that failed nothing was spent by its `times'), the three

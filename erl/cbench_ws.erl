@@ -1,5 +1,5 @@
 %%% @doc GET /ws for the ehttpd engine: the WebSocket echo of docs/wire.md (RFC 6455) on the
-%%% connection's gen_tcp socket, the same bytes as the C engine's src/ws.c: the handshake's checks
+%%% connection's gen_tcp socket, the same bytes as the C engine's src/proto/ws.c: the handshake's checks
 %%% and Sec-WebSocket-Accept, then every text or binary message back as one unmasked frame, pongs
 %%% for pings, the close handshake, and a close frame with the RFC's code for a bad frame (1002, 1007
 %%% for invalid UTF-8, 1009 over the message limit), checked in the C engine's order.
@@ -79,7 +79,7 @@ recv(S, N, Idle) ->
         _ -> error
     end.
 
-%% The header is complete: the checks of src/ws.c's header_done/1, in its order.
+%% The header is complete: the checks of src/proto/ws.c's header_done/1, in its order.
 frame(S, St, B0, B1, Ext, Rest) ->
     Fin = B0 bsr 7,
     Op = B0 band 16#0f,
@@ -202,7 +202,7 @@ unmask(P, <<K:32>>) ->
     Unmasked = << <<(W bxor K):32>> || <<W:32>> <= Body >>,
     <<Unmasked/binary, T/binary>>.
 
-%% UTF-8 (RFC 3629) over P from state U, as src/ws.c's utf8_next/2 walks it: the new state (0 at a
+%% UTF-8 (RFC 3629) over P from state U, as src/proto/ws.c's utf8_next/2 walks it: the new state (0 at a
 %% character boundary) or error at the first byte that cannot continue.
 utf8(<<>>, U) -> U;
 utf8(<<B, Rest/binary>>, 0) when B < 16#80 -> utf8(Rest, 0);

@@ -1,4 +1,4 @@
-# The WebSocket frame path (src/ws.c) under libFuzzer, with the library objects of mk/ctest.mk's fuzz build.
+# The WebSocket frame path (src/proto/ws.c) under libFuzzer, with the library objects of mk/ctest.mk's fuzz build.
 #
 #   make fuzz-ws          libFuzzer for FUZZ_SECONDS (default 60), a random seed (FUZZ_SEED=N fixes one)
 #   make fuzz-ws-smoke    the same for FUZZ_WS_SMOKE_SECONDS (default 15) with the fixed seed, as `make test` runs it

@@ -17,7 +17,7 @@
 set -eu
 
 # libjansson-dev: JSON in the library (the stub file, the admin API, body matchers: src/stub_json.c,
-# src/admin.c, src/body_match.c) and for cbench-load. libwslay-dev: cbench-load's
+# src/admin.c, src/routes/body_match.c) and for cbench-load. libwslay-dev: cbench-load's
 # WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
 # zlib1g-dev: the library compresses the /gzip route's body once at start (and ehttpd's zlib is the same).
 C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev

@@ -1,6 +1,6 @@
 %%% @doc cbench used as a dependency: a throwaway rebar3 project with cbench in `_checkouts' and
-%%% `{deps, [cbench]}' compiles and runs the Common Test suite of the README ("Use it in your test
-%%% suite"), taken from README.md itself: a nif fixture on port 0 with stubs, the journal,
+%%% `{deps, [cbench]}' compiles and runs the Common Test suite of docs/erlang.md ("Use it in your
+%%% test suite"), taken from that file itself: a nif fixture on port 0 with stubs, the journal,
 %%% expect/verify, await and down/up, and a server for one case with with_server/3. Offline: no hex
 %%% access is needed.
 -module(cbench_consumer_SUITE).
@@ -37,7 +37,7 @@ rebar3_checkout_project(Config) ->
     {Status, Out} = run(Dir, ["ct"], 150000),
     ct:log("rebar3 ct in ~s:~n~s", [Dir, Out]),
     ?assertEqual(0, Status),
-    %% The README's suite has four cases.
+    %% The suite of docs/erlang.md has four cases.
     ?assertMatch({match, _}, re:run(Out, "All 4 tests passed")),
     %% The pre-compile hook does not flood the consumer's output with compiler commands.
     ?assertEqual(nomatch, re:run(Out, "-std=gnu11|-fPIC")).
@@ -50,9 +50,9 @@ warnings_as_errors_only_in_test_profile(_Config) ->
     Test = proplists:get_value(test, proplists:get_value(profiles, Terms)),
     ?assert(lists:member(warnings_as_errors, proplists:get_value(erl_opts, Test))).
 
-%% The suite of the README: the erlang code block that starts with -module(fixture_SUITE).
+%% The suite of docs/erlang.md: the erlang code block that starts with -module(fixture_SUITE).
 readme_suite(Root) ->
-    {ok, Readme} = file:read_file(filename:join(Root, "README.md")),
+    {ok, Readme} = file:read_file(filename:join([Root, "docs", "erlang.md"])),
     [_, From] = binary:split(Readme, <<"```erlang\n-module(fixture_SUITE).">>),
     [Body | _] = binary:split(From, <<"```">>),
     <<"-module(fixture_SUITE).", Body/binary>>.

@@ -26,7 +26,7 @@ init_per_suite(Config) ->
 end_per_suite(_Config) ->
     ok.
 
-%% The repository (as cbench_consumer_SUITE finds it): docs/faults.md and README.md are read there.
+%% The repository (as cbench_consumer_SUITE finds it): docs/faults.md is read there.
 repo_root() ->
     {ok, Erl} = file:read_link_all(filename:join(code:lib_dir(cbench), "erl")),
     Root = filename:dirname(filename:absname(Erl, code:lib_dir(cbench))),
@@ -372,12 +372,12 @@ wait_fds(Want, N) ->
         _ -> timer:sleep(100), wait_fds(Want, N - 1)
     end.
 
-%%% The README's example
+%%% The example of docs/faults.md
 
-%% @doc The CT suite of the README's "Testing a client against a misbehaving server", compiled
-%% from README.md and run case by case.
+%% @doc The CT suite of docs/faults.md's "Testing a client against a misbehaving server", compiled
+%% from that file and run case by case.
 readme_example(Config) ->
-    {ok, Readme} = file:read_file(filename:join(repo_root(), "README.md")),
+    {ok, Readme} = file:read_file(filename:join([repo_root(), "docs", "faults.md"])),
     [_, From] = binary:split(Readme, <<"```erlang\n-module(client_faults_SUITE).">>),
     [Body | _] = binary:split(From, <<"```">>),
     Dir = proplists:get_value(priv_dir, Config),

@@ -11,7 +11,7 @@
 -export([body_matcher_and_near_misses/1, verify_pairs_miss/1, sequence/1, scenario/1, template/1,
          seeded_delay/1]).
 
-%% The first three draws of a uniform delay in [1, 20] ms with seed 7 (src/fault.c, cbench_fault.erl).
+%% The first three draws of a uniform delay in [1, 20] ms with seed 7 (src/kinds/fault.c, cbench_fault.erl).
 -define(SEEDED_UNIFORM, [20, 19, 3]).
 
 %% One fixture per engine: a server on an ephemeral port, reset before each test.

@@ -155,7 +155,7 @@ add_cart(S) ->
     [X, Y, Z].
 
 %% @doc Uniform and lognormal delays with a seed: the n-th answer waits the n-th draw of the delay
-%% fault's own sequence (cbench_fault:delay_ms/3, which src/fault.c computes alike), recorded in
+%% fault's own sequence (cbench_fault:delay_ms/3, which src/kinds/fault.c computes alike), recorded in
 %% the journal as delay_ms; the same stub added again draws the same delays. A fixed `delay' and
 %% the older `delay_ms' are journaled as they are.
 delay_seeded(Config) ->

@@ -636,7 +636,7 @@ static inline void answer_last(cb__req_t *r, cb__rtable_t *t, use_t *u, const cb
 
 static inline void lookup_all(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u);
 
-/* The lookup (and the last route for a path that cb__rtable_dispatch does not compare itself). */
+/* The lookup (and the last route for a path that rtable_dispatch does not compare itself). */
 static __attribute__((noinline)) void dispatch_lookup(cb__worker_t *w, cb__req_t *r, cb__rtable_t *t, use_t *u) {
   if (__builtin_expect(t->lazy, 0)) { /* a stand-in (it has no last route): the table built for it */
     t = materialize(w, t);

@@ -11,7 +11,7 @@
 #include "h2client.h"
 #include "testing.h"
 
-int cb__regex_subset_ok(const char *p, size_t n); /* src/body_match.c */
+int cb__regex_subset_ok(const char *p, size_t n); /* src/routes/body_match.c */
 
 static cb_stub_t body_stub(int prio, int kind, const char *value, const char *answer) {
   cb_stub_t st;

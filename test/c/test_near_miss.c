@@ -1,4 +1,4 @@
-/* Near misses (issue 25, src/near_miss.c): for a request no stub matched, the three closest stubs and the
+/* Near misses (issue 25, src/kinds/near_miss.c): for a request no stub matched, the three closest stubs and the
  * parts of their match it failed, in order (lowest score first, then matching order: newest first among equal
  * priorities). */
 #include <stdio.h>

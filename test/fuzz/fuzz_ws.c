@@ -1,4 +1,4 @@
-/* libFuzzer target: the WebSocket frame path (src/ws.c). A valid handshake for GET /ws is always sent first,
+/* libFuzzer target: the WebSocket frame path (src/proto/ws.c). A valid handshake for GET /ws is always sent first,
  * so that every input reaches the frame codec after the 101, not the HTTP/1.1 parser.
  *
  * The first byte of the input steers the run; the rest is what the peer sends after the handshake:

@@ -1,4 +1,4 @@
-# An Elixir project using cbench as a path dependency built by rebar3 (test/mix.sh runs it; the README shows
+# An Elixir project using cbench as a path dependency built by rebar3 (test/mix.sh runs it; docs/erlang.md shows
 # it). A git dependency works the same way: {:cbench, git: "...", branch: "main", manager: :rebar3}.
 defmodule Consumer.MixProject do
   use Mix.Project
