@@ -253,8 +253,6 @@ void cb__conn_release_after(cb__conn_t *c, cb__release_fn fn, void *arg);
 int cb__echo_hold(cb__conn_t *c, size_t n);
 void cb__echo_release(cb__conn_t *c, size_t n);
 
-/* ---- worker.c ---- */
-
 /* ---- cmdq.c: commands from other threads ----
  * A command is posted to a worker's queue and runs on the worker's thread; a burst of commands costs one
  * wake-up (the queue is swapped out whole and run in order). */
@@ -289,6 +287,8 @@ int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls)
 /* Whether the calling thread is one of the engine's workers (of any server); workers mark themselves. */
 int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
+
+/* ---- worker.c: one thread, one loop, one listener ---- */
 
 struct cb__worker_s {
   uv_loop_t loop;

@@ -105,7 +105,7 @@ struct h2c {
   uint8_t oversized;   /* header blocks over the limit so far */
   uint8_t block_over;  /* the header block being decoded is over the limit */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
-  uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (cb__h2_violation) */
+  uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (h2_violation) */
   uint8_t closed_err;  /* DATA or HEADERS on a closed stream: the connection ends with STREAM_CLOSED */
   uint8_t may_close;   /* a frame that may close a stream was followed since nghttp2 was last fed */
   uint8_t paused;      /* track() stopped before a frame header for nghttp2 to catch up (not an error) */
