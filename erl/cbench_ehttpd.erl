@@ -16,6 +16,7 @@
 %%% linked to its acceptor and always exits normally, so stop/1 (killing the acceptors) takes every
 %%% connection and its socket down with it, while a closing connection never disturbs its acceptor.
 -module(cbench_ehttpd).
+-behaviour(cbench_engine).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([handler_add/4, handler_fail/2]).
@@ -23,7 +24,7 @@
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handle_info/2]).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},

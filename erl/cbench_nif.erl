@@ -2,8 +2,9 @@
 %%% start/1 and stop/1 are dirty I/O NIFs; the rest return in microseconds. The calling process
 %%% owns the server: when it dies, the server stops (a monitor in the NIF).
 -module(cbench_nif).
+-behaviour(cbench_engine).
 
--export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([start/1, stop/1, handle_info/2, port/1, stats/1, info/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
@@ -13,8 +14,8 @@
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
          reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}, {handler_add, 4}, {handler_fail, 2},
               %% The NIFs themselves (the test suites call them directly).
@@ -75,6 +76,11 @@ not_loaded() ->
 %% @doc Stops the engine (joins its threads); stopping twice is fine.
 -spec stop(handle()) -> ok.
 stop(H) -> stop_nif(H).
+
+%% @doc No message is the engine's: its threads send the server only the journal's wake-ups, which
+%% the server reads itself, and a handler route's requests go to the handler's process.
+-spec handle_info(term(), handle()) -> false.
+handle_info(_Msg, _H) -> false.
 
 %% @doc The bound TCP port.
 -spec port(handle()) -> inet:port_number().

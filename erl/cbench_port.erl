@@ -2,6 +2,7 @@
 %%% `{packet, 4}' with external-term frames that the program decodes with ei. The process that
 %%% calls start/1 owns the port; when it dies the port closes, the program reads EOF and exits 0.
 -module(cbench_port).
+-behaviour(cbench_engine).
 
 -export([start/1, stop/1, port/1, stats/1, info/1, handle_info/2, exe_path/0]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
@@ -25,7 +26,7 @@
 -define(REPLY_BYTES, (16 bsl 20)).
 %% The answers waiting for the next frame: {Items (newest list first), Count, Bytes}.
 -define(OUT, cbench_port_out).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
               {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
