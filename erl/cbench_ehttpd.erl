@@ -82,7 +82,7 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
                        close_mode = maps:get(close, Opts, false),
                        table = make_ref(),
                        not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
-                       journal = cbench_journal:new(maps:get(journal, Opts, 0),
+                       journal = cbench_ehttpd_journal:new(maps:get(journal, Opts, 0),
                                                     maps:get(journal_body_bytes, Opts, 0),
                                                     self()),
                        echo_held = atomics:new(1, [{signed, true}])},
@@ -111,7 +111,7 @@ stop(#h{listen = L, acceptors = Accs, stubs = Stubs, cfg = #cfg{table = Key, jou
     [exit(A, kill) || A <- Accs],
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
     cbench_router:unpublish(Key),
-    cbench_journal:delete(J),
+    cbench_ehttpd_journal:delete(J),
     close_stub_files(Stubs).
 
 %% @doc The bound TCP port.
@@ -420,15 +420,15 @@ compile(Stubs) ->
 
 %% @doc The journal's entries after the filter's `since' (cbench_server applies the rest).
 -spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()].
-journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_journal:read(J, Since).
+journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_ehttpd_journal:read(J, Since).
 
 %% @doc Empties the journal.
 -spec journal_clear(handle()) -> ok.
-journal_clear(#h{cfg = #cfg{journal = J}}) -> cbench_journal:clear(J).
+journal_clear(#h{cfg = #cfg{journal = J}}) -> cbench_ehttpd_journal:clear(J).
 
 %% @doc Turns on or off the `{cbench_journal, Seq}' messages to the server process.
 -spec journal_notify(handle(), boolean()) -> ok.
-journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_journal:notify(J, On).
+journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_ehttpd_journal:notify(J, On).
 
 %%% Down and up
 

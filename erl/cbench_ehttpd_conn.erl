@@ -82,7 +82,7 @@ conn(_Acceptor, Cfg, S) ->
 
 %% What the journal records of the connection, taken once.
 journal_conn(#cfg{journal = J}, S) ->
-    put(cbench_conn, cbench_journal:next_conn(J)),
+    put(cbench_conn, cbench_ehttpd_journal:next_conn(J)),
     _ = peer(S),
     ok.
 
@@ -1212,7 +1212,7 @@ journal(#cfg{journal = undefined}, _Req, _Status, _BodyBytes) -> ok;
 journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
     {Path, Query} = split_target(Target),
     {Kept, _, Total} = get(?BODY),
-    cbench_journal:record(
+    cbench_ehttpd_journal:record(
       J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
            headers => Req#req.headers,
@@ -1226,7 +1226,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
 keep_body(#cfg{journal = undefined}, _Piece) -> ok;
 keep_body(#cfg{journal = J}, Piece) ->
     {Kept, KeptN, Total} = get(?BODY),
-    Room = cbench_journal:body_bytes(J) - KeptN,
+    Room = cbench_ehttpd_journal:body_bytes(J) - KeptN,
     Take = min(Room, byte_size(Piece)),
     Kept1 = case Take of
                 0 -> Kept;
