@@ -351,7 +351,7 @@ scenarios_reset(H = #h{scen_slots = Slots, scen_atomics = A}) ->
     {ok, H}.
 
 %% @doc Adds an Erlang handler route: a stub whose response is the handler (the connection
-%% process sends the request to Target and waits, cbench_handler:ehttpd_await/3).
+%% process sends the request to Target and waits, cbench_ehttpd_handler:await/3).
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
           {{ok, pos_integer()}, handle()}.
 handler_add(H = #h{stubs = Stubs, next_id = Id}, Match, Target, Opts) ->

@@ -520,15 +520,15 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts = #{body := stream}) ->
     %% The body in pieces: the request goes first, then each piece as it is read.
     Info = #{method => Req#req.method, path => Path, query => Query,
              headers => Req#req.headers, peer => peer(S), proto => http1, body => stream},
-    case cbench_handler:ehttpd_send(Target, HOpts, Info) of
+    case cbench_ehttpd_handler:send(Target, HOpts, Info) of
         {ok, Ctx, To} ->
-            case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_handler:ehttpd_body(Ctx, To, Piece),
+            case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_ehttpd_handler:body(Ctx, To, Piece),
                                                       {ok, Acc} end, ok) of
                 {ok, ok} ->
-                    cbench_handler:ehttpd_body(Ctx, To, eof),
-                    handler_answer(S, Cfg, Req, cbench_handler:ehttpd_wait(Ctx));
+                    cbench_ehttpd_handler:body(Ctx, To, eof),
+                    handler_answer(S, Cfg, Req, cbench_ehttpd_handler:wait(Ctx));
                 Error ->
-                    cbench_handler:ehttpd_done(Ctx),
+                    cbench_ehttpd_handler:done(Ctx),
                     Error
             end;
         {fail, _} = Fail ->
@@ -540,14 +540,14 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
             Info = #{method => Req#req.method, path => Path, query => Query,
                      headers => Req#req.headers, peer => peer(S), proto => http1,
                      body => iolist_to_binary(Body)},
-            handler_answer(S, Cfg, Req, cbench_handler:ehttpd_await(Target, HOpts, Info));
+            handler_answer(S, Cfg, Req, cbench_ehttpd_handler:await(Target, HOpts, Info));
         Error -> Error
     end.
 
 handler_answer(S, Cfg, Req, Answer) ->
     case Answer of
         {reply, Status, Headers, RBody, Ctx} ->
-            cbench_handler:ehttpd_done(Ctx),
+            cbench_ehttpd_handler:done(Ctx),
             simple(S, Cfg, Req, Status, Headers, RBody);
         {stream, Status, Headers, Ctx} ->
             handler_stream(S, Cfg, Req, Status, Headers, Ctx);
@@ -571,12 +571,12 @@ handler_stream(S, Cfg, Req, Status, Headers, Ctx) ->
                                                       started = true}, Status, Chunked, Ctx, 0);
                  Error -> Error
              end,
-    cbench_handler:ehttpd_done(Ctx),
+    cbench_ehttpd_handler:done(Ctx),
     Result.
 
 handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
     Head = Req#req.method =:= <<"HEAD">>,
-    case cbench_handler:ehttpd_next(Ctx) of
+    case cbench_ehttpd_handler:next(Ctx) of
         {send, <<>>} ->
             handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
         {send, _} when Head ->
