@@ -34,7 +34,7 @@
 
 %% What an answer may hold, on every engine: a body (or a piece) of 32 MiB, 64 headers of 1 MiB in
 %% all. The port program takes frames of 65 MiB at most (c_src/cbench_port.c); these bounds keep
-%% any one answer, and a burst flushed at 16 MiB (cbench_port), well under it.
+%% any one answer, and a burst flushed at 16 MiB (cbench_port_handler), well under it.
 -define(MAX_BODY, (32 bsl 20)).
 -define(MAX_HEADERS, 64).
 -define(MAX_HEADER_BYTES, (1 bsl 20)).
