@@ -1,9 +1,21 @@
 %%% @doc The terms the C engine's glue takes and gives, shared by the nif and port engines: a stub's
 %%% canonical match with its path as the pattern text include/cbench.h wants, the journal filter the
-%%% engine applies itself, and the engine's error names turned into cbench's errors.
+%%% engine applies itself, the engine's error names turned into cbench's errors, and a handler's
+%%% answer as the engine takes it.
 -module(cbench_c_terms).
 
--export([match/1, filter/1, add_result/2, remove_result/1]).
+-export([match/1, filter/1, add_result/2, remove_result/1, reply_item/2]).
+
+-export_type([reply_item/0]).
+
+%% A handler's answer to request Ref, as cb_server_reply() takes it (through the NIF, or in the
+%% port program's {reply, Items} frame); `unavailable' is the port owner's 503 for a request no
+%% process can take.
+-type reply_item() :: {Ref :: term(), reply, integer(), [{iodata(), iodata()}], iodata()} |
+                      {Ref :: term(), stream, integer(), [{iodata(), iodata()}]} |
+                      {Ref :: term(), send, iodata()} |
+                      {Ref :: term(), finish} |
+                      {Ref :: term(), unavailable}.
 
 %% @doc A canonical match as the C glue decodes it: the path as pattern text, the body matcher as
 %% `any' or `{Kind, Bytes}' (a JSON value as its compact text, which jansson parses).
@@ -44,3 +56,12 @@ add_result({error, E}, _Response) -> {error, E}.
 -spec remove_result(ok | {error, atom()}) -> ok | {error, term()}.
 remove_result({error, enoent}) -> {error, not_found};
 remove_result(Other) -> Other.
+
+%% @doc An answer (cbench_handler's term) to request Ref as a reply item.
+-spec reply_item(term(), {reply, integer(), [{iodata(), iodata()}], iodata()} |
+                         {stream, integer(), [{iodata(), iodata()}]} | {send, iodata()} | finish) ->
+          reply_item().
+reply_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
+reply_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
+reply_item(Ref, {send, D}) -> {Ref, send, D};
+reply_item(Ref, finish) -> {Ref, finish}.

@@ -16,6 +16,7 @@
 %%% linked to its acceptor and always exits normally, so stop/1 (killing the acceptors) takes every
 %%% connection and its socket down with it, while a closing connection never disturbs its acceptor.
 -module(cbench_ehttpd).
+-behaviour(cbench_engine).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([handler_add/4, handler_fail/2]).
@@ -23,7 +24,7 @@
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handle_info/2]).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
@@ -81,7 +82,7 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
                        close_mode = maps:get(close, Opts, false),
                        table = make_ref(),
                        not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
-                       journal = cbench_journal:new(maps:get(journal, Opts, 0),
+                       journal = cbench_ehttpd_journal:new(maps:get(journal, Opts, 0),
                                                     maps:get(journal_body_bytes, Opts, 0),
                                                     self()),
                        echo_held = atomics:new(1, [{signed, true}])},
@@ -110,7 +111,7 @@ stop(#h{listen = L, acceptors = Accs, stubs = Stubs, cfg = #cfg{table = Key, jou
     [exit(A, kill) || A <- Accs],
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
     cbench_router:unpublish(Key),
-    cbench_journal:delete(J),
+    cbench_ehttpd_journal:delete(J),
     close_stub_files(Stubs).
 
 %% @doc The bound TCP port.
@@ -350,7 +351,7 @@ scenarios_reset(H = #h{scen_slots = Slots, scen_atomics = A}) ->
     {ok, H}.
 
 %% @doc Adds an Erlang handler route: a stub whose response is the handler (the connection
-%% process sends the request to Target and waits, cbench_handler:ehttpd_await/3).
+%% process sends the request to Target and waits, cbench_ehttpd_handler:await/3).
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
           {{ok, pos_integer()}, handle()}.
 handler_add(H = #h{stubs = Stubs, next_id = Id}, Match, Target, Opts) ->
@@ -419,15 +420,15 @@ compile(Stubs) ->
 
 %% @doc The journal's entries after the filter's `since' (cbench_server applies the rest).
 -spec journal(handle(), cbench_spec:canon_filter()) -> [cbench_journal:entry()].
-journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_journal:read(J, Since).
+journal(#h{cfg = #cfg{journal = J}}, #{since := Since}) -> cbench_ehttpd_journal:read(J, Since).
 
 %% @doc Empties the journal.
 -spec journal_clear(handle()) -> ok.
-journal_clear(#h{cfg = #cfg{journal = J}}) -> cbench_journal:clear(J).
+journal_clear(#h{cfg = #cfg{journal = J}}) -> cbench_ehttpd_journal:clear(J).
 
 %% @doc Turns on or off the `{cbench_journal, Seq}' messages to the server process.
 -spec journal_notify(handle(), boolean()) -> ok.
-journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_journal:notify(J, On).
+journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_ehttpd_journal:notify(J, On).
 
 %%% Down and up
 

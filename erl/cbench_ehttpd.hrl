@@ -31,7 +31,7 @@
               table :: reference(),
               %% The counter slot of 404s.
               not_found_stat :: pos_integer(),
-              journal :: cbench_journal:journal() | undefined,
+              journal :: cbench_ehttpd_journal:journal() | undefined,
               %% The bytes of /echo bodies and WebSocket messages the server's connections hold
               %% (docs/wire.md, Echo memory): at most 32 body limits in all.
               echo_held :: atomics:atomics_ref()}).

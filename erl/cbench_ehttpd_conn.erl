@@ -82,7 +82,7 @@ conn(_Acceptor, Cfg, S) ->
 
 %% What the journal records of the connection, taken once.
 journal_conn(#cfg{journal = J}, S) ->
-    put(cbench_conn, cbench_journal:next_conn(J)),
+    put(cbench_conn, cbench_ehttpd_journal:next_conn(J)),
     _ = peer(S),
     ok.
 
@@ -520,15 +520,15 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts = #{body := stream}) ->
     %% The body in pieces: the request goes first, then each piece as it is read.
     Info = #{method => Req#req.method, path => Path, query => Query,
              headers => Req#req.headers, peer => peer(S), proto => http1, body => stream},
-    case cbench_handler:ehttpd_send(Target, HOpts, Info) of
+    case cbench_ehttpd_handler:send(Target, HOpts, Info) of
         {ok, Ctx, To} ->
-            case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_handler:ehttpd_body(Ctx, To, Piece),
+            case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_ehttpd_handler:body(Ctx, To, Piece),
                                                       {ok, Acc} end, ok) of
                 {ok, ok} ->
-                    cbench_handler:ehttpd_body(Ctx, To, eof),
-                    handler_answer(S, Cfg, Req, cbench_handler:ehttpd_wait(Ctx));
+                    cbench_ehttpd_handler:body(Ctx, To, eof),
+                    handler_answer(S, Cfg, Req, cbench_ehttpd_handler:wait(Ctx));
                 Error ->
-                    cbench_handler:ehttpd_done(Ctx),
+                    cbench_ehttpd_handler:done(Ctx),
                     Error
             end;
         {fail, _} = Fail ->
@@ -540,14 +540,14 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
             Info = #{method => Req#req.method, path => Path, query => Query,
                      headers => Req#req.headers, peer => peer(S), proto => http1,
                      body => iolist_to_binary(Body)},
-            handler_answer(S, Cfg, Req, cbench_handler:ehttpd_await(Target, HOpts, Info));
+            handler_answer(S, Cfg, Req, cbench_ehttpd_handler:await(Target, HOpts, Info));
         Error -> Error
     end.
 
 handler_answer(S, Cfg, Req, Answer) ->
     case Answer of
         {reply, Status, Headers, RBody, Ctx} ->
-            cbench_handler:ehttpd_done(Ctx),
+            cbench_ehttpd_handler:done(Ctx),
             simple(S, Cfg, Req, Status, Headers, RBody);
         {stream, Status, Headers, Ctx} ->
             handler_stream(S, Cfg, Req, Status, Headers, Ctx);
@@ -571,12 +571,12 @@ handler_stream(S, Cfg, Req, Status, Headers, Ctx) ->
                                                       started = true}, Status, Chunked, Ctx, 0);
                  Error -> Error
              end,
-    cbench_handler:ehttpd_done(Ctx),
+    cbench_ehttpd_handler:done(Ctx),
     Result.
 
 handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
     Head = Req#req.method =:= <<"HEAD">>,
-    case cbench_handler:ehttpd_next(Ctx) of
+    case cbench_ehttpd_handler:next(Ctx) of
         {send, <<>>} ->
             handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
         {send, _} when Head ->
@@ -1212,7 +1212,7 @@ journal(#cfg{journal = undefined}, _Req, _Status, _BodyBytes) -> ok;
 journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
     {Path, Query} = split_target(Target),
     {Kept, _, Total} = get(?BODY),
-    cbench_journal:record(
+    cbench_ehttpd_journal:record(
       J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
            headers => Req#req.headers,
@@ -1226,7 +1226,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
 keep_body(#cfg{journal = undefined}, _Piece) -> ok;
 keep_body(#cfg{journal = J}, Piece) ->
     {Kept, KeptN, Total} = get(?BODY),
-    Room = cbench_journal:body_bytes(J) - KeptN,
+    Room = cbench_ehttpd_journal:body_bytes(J) - KeptN,
     Take = min(Room, byte_size(Piece)),
     Kept1 = case Take of
                 0 -> Kept;

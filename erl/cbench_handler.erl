@@ -1,22 +1,18 @@
 %%% @doc Erlang handlers (docs/beam.md, "Erlang handlers"): the answers a handler process gives
-%%% with cbench:reply/4 and friends, whichever engine parsed the request, and the ehttpd engine's
-%%% side of the contract (its connection process waits here for the answer).
+%%% with cbench:reply/4 and friends, whichever engine parsed the request. The answers are checked
+%%% here, the same for every engine, then handed to the engine's side of the request.
 %%%
 %%% A request's `handle' says who parked it:
-%%%   {cbench_nif, Server, Ref}            the nif engine: Ref names a slot of a worker (src/deferred.c)
-%%%   {cbench_ehttpd, Conn, Ref, State}    the ehttpd engine: State is an atomics array; the one
-%%%                                        compare-and-swap on it makes an answer the only one, as
-%%%                                        the C engine's state word does
+%%%   {cbench_nif, Server, Ref}            the nif engine: Ref names a slot of a worker (src/deferred.c);
+%%%                                        answers go to cbench_nif:reply/2
+%%%   {cbench_ehttpd, Conn, Ref, State}    the ehttpd engine: State is the request's state word
+%%%                                        (cbench_handler_state); cbench_ehttpd_handler
 %%%   {cbench_port, Owner, Ref, State}     the port engine: Owner is the server process that owns
 %%%                                        the port (it forwards answers to the program, batched);
-%%%                                        State is an atomics array as for ehttpd, set to DONE
-%%%                                        when the program reports the request gone, so that
-%%%                                        {error, gone} comes back without a round trip
+%%%                                        State as for ehttpd; cbench_port_handler
 -module(cbench_handler).
 
 -export([opts/1, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
--export([ehttpd_await/3, ehttpd_send/3, ehttpd_body/3, ehttpd_wait/1, ehttpd_next/1, ehttpd_done/1]).
--export([port_state/0, port_gone/1]).
 
 -export_type([req/0, handle/0, status/0, headers/0, reply_error/0]).
 
@@ -36,16 +32,9 @@
                                     not_a_token | forbidden_header | control_char} |
                                    {{reply, headers}, non_neg_integer(), too_many}}.
 
-%% States of an ehttpd request (the atomics array's one slot); the C engine has the same ones.
--define(PARKED, 0).
--define(REPLIED, 1).
--define(STREAMING, 2).
--define(FINISHED, 3).
--define(DONE, 4).
-
 %% What an answer may hold, on every engine: a body (or a piece) of 32 MiB, 64 headers of 1 MiB in
 %% all. The port program takes frames of 65 MiB at most (c_src/cbench_port.c); these bounds keep
-%% any one answer, and a burst flushed at 16 MiB (cbench_port), well under it.
+%% any one answer, and a burst flushed at 16 MiB (cbench_port_handler), well under it.
 -define(MAX_BODY, (32 bsl 20)).
 -define(MAX_HEADERS, 64).
 -define(MAX_HEADER_BYTES, (1 bsl 20)).
@@ -122,21 +111,15 @@ replies(Answers) when is_list(Answers) ->
             end;
         _ ->
             %% Port answers are claimed one by one here, then sent to their owners one message each.
-            Done = [case H of
-                        {cbench_port, Owner, Ref, A} ->
-                            case checked(Op) of
-                                {ok, Op1} ->
-                                    case atomics:compare_exchange(A, 1, ?PARKED, ?REPLIED) of
-                                        ok -> {ok, Owner, c_item(Ref, Op1)};
-                                        _ -> {error, gone}
-                                    end;
-                                Error -> Error
-                            end;
-                        _ -> one(H, Op)
-                    end || {H, Op} <- Items],
-            Owners = lists:usort([O || {ok, O, _} <- Done]),
-            [O ! {cbench_port_reply, [I || {ok, O1, I} <- Done, O1 =:= O]} || O <- Owners],
-            [case D of {ok, _, _} -> ok; _ -> D end || D <- Done]
+            cbench_port_handler:post(
+              [case H of
+                   {cbench_port, _, _, _} ->
+                       case checked(Op) of
+                           {ok, Op1} -> cbench_port_handler:claim(H, Op1);
+                           Error -> Error
+                       end;
+                   _ -> one(H, Op)
+               end || {H, Op} <- Items])
     end;
 replies(_) ->
     error(badarg).
@@ -150,15 +133,14 @@ handle(_) -> error(badarg).
 one({cbench_nif, Server, Ref}, Op) ->
     [Result] = nif_reply(Server, [{Ref, Op}]),
     Result;
-one({cbench_ehttpd, Pid, Ref, A}, Op) ->
+one(H = {cbench_ehttpd, _, _, _}, Op) ->
     case checked(Op) of
-        {ok, Op1} -> ehttpd_op(Pid, Ref, A, Op1);
+        {ok, Op1} -> cbench_ehttpd_handler:answer(H, Op1);
         Error -> Error
     end;
-one({cbench_port, Owner, Ref, A}, Op) ->
+one(H = {cbench_port, _, _, _}, Op) ->
     case checked(Op) of
-        {ok, Op1} ->
-            state_op(A, Op1, fun(Op2) -> Owner ! {cbench_port_reply, [c_item(Ref, Op2)]} end);
+        {ok, Op1} -> cbench_port_handler:answer(H, Op1);
         Error -> Error
     end.
 
@@ -167,9 +149,9 @@ one({cbench_port, Owner, Ref, A}, Op) ->
 %% is checked again here only to say why.
 nif_reply(Server, RefOps) ->
     Measured = [{Ref, Op, measured(Op)} || {Ref, Op} <- RefOps],
-    Results = case [c_item(Ref, Op) || {Ref, Op, ok} <- Measured] of
+    Results = case [cbench_c_terms:reply_item(Ref, Op) || {Ref, Op, ok} <- Measured] of
                   [] -> [];
-                  Items -> results(cbench_nif:reply_nif(Server, Items))
+                  Items -> cbench_nif:reply(Server, Items)
               end,
     merge(Measured, Results).
 
@@ -184,52 +166,7 @@ nif_result(Op, {error, badarg}) ->
     end;
 nif_result(_, R) -> R.
 
-c_item(Ref, {reply, S, H, B}) -> {Ref, reply, S, H, B};
-c_item(Ref, {stream, S, H}) -> {Ref, stream, S, H};
-c_item(Ref, {send, D}) -> {Ref, send, D};
-c_item(Ref, finish) -> {Ref, finish}.
-
-results(Results) when is_list(Results) ->
-    Results;
-results({error, Reason}) ->
-    error({cbench_reply, Reason}).
-
-%% ---- the port engine (its owner's side is in cbench_port) ----
-
-%% @doc A new port request's state word (PARKED).
--spec port_state() -> atomics:atomics_ref().
-port_state() -> atomics:new(1, []).
-
-%% @doc The program reported the request gone: every later answer is {error, gone}.
--spec port_gone(atomics:atomics_ref()) -> ok.
-port_gone(A) -> atomics:put(A, 1, ?DONE).
-
-
-%% ---- the ehttpd engine ----
-
-ehttpd_op(Pid, Ref, A, Op) ->
-    state_op(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
-
-%% The ehttpd and port engines' state word: one compare-and-swap makes an answer the only one.
-state_op(A, Op = {reply, _, _, _}, Send) -> claim(A, ?PARKED, ?REPLIED, Op, Send);
-state_op(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send);
-state_op(A, Op = {send, _}, Send) ->
-    case atomics:get(A, 1) of
-        ?STREAMING -> Send(Op), ok;
-        ?PARKED -> {error, not_streaming};
-        _ -> {error, gone}
-    end;
-state_op(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
-
-claim(A, From, To, Op, Send) ->
-    case atomics:compare_exchange(A, 1, From, To) of
-        ok -> Send(Op), ok;
-        %% A piece or an end before the head: the request still waits for its answer.
-        ?PARKED when From =:= ?STREAMING -> {error, not_streaming};
-        _ -> {error, gone}
-    end.
-
-%% ---- what every engine takes ----
+%%% The checks (every engine)
 
 %% The checks of cb_server_reply() (src/deferred.c), made here for every engine in three steps:
 %% types (badarg) and the status's range, sizes ({too_large, ...}: the port program takes frames
@@ -319,111 +256,3 @@ forbidden(N) ->
     lists:member(N, [<<"content-length">>, <<"transfer-encoding">>, <<"connection">>,
                      <<"keep-alive">>, <<"upgrade">>, <<"te">>, <<"proxy-connection">>,
                      <<"date">>]).
-
-%% @doc The ehttpd connection's side: sends the request (Info, without its handle) to Target and
-%% waits for the head of the answer. Returns the answer, or {fail, 503 | 504}.
--spec ehttpd_await(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
-                   map()) ->
-          {reply, status(), [{binary(), binary()}], binary(), term()} |
-          {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
-ehttpd_await(Target, HOpts, Info) ->
-    case ehttpd_send(Target, HOpts, Info) of
-        {ok, Ctx, _To} -> ehttpd_wait(Ctx);
-        Fail -> Fail
-    end.
-
-%% @doc Sends the request to Target (the first half of ehttpd_await/3, for a body that follows
-%% in pieces with ehttpd_body/3): {ok, Ctx, To}, or {fail, 503} when there is no process.
--spec ehttpd_send(pid() | atom(), #{timeout_ms := pos_integer(), batch := boolean(), _ => _},
-                  map()) -> {ok, term(), {pid(), handle()}} | {fail, 503}.
-ehttpd_send(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
-    case target_pid(Target) of
-        undefined ->
-            {fail, 503};
-        Pid ->
-            Mon = erlang:monitor(process, Pid),
-            Ref = make_ref(),
-            A = atomics:new(1, []),
-            Handle = {cbench_ehttpd, self(), Ref, A},
-            Req = Info#{handle => Handle},
-            Pid ! case Batch of
-                      true -> {cbench_requests, [Req]};
-                      false -> {cbench_request, Req}
-                  end,
-            {ok, {Ref, A, Mon, Timeout}, {Pid, Handle}}
-    end.
-
-%% @doc One piece of a streamed request body (Data), or its end (eof), to the handler; nothing once
-%% the request is answered whole or over (as on the C engines).
--spec ehttpd_body(term(), {pid(), handle()}, binary() | eof) -> ok.
-ehttpd_body({_, A, _, _}, {Pid, Handle}, Data) ->
-    case atomics:get(A, 1) of
-        S when S =:= ?PARKED; S =:= ?STREAMING ->
-            Pid ! case Data of
-                      eof -> {cbench_body_end, Handle};
-                      _ -> {cbench_body, Handle, Data}
-                  end,
-            ok;
-        _ -> ok
-    end.
-
-%% @doc Waits for the head of the answer (the second half of ehttpd_await/3).
--spec ehttpd_wait(term()) ->
-          {reply, status(), [{binary(), binary()}], binary(), term()} |
-          {stream, status(), [{binary(), binary()}], term()} | {fail, 503 | 504}.
-ehttpd_wait(Ctx) ->
-    case wait(Ctx) of
-        {reply, S, H, B} -> {reply, S, H, B, Ctx};
-        {stream, S, H} -> {stream, S, H, Ctx};
-        {cut, Status} -> ehttpd_done(Ctx), {fail, Status}
-    end.
-
-%% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the
-%% handler died, or sent nothing for timeout_ms).
--spec ehttpd_next(term()) -> {send, binary()} | finish | {cut, 503 | 504}.
-ehttpd_next(Ctx) ->
-    wait(Ctx).
-
-%% @doc The request is over: later answers get {error, gone}.
--spec ehttpd_done(term()) -> ok.
-ehttpd_done({Ref, A, Mon, _}) ->
-    atomics:put(A, 1, ?DONE),
-    erlang:demonitor(Mon, [flush]),
-    flush(Ref).
-
-flush(Ref) ->
-    receive {cbench_reply, Ref, _} -> flush(Ref)
-    after 0 -> ok
-    end.
-
-target_pid(Pid) when is_pid(Pid) -> Pid;
-target_pid(Name) when is_atom(Name) -> whereis(Name).
-
-wait(Ctx = {Ref, _, Mon, Timeout}) ->
-    receive
-        {cbench_reply, Ref, Op} -> Op;
-        {'DOWN', Mon, process, _, _} -> take_back(Ctx, 503)
-    after Timeout ->
-            take_back(Ctx, 504)
-    end.
-
-%% The connection takes the request back for a 503 or 504; when an answer won the race its
-%% message is on the way (or the handler died sending it: then the monitor says so).
-take_back(Ctx = {Ref, A, Mon, _}, Status) ->
-    Now = atomics:get(A, 1),
-    case (Now =:= ?PARKED orelse Now =:= ?STREAMING) andalso
-        atomics:compare_exchange(A, 1, Now, ?DONE) =:= ok of
-        true -> {cut, Status};
-        false ->
-            receive
-                {cbench_reply, Ref, Op} -> Op;
-                {'DOWN', Mon, process, _, _} -> {cut, 503}
-            after 0 -> wait_more(Ctx)
-            end
-    end.
-
-wait_more({Ref, _A, Mon, _}) ->
-    receive
-        {cbench_reply, Ref, Op} -> Op;
-        {'DOWN', Mon, process, _, _} -> {cut, 503}
-    end.

@@ -2,26 +2,29 @@
 %%% start/1 and stop/1 are dirty I/O NIFs; the rest return in microseconds. The calling process
 %%% owns the server: when it dies, the server stops (a monitor in the NIF).
 -module(cbench_nif).
+-behaviour(cbench_engine).
 
--export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([start/1, stop/1, handle_info/2, port/1, stats/1, info/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handler_add/4, handler_fail/2]).
+%% Handlers' answers (cbench_handler).
+-export([reply/2]).
 -export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
          reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
+-ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}, {handler_add, 4}, {handler_fail, 2},
               %% The NIFs themselves (the test suites call them directly).
               {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1},
               {down_nif, 1}, {up_nif, 1}, {route_add_nif, 3}, {route_remove_nif, 2},
               {route_reset_nif, 1}, {stubs_nif, 1}, {requests_nif, 2}, {requests_clear_nif, 1},
-              {journal_listen_nif, 2}, {handler_add_nif, 4}, {handler_fail_nif, 2}]).
+              {journal_listen_nif, 2}, {handler_add_nif, 4}, {handler_fail_nif, 2}, {reply_nif, 2}]).
 
 -on_load(init/0).
 
@@ -75,6 +78,11 @@ not_loaded() ->
 %% @doc Stops the engine (joins its threads); stopping twice is fine.
 -spec stop(handle()) -> ok.
 stop(H) -> stop_nif(H).
+
+%% @doc No message is the engine's: its threads send the server only the journal's wake-ups, which
+%% the server reads itself, and a handler route's requests go to the handler's process.
+-spec handle_info(term(), handle()) -> false.
+handle_info(_Msg, _H) -> false.
 
 %% @doc The bound TCP port.
 -spec port(handle()) -> inet:port_number().
@@ -154,6 +162,16 @@ handler_add(H, Match, Target, Opts) ->
 %% @doc The handler of route Id is gone: its parked requests get 503, its streams are cut.
 -spec handler_fail(handle(), pos_integer()) -> ok | {error, term()}.
 handler_fail(H, Id) -> handler_fail_nif(H, Id).
+
+%% @doc Handlers' answers to requests of one server (cbench_handler, which checks types and sizes
+%% first), handed to its workers in one call: one result per item, in order. A refusal of the
+%% whole call (the server is stopped) is raised as {cbench_reply, Reason}.
+-spec reply(handle(), [cbench_c_terms:reply_item()]) -> [ok | {error, term()}].
+reply(Server, Items) ->
+    case reply_nif(Server, Items) of
+        Results when is_list(Results) -> Results;
+        {error, Reason} -> error({cbench_reply, Reason})
+    end.
 
 %% @private
 start_nif(_Opts) -> erlang:nif_error({not_loaded, ?MODULE}).

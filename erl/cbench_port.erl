@@ -2,6 +2,7 @@
 %%% `{packet, 4}' with external-term frames that the program decodes with ei. The process that
 %%% calls start/1 owns the port; when it dies the port closes, the program reads EOF and exits 0.
 -module(cbench_port).
+-behaviour(cbench_engine).
 
 -export([start/1, stop/1, port/1, stats/1, info/1, handle_info/2, exe_path/0]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
@@ -13,19 +14,10 @@
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 
-%% Erlang handlers (docs/beam.md): the owner (the cbench_server process) keeps, in its process
-%% dictionary, each handler route's target ({?ROUTE, Id} => {Target, Batch, Body}) and each
-%% request in flight's state word and process ({?REQ, Ref} => {atomics, pid}), so that the
-%% program's {cbench_gone, Ref} reaches the request's handle and {cbench_body, ...} its process.
--define(ROUTE, cbench_port_route).
--define(REQ, cbench_port_req).
-%% A frame of answers is sent at the latest when it holds this many answers or body bytes (the
-%% program takes frames of 65 MiB at most).
--define(REPLY_BURST, 4096).
--define(REPLY_BYTES, (16 bsl 20)).
-%% The answers waiting for the next frame: {Items (newest list first), Count, Bytes}.
--define(OUT, cbench_port_out).
-%% Engine callbacks, called as Mod:F(...) by cbench_server.
+%% Erlang handlers (docs/beam.md): the owner's side of them (the routes' targets, the requests
+%% in flight, the answers batched into frames) is in cbench_port_handler.
+
+%% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
               {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
@@ -91,7 +83,7 @@ open() ->
 request(Port, Term, Timeout) ->
     %% Answers waiting for their flush go first: a {handler_fail, Id} must not overtake the
     %% answers its handler gave before it died.
-    flush_replies(Port),
+    cbench_port_handler:flush(Port),
     try port_command(Port, term_to_binary(Term)) of
         true -> reply(Port, erlang:monotonic_time(millisecond) + Timeout)
     catch error:badarg ->
@@ -106,15 +98,20 @@ reply(Port, Deadline) ->
             case binary_to_term(Bin) of
                 {cbench_journal, _} = Wake -> self() ! Wake, reply(Port, Deadline);
                 %% Handler frames are handled at once, in the order the program wrote them.
-                {cbench_requests, _, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
-                {cbench_gone, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
-                {cbench_body, _, _, _} = F -> handler_frame(Port, F), reply(Port, Deadline);
+                {cbench_requests, _, _} = F -> handler_frame(Port, F, Deadline);
+                {cbench_gone, _} = F -> handler_frame(Port, F, Deadline);
+                {cbench_body, _, _, _} = F -> handler_frame(Port, F, Deadline);
                 Reply -> Reply
             end;
         {Port, {exit_status, Status}} -> {error, {port_exited, Status}}
     after max(0, Deadline - erlang:monotonic_time(millisecond)) ->
         {error, timeout}
     end.
+
+%% A frame for a handler route that came while waiting for a reply.
+handler_frame(Port, Frame, Deadline) ->
+    cbench_port_handler:frame(Port, Frame),
+    reply(Port, Deadline).
 
 %% @doc Stops the engine, then closes the program (which exits 0 on EOF).
 -spec stop(handle()) -> ok.
@@ -162,7 +159,7 @@ handler_add(H = #h{port = Port}, Match, Target, #{timeout_ms := Timeout, batch :
     case request(Port, {handler_add, cbench_c_terms:match(Match), Timeout, Body =:= stream},
                  ?CALL_TIMEOUT) of
         {ok, Id} ->
-            put({?ROUTE, Id}, {Target, Batch, Body}),
+            cbench_port_handler:route_added(Id, Target, Batch, Body),
             {{ok, Id}, H};
         {error, einval} -> {{error, {bad_handler, einval}}, H};
         {error, elimit} -> {{error, too_many_routes}, H};
@@ -172,87 +169,6 @@ handler_add(H = #h{port = Port}, Match, Target, #{timeout_ms := Timeout, batch :
 %% @doc The handler of route Id is gone: its parked requests get 503, its streams are cut.
 -spec handler_fail(handle(), pos_integer()) -> ok | {error, term()}.
 handler_fail(#h{port = Port}, Id) -> request(Port, {handler_fail, Id}, ?CALL_TIMEOUT).
-
-%% The program's frames for handler routes: requests to hand on, and requests gone.
-handler_frame(Port, {cbench_requests, Id, Reqs}) ->
-    {Pid, Batch, Stream} = case get({?ROUTE, Id}) of
-                               {Target, B, S} when is_pid(Target) -> {Target, B, S =:= stream};
-                               {Target, B, S} -> {whereis(Target), B, S =:= stream};
-                               undefined -> {undefined, false, false}
-                           end,
-    case is_pid(Pid) andalso is_process_alive(Pid) of
-        false ->
-            %% No one to send them to: 503 each (counted and journaled by the engine).
-            _ = to_program(Port, [{Ref, unavailable} || {Ref, _, _, _, _, _, _, _} <- Reqs]),
-            ok;
-        true ->
-            Owner = self(),
-            Maps = [begin
-                        A = cbench_handler:port_state(),
-                        put({?REQ, Ref}, {A, Pid}),
-                        #{method => M, path => P, query => Q, headers => Hs, peer => Peer,
-                          proto => Proto, body => case Stream of true -> stream; false -> Body end,
-                          handle => {cbench_port, Owner, Ref, A}}
-                    end || {Ref, M, P, Q, Hs, Peer, Proto, Body} <- Reqs],
-            case Batch of
-                true -> Pid ! {cbench_requests, Maps};
-                false -> [Pid ! {cbench_request, R} || R <- Maps]
-            end,
-            ok
-    end;
-handler_frame(_Port, {cbench_body, Ref, Data, End}) ->
-    case get({?REQ, Ref}) of
-        undefined -> ok;  % answered or gone: the rest of the body is dropped
-        {A, Pid} ->
-            Handle = {cbench_port, self(), Ref, A},
-            Data =:= <<>> orelse (Pid ! {cbench_body, Handle, Data}),
-            End andalso (Pid ! {cbench_body_end, Handle}),
-            ok
-    end;
-handler_frame(_Port, {cbench_gone, Ref}) ->
-    case erase({?REQ, Ref}) of
-        undefined -> ok;
-        {A, _} -> cbench_handler:port_gone(A)
-    end.
-
-%% Answers from handlers (cbench_handler, already claimed and checked): the first of a burst
-%% sends this process a flush message, so every answer that reaches the mailbox before that
-%% message goes to the program in the same frame; no mailbox scan.
-queue_replies(Port, Items) ->
-    Bytes = lists:sum([item_bytes(I) || I <- Items]),
-    {Out, N, B} = case get(?OUT) of
-                      undefined -> self() ! {cbench_port_flush, Port}, {[], 0, 0};
-                      Acc -> Acc
-                  end,
-    put(?OUT, {[Items | Out], N + length(Items), B + Bytes}),
-    case N + length(Items) >= ?REPLY_BURST orelse B + Bytes >= ?REPLY_BYTES of
-        true -> flush_replies(Port);
-        false -> ok
-    end.
-
-flush_replies(Port) ->
-    case erase(?OUT) of
-        undefined -> ok;  % flushed early: the flush message finds nothing
-        {Out, _, _} ->
-            All = lists:append(lists:reverse(Out)),
-            [erase({?REQ, element(1, Item)}) || Item <- All, final(Item)],
-            to_program(Port, All)
-    end.
-
-%% Headers count too: 4096 answers with big headers must not make a frame the program refuses.
-item_bytes({_, reply, _, Hs, Body}) -> header_bytes(Hs) + byte_size(Body);
-item_bytes({_, stream, _, Hs}) -> header_bytes(Hs);
-item_bytes({_, send, Data}) -> byte_size(Data);
-item_bytes(_) -> 0.
-
-header_bytes(Hs) -> lists:sum([byte_size(N) + byte_size(V) || {N, V} <- Hs]).
-
-final(Item) -> lists:member(element(2, Item), [reply, finish, unavailable]).
-
-%% A port that is closed (the program exited) is found by the exit_status message.
-to_program(Port, Items) ->
-    catch port_command(Port, term_to_binary({reply, Items})),
-    ok.
 
 %% @doc Adds a stub (canonical terms); returns once every worker uses the new table.
 -spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
@@ -264,13 +180,13 @@ route_add(H = #h{port = Port}, Match, Response) ->
 %% @doc Removes a stub; {error, not_found} for an unknown id.
 -spec route_remove(handle(), pos_integer()) -> {ok | {error, term()}, handle()}.
 route_remove(H = #h{port = Port}, Id) ->
-    erase({?ROUTE, Id}),
+    cbench_port_handler:route_removed(Id),
     {cbench_c_terms:remove_result(request(Port, {route_remove, Id}, ?CALL_TIMEOUT)), H}.
 
 %% @doc Removes every stub.
 -spec routes_reset(handle()) -> {ok | {error, term()}, handle()}.
 routes_reset(H = #h{port = Port}) ->
-    [erase(K) || {K = {?ROUTE, _}, _} <- get()],
+    cbench_port_handler:routes_reset(),
     {request(Port, route_reset, ?CALL_TIMEOUT), H}.
 
 %% @doc A scenario's state (docs/beam.md, scenarios).
@@ -324,17 +240,17 @@ up(H = #h{port = Port}) -> {request(Port, up, ?CALL_TIMEOUT), H}.
 handle_info({Port, {data, Bin}}, H = #h{port = Port}) ->
     case binary_to_term(Bin) of
         {cbench_journal, _} = Wake -> self() ! Wake;
-        {cbench_requests, _, _} = F -> handler_frame(Port, F);
-        {cbench_gone, _} = F -> handler_frame(Port, F);
-        {cbench_body, _, _, _} = F -> handler_frame(Port, F);
+        {cbench_requests, _, _} = F -> cbench_port_handler:frame(Port, F);
+        {cbench_gone, _} = F -> cbench_port_handler:frame(Port, F);
+        {cbench_body, _, _, _} = F -> cbench_port_handler:frame(Port, F);
         _ -> ok  % a reply that came after its request timed out
     end,
     {ok, H};
 handle_info({cbench_port_reply, Items}, H = #h{port = Port}) ->
-    queue_replies(Port, Items),
+    cbench_port_handler:queue(Port, Items),
     {ok, H};
 handle_info({cbench_port_flush, Port}, H = #h{port = Port}) ->
-    flush_replies(Port),
+    cbench_port_handler:flush(Port),
     {ok, H};
 handle_info({Port, {exit_status, Status}}, #h{port = Port}) ->
     {stop, {port_exited, Status}};

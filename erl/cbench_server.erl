@@ -4,11 +4,8 @@
 %%% cbench:expect/4 and the callers of cbench:await/4, woken by `{cbench_journal, Seq}' messages
 %%% that the engine sends while someone waits.
 %%%
-%%% The engine modules share one shape: start(Opts) -> {ok, H} | {error, R}, stop(H), port(H),
-%%% stats(H), info(H); route_add(H, Match, Response), route_remove(H, Id), routes_reset(H),
-%%% down(H) and up(H), each -> {Reply, H1}; stubs(H), journal(H, Filter) (the entries that may
-%%% match a canonical filter: at least those after its `since'), journal_clear(H),
-%%% journal_notify(H, Bool); and for engines that get messages (the port), handle_info(Msg, H).
+%%% The engine modules implement the cbench_engine behaviour; every call into them is one of its
+%%% callbacks, made from this process.
 -module(cbench_server).
 -behaviour(gen_server).
 
@@ -49,17 +46,11 @@ call(Pid, Req, Timeout) ->
             {error, not_running}
     end.
 
-%% @doc The module implementing an engine.
--spec engine_module(nif | port | ehttpd) -> module().
-engine_module(nif) -> cbench_nif;
-engine_module(port) -> cbench_port;
-engine_module(ehttpd) -> cbench_ehttpd.
-
 %% @private
 init({Engine, Opts, Owner, Starter}) ->
     %% Exits of the engine's linked processes and ports come as messages; shutdown runs terminate/2.
     process_flag(trap_exit, true),
-    Mod = engine_module(Engine),
+    Mod = cbench_engine:module(Engine),
     case Mod:start(Opts) of
         {ok, H} ->
             %% Linked before the caller hears of the server, so no exit of the owner is missed (an
@@ -262,7 +253,7 @@ handle_info({cbench_await_timeout, Ref}, S = #{waiters := Ws}) ->
     {Ws1, Replies} = cbench_waiters:expire(Ws, Ref),
     {noreply, answer(Replies, S#{waiters := Ws1})};
 handle_info({'EXIT', _From, Reason} = Msg, S = #{mod := Mod, handle := H}) ->
-    case erlang:function_exported(Mod, handle_info, 2) andalso Mod:handle_info(Msg, H) of
+    case Mod:handle_info(Msg, H) of
         {ok, H1} -> {noreply, S#{handle := H1}};
         {stop, Why} -> {stop, Why, S};
         %% A linked engine process died: the engine is broken, so this server ends too.
@@ -270,7 +261,7 @@ handle_info({'EXIT', _From, Reason} = Msg, S = #{mod := Mod, handle := H}) ->
         false -> {noreply, S}
     end;
 handle_info(Msg, S = #{mod := Mod, handle := H}) ->
-    case erlang:function_exported(Mod, handle_info, 2) andalso Mod:handle_info(Msg, H) of
+    case Mod:handle_info(Msg, H) of
         {ok, H1} -> {noreply, S#{handle := H1}};
         {stop, Why} -> {stop, Why, S};
         false -> {noreply, S}

@@ -6,60 +6,20 @@
 %% case by case with h2load while sampling the servers' resources, then walk the
 %% latency ladder, and write report.md, data.json, data.csv and SVG charts under
 %% bench/results/<timestamp>-<profile>/.
+%%
+%% The cases are cbench_bench_cases'; the command line's frame, notes and progress line
+%% (cbench_bench_harness) and the CPU lists (cbench_bench_cpus) are shared with make
+%% bench-clients (cbench_clients).
 -module(cbench_bench).
 
--export([main/0, main/1, parse_args/1, cases/0, all_cases/0, erl_cases/0, case_spec/1, profile/1, usage/0]).
-%% Shared with the client benchmark (cbench_clients): CPUs, option values, paths, progress.
--export([online_cpus/0, parse_cpus/1, cpus/2, pos/2, cpu_list/1, pin_self/1, root/0, timestamp/0,
-         note/3, progress/3, cli/5]).
+-export([main/0, main/1, parse_args/1, profile/1, usage/0]).
 
 -define(ENGINES, ["nif", "port", "ehttpd", "cbench-server", "httpd", "mochiweb", "yaws", "nginx", "h2o"]).
 -define(PEERS, ["httpd", "mochiweb", "yaws", "nginx", "h2o"]).
 -define(NODE, ["nif", "port", "ehttpd", "httpd", "mochiweb", "yaws"]).
 
 %% ---------------------------------------------------------------------------
-%% Cases: the 15 of the route contract.
-
-%% @doc The 15 cases of the route contract, in the order of the published tables.
--spec cases() -> [atom()].
-cases() ->
-    [hello, hello_headers, echo_1kb, echo_1kb_headers, echo_10kb, echo_chunked_10kb,
-     file_tiny, file_small, file_big, stream, stream_small, stream_big, sse, sse_small, sse_big].
-
-%% @doc {Path, BodyFile | undefined, ExtraHeaders} of a case.
--spec case_spec(atom()) -> {string(), string() | undefined, [{string(), string()}]}.
-case_spec(hello) -> {"/hello", undefined, []};
-case_spec(hello_headers) -> {"/hello", undefined, extra_headers()};
-case_spec(echo_1kb) -> {"/echo", "body_1k", []};
-case_spec(echo_1kb_headers) -> {"/echo", "body_1k", extra_headers()};
-case_spec(echo_10kb) -> {"/echo", "body_10k", []};
-case_spec(echo_chunked_10kb) -> {"/echo/chunked", "body_10k", []};
-case_spec(file_tiny) -> {"/file/tiny", undefined, []};
-case_spec(file_small) -> {"/file/small", undefined, []};
-case_spec(file_big) -> {"/file/big", undefined, []};
-case_spec(stream) -> {"/stream", undefined, []};
-case_spec(stream_small) -> {"/stream/small", undefined, []};
-case_spec(stream_big) -> {"/stream/big", undefined, []};
-case_spec(sse) -> {"/sse", undefined, []};
-case_spec(sse_small) -> {"/sse/small", undefined, []};
-case_spec(sse_big) -> {"/sse/big", undefined, []};
-case_spec(erl_hello) -> {"/erl/hello", undefined, []};
-case_spec(erl_hello_unbatched) -> {"/erl/hello1", undefined, []};
-case_spec(erl_echo_1kb) -> {"/erl/echo", "body_1k", []};
-case_spec(C) -> cbench_bench_roadrunner:spec(C).
-
-%% @doc The Erlang handler cases (issue 14): the answer comes from a process in the node
-%% (cbench_bench_node installs the routes on the nif and ehttpd engines): erl_hello and
-%% erl_echo_1kb with batching, erl_hello_unbatched one message per request.
--spec erl_cases() -> [atom()].
-erl_cases() -> [erl_hello, erl_hello_unbatched, erl_echo_1kb].
-
-%% @doc Every case the harness knows: the 15, the Erlang handler cases, then the roadrunner scenarios
-%% the 15 lack.
--spec all_cases() -> [atom()].
-all_cases() ->
-    cases() ++ erl_cases() ++
-        [C || C <- cbench_bench_roadrunner:cases(), cbench_bench_roadrunner:is_case(C)].
+%% Profiles
 
 %% The roadrunner case set over a profile's timing: roadrunner's lists per protocol, and
 %% no latency ladder (its table has none).
@@ -67,25 +27,13 @@ roadrunner_set(Cfg) ->
     Cfg#{cases => cbench_bench_roadrunner:cases(), latency_cases => [], latency => false,
          only => #{h1 => cbench_bench_roadrunner:h1_cases(), h2c => cbench_bench_roadrunner:h2c_cases()}}.
 
-%% Seven extra headers, as a browser behind a proxy sends them.
-extra_headers() ->
-    [{"cookie", "session=7f3a9c2e41b84d0f; theme=dark"},
-     {"cookie", "cart=3fa85f64-5717-4562-b3fc-2c963f66afa6"},
-     {"cookie", "consent=analytics:0,ads:0"},
-     {"x-request-id", "b7e4c2a0-6f1d-4c3e-9a58-1d2e3f4a5b6c"},
-     {"x-client-version", "cbench-bench/1.0"},
-     {"accept-language", "en-GB,en;q=0.9,fr;q=0.8"},
-     {"x-forwarded-for", "203.0.113.7, 198.51.100.23"}].
-
-%% ---------------------------------------------------------------------------
-%% Profiles
-
 %% @doc The settings of a profile; options given on the command line override them.
 -spec profile(atom()) -> map() | undefined.
 profile(quick) ->
     %% About 6 minutes on 2 CPUs: every quick case over HTTP/1.1, hello and echo_1kb
     %% over h2c, and the latency ladder for hello over both.
-    #{profile => quick, cases => [hello, echo_1kb, file_small, stream, sse] ++ erl_cases(),
+    #{profile => quick,
+      cases => [hello, echo_1kb, file_small, stream, sse] ++ cbench_bench_cases:erl_cases(),
       protos => [h1, h2c], only => #{h2c => [hello, echo_1kb, erl_hello, erl_hello_unbatched]}, runs => 1,
       duration => 5, warmup => 2, latency => true, latency_cases => [hello],
       latency_protos => [h1, h2c], latency_duration => 2, latency_warmup => 1};
@@ -93,16 +41,18 @@ profile(full) ->
     %% The 15, then the roadrunner scenarios (each over the protocols of roadrunner's lists).
     RR = roadrunner_set(#{}),
     #{only := #{h1 := RRh1, h2c := RRh2}} = RR,
-    #{profile => full, cases => all_cases(), protos => [h1, h2c], runs => 3,
-      only => #{h1 => cases() ++ erl_cases() ++ RRh1, h2c => cases() ++ erl_cases() ++ RRh2},
-      duration => 10, warmup => 3, latency => true, latency_cases => cases(),
+    Ours = cbench_bench_cases:cases() ++ cbench_bench_cases:erl_cases(),
+    #{profile => full, cases => cbench_bench_cases:all_cases(), protos => [h1, h2c], runs => 3,
+      only => #{h1 => Ours ++ RRh1, h2c => Ours ++ RRh2},
+      duration => 10, warmup => 3, latency => true, latency_cases => cbench_bench_cases:cases(),
       latency_duration => 3, latency_warmup => 1};
 profile(h1) ->
     #{profile => h1, cases => [hello, file_small], protos => [h1], runs => 1,
       duration => 10, warmup => 3, latency => false,
       engines => ["cbench-server", "nginx"], reference => ["nginx"]};
 profile(node) ->
-    #{profile => node, cases => [hello, echo_1kb] ++ erl_cases(), protos => [h1], runs => 1,
+    #{profile => node, cases => [hello, echo_1kb] ++ cbench_bench_cases:erl_cases(), protos => [h1],
+      runs => 1,
       duration => 10, warmup => 3, latency => false,
       engines => ["nif", "port", "ehttpd", "cbench-server"], reference => ["cbench-server", "ehttpd"]};
 profile(h2) ->
@@ -116,7 +66,7 @@ profile(smoke) ->
 profile(_) -> undefined.
 
 defaults() ->
-    Cpus = online_cpus(),
+    Cpus = cbench_bench_cpus:online_cpus(),
     {S, L} = lists:split(max(1, length(Cpus) div 2), Cpus),
     Load = case L of [] -> S; _ -> L end,
     #{engines => ?ENGINES, peers => true, targets => [], clients => 50, streams => 10,
@@ -124,24 +74,13 @@ defaults() ->
       keep_tmp => false, reference => ["cbench-server", "nginx", "h2o"], only => #{},
       tool => cbench_load}.
 
-online_cpus() ->
-    case file:read_file("/sys/devices/system/cpu/online") of
-        {ok, B} -> parse_cpus(string:trim(binary_to_list(B)));
-        _ -> [0]
-    end.
-
-parse_cpus(S) ->
-    lists:append([case string:split(P, "-") of
-                      [A, B] -> lists:seq(list_to_integer(A), list_to_integer(B));
-                      [A] -> [list_to_integer(A)]
-                  end || P <- string:lexemes(S, ",")]).
-
 %% @doc The help text.
 -spec usage() -> string().
 usage() ->
     "usage: bench/run.sh [options]   (make bench [FULL=1] [PEERS=0] [BENCH_ARGS=...])\n"
     "  --profile quick|full|h1|node|h2|smoke   what to run (default quick)\n"
-    "  --cases a,b,...        cases (of: " ++ string:join([atom_to_list(C) || C <- all_cases()], ",") ++ ")\n"
+    "  --cases a,b,...        cases (of: "
+        ++ string:join([atom_to_list(C) || C <- cbench_bench_cases:all_cases()], ",") ++ ")\n"
     "  --case-set ewe|roadrunner  the profile's cases, or roadrunner's scenarios (CASES=roadrunner)\n"
     "  --engines a,b,...      engines (of: " ++ string:join(?ENGINES, ",") ++ ")\n"
     "  --protocols h1,h2c     protocols\n"
@@ -186,7 +125,7 @@ opts(["--case-set", "roadrunner" | R], Cfg) -> opts(R, roadrunner_set(Cfg));
 opts(["--case-set", "ewe" | R], Cfg) -> opts(R, Cfg);
 opts(["--case-set", S | _], _) -> throw({usage, "unknown case set '" ++ S ++ "' (ewe, roadrunner)"});
 opts(["--cases", L | R], Cfg) ->
-    Known = [atom_to_list(C) || C <- all_cases()],
+    Known = [atom_to_list(C) || C <- cbench_bench_cases:all_cases()],
     Cs = [case lists:member(C, Known) of
               true -> list_to_atom(C);
               false -> throw({usage, "unknown case '" ++ C ++ "'"})
@@ -214,16 +153,19 @@ opts(["--target", T | R], Cfg = #{targets := Ts}) ->
         [Name, "http://" ++ _ = Url] when Name =/= "" -> opts(R, Cfg#{targets => Ts ++ [{Name, Url}]});
         _ -> throw({usage, "bad --target '" ++ T ++ "' (expected NAME=http://HOST:PORT)"})
     end;
-opts(["--runs", N | R], Cfg) -> opts(R, Cfg#{runs => pos(N, "--runs")});
-opts(["--duration", N | R], Cfg) -> opts(R, Cfg#{duration => pos(N, "--duration")});
-opts(["--warmup", N | R], Cfg) -> opts(R, Cfg#{warmup => nonneg(N, "--warmup")});
-opts(["--latency-duration", N | R], Cfg) -> opts(R, Cfg#{latency_duration => pos(N, "--latency-duration")});
-opts(["--latency-warmup", N | R], Cfg) -> opts(R, Cfg#{latency_warmup => nonneg(N, "--latency-warmup")});
-opts(["--clients", N | R], Cfg) -> opts(R, Cfg#{clients => pos(N, "--clients")});
-opts(["--streams", N | R], Cfg) -> opts(R, Cfg#{streams => pos(N, "--streams")});
-opts(["--threads", N | R], Cfg) -> opts(R, Cfg#{threads => pos(N, "--threads")});
-opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cpus(L, "--server-cpus")});
-opts(["--load-cpus", L | R], Cfg) -> opts(R, Cfg#{load_cpus => cpus(L, "--load-cpus")});
+opts(["--runs", N | R], Cfg) -> opts(R, Cfg#{runs => cbench_bench_harness:pos(N, "--runs")});
+opts(["--duration", N | R], Cfg) -> opts(R, Cfg#{duration => cbench_bench_harness:pos(N, "--duration")});
+opts(["--warmup", N | R], Cfg) -> opts(R, Cfg#{warmup => cbench_bench_harness:nonneg(N, "--warmup")});
+opts(["--latency-duration", N | R], Cfg) ->
+    opts(R, Cfg#{latency_duration => cbench_bench_harness:pos(N, "--latency-duration")});
+opts(["--latency-warmup", N | R], Cfg) ->
+    opts(R, Cfg#{latency_warmup => cbench_bench_harness:nonneg(N, "--latency-warmup")});
+opts(["--clients", N | R], Cfg) -> opts(R, Cfg#{clients => cbench_bench_harness:pos(N, "--clients")});
+opts(["--streams", N | R], Cfg) -> opts(R, Cfg#{streams => cbench_bench_harness:pos(N, "--streams")});
+opts(["--threads", N | R], Cfg) -> opts(R, Cfg#{threads => cbench_bench_harness:pos(N, "--threads")});
+opts(["--server-cpus", L | R], Cfg) ->
+    opts(R, Cfg#{server_cpus => cbench_bench_cpus:cpus(L, "--server-cpus")});
+opts(["--load-cpus", L | R], Cfg) -> opts(R, Cfg#{load_cpus => cbench_bench_cpus:cpus(L, "--load-cpus")});
 opts(["--out", D | R], Cfg) -> opts(R, Cfg#{out => D});
 opts(["--nodes", L | R], Cfg) -> opts(R, Cfg#{nodes => cbench_bench_nodes:parse(L)});
 opts(["--cookie", C | R], Cfg) -> opts(R, Cfg#{cookie => list_to_atom(C)});
@@ -233,30 +175,6 @@ opts(["--tool", T | _], _) -> throw({usage, "unknown tool '" ++ T ++ "' (cbench-
 opts([Opt | _], _) -> throw({usage, "unknown or incomplete option '" ++ Opt ++ "'"}).
 
 lexemes(L) -> string:lexemes(L, ",").
-
-pos(N, Opt) ->
-    case string:to_integer(N) of
-        {I, []} when I > 0 -> I;
-        _ -> throw({usage, Opt ++ " needs a positive integer, got '" ++ N ++ "'"})
-    end.
-
-nonneg(N, Opt) ->
-    case string:to_integer(N) of
-        {I, []} when I >= 0 -> I;
-        _ -> throw({usage, Opt ++ " needs an integer >= 0, got '" ++ N ++ "'"})
-    end.
-
-cpus(L, Opt) ->
-    try parse_cpus(L) of
-        [] -> throw({usage, Opt ++ " is empty"});
-        Cs ->
-            Online = online_cpus(),
-            case Cs -- Online of
-                [] -> Cs;
-                Bad -> throw({usage, Opt ++ ": CPU " ++ integer_to_list(hd(Bad)) ++ " is not online"})
-            end
-    catch error:_ -> throw({usage, Opt ++ " needs a CPU list such as 0 or 0,1 or 0-3"})
-    end.
 
 check(Cfg = #{engines := Es, peers := Peers, targets := Ts}) ->
     Es1 = case Peers of
@@ -279,31 +197,8 @@ main() ->
 %% @doc Runs the harness with a command line and halts with 0, 1 (a failure) or 2 (bad input).
 -spec main([string()]) -> no_return().
 main(Args) ->
-    cli("bench", Args, fun parse_args/1, fun usage/0,
+    cbench_bench_harness:cli("bench", Args, fun parse_args/1, fun usage/0,
         fun(Cfg) -> run(Cfg#{command => string:join(["bench/run.sh" | Args], " ")}) end).
-
-%% @doc A harness's command line (make bench, make bench-clients): parsed by Parse, run by Run, then
-%% halt with Run's code, 1 when it throws {fatal, Message} or crashes, 2 for bad input. (The run is
-%% inside the try, not in an `of' clause, whose exceptions a try does not catch.)
--spec cli(string(), [string()], fun(), fun(), fun()) -> no_return().
-cli(Tag, Args, Parse, Usage, Run) ->
-    Code = try
-               case Parse(Args) of
-                   help -> io:put_chars(Usage()), 0;
-                   {error, Bad} ->
-                       io:format(standard_error, "~s: ~s~n~s", [Tag, Bad, Usage()]),
-                       2;
-                   {ok, Cfg} -> Run(Cfg)
-               end
-           catch
-               throw:{fatal, Msg} ->
-                   io:format(standard_error, "~s: ~s~n", [Tag, Msg]),
-                   1;
-               C:R:St ->
-                   io:format(standard_error, "~s: internal error ~p:~p~n~p~n", [Tag, C, R, St]),
-                   1
-           end,
-    halt(Code).
 
 run(Cfg0) ->
     case cbench_bench_h2load:version() of
@@ -314,8 +209,8 @@ run(Cfg0) ->
         undefined -> throw({fatal, cbench_bench_load:path() ++ " is not built (make load)"});
         _ -> ok
     end,
-    Root = root(),
-    Ts = timestamp(),
+    Root = cbench_bench_harness:root(),
+    Ts = cbench_bench_harness:timestamp(),
     Out = case maps:get(out, Cfg0) of
               undefined -> filename:join([Root, "bench", "results",
                                           Ts ++ "-" ++ atom_to_list(maps:get(profile, Cfg0))]);
@@ -334,11 +229,11 @@ run(Cfg0) ->
     #{server_cpus := SC, load_cpus := LC} = Cfg0,
     Threads = case maps:get(threads, Cfg0) of undefined -> length(SC); T -> T end,
     Cfg = Cfg0#{root => Root, out => Out, tmp => Tmp, docroot => Doc, threads => Threads,
-                server_cpus_s => cpu_list(SC), load_cpus_s => cpu_list(LC),
-                timestamp => Ts},
-    pin_self(cpu_list(LC)),
+                server_cpus_s => cbench_bench_cpus:cpu_list(SC),
+                load_cpus_s => cbench_bench_cpus:cpu_list(LC), timestamp => Ts},
+    cbench_bench_cpus:pin_self(maps:get(load_cpus_s, Cfg)),
     io:format("cbench bench: profile ~s, server CPUs ~s, load CPUs ~s, results in ~s~n",
-              [maps:get(profile, Cfg), cpu_list(SC), cpu_list(LC), Out]),
+              [maps:get(profile, Cfg), maps:get(server_cpus_s, Cfg), maps:get(load_cpus_s, Cfg), Out]),
     St0 = #{engines => [], peer => undefined, notes => [], node_info => #{}},
     St1 = start_servers(Cfg, St0),
     LoadNodes = try start_load_nodes(Cfg)
@@ -377,7 +272,7 @@ start_load_nodes(#{nodes := Nodes} = Cfg) ->
 start_load_nodes(_) -> undefined.
 
 load_nodes_note(#{nodes := Nodes} = Cfg, St) ->
-    note(St, "the load came from ~b node~s at once (~s), merged exactly by cbench:load/2~s",
+    cbench_bench_harness:note(St, "the load came from ~b node~s at once (~s), merged exactly by cbench:load/2~s",
          [length(Nodes), case Nodes of [_] -> ""; _ -> "s" end,
           string:join([atom_to_list(N) || N <- Nodes], ", "),
           case maps:get(tool, Cfg) of
@@ -385,28 +280,6 @@ load_nodes_note(#{nodes := Nodes} = Cfg, St) ->
               _ -> ""
           end]);
 load_nodes_note(_, St) -> St.
-
-root() ->
-    case os:getenv("CBENCH_ROOT") of
-        false -> {ok, D} = file:get_cwd(), D;
-        D -> D
-    end.
-
-timestamp() ->
-    {{Y, Mo, D}, {H, Mi, S}} = calendar:universal_time(),
-    lists:flatten(io_lib:format("~4..0b~2..0b~2..0bT~2..0b~2..0b~2..0bZ", [Y, Mo, D, H, Mi, S])).
-
-cpu_list(Cs) -> string:join([integer_to_list(C) || C <- Cs], ",").
-
-%% The harness itself (and so h2load, which it starts) runs on the load CPUs.
-pin_self(Cpus) ->
-    _ = os:cmd("taskset -a -p -c " ++ Cpus ++ " " ++ os:getpid() ++ " >/dev/null 2>&1"),
-    ok.
-
-note(St = #{notes := Ns}, Fmt, Args) ->
-    N = lists:flatten(io_lib:format(Fmt, Args)),
-    io:format("  note: ~s~n", [N]),
-    St#{notes => Ns ++ [N]}.
 
 start_servers(Cfg = #{engines := Wanted}, St0) ->
     %% varied_paths_router's 100 routes are in every cbench engine for the whole run when it is
@@ -432,7 +305,8 @@ start_servers(Cfg = #{engines := Wanted}, St0) ->
                           add_results(Rs, St0#{peer => Peer, node_pidfile => PidFile,
                                                node_info => Info#{args => NodeArgs}});
                       {error, Why} ->
-                          note(St0, "the node did not start (~0p): ~s skipped", [Why, string:join(NodeWanted, ", ")])
+                          cbench_bench_harness:note(St0, "the node did not start (~0p): ~s skipped",
+                                                    [Why, string:join(NodeWanted, ", ")])
                   end
           end,
     Procs = [{"cbench-server", fun cbench_bench_servers:start_cbench_server/1},
@@ -462,14 +336,14 @@ start_servers(Cfg = #{engines := Wanted}, St0) ->
 
 add_results(Rs, St) ->
     lists:foldl(fun({ok, E}, Acc = #{engines := Es}) -> Acc#{engines => Es ++ [E]};
-                   ({skip, Name, Why}, Acc) -> note(Acc, "~s skipped: ~s", [Name, Why])
+                   ({skip, Name, Why}, Acc) -> cbench_bench_harness:note(Acc, "~s skipped: ~s", [Name, Why])
                 end, St, Rs).
 
 %% ---------------------------------------------------------------------------
 %% Measuring
 
 measure(_Cfg, St0 = #{engines := []}) ->
-    St1 = note(St0, "nothing to measure: no engine could be started", []),
+    St1 = cbench_bench_harness:note(St0, "nothing to measure: no engine could be started", []),
     St1#{results => [], latency => [], support => []};
 measure(Cfg, St0) ->
     io:format("probing what each engine serves...~n"),
@@ -481,7 +355,7 @@ measure(Cfg, St0) ->
     io:format("~b throughput runs of ~bs~s: about ~s~n",
               [NThr, ThrSecs,
                case LatEst of 0 -> ""; _ -> io_lib:format(" and up to ~b latency runs", [LatEst]) end,
-               fmt_secs(length(Plan) * maps:get(warmup, Cfg) + NThr * ThrSecs
+               cbench_bench_harness:fmt_secs(length(Plan) * maps:get(warmup, Cfg) + NThr * ThrSecs
                         + LatEst * lat_secs(Cfg))]),
     case maps:get(dry_run, Cfg, false) of
         true ->
@@ -524,7 +398,7 @@ plan(Cfg, St = #{engines := Es}) ->
         lists:foldl(
           fun({P, C, E = #{name := N, cbench := Cb}}, {Acc, S}) ->
                   %% Handler routes exist only where cbench_bench_node installed them.
-                  Key = case Cb andalso not lists:member(C, erl_cases()) of
+                  Key = case Cb andalso not lists:member(C, cbench_bench_cases:erl_cases()) of
                             true -> {P, hello, N};
                             false -> {P, C, N}
                         end,
@@ -532,8 +406,11 @@ plan(Cfg, St = #{engines := Es}) ->
                       {Key, Ok} -> {[{{P, C, N}, Ok} | Acc], S};
                       false ->
                           Ok = probe(Cfg, P, element(2, Key), E),
-                          S1 = case {Ok, Cb andalso not lists:member(C, erl_cases())} of
-                                   {false, true} -> note(S, "~s does not answer ~s (probe of /hello failed): skipped over ~s", [N, P, P]);
+                          S1 = case {Ok, Cb andalso not lists:member(C, cbench_bench_cases:erl_cases())} of
+                                   {false, true} ->
+                                       cbench_bench_harness:note(
+                                         S, "~s does not answer ~s (probe of /hello failed): skipped over ~s",
+                                         [N, P, P]);
                                    _ -> S
                                end,
                           {[{{P, C, N}, Ok}, {Key, Ok} | Acc], S1}
@@ -549,7 +426,7 @@ plan(Cfg, St = #{engines := Es}) ->
     {Plan, St1#{support => Sup1}}.
 
 probe(Cfg, Proto, Case, E) ->
-    case cbench_bench_servers:url(E, Proto, element(1, case_spec(Case))) of
+    case cbench_bench_servers:url(E, Proto, element(1, cbench_bench_cases:case_spec(Case))) of
         undefined -> false;
         Url ->
             Spec = (run_spec(Cfg, Proto, Case, Url))#{clients => 1, threads => 1,
@@ -565,7 +442,7 @@ probe(Cfg, Proto, Case, E) ->
     end.
 
 run_spec(Cfg, Proto, Case, Url) ->
-    {_Path, Body, Hdrs} = case_spec(Case),
+    {_Path, Body, Hdrs} = cbench_bench_cases:case_spec(Case),
     Data = case Body of
                undefined -> undefined;
                F -> filename:join(maps:get(docroot, Cfg), F)
@@ -579,7 +456,8 @@ throughput(Cfg, Plan, Prog0, St0) ->
     lists:foldl(
       fun({P, C, E = #{name := N}}, {Acc, Prog, St}) ->
               Runs = [begin
-                          progress(Prog, "~s ~s ~s run ~b/~b", [P, C, N, I, maps:get(runs, Cfg)]),
+                          cbench_bench_harness:progress(Prog, "~s ~s ~s run ~b/~b",
+                                                        [P, C, N, I, maps:get(runs, Cfg)]),
                           %% Only the first run warms up: the ones after it follow at once,
                           %% on a server that is already warm.
                           R = maps:without([raw], one_run(Cfg, P, C, E, #{first => I =:= 1})),
@@ -590,7 +468,7 @@ throughput(Cfg, Plan, Prog0, St0) ->
               Row = summarize(P, C, N, Runs),
               Died = maps:get(died, St, []),
               St1 = case maps:get(status, Row) =:= died andalso not lists:member(N, Died) of
-                        true -> (note(St, "~s died during ~s ~s; its later cases show `died`",
+                        true -> (cbench_bench_harness:note(St, "~s died during ~s ~s; its later cases show `died`",
                                       [N, P, C]))#{died => [N | Died]};
                         false -> St
                     end,
@@ -602,7 +480,7 @@ one_run(Cfg, Proto, Case, E = #{alive := Alive, pids := PidsF, mem := Mem}, Extr
     case Alive() of
         false -> #{status => died};
         true ->
-            Url = cbench_bench_servers:url(E, Proto, element(1, case_spec(Case))),
+            Url = cbench_bench_servers:url(E, Proto, element(1, cbench_bench_cases:case_spec(Case))),
             {Warm, Dur} = case Extra of
                               #{rate := _, warm := true} -> {maps:get(latency_warmup, Cfg), maps:get(latency_duration, Cfg)};
                               #{rate := _} -> {0, maps:get(latency_duration, Cfg)};
@@ -737,7 +615,7 @@ latency(Cfg, Plan, Results, Prog0, St0) ->
                       Es = [E || {P1, C1, E} <- Plan, P1 =:= P, C1 =:= C],
                       lists:foldl(
                         fun({Rate, E = #{name := N}}, {A, Pr, S}) ->
-                                progress(Pr, "latency ~s ~s ~s at ~s req/s",
+                                cbench_bench_harness:progress(Pr, "latency ~s ~s ~s at ~s req/s",
                                          [P, C, N, cbench_bench_stats:fmt_int(Rate)]),
                                 %% zrk's method: one warm-up per engine, at the lowest rate.
                                 Row = latency_run(Cfg, P, C, E, Rate, Rate =:= hd(Rates)),
@@ -779,14 +657,6 @@ latency_run(Cfg, P, C, E = #{name := N}, Rate, Warm) ->
 %% ---------------------------------------------------------------------------
 %% Progress
 
-progress(#{done := D, total := T, t0 := T0}, Fmt, Args) ->
-    Elapsed = erlang:monotonic_time(second) - T0,
-    Eta = case D of
-              0 -> "";
-              _ -> " ETA " ++ fmt_secs(round(Elapsed / D * (T - D)))
-          end,
-    io:format("[~b/~b~s] " ++ Fmt ++ " ... ", [D + 1, T, Eta | Args]).
-
 print_run(#{status := S, rps := Rps} = R) ->
     io:format("~s req/s~s~s~s~n", [cbench_bench_stats:fmt_int(Rps),
                                  case maps:get(cpu_us, R, undefined) of
@@ -808,5 +678,3 @@ print_lat(#{status := S, p99 := P99, answered := A}) ->
 print_lat(#{status := S}) ->
     io:format("~s~n", [S]).
 
-fmt_secs(S) when S < 60 -> integer_to_list(S) ++ "s";
-fmt_secs(S) -> io_lib:format("~bm~2..0bs", [S div 60, S rem 60]).

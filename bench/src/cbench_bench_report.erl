@@ -237,7 +237,7 @@ case_row(C) ->
     end.
 
 ewe_case_row(C) ->
-    {Path, Body, Hdrs} = cbench_bench:case_spec(C),
+    {Path, Body, Hdrs} = cbench_bench_cases:case_spec(C),
     Req = case Body of
               undefined -> "GET " ++ Path;
               "body_1k" -> "POST " ++ Path ++ ", 1KiB body";

@@ -49,7 +49,7 @@ profile(smoke) ->
 profile(_) -> undefined.
 
 defaults() ->
-    Cpus = cbench_bench:online_cpus(),
+    Cpus = cbench_bench_cpus:online_cpus(),
     {S, L} = lists:split(max(1, length(Cpus) div 2), Cpus),
     Client = case L of [] -> S; _ -> L end,
     #{timeout => 1000, delay => 10, min_rounds => 0, engine => nif, url => undefined, server_node => undefined,
@@ -109,11 +109,11 @@ opts(["--pa", D | R], Cfg = #{pa := Pa}) -> opts(R, Cfg#{pa => Pa ++ [D]});
 opts(["--concurrency", L | R], Cfg) -> opts(R, Cfg#{concurrency => ints(L, "--concurrency")});
 opts(["--pool-sizes", L | R], Cfg) -> opts(R, Cfg#{pool_sizes => ints(L, "--pool-sizes")});
 opts(["--pool-counts", L | R], Cfg) -> opts(R, Cfg#{pool_counts => ints(L, "--pool-counts")});
-opts(["--min-rounds", N | R], Cfg) -> opts(R, Cfg#{min_rounds => cbench_bench:pos(N, "--min-rounds")});
-opts(["--iterations", N | R], Cfg) -> opts(R, Cfg#{iterations => cbench_bench:pos(N, "--iterations")});
-opts(["--timeout", N | R], Cfg) -> opts(R, Cfg#{timeout => cbench_bench:pos(N, "--timeout")});
+opts(["--min-rounds", N | R], Cfg) -> opts(R, Cfg#{min_rounds => cbench_bench_harness:pos(N, "--min-rounds")});
+opts(["--iterations", N | R], Cfg) -> opts(R, Cfg#{iterations => cbench_bench_harness:pos(N, "--iterations")});
+opts(["--timeout", N | R], Cfg) -> opts(R, Cfg#{timeout => cbench_bench_harness:pos(N, "--timeout")});
 opts(["--delay", N | R], Cfg) -> opts(R, Cfg#{delay => delay(N, "--delay")});
-opts(["--max-seconds", N | R], Cfg) -> opts(R, Cfg#{max_seconds => cbench_bench:pos(N, "--max-seconds")});
+opts(["--max-seconds", N | R], Cfg) -> opts(R, Cfg#{max_seconds => cbench_bench_harness:pos(N, "--max-seconds")});
 opts(["--engine", E | R], Cfg) -> opts(R, Cfg#{engine => engine(E)});
 opts(["--url", U | R], Cfg) ->
     case uri_string:parse(U) of
@@ -132,13 +132,13 @@ opts(["--server-ip", Ip | R], Cfg) ->
         {ok, _} -> opts(R, Cfg#{server_ip => Ip});
         _ -> throw({usage, "bad --server-ip '" ++ Ip ++ "' (an IPv4 address)"})
     end;
-opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cbench_bench:cpus(L, "--server-cpus")});
-opts(["--client-cpus", L | R], Cfg) -> opts(R, Cfg#{client_cpus => cbench_bench:cpus(L, "--client-cpus")});
+opts(["--server-cpus", L | R], Cfg) -> opts(R, Cfg#{server_cpus => cbench_bench_cpus:cpus(L, "--server-cpus")});
+opts(["--client-cpus", L | R], Cfg) -> opts(R, Cfg#{client_cpus => cbench_bench_cpus:cpus(L, "--client-cpus")});
 opts(["--hold-engines", L | R], Cfg) ->
     opts(R, Cfg#{hold_engines => [engine(E) || E <- lexemes(L, "--hold-engines")]});
 opts(["--hold-delays", L | R], Cfg) ->
     opts(R, Cfg#{hold_delays => [delay(D, "--hold-delays") || D <- lexemes(L, "--hold-delays")]});
-opts(["--hold-rounds", N | R], Cfg) -> opts(R, Cfg#{hold_rounds => cbench_bench:pos(N, "--hold-rounds")});
+opts(["--hold-rounds", N | R], Cfg) -> opts(R, Cfg#{hold_rounds => cbench_bench_harness:pos(N, "--hold-rounds")});
 opts(["--no-hold" | R], Cfg) -> opts(R, Cfg#{hold => false});
 opts(["--out", D | R], Cfg) -> opts(R, Cfg#{out => D});
 opts(["--dry-run" | R], Cfg) -> opts(R, Cfg#{dry_run => true});
@@ -150,7 +150,7 @@ lexemes(L, Opt) ->
         Ls -> Ls
     end.
 
-ints(L, Opt) -> lists:usort([cbench_bench:pos(N, Opt) || N <- lexemes(L, Opt)]).
+ints(L, Opt) -> lists:usort([cbench_bench_harness:pos(N, Opt) || N <- lexemes(L, Opt)]).
 
 delay(N, Opt) ->
     case string:to_integer(N) of
@@ -168,7 +168,7 @@ engine(E) ->
 %% that implements the behaviour's three callbacks.
 check(Cfg = #{clients := Names, pa := Pa}) ->
     %% cbench's own application (the behaviour and the shipped adapters), as rebar3 builds it.
-    _ = code:add_patha(filename:join([cbench_bench:root(), "_build", "default", "lib", "cbench", "ebin"])),
+    _ = code:add_patha(filename:join([cbench_bench_harness:root(), "_build", "default", "lib", "cbench", "ebin"])),
     [code:add_pathsa(filelib:wildcard(P)) || P <- Pa],
     Clients = [client(N) || N <- Names],
     {ok, Cfg#{clients => Clients}}.
@@ -208,12 +208,12 @@ main() ->
 %% @doc Runs the benchmark and halts with 0, 1 (a failure) or 2 (bad input).
 -spec main([string()]) -> no_return().
 main(Args) ->
-    cbench_bench:cli("bench-clients", Args, fun parse_args/1, fun usage/0,
+    cbench_bench_harness:cli("bench-clients", Args, fun parse_args/1, fun usage/0,
                      fun(Cfg) -> run(Cfg#{command => string:join(["bench-clients" | Args], " ")}) end).
 
 run(Cfg0) ->
-    Root = cbench_bench:root(),
-    Ts = cbench_bench:timestamp(),
+    Root = cbench_bench_harness:root(),
+    Ts = cbench_bench_harness:timestamp(),
     Out = case maps:get(out, Cfg0) of
               undefined -> filename:join([Root, "bench", "results",
                                           Ts ++ "-clients-" ++ atom_to_list(maps:get(profile, Cfg0))]);
@@ -296,11 +296,11 @@ ship(Node, M) ->
 %% The client node: pinned to the client CPUs (as the server harness pins itself), one scheduler
 %% online per CPU.
 pin_clients(Cpus) ->
-    cbench_bench:pin_self(cpu_list(Cpus)),
+    cbench_bench_cpus:pin_self(cpu_list(Cpus)),
     _ = erlang:system_flag(schedulers_online, min(length(Cpus), erlang:system_info(schedulers))),
     ok.
 
-cpu_list(Cs) -> cbench_bench:cpu_list(Cs).
+cpu_list(Cs) -> cbench_bench_cpus:cpu_list(Cs).
 
 %% Sockets in TIME_WAIT on this machine: each holds an ephemeral port for a minute after a client
 %% closed its connection, and a run opens tens of thousands.
@@ -318,7 +318,7 @@ log_note(Log, St) ->
                        "crashes under overload, for one)", [N])
     end.
 
-note(St, Fmt, Args) -> cbench_bench:note(St, Fmt, Args).
+note(St, Fmt, Args) -> cbench_bench_harness:note(St, Fmt, Args).
 
 %% ---------------------------------------------------------------------------
 %% The fixture
@@ -416,7 +416,7 @@ shape(#{pooled := false}) -> "(no pool)";
 shape(#{pool_count := PC, pool_size := PS}) -> integer_to_list(PC) ++ "x" ++ integer_to_list(PS).
 
 progress(Done, Total, T0, Fmt, Args) ->
-    cbench_bench:progress(#{done => Done, total => Total, t0 => T0}, Fmt, Args).
+    cbench_bench_harness:progress(#{done => Done, total => Total, t0 => T0}, Fmt, Args).
 
 %% One cell through the real path: the fixture's counters before and after, its node's CPU and
 %% memory sampled over the cell's window, this node's CPU too.

@@ -247,7 +247,7 @@ check_peer(Name, {skip, Why}, _) ->
 check_peer(Name, {ok, Port}, Doc) ->
     Base = "http://127.0.0.1:" ++ integer_to_list(Port),
     [begin
-         {Path, BodyFile, Hdrs} = cbench_bench:case_spec(C),
+         {Path, BodyFile, Hdrs} = cbench_bench_cases:case_spec(C),
          Req = case BodyFile of
                    undefined -> {get, {Base ++ Path, Hdrs}};
                    F ->
@@ -258,7 +258,7 @@ check_peer(Name, {ok, Port}, Doc) ->
          {ok, {{_, Status, _}, _, Body}} =
              httpc:request(Method, R, [{timeout, 10000}], [{body_format, binary}], cbench_bench_tests),
          ?assertEqual({Name, C, expected(Name, C, Doc)}, {Name, C, {Status, Body}})
-     end || C <- cbench_bench:cases()],
+     end || C <- cbench_bench_cases:cases()],
     io:format(user, "~nbench-unit: ~s served the 15 cases as the route contract says~n", [Name]).
 
 expected(mochiweb, C, _) when C =:= sse; C =:= sse_small; C =:= sse_big -> {404, <<"Not found.">>};
@@ -346,7 +346,7 @@ roadrunner_cases_test_() ->
      ?_assertEqual([hello, json, echo, headers_heavy, multi_stream_h2], maps:get(h2c, maps:get(only, RR))),
      ?_assertEqual([], maps:get(latency_cases, RR)),
      %% FULL=1: the 15, the Erlang handler cases, then the roadrunner scenarios the 15 lack.
-     ?_assertEqual(cbench_bench:cases() ++ cbench_bench:erl_cases() ++ [json, echo, large_response, headers_heavy, cookies_heavy,
+     ?_assertEqual(cbench_bench_cases:cases() ++ cbench_bench_cases:erl_cases() ++ [json, echo, large_response, headers_heavy, cookies_heavy,
                                             pipelined_h1, varied_paths_router, gzip_response,
                                             websocket_msg_throughput, multi_stream_h2],
                    maps:get(cases, Full)),
@@ -366,9 +366,9 @@ roadrunner_cases_test_() ->
      ?_assertNot(cbench_bench_roadrunner:proto_ok(h1, multi_stream_h2)),
      ?_assertEqual(16384, byte_size(cbench_bench_roadrunner:gzip_json())),
      %% The request of headers_heavy carries 16 extra headers, cookies_heavy 8 cookies in one.
-     ?_assertEqual(16, length(element(3, cbench_bench:case_spec(headers_heavy)))),
-     ?_assertMatch({"/cookies", undefined, [{"cookie", _}]}, cbench_bench:case_spec(cookies_heavy)),
-     ?_assertEqual(8, length(string:split(element(2, hd(element(3, cbench_bench:case_spec(cookies_heavy)))),
+     ?_assertEqual(16, length(element(3, cbench_bench_cases:case_spec(headers_heavy)))),
+     ?_assertMatch({"/cookies", undefined, [{"cookie", _}]}, cbench_bench_cases:case_spec(cookies_heavy)),
+     ?_assertEqual(8, length(string:split(element(2, hd(element(3, cbench_bench_cases:case_spec(cookies_heavy)))),
                                           ";", all)))].
 
 load_parsed_ok_test() ->

@@ -1,0 +1,135 @@
+%%% @doc Erlang handlers on the ehttpd engine (docs/beam.md, "Erlang handlers"), both sides of one
+%%% request: the connection process (cbench_ehttpd_conn) sends the request to the handler and waits
+%%% here for the answer, and the handler's answers (cbench_handler, checked there) reach that
+%%% connection as `{cbench_reply, Ref, Op}' messages.
+%%%
+%%% The request's handle is `{cbench_ehttpd, Conn, Ref, State}': State is its state word
+%%% (cbench_handler_state), so that one answer wins against another and against the connection
+%%% taking the request back for a 503 or 504.
+-module(cbench_ehttpd_handler).
+
+-export([answer/2]).
+-export([await/3, send/3, body/3, wait/1, next/1, done/1]).
+
+-export_type([ctx/0]).
+
+%% What the connection keeps of a request it sent: the reference of its answers, its state word,
+%% the monitor of the handler's process and the handler's timeout_ms.
+-opaque ctx() :: {reference(), cbench_handler_state:state(), reference(), pos_integer()}.
+-type handler_opts() :: #{timeout_ms := pos_integer(), batch := boolean(), _ => _}.
+-type answer() :: {reply, cbench_handler:status(), [{binary(), binary()}], binary(), ctx()} |
+                  {stream, cbench_handler:status(), [{binary(), binary()}], ctx()} |
+                  {fail, 503 | 504}.
+
+%%% The handler's side
+
+%% @doc A checked answer (cbench_handler) to an ehttpd request: claimed on its state word, then
+%% sent to the connection that waits for it.
+-spec answer({cbench_ehttpd, pid(), reference(), cbench_handler_state:state()},
+             cbench_handler_state:op()) -> ok | {error, gone | not_streaming}.
+answer({cbench_ehttpd, Pid, Ref, A}, Op) ->
+    cbench_handler_state:answer(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
+
+%%% The connection's side
+
+%% @doc Sends the request (Info, without its handle) to Target and waits for the head of the
+%% answer. Returns the answer, or {fail, 503 | 504}.
+-spec await(pid() | atom(), handler_opts(), map()) -> answer().
+await(Target, HOpts, Info) ->
+    case send(Target, HOpts, Info) of
+        {ok, Ctx, _To} -> wait(Ctx);
+        Fail -> Fail
+    end.
+
+%% @doc Sends the request to Target (the first half of await/3, for a body that follows in pieces
+%% with body/3): {ok, Ctx, To}, or {fail, 503} when there is no process.
+-spec send(pid() | atom(), handler_opts(), map()) ->
+          {ok, ctx(), {pid(), cbench_handler:handle()}} | {fail, 503}.
+send(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
+    case target_pid(Target) of
+        undefined ->
+            {fail, 503};
+        Pid ->
+            Mon = erlang:monitor(process, Pid),
+            Ref = make_ref(),
+            A = cbench_handler_state:new(),
+            Handle = {cbench_ehttpd, self(), Ref, A},
+            Req = Info#{handle => Handle},
+            Pid ! case Batch of
+                      true -> {cbench_requests, [Req]};
+                      false -> {cbench_request, Req}
+                  end,
+            {ok, {Ref, A, Mon, Timeout}, {Pid, Handle}}
+    end.
+
+%% @doc One piece of a streamed request body (Data), or its end (eof), to the handler; nothing once
+%% the request is answered whole or over (as on the C engines).
+-spec body(ctx(), {pid(), cbench_handler:handle()}, binary() | eof) -> ok.
+body({_, A, _, _}, {Pid, Handle}, Data) ->
+    case cbench_handler_state:is_open(A) of
+        true ->
+            Pid ! case Data of
+                      eof -> {cbench_body_end, Handle};
+                      _ -> {cbench_body, Handle, Data}
+                  end,
+            ok;
+        false -> ok
+    end.
+
+%% @doc Waits for the head of the answer (the second half of await/3).
+-spec wait(ctx()) -> answer().
+wait(Ctx) ->
+    case receive_op(Ctx) of
+        {reply, S, H, B} -> {reply, S, H, B, Ctx};
+        {stream, S, H} -> {stream, S, H, Ctx};
+        {cut, Status} -> done(Ctx), {fail, Status}
+    end.
+
+%% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the
+%% handler died, or sent nothing for timeout_ms).
+-spec next(ctx()) -> {send, binary()} | finish | {cut, 503 | 504}.
+next(Ctx) ->
+    receive_op(Ctx).
+
+%% @doc The request is over: later answers get {error, gone}.
+-spec done(ctx()) -> ok.
+done({Ref, A, Mon, _}) ->
+    cbench_handler_state:done(A),
+    erlang:demonitor(Mon, [flush]),
+    flush(Ref).
+
+flush(Ref) ->
+    receive {cbench_reply, Ref, _} -> flush(Ref)
+    after 0 -> ok
+    end.
+
+target_pid(Pid) when is_pid(Pid) -> Pid;
+target_pid(Name) when is_atom(Name) -> whereis(Name).
+
+%% The handler's next message for this request, or the cut that takes its place.
+receive_op(Ctx = {Ref, _, Mon, Timeout}) ->
+    receive
+        {cbench_reply, Ref, Op} -> Op;
+        {'DOWN', Mon, process, _, _} -> take_back(Ctx, 503)
+    after Timeout ->
+            take_back(Ctx, 504)
+    end.
+
+%% The connection takes the request back for a 503 or 504; when an answer won the race its
+%% message is on the way (or the handler died sending it: then the monitor says so).
+take_back(Ctx = {Ref, A, Mon, _}, Status) ->
+    case cbench_handler_state:take_back(A) of
+        true -> {cut, Status};
+        false ->
+            receive
+                {cbench_reply, Ref, Op} -> Op;
+                {'DOWN', Mon, process, _, _} -> {cut, 503}
+            after 0 -> wait_more(Ctx)
+            end
+    end.
+
+wait_more({Ref, _A, Mon, _}) ->
+    receive
+        {cbench_reply, Ref, Op} -> Op;
+        {'DOWN', Mon, process, _, _} -> {cut, 503}
+    end.

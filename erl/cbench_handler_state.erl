@@ -1,0 +1,67 @@
+%%% @doc The state word of a request waiting for an Erlang handler on the ehttpd and port engines: an
+%%% atomics array of one slot that the handler's process and the engine's side (the ehttpd connection,
+%%% the port's owner) both change. One compare-and-swap makes an answer the only one, as the C
+%%% engine's state word does for the nif engine (src/deferred.c): whoever moves the word first wins,
+%%% and the other side then reads {error, gone} (a late answer) or finds the request answered.
+-module(cbench_handler_state).
+
+-export([new/0, answer/3, is_open/1, take_back/1, done/1]).
+
+-export_type([state/0, op/0]).
+
+-type state() :: atomics:atomics_ref().
+%% A checked answer (cbench_handler): a whole one, the head of a streamed one, a piece, the end.
+-type op() :: {reply, cbench_handler:status(), [{binary(), binary()}], binary()} |
+              {stream, cbench_handler:status(), [{binary(), binary()}]} |
+              {send, binary()} | finish.
+
+%% The states; the C engine has the same ones.
+-define(PARKED, 0).
+-define(REPLIED, 1).
+-define(STREAMING, 2).
+-define(FINISHED, 3).
+-define(DONE, 4).
+
+%% @doc A new request's state word: waiting for its answer.
+-spec new() -> state().
+new() -> atomics:new(1, []).
+
+%% @doc Moves the word for one answer and, when that succeeds, calls Send with it (so that no answer
+%% is sent that lost the race). {error, not_streaming} for a piece or an end before the head,
+%% {error, gone} when the request is answered, over or taken back.
+-spec answer(state(), op(), fun((op()) -> term())) -> ok | {error, gone | not_streaming}.
+answer(A, Op = {reply, _, _, _}, Send) -> claim(A, ?PARKED, ?REPLIED, Op, Send);
+answer(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send);
+answer(A, Op = {send, _}, Send) ->
+    case atomics:get(A, 1) of
+        ?STREAMING -> Send(Op), ok;
+        ?PARKED -> {error, not_streaming};
+        _ -> {error, gone}
+    end;
+answer(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
+
+claim(A, From, To, Op, Send) ->
+    case atomics:compare_exchange(A, 1, From, To) of
+        ok -> Send(Op), ok;
+        %% A piece or an end before the head: the request still waits for its answer.
+        ?PARKED when From =:= ?STREAMING -> {error, not_streaming};
+        _ -> {error, gone}
+    end.
+
+%% @doc Whether the request still takes pieces of its body: waiting, or its answer streaming.
+-spec is_open(state()) -> boolean().
+is_open(A) ->
+    S = atomics:get(A, 1),
+    S =:= ?PARKED orelse S =:= ?STREAMING.
+
+%% @doc The engine's side takes the request back (for its 503 or 504): true when it did, false
+%% when an answer won the race.
+-spec take_back(state()) -> boolean().
+take_back(A) ->
+    Now = atomics:get(A, 1),
+    (Now =:= ?PARKED orelse Now =:= ?STREAMING) andalso
+        atomics:compare_exchange(A, 1, Now, ?DONE) =:= ok.
+
+%% @doc The request is over: every later answer is {error, gone}.
+-spec done(state()) -> ok.
+done(A) -> atomics:put(A, 1, ?DONE).
