@@ -66,15 +66,24 @@ write() ->
                       "" -> "/tmp";
                       T -> T
                   end,
-            Dir = filename:join(Tmp, io_lib:format("cbench-erl-~s-~b",
-                                                    [os:getpid(), erlang:unique_integer([positive])])),
-            ok = file:make_dir(Dir),
+            Dir = fresh_dir(Tmp, 100),
             [ok = file:write_file(filename:join(Dir, atom_to_list(R)), content(R))
              || R <- [file_tiny, file_small, file_big]],
             persistent_term:put(?KEY, lists:flatten(Dir)),
             lists:flatten(Dir);
         Dir ->
             Dir
+    end.
+
+%% A folder of our own under Tmp: the OS pid and a counter name it, and a name that exists (a folder left by an
+%% earlier node of the same pid that did not stop cleanly) is passed over for the next one.
+fresh_dir(Tmp, Tries) ->
+    Dir = filename:join(Tmp, io_lib:format("cbench-erl-~s-~b",
+                                           [os:getpid(), erlang:unique_integer([positive])])),
+    case file:make_dir(Dir) of
+        ok -> Dir;
+        {error, eexist} when Tries > 1 -> fresh_dir(Tmp, Tries - 1);
+        {error, Reason} -> error({fixture_dir, lists:flatten(Dir), Reason})
     end.
 
 %% @doc Removes the files (at application stop); the next ensure/0 writes them again.
