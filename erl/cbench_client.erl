@@ -8,7 +8,7 @@
 %%%
 %%% Two adapters ship with cbench: `cbench_client_httpc' (OTP's httpc, pools as httpc profiles) and
 %%% `cbench_client_tcp' (a reference client: one keep-alive gen_tcp connection per worker, no pool).
-%%% The README shows adapters for gun, hackney and Finch.
+%%% docs/bench.md ("Benchmarking HTTP clients: your own adapter") shows adapters for gun, hackney and Finch.
 %%%
 %%% `error_kind/1' sorts any error reason into the four kinds the benchmark reports.
 -module(cbench_client).
