@@ -170,7 +170,32 @@ static void open_frame(cb_enif_out_t *w, int kind, size_t need) {
 #define FAILED(out) (W(out)->out.failed)
 
 static void w_atom(cb_term_out_t *out, const char *name, size_t len) {
-  if (!FAILED(out)) push(W(out), enif_make_atom_len(W(out)->env, name, len));
+  cb_enif_out_t *w = W(out);
+  if (FAILED(out)) return;
+  if (len >= sizeof w->atoms[0].name) {
+    push(w, enif_make_atom_len(w->env, name, len));
+    return;
+  }
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+  /* Two slots per name, so that two names of one hash both stay. */
+  unsigned slot = h % CB_ENIF_ATOMS;
+  for (unsigned k = 0; k < 2; k++) {
+    unsigned at = (slot + k) % CB_ENIF_ATOMS;
+    cb_enif_atom_t *a = &w->atoms[at];
+    if ((w->atoms_used >> at & 1) && a->len == len && memcmp(a->name, name, len) == 0) {
+      push(w, a->atom);
+      return;
+    }
+  }
+  if (w->atoms_used >> slot & 1) slot = (slot + 1) % CB_ENIF_ATOMS;
+  cb_enif_atom_t *a = &w->atoms[slot];
+  /* Atoms are global: one made in any environment is good in every other. */
+  a->atom = enif_make_atom_len(w->env, name, len);
+  a->len = (unsigned char)len;
+  memcpy(a->name, name, len);
+  w->atoms_used |= (uint64_t)1 << slot;
+  push(w, a->atom);
 }
 
 static void w_binary(cb_term_out_t *out, const char *p, size_t len) {
@@ -225,6 +250,7 @@ void cb_enif_out_init(cb_enif_out_t *w, ErlNifEnv *env) {
   w->env = env;
   w->depth = 0;
   w->done = 0;
+  w->atoms_used = 0;
 }
 
 int cb_enif_out_term(cb_enif_out_t *w, ERL_NIF_TERM *t) {

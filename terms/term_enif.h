@@ -23,12 +23,23 @@ typedef struct cb_enif_frame_s {
   ERL_NIF_TERM here[40];   /* a journal entry's 19 pairs fit */
 } cb_enif_frame_t;
 
+/* Atoms the writer made, by name: a journal read writes the same 20 or so atoms for every entry, and a lookup
+ * here costs less than one in the VM's atom table (a hash under a lock). */
+#define CB_ENIF_ATOMS 64
+typedef struct cb_enif_atom_s {
+  unsigned char len;
+  char name[23];
+  ERL_NIF_TERM atom;
+} cb_enif_atom_t;
+
 typedef struct cb_enif_out_s {
   cb_term_out_t out;
   ErlNifEnv *env;
   int depth;
   int done;
   ERL_NIF_TERM result;
+  uint64_t atoms_used; /* which slots of atoms hold one */
+  cb_enif_atom_t atoms[CB_ENIF_ATOMS];
   cb_enif_frame_t frames[CB_TERM_OUT_DEPTH];
 } cb_enif_out_t;
 
