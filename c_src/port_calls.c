@@ -40,6 +40,7 @@ void port_route_add(const char *buf, int args) {
   cb_ei_in_t r;
   cb_codec_stub_t s;
   int response = args;
+  s.mem = NULL; /* freed below however far the decoding got */
   cb_ei_in_init(&r, buf);
   if (ei_skip_term(buf, &response) != 0 || cb_codec_match(&r.in, T(args), &s) != 0 ||
       cb_codec_response(&r.in, T(response), &s) != 0) {
