@@ -5,19 +5,10 @@
  *   stats                            ->  {ok, StatsMap} | {error, stopped}
  *   stop                             ->  ok
  *   down | up                        ->  ok | {error, Reason}
- *   {route_add, Match, Response}     ->  {ok, Id} | {error, Reason}       (port_stub.c)
- *   {route_remove, Id} | route_reset ->  ok | {error, Reason}
- *   stubs                            ->  {ok, [#{id, name, hits, left}]}
- *   {scenario, Name} | {scenario_set, Name, State} | scenarios_reset   (port_scenario.c)
- *   {requests, Filter}               ->  {ok, [Entry]} | {error, Reason}  (port_journal.c)
- *   requests_clear                   ->  ok | {error, Reason}
- *   {journal_listen, Bool}           ->  ok | {error, Reason}
- *   {handler_add, Match, Tmo, Stream} -> {ok, Id} | {error, Reason}      (port_handler.c)
- *   {handler_fail, Id}               ->  ok | {error, Reason}
- *   {reply, [Item]}                  ->  no answer (fire and forget; results are known on the node)
- * and, unsolicited, while listening:     {cbench_journal, Seq}
- * and for handler routes:                {cbench_requests, Id, [Req]}, {cbench_body, Ref, Data, End} and
- *                                        {cbench_gone, Ref}
+ *   the control plane (port_calls.c, over the codec the NIF uses too): routes, stubs, scenarios, the
+ *   journal, handler routes and their replies
+ * and, unsolicited (port_deliver.c):     {cbench_journal, Seq} while listening; {cbench_requests, Id, [Req]},
+ *                                        {cbench_body, Ref, Data, End} and {cbench_gone, Ref} for handler routes
  *
  * Opts is the map cbench_port:start/1 builds, keyed by the names of the engine's option table, each value
  * checked here again against that table: a bad one is answered {error, {bad_option, Key, Value, Allowed}}.
@@ -31,7 +22,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -96,120 +86,34 @@ void port_new(ei_x_buff *x) {
   if (ei_x_new_with_version(x) != 0) port_die(EXIT_NOMEM);
 }
 
-void port_reply_ok(void) {
-  ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_atom(&x, "ok");
-  port_send(&x);
+void port_begin(cb_ei_out_t *w, ei_x_buff *x) {
+  port_new(x);
+  cb_ei_out_init(w, x);
+}
+
+void port_answer(cb_ei_out_t *w) {
+  if (cb_ei_out_done(w) != 0) port_die(EXIT_NOMEM);
+  port_send(w->x);
 }
 
 void port_reply_error_atom(const char *atom) {
+  cb_ei_out_t w;
   ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "error");
-  ei_x_encode_atom(&x, atom);
-  port_send(&x);
-}
-
-void port_reply_error(int err) {
-  const char *name = cb_err_name(err);
-  if (strncmp(name, "CB_", 3) == 0) name += 3;
-  char buf[64];
-  size_t i;
-  for (i = 0; name[i] != '\0' && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)name[i]);
-  buf[i] = '\0';
-  port_reply_error_atom(buf);
+  port_begin(&w, &x);
+  cb_codec_error_atom(&w.out, atom);
+  port_answer(&w);
 }
 
 void port_reply_result(int err) {
-  if (err < 0)
-    port_reply_error(err);
-  else
-    port_reply_ok();
-}
-
-/* As the NIF's nif_get_id(): an integer that does not fit in 64 unsigned bits (negative, 2^64 and more) is an id
- * that names nothing (0 here); anything but an integer is -1. */
-int port_get_id(const char *buf, int *idx, unsigned long long *id) {
-  int type, size;
-  if (ei_get_type(buf, idx, &type, &size) != 0) return -1;
-  if (type != ERL_SMALL_INTEGER_EXT && type != ERL_INTEGER_EXT && type != ERL_SMALL_BIG_EXT &&
-      type != ERL_LARGE_BIG_EXT)
-    return -1;
-  if (ei_decode_ulonglong(buf, idx, id) == 0) return 0;
-  *id = 0;
-  return ei_skip_term(buf, idx) == 0 ? 0 : -1;
-}
-
-void port_id_op(const char *buf, int *idx, int (*op)(cb_server_t *, uint64_t)) {
-  unsigned long long id;
-  if (port_get_id(buf, idx, &id) != 0) {
-    port_reply_error_atom("badarg");
-    return;
-  }
-  port_reply_result(id == 0 ? CB_ENOENT : op(port_server, id));
-}
-
-void port_reply_id(int err, uint64_t id) {
-  if (err < 0) {
-    port_reply_error(err);
-    return;
-  }
+  cb_ei_out_t w;
   ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "ok");
-  ei_x_encode_ulonglong(&x, id);
-  port_send(&x);
+  port_begin(&w, &x);
+  cb_codec_result(&w.out, err);
+  port_answer(&w);
 }
 
-int port_get_bin(const char *buf, int *idx, cb_str_t *out) {
-  int type, size;
-  if (ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT || size < 0) return -1;
-  /* BINARY_EXT is the tag, a 4-byte length, then the bytes: point at them instead of copying. */
-  out->ptr = buf + *idx + 5;
-  out->len = (size_t)size;
-  return ei_skip_term(buf, idx);
-}
-
-int port_get_uint(const char *buf, int *idx, unsigned long long max, unsigned long long *out) {
-  return ei_decode_ulonglong(buf, idx, out) == 0 && *out <= max ? 0 : -1;
-}
-
-int port_is_atom(const char *buf, int *idx, const char *name) {
-  char atom[MAXATOMLEN_UTF8];
-  int i = *idx;
-  if (ei_decode_atom(buf, &i, atom) != 0 || strcmp(atom, name) != 0) return 0;
-  *idx = i;
-  return 1;
-}
-
-/* The fixture route names (see port_encode_route_name), taken at start: the counts list the fixture routes,
- * then not_found, before any stub. */
-static struct {
-  size_t n;
-  char names[64][CB_MAX_NAME + 1];
-} fixture;
-
-void port_fixture_names(const cb_route_counts_t *rc) {
-  fixture.n = 0;
-  for (size_t i = 0; i < rc->count && fixture.n < 64 && rc->items[i].name.len <= CB_MAX_NAME; i++) {
-    memcpy(fixture.names[fixture.n], rc->items[i].name.ptr, rc->items[i].name.len);
-    fixture.names[fixture.n][rc->items[i].name.len] = '\0';
-    fixture.n++;
-    if (strcmp(rc->items[i].name.ptr, "not_found") == 0) break;
-  }
-}
-
-void port_encode_route_name(ei_x_buff *x, const char *p, size_t n) {
-  for (size_t i = 0; i < fixture.n; i++)
-    if (strlen(fixture.names[i]) == n && memcmp(fixture.names[i], p, n) == 0) {
-      ei_x_encode_atom_len(x, p, (int)n);
-      return;
-    }
-  ei_x_encode_binary(x, p, (long)n);
-}
+/* The fixture route names, taken at start. */
+cb_codec_fixture_t port_fixture;
 
 /* ---- Decoding {start, Opts} ----
  *
@@ -415,13 +319,13 @@ static void do_start(const char *buf, int *idx) {
       reply_bad_option(buf, cpus_at[0], cpus_at[1], cpus_at[2], NULL, ALLOWED_AVAILABLE, avail,
                        navail < 0 ? 0 : (navail < CB_MAX_THREADS ? navail : CB_MAX_THREADS));
     } else {
-      port_reply_error(err);
+      port_reply_result(err);
     }
     return;
   }
   cb_route_counts_t *rc;
   if (cb_server_route_counts(port_server, &rc) == 0) {
-    port_fixture_names(rc);
+    cb_codec_fixture_take(&port_fixture, rc);
     cb_route_counts_free(rc);
   }
   int threads = cb_server_threads(port_server);
@@ -440,88 +344,27 @@ static void do_start(const char *buf, int *idx) {
   port_send(&x);
 }
 
-static void encode_counters(ei_x_buff *x, const uint64_t *v, int n, const char *(*name)(int)) {
-  ei_x_encode_map_header(x, n);
-  for (int i = 0; i < n; i++) {
-    ei_x_encode_atom(x, name(i));
-    ei_x_encode_ulonglong(x, v[i]);
-  }
-}
-
-/* Requests by route name; a name that repeats (stubs may share one) is added up into its first entry. */
-static void encode_route_counts(ei_x_buff *x, const cb_route_counts_t *rc) {
-  size_t n = 0;
-  for (size_t i = 0; i < rc->count; i++) {
-    size_t k = 0;
-    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
-    if (k == i) n++;
-  }
-  ei_x_encode_map_header(x, (long)n);
-  for (size_t i = 0; i < rc->count; i++) {
-    size_t k = 0;
-    while (k < i && strcmp(rc->items[k].name.ptr, rc->items[i].name.ptr) != 0) k++;
-    if (k < i) continue;
-    uint64_t sum = 0;
-    for (size_t j = i; j < rc->count; j++)
-      if (strcmp(rc->items[j].name.ptr, rc->items[i].name.ptr) == 0) sum += rc->items[j].requests;
-    port_encode_route_name(x, rc->items[i].name.ptr, rc->items[i].name.len);
-    ei_x_encode_ulonglong(x, sum);
-  }
-}
-
 static void do_stats(void) {
   cb_stats_t st;
   cb_route_counts_t *rc = NULL;
   if (port_server == NULL || cb_server_stats(port_server, &st) != 0 || cb_server_route_counts(port_server, &rc) != 0) {
-    ei_x_buff x;
-    port_new(&x);
-    ei_x_encode_tuple_header(&x, 2);
-    ei_x_encode_atom(&x, "error");
-    ei_x_encode_atom(&x, "stopped");
-    port_send(&x);
+    port_reply_error_atom("stopped");
     return;
   }
-  const struct {
-    const char *name;
-    uint64_t value;
-  } scalars[] = {
-      {"conns_accepted", st.conns_accepted}, {"conns_open", st.conns_open},
-      {"conns_closed", st.conns_closed},     {"requests", st.requests},
-      {"bytes_read", st.bytes_read},         {"bytes_written", st.bytes_written},
-      {"status_400", st.status_400},         {"status_404", st.status_404},
-      {"status_405", st.status_405},         {"status_413", st.status_413},
-      {"status_431", st.status_431},         {"timeouts", st.timeouts},
-      {"resets", st.resets},                 {"h2_errors", st.h2_errors},
-      {"accept_backoffs", st.accept_backoffs}, {"faults", st.faults},
-      {"handler_unavailable", st.handler_unavailable}, {"handler_timeouts", st.handler_timeouts},
-  };
-  int nscalars = (int)(sizeof scalars / sizeof scalars[0]);
+  cb_ei_out_t w;
   ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_tuple_header(&x, 2);
-  ei_x_encode_atom(&x, "ok");
-  ei_x_encode_map_header(&x, nscalars + 3);
-  for (int i = 0; i < nscalars; i++) {
-    ei_x_encode_atom(&x, scalars[i].name);
-    ei_x_encode_ulonglong(&x, scalars[i].value);
-  }
-  ei_x_encode_atom(&x, "requests_by_route");
-  encode_route_counts(&x, rc);
+  port_begin(&w, &x);
+  w.out.ops->tuple(&w.out, 2);
+  w.out.ops->atom(&w.out, "ok", 2);
+  cb_codec_stats(&w.out, &port_fixture, &st, rc);
   cb_route_counts_free(rc);
-  ei_x_encode_atom(&x, "conns_by_proto");
-  encode_counters(&x, st.conns_by_proto, CB_PROTO_COUNT, cb_proto_name);
-  ei_x_encode_atom(&x, "requests_by_proto");
-  encode_counters(&x, st.requests_by_proto, CB_PROTO_COUNT, cb_proto_name);
-  port_send(&x);
+  port_answer(&w);
 }
 
 static void do_stop(void) {
   if (port_server != NULL) cb_server_stop(port_server);
   port_server = NULL;
-  ei_x_buff x;
-  port_new(&x);
-  ei_x_encode_atom(&x, "ok");
-  port_send(&x);
+  port_reply_result(0);
 }
 
 /* Commands that need a started server answer {error, stopped} without one. */
@@ -554,9 +397,9 @@ static void atom_command(const char *cmd) {
 }
 
 /* {Cmd, Args...}: args is the index of the first argument. */
-static void tuple_command(const char *cmd, int arity, const char *buf, int *args) {
+static void tuple_command(const char *cmd, int arity, const char *buf, int args) {
   if (strcmp(cmd, "start") == 0 && arity == 2) {
-    do_start(buf, args);
+    do_start(buf, &args);
   } else if (strcmp(cmd, "route_add") == 0 && arity == 3) {
     if (started()) port_route_add(buf, args);
   } else if (strcmp(cmd, "scenario") == 0 && arity == 2) {
@@ -598,7 +441,7 @@ static void dispatch(const char *buf, int len) {
   for (int i = 1; i < arity; i++)
     if (ei_skip_term(buf, &idx) != 0) port_die(EXIT_MALFORMED);
   if (idx != len) port_die(EXIT_MALFORMED);
-  tuple_command(cmd, arity, buf, &args);
+  tuple_command(cmd, arity, buf, args);
 }
 
 int main(void) {

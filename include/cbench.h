@@ -581,6 +581,20 @@ CB_EXTERN const cb_error_detail_t *cb_error_detail(void);
 CB_EXTERN const char *cb_field_name(int field);
 CB_EXTERN const char *cb_why_name(int why);
 
+/* A field's name in each language a stub is given in: one table (src/names.c) that the NIF's and the port
+ * program's term codec (terms/codec.c), the JSON stub loader and the Erlang suites (test/cbench_fields.erl,
+ * generated from it and checked by make fields-check) all read, as the option table is for options. */
+typedef struct cb_field_names_s {
+  const char *c;       /* as cb_field_name(): "match.methods" */
+  const char *erl[2];  /* the Field of {bad_stub, {Field, Value, Why}} as {Term, Key}: {"match", "method"};
+                        * {"handler", ...} is a bad_handler; {NULL, NULL}: Erlang never gives this field */
+  const char *json[2]; /* its key path in a JSON stub (docs/routes.md): {"match", "method"}, {"name", NULL} for a
+                        * key of the stub itself; {NULL, NULL}: a JSON stub has no such field */
+} cb_field_names_t;
+
+/* The row of a field (CB_FIELD_NONE .. CB_FIELD_COUNT - 1), or NULL when out of range. */
+CB_EXTERN const cb_field_names_t *cb_field_names(int field);
+
 /* Removes the stub `id`. Requests already dispatched to it finish. Errors: UV_ENOENT (no such stub: never
  * added, removed, or dropped by reset), UV_EINVAL, UV_EBUSY. */
 CB_EXTERN int cb_server_route_remove(cb_server_t *srv, uint64_t id);

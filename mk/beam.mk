@@ -32,17 +32,24 @@ beam-clean:
 priv:
 	@mkdir -p $@
 
+# The one term codec of the NIF and the port program (terms/: codec.c over term.h, with an enif and an ei
+# backend), compiled into each.
+CODEC_SRCS := terms/codec.c
+CODEC_HDRS := terms/term.h terms/codec.h
+
 # No -fvisibility=hidden: nif_init must stay visible. The engine comes in statically (compiled -fPIC);
 # libuv and nghttp2 are shared libraries the .so depends on.
-NIF_SRCS := $(sort $(wildcard nif/*.c))
+NIF_SRCS := $(sort $(wildcard nif/*.c)) $(CODEC_SRCS) terms/term_enif.c
 
-priv/cbench_nif.so: $(NIF_SRCS) nif/nif.h include/cbench.h $(BUILD)/libcbench.a | priv
-	$(CC) $(BEAM_CFLAGS) -fPIC -shared -I$(ERTS_INCLUDE) -o $@ $(NIF_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+priv/cbench_nif.so: $(NIF_SRCS) nif/nif.h $(CODEC_HDRS) terms/term_enif.h include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -fPIC -shared -Iterms -I$(ERTS_INCLUDE) -o $@ $(NIF_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) \
+	  $(LDFLAGS_EXTRA)
 
-PORT_SRCS := c_src/cbench_port.c c_src/port_stub.c c_src/port_journal.c c_src/port_handler.c c_src/port_scenario.c
+PORT_SRCS := c_src/cbench_port.c c_src/port_calls.c c_src/port_deliver.c $(CODEC_SRCS) terms/term_ei.c
 
-priv/cbench_port: $(PORT_SRCS) c_src/port.h include/cbench.h $(BUILD)/libcbench.a | priv
-	$(CC) $(BEAM_CFLAGS) -I$(EI_DIR)/include -o $@ $(PORT_SRCS) -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a $(DEP_LIBS) $(LDFLAGS_EXTRA)
+priv/cbench_port: $(PORT_SRCS) c_src/port.h $(CODEC_HDRS) terms/term_ei.h include/cbench.h $(BUILD)/libcbench.a | priv
+	$(CC) $(BEAM_CFLAGS) -Iterms -I$(EI_DIR)/include -o $@ $(PORT_SRCS) -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a \
+	  $(DEP_LIBS) $(LDFLAGS_EXTRA)
 
 # A node with every engine listening (the lead wires `make run` to this).
 node: beam

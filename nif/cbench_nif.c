@@ -1,5 +1,5 @@
 /* The NIF glue: Erlang terms to engine calls, the server resource, and owner monitoring (nif.h lists the
- * other files: stubs, the journal).
+ * other files: the control plane over the codec, what the worker threads send).
  *
  * A server is a resource (nif_server_t) that owns one cb_server_t. The engine is stopped exactly once, by
  * whichever comes first: stop_nif/1 (a dirty I/O NIF, so joining the engine's threads never blocks a normal
@@ -9,7 +9,6 @@
  * background. unload joins the reaper after it has drained its queue, so no engine thread outlives the code it
  * runs (OTP 25 has no halt callback; the application's stop and these paths are the only way out).
  */
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,9 +23,6 @@ NIF_ATOMS(DEFINE_ATOM)
 static const cb_option_t *options;
 static int noptions;
 static ERL_NIF_TERM atom_option[MAX_OPTIONS];
-
-/* Protocol names come from the engine; route names come with the counts (cb_server_route_counts). */
-static ERL_NIF_TERM proto_names[CB_PROTO_COUNT];
 
 static ErlNifResourceType *server_type;
 
@@ -155,13 +151,14 @@ static void server_down(ErlNifEnv *env, void *obj, ErlNifPid *pid, ErlNifMonitor
 /* ---- Terms ---- */
 
 ERL_NIF_TERM nif_error(ErlNifEnv *env, int err) {
-  const char *name = cb_err_name(err);
-  if (strncmp(name, "CB_", 3) == 0) name += 3;
-  char buf[64];
-  size_t i;
-  for (i = 0; name[i] != '\0' && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)name[i]);
-  buf[i] = '\0';
-  return enif_make_tuple2(env, atom_error, enif_make_atom(env, buf));
+  char name[64];
+  cb_codec_error_name(err, name, sizeof name);
+  return enif_make_tuple2(env, atom_error, enif_make_atom(env, name));
+}
+
+ERL_NIF_TERM nif_written(cb_enif_out_t *w) {
+  ERL_NIF_TERM t;
+  return cb_enif_out_term(w, &t) == 0 ? t : enif_make_tuple2(w->env, atom_error, atom_enomem);
 }
 
 ERL_NIF_TERM nif_stopped(ErlNifEnv *env) { return enif_make_tuple2(env, atom_error, atom_stopped); }
@@ -178,35 +175,20 @@ ERL_NIF_TERM nif_binary(ErlNifEnv *env, const char *p, size_t n) {
 static struct {
   ErlNifMutex *mu;
   int known;
-  size_t n;
-  ERL_NIF_TERM atoms[NIF_MAX_FIXTURE_NAMES];
-  char names[NIF_MAX_FIXTURE_NAMES][CB_MAX_NAME + 1];
+  cb_codec_fixture_t names;
 } fixture;
 
-static void nif_fixture_names(ErlNifEnv *env, const cb_route_counts_t *rc) {
+static void nif_fixture_names(const cb_route_counts_t *rc) {
   enif_mutex_lock(fixture.mu);
   if (!fixture.known) {
-    size_t n = 0;
-    for (size_t i = 0; i < rc->count && n < NIF_MAX_FIXTURE_NAMES; i++) {
-      const cb_str_t *name = &rc->items[i].name;
-      if (name->len > CB_MAX_NAME) break;
-      memcpy(fixture.names[n], name->ptr, name->len);
-      fixture.names[n][name->len] = '\0';
-      fixture.atoms[n] = enif_make_atom_len(env, name->ptr, name->len);
-      n++;
-      if (name->len == 9 && memcmp(name->ptr, "not_found", 9) == 0) break; /* the stubs follow */
-    }
-    fixture.n = n;
+    cb_codec_fixture_take(&fixture.names, rc);
     __atomic_store_n(&fixture.known, 1, __ATOMIC_RELEASE);
   }
   enif_mutex_unlock(fixture.mu);
 }
 
-ERL_NIF_TERM nif_route_name(ErlNifEnv *env, const char *p, size_t n) {
-  if (__atomic_load_n(&fixture.known, __ATOMIC_ACQUIRE))
-    for (size_t i = 0; i < fixture.n; i++)
-      if (strlen(fixture.names[i]) == n && memcmp(fixture.names[i], p, n) == 0) return fixture.atoms[i];
-  return nif_binary(env, p, n);
+const cb_codec_fixture_t *nif_fixture(void) {
+  return __atomic_load_n(&fixture.known, __ATOMIC_ACQUIRE) ? &fixture.names : NULL;
 }
 
 /* What an option accepts, the same term on every engine (erl/cbench_schema.erl has it for each option). */
@@ -332,33 +314,6 @@ int nif_lock(ErlNifEnv *env, ERL_NIF_TERM t, nif_server_t **res, cb_server_t **s
 
 void nif_unlock(nif_server_t *res) { enif_rwlock_runlock(res->lock); }
 
-/* An integer that does not fit in 64 unsigned bits (negative, 2^64 and more) names no route, so it gets the
- * engine's answer for an id it does not know (CB_ENOENT, {error, not_found} in cbench) instead of badarg: a
- * caller's id never raises in the server process that makes this call. Anything but an integer is badarg. */
-int nif_get_id(ErlNifEnv *env, ERL_NIF_TERM t, uint64_t *id) {
-  ErlNifUInt64 u;
-  if (enif_get_uint64(env, t, &u)) {
-    *id = u;
-    return 1;
-  }
-  if (enif_term_type(env, t) != ERL_NIF_TERM_TYPE_INTEGER) return 0;
-  *id = 0; /* no route, stub or journal entry has id 0 */
-  return 1;
-}
-
-ERL_NIF_TERM nif_id_op(ErlNifEnv *env, const ERL_NIF_TERM argv[], int (*op)(cb_server_t *, uint64_t)) {
-  uint64_t id;
-  if (!nif_get_id(env, argv[1], &id)) return enif_make_badarg(env);
-  nif_server_t *res;
-  cb_server_t *srv;
-  int locked = nif_lock(env, argv[0], &res, &srv);
-  if (locked == 0) return enif_make_badarg(env);
-  if (locked < 0) return nif_stopped(env);
-  int err = id == 0 ? CB_ENOENT : op(srv, id);
-  nif_unlock(res);
-  return err < 0 ? nif_error(env, err) : atom_ok;
-}
-
 /* ---- NIFs ---- */
 
 /* start_nif(Opts) -> {ok, Resource} | {error, Reason}. Dirty I/O: binds sockets and starts threads.
@@ -383,7 +338,7 @@ static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   if (err < 0) return nif_error(env, err);
   cb_route_counts_t *rc;
   if (cb_server_route_counts(srv, &rc) == 0) {
-    nif_fixture_names(env, rc);
+    nif_fixture_names(rc);
     cb_route_counts_free(rc);
   }
 
@@ -451,14 +406,6 @@ static ERL_NIF_TERM up_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) 
   return down_up(env, argv[0], cb_server_up);
 }
 
-static ERL_NIF_TERM counter_map(ErlNifEnv *env, const uint64_t *values, ERL_NIF_TERM *keys, int n) {
-  ERL_NIF_TERM vals[CB_PROTO_COUNT];
-  ERL_NIF_TERM map;
-  for (int i = 0; i < n; i++) vals[i] = enif_make_uint64(env, values[i]);
-  if (!enif_make_map_from_arrays(env, keys, vals, (size_t)n, &map)) map = enif_make_new_map(env);
-  return map;
-}
-
 /* stats_nif(Resource) -> Map | {error, stopped}. Microseconds: sums the workers' counters. */
 static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
@@ -471,43 +418,13 @@ static ERL_NIF_TERM stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   if (res->srv != NULL) err = cb_server_stats(res->srv, &st);
   if (err == 0) err = cb_server_route_counts(res->srv, &rc);
   enif_rwlock_runlock(res->lock);
-  if (err == CB_ESTOPPED) return enif_make_tuple2(env, atom_error, atom_stopped);
+  if (err == CB_ESTOPPED) return nif_stopped(env);
   if (err < 0) return nif_error(env, err);
-  /* Requests by route name (atoms for the fixture routes, binaries for stubs): names that repeat (stubs may
-   * share a name) are added up. */
-  ERL_NIF_TERM by_route = enif_make_new_map(env);
-  for (size_t i = 0; i < rc->count; i++) {
-    ERL_NIF_TERM key = nif_route_name(env, rc->items[i].name.ptr, rc->items[i].name.len), old;
-    uint64_t n = rc->items[i].requests;
-    ErlNifUInt64 prev;
-    if (enif_get_map_value(env, by_route, key, &old) && enif_get_uint64(env, old, &prev)) n += prev;
-    enif_make_map_put(env, by_route, key, enif_make_uint64(env, n), &by_route);
-  }
+  cb_enif_out_t w;
+  cb_enif_out_init(&w, env);
+  cb_codec_stats(&w.out, nif_fixture(), &st, rc);
   cb_route_counts_free(rc);
-
-  ERL_NIF_TERM keys[] = {atom_conns_accepted, atom_conns_open,   atom_conns_closed, atom_requests,
-                         atom_bytes_read,     atom_bytes_written, atom_status_400,  atom_status_404,
-                         atom_status_405,     atom_status_413,   atom_status_431,   atom_timeouts,
-                         atom_resets,         atom_h2_errors,    atom_accept_backoffs, atom_faults,
-                         atom_handler_unavailable, atom_handler_timeouts,
-                         atom_requests_by_route, atom_conns_by_proto, atom_requests_by_proto};
-  ERL_NIF_TERM vals[] = {
-      enif_make_uint64(env, st.conns_accepted), enif_make_uint64(env, st.conns_open),
-      enif_make_uint64(env, st.conns_closed),   enif_make_uint64(env, st.requests),
-      enif_make_uint64(env, st.bytes_read),     enif_make_uint64(env, st.bytes_written),
-      enif_make_uint64(env, st.status_400),     enif_make_uint64(env, st.status_404),
-      enif_make_uint64(env, st.status_405),     enif_make_uint64(env, st.status_413),
-      enif_make_uint64(env, st.status_431),     enif_make_uint64(env, st.timeouts),
-      enif_make_uint64(env, st.resets),         enif_make_uint64(env, st.h2_errors),
-      enif_make_uint64(env, st.accept_backoffs), enif_make_uint64(env, st.faults),
-      enif_make_uint64(env, st.handler_unavailable), enif_make_uint64(env, st.handler_timeouts),
-      by_route,
-      counter_map(env, st.conns_by_proto, proto_names, CB_PROTO_COUNT),
-      counter_map(env, st.requests_by_proto, proto_names, CB_PROTO_COUNT)};
-  ERL_NIF_TERM map;
-  if (!enif_make_map_from_arrays(env, keys, vals, sizeof keys / sizeof keys[0], &map))
-    return enif_raise_exception(env, enif_make_string(env, __FILE__ ": duplicate stats key", ERL_NIF_LATIN1));
-  return map;
+  return nif_written(&w);
 }
 
 /* port_nif(Resource) -> Port. The port stays known after stop. */
@@ -544,11 +461,6 @@ static int setup(ErlNifEnv *env) {
 #undef MAKE_ATOM
   /* Like the reaper's: loads are serialised by the code server, so this check does not race. */
   if (fixture.mu == NULL && (fixture.mu = enif_mutex_create("cbench_fixture_names")) == NULL) return LOAD_ATOMS;
-  for (int i = 0; i < CB_PROTO_COUNT; i++) {
-    const char *name = cb_proto_name(i);
-    if (name == NULL) return LOAD_ATOMS;
-    proto_names[i] = enif_make_atom(env, name);
-  }
   options = cb_config_options(&noptions);
   if (noptions > MAX_OPTIONS) return LOAD_ATOMS;
   for (int i = 0; i < noptions; i++) atom_option[i] = enif_make_atom(env, options[i].name);

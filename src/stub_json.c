@@ -166,25 +166,16 @@ static where_t sub(const where_t *w, const char *key, size_t index) {
  * field is named as in the file: the stub's key path, then a header or query matcher by its name (a response
  * header given as a list of pairs by its index). match, res: the stub's objects (res may be NULL). */
 static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_t *d, json_t *match, json_t *res) {
-  static const char *const keys[CB_FIELD_COUNT][2] = {
-      [CB_FIELD_NAME] = {"name", NULL},           [CB_FIELD_METHODS] = {"match", "method"},
-      [CB_FIELD_PATH] = {"match", "path"},        [CB_FIELD_MATCH_HEADERS] = {"match", "headers"},
-      [CB_FIELD_MATCH_QUERY] = {"match", "query"}, [CB_FIELD_STATUS] = {"response", "status"},
-      [CB_FIELD_HEADERS] = {"response", "headers"}, [CB_FIELD_BODY] = {"response", "body"},
-      [CB_FIELD_DELAY_MS] = {"response", "delay_ms"}, [CB_FIELD_CHUNKS] = {"response", "chunks"},
-      [CB_FIELD_INTERVAL_MS] = {"response", "interval_ms"}, [CB_FIELD_FAULT] = {"response", "fault"},
-      [CB_FIELD_RESPONSES] = {"response", "responses"}, [CB_FIELD_AFTER] = {"response", "after"},
-      [CB_FIELD_SCENARIO] = {"match", "scenario"},     [CB_FIELD_WHEN] = {"match", "when"},
-      [CB_FIELD_THEN] = {"match", "then"},             [CB_FIELD_DELAY] = {"response", "delay"},
-      [CB_FIELD_TEMPLATE] = {"response", "template"},  [CB_FIELD_MATCH_BODY] = {"match", "body"}};
+  /* The field's key path in a JSON stub: the library's one field table (cb_field_names()). */
+  const cb_field_names_t *f = cb_field_names(d->field);
   where_t w = *ws;
   json_t *items = NULL;
-  if (d->field > CB_FIELD_NONE && d->field < CB_FIELD_COUNT && keys[d->field][0] != NULL) {
-    w = sub(&w, keys[d->field][0], 0);
-    if (keys[d->field][1]) {
-      w = sub(&w, keys[d->field][1], 0);
+  if (d->field != CB_FIELD_NONE && f != NULL && f->json[0] != NULL) {
+    w = sub(&w, f->json[0], 0);
+    if (f->json[1]) {
+      w = sub(&w, f->json[1], 0);
       items = d->field == CB_FIELD_MATCH_BODY ? NULL
-              : json_object_get(d->field == CB_FIELD_HEADERS ? res : match, keys[d->field][1]);
+              : json_object_get(d->field == CB_FIELD_HEADERS ? res : match, f->json[1]);
     }
   }
   if (d->index >= 0 && json_is_array(items)) {

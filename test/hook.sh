@@ -13,7 +13,7 @@ bad() { echo "hook-test: FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "hook-test: ok: $*"; }
 
 # What the hook builds from (no build outputs: they are made in the copy).
-(cd "$root" && tar cf - Makefile mk include src nif c_src scripts rebar.config erl) | tar xf - -C "$work" \
+(cd "$root" && tar cf - Makefile mk include src terms nif c_src scripts rebar.config erl) | tar xf - -C "$work" \
   || { echo "hook-test: cannot copy the repository"; exit 1; }
 mkdir -p "$work/fake"
 # A dpkg-query that does not know node-llhttp (and otherwise answers as the real one).

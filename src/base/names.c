@@ -1,5 +1,5 @@
-/* Names for error codes and protocols, and the error detail of a refused stub with the names of its fields and
- * reasons. (Route names live in the route table.) */
+/* Names for error codes and protocols, and the error detail of a refused stub with the names of its fields (the
+ * one field table, in every language a stub is given in) and reasons. (Route names live in the route table.) */
 #include <stdio.h>
 #include <string.h>
 #include <uv.h>
@@ -48,30 +48,33 @@ const char *cb_version(void) { return "0.1.0"; }
 
 /* ---- the error detail (include/cbench.h) ---- */
 
-static const char *const field_names[CB_FIELD_COUNT] = {
-    [CB_FIELD_NONE] = "none",
-    [CB_FIELD_NAME] = "name",
-    [CB_FIELD_METHODS] = "match.methods",
-    [CB_FIELD_PATH] = "match.path",
-    [CB_FIELD_MATCH_HEADERS] = "match.headers",
-    [CB_FIELD_MATCH_QUERY] = "match.query",
-    [CB_FIELD_STATUS] = "response.status",
-    [CB_FIELD_HEADERS] = "response.headers",
-    [CB_FIELD_BODY] = "response.body",
-    [CB_FIELD_DELAY_MS] = "response.delay_ms",
-    [CB_FIELD_CHUNKS] = "response.chunks",
-    [CB_FIELD_INTERVAL_MS] = "response.interval_ms",
-    [CB_FIELD_FAULT] = "response.fault",
-    [CB_FIELD_TIMEOUT_MS] = "timeout_ms",
-    [CB_FIELD_DELIVER] = "deliver",
-    [CB_FIELD_RESPONSES] = "responses",
-    [CB_FIELD_AFTER] = "after",
-    [CB_FIELD_SCENARIO] = "scenario",
-    [CB_FIELD_WHEN] = "when",
-    [CB_FIELD_THEN] = "then",
-    [CB_FIELD_DELAY] = "response.delay",
-    [CB_FIELD_TEMPLATE] = "response.template",
-    [CB_FIELD_MATCH_BODY] = "match.body",
+/* The one field table (include/cbench.h, cb_field_names_t): a field's C name, its Erlang {Term, Key}, its JSON
+ * key path. Erlang gives chunks and their interval as one {N, Ms}, so both are its {response, chunks}; a JSON
+ * stub's name is a key of the stub itself. */
+static const cb_field_names_t field_names[CB_FIELD_COUNT] = {
+    [CB_FIELD_NONE] = {"none", {NULL, NULL}, {NULL, NULL}},
+    [CB_FIELD_NAME] = {"name", {"match", "name"}, {"name", NULL}},
+    [CB_FIELD_METHODS] = {"match.methods", {"match", "method"}, {"match", "method"}},
+    [CB_FIELD_PATH] = {"match.path", {"match", "path"}, {"match", "path"}},
+    [CB_FIELD_MATCH_HEADERS] = {"match.headers", {"match", "headers"}, {"match", "headers"}},
+    [CB_FIELD_MATCH_QUERY] = {"match.query", {"match", "query"}, {"match", "query"}},
+    [CB_FIELD_STATUS] = {"response.status", {"response", "status"}, {"response", "status"}},
+    [CB_FIELD_HEADERS] = {"response.headers", {"response", "headers"}, {"response", "headers"}},
+    [CB_FIELD_BODY] = {"response.body", {"response", "body"}, {"response", "body"}},
+    [CB_FIELD_DELAY_MS] = {"response.delay_ms", {"response", "delay_ms"}, {"response", "delay_ms"}},
+    [CB_FIELD_CHUNKS] = {"response.chunks", {"response", "chunks"}, {"response", "chunks"}},
+    [CB_FIELD_INTERVAL_MS] = {"response.interval_ms", {"response", "chunks"}, {"response", "interval_ms"}},
+    [CB_FIELD_FAULT] = {"response.fault", {"response", "fault"}, {"response", "fault"}},
+    [CB_FIELD_TIMEOUT_MS] = {"timeout_ms", {"handler", "timeout_ms"}, {NULL, NULL}},
+    [CB_FIELD_DELIVER] = {"deliver", {NULL, NULL}, {NULL, NULL}},
+    [CB_FIELD_RESPONSES] = {"responses", {"response", "responses"}, {"response", "responses"}},
+    [CB_FIELD_AFTER] = {"after", {"response", "after"}, {"response", "after"}},
+    [CB_FIELD_SCENARIO] = {"scenario", {"match", "scenario"}, {"match", "scenario"}},
+    [CB_FIELD_WHEN] = {"when", {"match", "when"}, {"match", "when"}},
+    [CB_FIELD_THEN] = {"then", {"match", "then"}, {"match", "then"}},
+    [CB_FIELD_DELAY] = {"response.delay", {"response", "delay"}, {"response", "delay"}},
+    [CB_FIELD_TEMPLATE] = {"response.template", {"response", "template"}, {"response", "template"}},
+    [CB_FIELD_MATCH_BODY] = {"match.body", {"match", "body"}, {"match", "body"}},
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -114,7 +117,11 @@ static const char *const why_names[CB_WHY_COUNT] = {
 };
 
 const char *cb_field_name(int field) {
-  return field >= 0 && field < CB_FIELD_COUNT && field_names[field] ? field_names[field] : "?";
+  return field >= 0 && field < CB_FIELD_COUNT && field_names[field].c ? field_names[field].c : "?";
+}
+
+const cb_field_names_t *cb_field_names(int field) {
+  return field >= 0 && field < CB_FIELD_COUNT && field_names[field].c ? &field_names[field] : NULL;
 }
 
 const char *cb_why_name(int why) { return why >= 0 && why < CB_WHY_COUNT && why_names[why] ? why_names[why] : "?"; }
@@ -129,7 +136,7 @@ const cb_error_detail_t *cb_error_detail(void) {
 }
 
 void cb__detail_clear(void) {
-  detail = (cb_error_detail_t){.field_name = field_names[0], .index = -1, .why_name = why_names[0]};
+  detail = (cb_error_detail_t){.field_name = field_names[0].c, .index = -1, .why_name = why_names[0]};
 }
 
 static void set_head(cb_field_id field, long index, cb_why_id why) {

@@ -1,0 +1,189 @@
+/* The control-plane commands of the port program, as the NIF answers them (nif/nif_calls.c), over the same
+ * codec (terms/codec.h, ei backend):
+ *
+ *   {route_add, Match, Response}       -> {ok, Id} | {error, Reason}
+ *   {route_remove, Id} | route_reset   -> ok | {error, Reason}
+ *   stubs                              -> {ok, [#{id, name, hits, left}]}
+ *   {scenario, Name}                   -> {ok, State} | {error, Reason}
+ *   {scenario_set, Name, State}        -> ok | {error, Reason}
+ *   scenarios_reset                    -> ok
+ *   {requests, Filter}                 -> {ok, [Entry]} | {error, Reason}
+ *   requests_clear                     -> ok | {error, Reason}
+ *   {journal_listen, Bool}             -> ok | {error, Reason}   (port_deliver.c writes the wake-ups)
+ *   {handler_add, Match, TimeoutMs, Stream} -> {ok, Id} | {error, Reason}   (Stream: the body in pieces)
+ *   {handler_fail, Id}                 -> ok | {error, Reason}   (the handler died: 503s, cut streams)
+ *   {reply, [Item]}                    -> no answer: one cb_server_reply() call for every item of the frame
+ *
+ * Arguments that do not decode get {error, badarg} and the program goes on; a {reply, Items} frame that does not
+ * decode is a bug on the node's side (cbench_port builds it from checked answers), so the program exits
+ * EXIT_MALFORMED, as for any malformed frame. Strings point into the frame, which lives while the command runs.
+ * Replies carry no answer: the node keeps each request's state (docs/beam.md), so an answer refused here
+ * (CB_EGONE) raced the request's end, which the node learns from {cbench_gone, Ref}.
+ */
+#include "port.h"
+
+#define T(i) CB_EI_TERM(i)
+
+/* ok | {error, Name}, or {error, badarg} when the argument did not decode. */
+static void id_op(const char *buf, int args, int (*op)(cb_server_t *, uint64_t)) {
+  cb_ei_in_t r;
+  uint64_t id;
+  cb_ei_in_init(&r, buf);
+  if (cb_codec_id(&r.in, T(args), &id) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  port_reply_result(id == 0 ? CB_ENOENT : op(port_server, id));
+}
+
+void port_route_add(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_codec_stub_t s;
+  int response = args;
+  s.mem = NULL; /* freed below however far the decoding got */
+  cb_ei_in_init(&r, buf);
+  if (ei_skip_term(buf, &response) != 0 || cb_codec_match(&r.in, T(args), &s) != 0 ||
+      cb_codec_response(&r.in, T(response), &s) != 0) {
+    cb_codec_stub_free(&s);
+    port_reply_error_atom("badarg");
+    return;
+  }
+  uint64_t id = 0;
+  int err = cb_server_route_add(port_server, &s.st, &id);
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  cb_codec_add_result(&w.out, err, id, &s.st.match, &s.st.response);
+  cb_codec_stub_free(&s);
+  port_answer(&w);
+}
+
+void port_route_remove(const char *buf, int args) { id_op(buf, args, cb_server_route_remove); }
+
+void port_route_reset(void) { port_reply_result(cb_server_route_reset(port_server)); }
+
+void port_stubs(void) {
+  cb_stub_list_t *list;
+  int err = cb_server_stubs(port_server, &list);
+  if (err < 0) {
+    port_reply_result(err);
+    return;
+  }
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  w.out.ops->tuple(&w.out, 2);
+  w.out.ops->atom(&w.out, "ok", 2);
+  cb_codec_stub_list(&w.out, list);
+  cb_stub_list_free(list);
+  port_answer(&w);
+}
+
+void port_scenario(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_str_t name;
+  cb_ei_in_init(&r, buf);
+  if (cb_codec_binary(&r.in, T(args), &name) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  char state[CB_MAX_NAME + 1];
+  int n = cb_server_scenario(port_server, name, state, sizeof state);
+  if (n < 0) {
+    port_reply_result(n);
+    return;
+  }
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  cb_codec_scenario_state(&w.out, state, (size_t)n);
+  port_answer(&w);
+}
+
+void port_scenario_set(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_str_t name, state;
+  int second = args;
+  cb_ei_in_init(&r, buf);
+  if (ei_skip_term(buf, &second) != 0 || cb_codec_binary(&r.in, T(args), &name) != 0 ||
+      cb_codec_binary(&r.in, T(second), &state) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  port_reply_result(cb_server_scenario_set(port_server, name, state));
+}
+
+void port_scenarios_reset(void) { port_reply_result(cb_server_scenarios_reset(port_server)); }
+
+void port_requests(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_request_filter_t f;
+  int none;
+  cb_ei_in_init(&r, buf);
+  if (cb_codec_filter(&r.in, T(args), &f, &none) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  cb_request_list_t empty = {0}, *list = &empty;
+  int err = none ? 0 : cb_server_requests(port_server, &f, &list);
+  if (err < 0) {
+    port_reply_result(err);
+    return;
+  }
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  w.out.ops->tuple(&w.out, 2);
+  w.out.ops->atom(&w.out, "ok", 2);
+  cb_codec_entries(&w.out, &port_fixture, list);
+  if (list != &empty) cb_request_list_free(list);
+  port_answer(&w);
+}
+
+void port_requests_clear(void) { port_reply_result(cb_server_requests_clear(port_server)); }
+
+void port_journal_listen(const char *buf, int args) {
+  cb_ei_in_t r;
+  int on;
+  cb_ei_in_init(&r, buf);
+  if (cb_codec_bool(&r.in, T(args), &on) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  port_reply_result(cb_server_set_journal_listener(port_server, on ? port_journal_wake : NULL, NULL));
+}
+
+void port_handler_add(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_codec_stub_t s;
+  unsigned tmo;
+  int stream, at_tmo = args, at_stream;
+  cb_ei_in_init(&r, buf);
+  if (ei_skip_term(buf, &at_tmo) != 0 || (at_stream = at_tmo, ei_skip_term(buf, &at_stream)) != 0 ||
+      cb_codec_match(&r.in, T(args), &s) != 0 || cb_codec_timeout(&r.in, T(at_tmo), &tmo) != 0 ||
+      cb_codec_bool(&r.in, T(at_stream), &stream) != 0) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  cb_deferred_t d = {.name = s.st.name, .match = s.st.match, .timeout_ms = tmo, .batch = 1,
+                     .deliver = port_deliver, .gone = port_gone, .body = stream ? port_body_piece : NULL};
+  uint64_t id = 0;
+  int err = cb_server_deferred_add(port_server, &d, &id);
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  cb_codec_add_result(&w.out, err, id, &s.st.match, NULL);
+  port_answer(&w);
+}
+
+void port_handler_fail(const char *buf, int args) { id_op(buf, args, cb_server_deferred_fail); }
+
+void port_reply(const char *buf, int args) {
+  cb_ei_in_t r;
+  cb_codec_replies_t items;
+  cb_ei_in_init(&r, buf);
+  if (cb_codec_replies(&r.in, T(args), &items) != 0) port_die(EXIT_MALFORMED);
+  (void)cb_server_reply(port_server, items.items, items.n);
+  cb_codec_replies_free(&items);
+  cb_ei_in_free(&r);
+}
