@@ -17,7 +17,7 @@
  * Arguments that do not decode get {error, badarg} and the program goes on; a {reply, Items} frame that does not
  * decode is a bug on the node's side (cbench_port builds it from checked answers), so the program exits
  * EXIT_MALFORMED, as for any malformed frame. Strings point into the frame, which lives while the command runs.
- * Replies carry no answer: the node keeps each request's state (docs/beam.md), so an answer refused here
+ * Replies carry no answer: the node keeps each request's state (docs/erlang.md), so an answer refused here
  * (CB_EGONE) raced the request's end, which the node learns from {cbench_gone, Ref}.
  */
 #include "port.h"

@@ -1,4 +1,4 @@
-/* The unsolicited frames of the port program, written by the engine's worker threads (docs/beam.md, "Handlers
+/* The unsolicited frames of the port program, written by the engine's worker threads (docs/erlang.md, "Handlers
  * on the port engine"), each whole under the write lock (port_send_from_worker):
  *
  *   {cbench_journal, Seq}

@@ -22,7 +22,7 @@
 
 -type engine() :: nif | port | ehttpd.
 -type server() :: pid().
-%% The options, with their types from the engine's option table (docs/beam.md); dialyzer flags a
+%% The options, with their types from the engine's option table (docs/erlang.md); dialyzer flags a
 %% misspelt key or a value of the wrong type in a caller.
 -type opts() :: cbench_schema:opts().
 %% A fixture route's name; a stub's name is a binary.
@@ -63,7 +63,7 @@
                        left := non_neg_integer() | infinity}.
 
 %% @doc Starts a server under the cbench application (started if needed); it runs until stopped,
-%% whoever started it. Opts: see docs/beam.md. A bad option: {error, {bad_option, Key, Value,
+%% whoever started it. Opts: see docs/erlang.md. A bad option: {error, {bad_option, Key, Value,
 %% Allowed}}; Engine not an atom or Opts not a map: badarg.
 -spec start_server(engine(), opts()) -> {ok, server()} | {error, error_reason()}.
 start_server(Engine, Opts) ->
@@ -185,12 +185,12 @@ stats(Server) when is_pid(Server) ->
 stats(_) ->
     error(badarg).
 
-%%% Routes as data: stubs, the journal, expectations, down/up (docs/beam.md).
+%%% Routes as data: stubs, the journal, expectations, down/up (docs/erlang.md).
 
-%% @doc Adds a stub: requests that Match get Response (both described in docs/beam.md), before
+%% @doc Adds a stub: requests that Match get Response (both described in docs/erlang.md), before
 %% the fixture routes and older stubs of the same priority. Match or Response not a map (Match may
 %% also be a bare path): badarg; anything wrong inside them: {error, {bad_stub, {Field, Value,
-%% Why}}} (cbench_spec, docs/beam.md).
+%% Why}}} (cbench_spec, docs/erlang.md).
 -spec stub(server(), match(), response()) -> {ok, pos_integer()} | {error, term()}.
 stub(Server, Match, Response) when is_pid(Server) ->
     case cbench_spec:stub(Match, Response) of
@@ -200,7 +200,7 @@ stub(Server, Match, Response) when is_pid(Server) ->
 stub(_, _, _) ->
     error(badarg).
 
-%%% Erlang handlers (docs/beam.md): a route answered by a process.
+%%% Erlang handlers (docs/erlang.md): a route answered by a process.
 
 %% @doc Sends the requests that Match (as stub/3's) to Target, a pid or a registered name, as
 %% `{cbench_request, Req}', or `{cbench_requests, [Req]}' with `#{batch => true}'; the process
@@ -230,7 +230,7 @@ handle(_, _, _, _) ->
 %% @doc Answers a request whole: the same bytes a stub with this status, headers and body sends.
 %% {error, gone}: answered already, timed out, or its client or stream is gone. A term of the
 %% wrong type: badarg; a status, header or size the engine refuses: {error, {bad_reply, {Field,
-%% Value, Why}}} or {error, {too_large, {Field, Size, Max}}}, the same on every engine (docs/beam.md).
+%% Value, Why}}} or {error, {too_large, {Field, Size, Max}}}, the same on every engine (docs/erlang.md).
 -spec reply(req() | cbench_handler:handle(), 200..599, [{iodata(), iodata()}], iodata()) ->
           ok | {error, cbench_handler:reply_error()}.
 reply(Req, Status, Headers, Body) -> cbench_handler:reply(Req, Status, Headers, Body).
@@ -277,7 +277,7 @@ reset(Server) when is_pid(Server) ->
 reset(_) ->
     error(badarg).
 
-%% @doc The state of scenario Name (an atom, binary or string; docs/beam.md): a binary,
+%% @doc The state of scenario Name (an atom, binary or string; docs/erlang.md): a binary,
 %% `<<"started">>' until a stub's answer or scenario/3 moves it. Bad names: `{error,
 %% {bad_scenario, {Field, Value, Why}}}'.
 -spec scenario(server(), atom() | iodata()) -> binary() | {error, term()}.

@@ -1,4 +1,4 @@
-%%% @doc Erlang handlers on the ehttpd engine (docs/beam.md, "Erlang handlers"), both sides of one
+%%% @doc Erlang handlers on the ehttpd engine (docs/erlang.md, "Erlang handlers"), both sides of one
 %%% request: the connection process (cbench_ehttpd_conn) sends the request to the handler and waits
 %%% here for the answer, and the handler's answers (cbench_handler, checked there) reach that
 %%% connection as `{cbench_reply, Ref, Op}' messages.

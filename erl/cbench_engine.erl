@@ -72,7 +72,7 @@
 %% has left, or infinity), or {error, Reason}.
 -callback stubs(handle()) -> [map()] | {error, term()}.
 
-%% Erlang handler routes (docs/beam.md, "Erlang handlers").
+%% Erlang handler routes (docs/erlang.md, "Erlang handlers").
 
 %% Adds a route whose requests go to Target, a pid or a registered name (for an {M, F} target, the
 %% leader of the pool the server started), with options checked by cbench_handler:opts/1.
@@ -85,7 +85,7 @@
 %% its streams are cut.
 -callback handler_fail(handle(), Id :: pos_integer()) -> reply().
 
-%% Scenarios (docs/beam.md, scenarios).
+%% Scenarios (docs/erlang.md, scenarios).
 
 %% A scenario's state (`started' for a name nothing has used).
 -callback scenario(handle(), Name :: binary()) -> {ok, binary()} | {error, term()}.

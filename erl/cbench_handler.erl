@@ -1,4 +1,4 @@
-%%% @doc Erlang handlers (docs/beam.md, "Erlang handlers"): the answers a handler process gives
+%%% @doc Erlang handlers (docs/erlang.md, "Erlang handlers"): the answers a handler process gives
 %%% with cbench:reply/4 and friends, whichever engine parsed the request. The answers are checked
 %%% here, the same for every engine, then handed to the engine's side of the request.
 %%%
@@ -24,7 +24,7 @@
                  proto := cbench:proto(), body := binary(), handle := handle()}.
 -type status() :: 200..599.
 -type headers() :: [{iodata(), iodata()}].
-%% Why an answer was not given (docs/beam.md, "Erlang handlers").
+%% Why an answer was not given (docs/erlang.md, "Erlang handlers").
 -type reply_error() :: gone | not_streaming |
                        {too_large, {body | headers, non_neg_integer(), pos_integer()}} |
                        {bad_reply, {{reply, status}, integer(), out_of_range | body_not_allowed} |

@@ -9,7 +9,7 @@
 
 -export_type([entry/0]).
 
-%% One recorded request (docs/beam.md): route is the name of the route that answered (an atom for
+%% One recorded request (docs/erlang.md): route is the name of the route that answered (an atom for
 %% the fixture routes and not_found, a binary for a stub), also for a 405 (the first route whose
 %% path matched); stub is the id of the stub that answered; bytes_out counts the response body.
 -type entry() :: #{seq := pos_integer(), time_us := integer(),

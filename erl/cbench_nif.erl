@@ -112,7 +112,7 @@ route_remove(H, Id) -> {cbench_c_terms:remove_result(route_remove_nif(H, Id)), H
 -spec routes_reset(handle()) -> {ok | {error, term()}, handle()}.
 routes_reset(H) -> {route_reset_nif(H), H}.
 
-%% @doc A scenario's state (docs/beam.md, scenarios).
+%% @doc A scenario's state (docs/erlang.md, scenarios).
 -spec scenario(handle(), binary()) -> {ok, binary()} | {error, term()}.
 scenario(H, Name) -> scenario_nif(H, Name).
 
@@ -149,7 +149,7 @@ down(H) -> {down_nif(H), H}.
 -spec up(handle()) -> {ok | {error, term()}, handle()}.
 up(H) -> {up_nif(H), H}.
 
-%% @doc Adds an Erlang handler route (docs/beam.md): requests that Match are sent to Target.
+%% @doc Adds an Erlang handler route (docs/erlang.md): requests that Match are sent to Target.
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(), map()) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
 handler_add(H, Match, Target, Opts) ->

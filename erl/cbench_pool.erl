@@ -1,4 +1,4 @@
-%%% @doc A `{M, F}' handler target (docs/beam.md, "Erlang handlers"): a pool of processes the
+%%% @doc A `{M, F}' handler target (docs/erlang.md, "Erlang handlers"): a pool of processes the
 %%% server owns. The engine sends to the pool's leader, which hands each request on to one of
 %%% its workers, chosen by a hash of the request's handle, so that the pieces of a streamed body
 %%% (`{cbench_body, Handle, _}', `{cbench_body_end, Handle}') reach the worker that has the

@@ -14,7 +14,7 @@
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 
-%% Erlang handlers (docs/beam.md): the owner's side of them (the routes' targets, the requests
+%% Erlang handlers (docs/erlang.md): the owner's side of them (the routes' targets, the requests
 %% in flight, the answers batched into frames) is in cbench_port_handler.
 
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
@@ -150,7 +150,7 @@ stats(#h{port = Port}) ->
         Error -> Error
     end.
 
-%% @doc Adds an Erlang handler route (docs/beam.md): requests that Match are sent to Target.
+%% @doc Adds an Erlang handler route (docs/erlang.md): requests that Match are sent to Target.
 -spec handler_add(handle(), cbench_spec:canon_match(), pid() | atom(),
                   #{timeout_ms := pos_integer(), batch := boolean(), body := whole | stream}) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
@@ -189,7 +189,7 @@ routes_reset(H = #h{port = Port}) ->
     cbench_port_handler:routes_reset(),
     {request(Port, route_reset, ?CALL_TIMEOUT), H}.
 
-%% @doc A scenario's state (docs/beam.md, scenarios).
+%% @doc A scenario's state (docs/erlang.md, scenarios).
 -spec scenario(handle(), binary()) -> {ok, binary()} | {error, term()}.
 scenario(#h{port = Port}, Name) -> request(Port, {scenario, Name}, ?CALL_TIMEOUT).
 

@@ -1,4 +1,4 @@
-%%% @doc Erlang handlers on the port engine (docs/beam.md, "Erlang handlers"), both sides of one
+%%% @doc Erlang handlers on the port engine (docs/erlang.md, "Erlang handlers"), both sides of one
 %%% request. The owner's side runs in the server process that owns the port (cbench_port calls it):
 %%% the program's frames of requests are handed to the handlers, and their answers are batched into
 %%% frames back to the program. The handler's side runs in the handler's process (cbench_handler

@@ -150,7 +150,7 @@ serve({scenario, Name, State}, _From, S) ->
     engine(S, scenario_set, [Name, State]);
 serve(reset, _From, S) ->
     {reply, Reply, S1} = engine(S, routes_reset, []),
-    %% Every scenario back to `started' too (docs/beam.md).
+    %% Every scenario back to `started' too (docs/erlang.md).
     {reply, ScenReply, S2 = #{mod := Mod, handle := H}} = engine(S1, scenarios_reset, []),
     Cleared = Mod:journal_clear(H),
     {reply, case {Reply, ScenReply} of {ok, ok} -> Cleared; {ok, _} -> ScenReply; _ -> Reply end,

@@ -476,7 +476,7 @@ CB_EXTERN int cb_server_stubs_file(cb_server_t *srv, const char *path, char *msg
  *
  * cb_server_route_add() and cb_server_deferred_add() return UV_EINVAL for a bad field; cb_error_detail() then says
  * which field, which value and why, from the fixed lists below. The Erlang API reports the same three things as
- * {error, {bad_stub, {Field, Value, Why}}} with Why the lowercase name (docs/beam.md), and cbench-server --stubs
+ * {error, {bad_stub, {Field, Value, Why}}} with Why the lowercase name (docs/erlang.md), and cbench-server --stubs
  * prints them (docs/routes.md): one list of reasons for every way in.
  *
  * Threads and lifetime: the detail is per thread (thread-local, like errno). Each call of cb_server_route_add()
@@ -581,7 +581,7 @@ CB_EXTERN const cb_error_detail_t *cb_error_detail(void);
 CB_EXTERN const char *cb_field_name(int field);
 CB_EXTERN const char *cb_why_name(int why);
 
-/* A field's name in each language a stub is given in: one table (src/names.c) that the NIF's and the port
+/* A field's name in each language a stub is given in: one table (src/base/names.c) that the NIF's and the port
  * program's term codec (terms/codec.c), the JSON stub loader and the Erlang suites (test/cbench_fields.erl,
  * generated from it and checked by make fields-check) all read, as the option table is for options. */
 typedef struct cb_field_names_s {
@@ -800,7 +800,7 @@ CB_EXTERN int cb_server_up(cb_server_t *srv);
  * A deferred route hands each complete request (head and whole body) to the caller's deliver function, on the
  * worker's thread, and parks it; any thread answers it later with cb_server_reply(), through the worker's
  * command queue. This is how the NIF, the port program and the ehttpd engine put an Erlang process behind a
- * route (docs/beam.md). A parked request is named by a cb_reqref_t: worker, slot and generation, so a
+ * route (docs/erlang.md). A parked request is named by a cb_reqref_t: worker, slot and generation, so a
  * reference to a request that is finished, timed out or whose connection or stream went away is refused with
  * CB_EGONE and never answers another request that reuses the slot.
  *
@@ -851,7 +851,7 @@ typedef struct cb_deferred_s {
   void (*free_ud)(void *ud); /* optional: called once the route is gone (removed and its requests done) */
   /* Optional, on the worker's thread: request `ref` ended without its answer completing (503, 504, a cut
    * stream, or its client or stream went away), so a reply to it would get CB_EGONE. The port program
-   * tells the node, which then refuses replies to it without asking the engine (docs/beam.md). */
+   * tells the node, which then refuses replies to it without asking the engine (docs/erlang.md). */
   void (*gone)(void *ud, cb_reqref_t ref);
   cb_body_fn body; /* optional: the body streams to it (see cb_body_fn); NULL: the whole body with the request */
 } cb_deferred_t;

@@ -22,7 +22,7 @@ schema-check: $(SCHEMA_GEN)
 	  echo "schema-check: erl/cbench_schema.erl matches the option table of src/options.c"; \
 	else echo "schema-check: erl/cbench_schema.erl is out of date: run make schema and commit it"; exit 1; fi
 
-# The Erlang copy of the field table (src/names.c) and the codec's key tables (terms/codec.c):
+# The Erlang copy of the field table (src/base/names.c) and the codec's key tables (terms/codec.c):
 # test/cbench_fields.erl, which the Erlang suites hold every engine to.
 #
 #   make fields         rewrites test/cbench_fields.erl from the tables (after adding or changing a field or key)
@@ -44,5 +44,5 @@ fields: $(FIELDS_GEN)
 
 fields-check: $(FIELDS_GEN)
 	@if $(FIELDS_GEN) | diff -u test/cbench_fields.erl -; then \
-	  echo "fields-check: test/cbench_fields.erl matches the field table (src/names.c) and the codec's keys (terms/codec.c)"; \
+	  echo "fields-check: test/cbench_fields.erl matches the field table (src/base/names.c) and the codec's keys (terms/codec.c)"; \
 	else echo "fields-check: test/cbench_fields.erl is out of date: run make fields and commit it"; exit 1; fi

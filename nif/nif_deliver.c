@@ -1,4 +1,4 @@
-/* What the engine's worker threads send to Erlang processes (docs/beam.md, "Erlang handlers"): a handler
+/* What the engine's worker threads send to Erlang processes (docs/erlang.md, "Erlang handlers"): a handler
  * route's requests and their body pieces, and the journal's wake-ups for cbench:await/4.
  *
  * Handler delivery: each worker builds its messages in an environment of its own (one per thread, made on first

@@ -1,7 +1,7 @@
 /* The one term codec of the NIF and the port program: the Erlang terms of the control plane decoded into the
  * library's structs and encoded from them, written once against the reader and writer of term.h (enif backend:
  * term_enif.c, ei backend: term_ei.c). The term shapes are those erl/cbench_c_terms.erl, erl/cbench_spec.erl
- * (canonical forms) and erl/cbench_handler.erl build; docs/beam.md ("One codec for the NIF and the port") says
+ * (canonical forms) and erl/cbench_handler.erl build; docs/erlang.md ("One codec for the NIF and the port") says
  * what a term that does not decode gets.
  *
  * Decoders return 0, or -1 when the term does not decode (the NIF answers badarg, the port program
@@ -10,7 +10,7 @@
  * reader's flattened iodata) and live while they do; the engine copies what it keeps.
  *
  * The names of keys live here once (the key tables below); the names of refused fields live in the library's
- * field table (cb_field_names(), src/names.c), which the JSON loader reads too. make fields-check compares both
+ * field table (cb_field_names(), src/base/names.c), which the JSON loader reads too. make fields-check compares both
  * with test/cbench_fields.erl, which the Erlang suites hold the three engines to.
  */
 #ifndef CB_CODEC_H

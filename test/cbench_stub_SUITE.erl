@@ -438,7 +438,7 @@ many_stubs_one_by_one(_Config) ->
 %% these stubs and one filter (a key the term does not take, `after' on a single response, a
 %% single response's keys beside a sequence's, priority -2^31: the NIF took them, the port
 %% program refused them) and on reply items given as iolists (the NIF took them, the program
-%% exited 2); both now refuse the first and take the second (docs/beam.md, "One codec").
+%% exited 2); both now refuse the first and take the second (docs/erlang.md, "One codec").
 nif_and_port_decode_alike(_Config) ->
     {ok, Opts} = cbench_opts:validate(nif, #{port => 0, threads => 1}),
     {ok, H} = cbench_nif:start(Opts),
@@ -497,7 +497,7 @@ odd_values() ->
      -(1 bsl 31), (1 bsl 31) - 1, 1 bsl 32, {uniform, 1, 2, 3}, {lognormal, 1, 0.5, 3}, {lognormal, 1, 1, 3},
      {<<"s">>, undefined, undefined}, {<<"s">>, <<"a">>, 1}, "ab", last, cycle, not_found, {1, 0}, none].
 
-%% @doc The field table and the codec's keys (test/cbench_fields.erl, generated from src/names.c
+%% @doc The field table and the codec's keys (test/cbench_fields.erl, generated from src/base/names.c
 %% and terms/codec.c; make fields-check) are what the Erlang side names and builds, on every
 %% engine: the Field of every refusal the nif, port and ehttpd engines give for a bad value of
 %% each field is the table's; a journal entry, the counters and the stub list have the table's keys

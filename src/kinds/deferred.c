@@ -1,5 +1,5 @@
 /* The deferred route kind: a request handed to someone else (an Erlang process, through the NIF, the port
- * program or a C caller) and answered later from any thread (include/cbench.h, docs/beam.md).
+ * program or a C caller) and answered later from any thread (include/cbench.h, docs/erlang.md).
  *
  * A parked request lives in a slot of its worker. A slot's state word (atomic) is generation << 8 | state:
  * repliers on other threads claim a request with one compare-and-swap (PARKED -> REPLIED or STREAMING,
