@@ -107,9 +107,11 @@ static int stub_claim(const cb__route_t *rt, cb__req_t *r) {
   if (st->scen != NULL) {
     uint32_t cur = __atomic_load_n(&st->scen->state, __ATOMIC_ACQUIRE);
     if (st->when != ANY_STATE && cur != st->when) return 0;
-    if (st->moves && cur != st->then &&
-        !__atomic_compare_exchange_n(&st->scen->state, &cur, st->then, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      return 0;
+    if (st->moves && cur != st->then) {
+      if (!__atomic_compare_exchange_n(&st->scen->state, &cur, st->then, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+      __atomic_add_fetch(st->scen->moves, 1, __ATOMIC_RELEASE); /* the lookups running now look again on a miss */
+    }
   }
   if (st->times > 0 && __atomic_fetch_add(&st->claimed, 1, __ATOMIC_RELAXED) >= st->times) return 0;
   if (st->nseq > 0) {

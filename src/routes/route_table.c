@@ -656,6 +656,11 @@ static inline __attribute__((always_inline)) void lookup_all(cb__worker_t *w, cb
   cb__match_in_t in_req;
   const cb__match_in_t *in = &in_req;
   cb__match_in(r, &in_req);
+  /* Scenario states read now: a lookup that finds nothing while they moved looks again (below). */
+  uint64_t *moves = cb__scenarios_moves(t->reg->scenarios);
+  uint64_t moved = __atomic_load_n(moves, __ATOMIC_ACQUIRE);
+  int again = 8;
+look:;
   uint32_t na, nb, nc = (uint32_t)t->nwild, ia = 0, ib = 0, ic = 0;
   const uint32_t *a = lookup(&t->exact, in->path, in->path_len, &na);
   const uint32_t *b = NULL;
@@ -698,6 +703,17 @@ static inline __attribute__((always_inline)) void lookup_all(cb__worker_t *w, cb
     }
   }
 found:
+  if (hit == NULL && again-- > 0) {
+    /* Nothing answered, and a scenario's state moved while the stubs were looked at (another request took a
+     * transition): some were judged against the old state, the others against the new one, so the request
+     * looks again against the new one. Two requests racing for one transition then get its two answers, never
+     * a 404 (docs/routes.md, "Scenarios"). A few rounds at most: each one means another request went on. */
+    uint64_t now = __atomic_load_n(moves, __ATOMIC_ACQUIRE);
+    if (now != moved) {
+      moved = now;
+      goto look;
+    }
+  }
   if (__builtin_expect(r->body_wait, 0) && !r->body_known) { /* counted when it is chosen, with the body */
     r->route = hit;
     take_use(r, hit, t, u);

@@ -178,6 +178,7 @@ extern const cb__router_t cb__router;
 struct cb__scenario_s {
   uint32_t state; /* atomic: the state's number (0: "started"); loaded and swapped by the workers */
   char *name;
+  uint64_t *moves; /* the server's count of state changes (cb__scenarios_moves), shared by its scenarios */
 };
 int cb__scenarios_new(cb__scenarios_t **out);
 void cb__scenarios_free(cb__scenarios_t *s);
@@ -185,5 +186,10 @@ void cb__scenarios_free(cb__scenarios_t *s);
  * "started"; made when new). Errors: CB_ELIMIT past CB_MAX_SCENARIOS, UV_ENOMEM. */
 int cb__scenario_find(cb__scenarios_t *s, cb_str_t name, cb__scenario_t **out);
 int cb__scenario_state_id(cb__scenarios_t *s, cb_str_t state, uint32_t *id);
+/* The server's count of scenario state changes (atomic; a claim that moves a state adds one, as do
+ * cb_server_scenario_set and cb_server_scenarios_reset): a lookup that found nothing looks again when it moved
+ * meanwhile (route_table.c), so that a request is judged against one state, not some stubs against the old one
+ * and the rest against the new one. */
+uint64_t *cb__scenarios_moves(cb__scenarios_t *s);
 
 #endif

@@ -16,7 +16,10 @@ struct cb__scenarios_s {
   uint32_t n, cap;
   char **states; /* states[i]: the name of state i, NUL-terminated; states[0] is "started" */
   uint32_t nstates, states_cap;
+  uint64_t moves; /* atomic: cb__scenarios_moves */
 };
+
+uint64_t *cb__scenarios_moves(cb__scenarios_t *s) { return &s->moves; }
 
 int cb__scenarios_new(cb__scenarios_t **out) {
   cb__scenarios_t *s = calloc(1, sizeof *s);
@@ -77,6 +80,7 @@ static int find_locked(cb__scenarios_t *s, cb_str_t name, cb__scenario_t **out) 
     free(sc);
     return UV_ENOMEM;
   }
+  sc->moves = &s->moves;
   s->items[s->n++] = sc;
   *out = sc;
   return 0;
@@ -145,7 +149,10 @@ int cb_server_scenario_set(cb_server_t *srv, cb_str_t name, cb_str_t state) {
   uint32_t id;
   int err = find_locked(s, name, &sc);
   if (err == 0) err = state_locked(s, state, &id);
-  if (err == 0) __atomic_store_n(&sc->state, id, __ATOMIC_RELEASE);
+  if (err == 0) {
+    __atomic_store_n(&sc->state, id, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&s->moves, 1, __ATOMIC_RELEASE);
+  }
   uv_mutex_unlock(&s->mu);
   return err;
 }
@@ -155,6 +162,7 @@ int cb_server_scenarios_reset(cb_server_t *srv) {
   cb__scenarios_t *s = cb__routes_scenarios(srv->routes);
   uv_mutex_lock(&s->mu);
   for (uint32_t i = 0; i < s->n; i++) __atomic_store_n(&s->items[i]->state, 0, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&s->moves, 1, __ATOMIC_RELEASE);
   uv_mutex_unlock(&s->mu);
   return 0;
 }
