@@ -231,8 +231,9 @@ static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, c
       return cb_config_set_uint(cfg, o, enif_is_identical(v, atom_true));
     case CB_OPT_HOST:
     case CB_OPT_STRING: {
-      /* Only the host is a string Erlang passes; another string option would need a buffer of its own. */
-      if (o->type != CB_OPT_HOST || !enif_inspect_iolist_as_binary(env, v, &bin) || bin.size < o->min ||
+      /* Only the host is a string Erlang passes (a binary, as cbench_opts makes it and the port program takes it);
+       * another string option would need a buffer of its own. */
+      if (o->type != CB_OPT_HOST || !enif_inspect_binary(env, v, &bin) || bin.size < o->min ||
           bin.size > o->max || bin.size >= hostlen || memchr(bin.data, 0, bin.size) != NULL)
         return -1;
       memcpy(hostbuf, bin.data, bin.size);
