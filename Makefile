@@ -16,7 +16,7 @@ LLHTTP_INC ?= /usr/share/include/llhttp
 
 # jansson: the library reads stubs as JSON (the stub file, the admin API: src/stub_json.c, src/admin.c) and
 # parses JSON for body matchers (src/routes/body_match.c).
-PKGS := libuv libnghttp2 zlib jansson
+PKGS := libuv libnghttp2 zlib jansson openssl
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 JSON_CFLAGS := $(shell pkg-config --cflags jansson 2>/dev/null)

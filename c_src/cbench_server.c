@@ -29,7 +29,7 @@ static void usage(FILE *f) {
         break;
       case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
       case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
-      case CB_OPT_STRING: snprintf(arg, sizeof arg, " DIR"); break;
+      case CB_OPT_STRING: snprintf(arg, sizeof arg, strstr(o->name, "file") ? " FILE" : " DIR"); break;
     }
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
   }
@@ -133,6 +133,14 @@ static int start_error(const cb_config_t *cfg, int err) {
     fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
   }
+  if (cfg->tls && (cfg->tls_cert_file != NULL || cfg->tls_key_file != NULL) &&
+      (err == CB_ENOENT || err == CB_EACCES || err == CB_EINVAL || err == -EISDIR)) {
+    char qk[256];
+    fprintf(stderr, "cbench-server: --tls-cert-file %s with --tls-key-file %s: %s (both PEM: the certificate "
+            "and its chain, and its unencrypted key)\n", quoted(cfg->tls_cert_file ? cfg->tls_cert_file : "", q,
+            sizeof q), quoted(cfg->tls_key_file ? cfg->tls_key_file : "", qk, sizeof qk), cb_strerror(err));
+    return 2;
+  }
   if (err == CB_EAI_NONAME) {
     fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
             "or a name the resolver knows\n", quoted(cfg->host, q, sizeof q));
@@ -223,6 +231,21 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
          (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts);
 }
 
+/* Writes the server's made CA (cb_server_tls_ca) to $TMPDIR/cbench-ca-PID.pem: path gets the name (empty when the
+ * server made none: the user's certificate). 0, or -1 with errno. */
+static int write_ca(cb_server_t *srv, char *path, size_t cap) {
+  char pem[16384];
+  int n = cb_server_tls_ca(srv, pem, sizeof pem);
+  if (n < 0) return 0;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, cap, "%s/cbench-ca-%d.pem", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return -1;
+  int ok = fwrite(pem, 1, (size_t)n, f) == (size_t)n;
+  if (fclose(f) != 0) ok = 0;
+  return ok ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
   if (take_signals() != 0) {
     fprintf(stderr, "cbench-server: cannot start the signal thread\n");
@@ -295,6 +318,13 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* The test CA a TLS server made, in a file a client can be given (curl --cacert), removed at exit. */
+  char ca_path[4096] = "";
+  if (cfg.tls && write_ca(srv, ca_path, sizeof ca_path) != 0) {
+    fprintf(stderr, "cbench-server: cannot write the TLS CA to %s: %s\n", ca_path, strerror(errno));
+    cb_server_stop(srv);
+    return 1;
+  }
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
@@ -302,8 +332,9 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&sig_mu);
   serving = 1;
   pthread_mutex_unlock(&sig_mu);
-  printf("cbench-server listening on http://%s%s%s:%d with %d thread%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
-         cb_server_port(srv), threads, threads == 1 ? "" : "s");
+  printf("cbench-server listening on %s://%s%s%s:%d with %d thread%s\n", cfg.tls ? "https" : "http", v6 ? "[" : "",
+         host, v6 ? "]" : "", cb_server_port(srv), threads, threads == 1 ? "" : "s");
+  if (ca_path[0]) printf("cbench-server TLS CA in %s\n", ca_path);
   if (cfg.admin) {
     int a6 = strchr(cfg.admin_host, ':') != NULL;
     printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",
@@ -318,6 +349,7 @@ int main(int argc, char **argv) {
   cb_route_counts_t *counts = NULL;
   if (cb_server_route_counts(srv, &counts) != 0) counts = NULL;
   cb_server_stop_stats(srv, &stats);
+  if (ca_path[0]) unlink(ca_path);
   print_stats(&stats, counts);
   cb_route_counts_free(counts);
   return 0;

@@ -88,6 +88,12 @@ typedef struct cb_config_s {
                                 * cb_server_admin_port()) */
   const char *admin_host;      /* the address the admin API binds; default "127.0.0.1". Anything but loopback
                                 * lets other machines change the stubs */
+  int tls;                     /* 1: the listener speaks TLS (1.2 and 1.3; ALPN h2 and http/1.1, docs/tls.md);
+                                * default 0 */
+  const char *tls_cert_file;   /* with tls: the certificate (PEM), followed by its chain. NULL (default): a test
+                                * CA and a leaf for localhost, 127.0.0.1 and ::1 are made in memory at start
+                                * (cb_server_tls_ca()) */
+  const char *tls_key_file;    /* with tls_cert_file: its private key (PEM) */
 } cb_config_t;
 
 #define CB_JOURNAL_MAX 10000000u
@@ -206,6 +212,10 @@ CB_EXTERN int cb_server_port(const cb_server_t *srv);
 
 /* The TCP port of the admin API (the bound one when cfg.admin_port was 0), or 0 when cfg.admin is 0. */
 CB_EXTERN int cb_server_admin_port(const cb_server_t *srv);
+/* The test CA of a TLS server (cfg.tls without tls_cert_file) as PEM, NUL-terminated in pem[0..cap): its length,
+ * UV_ENOBUFS when cap is too small (4096 is enough), UV_ENOENT when the server made no CA (no TLS, or the user's
+ * certificate). A client that trusts it verifies the server as localhost, 127.0.0.1 or ::1. */
+CB_EXTERN int cb_server_tls_ca(const cb_server_t *srv, char *pem, size_t cap);
 
 /* The number of worker threads. */
 CB_EXTERN int cb_server_threads(const cb_server_t *srv);

@@ -26,7 +26,7 @@ PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 # erlang-proper-dev: proper.hrl for cbench_api_statem (erlang-proper alone ships no include file).
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
-erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl python3"
+erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl python3 openssl"
 
 set_name=build
 check_only=""

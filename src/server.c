@@ -10,6 +10,7 @@
 
 #include "admin.h"
 #include "engine.h"
+#include "tls_server.h"
 
 static int online_cpus(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -131,6 +132,7 @@ static void free_server(cb_server_t *srv) {
   /* Every table was let go of by the workers (or never handed out): the routes go with the registry. */
   cb__routes_free(srv->routes);
   cb__fixtures_close(&srv->fx);
+  cb__server_tls_close(srv);
   if (srv->api_mu_ok) uv_mutex_destroy(&srv->api_mu);
   free(srv);
 }
@@ -151,6 +153,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   memcpy(srv->cpus, cfg->cpus ? cfg->cpus : srv->cpus, (size_t)cfg->ncpus * sizeof(int));
   srv->cfg.cpus = srv->cpus;
   srv->cfg.fixture_dir = NULL; /* not kept: only read here */
+  srv->cfg.tls_cert_file = srv->cfg.tls_key_file = NULL;
   srv->nworkers = cfg->threads ? cfg->threads : online_cpus();
 
   int fds[CB_MAX_THREADS];
@@ -161,6 +164,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     return UV_ENOMEM;
   }
   err = cb__fixtures_open(&srv->fx, cfg->fixture_dir);
+  if (err == 0) err = cb__server_tls_open(srv, cfg, NULL, 0);
   if (err) {
     free_server(srv);
     return err;
@@ -201,6 +205,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     }
     cb__worker_t *w = srv->workers[i];
     w->table = table;
+    w->tls = srv->tls;
     w->counters = cb__routes_counters(srv->routes, i);
     w->conn_ids = &srv->conn_ids;
     inited++;

@@ -45,9 +45,8 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, const cb__tport_t *tr) {
   return c;
 }
 
-int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer) {
-  cb__tport_t tr = cb__tport_plain(fd);
-  cb__conn_t *c = cb__conn_new(w, &tr);
+int cb__conn_accept(cb__worker_t *w, const cb__tport_t *tr, const struct sockaddr *peer) {
+  cb__conn_t *c = cb__conn_new(w, tr);
   if (c == NULL) return UV_ENOMEM;
   if (peer->sa_family == AF_INET) {
     const struct sockaddr_in *a = (const struct sockaddr_in *)peer;
@@ -219,7 +218,7 @@ static void update_poll(cb__conn_t *c) {
   /* Reading stops while the peer is not reading our responses (no unbounded buffering), or while the
    * protocol holds input it cannot parse yet. Lingering keeps reading to drain. */
   if (!c->eof && (c->lingering || (!c->read_paused && c->out.bytes < CB__OUT_HIGH_WATER))) ev |= UV_READABLE;
-  if (c->write_blocked) ev |= UV_WRITABLE;
+  if (c->write_blocked || c->tr.want_write) ev |= UV_WRITABLE;
   if (ev == c->poll_events) return;
   c->poll_events = (uint8_t)ev;
   if (ev == 0)
@@ -329,7 +328,8 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     cb__conn_close(c);
     return;
   }
-  if (events & UV_READABLE) {
+  /* A transport that stopped reading until it could write (a TLS handshake message) reads again then. */
+  if ((events & UV_READABLE) || (c->tr.want_write && (events & UV_WRITABLE))) {
     ssize_t n = c->tr.ops->read(&c->tr, c->w->rbuf, sizeof c->w->rbuf);
     if (n > 0) {
       input(c, c->w->rbuf, (size_t)n);

@@ -216,8 +216,8 @@ struct cb__conn_s {
   uint64_t rel_mark;
 };
 
-/* A connection over the plain transport on an accepted socket. */
-int cb__conn_accept(cb__worker_t *w, int fd, const struct sockaddr *peer);
+/* A connection over transport tr (copied) on an accepted socket. */
+int cb__conn_accept(cb__worker_t *w, const cb__tport_t *tr, const struct sockaddr *peer);
 /* A connection over transport tr (copied); it starts with the worker's first_ops. */
 cb__conn_t *cb__conn_new(cb__worker_t *w, const cb__tport_t *tr);
 /* Feeds bytes as if read from the socket, then runs the after-event work (flush, timers). */
@@ -309,6 +309,7 @@ struct cb__worker_s {
   int lfd;      /* listening socket, -1 for a test worker */
   const cb_config_t *cfg; /* the server's copy */
   const cb__fixtures_t *fx;
+  cb__tls_ctx_t *tls;     /* the server's TLS context: accepted connections speak TLS; NULL: plain TCP */
   cb_server_t *srv;
   cb__conn_t *conns; /* every open connection */
   uint64_t nconns;
@@ -573,6 +574,9 @@ struct cb_server_s {
   uint64_t jseq;      /* journal sequence numbers given (atomic) */
   uint64_t jfloor;    /* entries with seq <= this were cleared (atomic) */
   struct cb__admin_s *admin; /* the admin API (cfg.admin), or NULL: src/admin.c */
+  cb__tls_ctx_t *tls;        /* cfg.tls: the context of every connection's session (src/tls_server.c) */
+  cb__certs_t *certs;        /* the certificates made at start for TLS (base/certs.c), or NULL */
+  int tls_user_cert;         /* the default identity is the user's (cfg.tls_cert_file), not signed by certs' CA */
   char admin_host[64];
 };
 

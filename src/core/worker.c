@@ -82,7 +82,14 @@ static void on_listener(uv_poll_t *h, int status, int events) {
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (cb__conn_accept(w, fd, (const struct sockaddr *)&peer) != 0) close(fd);
+    cb__tport_t tr;
+    if (w->tls == NULL)
+      tr = cb__tport_plain(fd);
+    else if (cb__tport_tls(fd, w->tls, &tr) != 0) {
+      close(fd);
+      continue;
+    }
+    if (cb__conn_accept(w, &tr, (const struct sockaddr *)&peer) != 0) tr.ops->close(&tr, 0);
   }
 }
 

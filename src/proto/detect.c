@@ -7,7 +7,23 @@
 
 static const char h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/* The protocol the transport negotiated (TLS's ALPN) decides at once, without holding bytes back: HTTP/2 answers
+ * a missing preface with GOAWAY, as it does on an h2c-only listener. */
+static int attach_negotiated(cb__conn_t *c, const char *data, size_t len) {
+  int err;
+  if (c->tr.alpn == CB__ALPN_H2) {
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
+    err = cb__h2_attach_prior(c);
+  } else {
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_HTTP1]);
+    err = cb__h1_attach(c);
+  }
+  if (err) return -1;
+  return c->ops->read(c, data, len);
+}
+
 static int detect_read(cb__conn_t *c, const char *data, size_t len) {
+  if (c->tr.alpn != CB__ALPN_NONE) return attach_negotiated(c, data, len);
   /* Hold bytes back while they are a prefix of the HTTP/2 preface, so both protocols see the whole start. */
   size_t take = len < sizeof h2_preface - c->detect_len ? len : sizeof h2_preface - c->detect_len;
   memcpy(c->detect + c->detect_len, data, take);

@@ -32,18 +32,37 @@ typedef struct {
   void (*close)(cb__tport_t *t, int reset);
 } cb__tport_ops_t;
 
+/* The application protocol a transport negotiated (TLS's ALPN): detection follows it before the preface rule. */
+enum { CB__ALPN_NONE, CB__ALPN_HTTP1, CB__ALPN_H2 };
+
 /* A connection's transport: its table and what the table works on. */
 struct cb__tport_s {
   const cb__tport_ops_t *ops;
   int fd;              /* the socket the loop polls; -1: none (sink) */
   uint8_t stalled;     /* sink: the peer takes nothing, like one that does not read (cb__testconn_stall) */
+  uint8_t want_write;  /* tls: the last read stopped until the socket is writable (a handshake message): the
+                          connection polls for writable and reads again then (core/conn.c) */
+  uint8_t alpn;        /* CB__ALPN_*, once the transport knows it */
+  uint8_t ready;       /* tls: the handshake is done */
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
   void *sink_arg;
+  void *state;         /* tls: the session (an OpenSSL SSL) */
 };
 
 /* plain.c: the TCP socket fd (non-blocking). */
 cb__tport_t cb__tport_plain(int fd);
 /* sink.c: no socket; written bytes go to sink(arg, ...). */
 cb__tport_t cb__tport_sink(cb__sink_fn_t sink, void *arg);
+
+/* tls.c: TLS 1.2 and 1.3 over the TCP socket fd, with OpenSSL, non-blocking on the worker's loop. A context is a
+ * server's (certificate, key, chain, ALPN), shared by its workers; each connection gets a session of it. */
+typedef struct cb__tls_ctx_s cb__tls_ctx_t;
+/* A context serving certs' identities (base/certs.c: the default one, and each bad-certificate one for its SNI
+ * name); ALPN offers h2 when enable_h2 and http/1.1 when enable_h1. certs may be freed after this call. 0 or
+ * UV_ENOMEM. */
+int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out);
+void cb__tls_ctx_free(cb__tls_ctx_t *ctx);
+/* A transport over the accepted socket fd with a new session of ctx. 0 or UV_ENOMEM. */
+int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out);
 
 #endif

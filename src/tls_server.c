@@ -1,0 +1,41 @@
+/* The server's TLS: the certificates it serves (made at start: a test CA, a leaf for localhost, 127.0.0.1 and ::1,
+ * and the bad-certificate leaves chosen by SNI; the user's files in place of the leaf) and the context its
+ * workers' connections take sessions of (transport/tls.c). The made CA is what a test trusts:
+ * cb_server_tls_ca() hands it out as PEM. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+#include "tls_server.h"
+
+int cb__server_tls_open(cb_server_t *srv, const cb_config_t *cfg, char *why, size_t why_size) {
+  if (!cfg->tls) return 0;
+  if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
+    if (why != NULL) snprintf(why, why_size, "tls_cert_file and tls_key_file go together");
+    return UV_EINVAL;
+  }
+  int err = cb__certs_new(NULL, &srv->certs);
+  if (err == 0 && cfg->tls_cert_file != NULL) {
+    err = cb__certs_load(srv->certs, cfg->tls_cert_file, cfg->tls_key_file, NULL, why, why_size);
+    srv->tls_user_cert = err == 0;
+  }
+  if (err == 0) err = cb__tls_ctx_new(srv->certs, cfg->enable_h2, cfg->enable_h1, &srv->tls);
+  return err;
+}
+
+void cb__server_tls_close(cb_server_t *srv) {
+  cb__tls_ctx_free(srv->tls);
+  srv->tls = NULL;
+  cb__certs_free(srv->certs);
+  srv->certs = NULL;
+}
+
+int cb_server_tls_ca(const cb_server_t *srv, char *pem, size_t cap) {
+  if (srv == NULL || (pem == NULL && cap > 0)) return UV_EINVAL;
+  if (srv->certs == NULL || srv->tls_user_cert) return UV_ENOENT; /* no TLS, or the user's: the test has its CA */
+  cb__slice_t ca = cb__certs_ca_pem(srv->certs, CB__CA_SERVER);
+  if (ca.len + 1 > cap) return UV_ENOBUFS;
+  memcpy(pem, ca.ptr, ca.len);
+  pem[ca.len] = '\0';
+  return (int)ca.len;
+}

@@ -1,0 +1,241 @@
+/* The TLS transport: TLS 1.2 and 1.3 over a non-blocking TCP socket, with OpenSSL 3 (Debian's libssl).
+ *
+ * The session reads and writes the socket itself (a socket BIO). Nothing waits: a handshake step or a record that
+ * cannot go on now answers UV_EAGAIN, and the loop's next event for the socket goes on with it. A handshake
+ * message that could not be written sets want_write, and the connection then polls for writable and reads again
+ * (core/conn.c). The protocols above see plaintext only, after the handshake: the first read that returns bytes
+ * has the peer's first application data, and by then `alpn` says what ALPN chose (proto/detect.c follows it).
+ *
+ * What the context allows: TLS 1.2 and 1.3, no renegotiation, no compression; ALPN h2 and http/1.1 (a client
+ * that offers neither gets the no_application_protocol alert; one that offers no ALPN gets the preface rule).
+ * Sessions release their buffers while idle (SSL_MODE_RELEASE_BUFFERS). File ranges are read and written by the
+ * output queue (no sendfile: the bytes must be encrypted here). */
+#include <errno.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/transport.h"
+
+/* A server's TLS settings: one SSL_CTX per identity of its certificates (below, "the server's context"). */
+struct cb__tls_ctx_s {
+  SSL_CTX *ctx[CB__CERT_COUNT];
+  unsigned char alpn[16]; /* the protocols offered, in ALPN's wire format, preferred first */
+  unsigned alpn_len;
+};
+
+
+/* ---- a session's operations ---- */
+
+/* What a failed call means: UV_EAGAIN for "not now" (want_write noted), UV_EOF for the peer's end (with or
+ * without close_notify: a client that closes its socket is no error here), anything else UV_EPROTO. */
+static ssize_t failed(cb__tport_t *t, SSL *ssl, int rc) {
+  switch (SSL_get_error(ssl, rc)) {
+    case SSL_ERROR_WANT_READ: return UV_EAGAIN;
+    case SSL_ERROR_WANT_WRITE: t->want_write = 1; return UV_EAGAIN;
+    case SSL_ERROR_ZERO_RETURN: return UV_EOF;
+    case SSL_ERROR_SYSCALL:
+      if (ERR_peek_error() == 0 && (errno == 0 || errno == ECONNRESET || errno == EPIPE)) return UV_EOF;
+      return UV_EPROTO;
+    default: return UV_EPROTO;
+  }
+}
+
+static void handshake_done(cb__tport_t *t, SSL *ssl) {
+  const unsigned char *p;
+  unsigned n;
+  SSL_get0_alpn_selected(ssl, &p, &n);
+  t->alpn = n == 2 && memcmp(p, "h2", 2) == 0 ? CB__ALPN_H2 : n == 8 && memcmp(p, "http/1.1", 8) == 0 ? CB__ALPN_HTTP1 : CB__ALPN_NONE;
+  t->ready = 1;
+}
+
+/* Reads plaintext until buf is full or the socket has no more records now: the handshake first. */
+static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
+  SSL *ssl = t->state;
+  t->want_write = 0;
+  if (!t->ready) {
+    ERR_clear_error();
+    int rc = SSL_do_handshake(ssl);
+    if (rc != 1) {
+      ssize_t err = failed(t, ssl, rc);
+      return err == UV_EOF ? 0 : err;
+    }
+    handshake_done(t, ssl);
+  }
+  size_t got = 0;
+  while (got < n) {
+    size_t k;
+    ERR_clear_error();
+    int rc = SSL_read_ex(ssl, buf + got, n - got, &k);
+    if (rc == 1) {
+      got += k;
+      continue;
+    }
+    ssize_t err = failed(t, ssl, rc);
+    if (got > 0) break; /* what was read first; the end or the error comes with the next read */
+    return err == UV_EOF ? 0 : err;
+  }
+  return got > 0 ? (ssize_t)got : UV_EAGAIN;
+}
+
+static ssize_t tls_write(cb__tport_t *t, const char *p, size_t n) {
+  if (!t->ready) return UV_EAGAIN;
+  SSL *ssl = t->state;
+  size_t k;
+  ERR_clear_error();
+  if (SSL_write_ex(ssl, p, n, &k) == 1) return (ssize_t)k; /* partial writes on: k < n when the socket filled */
+  ssize_t err = failed(t, ssl, 0);
+  t->want_write = 0; /* a write that waits is the output queue's: it polls for writable itself */
+  return err == UV_EOF ? UV_EPIPE : err;
+}
+
+/* Pieces up to one record (16 KiB) are gathered into one write, so a head and a small body go out as one
+ * record, as they go out as one writev over plain TCP. A repeated write after UV_EAGAIN gathers the same bytes
+ * first (the output queue keeps them at its front), which is what OpenSSL asks of a repeated write. */
+static ssize_t tls_writev(cb__tport_t *t, const struct iovec *iov, int n) {
+  char rec[16384];
+  ssize_t total = 0;
+  int i = 0;
+  while (i < n) {
+    if (iov[i].iov_len >= sizeof rec) { /* a big piece on its own */
+      ssize_t r = tls_write(t, iov[i].iov_base, iov[i].iov_len);
+      if (r < 0) return total > 0 ? total : r;
+      total += r;
+      if ((size_t)r < iov[i].iov_len) return total;
+      i++;
+      continue;
+    }
+    size_t len = 0;
+    while (i < n && len + iov[i].iov_len <= sizeof rec) {
+      memcpy(rec + len, iov[i].iov_base, iov[i].iov_len);
+      len += iov[i].iov_len;
+      i++;
+    }
+    ssize_t r = tls_write(t, rec, len);
+    if (r < 0) return total > 0 ? total : r;
+    total += r;
+    if ((size_t)r < len) return total;
+  }
+  return total;
+}
+
+/* close_notify, then the FIN; a close_notify that cannot be written now is not waited for. */
+static void tls_shutdown(cb__tport_t *t) {
+  if (t->ready) {
+    ERR_clear_error();
+    (void)SSL_shutdown(t->state);
+  }
+  shutdown(t->fd, SHUT_WR);
+}
+
+static void tls_close(cb__tport_t *t, int reset) {
+  if (reset) {
+    struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST, no close_notify: a fault */
+    setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  SSL_free(t->state);
+  t->state = NULL;
+  close(t->fd);
+  t->fd = -1;
+}
+
+static const cb__tport_ops_t tls_ops = {
+    .read = tls_read,
+    .write = tls_write,
+    .writev = tls_writev,
+    .sendfile = NULL,
+    .shutdown = tls_shutdown,
+    .close = tls_close,
+};
+
+int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out) {
+  SSL *ssl = SSL_new(ctx->ctx[CB__CERT_DEFAULT]);
+  if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return UV_ENOMEM;
+  }
+  SSL_set_accept_state(ssl);
+  *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .state = ssl};
+  return 0;
+}
+
+/* ---- the server's context ----
+ * One SSL_CTX per identity of the server's certificates (base/certs.c): the default one answers every client, and
+ * the SNI name a client sends switches its session to the identity of that name (the bad-certificate scenarios:
+ * expired.localhost...). Every SSL_CTX allows the same: TLS 1.2 and 1.3, ALPN h2 and http/1.1. */
+
+/* ALPN: the first of our protocols the client offers (h2 before http/1.1). None in common: the
+ * no_application_protocol alert (RFC 7301 3.2). */
+static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned inlen, void *arg) {
+  (void)ssl;
+  cb__tls_ctx_t *c = arg;
+  unsigned char *sel;
+  if (SSL_select_next_proto(&sel, outlen, c->alpn, c->alpn_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+  *out = sel;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+/* SNI: the identity of the name the client sent; the session moves to its SSL_CTX (the certificate it serves). */
+static int select_identity(SSL *ssl, int *alert, void *arg) {
+  (void)alert;
+  cb__tls_ctx_t *c = arg;
+  const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  int id = name != NULL ? cb__certs_find(name, strlen(name)) : CB__CERT_DEFAULT;
+  if (id != CB__CERT_DEFAULT && c->ctx[id] != NULL) SSL_set_SSL_CTX(ssl, c->ctx[id]);
+  return SSL_TLSEXT_ERR_OK;
+}
+
+static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
+  SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == NULL) return NULL;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
+  /* The weak-key scenario serves an RSA-1024 leaf, which OpenSSL's default security level refuses to load. */
+  if (id->sni != NULL) SSL_CTX_set_security_level(ctx, 0);
+  if (SSL_CTX_use_certificate(ctx, id->cert) != 1 || SSL_CTX_use_PrivateKey(ctx, id->key) != 1 ||
+      SSL_CTX_set1_chain(ctx, id->chain) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    SSL_CTX_free(ctx);
+    return NULL;
+  }
+  SSL_CTX_set_alpn_select_cb(ctx, select_alpn, c);
+  return ctx;
+}
+
+int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out) {
+  cb__tls_ctx_t *c = calloc(1, sizeof *c);
+  if (c == NULL) return UV_ENOMEM;
+  if (enable_h2) {
+    memcpy(c->alpn + c->alpn_len, "\x02h2", 3);
+    c->alpn_len += 3;
+  }
+  if (enable_h1) {
+    memcpy(c->alpn + c->alpn_len, "\x08http/1.1", 9);
+    c->alpn_len += 9;
+  }
+  for (int i = 0; i < CB__CERT_COUNT; i++) {
+    const cb__cert_ident_t *id = cb__certs_ident(certs, i);
+    if (id == NULL || (c->ctx[i] = make_ctx(c, id)) == NULL) {
+      ERR_clear_error();
+      cb__tls_ctx_free(c);
+      return UV_ENOMEM;
+    }
+  }
+  SSL_CTX_set_tlsext_servername_callback(c->ctx[CB__CERT_DEFAULT], select_identity);
+  SSL_CTX_set_tlsext_servername_arg(c->ctx[CB__CERT_DEFAULT], c);
+  *out = c;
+  return 0;
+}
+
+void cb__tls_ctx_free(cb__tls_ctx_t *c) {
+  if (c == NULL) return;
+  for (int i = 0; i < CB__CERT_COUNT; i++) SSL_CTX_free(c->ctx[i]);
+  free(c);
+}
