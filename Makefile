@@ -15,7 +15,8 @@ LLHTTP_DIR ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 
 # jansson: the library reads stubs as JSON (the stub file, the admin API: src/stub_json.c, src/admin.c) and
-# parses JSON for body matchers (src/routes/body_match.c).
+# parses JSON for body matchers (src/routes/body_match.c). openssl (libssl, libcrypto): TLS, the certificates
+# made for tests (src/base/certs.c), SHA-1 for WebSocket's accept key; the TLS transport (src/transport/tls.c).
 PKGS := libuv libnghttp2 zlib jansson openssl
 DEP_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 DEP_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm

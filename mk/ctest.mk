@@ -80,7 +80,7 @@ pkgconfig-test: $(BUILD)/libcbench.a $(BUILD)/libcbench.so $(BUILD)/cbench-serve
 	$(CC) -std=gnu11 $(WARN) -static -o $$p/hello-static test/pkgconfig/hello.c \
 	  $$(pkg-config --static --cflags --libs cbench) 2>$$p/static.log || { cat $$p/static.log; exit 1; }; \
 	$(CC) -std=gnu11 $(WARN) -o $$p/collide test/pkgconfig/collide.c -I$$p/include $$p/lib/libcbench.a \
-	  $$(pkg-config --libs libuv libnghttp2 zlib jansson) -lpthread -lm; \
+	  $$(pkg-config --libs libuv libnghttp2 zlib jansson openssl) -lpthread -lm; \
 	if ldd $$p/hello-shared | grep -q "$$p/lib/libcbench.so"; then :; \
 	  else echo "pkgconfig-test: hello-shared is not linked to the installed libcbench.so"; exit 1; fi; \
 	if ldd $$p/hello-static 2>&1 | grep -q libcbench; then \

@@ -20,8 +20,9 @@ set -eu
 # src/admin.c, src/routes/body_match.c) and for cbench-load. libwslay-dev: cbench-load's
 # WebSocket framing; cbench-load is built by make and by rebar3's hook as priv/cbench_load for cbench:load/2.
 # zlib1g-dev: the library compresses the /gzip route's body once at start (and ehttpd's zlib is the same).
+# libssl-dev: OpenSSL 3 for TLS, the certificates made for tests (src/base/certs.c) and WebSocket's SHA-1.
 C_PACKAGES="gcc libc6-dev binutils make pkg-config libuv1-dev libnghttp2-dev node-llhttp libjansson-dev
-zlib1g-dev"
+zlib1g-dev libssl-dev"
 PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 # erlang-proper-dev: proper.hrl for cbench_api_statem (erlang-proper alone ships no include file).

@@ -1,6 +1,6 @@
 /* base/: what every layer of the engine stands on: payloads and fixture files, status texts, name tables and the
- * error detail, HTTP's text rules, SHA-1, per-worker block caches. Nothing here knows a connection, a request
- * or a route. (docs/architecture.md: the layers) */
+ * error detail, HTTP's text rules, per-worker block caches, the certificates of TLS tests. Nothing here knows a
+ * connection, a request or a route. (docs/architecture.md: the layers) */
 #ifndef CB_BASE_H
 #define CB_BASE_H
 
@@ -168,7 +168,90 @@ int cb__check_name(cb_str_t name);
 /* Whether a response header name is one the engine writes itself (content-length...). */
 int cb__forbidden_header(const char *name, size_t n);
 
-/* ---- sha1.c ---- */
-void cb__sha1(const void *data, size_t len, uint8_t out[20]);
+/* ---- certs.c: the certificates a test needs, made in memory at start ---- */
+
+/* What a TLS listener serves, chosen by the SNI name a client sends (cb__certs_find). The default identity is a
+ * leaf for localhost, 127.0.0.1 and ::1 signed by the test CA (or the user's files, cb__certs_load); every other
+ * one is a leaf with exactly one flaw, for the bad-certificate scenarios (issue 24). Each leaf's subjectAltName
+ * is its SNI name, so that the flaw named is the only one a client can find. */
+enum {
+  CB__CERT_DEFAULT,
+  CB__CERT_EXPIRED,              /* expired.localhost: its validity ended yesterday */
+  CB__CERT_NOT_YET_VALID,        /* not-yet-valid.localhost: its validity starts tomorrow */
+  CB__CERT_WRONG_HOST,           /* wrong-host.localhost: a leaf for other.invalid only */
+  CB__CERT_SELF_SIGNED,          /* self-signed.localhost: signed by its own key */
+  CB__CERT_UNTRUSTED_ROOT,       /* untrusted-root.localhost: signed by a second CA the test is never given */
+  CB__CERT_MISSING_INTERMEDIATE, /* missing-intermediate.localhost: signed by an intermediate the test CA signed,
+                                    which is not served */
+  CB__CERT_WEAK_KEY,             /* weak-key.localhost: an RSA-1024 key (signed with SHA-256) */
+  CB__CERT_COUNT
+};
+
+/* The two CAs a test is given: the one that signs the server's leaves, and the one that signs client
+ * certificates (cb__certs_client). */
+enum { CB__CA_SERVER, CB__CA_CLIENT, CB__CA_COUNT };
+
+typedef struct cb__certs_s cb__certs_t;
+
+typedef struct {
+  /* More names for the default leaf, beside localhost, 127.0.0.1 and ::1 (a listener on another address): each an
+   * IPv4 or IPv6 literal (an IP entry) or a DNS name (letters, digits, '-', '.', an optional leading "*."; at
+   * most 253 bytes). NULL when nhosts is 0. */
+  const char *const *hosts;
+  size_t nhosts;
+} cb__certs_opts_t;
+
+/* One identity. The OpenSSL objects are typed void * so that no layer but the one that speaks TLS needs
+ * OpenSSL's headers: cert is an X509 *, key an EVP_PKEY *, chain a STACK_OF(X509) * (the certificates served
+ * after the leaf, possibly none, never NULL), issuer the X509 * whose key signed cert (the cert itself when it
+ * is self-signed; NULL for a user's certificate), which a client would need and is not always served. All are
+ * owned by the cb__certs_t; SSL_CTX_use_certificate(), SSL_CTX_use_PrivateKey() and SSL_CTX_set1_chain() take
+ * references of their own, so an SSL_CTX made from them may outlive cb__certs_free(). */
+typedef struct {
+  const char *sni; /* "expired.localhost"; NULL for the default */
+  void *cert, *key, *chain, *issuer;
+} cb__cert_ident_t;
+
+/* Makes the test CA, the client CA and every identity (fresh keys, random serials: two calls share nothing).
+ * ECDSA P-256 with SHA-256 but the weak-key leaf; valid from an hour ago for a week but the expired and the
+ * not-yet-valid leaves. o may be NULL. Returns 0 and *out, UV_EINVAL for a host that is neither an IP literal
+ * nor a DNS name, UV_ENOMEM when libcrypto fails (with fixed inputs it fails only for want of memory). Any
+ * thread; no global state. About 10 ms, most of it the RSA key. */
+int cb__certs_new(const cb__certs_opts_t *o, cb__certs_t **out);
+void cb__certs_free(cb__certs_t *c);
+
+/* The user's certificate and key (PEM files) become the default identity in place of the made leaf; the
+ * bad-certificate identities and the CAs stay. cert_path holds the leaf first; any certificates after it, then
+ * those of chain_path (may be NULL), are the chain served after it. Nothing changes unless it returns 0.
+ * Errors: UV_ENOENT, UV_EACCES... (what open(2) said), UV_EINVAL (not a regular file, over 1 MiB, no PEM
+ * certificate or key, an encrypted key, a key that does not belong to the certificate), UV_ENOMEM; the reason,
+ * naming the file, is written into why (why_size bytes, NUL-terminated; why may be NULL). */
+int cb__certs_load(cb__certs_t *c, const char *cert_path, const char *key_path, const char *chain_path, char *why,
+                   size_t why_size);
+
+/* The identity for an SNI name (ASCII, case-insensitive, without a trailing dot): one of the bad-certificate
+ * names, else CB__CERT_DEFAULT (no SNI, localhost, an IP, any other name). */
+int cb__certs_find(const char *sni, size_t len);
+/* The identity numbered id (CB__CERT_*), NULL when out of range. Valid until cb__certs_free(). */
+const cb__cert_ident_t *cb__certs_ident(const cb__certs_t *c, int id);
+
+/* A CA (CB__CA_*): as an X509 *, as PEM text (NUL-terminated; len without the NUL), as DER. Valid until
+ * cb__certs_free(); out of range: NULL, {NULL, 0}. */
+void *cb__certs_ca(const cb__certs_t *c, int which);
+cb__slice_t cb__certs_ca_pem(const cb__certs_t *c, int which);
+cb__slice_t cb__certs_ca_der(const cb__certs_t *c, int which);
+
+/* A client certificate issued by the client CA, and its key, in one block (mem; cb__client_cert_free): PEM
+ * (NUL-terminated) and DER. The key is PKCS#8 ("PRIVATE KEY"; OTP's {'PrivateKeyInfo', Der}). */
+typedef struct {
+  char *mem;
+  cb__slice_t cert_pem, key_pem, cert_der, key_der;
+} cb__client_cert_t;
+
+/* Issues a client certificate for common name cn (1 to 64 bytes of UTF-8 without control bytes): ECDSA P-256,
+ * clientAuth, the CAs' validity. Reads c only, so any thread may call it while c lives. Returns 0, UV_EINVAL
+ * (cn), UV_ENOMEM. */
+int cb__certs_client(const cb__certs_t *c, const char *cn, size_t cn_len, cb__client_cert_t *out);
+void cb__client_cert_free(cb__client_cert_t *cc);
 
 #endif
