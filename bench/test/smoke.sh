@@ -61,12 +61,14 @@ erl -noshell -pa bench/ebin -eval '
     halt(0).' -extra "$OUT" || fail "the outputs did not check out"
 
 # 3. Interrupted mid-run: every server the harness started is gone afterwards.
-# Job control puts the run in its own process group with SIGINT not ignored, as a
-# terminal would, so that the INT below is the same as a Ctrl-C.
+# Job control puts the run in its own process group, as a terminal would, and env
+# restores SIGINT's default action (a shell started in the background by another
+# non-interactive shell inherits SIGINT ignored, and set -m cannot undo that), so
+# that the INT below is the same as a Ctrl-C however make test was started.
 PIDS="$WORK/pids"
 mkdir -p "$PIDS"
 set -m
-TMPDIR="$PIDS" bench/run.sh --profile smoke --engines "$ENGINE" --duration 20 --no-latency \
+TMPDIR="$PIDS" env --default-signal=INT bench/run.sh --profile smoke --engines "$ENGINE" --duration 20 --no-latency \
     --out "$WORK/out2" >"$WORK/int.out" 2>&1 &
 runner=$!
 set +m
