@@ -4,6 +4,7 @@
  * server for a clean one; 1 when the run could not be made; 2 for bad arguments (usage on stderr). */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "load.h"
 
@@ -23,6 +24,15 @@ int main(int argc, char **argv) {
   if (rc == 0) {
     if (!cfg.quiet) cbl_report_text(&run, stdout);
     rc = cbl_report_files(&run);
+  }
+  /* A failed handshake is said on stderr whatever else happened: a verification that fails is a setting to fix. */
+  if (rc == 0 && run.total.counts.errors[CBL_ERR_TLS]) {
+    const char *why = run.total.tls_error;
+    fprintf(stderr, "cbench-load: %llu TLS handshake%s failed; the first: %s%s\n",
+            (unsigned long long)run.total.counts.errors[CBL_ERR_TLS],
+            run.total.counts.errors[CBL_ERR_TLS] == 1 ? "" : "s", why[0] ? why : "(no reason)",
+            strncmp(why, "certificate verify failed", 25) == 0
+              ? " (--cacert FILE names the CA to trust, --insecure skips the check)" : "");
   }
   if (rc == 0) {
     status = run.total.counts.ok ? 0 : 3;

@@ -190,7 +190,7 @@ merged(Ok, Failed) ->
     Same#{connections => Sum(connections), threads => Sum(threads),
           offered_rps => Sum(offered_rps), achieved_rps => Sum(achieved_rps), ok_rps => Sum(ok_rps),
           requests => Sum(requests), errors => Sum(errors), status => Sum(status),
-          bytes => Sum(bytes), connects => Sum(connects), cpu_s => Sum(cpu_s),
+          bytes => Sum(bytes), connects => Sum(connects), tls => Sum(tls), cpu_s => Sum(cpu_s),
           latency_us => #{corrected => cbench_hist:summary(Corrected),
                           uncorrected => cbench_hist:summary(Uncorrected),
                           send_lag => cbench_hist:summary(Lag)},

@@ -12,7 +12,8 @@
 -ignore_xref([{args, 2}, {exe_path, 0}]).
 
 -define(KEYS, [proto, connections, depth, new_conn, threads, cpus, duration, warmup, rate,
-               method, paths, headers, body, body_file, timeout, ws_size]).
+               method, paths, headers, body, body_file, timeout, ws_size,
+               cacert, ca_pem, insecure, resume, tls_version, ciphers, tls13_ciphers, connect_to]).
 
 %% @doc Runs a load; see cbench:load/2.
 -spec run(string() | binary(), map()) -> {ok, map()} | {error, term()}.
@@ -32,11 +33,16 @@ run(_, _) ->
 
 run(Exe, Url, Opts, Tmp) ->
     BodyFile = filename:join(Tmp, "body"),
-    case args(Url, Opts#{'$body_file' => BodyFile}) of
+    CaFile = filename:join(Tmp, "ca.pem"),
+    case args(Url, Opts#{'$body_file' => BodyFile, '$ca_file' => CaFile}) of
         {error, _} = E -> E;
         {ok, Args, Bound} ->
             ok = case Opts of
                      #{body := Body} -> file:write_file(BodyFile, Body);
+                     _ -> ok
+                 end,
+            ok = case Opts of
+                     #{ca_pem := Pem} -> file:write_file(CaFile, Pem);
                      _ -> ok
                  end,
             Out = filename:join(Tmp, "result.erl"),
@@ -49,7 +55,7 @@ run(Exe, Url, Opts, Tmp) ->
 -spec args(string(), map()) ->
           {ok, [string()], pos_integer()} | {error, {bad_option, term(), term(), term()}}.
 args(Url, Opts) ->
-    case [K || K <- maps:keys(Opts), not lists:member(K, ['$body_file' | ?KEYS])] of
+    case [K || K <- maps:keys(Opts), not lists:member(K, ['$body_file', '$ca_file' | ?KEYS])] of
         [Bad | _] -> {error, {bad_option, Bad, maps:get(Bad, Opts), {known, ?KEYS}}};
         [] ->
             try
@@ -61,9 +67,12 @@ args(Url, Opts) ->
     end.
 
 %% What each option takes, in the words of cbench_opts (docs/bench.md).
-allowed(proto) -> {one_of, [h1, h2c, ws]};
+allowed(proto) -> {one_of, [h1, h2c, h2, ws]};
 allowed(K) when K =:= connections; K =:= depth; K =:= threads; K =:= ws_size -> {integer, 1, infinity};
-allowed(new_conn) -> boolean;
+allowed(K) when K =:= new_conn; K =:= insecure; K =:= resume -> boolean;
+allowed(tls_version) -> {one_of, ['tlsv1.2', 'tlsv1.3']};
+allowed(K) when K =:= cacert; K =:= ciphers; K =:= tls13_ciphers; K =:= connect_to -> string;
+allowed(ca_pem) -> binary;
 allowed(cpus) -> {list, {integer, 0, infinity}};
 allowed(K) when K =:= duration; K =:= timeout -> {seconds, greater_than_0};
 allowed(K) when K =:= warmup; K =:= rate -> {seconds, at_least_0};
@@ -72,7 +81,7 @@ allowed(paths) -> {list, string};
 allowed(headers) -> {list, {string, string}};
 allowed(body) -> binary.
 
-opt(proto, P, _) when P =:= h1; P =:= h2c; P =:= ws -> ["--proto", atom_to_list(P)];
+opt(proto, P, _) when P =:= h1; P =:= h2c; P =:= h2; P =:= ws -> ["--proto", atom_to_list(P)];
 opt(connections, N, _) -> ["--connections", pos(connections, N)];
 opt(depth, N, _) -> ["--depth", pos(depth, N)];
 opt(new_conn, true, _) -> ["--new-conn"];
@@ -97,6 +106,18 @@ opt(headers, Hs, _) when is_list(Hs) ->
                   end || H <- Hs]);
 opt(body, B, #{'$body_file' := F}) when is_binary(B) -> ["--body-file", F];
 opt(body_file, F, _) -> ["--body-file", str(body_file, F)];
+%% TLS (https:// and wss:// URLs): the CA as a file, or as PEM (written to a file of the run's).
+opt(cacert, F, _) -> ["--cacert", str(cacert, F)];
+opt(ca_pem, P, #{'$ca_file' := F}) when is_binary(P) -> ["--cacert", F];
+opt(insecure, true, _) -> ["--insecure"];
+opt(insecure, false, _) -> [];
+opt(resume, true, _) -> [];
+opt(resume, false, _) -> ["--no-resume"];
+opt(tls_version, 'tlsv1.2', _) -> ["--tls-version", "1.2"];
+opt(tls_version, 'tlsv1.3', _) -> ["--tls-version", "1.3"];
+opt(ciphers, L, _) -> ["--ciphers", str(ciphers, L)];
+opt(tls13_ciphers, L, _) -> ["--tls13-ciphers", str(tls13_ciphers, L)];
+opt(connect_to, H, _) -> ["--connect-to", str(connect_to, H)];
 opt(K, _, _) -> throw({bad, K}).
 
 pos(_, N) when is_integer(N), N > 0 -> integer_to_list(N);

@@ -23,11 +23,13 @@
          ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
+-export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_bad_ca/1,
+         tls_wrong_host/1, tls_stalled_and_closed/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
          endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1]).
 
-all() -> [{group, server}, {group, faults}, {group, hostile}, coordinated_omission, cli_usage,
-          api_bad_input].
+all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coordinated_omission,
+          cli_usage, api_bad_input].
 
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h1_paths_round_robin,
@@ -35,6 +37,8 @@ groups() ->
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]},
+     {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_bad_ca,
+                tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
                     endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood]}].
 
@@ -323,6 +327,164 @@ ws_engine(Config) ->
     #{requests_by_route := #{ws := After}} = cbench:stats(S),
     ?assertEqual(2, After - Before).
 
+%% ---- TLS (issue 24): cbench-server --tls, a fresh one per case -------------------------------------
+
+%% The server's own count of requests and connections, read from the stats it prints when it stops,
+%% moves by exactly what cbench-load sent: counted once, none lost, as counted/2 checks on the nif
+%% engine.
+tls_run(Url0, Opts, Check) ->
+    {_Os, Port, Ca, Stop} = start_cbench_server(["--tls"]),
+    Url = re:replace(Url0, "PORT", integer_to_list(Port), [{return, list}]),
+    R = load(Url, Opts#{cacert => Ca}),
+    Stats = Stop(),
+    ct:log("~s ~p:~n~p~n~s", [Url, Opts, R, Stats]),
+    Check(R, server_counts(Stats)).
+
+%% {Requests, ConnectionsAccepted} from the line "cbench-server stats: conns accepted A ..., requests N".
+server_counts(Stats) ->
+    {match, [A, N]} = re:run(Stats, "conns accepted ([0-9]+) .* requests ([0-9]+)",
+                             [{capture, all_but_first, binary}]),
+    {binary_to_integer(N), binary_to_integer(A)}.
+
+tls_h1(_Config) ->
+    tls_run("https://localhost:PORT/hello", #{connections => 2, duration => 0.3},
+            fun(R, {Served, Accepted}) ->
+                    #{requests := #{sent := N, completed := N}, status := St, proto := <<"h1">>, connects := 2,
+                      bytes := #{body := Body},
+                      tls := #{version := <<"TLSv1.3">>, alpn := <<"http/1.1">>, verify := true,
+                               handshakes := #{full := 2, resumed := 0, failed := 0}, error := undefined}} =
+                        no_errors(R),
+                    ?assertEqual(#{200 => N}, St),
+                    ?assertEqual(N * 11, Body),
+                    ?assertEqual({N, 2}, {Served, Accepted})
+            end).
+
+%% -p h2 over https: ALPN h2, 10 streams on each of 2 connections; h2c is the same option.
+tls_h2(_Config) ->
+    tls_run("https://127.0.0.1:PORT/stream/small", #{proto => h2, connections => 2, depth => 10, duration => 0.3},
+            fun(R, {Served, Accepted}) ->
+                    #{requests := #{sent := N}, status := St, proto := <<"h2">>, connects := 2,
+                      bytes := #{body := Body}, tls := #{alpn := <<"h2">>, handshakes := #{full := 2}}} =
+                        no_errors(R),
+                    ?assertEqual(#{200 => N}, St),
+                    ?assertEqual(N * 6400, Body),
+                    ?assertEqual({N, 2}, {Served, Accepted})
+            end),
+    tls_run("https://localhost:PORT/echo", #{proto => h2c, body => binary:copy(<<"e">>, 1024), connections => 1,
+                                             depth => 4, duration => 0.3, tls13_ciphers => "TLS_AES_128_GCM_SHA256"},
+            fun(R, {Served, _}) ->
+                    #{requests := #{sent := N}, bytes := #{body := Body}, proto := <<"h2">>,
+                      tls := #{cipher := <<"TLS_AES_128_GCM_SHA256">>}} = no_errors(R),
+                    ?assertEqual(N * 1024, Body),
+                    ?assertEqual(N, Served)
+            end).
+
+%% wss://: the engine's /ws over TLS, every message echoed; the upgrades are the server's requests.
+tls_wss(_Config) ->
+    tls_run("wss://localhost:PORT/ws", #{connections => 2, depth => 2, duration => 0.3, ws_size => 300},
+            fun(R, {Served, Accepted}) ->
+                    #{requests := #{completed := N}, bytes := #{body := Body}, proto := <<"ws">>,
+                      tls := #{alpn := <<"http/1.1">>}} = no_errors(R),
+                    ?assertEqual(N * 300, Body),
+                    ?assertEqual({2, 2}, {Served, Accepted})
+            end).
+
+%% A connection per request, resumption on (the default): each connection's first handshake is a
+%% full one, the next ones resume the session (the ticket) its previous connection got. One
+%% handshake per request, and one TCP connection per handshake: at the end each of the 2 may have
+%% reconnected without a request (the server accepted it, the handshake may have completed), so
+%% the counts may exceed the requests by 2 at most, as in h1_new_conn.
+tls_new_conn_resumed(_Config) ->
+    tls_run("https://localhost:PORT/hello", #{new_conn => true, connections => 2, duration => 0.3},
+            fun(R, {Served, Accepted}) ->
+                    #{requests := #{sent := N}, connects := Connects,
+                      tls := #{resume := true, handshakes := #{full := Full, resumed := Resumed, failed := 0}}} =
+                        no_errors(R),
+                    ?assertEqual(N, Served),
+                    ?assert(N > 2, R),
+                    ?assert(Full >= 1 andalso Resumed > 0, R),
+                    ?assert(Full + Resumed >= N andalso Full + Resumed =< N + 2, R),
+                    ?assert(Connects >= Full + Resumed andalso Connects =< N + 2, R),
+                    ?assert(Accepted >= Connects andalso Accepted =< N + 2, {Accepted, R})
+            end).
+
+%% resume => false (--no-resume): every handshake a full one.
+tls_new_conn_full(_Config) ->
+    tls_run("https://localhost:PORT/hello", #{new_conn => true, resume => false, connections => 2, duration => 0.3},
+            fun(R, {Served, _}) ->
+                    #{requests := #{sent := N},
+                      tls := #{resume := false, handshakes := #{full := Full, resumed := 0}}} = no_errors(R),
+                    ?assertEqual(N, Served),
+                    ?assert(Full >= N andalso Full =< N + 2, R)
+            end).
+
+%% A CA that did not sign the server's certificate (the system's CAs): every handshake fails
+%% verification, no request is sent; the program says why on stderr and exits 3, and the results
+%% name the reason.
+tls_bad_ca(_Config) ->
+    {_Os, Port, _Ca, Stop} = start_cbench_server(["--tls"]),
+    Url = "https://localhost:" ++ integer_to_list(Port) ++ "/hello",
+    {Exit, Out, R} = run_program(Url, ["--connections", "1", "--duration", "0.3"]),
+    Stop(),
+    ?assertEqual(3, Exit, Out),
+    #{requests := #{sent := 0}, errors := #{tls := F, total := F},
+      tls := #{error := <<"certificate verify failed: unable to get local issuer certificate">>,
+               handshakes := #{full := 0, resumed := 0, failed := F}}} = R,
+    ?assert(F >= 1, R),
+    ?assertMatch({match, _}, re:run(Out, "cbench-load: [0-9]+ TLS handshakes? failed; the first: certificate "
+                                         "verify failed: unable to get local issuer certificate \\(--cacert FILE"),
+                 Out).
+
+%% The name checked is the URL's host. wrong-host.localhost gets a leaf for another name, and a name
+%% the server has no leaf for gets the leaf for localhost: both fail the check (--connect-to reaches
+%% the server whatever the name resolves to); --insecure does not check.
+tls_wrong_host(_Config) ->
+    {_Os, Port, Ca, Stop} = start_cbench_server(["--tls"]),
+    P = integer_to_list(Port),
+    Opts = #{connections => 1, duration => 0.2, cacert => Ca, connect_to => "127.0.0.1"},
+    [begin
+         R = load("https://" ++ Host ++ ":" ++ P ++ "/hello", Opts),
+         ct:log("~s: ~p", [Host, R]),
+         #{requests := #{sent := 0}, errors := #{tls := F},
+           tls := #{error := <<"certificate verify failed: hostname mismatch">>}} = R,
+         ?assert(F >= 1, R)
+     end || Host <- ["wrong-host.localhost", "nomatch.localhost"]],
+    R2 = load("https://wrong-host.localhost:" ++ P ++ "/hello",
+              maps:without([cacert], Opts#{insecure => true})),
+    Stop(),
+    #{tls := #{verify := false}} = no_errors(R2).
+
+%% A server that never answers the ClientHello: a handshake error at --timeout, not a request's
+%% timeout; one that closes after reading it: a handshake error at once.
+tls_stalled_and_closed(_Config) ->
+    {Port, Stop} = fault_server(fun(_S) -> receive after infinity -> ok end end),
+    R = load("https://127.0.0.1:" ++ integer_to_list(Port) ++ "/hello",
+             #{connections => 1, duration => 0.5, timeout => 0.2, insecure => true}),
+    Stop(),
+    #{requests := #{sent := 0}, errors := #{tls := F1, timeout := 0},
+      tls := #{error := <<"no TLS handshake within --timeout">>}} = R,
+    ?assert(F1 >= 1, R),
+    {Port2, Stop2} = fault_server(fun(S) -> {ok, _} = gen_tcp:recv(S, 0, 5000), gen_tcp:close(S) end),
+    R2 = load("https://127.0.0.1:" ++ integer_to_list(Port2) ++ "/hello",
+              #{connections => 1, duration => 0.3, insecure => true}),
+    Stop2(),
+    #{requests := #{sent := 0}, errors := #{tls := F2},
+      tls := #{error := <<"the server closed the connection during the handshake">>}} = R2,
+    ?assert(F2 >= 1, R2).
+
+%% The program itself on a URL with extra arguments: {ExitStatus, Output, Results}.
+run_program(Url, Args) ->
+    {ok, Exe} = cbench_load:exe_path(),
+    Out = filename:join(os:getenv("TMPDIR", "/tmp"),
+                        "cbench-load-tls-" ++ integer_to_list(erlang:unique_integer([positive])) ++ ".erl"),
+    P = open_port({spawn_executable, Exe}, [{args, Args ++ ["--quiet", "--erl", Out, Url]}, exit_status,
+                                            stderr_to_stdout, binary]),
+    {Exit, Text} = drain(P, <<>>),
+    {ok, [R]} = file:consult(Out),
+    ok = file:delete(Out),
+    ct:log("~s ~p: exit ~p~n~s~n~p", [Url, Args, Exit, Text, R]),
+    {Exit, Text, R}.
+
 %% ---- hostile servers (issue 22) -------------------------------------------------------------------
 
 %% The 101, then empty pings (2 bytes each) as fast as gen_tcp sends them, never reading: the pings
@@ -571,7 +733,7 @@ watch(P, Status, Deadline, Text, Hwm) ->
 %% 250 ms. Measured from the actual send (uncorrected), only the 2 requests in flight when it froze
 %% (0.07%) waited: p99.9 stays far below.
 coordinated_omission(_Config) ->
-    {Os, Port, Close} = start_cbench_server(),
+    {Os, Port, _, Close} = start_cbench_server([]),
     Self = self(),
     Url = url_of(Port, "/hello"),
     Runner = spawn_link(fun() -> Self ! {self(), load(Url, #{rate => 1000, connections => 2, duration => 3})} end),
@@ -593,23 +755,40 @@ coordinated_omission(_Config) ->
     ?assert(CMax >= 300000, {corrected_max, CMax}),
     ?assert(U999 < C999 / 2, {uncorrected_p999, U999, corrected_p999, C999}).
 
-start_cbench_server() ->
+%% cbench-server with Args: {OsPid, Port, CaFile (with --tls) | undefined, Close}; Close() stops it
+%% (SIGINT) and returns what it printed from then on (its stats).
+start_cbench_server(Args) ->
     Exe = filename:join([root(), "build", "cbench-server"]),
-    P = open_port({spawn_executable, Exe}, [{args, ["--port", "0", "--threads", "1"]}, {line, 256},
+    P = open_port({spawn_executable, Exe}, [{args, ["--port", "0", "--threads", "1" | Args]}, {line, 256},
                                             exit_status, binary]),
     {os_pid, Os} = erlang:port_info(P, os_pid),
     Port = receive
-               {P, {data, {eol, <<"cbench-server listening on http://127.0.0.1:", Rest/binary>>}}} ->
+               {P, {data, {eol, <<"cbench-server listening on http", S, "://127.0.0.1:", Rest/binary>>}}}
+                 when S =:= $:; S =:= $s ->
                    [PortB | _] = binary:split(Rest, <<" ">>),
                    binary_to_integer(PortB)
            after 10000 -> ct:fail(cbench_server_not_ready)
            end,
+    Ca = case lists:member("--tls", Args) of
+             true ->
+                 receive {P, {data, {eol, <<"cbench-server TLS CA in ", F/binary>>}}} -> binary_to_list(F)
+                 after 10000 -> ct:fail(cbench_server_no_ca)
+                 end;
+             false -> undefined
+         end,
     Close = fun() ->
                     os:cmd("kill -CONT " ++ integer_to_list(Os)),
-                    os:cmd("kill -TERM " ++ integer_to_list(Os)),
-                    receive {P, {exit_status, _}} -> ok after 10000 -> ok end
+                    os:cmd("kill -INT " ++ integer_to_list(Os)),
+                    server_output(P, [])
             end,
-    {integer_to_list(Os), Port, Close}.
+    {integer_to_list(Os), Port, Ca, Close}.
+
+server_output(P, Acc) ->
+    receive
+        {P, {data, {_, Line}}} -> server_output(P, [Acc, Line, "\n"]);
+        {P, {exit_status, _}} -> iolist_to_binary(Acc)
+    after 10000 -> iolist_to_binary(Acc)
+    end.
 
 %% The repository: where rebar3's _build/.../cbench/erl link points (as cbench_consumer_SUITE).
 root() ->
@@ -624,7 +803,11 @@ cli_usage(_Config) ->
            ["--frobnicate", "http://127.0.0.1:1/"], ["ftp://127.0.0.1/"], ["-c", "0", "http://127.0.0.1:1/"],
            ["--new-conn", "--proto", "h2c", "http://127.0.0.1:1/"], ["-H", "no colon", "http://127.0.0.1:1/"],
            ["--duration", "-1", "http://127.0.0.1:1/"], ["http://127.0.0.1:1/", "http://127.0.0.1:2/"],
-           ["--body-file", "/nonexistent/file", "http://127.0.0.1:1/"]],
+           ["--body-file", "/nonexistent/file", "http://127.0.0.1:1/"],
+           %% TLS options need a TLS URL; bad values; a CA file that cannot be read.
+           ["--insecure", "http://127.0.0.1:1/"], ["--no-resume", "ws://127.0.0.1:1/"],
+           ["--tls-version", "1.4", "https://127.0.0.1:1/"], ["--cacert", "/nonexistent/ca.pem", "https://127.0.0.1:1/"],
+           ["--cacert", "/dev/null", "--insecure", "https://127.0.0.1:1/"], ["--connect-to", "", "https://127.0.0.1:1/"]],
     [begin
          P = open_port({spawn_executable, Exe}, [{args, A}, exit_status, stderr_to_stdout, binary]),
          {Status, Out} = drain(P, <<>>),
@@ -648,7 +831,10 @@ api_bad_input(_Config) ->
     ?assertError(badarg, cbench:load([foo], #{})),
     [?assertEqual({error, {bad_option, K, V, A}}, cbench:load(U, #{K => V}))
      || {K, V, A} <- [{connections, 0, {integer, 1, infinity}}, {connections, "4", {integer, 1, infinity}},
-                      {depth, -1, {integer, 1, infinity}}, {proto, h3, {one_of, [h1, h2c, ws]}},
+                      {depth, -1, {integer, 1, infinity}}, {proto, h3, {one_of, [h1, h2c, h2, ws]}},
+                      {insecure, yes, boolean}, {resume, 1, boolean}, {cacert, 42, string},
+                      {ca_pem, "PEM", binary}, {tls_version, tlsv1, {one_of, ['tlsv1.2', 'tlsv1.3']}},
+                      {tls13_ciphers, [x], string}, {connect_to, 7, string},
                       {duration, 0, {seconds, greater_than_0}}, {rate, -5, {seconds, at_least_0}},
                       {headers, [bad], {list, {string, string}}}, {paths, [], {list, string}},
                       {cpus, [a], {list, {integer, 0, infinity}}}, {new_conn, yes, boolean},

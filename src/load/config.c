@@ -12,18 +12,23 @@
 #include <jansson.h>
 #include <llhttp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
 
 #include "load.h"
 
 void cbl_usage(void *file) {
   fprintf((FILE *)file,
           "usage: cbench-load [options] URL\n"
-          "  URL                     http://HOST[:PORT][/PATH] (ws://... for --proto ws)\n"
-          "  -p, --proto P           h1 (default), h2c (prior knowledge) or ws (WebSocket echo)\n"
+          "  URL                     http://HOST[:PORT][/PATH] (ws://... for --proto ws); https:// and\n"
+          "                          wss:// for TLS\n"
+          "  -p, --proto P           h1 (default), h2c (prior knowledge; over https://, h2 by ALPN; h2 is\n"
+          "                          the same option) or ws (WebSocket echo)\n"
           "  -c, --connections N     connections in all (default 10)\n"
           "  -m, --depth N           per connection: HTTP/1.1 pipelining depth, h2c streams, WebSocket\n"
           "                          messages in flight (default 1)\n"
-          "      --new-conn          HTTP/1.1: a new connection for every request\n"
+          "      --new-conn          HTTP/1.1: a new connection for every request (over https://, a TLS\n"
+          "                          handshake per request: resumed unless --no-resume)\n"
           "  -t, --threads N         threads, each with its own loop (default 1; at most one per connection)\n"
           "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin\n"
           "  -d, --duration S        measured seconds (default 10; decimals allowed)\n"
@@ -41,6 +46,17 @@ void cbl_usage(void *file) {
           "      --spin-us N         open loop: poll instead of sleeping when the next send is due within\n"
           "                          N microseconds (default 100; 0: always sleep on the timer)\n"
           "      --ws-size N         WebSocket message size in bytes (default 1024)\n"
+          "TLS (https://, wss://): ALPN offers h2 for -p h2, http/1.1 otherwise; SNI is the URL's host\n"
+          "      --cacert FILE       verify the server with the CA certificates (PEM) in FILE (default: the\n"
+          "                          system's); the server's name is checked against the URL's host\n"
+          "  -k, --insecure          do not verify the server's certificate\n"
+          "      --no-resume         never resume a TLS session: every handshake a full one (default: each\n"
+          "                          connection offers the last session the server gave it)\n"
+          "      --tls-version V     1.2 or 1.3 only (default: either)\n"
+          "      --ciphers LIST      TLS 1.2 ciphers (OpenSSL's list format)\n"
+          "      --tls13-ciphers L   TLS 1.3 cipher suites (e.g. TLS_AES_128_GCM_SHA256)\n"
+          "      --connect-to H[:P]  connect to H (and P) instead of the URL's host; the URL's host is still\n"
+          "                          the SNI, the name verified and the Host header\n"
           "      --json FILE         write the results as JSON\n"
           "      --erl FILE          write the results as an Erlang term (file:consult/1)\n"
           "  -q, --quiet             no summary on stdout\n"
@@ -48,6 +64,10 @@ void cbl_usage(void *file) {
           "  -h, --help              this text\n"
           "Exit status: 0 after a run with at least one request answered 2xx (or echoed), 3 after a run\n"
           "with none (the results are written all the same), 1 when it could not run, 2 for bad arguments.\n");
+}
+
+const char *cbl_proto_label(const cbl_config_t *cfg) {
+  return cfg->tls && cfg->proto == CBL_H2C ? "h2" : cbl_proto_name(cfg->proto);
 }
 
 const char *cbl_proto_name(cbl_proto_id_t p) {
@@ -122,19 +142,29 @@ static bool is_field_value(const char *s) {
   return true;
 }
 
-/* "http://host[:port][/path]": host (IPv6 in brackets), port, path. */
-static int parse_url(cbl_config_t *cfg, const char *url, const char **path) {
+/* "http://host[:port][/path]" (https, ws, wss): host (IPv6 in brackets), port, path; the address to connect to
+ * is the URL's host and port's, or connect_to's ("host[:port]", a port 0 keeping the URL's). */
+static int parse_url(cbl_config_t *cfg, const char *url, const char **path, const char *connect_to) {
   if (strlen(url) >= sizeof cfg->url) return bad("URL too long", "");
   snprintf(cfg->url, sizeof cfg->url, "%s", url);
   const char *p;
   int def_port = 80;
   if (strncmp(url, "http://", 7) == 0) {
     p = url + 7;
+  } else if (strncmp(url, "https://", 8) == 0) {
+    p = url + 8;
+    cfg->tls = true;
+    def_port = 443;
   } else if (strncmp(url, "ws://", 5) == 0) {
     p = url + 5;
     cfg->proto = CBL_WS;
+  } else if (strncmp(url, "wss://", 6) == 0) {
+    p = url + 6;
+    cfg->proto = CBL_WS;
+    cfg->tls = true;
+    def_port = 443;
   } else {
-    return bad("unsupported URL '%s' (http://HOST[:PORT]/PATH or ws://...)", url);
+    return bad("unsupported URL '%s' (http://HOST[:PORT]/PATH, https://, ws:// or wss://...)", url);
   }
   const char *hend;
   if (*p == '[') {
@@ -165,12 +195,36 @@ static int parse_url(cbl_config_t *cfg, const char *url, const char **path) {
   *path = *rest ? rest : "/";
   /* The authority as sent: the URL's, so a name-based server sees what it expects. */
   snprintf(cfg->authority, sizeof cfg->authority, "%.*s", (int)(rest - p), p);
+  char chost[256];
+  int cport = cfg->port;
+  snprintf(chost, sizeof chost, "%s", cfg->host);
+  if (connect_to) {
+    /* host, host:port, [v6] or [v6]:port */
+    const char *h = connect_to, *colon;
+    size_t hl;
+    if (*h == '[') {
+      const char *rb = strchr(h, ']');
+      if (!rb) return bad("bad --connect-to '%s' (HOST[:PORT])", connect_to);
+      h++;
+      hl = (size_t)(rb - h);
+      colon = rb[1] == ':' ? rb + 1 : rb[1] ? NULL : rb + 1;
+      if (!colon) return bad("bad --connect-to '%s' (HOST[:PORT])", connect_to);
+    } else {
+      colon = strchr(h, ':');
+      hl = colon ? (size_t)(colon - h) : strlen(h);
+    }
+    if (hl == 0 || hl >= sizeof chost) return bad("bad --connect-to '%s' (HOST[:PORT])", connect_to);
+    memcpy(chost, h, hl);
+    chost[hl] = '\0';
+    if (colon && *colon == ':' && parse_int(colon + 1, 1, 65535, &cport))
+      return bad("bad --connect-to '%s' (HOST[:PORT])", connect_to);
+  }
   struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
   char port_s[8];
-  snprintf(port_s, sizeof port_s, "%d", cfg->port);
-  int e = getaddrinfo(cfg->host, port_s, &hints, &ai);
+  snprintf(port_s, sizeof port_s, "%d", cport);
+  int e = getaddrinfo(chost, port_s, &hints, &ai);
   if (e != 0 || ai == NULL) {
-    fprintf(stderr, "cbench-load: cannot resolve '%s': %s\n", cfg->host, gai_strerror(e));
+    fprintf(stderr, "cbench-load: cannot resolve '%s': %s\n", chost, gai_strerror(e));
     return -1;
   }
   memcpy(&cfg->addr, ai->ai_addr, ai->ai_addrlen);
@@ -208,6 +262,7 @@ static int read_file(const char *path, char **out, size_t *len) {
 
 enum {
   OPT_NEW_CONN = 256, OPT_CPUS, OPT_PATH, OPT_TIMEOUT, OPT_WS_SIZE, OPT_JSON, OPT_ERL, OPT_SPIN,
+  OPT_CACERT, OPT_NO_RESUME, OPT_TLS_VERSION, OPT_CIPHERS, OPT_TLS13_CIPHERS, OPT_CONNECT_TO,
 };
 
 static const struct option long_opts[] = {
@@ -227,6 +282,13 @@ static const struct option long_opts[] = {
   {"timeout", required_argument, NULL, OPT_TIMEOUT},
   {"ws-size", required_argument, NULL, OPT_WS_SIZE},
   {"spin-us", required_argument, NULL, OPT_SPIN},
+  {"cacert", required_argument, NULL, OPT_CACERT},
+  {"insecure", no_argument, NULL, 'k'},
+  {"no-resume", no_argument, NULL, OPT_NO_RESUME},
+  {"tls-version", required_argument, NULL, OPT_TLS_VERSION},
+  {"ciphers", required_argument, NULL, OPT_CIPHERS},
+  {"tls13-ciphers", required_argument, NULL, OPT_TLS13_CIPHERS},
+  {"connect-to", required_argument, NULL, OPT_CONNECT_TO},
   {"json", required_argument, NULL, OPT_JSON},
   {"erl", required_argument, NULL, OPT_ERL},
   {"quiet", no_argument, NULL, 'q'},
@@ -244,14 +306,17 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
   cfg->timeout_ns = 10ull * 1000000000;
   cfg->ws_size = 1024;
   cfg->spin_ns = 100000;
+  cfg->resume = true;
   int proto = -1;
+  bool tls_opt = false; /* a TLS option was given: the URL must be https:// or wss:// */
+  const char *connect_to = NULL;
   const char *body_file = NULL;
   cfg->paths = calloc((size_t)argc + 1, sizeof *cfg->paths);
   cfg->headers = calloc((size_t)argc + 1, sizeof *cfg->headers);
   if (!cfg->paths || !cfg->headers) return bad("out of memory%s", "");
   optind = 1;
   int o;
-  while ((o = getopt_long(argc, argv, "p:c:m:t:d:w:r:X:H:b:qhV", long_opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "p:c:m:t:d:w:r:X:H:b:kqhV", long_opts, NULL)) != -1) {
     switch (o) {
       case 'p':
         if (!strcmp(optarg, "h1") || !strcmp(optarg, "http1")) proto = CBL_H1;
@@ -322,14 +387,30 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
         cfg->spin_ns = (uint64_t)n * 1000;
         break;
       }
+      case OPT_CACERT:
+        if (access(optarg, R_OK) != 0) return bad("cannot read --cacert '%s'", optarg);
+        cfg->cacert = optarg;
+        tls_opt = true;
+        break;
+      case 'k': cfg->insecure = true; tls_opt = true; break;
+      case OPT_NO_RESUME: cfg->resume = false; tls_opt = true; break;
+      case OPT_TLS_VERSION:
+        if (!strcmp(optarg, "1.2")) cfg->tls_version = 12;
+        else if (!strcmp(optarg, "1.3")) cfg->tls_version = 13;
+        else return bad("bad --tls-version '%s' (1.2 or 1.3)", optarg);
+        tls_opt = true;
+        break;
+      case OPT_CIPHERS: cfg->ciphers = optarg; tls_opt = true; break;
+      case OPT_TLS13_CIPHERS: cfg->tls13_ciphers = optarg; tls_opt = true; break;
+      case OPT_CONNECT_TO: connect_to = optarg; break;
       case OPT_JSON: cfg->json_path = optarg; break;
       case OPT_ERL: cfg->erl_path = optarg; break;
       case 'q': cfg->quiet = true; break;
       case 'h': cbl_usage(stdout); return 1;
       case 'V':
-        printf("cbench-load %s (libuv %s, nghttp2 %s, llhttp %d.%d.%d, wslay, jansson %s)\n", CBL_VERSION,
+        printf("cbench-load %s (libuv %s, nghttp2 %s, llhttp %d.%d.%d, wslay, jansson %s, %s)\n", CBL_VERSION,
                uv_version_string(), nghttp2_version(0)->version_str, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
-               LLHTTP_VERSION_PATCH, JANSSON_VERSION);
+               LLHTTP_VERSION_PATCH, JANSSON_VERSION, OpenSSL_version(OPENSSL_VERSION));
         return 1;
       default: return -1; /* getopt printed what was wrong */
     }
@@ -337,7 +418,10 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
   if (optind != argc - 1) return bad(optind >= argc ? "no URL given%s" : "more than one URL ('%s')",
                                      optind >= argc ? "" : argv[optind + 1]);
   const char *url_path;
-  if (parse_url(cfg, argv[optind], &url_path)) return -1;
+  if (parse_url(cfg, argv[optind], &url_path, connect_to)) return -1;
+  if (tls_opt && !cfg->tls)
+    return bad("--cacert, --insecure, --no-resume, --tls-version and the cipher lists need an https:// or wss:// URL%s", "");
+  if (cfg->cacert && cfg->insecure) return bad("--cacert and --insecure: choose one%s", "");
   if (proto >= 0) {
     if (cfg->proto == CBL_WS && proto != CBL_WS) return bad("a ws:// URL needs --proto ws%s", "");
     cfg->proto = (cbl_proto_id_t)proto;

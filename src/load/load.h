@@ -12,6 +12,8 @@
  *   h1.c        HTTP/1.1 over llhttp in response mode: keep-alive, pipelining, a connection per request, HEAD
  *   h2.c        h2c with prior knowledge over an nghttp2 client session: N streams per connection
  *   ws.c        WebSocket echo: the upgrade, then frames both ways through wslay's frame layer
+ *   tls.c       https:// and wss://: an OpenSSL client session between the socket and the protocol (memory
+ *               BIOs on the connection's libuv reads and writes), ALPN, SNI, verification, resumption
  *   report.c    the results as a human summary, JSON (jansson) and an Erlang term file
  *   hist.c      the log-linear latency histogram
  */
@@ -60,6 +62,7 @@ typedef enum {
   CBL_ERR_PROTOCOL,
   CBL_ERR_UNSOLICITED,
   CBL_ERR_UPGRADE,
+  CBL_ERR_TLS, /* a TLS handshake that failed (per attempt, as connect): verification, an alert, the close */
   CBL_ERR_KINDS
 } cbl_err_t;
 
@@ -94,6 +97,14 @@ typedef struct {
   char *body; /* the body file's bytes, or NULL */
   size_t body_len;
   size_t ws_size;
+  /* TLS (https://, wss://): tls.c. */
+  bool tls;
+  const char *cacert;        /* --cacert: the CAs to verify the server with (else the system's) */
+  bool insecure;             /* --insecure: no verification */
+  bool resume;               /* offer each connection's last session again (on unless --no-resume) */
+  int tls_version;           /* 0: 1.2 or 1.3; 12 or 13: that one only */
+  const char *ciphers;       /* --ciphers (TLS 1.2), --tls13-ciphers: OpenSSL's lists */
+  const char *tls13_ciphers;
   const char *json_path;
   const char *erl_path;
   bool quiet;
@@ -105,6 +116,8 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv);
 void cbl_config_free(cbl_config_t *cfg);
 void cbl_usage(void *file);
 const char *cbl_proto_name(cbl_proto_id_t p);
+/* The protocol as the results name it: h1, h2c, ws, or h2 for h2 over TLS. */
+const char *cbl_proto_label(const cbl_config_t *cfg);
 
 /* ---- request.c ---- */
 
@@ -136,6 +149,7 @@ typedef struct {
   uint64_t status[CBL_MAX_STATUS]; /* answers by status (non-2xx are errors) */
   uint64_t bytes_read, bytes_written, body_bytes;
   uint64_t connects; /* connections established, the warm-up included */
+  uint64_t tls_full, tls_resumed; /* TLS handshakes completed in the window: full, and resuming a session */
 } cbl_counts_t;
 
 typedef struct {
@@ -146,6 +160,9 @@ typedef struct {
   cbl_hist_t *second;     /* corrected, by the second of the window the answer came in */
   uint64_t *second_done;  /* answers per second */
   uint32_t nsec;
+  /* TLS: the first completed handshake's parameters, and the first failure's reason (empty: none). */
+  char tls_version[16], tls_cipher[64], tls_alpn[32];
+  char tls_error[256];
 } cbl_result_t;
 
 void cbl_result_init(cbl_result_t *r, uint32_t nsec);
@@ -217,6 +234,13 @@ struct cbl_conn_s {
   bool in_dirty;
   bool done_clean; /* closing without an error (a connection per request, or the server's close) */
   void *p;         /* the protocol's state */
+  /* TLS (tls.c): the session (an SSL *), the last session the server gave (an SSL_SESSION *, offered on the
+   * next connect), the handshake not complete yet (no request may be sent), and what the protocol wrote,
+   * waiting to be encrypted (out then holds ciphertext). */
+  void *ssl;
+  void *sess;
+  bool hs_pending;
+  cbl_buf_t pt;
 };
 
 struct cbl_thread_s {
@@ -249,6 +273,7 @@ struct cbl_thread_s {
   cbl_result_t res;
   uint64_t rng;
   char rbuf[CBL_READ_BUF];
+  char pbuf[CBL_READ_BUF]; /* TLS: the plaintext of a read */
 };
 
 typedef struct cbl_run_s {
@@ -260,6 +285,7 @@ typedef struct cbl_run_s {
   uint64_t t_drain;   /* answers still outstanding then are timeouts */
   pthread_barrier_t ready, go;
   cbl_thread_t *threads;
+  void *tls_ctx; /* the SSL_CTX of every connection (tls.c) */
   cbl_result_t total;
   double elapsed_s; /* the measured window as it ran */
 } cbl_run_t;
@@ -279,6 +305,29 @@ void cbl_req_failed(cbl_conn_t *c, cbl_req_t *r, cbl_err_t kind);
  * Connection: close): closed after the current read, reconnected at once, nothing counted as an error. */
 void cbl_conn_end(cbl_conn_t *c);
 uint64_t cbl_rand(cbl_thread_t *t);
+
+/* ---- tls.c ---- */
+
+/* cbl_tls_read's answer when the server sent close_notify: the stream ended, as a read of 0 bytes would say. */
+#define CBL_TLS_EOF 1
+
+/* The run's SSL_CTX (nothing without TLS). 0, or -1 with the reason printed (a CA file that does not load, a
+ * cipher list OpenSSL refuses). */
+int cbl_tls_ctx_new(cbl_run_t *run);
+void cbl_tls_ctx_free(cbl_run_t *run);
+/* Connected: a session, the ClientHello queued on c->out. Returns 0 or CBL_FAIL(kind). */
+int cbl_tls_start(cbl_conn_t *c);
+/* Bytes from the socket: the handshake's next step (and the protocol's open once it completes), then the
+ * plaintext to the protocol's read. 0, CBL_TLS_EOF, or CBL_FAIL(kind) (CBL_ERR_TLS: the handshake failed). */
+int cbl_tls_read(cbl_conn_t *c, const char *p, size_t n);
+/* Encrypts c->pt into c->out (once the handshake is complete). 0 or CBL_FAIL(kind). */
+int cbl_tls_flush(cbl_conn_t *c);
+/* A clean end: close_notify queued on c->out. */
+void cbl_tls_shutdown(cbl_conn_t *c);
+/* The socket is gone: the session freed (the connection's saved session is kept). */
+void cbl_tls_drop(cbl_conn_t *c);
+/* The thread ends: everything of c's TLS freed. */
+void cbl_tls_conn_free(cbl_conn_t *c);
 
 /* ---- run.c, report.c ---- */
 

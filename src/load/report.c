@@ -13,7 +13,7 @@
 #include "load.h"
 
 static const char *const err_names[CBL_ERR_KINDS] = {"connect", "reset", "timeout", "protocol", "unsolicited",
-                                                     "upgrade"};
+                                                     "upgrade", "tls"};
 
 static double us(uint64_t ns) { return (double)ns / 1000.0; }
 
@@ -40,6 +40,29 @@ static uint64_t non2xx(const cbl_counts_t *c) {
   return n;
 }
 
+static json_t *str_or_null(const char *s) { return s[0] ? json_string(s) : json_null(); }
+
+/* null without TLS; else what the first handshake negotiated, the handshakes in the window, the settings and the
+ * first failure's reason. */
+static json_t *tls_json(const cbl_run_t *run) {
+  const cbl_config_t *cfg = run->cfg;
+  const cbl_result_t *r = &run->total;
+  if (!cfg->tls) return json_null();
+  json_t *t = json_object();
+  json_object_set_new(t, "version", str_or_null(r->tls_version));
+  json_object_set_new(t, "cipher", str_or_null(r->tls_cipher));
+  json_object_set_new(t, "alpn", str_or_null(r->tls_alpn));
+  json_object_set_new(t, "handshakes", json_pack("{s:I, s:I, s:I}", "full", (json_int_t)r->counts.tls_full,
+                                                 "resumed", (json_int_t)r->counts.tls_resumed, "failed",
+                                                 (json_int_t)r->counts.errors[CBL_ERR_TLS]));
+  json_object_set_new(t, "handshakes_per_s", json_real((double)(r->counts.tls_full + r->counts.tls_resumed) /
+                                                       run->elapsed_s));
+  json_object_set_new(t, "resume", json_boolean(cfg->resume));
+  json_object_set_new(t, "verify", json_boolean(!cfg->insecure));
+  json_object_set_new(t, "error", str_or_null(r->tls_error));
+  return t;
+}
+
 static json_t *build(const cbl_run_t *run) {
   const cbl_config_t *cfg = run->cfg;
   const cbl_result_t *r = &run->total;
@@ -48,7 +71,7 @@ static json_t *build(const cbl_run_t *run) {
   json_object_set_new(root, "tool", json_string("cbench-load"));
   json_object_set_new(root, "version", json_string(CBL_VERSION));
   json_object_set_new(root, "url", json_string(cfg->url));
-  json_object_set_new(root, "proto", json_string(cbl_proto_name(cfg->proto)));
+  json_object_set_new(root, "proto", json_string(cbl_proto_label(cfg)));
   json_object_set_new(root, "mode", json_string(cfg->rate > 0 ? "open" : "closed"));
   json_object_set_new(root, "connections", json_integer(cfg->connections));
   json_object_set_new(root, "depth", json_integer(cfg->depth));
@@ -84,6 +107,7 @@ static json_t *build(const cbl_run_t *run) {
   json_object_set_new(root, "bytes", json_pack("{s:I, s:I, s:I}", "read", (json_int_t)c->bytes_read, "written",
                                                (json_int_t)c->bytes_written, "body", (json_int_t)c->body_bytes));
   json_object_set_new(root, "connects", json_integer((json_int_t)c->connects));
+  json_object_set_new(root, "tls", tls_json(run));
   json_object_set_new(root, "latency_us", json_pack("{s:o, s:o, s:o}", "corrected", percentiles(&r->corrected),
                                                     "uncorrected", percentiles(&r->uncorrected), "send_lag",
                                                     percentiles(&r->send_lag)));
@@ -247,7 +271,7 @@ void cbl_report_text(const cbl_run_t *run, void *file) {
   const cbl_config_t *cfg = run->cfg;
   const cbl_result_t *r = &run->total;
   const cbl_counts_t *c = &r->counts;
-  fprintf(f, "cbench-load %s: %s, %d connection%s x depth %d%s, %d thread%s, ", cfg->url, cbl_proto_name(cfg->proto),
+  fprintf(f, "cbench-load %s: %s, %d connection%s x depth %d%s, %d thread%s, ", cfg->url, cbl_proto_label(cfg),
           cfg->connections, cfg->connections == 1 ? "" : "s", cfg->depth, cfg->new_conn ? " (new connection per request)" : "",
           cfg->threads, cfg->threads == 1 ? "" : "s");
   if (cfg->rate > 0) fprintf(f, "open loop at %.1f req/s", cfg->rate);
@@ -266,6 +290,14 @@ void cbl_report_text(const cbl_run_t *run, void *file) {
   fprintf(f, "\n  bytes       read %llu, written %llu, body %llu; %llu connections opened\n",
           (unsigned long long)c->bytes_read, (unsigned long long)c->bytes_written, (unsigned long long)c->body_bytes,
           (unsigned long long)c->connects);
+  if (cfg->tls) {
+    fprintf(f, "  tls         %s %s, ALPN %s; handshakes %llu full, %llu resumed (%.1f/s), %llu failed; resumption %s, "
+            "verification %s\n", r->tls_version[0] ? r->tls_version : "-", r->tls_cipher[0] ? r->tls_cipher : "-",
+            r->tls_alpn[0] ? r->tls_alpn : "none", (unsigned long long)c->tls_full, (unsigned long long)c->tls_resumed,
+            (double)(c->tls_full + c->tls_resumed) / run->elapsed_s, (unsigned long long)c->errors[CBL_ERR_TLS],
+            cfg->resume ? "on" : "off", cfg->insecure ? "off" : "on");
+    if (r->tls_error[0]) fprintf(f, "  tls error   %s\n", r->tls_error);
+  }
   fprintf(f, "  latency us         p50        p90        p99      p99.9     p99.99        max       mean\n");
   row(f, "corrected", &r->corrected);
   row(f, "uncorrected", &r->uncorrected);

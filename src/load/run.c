@@ -39,6 +39,15 @@ void cbl_result_merge(cbl_result_t *dst, const cbl_result_t *src) {
   d->bytes_written += s->bytes_written;
   d->body_bytes += s->body_bytes;
   d->connects += s->connects;
+  d->tls_full += s->tls_full;
+  d->tls_resumed += s->tls_resumed;
+  /* The first thread's TLS parameters (they are the same for every connection), and the first failure. */
+  if (!dst->tls_version[0]) {
+    memcpy(dst->tls_version, src->tls_version, sizeof dst->tls_version);
+    memcpy(dst->tls_cipher, src->tls_cipher, sizeof dst->tls_cipher);
+    memcpy(dst->tls_alpn, src->tls_alpn, sizeof dst->tls_alpn);
+  }
+  if (!dst->tls_error[0]) memcpy(dst->tls_error, src->tls_error, sizeof dst->tls_error);
   cbl_hist_merge(&dst->corrected, &src->corrected);
   cbl_hist_merge(&dst->uncorrected, &src->uncorrected);
   cbl_hist_merge(&dst->send_lag, &src->send_lag);
@@ -62,6 +71,7 @@ int cbl_run(cbl_run_t *run, const cbl_config_t *cfg) {
     fprintf(stderr, "cbench-load: out of memory\n");
     return -1;
   }
+  if (cbl_tls_ctx_new(run)) return -1;
   const cbl_proto_t *proto = cfg->proto == CBL_H2C ? &cbl_h2_proto : cfg->proto == CBL_WS ? &cbl_ws_proto
                                                                                           : &cbl_h1_proto;
   int T = cfg->threads;
@@ -110,5 +120,6 @@ int cbl_run(cbl_run_t *run, const cbl_config_t *cfg) {
 void cbl_run_free(cbl_run_t *run) {
   cbl_result_free(&run->total);
   cbl_wire_free(&run->wire, run->cfg);
+  cbl_tls_ctx_free(run);
   free(run->threads);
 }

@@ -162,7 +162,7 @@ static void fail_inflight(cbl_conn_t *c, cbl_err_t kind) {
 static void conn_fail(cbl_conn_t *c, cbl_err_t kind) {
   if (c->state != CBL_CONN_OPEN && c->state != CBL_CONN_CONNECTING) return;
   cbl_thread_t *t = c->t;
-  if (kind == CBL_ERR_CONNECT && in_stats(t) && t->sending) t->res.counts.errors[kind]++;
+  if ((kind == CBL_ERR_CONNECT || kind == CBL_ERR_TLS) && in_stats(t) && t->sending) t->res.counts.errors[kind]++;
   if (kind == CBL_ERR_UNSOLICITED || kind == CBL_ERR_UPGRADE) {
     /* Counted once for the connection; a request in flight there is lost to a protocol error. */
     if (in_stats(t)) t->res.counts.errors[kind]++;
@@ -176,11 +176,12 @@ void cbl_conn_end(cbl_conn_t *c) { c->done_clean = true; }
 
 /* ---- writing ---- */
 
+/* Over TLS the protocol's bytes wait as plaintext and are encrypted once per flush (tls.c). */
 int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n) {
-  return cbl_buf_append(&c->out, p, n) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
+  return cbl_buf_append(c->ssl ? &c->pt : &c->out, p, n) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
 }
 
-size_t cbl_conn_unsent(const cbl_conn_t *c) { return c->out.len + c->wout.len; }
+size_t cbl_conn_unsent(const cbl_conn_t *c) { return c->pt.len + c->out.len + c->wout.len; }
 
 static int conn_flush(cbl_conn_t *c);
 static void conn_step(cbl_conn_t *c, int rc);
@@ -204,7 +205,12 @@ static void on_write(uv_write_t *req, int status) {
 /* Hands c->out to the socket: uv_try_write first (the common case: it all goes at once, no callback), and what
  * the socket does not take goes to uv_write from a second buffer while new bytes collect in the first. */
 static int conn_flush(cbl_conn_t *c) {
-  if (c->writing || c->out.len == 0 || c->state != CBL_CONN_OPEN) return 0;
+  if (c->state != CBL_CONN_OPEN) return 0;
+  if (c->ssl) {
+    int rc = cbl_tls_flush(c);
+    if (rc) return rc;
+  }
+  if (c->writing || c->out.len == 0) return 0;
   uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
   int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
   if (n == UV_EAGAIN) n = 0;
@@ -232,7 +238,7 @@ static int conn_flush(cbl_conn_t *c) {
 
 static int conn_pump(cbl_conn_t *c) {
   cbl_thread_t *t = c->t;
-  if (c->state != CBL_CONN_OPEN || c->done_clean || !t->sending || !t->proto->ready(c)) return 0;
+  if (c->state != CBL_CONN_OPEN || c->done_clean || !t->sending || c->hs_pending || !t->proto->ready(c)) return 0;
   uint32_t depth = (uint32_t)t->cfg->depth;
   bool open = open_loop(t);
   /* Closed loop: nothing is sent past the end (the tick that stops the thread comes up to 10 ms late), so
@@ -276,6 +282,21 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init(c->t->rbuf, CBL_READ_BUF);
 }
 
+/* The server ended the stream (a FIN, or TLS's close_notify). */
+static void conn_eof(cbl_conn_t *c) {
+  cbl_thread_t *t = c->t;
+  if (c->hs_pending) {
+    if (!t->res.tls_error[0])
+      snprintf(t->res.tls_error, sizeof t->res.tls_error, "the server closed the connection during the handshake");
+    conn_fail(c, CBL_ERR_TLS);
+    return;
+  }
+  int rc = t->proto->eof(c);
+  if (rc < 0) conn_fail(c, (cbl_err_t)(-1 - rc));
+  else if (c->inflight) conn_fail(c, CBL_ERR_RESET);
+  else conn_close(c, true);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   cbl_conn_t *c = (cbl_conn_t *)s;
   cbl_thread_t *t = c->t;
@@ -283,14 +304,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   t->now = cbl_now();
   if (nread > 0) {
     if (in_stats(t)) t->res.counts.bytes_read += (uint64_t)nread;
-    conn_step(c, t->proto->read(c, buf->base, (size_t)nread));
+    int rc = c->ssl ? cbl_tls_read(c, buf->base, (size_t)nread) : t->proto->read(c, buf->base, (size_t)nread);
+    if (rc == CBL_TLS_EOF) conn_eof(c);
+    else conn_step(c, rc);
   } else if (nread == UV_EOF) {
-    int rc = t->proto->eof(c);
-    if (rc < 0) conn_fail(c, (cbl_err_t)(-1 - rc));
-    else if (c->inflight) conn_fail(c, CBL_ERR_RESET);
-    else conn_close(c, true);
+    conn_eof(c);
   } else if (nread < 0) {
-    conn_fail(c, CBL_ERR_RESET);
+    if (c->hs_pending && !t->res.tls_error[0])
+      snprintf(t->res.tls_error, sizeof t->res.tls_error, "the connection failed during the handshake: %s",
+               uv_strerror((int)nread));
+    conn_fail(c, c->hs_pending ? CBL_ERR_TLS : CBL_ERR_RESET);
   }
 }
 
@@ -312,7 +335,8 @@ static void on_connect(uv_connect_t *req, int status) {
     conn_fail(c, CBL_ERR_CONNECT);
     return;
   }
-  conn_step(c, t->proto->open(c));
+  /* Over TLS the protocol opens once the handshake is complete (tls.c). */
+  conn_step(c, t->cfg->tls ? cbl_tls_start(c) : t->proto->open(c));
 }
 
 static void conn_connect(cbl_conn_t *c) {
@@ -321,6 +345,7 @@ static void conn_connect(cbl_conn_t *c) {
   c->answered = 0;
   c->done_clean = false;
   c->out.len = 0;
+  c->pt.len = 0;
   slots_reset(c);
   uv_tcp_init(&t->loop, &c->tcp);
   uv_tcp_nodelay(&c->tcp, 1);
@@ -344,6 +369,16 @@ static void conn_close(cbl_conn_t *c, bool clean) {
   if (c->state == CBL_CONN_CLOSING || c->state == CBL_CONN_IDLE) return;
   cbl_thread_t *t = c->t;
   t->proto->reset(c);
+  if (c->ssl) {
+    /* A clean end says so with close_notify, written now or never: the handle closes next. */
+    if (clean && c->state == CBL_CONN_OPEN && !c->writing) {
+      c->out.len = 0;
+      cbl_tls_shutdown(c);
+      uv_buf_t b = uv_buf_init(c->out.p, (unsigned)c->out.len);
+      if (c->out.len) (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    }
+    cbl_tls_drop(c);
+  }
   /* A connection that was never answered waits a little before the next try; a clean end (a connection per
    * request, the server's close after answering) reconnects at once. */
   c->retry_at = (clean || c->answered) ? 0 : t->now + RETRY_NS;
@@ -469,6 +504,11 @@ static void on_tick(uv_timer_t *tm) {
     if (c->state == CBL_CONN_IDLE && t->sending && c->retry_at <= t->now) conn_connect(c);
     else if (c->state == CBL_CONN_CONNECTING && t->now - c->started >= t->cfg->timeout_ns)
       conn_fail(c, CBL_ERR_CONNECT);
+    else if (c->state == CBL_CONN_OPEN && c->hs_pending && t->now - c->started >= t->cfg->timeout_ns) {
+      if (!t->res.tls_error[0])
+        snprintf(t->res.tls_error, sizeof t->res.tls_error, "no TLS handshake within --timeout");
+      conn_fail(c, CBL_ERR_TLS);
+    }
     /* A WebSocket handshake the server never finishes is no request's timeout: it would hold the connection
      * without a single error to show for it. */
     else if (c->state == CBL_CONN_OPEN && !t->proto->ready(c) && t->now - c->started >= t->cfg->timeout_ns)
@@ -531,6 +571,7 @@ static void thread_teardown(cbl_thread_t *t) {
   for (int l = 0; t->conns && l < t->nconns; l++) {
     cbl_conn_t *c = &t->conns[l];
     if (c->p) t->proto->destroy(c->p);
+    cbl_tls_conn_free(c);
     free(c->reqs);
     free(c->free_slots);
     free(c->out.p);
