@@ -16,6 +16,9 @@
 #   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
 #   make bench-instr        instructions per request (callgrind) of cbench-server and of the floor (issue 11)
 #   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11)
+#   make bench-tls          TLS (issue 24): cbench-server, nginx and h2o with one certificate, hello and echo over
+#                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second (bench/tls.sh,
+#                           TLS_ARGS); make bench runs it after the harness unless TLS=0
 #   make soak               the mixed soak (issue 22): HTTP/1.1, h2c, WebSocket, faults, stub churn and journal
 #                           reads at once on a nif server for SOAK_SECONDS (600), RSS sampled (bench/src/cbench_soak.erl)
 
@@ -41,7 +44,7 @@ BENCH_NODES := $(if $(NODES),--nodes $(NODES),) $(if $(COOKIE),--cookie $(COOKIE
 BENCH_NO_FIXTURE_NODE = @if [ -n "$(FIXTURE_NODE)" ]; then echo "make $@: FIXTURE_NODE is for make bench-clients;" \
   "make bench starts the servers it measures on this machine (NODES places the load generators)" >&2; exit 2; fi
 
-.PHONY: soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: bench-tls soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -63,6 +66,8 @@ bench-engines:
 bench: deps bench-build bench-engines
 	$(BENCH_NO_FIXTURE_NODE)
 	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_CASES) $(BENCH_NODES) $(BENCH_ARGS)
+	$(if $(filter 0 no false,$(TLS)),,$(MAKE) --no-print-directory bench-tls \
+	  TLS_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(TLS_ARGS)")
 
 bench-h1: deps bench-build bench-engines
 	$(BENCH_NO_FIXTURE_NODE)
@@ -88,7 +93,7 @@ bench-unit: bench-build $(BENCH_TEST_BEAMS)
 	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \
 	  'case eunit:test(cbench_bench_tests) of ok -> halt(0); _ -> halt(1) end.'
 
-bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server
+bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load
 	bench/test/smoke.sh
 
 bench-test: bench-unit bench-smoke
@@ -122,3 +127,9 @@ bench-instr: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
 
 bench-ab: deps $(BUILD)/cbench-server $(BUILD)/bench-floor
 	bench/ab.sh $(AB_ARGS)
+
+# Issue 24: the TLS cases (bench/tls.sh; docs/bench.md "TLS").
+TLS ?=
+TLS_ARGS ?=
+bench-tls: deps $(BUILD)/cbench-server $(BUILD)/cbench-load
+	bench/tls.sh $(TLS_ARGS)

@@ -3,7 +3,8 @@
 # engine, a 1 s run and a 1 s latency ladder; checks that report.md, data.json,
 # data.csv and the SVG charts are produced and well-formed, that bad input exits 2,
 # that an interrupted run leaves no server behind, that mochiweb and yaws (when
-# installed) answer the cases, and that --nodes puts the load on a peer node.
+# installed) answer the cases, that --nodes puts the load on a peer node, and that the TLS
+# benchmark (bench/tls.sh) runs its cases, naming the peers that are not installed.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -157,4 +158,23 @@ erl -noshell -pa bench/ebin -eval '
     halt(0).' -extra "$WORK/out3" "$engines" "$gen" || fail "the --nodes outputs did not check out"
 if epmd -names 2>/dev/null | grep -q "name $gen "; then fail "the load node $gen is still running"; fi
 echo "bench-smoke: --nodes $gen@127.0.0.1 measured $engines with the load from that node, and stopped it"
+# 6. The TLS benchmark (bench/tls.sh, make bench-tls): bad input exits 2; a smoke run (1 s per case,
+# 4 connections) measures every case on cbench-server, and names each peer that is not installed.
+bench/tls.sh --cases nope >"$WORK/tls-bad.out" 2>&1
+rc=$?
+[ "$rc" = 2 ] || { cat "$WORK/tls-bad.out"; fail "bench/tls.sh --cases nope exited $rc, expected 2"; }
+bench/tls.sh --smoke --out "$WORK/tls.md" >"$WORK/tls.out" 2>&1 || { cat "$WORK/tls.out"; fail "bench/tls.sh --smoke exited $?"; }
+for c in hello_h1 hello_h2 echo_h1 echo_h2 hs_full hs_resumed; do
+    grep -Eq "^\| $c \| (h2load|cbench-load) \| cbench \| [0-9.]+ +\|" "$WORK/tls.md" \
+        || { cat "$WORK/tls.md" "$WORK/tls.out"; fail "bench/tls.sh measured no $c on cbench-server (a run that failed, or a flag)"; }
+done
+for peer in nginx h2o; do
+    if command -v "$peer" >/dev/null; then
+        grep -Eq "^\| hello_h1 \| [a-z0-9-]+ \| $peer \| [0-9.]+ " "$WORK/tls.md" || { cat "$WORK/tls.md"; fail "no $peer row"; }
+    else
+        grep -q "note: $peer is not installed" "$WORK/tls.md" || { cat "$WORK/tls.md"; fail "$peer: no note that it is not installed"; }
+        echo "bench-smoke: bench/tls.sh skipped $peer: not installed (apt-get install $([ "$peer" = nginx ] && echo nginx-light || echo h2o))"
+    fi
+done
+echo "bench-smoke: bench/tls.sh measured the 6 TLS cases on cbench-server"
 echo "bench-smoke: passed"
