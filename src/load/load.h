@@ -322,8 +322,6 @@ int cbl_tls_start(cbl_conn_t *c);
 int cbl_tls_read(cbl_conn_t *c, const char *p, size_t n);
 /* Encrypts c->pt into c->out (once the handshake is complete). 0 or CBL_FAIL(kind). */
 int cbl_tls_flush(cbl_conn_t *c);
-/* A clean end: close_notify queued on c->out. */
-void cbl_tls_shutdown(cbl_conn_t *c);
 /* The socket is gone: the session freed (the connection's saved session is kept). */
 void cbl_tls_drop(cbl_conn_t *c);
 /* The thread ends: everything of c's TLS freed. */

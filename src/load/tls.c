@@ -239,14 +239,6 @@ int cbl_tls_flush(cbl_conn_t *c) {
   return drain(c);
 }
 
-/* A clean end: close_notify into the output (the caller writes it without waiting), as a polite client does. */
-void cbl_tls_shutdown(cbl_conn_t *c) {
-  if (!c->ssl || c->hs_pending) return;
-  ERR_clear_error();
-  (void)SSL_shutdown(c->ssl);
-  (void)drain(c);
-}
-
 void cbl_tls_drop(cbl_conn_t *c) {
   SSL_free(c->ssl);
   c->ssl = NULL;
