@@ -763,9 +763,9 @@ start_cbench_server(Args) ->
                                             exit_status, binary]),
     {os_pid, Os} = erlang:port_info(P, os_pid),
     Port = receive
-               {P, {data, {eol, <<"cbench-server listening on http", S, "://127.0.0.1:", Rest/binary>>}}}
-                 when S =:= $:; S =:= $s ->
-                   [PortB | _] = binary:split(Rest, <<" ">>),
+               {P, {data, {eol, <<"cbench-server listening on ", Url/binary>>}}} ->
+                   {match, [PortB]} = re:run(Url, "^https?://127\\.0\\.0\\.1:([0-9]+) ",
+                                             [{capture, all_but_first, binary}]),
                    binary_to_integer(PortB)
            after 10000 -> ct:fail(cbench_server_not_ready)
            end,

@@ -240,6 +240,9 @@ int cbl_tls_flush(cbl_conn_t *c) {
 }
 
 void cbl_tls_drop(cbl_conn_t *c) {
+  /* Closed without close_notify (thread.c says why), but not broken: OpenSSL marks the session of a connection
+   * freed unshut as not resumable, which would make every later offer of it a full handshake. */
+  if (c->ssl && !c->hs_pending) SSL_set_shutdown(c->ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
   SSL_free(c->ssl);
   c->ssl = NULL;
   c->hs_pending = false;
