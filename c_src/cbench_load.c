@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cbench-load: %llu TLS handshake%s failed; the first: %s%s\n",
             (unsigned long long)run.total.counts.errors[CBL_ERR_TLS],
             run.total.counts.errors[CBL_ERR_TLS] == 1 ? "" : "s", why[0] ? why : "(no reason)",
-            strncmp(why, "certificate verify failed", 25) == 0
+            strstr(why, "hostname mismatch") ? " (the name checked is the URL's host; --insecure skips the check)"
+            : strncmp(why, "certificate verify failed", 25) == 0
               ? " (--cacert FILE names the CA to trust, --insecure skips the check)" : "");
   }
   if (rc == 0) {
