@@ -60,7 +60,8 @@ int cbl_tls_ctx_new(cbl_run_t *run) {
   int maxv = cfg->tls_version == 12 ? TLS1_2_VERSION : TLS1_3_VERSION;
   if (!SSL_CTX_set_min_proto_version(ctx, minv) || !SSL_CTX_set_max_proto_version(ctx, maxv)) goto fail;
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
-  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  /* No SSL_MODE_RELEASE_BUFFERS: a loaded connection reads all the time, and releasing the buffers between
+   * records would cost an allocation and a free per read. */
   if (cfg->ciphers && !SSL_CTX_set_cipher_list(ctx, cfg->ciphers)) {
     fprintf(stderr, "cbench-load: --ciphers '%s': no cipher OpenSSL knows\n", cfg->ciphers);
     SSL_CTX_free(ctx);
