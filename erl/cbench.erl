@@ -419,9 +419,11 @@ settings() ->
 
 %% @doc Runs cbench-load against Url for a bounded time and returns its results (the keys of its
 %% JSON: achieved_rps, requests, errors, latency_us, timeline, ...; see docs/bench.md). Opts:
-%% proto (h1 | h2c | ws), connections, depth, new_conn, threads, cpus, duration, warmup (seconds),
+%% proto (h1 | h2c | h2 | ws), connections, depth, new_conn, threads, cpus, duration, warmup (seconds),
 %% rate (requests per second in all: open loop; absent: closed loop), method, paths, headers
-%% ([{Name, Value}]), body (a binary) or body_file, timeout (seconds), ws_size. Url or Opts of the
+%% ([{Name, Value}]), body (a binary) or body_file, timeout (seconds), ws_size; for https:// and
+%% wss:// URLs cacert (a file) or ca_pem (a binary), insecure, resume (booleans), tls_version
+%% ('tlsv1.2' | 'tlsv1.3'), ciphers, tls13_ciphers, connect_to (docs/load.md, "Over TLS"). Url or Opts of the
 %% wrong type: badarg; an unknown key or a bad value: {error, {bad_option, Key, Value, Allowed}}
 %% (as start_server/2's; Allowed `{known, Keys}' for an unknown key); the program
 %% missing: {error, {not_built, Path}}; it refusing the arguments: {error, {usage, Text}}.
