@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "testing.h"
@@ -26,9 +28,11 @@ static int is_closed(cb__testconn_t *tc) {
   return 0;
 }
 
-cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg) {
+/* A worker and one connection: over a sink (tls NULL), or over the TLS transport on the socket fd, polled by the
+ * worker's loop as an accepted connection is. */
+static cb__testconn_t *make(const cb_config_t *cfg, cb__sink_fn sink, void *arg, int fd, cb__tls_ctx_t *tls) {
   cb__testconn_t *tc = calloc(1, sizeof *tc);
-  if (tc == NULL) return NULL;
+  if (tc == NULL) goto fail;
   if (cfg)
     tc->cfg = *cfg;
   else
@@ -46,8 +50,22 @@ cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void 
   tc->w->counters = cb__routes_counters(tc->routes, 0);
   if (tc->cfg.journal > 0 && cb__journal_new(&tc->cfg, &tc->jseq, &tc->jfloor, &tc->w->journal) != 0)
     goto fail_loop;
-  cb__tport_t tr = cb__tport_sink(sink, arg);
-  tc->c = cb__conn_new(tc->w, &tr);
+  cb__tport_t tr;
+  if (tls == NULL) {
+    tr = cb__tport_sink(sink, arg);
+    tc->c = cb__conn_new(tc->w, &tr);
+  } else {
+    static const struct sockaddr peer = {.sa_family = AF_UNIX};
+    if (cb__tport_tls(fd, tls, &tr) != 0) goto fail_loop;
+    tr.loop = &tc->w->loop;
+    if (cb__conn_accept(tc->w, &tr, &peer) != 0) {
+      tr.ops->close(&tr, 0); /* closes fd */
+      fd = -1;
+      goto fail_loop;
+    }
+    fd = -1; /* the connection's */
+    tc->c = tc->w->conns; /* the one just accepted */
+  }
   if (tc->c == NULL) goto fail_loop;
   tc->c->freed_flag = &tc->freed;
   return tc;
@@ -62,7 +80,17 @@ fail_fx:
   cb__fixtures_close(&tc->fx);
 fail:
   free(tc);
+  if (tls != NULL && fd >= 0) close(fd);
   return NULL;
+}
+
+cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg) {
+  return make(cfg, sink, arg, -1, NULL);
+}
+
+cb__testconn_t *cb__testconn_new_tls(const cb_config_t *cfg, int fd, cb__tls_ctx_t *ctx) {
+  if (ctx == NULL) return NULL;
+  return make(cfg, NULL, NULL, fd, ctx);
 }
 
 int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len) {

@@ -20,6 +20,13 @@ typedef void (*cb__sink_fn)(void *arg, const char *data, size_t len);
  * files are written as by cb_server_start(). Returns NULL on failure. */
 cb__testconn_t *cb__testconn_new(const cb_config_t *cfg, cb__sink_fn sink, void *arg);
 
+/* The same worker with one connection over the TLS transport (transport/tls.c) on the socket fd, with a session
+ * of ctx (cb__tls_ctx_new): the test holds the socket's other end, and cb__testconn_run() polls fd as the loop
+ * of a server's worker does (a paced handshake's timer runs on it too). cb__testconn_feed() and _eof() do not
+ * apply. The connection closes fd; so does a failure (NULL), but for a NULL ctx. */
+struct cb__tls_ctx_s;
+cb__testconn_t *cb__testconn_new_tls(const cb_config_t *cfg, int fd, struct cb__tls_ctx_s *ctx);
+
 /* Feeds bytes as one read. Returns 0 while the connection is open, 1 once the server has closed it (after
  * which further input is ignored). */
 int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len);

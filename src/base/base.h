@@ -144,6 +144,8 @@ enum {
   CB__FAULT_TRAILERS,
   CB__FAULT_SLOW_HEAD,
   CB__FAULT_DRIP,
+  CB__FAULT_TLS_BAD_RECORD, /* TLS only (transport/tls_fault.c): a corrupt record after the head */
+  CB__FAULT_TLS_TRUNCATE,   /* TLS only: part of the body, then the FIN without close_notify */
   CB__FAULT_COUNT
 };
 
@@ -171,9 +173,10 @@ int cb__forbidden_header(const char *name, size_t n);
 /* ---- certs.c: the certificates a test needs, made in memory at start ---- */
 
 /* What a TLS listener serves, chosen by the SNI name a client sends (cb__certs_find). The default identity is a
- * leaf for localhost, 127.0.0.1 and ::1 signed by the test CA (or the user's files, cb__certs_load); every other
- * one is a leaf with exactly one flaw, for the bad-certificate scenarios (issue 24). Each leaf's subjectAltName
- * is its SNI name, so that the flaw named is the only one a client can find. */
+ * leaf for localhost, 127.0.0.1 and ::1 signed by the test CA (or the user's files, cb__certs_load); it names
+ * tls-slow.localhost too, the paced-handshake fault's name (transport/tls_fault.c), whose handshake succeeds.
+ * Every other one is a leaf with exactly one flaw, for the bad-certificate scenarios (issue 24). Each leaf's
+ * subjectAltName is its SNI name, so that the flaw named is the only one a client can find. */
 enum {
   CB__CERT_DEFAULT,
   CB__CERT_EXPIRED,              /* expired.localhost: its validity ended yesterday */

@@ -298,15 +298,17 @@ static int make_all(cb__certs_t *c, const cb__certs_opts_t *o) {
   for (int w = 0; w < CB__CA_COUNT; w++)
     if ((rc = encode_cert(c->ca[w], &c->ca_pem[w], &c->ca_der[w])) != 0) return rc;
 
-  /* The default leaf: the three names of this host, then the caller's. */
+  /* The default leaf: the three names of this host, the paced-handshake fault's name (tls-slow.localhost, whose
+   * handshake is slow but succeeds: transport/tls_fault.c), then the caller's. */
   size_t nextra = o != NULL ? o->nhosts : 0;
-  const char **names = malloc((3 + nextra) * sizeof *names);
+  const char **names = malloc((4 + nextra) * sizeof *names);
   if (names == NULL) return UV_ENOMEM;
   names[0] = "localhost";
   names[1] = "127.0.0.1";
   names[2] = "::1";
-  for (size_t i = 0; i < nextra; i++) names[3 + i] = o->hosts[i];
-  spec_t s = {.cn = "localhost", .names = names, .nnames = 3 + nextra, .role = ROLE_SERVER, .from = -HOUR,
+  names[3] = "tls-slow.localhost";
+  for (size_t i = 0; i < nextra; i++) names[4 + i] = o->hosts[i];
+  spec_t s = {.cn = "localhost", .names = names, .nnames = 4 + nextra, .role = ROLE_SERVER, .from = -HOUR,
               .to = -HOUR + WEEK};
   rc = make_leaf(c, &c->ident[CB__CERT_DEFAULT], &s, CB__CA_SERVER, 0);
   free(names);

@@ -188,6 +188,6 @@ int cb__bad_number(cb_field_id field, long index, cb_why_id why, long long numbe
 static const char *const kind_names[CB__FAULT_COUNT] = {
     "",          "reset",   "empty",   "hang",    "garbage", "truncated", "overlong", "malformed_chunk",
     "missing_last_chunk", "raw", "delay", "dribble", "rst_stream", "goaway", "settings", "violation", "trailers",
-    "slow_head", "drip"};
+    "slow_head", "drip", "tls_bad_record", "tls_truncate"};
 
 const char *cb__fault_name(int kind) { return kind > 0 && kind < CB__FAULT_COUNT ? kind_names[kind] : ""; }

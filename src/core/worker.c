@@ -89,6 +89,7 @@ static void on_listener(uv_poll_t *h, int status, int events) {
       close(fd);
       continue;
     }
+    tr.loop = &w->loop; /* a paced handshake's timer (transport/tls_fault.c); unused by plain */
     if (cb__conn_accept(w, &tr, (const struct sockaddr *)&peer) != 0) tr.ops->close(&tr, 0);
   }
 }

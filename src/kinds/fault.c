@@ -255,7 +255,11 @@ static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb
         if (!(seen & 2)) f->bytes = DEFAULT_GARBAGE;
         if (f->bytes == 0 || f->bytes > MAX_GARBAGE) err = UV_EINVAL;
         break;
+      case CB__FAULT_TLS_BAD_RECORD:
+        if (f->bytes > f->length) err = UV_EINVAL;
+        break;
       case CB__FAULT_TRUNCATED:
+      case CB__FAULT_TLS_TRUNCATE:
         if (!(seen & 2)) f->bytes = f->length / 2;
         if (f->length == 0 || f->bytes >= f->length) err = UV_EINVAL;
         break;
@@ -416,9 +420,13 @@ static void declared(cb__req_t *r) {
 }
 
 /* Whether the request's protocol can carry the kind: the entry it needs in the protocol's faults table is there
- * (HTTP/1.1's framing and raw bytes have no meaning in HTTP/2; RST_STREAM, GOAWAY, SETTINGS none in HTTP/1.1). */
-static int carried(int kind, const cb__proto_faults_t *fx) {
+ * (HTTP/1.1's framing and raw bytes have no meaning in HTTP/2; RST_STREAM, GOAWAY, SETTINGS none in HTTP/1.1).
+ * The TLS kinds ask the connection's transport instead (a cleartext one has no faults). */
+static int carried(int kind, const cb__req_t *r) {
+  const cb__proto_faults_t *fx = faults(r);
   switch (kind) {
+    case CB__FAULT_TLS_BAD_RECORD:
+    case CB__FAULT_TLS_TRUNCATE: return r->conn->tr.ops->fault != NULL;
     case CB__FAULT_MALFORMED_CHUNK:
     case CB__FAULT_MISSING_LAST_CHUNK:
     case CB__FAULT_SLOW_HEAD:
@@ -741,6 +749,18 @@ static void run(cb__req_t *r) {
       fx->settings(r, f->max_frame, f->window);
       declared(r);
       return;
+    case CB__FAULT_TLS_BAD_RECORD:
+    case CB__FAULT_TLS_TRUNCATE:
+      /* The head and `bytes` body bytes through the protocol, then the transport ends the connection its way
+       * (a corrupt record, or no close_notify) once they have left: over h2 the whole connection, as a reset. */
+      head(r, (int64_t)f->length);
+      if (f->bytes) body(r, 0, f->bytes);
+      if (c->tr.ops->fault(&c->tr, f->kind) != 0) {
+        cb__conn_abort(c);
+        return;
+      }
+      cb__conn_close_linger(c);
+      return;
     case CB__FAULT_VIOLATION: {
       /* The head, then a DATA frame on stream 0: a connection error of type PROTOCOL_ERROR for any client
        * (RFC 9113 6.1). DATA after END_STREAM would be the gentler breach, but nghttp2-based clients drop
@@ -760,7 +780,7 @@ static void run(cb__req_t *r) {
 void cb__fault_start(cb__req_t *r, const cb__fault_t *f, const cb__fault_answer_t *answer) {
   FAULT(r)->f = f;
   FAULT(r)->answer = answer;
-  if (!carried(f->kind, faults(r))) { /* 501 on this request; not a fault */
+  if (!carried(f->kind, r)) { /* 501 on this request; not a fault */
     cb__res_head(r, 501, NULL, NULL, 0, 0);
     cb__res_end(r);
     return;

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "transport/tls_fault.h"
 #include "transport/transport.h"
 
 /* A server's TLS settings: one SSL_CTX per identity of its certificates (below, "the server's context"). */
@@ -60,6 +61,8 @@ static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
   if (!t->ready) {
     ERR_clear_error();
     int rc = SSL_do_handshake(ssl);
+    ssize_t fault = cb__tls_fault_handshake(t, rc); /* a handshake fault's step (tls_fault.c) */
+    if (fault != 0) return fault;
     if (rc != 1) {
       ssize_t err = failed(t, ssl, rc);
       return err == UV_EOF ? 0 : err;
@@ -125,6 +128,7 @@ static ssize_t tls_writev(cb__tport_t *t, const struct iovec *iov, int n) {
 
 /* close_notify, then the FIN; a close_notify that cannot be written now is not waited for. */
 static void tls_shutdown(cb__tport_t *t) {
+  if (cb__tls_fault_shutdown(t)) return; /* an after-handshake fault ends it instead (tls_fault.c) */
   if (t->ready) {
     ERR_clear_error();
     (void)SSL_shutdown(t->state);
@@ -137,6 +141,7 @@ static void tls_close(cb__tport_t *t, int reset) {
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST, no close_notify: a fault */
     setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   }
+  cb__tls_fault_close(t);
   SSL_free(t->state);
   t->state = NULL;
   close(t->fd);
@@ -150,6 +155,7 @@ static const cb__tport_ops_t tls_ops = {
     .sendfile = NULL,
     .shutdown = tls_shutdown,
     .close = tls_close,
+    .fault = cb__tls_fault_after,
 };
 
 int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out) {
@@ -183,9 +189,10 @@ static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outle
 
 /* SNI: the identity of the name the client sent; the session moves to its SSL_CTX (the certificate it serves). */
 static int select_identity(SSL *ssl, int *alert, void *arg) {
-  (void)alert;
   cb__tls_ctx_t *c = arg;
   const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  int fault = name != NULL ? cb__tls_fault_find(name, strlen(name)) : CB__TLS_FAULT_NONE;
+  if (fault != CB__TLS_FAULT_NONE) return cb__tls_fault_hello(ssl, fault, alert); /* tls-stall.localhost... */
   int id = name != NULL ? cb__certs_find(name, strlen(name)) : CB__CERT_DEFAULT;
   if (id != CB__CERT_DEFAULT && c->ctx[id] != NULL) SSL_set_SSL_CTX(ssl, c->ctx[id]);
   return SSL_TLSEXT_ERR_OK;

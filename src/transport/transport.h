@@ -30,6 +30,11 @@ typedef struct {
   /* The connection ends: release the socket. reset: the peer gets a reset (RST) instead of an orderly end, and
    * what was not sent yet is dropped (a fault). */
   void (*close)(cb__tport_t *t, int reset);
+  /* Optional: the transport's own faults (kinds/fault.c asks for them as it asks a protocol's faults table;
+   * NULL: this transport cannot carry them, and such a fault is answered 501). kind is CB__FAULT_TLS_BAD_RECORD
+   * or CB__FAULT_TLS_TRUNCATE: the connection ends with it when it shuts down, after what was written before
+   * (transport/tls_fault.c). 0, or UV_ENOMEM. */
+  int (*fault)(cb__tport_t *t, int kind);
 } cb__tport_ops_t;
 
 /* The application protocol a transport negotiated (TLS's ALPN): detection follows it before the preface rule. */
@@ -47,6 +52,8 @@ struct cb__tport_s {
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
   void *sink_arg;
   void *state;         /* tls: the session (an OpenSSL SSL) */
+  uv_loop_t *loop;     /* tls: the worker's loop, for the timer of a paced handshake (tls-slow.localhost); NULL: the
+                          paced flight is sent at once */
 };
 
 /* plain.c: the TCP socket fd (non-blocking). */
