@@ -9,7 +9,9 @@
  * What the context allows: TLS 1.2 and 1.3, no renegotiation, no compression; ALPN h2 and http/1.1 (a client
  * that offers neither gets the no_application_protocol alert; one that offers no ALPN gets the preface rule).
  * Sessions release their buffers while idle (SSL_MODE_RELEASE_BUFFERS). File ranges are read and written by the
- * output queue (no sendfile: the bytes must be encrypted here). */
+ * output queue (no sendfile: the bytes must be encrypted here), unless kernel TLS took the session after its
+ * handshake (ktls.c). A session counts against its worker's bound on handshakes in progress (cb__tls_budget_t)
+ * from its accept until its handshake completes or its connection closes. */
 #include <errno.h>
 #include <pthread.h>
 #include <openssl/err.h>
