@@ -129,6 +129,11 @@ static int hs_at_least(const cb_stats_t *st, const void *arg) {
          st->conns_accepted >= want[2];
 }
 
+static int all_closed(const cb_stats_t *st, const void *arg) {
+  (void)arg;
+  return st->conns_open == 0;
+}
+
 static void wait_counts(cb_server_t *srv, cb_stats_t *st, uint64_t failed, uint64_t refused, uint64_t accepted) {
   uint64_t want[3] = {failed, refused, accepted};
   wait_stats(srv, st, hs_at_least, want, 10000);
@@ -305,7 +310,9 @@ TEST(tls_handshakes_bounded) {
   tls_check(srv, tport, "/hello", &e);
   wait_counts(srv, &st, 4, 1, 7);
   ASSERT_EQ(st.requests, 3);
+  wait_stats(srv, &st, all_closed, NULL, 10000); /* the last client's close reaches the server a moment later */
   ASSERT_EQ(st.conns_open, 0);
+  ASSERT_EQ(st.tls_handshakes_failed, 4);
   buf_free(&hello);
   buf_free(&rest);
   buf_free(&e);
