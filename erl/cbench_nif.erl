@@ -100,7 +100,7 @@ stats(H) -> stats_nif(H).
 %% and with TLS its port and whether its connections try kernel TLS (docs/tls.md).
 -spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()],
                           admin_port => inet:port_number(), tls_port => inet:port_number(),
-                          ktls => boolean()}.
+                          ktls => boolean(), ktls_why => binary()}.
 info(H) -> info_nif(H).
 
 %% @doc Adds a stub (canonical terms); dirty I/O: returns once every worker uses the new table.

@@ -29,7 +29,7 @@
 -record(h, {port :: port(), tcp_port :: inet:port_number(), threads :: pos_integer(),
             cpus :: [integer()], stop_timeout :: non_neg_integer(),
             admin_port :: inet:port_number(), tls_port :: inet:port_number(),
-            ktls :: boolean()}).
+            ktls :: boolean(), ktls_why :: binary()}).
 -opaque handle() :: #h{}.
 
 %% Engine calls wait for every worker, normally microseconds.
@@ -52,10 +52,10 @@ start(Opts = #{stop_timeout_ms := StopMs}) ->
     case open() of
         {ok, Port} ->
             case request(Port, {start, cbench_opts:engine_map(Opts)}, 30000) of
-                {ok, TcpPort, Threads, Cpus, AdminPort, TlsPort, Ktls} ->
+                {ok, TcpPort, Threads, Cpus, AdminPort, TlsPort, Ktls, KtlsWhy} ->
                     {ok, #h{port = Port, tcp_port = TcpPort, threads = Threads, cpus = Cpus,
                             stop_timeout = StopMs, admin_port = AdminPort, tls_port = TlsPort,
-                            ktls = Ktls}};
+                            ktls = Ktls, ktls_why = KtlsWhy}};
                 {error, _} = Error ->
                     close(Port),
                     Error
@@ -139,8 +139,8 @@ tls_port(#h{tls_port = P}) -> P.
 %% and with TLS its port and whether its connections try kernel TLS (docs/tls.md).
 -spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()], os_pid := integer(),
                           admin_port => inet:port_number(), tls_port => inet:port_number(),
-                          ktls => boolean()}.
-info(#h{port = Port, threads = T, cpus = C, admin_port = A, tls_port = TP, ktls = K}) ->
+                          ktls => boolean(), ktls_why => binary()}.
+info(#h{port = Port, threads = T, cpus = C, admin_port = A, tls_port = TP, ktls = K, ktls_why = W}) ->
     OsPid = case erlang:port_info(Port, os_pid) of
                 {os_pid, P} -> P;
                 undefined -> undefined
@@ -150,9 +150,10 @@ info(#h{port = Port, threads = T, cpus = C, admin_port = A, tls_port = TP, ktls 
                0 -> Info0;
                _ -> Info0#{admin_port => A}
            end,
-    case TP of
-        0 -> Info;
-        _ -> Info#{tls_port => TP, ktls => K}
+    case {TP, K} of
+        {0, _} -> Info;
+        {_, true} -> Info#{tls_port => TP, ktls => K};
+        {_, false} -> Info#{tls_port => TP, ktls => K, ktls_why => W}
     end.
 
 %% @doc The engine's counters, or {error, Reason}.
