@@ -331,7 +331,7 @@ static void do_start(const char *buf, int *idx) {
   int threads = cb_server_threads(port_server);
   ei_x_buff x;
   port_new(&x);
-  ei_x_encode_tuple_header(&x, 5);
+  ei_x_encode_tuple_header(&x, 8);
   ei_x_encode_atom(&x, "ok");
   ei_x_encode_long(&x, cb_server_port(port_server));
   ei_x_encode_long(&x, threads);
@@ -341,6 +341,10 @@ static void do_start(const char *buf, int *idx) {
   }
   ei_x_encode_empty_list(&x);
   ei_x_encode_long(&x, cb_server_admin_port(port_server)); /* 0: no admin API */
+  ei_x_encode_long(&x, cb_server_tls_port(port_server));   /* 0: no TLS */
+  char why[192];
+  ei_x_encode_boolean(&x, cb_server_ktls(port_server, why, sizeof why) == 1);
+  ei_x_encode_binary(&x, why, (long)strlen(why)); /* empty when kernel TLS is tried */
   port_send(&x);
 }
 

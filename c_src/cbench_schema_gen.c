@@ -23,7 +23,10 @@ static const char *type_name(const cb_option_t *o) {
 /* The Erlang type of an option's value, for -type opts(). */
 static void print_type(const cb_option_t *o) {
   switch (o->type) {
-    case CB_OPT_UINT: printf("%llu..%llu", (unsigned long long)o->min, (unsigned long long)o->max); break;
+    case CB_OPT_UINT:
+      printf("%llu..%llu%s", (unsigned long long)o->min, (unsigned long long)o->max,
+             (o->flags & CB_OPT_F_UNSET) ? " | undefined" : "");
+      break;
     case CB_OPT_BOOL: printf("boolean()"); break;
     case CB_OPT_HOST: printf("inet:ip_address() | inet:hostname() | binary()"); break;
     case CB_OPT_STRING: printf("string() | binary()"); break;
@@ -46,7 +49,10 @@ static void print_allowed(const cb_option_t *o) {
 
 static void print_default(const cb_option_t *o) {
   switch (o->type) {
-    case CB_OPT_UINT: printf("%llu", (unsigned long long)o->def); break;
+    case CB_OPT_UINT:
+      if (o->flags & CB_OPT_F_UNSET) printf("undefined");
+      else printf("%llu", (unsigned long long)o->def);
+      break;
     case CB_OPT_BOOL: printf("%s", o->def ? "true" : "false"); break;
     case CB_OPT_HOST:
     case CB_OPT_STRING:

@@ -24,8 +24,12 @@ static void usage(FILE *f) {
     switch (o->type) {
       case CB_OPT_BOOL: snprintf(arg, sizeof arg, " (%s: %s)", o->name, o->def ? "off" : "on"); break;
       case CB_OPT_UINT:
-        snprintf(arg, sizeof arg, " N (%llu..%llu, default %llu)", (unsigned long long)o->min,
-                 (unsigned long long)o->max, (unsigned long long)o->def);
+        if (o->flags & CB_OPT_F_UNSET)
+          snprintf(arg, sizeof arg, " N (%llu..%llu, default none)", (unsigned long long)o->min,
+                   (unsigned long long)o->max);
+        else
+          snprintf(arg, sizeof arg, " N (%llu..%llu, default %llu)", (unsigned long long)o->min,
+                   (unsigned long long)o->max, (unsigned long long)o->def);
         break;
       case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
       case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
@@ -129,11 +133,16 @@ static int start_error(const cb_config_t *cfg, int err) {
             quoted(cfg->host, q, sizeof q), cfg->port, quoted(cfg->admin_host, qa, sizeof qa), cfg->admin_port);
     return 1;
   }
+  if (err == CB_EADDRINUSE && cfg->tls_port >= 0) {
+    fprintf(stderr, "cbench-server: %s:%d or the TLS port %d is already in use\n", quoted(cfg->host, q, sizeof q),
+            cfg->port, cfg->tls_port);
+    return 1;
+  }
   if (err == CB_EADDRINUSE) {
     fprintf(stderr, "cbench-server: %s:%d is already in use\n", quoted(cfg->host, q, sizeof q), cfg->port);
     return 1;
   }
-  if (cfg->tls && (cfg->tls_cert_file != NULL || cfg->tls_key_file != NULL) &&
+  if ((cfg->tls || cfg->tls_port >= 0) && (cfg->tls_cert_file != NULL || cfg->tls_key_file != NULL) &&
       (err == CB_ENOENT || err == CB_EACCES || err == CB_EINVAL || err == -EISDIR)) {
     char qk[256];
     fprintf(stderr, "cbench-server: --tls-cert-file %s with --tls-key-file %s: %s (both PEM: the certificate "
@@ -229,6 +238,9 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
          (unsigned long long)s->status_431, (unsigned long long)s->timeouts, (unsigned long long)s->resets,
          (unsigned long long)s->h2_errors, (unsigned long long)s->accept_backoffs, (unsigned long long)s->faults,
          (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts);
+  printf("  tls: handshakes failed %llu, refused %llu; kernel TLS %llu\n",
+         (unsigned long long)s->tls_handshakes_failed, (unsigned long long)s->tls_handshakes_refused,
+         (unsigned long long)s->tls_ktls);
 }
 
 /* Writes the server's made CA (cb_server_tls_ca) to $TMPDIR/cbench-ca-PID.pem: path gets the name (empty when the
@@ -320,7 +332,8 @@ int main(int argc, char **argv) {
   }
   /* The test CA a TLS server made, in a file a client can be given (curl --cacert), removed at exit. */
   char ca_path[4096] = "";
-  if (cfg.tls && write_ca(srv, ca_path, sizeof ca_path) != 0) {
+  int tls_port = cb_server_tls_port(srv);
+  if (tls_port > 0 && write_ca(srv, ca_path, sizeof ca_path) != 0) {
     fprintf(stderr, "cbench-server: cannot write the TLS CA to %s: %s\n", ca_path, strerror(errno));
     cb_server_stop(srv);
     return 1;
@@ -332,9 +345,21 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&sig_mu);
   serving = 1;
   pthread_mutex_unlock(&sig_mu);
-  printf("cbench-server listening on %s://%s%s%s:%d with %d thread%s\n", cfg.tls ? "https" : "http", v6 ? "[" : "",
+  /* The first URL keeps the line's old shape (scripts read the port before " with"); a TLS port of its own follows
+   * on the same line. */
+  int tls_only = cfg.tls && cfg.tls_port < 0;
+  printf("cbench-server listening on %s://%s%s%s:%d with %d thread%s", tls_only ? "https" : "http", v6 ? "[" : "",
          host, v6 ? "]" : "", cb_server_port(srv), threads, threads == 1 ? "" : "s");
+  if (cfg.tls_port >= 0) printf(", TLS on https://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", tls_port);
+  printf("\n");
   if (ca_path[0]) printf("cbench-server TLS CA in %s\n", ca_path);
+  if (tls_port > 0) {
+    char why[256];
+    if (cb_server_ktls(srv, why, sizeof why) == 1)
+      printf("cbench-server kernel TLS tried after each handshake (the kernel offers the tls ULP)\n");
+    else
+      printf("cbench-server kernel TLS off: %s\n", why);
+  }
   if (cfg.admin) {
     int a6 = strchr(cfg.admin_host, ':') != NULL;
     printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",

@@ -4,14 +4,14 @@
 -module(cbench).
 
 -export([start_server/2, start_link_server/2, with_server/3, stop_server/1, port/1, url/2, admin_url/1,
-         stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
+         tls_port/1, tls_url/2, stats/1, servers/0, settings/0, load/2, start/0, stop/0]).
 -export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
          clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
-              {url, 2}, {admin_url, 1}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0},
+              {url, 2}, {admin_url, 1}, {tls_port, 1}, {tls_url, 2}, {stats, 1}, {servers, 0}, {settings, 0}, {load, 2}, {start, 0},
               {stop, 0}, {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
               {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {near_misses, 1},
               {await, 4}, {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2},
@@ -44,7 +44,10 @@
                    resets := non_neg_integer(), h2_errors := non_neg_integer(),
                    accept_backoffs := non_neg_integer(), faults := non_neg_integer(),
                    handler_unavailable := non_neg_integer(),
-                   handler_timeouts := non_neg_integer()}.
+                   handler_timeouts := non_neg_integer(),
+                   tls_handshakes_failed := non_neg_integer(),
+                   tls_handshakes_refused := non_neg_integer(),
+                   tls_ktls := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
@@ -157,6 +160,35 @@ url(Server, Path) when is_pid(Server), is_list(Path) ->
             end
     end;
 url(_, _) ->
+    error(badarg).
+
+%% @doc The TCP port of the server's TLS listener: `tls_port' when it was given (the bound one for
+%% 0), `port/1' when the main listener speaks TLS (`tls => true' alone), `undefined' without TLS.
+-spec tls_port(server()) -> inet:port_number() | undefined | {error, not_running}.
+tls_port(Server) when is_pid(Server) ->
+    cbench_server:call(Server, tls_port);
+tls_port(_) ->
+    error(badarg).
+
+%% @doc `https://localhost:P' of the server's TLS listener joined with Path as url/2 joins it (the
+%% name the made certificate is for), or {error, no_tls}.
+-spec tls_url(server(), string() | binary()) -> string() | binary() | {error, no_tls | not_running}.
+tls_url(Server, Path) when is_pid(Server), is_binary(Path) ->
+    case tls_url(Server, binary_to_list(Path)) of
+        Url when is_list(Url) -> list_to_binary(Url);
+        Error -> Error
+    end;
+tls_url(Server, Path) when is_pid(Server), is_list(Path) ->
+    case io_lib:printable_latin1_list(Path) of
+        false -> error(badarg);
+        true ->
+            case tls_port(Server) of
+                undefined -> {error, no_tls};
+                P when is_integer(P) -> "https://localhost:" ++ integer_to_list(P) ++ path(Path);
+                Error -> Error
+            end
+    end;
+tls_url(_, _) ->
     error(badarg).
 
 %% @doc `http://127.0.0.1:PORT' of the server's admin API (started with `admin => true' on nif or

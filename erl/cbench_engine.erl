@@ -41,6 +41,11 @@
 %% The bound TCP port.
 -callback port(handle()) -> inet:port_number().
 
+%% The TLS listener's port (cbench:tls_port/1): that of `tls_port', the main port when it speaks TLS,
+%% `undefined' without TLS. Optional: an engine without it has no TLS listener (undefined).
+-callback tls_port(handle()) -> inet:port_number() | undefined.
+-optional_callbacks([tls_port/1]).
+
 %% The counters, with the keys of cbench:stats() (those of cb_stats_t), or {error, Reason}.
 -callback stats(handle()) -> map() | {error, term()}.
 

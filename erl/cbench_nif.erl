@@ -4,7 +4,7 @@
 -module(cbench_nif).
 -behaviour(cbench_engine).
 
--export([start/1, stop/1, handle_info/2, port/1, stats/1, info/1]).
+-export([start/1, stop/1, handle_info/2, port/1, tls_port/1, stats/1, info/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
@@ -17,7 +17,7 @@
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
          reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+-ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}, {handler_add, 4}, {handler_fail, 2},
               %% The NIFs themselves (the test suites call them directly).
@@ -88,13 +88,19 @@ handle_info(_Msg, _H) -> false.
 -spec port(handle()) -> inet:port_number().
 port(H) -> port_nif(H).
 
+%% @doc The TLS listener's port (`tls_port', or the main port when it speaks TLS), or undefined.
+-spec tls_port(handle()) -> inet:port_number() | undefined.
+tls_port(H) -> maps:get(tls_port, info_nif(H), undefined).
+
 %% @doc The engine's counters (cb_stats_t as a map), or {error, stopped}.
 -spec stats(handle()) -> map() | {error, stopped}.
 stats(H) -> stats_nif(H).
 
-%% @doc Threads and the CPU each is pinned to (-1: not pinned), and the admin API's port when it is on.
+%% @doc Threads and the CPU each is pinned to (-1: not pinned), the admin API's port when it is on,
+%% and with TLS its port and whether its connections try kernel TLS (docs/tls.md).
 -spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()],
-                          admin_port => inet:port_number()}.
+                          admin_port => inet:port_number(), tls_port => inet:port_number(),
+                          ktls => boolean(), ktls_why => binary()}.
 info(H) -> info_nif(H).
 
 %% @doc Adds a stub (canonical terms); dirty I/O: returns once every worker uses the new table.

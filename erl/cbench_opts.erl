@@ -47,7 +47,7 @@ validate(Engine, Opts) when is_map(Opts) ->
 -spec engine_map(map()) -> map().
 engine_map(Opts = #{ip := Ip}) ->
     M = maps:from_list([{Name, maps:get(K, Opts)}
-                        || #{key := K, name := Name} <- rows(nif), maps:is_key(K, Opts)]),
+                        || #{key := K, name := Name} <- rows(nif), maps:get(K, Opts, undefined) =/= undefined]),
     M#{host => list_to_binary(inet:ntoa(Ip))}.
 
 rows(Engine) ->
@@ -76,6 +76,9 @@ unknown(K, Engine) ->
 value(#{key := enable_h1}, false, ehttpd) ->
     %% An h2c-only listener: the ehttpd engine has no HTTP/2.
     {error, {engines, [nif, port]}};
+value(#{default := undefined}, undefined, _) ->
+    %% An option that may be unset (tls_port): left out of the engine's map (engine_map/1).
+    {ok, undefined};
 value(#{type := integer, min := Min, max := Max}, V, _) when is_integer(V), V >= Min, V =< Max ->
     {ok, V};
 value(#{type := boolean}, V, _) when is_boolean(V) ->

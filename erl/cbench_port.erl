@@ -4,7 +4,7 @@
 -module(cbench_port).
 -behaviour(cbench_engine).
 
--export([start/1, stop/1, port/1, stats/1, info/1, handle_info/2, exe_path/0]).
+-export([start/1, stop/1, port/1, tls_port/1, stats/1, info/1, handle_info/2, exe_path/0]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1]).
 %% Lower level, for tests of the program itself.
@@ -18,7 +18,7 @@
 %% in flight, the answers batched into frames) is in cbench_port_handler.
 
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
               {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
               %% For the test suites of the program itself.
@@ -28,7 +28,8 @@
 
 -record(h, {port :: port(), tcp_port :: inet:port_number(), threads :: pos_integer(),
             cpus :: [integer()], stop_timeout :: non_neg_integer(),
-            admin_port :: inet:port_number()}).
+            admin_port :: inet:port_number(), tls_port :: inet:port_number(),
+            ktls :: boolean(), ktls_why :: binary()}).
 -opaque handle() :: #h{}.
 
 %% Engine calls wait for every worker, normally microseconds.
@@ -51,9 +52,10 @@ start(Opts = #{stop_timeout_ms := StopMs}) ->
     case open() of
         {ok, Port} ->
             case request(Port, {start, cbench_opts:engine_map(Opts)}, 30000) of
-                {ok, TcpPort, Threads, Cpus, AdminPort} ->
+                {ok, TcpPort, Threads, Cpus, AdminPort, TlsPort, Ktls, KtlsWhy} ->
                     {ok, #h{port = Port, tcp_port = TcpPort, threads = Threads, cpus = Cpus,
-                            stop_timeout = StopMs, admin_port = AdminPort}};
+                            stop_timeout = StopMs, admin_port = AdminPort, tls_port = TlsPort,
+                            ktls = Ktls, ktls_why = KtlsWhy}};
                 {error, _} = Error ->
                     close(Port),
                     Error
@@ -128,18 +130,30 @@ close(Port) ->
 -spec port(handle()) -> inet:port_number().
 port(#h{tcp_port = P}) -> P.
 
-%% @doc Threads and the CPU each is pinned to (-1: not pinned), and the admin API's port when it is on.
+%% @doc The TLS listener's port (`tls_port', or the main port when it speaks TLS), or undefined.
+-spec tls_port(handle()) -> inet:port_number() | undefined.
+tls_port(#h{tls_port = 0}) -> undefined;
+tls_port(#h{tls_port = P}) -> P.
+
+%% @doc Threads and the CPU each is pinned to (-1: not pinned), the admin API's port when it is on,
+%% and with TLS its port and whether its connections try kernel TLS (docs/tls.md).
 -spec info(handle()) -> #{threads := pos_integer(), cpus := [integer()], os_pid := integer(),
-                          admin_port => inet:port_number()}.
-info(#h{port = Port, threads = T, cpus = C, admin_port = A}) ->
+                          admin_port => inet:port_number(), tls_port => inet:port_number(),
+                          ktls => boolean(), ktls_why => binary()}.
+info(#h{port = Port, threads = T, cpus = C, admin_port = A, tls_port = TP, ktls = K, ktls_why = W}) ->
     OsPid = case erlang:port_info(Port, os_pid) of
                 {os_pid, P} -> P;
                 undefined -> undefined
             end,
-    Info = #{threads => T, cpus => C, os_pid => OsPid},
-    case A of
-        0 -> Info;
-        _ -> Info#{admin_port => A}
+    Info0 = #{threads => T, cpus => C, os_pid => OsPid},
+    Info = case A of
+               0 -> Info0;
+               _ -> Info0#{admin_port => A}
+           end,
+    case {TP, K} of
+        {0, _} -> Info;
+        {_, true} -> Info#{tls_port => TP, ktls => K};
+        {_, false} -> Info#{tls_port => TP, ktls => K, ktls_why => W}
     end.
 
 %% @doc The engine's counters, or {error, Reason}.

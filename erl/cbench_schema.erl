@@ -24,6 +24,8 @@
                   journal_body_bytes => 0..67108864,
                   admin => boolean(),
                   admin_port => 0..65535,
+                  tls_port => 0..65535 | undefined,
+                  tls_max_handshakes => 1..65535,
                   close => boolean()}.
 
 -type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,
@@ -102,6 +104,14 @@ options() ->
        default => 0, allowed => {integer, 0, 65535},
        engines => [nif, port],
        doc => "the admin API's TCP port; 0 binds an ephemeral one"},
+     #{key => tls_port, name => tls_port, type => integer, min => 0, max => 65535,
+       default => undefined, allowed => {integer, 0, 65535},
+       engines => [nif, port],
+       doc => "a TLS listener on this port beside the cleartext one (TLS on); 0 binds an ephemeral one"},
+     #{key => tls_max_handshakes, name => tls_max_handshakes, type => integer, min => 1, max => 65535,
+       default => 256, allowed => {integer, 1, 65535},
+       engines => [nif, port],
+       doc => "TLS handshakes in progress per worker; a TLS connection accepted over it is closed at once"},
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],

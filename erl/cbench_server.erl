@@ -82,6 +82,11 @@ handle_call(Req, From, S) ->
 
 serve(port, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:port(H), S};
+serve(tls_port, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, case erlang:function_exported(Mod, tls_port, 1) of
+                true -> Mod:tls_port(H);
+                false -> undefined
+            end, S};
 serve(starter, _From, S = #{starter := Starter}) ->
     {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->

@@ -89,11 +89,17 @@ typedef struct cb_config_s {
   const char *admin_host;      /* the address the admin API binds; default "127.0.0.1". Anything but loopback
                                 * lets other machines change the stubs */
   int tls;                     /* 1: the listener speaks TLS (1.2 and 1.3; ALPN h2 and http/1.1, docs/tls.md);
-                                * default 0 */
+                                * default 0. With tls_port set, the TLS listener is that one and `port` stays
+                                * cleartext */
   const char *tls_cert_file;   /* with tls: the certificate (PEM), followed by its chain. NULL (default): a test
                                 * CA and a leaf for localhost, 127.0.0.1 and ::1 are made in memory at start
                                 * (cb_server_tls_ca()) */
   const char *tls_key_file;    /* with tls_cert_file: its private key (PEM) */
+  int tls_port;                /* -1 (default): no TLS listener of its own. 0..65535: a TLS listener on this port
+                                * beside the cleartext `port` (0 binds an ephemeral one: cb_server_tls_port());
+                                * TLS is on then, whether cfg.tls is set or not */
+  unsigned tls_max_handshakes; /* TLS handshakes in progress per worker, 1..65535; default 256. A connection
+                                * accepted over it is closed at once (cb_stats_t.tls_handshakes_refused) */
 } cb_config_t;
 
 #define CB_JOURNAL_MAX 10000000u
@@ -129,6 +135,11 @@ typedef struct cb_stats_s {
   uint64_t faults;         /* requests answered with a fault (docs/faults.md); not counted in resets */
   uint64_t handler_unavailable; /* deferred requests answered 503: no target, or it went away (or reset) */
   uint64_t handler_timeouts;    /* deferred requests answered 504 (or reset mid-stream) after timeout_ms */
+  uint64_t tls_handshakes_failed;  /* TLS connections that closed before their handshake completed: an error, the
+                                    * peer's close, the header timeout (which bounds a handshake) */
+  uint64_t tls_handshakes_refused; /* TLS connections closed at accept: cfg.tls_max_handshakes were in progress */
+  uint64_t tls_ktls;               /* TLS connections whose records went to the kernel after the handshake (kernel
+                                    * TLS: cb_server_ktls()) */
 } cb_stats_t;
 
 typedef struct cb_server_s cb_server_t;
@@ -156,6 +167,8 @@ typedef enum {
 #define CB_OPT_F_EHTTPD_ONLY 2u /* an option of the Erlang ehttpd engine only, no field of cb_config_t */
 #define CB_OPT_F_C_ENGINES 4u   /* an option of the C engine only: the Erlang API takes it for nif and port,
                                  * the ehttpd engine refuses it (admin, admin_port) */
+#define CB_OPT_F_UNSET 8u       /* a UINT option that may be unset, and is by default (tls_port): -1 in its int
+                                 * field, `undefined' in the Erlang API, its flag not given to cbench-server */
 
 typedef struct cb_option_s {
   const char *name;    /* the cb_config_t field and the Erlang option key ("max_header_bytes") */
@@ -216,6 +229,17 @@ CB_EXTERN int cb_server_admin_port(const cb_server_t *srv);
  * UV_ENOBUFS when cap is too small (4096 is enough), UV_ENOENT when the server made no CA (no TLS, or the user's
  * certificate). A client that trusts it verifies the server as localhost, 127.0.0.1 or ::1. */
 CB_EXTERN int cb_server_tls_ca(const cb_server_t *srv, char *pem, size_t cap);
+
+/* The TCP port of the server's TLS listener: cfg.tls_port's (the bound one when it was 0), or cb_server_port()
+ * when the main listener speaks TLS (cfg.tls without tls_port); 0 when the server has no TLS. UV_EINVAL for NULL. */
+CB_EXTERN int cb_server_tls_port(const cb_server_t *srv);
+
+/* Whether the server's TLS connections hand their records to the kernel after the handshake (kernel TLS): 1 when
+ * it tries (the kernel offers the `tls` ULP; a connection whose cipher the kernel refuses still stays with
+ * OpenSSL, and cb_stats_t.tls_ktls counts those that went), 0 when it does not, with the reason in why (why_size
+ * bytes, NUL-terminated; why may be NULL): no TLS, or the kernel offers no `tls` ULP (`modprobe tls`, docs/tls.md).
+ * UV_EINVAL for NULL srv. */
+CB_EXTERN int cb_server_ktls(const cb_server_t *srv, char *why, size_t why_size);
 
 /* The number of worker threads. */
 CB_EXTERN int cb_server_threads(const cb_server_t *srv);

@@ -358,6 +358,8 @@ static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   res->srv = srv;
   res->port = cb_server_port(srv);
   res->admin_port = cb_server_admin_port(srv);
+  res->tls_port = cb_server_tls_port(srv);
+  res->ktls = cb_server_ktls(srv, res->ktls_why, sizeof res->ktls_why) == 1;
   res->threads = cb_server_threads(srv);
   for (int i = 0; i < res->threads && i < CB_MAX_THREADS; i++) res->cpus[i] = cb_server_worker_cpu(srv, i);
 
@@ -436,18 +438,34 @@ static ERL_NIF_TERM port_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
   return enif_make_int(env, res->port);
 }
 
-/* info_nif(Resource) -> #{threads => N, cpus => [Cpu | -1]} (and admin_port => P with the admin API on): what
- * the engine applied. */
+/* info_nif(Resource) -> #{threads => N, cpus => [Cpu | -1]} (and admin_port => P with the admin API on, tls_port
+ * => P and ktls => boolean() with TLS on, and ktls_why => Binary when ktls is false): what the engine applied. */
 static ERL_NIF_TERM info_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_server_t *res;
   if (!nif_get_server(env, argv[0], &res)) return enif_make_badarg(env);
   ERL_NIF_TERM cpus = enif_make_list(env, 0);
   for (int i = res->threads - 1; i >= 0; i--) cpus = enif_make_list_cell(env, enif_make_int(env, res->cpus[i]), cpus);
-  ERL_NIF_TERM keys[] = {atom_threads, atom_cpus, atom_admin_port};
-  ERL_NIF_TERM vals[] = {enif_make_int(env, res->threads), cpus, enif_make_int(env, res->admin_port)};
+  ERL_NIF_TERM keys[6] = {atom_threads, atom_cpus}, vals[6] = {enif_make_int(env, res->threads), cpus};
+  unsigned n = 2;
+  if (res->admin_port > 0) {
+    keys[n] = atom_admin_port;
+    vals[n++] = enif_make_int(env, res->admin_port);
+  }
+  if (res->tls_port > 0) {
+    keys[n] = atom_tls_port;
+    vals[n++] = enif_make_int(env, res->tls_port);
+    keys[n] = atom_ktls;
+    vals[n++] = res->ktls ? atom_true : atom_false;
+    if (!res->ktls) {
+      size_t len = strlen(res->ktls_why);
+      unsigned char *p = enif_make_new_binary(env, len, &vals[n]);
+      memcpy(p, res->ktls_why, len);
+      keys[n++] = atom_ktls_why;
+    }
+  }
   ERL_NIF_TERM map;
-  enif_make_map_from_arrays(env, keys, vals, res->admin_port > 0 ? 3 : 2, &map);
+  enif_make_map_from_arrays(env, keys, vals, n, &map);
   return map;
 }
 

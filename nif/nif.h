@@ -20,7 +20,7 @@
   X(ok) X(error) X(stopped) X(true) X(false) X(undefined) X(threads) X(cpus) X(bad_option) X(integer)         \
   X(boolean) X(address) X(string) X(list) X(available) X(known) X(method) X(path) X(query) X(headers) X(peer)  \
   X(proto) X(body) X(handle) X(stream) X(cbench_journal) X(cbench_request) X(cbench_requests) X(cbench_nif)    \
-  X(cbench_body) X(cbench_body_end) X(admin_port) X(enomem) X(http1) X(h2c_prior) X(h2c_upgrade)
+  X(cbench_body) X(cbench_body_end) X(admin_port) X(tls_port) X(ktls) X(ktls_why) X(enomem) X(http1) X(h2c_prior) X(h2c_upgrade)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)
@@ -41,6 +41,9 @@ typedef struct {
   /* Copied at start so that port/info never need the engine. */
   int port;
   int admin_port; /* 0: no admin API */
+  int tls_port;   /* 0: no TLS (cb_server_tls_port) */
+  int ktls;       /* cb_server_ktls */
+  char ktls_why[192]; /* why not, when not */
   int threads;
   int cpus[CB_MAX_THREADS];
 } nif_server_t;

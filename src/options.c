@@ -76,6 +76,12 @@ static const cb_option_t options[] = {
     {.name = "tls_key_file", .flag = "--tls-key-file", .type = CB_OPT_STRING, .min = 0, .max = 4095,
      .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(tls_key_file),
      .doc = "with --tls-cert-file: its private key (PEM)"},
+    {.name = "tls_port", .flag = "--tls-port", .type = CB_OPT_UINT, .min = 0, .max = 65535, .err = UV_EINVAL,
+     .flags = CB_OPT_F_UNSET | CB_OPT_F_C_ENGINES, FIELD(tls_port),
+     .doc = "a TLS listener on this port beside the cleartext one (TLS on); 0 binds an ephemeral one"},
+    {.name = "tls_max_handshakes", .flag = "--tls-max-handshakes", .type = CB_OPT_UINT, .min = 1, .max = 65535,
+     .def = 256, .err = CB_ELIMIT, .flags = CB_OPT_F_C_ENGINES, FIELD(tls_max_handshakes),
+     .doc = "TLS handshakes in progress per worker; a TLS connection accepted over it is closed at once"},
     {.name = "close", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
      .flags = CB_OPT_F_EHTTPD_ONLY, .doc = "ehttpd only: the original ehttpd (one canned answer, then close)"},
 };
@@ -117,7 +123,10 @@ static int64_t get_field(const cb_config_t *cfg, const cb_option_t *o) {
   return v;
 }
 
-static int in_range(const cb_option_t *o, int64_t v) { return v >= 0 && (uint64_t)v >= o->min && (uint64_t)v <= o->max; }
+static int in_range(const cb_option_t *o, int64_t v) {
+  if (v == -1 && (o->flags & CB_OPT_F_UNSET)) return 1;
+  return v >= 0 && (uint64_t)v >= o->min && (uint64_t)v <= o->max;
+}
 
 uint64_t cb_config_get_uint(const cb_config_t *cfg, const cb_option_t *o) {
   if (cfg == NULL || o == NULL || !has_field(o) || (o->type != CB_OPT_UINT && o->type != CB_OPT_BOOL)) return 0;
@@ -144,7 +153,10 @@ void cb_config_init(cb_config_t *cfg) {
   for (int i = 0; i < NOPTIONS; i++) {
     const cb_option_t *o = &options[i];
     if (!has_field(o)) continue;
-    if (o->type == CB_OPT_UINT || o->type == CB_OPT_BOOL)
+    if (o->flags & CB_OPT_F_UNSET) { /* an int field: -1 */
+      int unset = -1;
+      memcpy((char *)cfg + o->offset, &unset, sizeof unset);
+    } else if (o->type == CB_OPT_UINT || o->type == CB_OPT_BOOL)
       cb_config_set_uint(cfg, o, o->def);
     else if (o->type == CB_OPT_HOST || o->type == CB_OPT_STRING)
       memcpy((char *)cfg + o->offset, &o->def_str, sizeof o->def_str);

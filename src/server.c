@@ -85,8 +85,8 @@ static int bound_port(int fd) {
                                         : ((struct sockaddr_in *)&ss)->sin_port);
 }
 
-/* Binds one listening socket per worker, all on the same port. */
-static int open_listeners(cb_server_t *srv, int port, int *fds) {
+/* Binds one listening socket per worker, all on the same port; *bound: the port (the kernel's pick for 0). */
+static int open_port(cb_server_t *srv, int port, int *fds, int *bound) {
   struct sockaddr_storage ss;
   socklen_t len;
   int err = parse_host(srv->cfg.host, port, &ss, &len);
@@ -104,20 +104,56 @@ static int open_listeners(cb_server_t *srv, int port, int *fds) {
     err = bind_socket(&ss, len, 1, srv->cfg.backlog, &fds[i]);
     if (err) goto fail;
     if (i == 0) {
-      srv->port = bound_port(fds[0]);
-      if (srv->port <= 0) {
+      *bound = bound_port(fds[0]);
+      if (*bound <= 0) {
         err = UV_EINVAL;
         goto fail;
       }
       /* Port 0: the other workers join the port the kernel picked. */
-      set_port(&ss, srv->port);
+      set_port(&ss, *bound);
     }
   }
   return 0;
 fail:
   for (int i = 0; i < srv->nworkers; i++)
-    if (fds[i] >= 0) close(fds[i]);
+    if (fds[i] >= 0) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
   return err;
+}
+
+/* Closes the sockets of ls that no worker took. */
+static void close_lsocks(const cb_server_t *srv, cb__lsocks_t *ls) {
+  for (int k = 0; k < ls->n; k++)
+    for (int i = 0; i < srv->nworkers; i++)
+      if (ls->fd[k][i] >= 0) {
+        close(ls->fd[k][i]);
+        ls->fd[k][i] = -1;
+      }
+}
+
+/* The server's listeners, a socket per worker each: the main port (cleartext, or TLS with cfg.tls alone), then the
+ * TLS port of cfg.tls_port. port and tls_port: what to bind (srv->port and srv->tls_port again for up). */
+static int open_listeners(cb_server_t *srv, int port, int tls_port, cb__lsocks_t *ls) {
+  const cb_config_t *cfg = &srv->cfg;
+  ls->n = 0;
+  ls->tls[0] = cfg->tls_port < 0 ? srv->tls : NULL;
+  ls->tls[1] = srv->tls;
+  for (int k = 0; k < CB__LISTENERS; k++)
+    for (int i = 0; i < srv->nworkers; i++) ls->fd[k][i] = -1;
+  int err = open_port(srv, port, ls->fd[0], &srv->port);
+  if (err) return err;
+  ls->n = 1;
+  if (cfg->tls_port >= 0) {
+    err = open_port(srv, tls_port, ls->fd[1], &srv->tls_port);
+    if (err) {
+      close_lsocks(srv, ls);
+      return err;
+    }
+    ls->n = 2;
+  }
+  return 0;
 }
 
 static void free_server(cb_server_t *srv) {
@@ -156,7 +192,8 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   srv->cfg.tls_cert_file = srv->cfg.tls_key_file = NULL;
   srv->nworkers = cfg->threads ? cfg->threads : online_cpus();
 
-  int fds[CB_MAX_THREADS];
+  cb__lsocks_t ls;
+  ls.n = 0;
   int started = 0;
   srv->workers = calloc((size_t)srv->nworkers, sizeof *srv->workers);
   if (srv->workers == NULL) {
@@ -181,7 +218,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     free_server(srv);
     return err;
   }
-  err = open_listeners(srv, cfg->port, fds);
+  err = open_listeners(srv, cfg->port, cfg->tls_port, &ls);
   if (err) {
     for (int i = 0; i < srv->nworkers; i++) cb__rtable_retire(table, i);
     free_server(srv);
@@ -197,7 +234,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     }
     int cpu = cfg->ncpus > 0 ? cfg->cpus[i % cfg->ncpus] : -1;
     /* The layers meet here: connections start with protocol detection, requests reach the route table. */
-    err = cb__worker_init(srv->workers[i], srv, &srv->cfg, &srv->fx, i, fds[i], cpu, &cb__detect_ops, &cb__router);
+    err = cb__worker_init(srv->workers[i], srv, &srv->cfg, &srv->fx, i, cpu, &cb__detect_ops, &cb__router);
     if (err) {
       free(srv->workers[i]);
       srv->workers[i] = NULL;
@@ -205,10 +242,12 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     }
     cb__worker_t *w = srv->workers[i];
     w->table = table;
-    w->tls = srv->tls;
     w->counters = cb__routes_counters(srv->routes, i);
     w->conn_ids = &srv->conn_ids;
     inited++;
+    err = cb__worker_listen(w, &ls);
+    if (err) break;
+    for (int k = 0; k < ls.n; k++) ls.fd[k][i] = -1; /* the worker's now: its stop closes them */
     if (cfg->journal > 0) {
       err = cb__journal_new(&srv->cfg, &srv->jseq, &srv->jfloor, &w->journal);
       if (err) break;
@@ -240,8 +279,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
       cb__worker_destroy_sync(w);
       cb__rtable_retire(w->table, i);
     }
-    for (int i = 0; i < srv->nworkers; i++) /* the stop sequence closed a started worker's socket */
-      if (i >= inited || srv->workers[i] == NULL || srv->workers[i]->lfd >= 0) close(fds[i]);
+    close_lsocks(srv, &ls); /* those no worker took; the stop sequence closed the others */
     free_server(srv);
     return err;
   }
@@ -255,6 +293,9 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
 }
 
 int cb_server_port(const cb_server_t *srv) { return srv ? srv->port : UV_EINVAL; }
+int cb_server_tls_port(const cb_server_t *srv) {
+  return srv == NULL ? UV_EINVAL : srv->tls == NULL ? 0 : srv->tls_port > 0 ? srv->tls_port : srv->port;
+}
 int cb_server_admin_port(const cb_server_t *srv) {
   return srv == NULL ? UV_EINVAL : srv->admin ? cb__admin_port(srv->admin) : 0;
 }
@@ -272,7 +313,8 @@ int cb_server_stop_stats(cb_server_t *srv, cb_stats_t *final) {
   for (int i = 0; i < srv->nworkers; i++) cb__worker_post_stop(srv->workers[i]);
   for (int i = 0; i < srv->nworkers; i++) {
     cb__worker_join(srv->workers[i]);
-    if (srv->workers[i]->lfd >= 0) close(srv->workers[i]->lfd);
+    for (int k = 0; k < srv->workers[i]->nlst; k++) /* a stop closes them; a socket left is closed here */
+      if (srv->workers[i]->lst[k].fd >= 0) close(srv->workers[i]->lst[k].fd);
   }
   if (final != NULL) cb_server_stats(srv, final); /* the workers are joined, their counters still here */
   free_server(srv);
@@ -306,24 +348,28 @@ int cb_server_up(cb_server_t *srv) {
   uv_mutex_lock(&srv->api_mu);
   int err = 0;
   if (srv->down) {
-    int fds[CB_MAX_THREADS];
-    /* The same port again, with the probe that refuses a port someone took meanwhile. */
-    err = open_listeners(srv, srv->port, fds);
+    /* The same ports again, with the probe that refuses a port someone took meanwhile. */
+    cb__lsocks_t *ls = malloc(sizeof *ls);
+    err = ls ? open_listeners(srv, srv->port, srv->tls_port, ls) : UV_ENOMEM;
     cb__call_t *calls = NULL;
     if (err == 0) {
       calls = malloc((size_t)srv->nworkers * sizeof *calls);
-      err = calls ? cb__call_all(srv, up_call, fds, calls) : UV_ENOMEM;
+      err = calls ? cb__call_all(srv, up_call, ls, calls) : UV_ENOMEM;
       for (int i = 0; err == 0 && i < srv->nworkers; i++)
         if (calls[i].err) err = calls[i].err;
-      if (err) { /* back to down: whoever took its socket closes it again */
+      /* A worker that listened took its sockets; one that failed (or never ran the call) left them here. */
+      for (int i = 0; calls && i < srv->nworkers; i++)
+        if (err == 0 || calls[i].err == 0)
+          for (int k = 0; k < ls->n; k++) ls->fd[k][i] = -1;
+      if (err) { /* back to down: whoever took its sockets closes them again */
         cb__call_t *undo = malloc((size_t)srv->nworkers * sizeof *undo);
         if (undo) cb__call_all(srv, down_call, NULL, undo);
         free(undo);
-        for (int i = 0; calls && i < srv->nworkers; i++)
-          if (calls[i].err) close(fds[i]);
       }
+      close_lsocks(srv, ls);
     }
     free(calls);
+    free(ls);
     if (err == 0) srv->down = 0;
   }
   uv_mutex_unlock(&srv->api_mu);

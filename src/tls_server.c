@@ -9,7 +9,7 @@
 #include "tls_server.h"
 
 int cb__server_tls_open(cb_server_t *srv, const cb_config_t *cfg, char *why, size_t why_size) {
-  if (!cfg->tls) return 0;
+  if (!cfg->tls && cfg->tls_port < 0) return 0; /* a TLS listener of its own turns TLS on too */
   if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
     if (why != NULL) snprintf(why, why_size, "tls_cert_file and tls_key_file go together");
     return UV_EINVAL;
@@ -20,6 +20,8 @@ int cb__server_tls_open(cb_server_t *srv, const cb_config_t *cfg, char *why, siz
     srv->tls_user_cert = err == 0;
   }
   if (err == 0) err = cb__tls_ctx_new(srv->certs, cfg->enable_h2, cfg->enable_h1, &srv->tls);
+  /* Kernel TLS where the kernel offers it; otherwise every session keeps OpenSSL's record layer. */
+  if (err == 0 && (srv->ktls = cb__ktls_probe(srv->ktls_why, sizeof srv->ktls_why)) != 0) cb__tls_ctx_ktls(srv->tls);
   return err;
 }
 
@@ -28,6 +30,13 @@ void cb__server_tls_close(cb_server_t *srv) {
   srv->tls = NULL;
   cb__certs_free(srv->certs);
   srv->certs = NULL;
+}
+
+int cb_server_ktls(const cb_server_t *srv, char *why, size_t why_size) {
+  if (srv == NULL) return UV_EINVAL;
+  if (why != NULL && why_size > 0)
+    snprintf(why, why_size, "%s", srv->tls == NULL ? "the server has no TLS" : srv->ktls ? "" : srv->ktls_why);
+  return srv->tls != NULL && srv->ktls;
 }
 
 int cb_server_tls_ca(const cb_server_t *srv, char *pem, size_t cap) {

@@ -22,7 +22,7 @@ eof_exits_zero(_Config) ->
     ok = wait_gone(Pid, 100),
     {ok, Port2} = cbench_port:open(),
     {ok, Opts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
-    {ok, TcpPort, 1, [_], 0} = cbench_port:request(Port2, {start, port_opts(Opts)}, 10000),
+    {ok, TcpPort, 1, [_], 0, 0, false, <<"the server has no TLS">>} = cbench_port:request(Port2, {start, port_opts(Opts)}, 10000),
     %% Closing stdin is what the port sees when the node dies: the program stops the engine.
     {os_pid, Pid2} = erlang:port_info(Port2, os_pid),
     os:cmd("true"),

@@ -172,7 +172,7 @@ c_engine_detail(Config) ->
     {ok, H} = cbench_nif:start(Opts),
     {ok, Port} = cbench_port:open(),
     {ok, POpts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
-    {ok, _, 1, _, 0} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
+    {ok, _, 1, _, 0, 0, false, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
     {ok, M0, R0} = cbench_spec:stub(#{path => "/z", headers => [{"x", "1"}]}, #{body => <<"z">>}),
     M = cbench_c_terms:match(M0),
     Params9 = iolist_to_binary(["/{p" ++ integer_to_list(I) ++ "}" || I <- lists:seq(1, 9)]),
@@ -366,7 +366,7 @@ port_survives_any_term(_Config) ->
     {ok, Port} = cbench_port:open(),
     {ok, Opts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
     ?assertEqual({error, stopped}, cbench_port:request(Port, stubs, 5000)),
-    {ok, _, 1, _, 0} = cbench_port:request(Port, {start, cbench_opts:engine_map(Opts)}, 10000),
+    {ok, _, 1, _, 0, 0, false, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(Opts)}, 10000),
     [case cbench_port:request(Port, {route_add, M, R}, 5000) of
          {error, badarg} -> ok;
          {ok, Id} -> ok = cbench_port:request(Port, {route_remove, Id}, 5000);
@@ -444,7 +444,7 @@ nif_and_port_decode_alike(_Config) ->
     {ok, H} = cbench_nif:start(Opts),
     {ok, Port} = cbench_port:open(),
     {ok, POpts} = cbench_opts:validate(port, #{port => 0, threads => 1}),
-    {ok, _, 1, _, 0} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
+    {ok, _, 1, _, 0, 0, false, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
     Class = fun({'EXIT', {badarg, _}}) -> badarg;
                ({error, badarg}) -> badarg;
                ({ok, Id}) when is_integer(Id) -> ok;

@@ -143,7 +143,97 @@ check "no CA line with the user's certificate" "" "$CA"
 check "user certificate: h2" "Hello, Joe!" "$(curl -sS --max-time 10 --cacert "$work/user.pem" --http2 "https://localhost:$PORT/hello")"
 stop
 
+# ---- a TLS port beside the cleartext one (--tls-port) ----
+# start_both NAME ARGS...: cbench-server --port 0 --tls-port 0 ARGS; sets PORT (cleartext), TPORT, SPID, CA and
+# KTLS (the kernel TLS line).
+start_both() {
+  local name=$1 i line
+  shift
+  TMPDIR=$work "$SERVER" --port 0 --tls-port 0 "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  SPID=$!
+  pids+=("$SPID")
+  for i in $(seq 1 200); do
+    [ "$(wc -l <"$work/$name.out" 2>/dev/null || echo 0)" -ge 3 ] && break
+    if ! kill -0 "$SPID" 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+  line=$(head -n 1 "$work/$name.out" 2>/dev/null || true)
+  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads?,\ TLS\ on\ https://127\.0\.0\.1:([0-9]+)$ ]]; then
+    echo "tls-e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
+    exit 1
+  fi
+  PORT=${BASH_REMATCH[1]}
+  TPORT=${BASH_REMATCH[2]}
+  CA=$(sed -n 's/^cbench-server TLS CA in //p' "$work/$name.out")
+  KTLS=$(sed -n 's/^cbench-server kernel TLS //p' "$work/$name.out")
+}
+# The stats line about TLS of a stopped server.
+tls_stats() { sed -n 's/^  tls: //p' "$work/$1.out"; }
+if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null; then kernel_tls=1; else kernel_tls=0; fi
+
+start_both both --threads 2
+check "both: the CA line" 1 "$([ -s "$CA" ] && echo 1 || echo 0)"
+if [ "$kernel_tls" = 0 ]; then
+  check "both: kernel TLS off, and why" \
+    "off: the kernel offers no tls ULP (/proc/sys/net/ipv4/tcp_available_ulp does not list tls: modprobe tls)" "$KTLS"
+else
+  check "both: kernel TLS tried" "tried after each handshake (the kernel offers the tls ULP)" "$KTLS"
+fi
+check "both: cleartext /hello" "Hello, Joe!" "$(curl -sS --max-time 10 "http://127.0.0.1:$PORT/hello")"
+check "both: cleartext h2c" 2 "$(curl -sS --max-time 10 --http2-prior-knowledge -o /dev/null -w '%{http_version}' "http://127.0.0.1:$PORT/hello")"
+for v in 1.1 2; do
+  flag=--http1.1
+  [ "$v" = 2 ] && flag=--http2
+  check "both: h$v over the TLS port" "Hello, Joe!" "$(c $flag "https://localhost:$TPORT/hello")"
+  check "both: h$v version (ALPN)" "$v" "$(c $flag -o /dev/null -w '%{http_version}' "https://localhost:$TPORT/hello")"
+  c $flag -o "$work/got_big" "https://localhost:$TPORT/file/big"
+  check "both: h$v /file/big bytes over the TLS port" ok "$(cmp -s "$work/got_big" "$work/file_big" && echo ok || echo differ)"
+done
+rc=0
+curl -sS --max-time 10 --cacert "$CA" -o /dev/null "https://localhost:$PORT/hello" 2>/dev/null || rc=$?
+check "both: TLS on the cleartext port fails (curl 35)" 35 "$rc"
+rc=0
+curl -sS --max-time 10 -o /dev/null "http://127.0.0.1:$TPORT/hello" 2>/dev/null || rc=$?
+check "both: cleartext on the TLS port gets no answer (curl 52 or 56, was $rc)" 1 \
+  "$([ "$rc" = 52 ] || [ "$rc" = 56 ] && echo 1 || echo 0)"
+stop
+check "both: the failed handshake counted" "handshakes failed 1, refused 0; kernel TLS 0" "$(tls_stats both)"
+
+# --tls-max-handshakes 1 on one worker: a connection that sends nothing holds the one handshake; the next TLS
+# client is closed at once (curl 35) and counted; the cleartext port is served; once the holder leaves, TLS is
+# served again.
+start_both bound --threads 1 --tls-max-handshakes 1
+exec 3<>"/dev/tcp/127.0.0.1/$TPORT"
+sleep 0.2
+rc=0
+curl -sS --max-time 10 --cacert "$CA" -o /dev/null "https://localhost:$TPORT/hello" 2>/dev/null || rc=$?
+check "bound: over --tls-max-handshakes, closed at once (curl 35)" 35 "$rc"
+check "bound: the cleartext port is served meanwhile" "Hello, Joe!" "$(curl -sS --max-time 10 "http://127.0.0.1:$PORT/hello")"
+exec 3>&-
+sleep 0.2
+check "bound: served once the holder left" "Hello, Joe!" "$(c "https://localhost:$TPORT/hello")"
+stop
+check "bound: one refused, the holder failed" "handshakes failed 1, refused 1; kernel TLS 0" "$(tls_stats bound)"
+
+# A kernel said to offer the tls ULP (a file that lists it): the server asks OpenSSL for kernel TLS; where the real
+# kernel has no tls module, each connection falls back to OpenSSL's record layer and is served the same.
+printf 'mptcp tls\n' >"$work/ulp"
+CBENCH_KTLS_ULP_FILE=$work/ulp start_both ktls --threads 1
+check "ktls: tried" "tried after each handshake (the kernel offers the tls ULP)" "$KTLS"
+c -o "$work/got_big" "https://localhost:$TPORT/file/big"
+check "ktls: /file/big bytes" ok "$(cmp -s "$work/got_big" "$work/file_big" && echo ok || echo differ)"
+stop
+check "ktls: connections that went to the kernel" "handshakes failed 0, refused 0; kernel TLS $kernel_tls" "$(tls_stats ktls)"
+
 # ---- bad arguments: usage and exit 2 ----
+rc=0
+"$SERVER" --port 0 --tls-port 65536 >/dev/null 2>"$work/bad.err" || rc=$?
+check "--tls-port 65536: exit 2" 2 "$rc"
+check "its message" "cbench-server: --tls-port takes an integer from 0 to 65535, not '65536'" "$(head -n 1 "$work/bad.err")"
+rc=0
+"$SERVER" --port 0 --tls-max-handshakes 0 >/dev/null 2>"$work/bad.err" || rc=$?
+check "--tls-max-handshakes 0: exit 2" 2 "$rc"
+
 rc=0
 "$SERVER" --tls --port 0 --tls-cert-file "$work/missing.pem" --tls-key-file "$work/user.key" >/dev/null 2>"$work/bad.err" || rc=$?
 check "a missing certificate file: exit 2" 2 "$rc"

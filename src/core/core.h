@@ -288,11 +288,33 @@ int cb__call_all(cb_server_t *srv, cb__call_fn fn, void *arg, cb__call_t *calls)
 int cb__on_worker_thread(void);
 void cb__worker_mark_thread(void);
 
-/* ---- worker.c: one thread, one loop, one listener ---- */
+/* ---- worker.c: one thread, one loop, its listeners ---- */
+
+/* The most listeners a worker polls: the cleartext port and the TLS one (cfg.tls_port). */
+#define CB__LISTENERS 2
+
+/* One listening socket of a worker and the transport of what it accepts. */
+typedef struct {
+  uv_poll_t poll;      /* first member: the accept callback casts back */
+  cb__worker_t *w;
+  cb__tls_ctx_t *tls;  /* accepted connections speak TLS with a session of it; NULL: plain TCP. Kept across down
+                          and up */
+  int fd;              /* the socket, -1 while down */
+  uint8_t open;        /* the poll handle is open (not after cb_server_down()) */
+  uint8_t closing;     /* its close callback has not run yet */
+} cb__listener_t;
+
+/* The listening sockets a server hands its workers (start, up): fd[k][i] is worker i's socket of listener k, and
+ * tls[k] the TLS context of listener k (NULL: cleartext). The workers take the sockets they listen on; the caller
+ * closes the others (a worker that failed leaves its own with the caller). */
+typedef struct {
+  int n;
+  cb__tls_ctx_t *tls[CB__LISTENERS];
+  int fd[CB__LISTENERS][CB_MAX_THREADS];
+} cb__lsocks_t;
 
 struct cb__worker_s {
   uv_loop_t loop;
-  uv_poll_t listener;
   uv_async_t async;
   uv_timer_t date_timer;
   uv_timer_t aux_timer; /* accept backoff, then the stop deadline */
@@ -306,16 +328,16 @@ struct cb__worker_s {
   int cpu;      /* -1: not pinned; else the CPU the kernel confirmed (read back after pinning) */
   int pin_err;  /* set by the thread before it posts ready: 0 or CB_ETHREADS */
   uv_sem_t ready; /* posted once by the thread when it is pinned (the start handshake) */
-  int lfd;      /* listening socket, -1 for a test worker */
+  cb__listener_t lst[CB__LISTENERS]; /* nlst of them: the cleartext one first (a test worker has none) */
+  int nlst;
+  int lst_closing; /* listener handles whose close callback has not run yet */
   const cb_config_t *cfg; /* the server's copy */
   const cb__fixtures_t *fx;
-  cb__tls_ctx_t *tls;     /* the server's TLS context: accepted connections speak TLS; NULL: plain TCP */
+  cb__tls_budget_t tls_hs; /* TLS handshakes in progress on this worker, bounded by cfg.tls_max_handshakes */
   cb_server_t *srv;
   cb__conn_t *conns; /* every open connection */
   uint64_t nconns;
   int stopping;
-  int listening; /* the listener handle is open (not after cb_server_down()) */
-  int listener_closing; /* its close callback has not run yet */
   uv_mutex_t cmd_mutex;
   cb__cmd_t *cmd_head, *cmd_tail; /* the command queue, under cmd_mutex */
   cb__cmd_t stop_cmd;
@@ -341,7 +363,10 @@ struct cb__worker_s {
 
 /* first_ops and router are what the layers above give every worker (server.c: the engine's wiring). */
 int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
-                    int index, int lfd, int cpu, const cb__conn_ops_t *first_ops, const cb__router_t *router);
+                    int index, int cpu, const cb__conn_ops_t *first_ops, const cb__router_t *router);
+/* Before the worker's thread starts: polls its socket of each of ls's listeners (worker w->index's). 0, or the
+ * first error with no socket taken (the caller closes them; the worker's loop is stopped as usual). */
+int cb__worker_listen(cb__worker_t *w, const cb__lsocks_t *ls);
 /* Starts the worker's thread; then cb__worker_wait_ready() waits until it is pinned and returns 0, or
  * CB_ETHREADS when the pin did not happen (the thread runs its loop either way: stop and join it). */
 int cb__worker_start(cb__worker_t *w);
@@ -352,8 +377,8 @@ void cb__worker_post_stop(cb__worker_t *w);
 void cb__worker_join(cb__worker_t *w);
 /* Runs the commands posted to w (the async callback; also after the loop ends). */
 void cb__worker_run_commands(cb__worker_t *w);
-/* cb_server_down / up on the worker's thread: close the listener and every connection (done when the last one
- * is freed), or start listening on lfd. */
+/* cb_server_down / up on the worker's thread: close the listeners and every connection (done when the last one
+ * is freed), or start listening again on the sockets of call->arg (a cb__lsocks_t; on error none is taken). */
 void cb__worker_down(cb__worker_t *w, cb__call_t *call);
 void cb__worker_up(cb__worker_t *w, cb__call_t *call);
 /* A test worker: loop and date cache only, driven by the caller's thread. */
@@ -575,6 +600,9 @@ struct cb_server_s {
   uint64_t jfloor;    /* entries with seq <= this were cleared (atomic) */
   struct cb__admin_s *admin; /* the admin API (cfg.admin), or NULL: src/admin.c */
   cb__tls_ctx_t *tls;        /* cfg.tls: the context of every connection's session (src/tls_server.c) */
+  int tls_port;              /* the TLS listener's bound port (cfg.tls_port), or 0: none of its own */
+  int ktls;                  /* TLS sessions ask for kernel TLS (the kernel offers it: cb__ktls_probe) */
+  char ktls_why[160];        /* why not, when not */
   cb__certs_t *certs;        /* the certificates made at start for TLS (base/certs.c), or NULL */
   int tls_user_cert;         /* the default identity is the user's (cfg.tls_cert_file), not signed by certs' CA */
   char admin_host[64];

@@ -1,5 +1,6 @@
-/* One worker: a thread with its own loop and its own SO_REUSEPORT listening socket. The kernel spreads new
- * connections over the workers' sockets, so no lock or hand-off is on the accept path. */
+/* One worker: a thread with its own loop and its own SO_REUSEPORT listening sockets (the cleartext port, and the
+ * TLS one with cfg.tls_port). The kernel spreads new connections over the workers' sockets, so no lock or hand-off
+ * is on the accept path; each socket knows the transport of what it accepts. */
 #include <errno.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -58,24 +59,35 @@ static void on_listener(uv_poll_t *h, int status, int events);
 
 static void on_accept_backoff(uv_timer_t *t) {
   cb__worker_t *w = t->data;
-  if (!w->stopping && w->listening) uv_poll_start(&w->listener, UV_READABLE, on_listener);
+  if (w->stopping) return;
+  for (int k = 0; k < w->nlst; k++)
+    if (w->lst[k].open) uv_poll_start(&w->lst[k].poll, UV_READABLE, on_listener);
+}
+
+/* A TLS connection the worker will not take: its handshakes in progress are at cfg.tls_max_handshakes. It is
+ * closed at once, before a byte of it is read, so a client that floods handshakes costs a worker an accept and a
+ * close each, and no memory. */
+static __attribute__((noinline)) void refuse(cb__worker_t *w, int fd) {
+  CB__STAT_INC(w, tls_handshakes_refused);
+  close(fd);
 }
 
 static void on_listener(uv_poll_t *h, int status, int events) {
-  cb__worker_t *w = h->data;
+  cb__listener_t *l = (cb__listener_t *)h;
+  cb__worker_t *w = l->w;
   (void)events;
-  if (status < 0 || w->stopping || !w->listening) return;
+  if (status < 0 || w->stopping || !l->open) return;
   for (int i = 0; i < ACCEPTS_PER_EVENT; i++) {
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
-    int fd = accept4(w->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* Out of descriptors: stop polling the listener (it would report readable in a tight loop) and try
          * again shortly; connections wait in the backlog meanwhile. */
         CB__STAT_INC(w, accept_backoffs);
-        uv_poll_stop(&w->listener);
+        uv_poll_stop(&l->poll);
         uv_timer_start(&w->aux_timer, on_accept_backoff, CB__ACCEPT_BACKOFF_MS, 0);
       }
       return; /* EAGAIN, or an aborted connection: nothing more to take now */
@@ -83,11 +95,15 @@ static void on_listener(uv_poll_t *h, int status, int events) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     cb__tport_t tr;
-    if (w->tls == NULL)
+    if (l->tls == NULL) {
       tr = cb__tport_plain(fd);
-    else if (cb__tport_tls(fd, w->tls, &tr) != 0) {
-      close(fd);
-      continue;
+    } else {
+      int err = cb__tport_tls(fd, l->tls, &w->tls_hs, &tr);
+      if (err == UV_EBUSY) refuse(w, fd);
+      if (err) {
+        if (err != UV_EBUSY) close(fd);
+        continue;
+      }
     }
     tr.loop = &w->loop; /* a paced handshake's timer (transport/tls_fault.c); unused by plain */
     if (cb__conn_accept(w, &tr, (const struct sockaddr *)&peer) != 0) tr.ops->close(&tr, 0);
@@ -101,18 +117,24 @@ static void close_worker_handles(cb__worker_t *w);
 
 static void on_listener_closed(uv_handle_t *h);
 
-/* Closes the listening socket (stop, down). */
-static void close_listener(cb__worker_t *w) {
-  if (!w->listening) return;
-  w->listening = 0;
-  w->listener_closing = 1;
-  uv_close((uv_handle_t *)&w->listener, on_listener_closed); /* stops polling: the socket can be closed now */
-  close(w->lfd);
-  w->lfd = -1;
+/* Stops polling listener l; with close_fd, closes its socket too (else it is the caller's). */
+static void close_listener(cb__listener_t *l, int close_fd) {
+  if (!l->open) return;
+  l->open = 0;
+  l->closing = 1;
+  l->w->lst_closing++;
+  uv_close((uv_handle_t *)&l->poll, on_listener_closed); /* stops polling: the socket can be closed now */
+  if (close_fd) close(l->fd);
+  l->fd = -1;
+}
+
+/* Closes every listening socket (stop, down). */
+static void close_listeners(cb__worker_t *w) {
+  for (int k = 0; k < w->nlst; k++) close_listener(&w->lst[k], 1);
 }
 
 static void down_check(cb__worker_t *w) {
-  if (w->down_call != NULL && w->nconns == 0 && !w->listener_closing) {
+  if (w->down_call != NULL && w->nconns == 0 && w->lst_closing == 0) {
     cb__call_t *call = w->down_call;
     w->down_call = NULL;
     cb__call_done(call);
@@ -120,15 +142,16 @@ static void down_check(cb__worker_t *w) {
 }
 
 static void on_listener_closed(uv_handle_t *h) {
-  cb__worker_t *w = h->data;
-  w->listener_closing = 0;
-  down_check(w);
+  cb__listener_t *l = (cb__listener_t *)h;
+  l->closing = 0;
+  l->w->lst_closing--;
+  down_check(l->w);
 }
 
 static void begin_stop(cb__worker_t *w) {
   if (w->stopping) return;
   w->stopping = 1;
-  close_listener(w);
+  close_listeners(w);
   uv_timer_stop(&w->aux_timer);
   /* Each connection finishes what is in flight, or closes now when idle. */
   cb__conn_t *c = w->conns;
@@ -199,7 +222,7 @@ void cb__worker_post_stop(cb__worker_t *w) {
 /* ---- down and up ---- */
 
 void cb__worker_down(cb__worker_t *w, cb__call_t *call) {
-  close_listener(w);
+  close_listeners(w);
   uv_timer_stop(&w->aux_timer); /* an accept back-off would poll a closed socket */
   for (cb__conn_t *c = w->conns; c != NULL;) {
     cb__conn_t *next = c->next;
@@ -210,26 +233,46 @@ void cb__worker_down(cb__worker_t *w, cb__call_t *call) {
   down_check(w);
 }
 
-void cb__worker_up(cb__worker_t *w, cb__call_t *call) {
-  const int *fds = call->arg;
-  int err = w->listener_closing ? UV_EBUSY : uv_poll_init(&w->loop, &w->listener, fds[w->index]);
-  if (err == 0) {
-    w->listener.data = w;
-    w->lfd = fds[w->index];
-    w->listening = 1;
-    err = uv_poll_start(&w->listener, UV_READABLE, on_listener);
-    if (err) { /* the caller closes the socket */
-      w->listening = 0;
-      w->listener_closing = 1;
-      w->lfd = -1;
-      uv_close((uv_handle_t *)&w->listener, on_listener_closed);
+/* Polls the sockets of ls that are this worker's, as its listeners 0..ls->n-1. On error every listener opened here
+ * is closed again without its socket: the caller closes them all. */
+static int listen_all(cb__worker_t *w, const cb__lsocks_t *ls) {
+  if (w->lst_closing > 0 || ls->n > CB__LISTENERS) return UV_EBUSY;
+  int err = 0, k;
+  for (k = 0; k < ls->n; k++) {
+    cb__listener_t *l = &w->lst[k];
+    l->w = w;
+    l->tls = ls->tls[k];
+    err = uv_poll_init(&w->loop, &l->poll, ls->fd[k][w->index]);
+    if (err) break;
+    l->fd = ls->fd[k][w->index];
+    l->open = 1;
+    err = uv_poll_start(&l->poll, UV_READABLE, on_listener);
+    if (err) {
+      k++;
+      break;
     }
   }
-  call->err = err;
+  if (err)
+    while (k-- > 0) close_listener(&w->lst[k], 0);
+  else
+    w->nlst = ls->n;
+  return err;
+}
+
+int cb__worker_listen(cb__worker_t *w, const cb__lsocks_t *ls) { return listen_all(w, ls); }
+
+void cb__worker_up(cb__worker_t *w, cb__call_t *call) {
+  call->err = listen_all(w, call->arg);
   cb__call_done(call);
 }
 
 /* ---- the thread ---- */
+
+static void init_budget(cb__worker_t *w, const cb_config_t *cfg) {
+  w->tls_hs.max = cfg->tls_max_handshakes;
+  w->tls_hs.failed = &w->stats.tls_handshakes_failed;
+  w->tls_hs.ktls = &w->stats.tls_ktls;
+}
 
 /* The end of a loop iteration: the journal's clock is stale (journal.c, worker_now_us). */
 static void on_clock_check(uv_check_t *h) { ((cb__worker_t *)h->data)->now_valid = 0; }
@@ -254,7 +297,7 @@ static int init_loop(cb__worker_t *w) {
 }
 
 int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
-                    int index, int lfd, int cpu, const cb__conn_ops_t *first_ops, const cb__router_t *router) {
+                    int index, int cpu, const cb__conn_ops_t *first_ops, const cb__router_t *router) {
   memset(w, 0, sizeof *w);
   w->first_ops = first_ops;
   w->router = router;
@@ -263,8 +306,8 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
   w->cfg = cfg;
   w->fx = fx;
   w->index = index;
-  w->lfd = lfd;
   w->cpu = cpu;
+  init_budget(w, cfg);
   int err = uv_mutex_init(&w->cmd_mutex);
   if (err) return err;
   err = uv_sem_init(&w->ready, 0);
@@ -279,23 +322,7 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
   }
   uv_async_init(&w->loop, &w->async, on_async);
   w->async.data = w;
-  err = uv_poll_init(&w->loop, &w->listener, lfd);
-  if (err == 0) {
-    w->listener.data = w;
-    w->listening = 1;
-    err = uv_poll_start(&w->listener, UV_READABLE, on_listener);
-    if (err) {
-      w->listening = 0;
-      uv_close((uv_handle_t *)&w->listener, NULL);
-    }
-  }
-  if (err) { /* undo on this thread: close what was opened and let the loop finish the closes */
-    close_worker_handles(w);
-    uv_run(&w->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&w->loop);
-    cb__worker_destroy_sync(w);
-  }
-  return err;
+  return 0;
 }
 
 void cb__worker_destroy_sync(cb__worker_t *w) {
@@ -360,14 +387,13 @@ int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixt
   w->echo_total = &w->echo_own;
   w->cfg = cfg;
   w->fx = fx;
-  w->lfd = -1;
   w->cpu = -1;
+  init_budget(w, cfg);
   return init_loop(w);
 }
 
 int cb__worker_close_test(cb__worker_t *w) {
   w->stopping = 1;
-  w->listening = 0;
   cb__conn_t *c = w->conns;
   while (c != NULL) {
     cb__conn_t *next = c->next;

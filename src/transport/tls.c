@@ -9,8 +9,11 @@
  * What the context allows: TLS 1.2 and 1.3, no renegotiation, no compression; ALPN h2 and http/1.1 (a client
  * that offers neither gets the no_application_protocol alert; one that offers no ALPN gets the preface rule).
  * Sessions release their buffers while idle (SSL_MODE_RELEASE_BUFFERS). File ranges are read and written by the
- * output queue (no sendfile: the bytes must be encrypted here). */
+ * output queue (no sendfile: the bytes must be encrypted here), unless kernel TLS took the session after its
+ * handshake (ktls.c). A session counts against its worker's bound on handshakes in progress (cb__tls_budget_t)
+ * from its accept until its handshake completes or its connection closes. */
 #include <errno.h>
+#include <pthread.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -27,7 +30,28 @@ struct cb__tls_ctx_s {
   SSL_CTX *ctx[CB__CERT_COUNT];
   unsigned char alpn[16]; /* the protocols offered, in ALPN's wire format, preferred first */
   unsigned alpn_len;
+  int ktls; /* sessions ask OpenSSL for kernel TLS (cb__tls_ctx_ktls) */
 };
+
+/* Where a session keeps its worker's handshake budget (cb__tls_budget_t): an ex_data slot of its own, made once. */
+static int budget_slot = -1;
+static pthread_once_t budget_once = PTHREAD_ONCE_INIT;
+static void make_budget_slot(void) { budget_slot = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL); }
+
+/* One more on a worker's counter: its thread is the only writer, other threads read it (cb_server_stats). */
+static void count(uint64_t *n) {
+  if (n != NULL) __atomic_store_n(n, *n + 1, __ATOMIC_RELAXED);
+}
+
+/* The session's handshake no longer counts as pending: it completed, or its connection closes first (failed). */
+static cb__tls_budget_t *handshake_over(SSL *ssl, int failed) {
+  cb__tls_budget_t *b = SSL_get_ex_data(ssl, budget_slot);
+  if (b == NULL) return NULL;
+  SSL_set_ex_data(ssl, budget_slot, NULL);
+  b->pending--;
+  if (failed) count(b->failed);
+  return b;
+}
 
 
 /* ---- a session's operations ---- */
@@ -52,6 +76,9 @@ static void handshake_done(cb__tport_t *t, SSL *ssl) {
   SSL_get0_alpn_selected(ssl, &p, &n);
   t->alpn = n == 2 && memcmp(p, "h2", 2) == 0 ? CB__ALPN_H2 : n == 8 && memcmp(p, "http/1.1", 8) == 0 ? CB__ALPN_HTTP1 : CB__ALPN_NONE;
   t->ready = 1;
+  cb__tls_budget_t *b = handshake_over(ssl, 0);
+  /* Kernel TLS, when the server asked for it: the records from here on may be the kernel's (ktls.c). */
+  if ((SSL_get_options(ssl) & SSL_OP_ENABLE_KTLS) && cb__ktls_take(t) && b != NULL) count(b->ktls);
 }
 
 /* Reads plaintext until buf is full or the socket has no more records now: the handshake first. */
@@ -137,6 +164,7 @@ static void tls_shutdown(cb__tport_t *t) {
 }
 
 static void tls_close(cb__tport_t *t, int reset) {
+  if (!t->ready) handshake_over(t->state, 1);
   if (reset) {
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST, no close_notify: a fault */
     setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -158,16 +186,26 @@ static const cb__tport_ops_t tls_ops = {
     .fault = cb__tls_fault_after,
 };
 
-int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out) {
+int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tls_budget_t *budget, cb__tport_t *out) {
+  /* A client that opens connections and never finishes their handshakes holds a session each (tens of KiB with
+   * its buffers) until the header timeout: the budget bounds how many a worker holds. */
+  if (budget != NULL && budget->pending >= budget->max) return UV_EBUSY;
   SSL *ssl = SSL_new(ctx->ctx[CB__CERT_DEFAULT]);
-  if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+  if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || (budget != NULL && SSL_set_ex_data(ssl, budget_slot, budget) != 1)) {
     SSL_free(ssl);
     return UV_ENOMEM;
   }
+  if (budget != NULL) budget->pending++;
+  if (ctx->ktls) SSL_set_options(ssl, SSL_OP_ENABLE_KTLS);
   SSL_set_accept_state(ssl);
   *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .state = ssl};
   return 0;
 }
+
+/* The TLS table's operations that the kTLS one shares (ktls.c). */
+ssize_t cb__tls_read(cb__tport_t *t, char *buf, size_t n) { return tls_read(t, buf, n); }
+void cb__tls_shutdown(cb__tport_t *t) { tls_shutdown(t); }
+void cb__tls_close(cb__tport_t *t, int reset) { tls_close(t, reset); }
 
 /* ---- the server's context ----
  * One SSL_CTX per identity of the server's certificates (base/certs.c): the default one answers every client, and
@@ -217,6 +255,8 @@ static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
 }
 
 int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out) {
+  pthread_once(&budget_once, make_budget_slot);
+  if (budget_slot < 0) return UV_ENOMEM;
   cb__tls_ctx_t *c = calloc(1, sizeof *c);
   if (c == NULL) return UV_ENOMEM;
   if (enable_h2) {
@@ -240,6 +280,8 @@ int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__
   *out = c;
   return 0;
 }
+
+void cb__tls_ctx_ktls(cb__tls_ctx_t *c) { c->ktls = 1; }
 
 void cb__tls_ctx_free(cb__tls_ctx_t *c) {
   if (c == NULL) return;

@@ -68,8 +68,41 @@ typedef struct cb__tls_ctx_s cb__tls_ctx_t;
  * name); ALPN offers h2 when enable_h2 and http/1.1 when enable_h1. certs may be freed after this call. 0 or
  * UV_ENOMEM. */
 int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out);
+/* Asks OpenSSL to hand each session's records to the kernel after its handshake (SSL_OP_ENABLE_KTLS): only when
+ * cb__ktls_probe() said the kernel offers it. Before any session of ctx is made. */
+void cb__tls_ctx_ktls(cb__tls_ctx_t *ctx);
 void cb__tls_ctx_free(cb__tls_ctx_t *ctx);
-/* A transport over the accepted socket fd with a new session of ctx. 0 or UV_ENOMEM. */
-int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out);
+/* A worker's TLS handshakes in progress, bounded (cfg.tls_max_handshakes): a session counts from its accept
+ * until its handshake completes or its connection closes, whichever comes first; one that closes first is a
+ * failed handshake. One per worker, touched only by its thread. */
+typedef struct {
+  uint32_t pending; /* sessions whose handshake has not completed */
+  uint32_t max;     /* pending may not go over it: cb__tport_tls() refuses the next session */
+  uint64_t *failed; /* the worker's counter of handshakes that did not complete (cb_stats_t, read by other threads
+                       with relaxed atomic loads) */
+  uint64_t *ktls;   /* the worker's counter of sessions whose records went to the kernel (kTLS, ktls.c) */
+} cb__tls_budget_t;
+
+/* A transport over the accepted socket fd with a new session of ctx, counted in budget until its handshake
+ * completes. 0, UV_EBUSY (budget->max handshakes are pending already: the caller closes fd and counts the
+ * refusal) or UV_ENOMEM. */
+int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tls_budget_t *budget, cb__tport_t *out);
+
+/* ktls.c: kernel TLS. After the handshake the session's record layer may go to the kernel (the `tls` upper-layer
+ * protocol of Linux, SSL_OP_ENABLE_KTLS): the kernel then encrypts what the plain write, writev and sendfile(2)
+ * system calls hand it, and the transport's table switches to those. Whether the server tries it is decided once,
+ * at start: cb__ktls_probe(). */
+/* Whether the kernel offers the tls ULP (listed in /proc/sys/net/ipv4/tcp_available_ulp, or in the file that
+ * $CBENCH_KTLS_ULP_FILE names: the tests' way to play a kernel that has it or not): 1, or 0 with the reason in
+ * why (why_size bytes, NUL-terminated; why may be NULL). CBENCH_KTLS=off forces 0. */
+int cb__ktls_probe(char *why, size_t why_size);
+/* After a completed handshake: when the context asked for kTLS and OpenSSL moved the session's sending side to the
+ * kernel, t's table becomes the kTLS one (writes, writev and sendfile(2) as system calls; reads still through
+ * OpenSSL, which reads the kernel's records and handles the ones that are not data). Returns whether it did. */
+int cb__ktls_take(cb__tport_t *t);
+/* The kTLS table's read, shutdown and close are the TLS ones (tls.c). */
+ssize_t cb__tls_read(cb__tport_t *t, char *buf, size_t n);
+void cb__tls_shutdown(cb__tport_t *t);
+void cb__tls_close(cb__tport_t *t, int reset);
 
 #endif
