@@ -327,7 +327,7 @@ TEST(tls_fault_slow_pieces) {
   int sv[2];
   pair(sv);
   cb__tport_t t;
-  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, &t), 0);
+  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
   t.loop = &loop;
   SSL_CTX *cctx = client_ctx(e.ca, "\x02h2", 3);
   client_t c;
@@ -399,7 +399,7 @@ TEST(tls_fault_slow_closed_early) {
   int sv[2];
   pair(sv);
   cb__tport_t t;
-  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, &t), 0);
+  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
   t.loop = &loop;
   SSL_CTX *cctx = client_ctx(NULL, NULL, 0);
   client_t c;
@@ -431,7 +431,7 @@ TEST(tls_split_every_byte) {
     int sv[2];
     pair(sv);
     cb__tport_t t;
-    ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, &t), 0);
+    ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
     client_t c;
     client_new(&c, cctx, "localhost");
     buf_t fl = {0}, back = {0};
