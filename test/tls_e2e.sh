@@ -242,5 +242,19 @@ rc=0
 "$SERVER" --tls --port 0 --tls-cert-file "$work/user.pem" --tls-key-file "$work/user.pem" >/dev/null 2>"$work/bad.err" || rc=$?
 check "a certificate given as the key: exit 2" 2 "$rc"
 
+# Clients that close after their last answer, with or without close_notify (curl, h2load over h2 and HTTP/1.1),
+# reset nothing: a client that sent close_notify and closed answers our close_notify with a reset, and OpenSSL 3
+# calls an end without close_notify an error; neither is a reset of an exchange.
+start_tls closes
+for i in 1 2 3; do
+  curl -sS --cacert "$CA" -o /dev/null "https://localhost:$PORT/hello" || true
+  curl -sS --http2 --cacert "$CA" -o /dev/null "https://localhost:$PORT/hello" || true
+done
+h2load -n 200 -c 8 "https://localhost:$PORT/hello" >/dev/null 2>&1 || true
+h2load --h1 -n 200 -c 8 "https://localhost:$PORT/hello" >/dev/null 2>&1 || true
+stop
+check "clients that closed: requests" 406 "$(sed -n 's/.*, requests \([0-9]*\),.*/\1/p' "$work/closes.out")"
+check "clients that closed: no reset counted" "resets 0" "$(grep -o 'resets [0-9]*' "$work/closes.out")"
+
 echo "tls-e2e: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -324,7 +324,10 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   cb__conn_t *c = h->data;
   if (c->closing) return;
   if (status < 0) {
-    CB__STAT_INC(c->w, resets);
+    /* libuv says UV_EBADF for POLLERR: the peer's reset. After the peer's end (lingering) it is no reset of an
+     * exchange: a TLS client that sent close_notify and closed resets the connection when our close_notify
+     * reaches its closed socket. */
+    if (!(c->proto == CB__PROTO_DETECT || c->lingering)) CB__STAT_INC(c->w, resets);
     cb__conn_close(c);
     return;
   }
