@@ -11,6 +11,7 @@
  * Sessions release their buffers while idle (SSL_MODE_RELEASE_BUFFERS). File ranges are read and written by the
  * output queue (no sendfile: the bytes must be encrypted here). */
 #include <errno.h>
+#include <pthread.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -45,12 +46,55 @@ static ssize_t failed(cb__tport_t *t, SSL *ssl, int rc) {
   }
 }
 
+/* ---- what a handshake settled (cb__tls_info) ----
+ * Taken once, when the handshake ends, into a block the session holds as its ex_data (freed with the session):
+ * the journal reads it for every request of the connection, and no request asks OpenSSL again. The session's
+ * own SNI string is not kept: OpenSSL may replace the session object after the handshake (a TLS 1.3 ticket). */
+typedef struct {
+  cb__tls_info_t info;
+  char sni[]; /* info.sni points here */
+} sess_info_t;
+
+static int info_index = -1;
+static pthread_once_t info_once = PTHREAD_ONCE_INIT;
+
+static void free_info(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp) {
+  (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+  free(ptr);
+}
+
+static void make_info_index(void) { info_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_info); }
+
+/* A session without its block (no memory) still serves; its requests are journaled without TLS details. */
+static void keep_info(SSL *ssl, uint8_t alpn) {
+  const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  size_t len = name != NULL ? strlen(name) : 0;
+  sess_info_t *si = malloc(sizeof *si + len + 1);
+  if (si == NULL) return;
+  memcpy(si->sni, name != NULL ? name : "", len + 1);
+  si->info = (cb__tls_info_t){.version = SSL_get_version(ssl),
+                              .cipher = SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)),
+                              .sni = name != NULL ? si->sni : NULL,
+                              .alpn = alpn,
+                              .resumed = (uint8_t)(SSL_session_reused(ssl) == 1)};
+  if (info_index < 0 || SSL_set_ex_data(ssl, info_index, si) != 1) free(si);
+}
+
+int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out) {
+  if (!t->tls || !t->ready || t->state == NULL || info_index < 0) return UV_EINVAL;
+  const sess_info_t *si = SSL_get_ex_data(t->state, info_index);
+  if (si == NULL) return UV_EINVAL;
+  *out = si->info;
+  return 0;
+}
+
 static void handshake_done(cb__tport_t *t, SSL *ssl) {
   const unsigned char *p;
   unsigned n;
   SSL_get0_alpn_selected(ssl, &p, &n);
   t->alpn = n == 2 && memcmp(p, "h2", 2) == 0 ? CB__ALPN_H2 : n == 8 && memcmp(p, "http/1.1", 8) == 0 ? CB__ALPN_HTTP1 : CB__ALPN_NONE;
   t->ready = 1;
+  keep_info(ssl, t->alpn);
 }
 
 /* Reads plaintext until buf is full or the socket has no more records now: the handshake first. */
@@ -159,7 +203,7 @@ int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out) {
     return UV_ENOMEM;
   }
   SSL_set_accept_state(ssl);
-  *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .state = ssl};
+  *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .tls = 1, .state = ssl};
   return 0;
 }
 
@@ -210,6 +254,7 @@ static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
 }
 
 int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out) {
+  pthread_once(&info_once, make_info_index);
   cb__tls_ctx_t *c = calloc(1, sizeof *c);
   if (c == NULL) return UV_ENOMEM;
   if (enable_h2) {
