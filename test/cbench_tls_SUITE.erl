@@ -15,7 +15,7 @@
          end_per_group/2]).
 -export([tls_info/1, httpc_hello/1, httpc_echo/1, httpc_stub/1, httpc_fault/1, h2_alpn/1,
          h2_preface_without_alpn/1, h1_alpn/1, h2c_upgrade_ignored/1, curl_h2/1, nghttp_h2/1,
-         sni_table/1, counters/1, filter_by_proto/1, handler_proto/1]).
+         sni_table/1, counters/1, filter_by_proto/1, handler_proto/1, resumed/1]).
 -export([user_files/1, bad_options/1, no_tls/1, bad_client_opts/1]).
 
 all() -> [{group, nif}, {group, port}, user_files, bad_options, no_tls, bad_client_opts].
@@ -23,7 +23,7 @@ all() -> [{group, nif}, {group, port}, user_files, bad_options, no_tls, bad_clie
 groups() ->
     Cases = [tls_info, httpc_hello, httpc_echo, httpc_stub, httpc_fault, h2_alpn,
              h2_preface_without_alpn, h1_alpn, h2c_upgrade_ignored, curl_h2, nghttp_h2, sni_table,
-             counters, filter_by_proto, handler_proto],
+             counters, filter_by_proto, handler_proto, resumed],
     [{nif, [], Cases}, {port, [], Cases}].
 
 suite() -> [{timetrap, {minutes, 3}}].
@@ -330,6 +330,35 @@ handler_proto(Config) ->
     ok = cbench:unstub(S, Id),
     unlink(Pid),
     exit(Pid, kill).
+
+%% @doc A session resumed with a TLS 1.3 ticket (the server issues them; the client keeps one by
+%% hand) is journaled with resumed => true, and the full handshake before it with false; ssl agrees.
+resumed(Config) ->
+    S = ?config(server, Config),
+    Seq = last_seq(S),
+    Opts = [binary, {active, false}, {session_tickets, manual}
+            | cbench:client_tls_opts(S, #{alpn => [<<"http/1.1">>]})],
+    Get = <<"GET /hello HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n">>,
+    {ok, A} = ssl:connect("localhost", cbench:port(S), Opts, 5000),
+    ok = ssl:send(A, Get),
+    <<"HTTP/1.1 200 OK", _/binary>> = recv_all(A, <<>>),
+    Ticket = receive {ssl, session_ticket, T} -> T after 5000 -> error(no_ticket) end,
+    ok = ssl:close(A),
+    {ok, B} = ssl:connect("localhost", cbench:port(S), [{use_ticket, [Ticket]} | Opts], 5000),
+    ?assertEqual({ok, [{session_resumption, true}]}, ssl:connection_information(B, [session_resumption])),
+    ok = ssl:send(B, Get),
+    <<"HTTP/1.1 200 OK", _/binary>> = recv_all(B, <<>>),
+    ok = ssl:close(B),
+    flush_tickets(),
+    ?assertMatch([#{proto := h1_tls, tls := #{resumed := false, alpn := <<"http/1.1">>}},
+                  #{proto := h1_tls, tls := #{resumed := true, alpn := <<"http/1.1">>,
+                                               sni := <<"localhost">>}}],
+                 since(S, Seq, #{})).
+
+flush_tickets() ->
+    receive {ssl, session_ticket, _} -> flush_tickets()
+    after 0 -> ok
+    end.
 
 %%% Cases outside the groups
 
