@@ -104,7 +104,7 @@
                             tpl_uses_body => boolean()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
                           stub := any | integer(), since := non_neg_integer(),
-                          protos => any | [cbench:proto()]}.
+                          protos => [cbench:proto()]}.
 -type why() :: atom().
 %% The key path of a refused value: the term (match, response, filter), its key, and for a header or
 %% query matcher or a response header, its name.
@@ -402,28 +402,32 @@ scenario_label(Which, V) ->
 
 %% @doc A journal filter: any of `method' (one or a list, compared exactly: `get' is `GET' only),
 %% `path' (a path pattern, as in a Match), `stub' (a stub id), `since' (entries after that
-%% sequence number), `proto' (one of cbench:proto() or a list: `h1_tls', `h2_tls' for TLS).
+%% sequence number), `proto' (one of cbench:proto() or a list: `h1_tls', `h2_tls' for TLS; the
+%% canonical filter has `protos' only when it was given).
 %% Errors are `{bad_filter, Why}'.
 -spec filter(filter()) -> {ok, canon_filter()} | {error, {bad_filter, bad()}}.
 filter(F) when is_map(F) ->
     case check(fun() ->
                        known_keys(filter, F, [method, path, stub, since, proto]),
-                       #{methods => case maps:get(method, F, any) of
-                                        any -> any;
-                                        Ms -> methods({filter, method}, Ms)
-                                    end,
-                         path => case maps:get(path, F, any) of
-                                     any -> any;
-                                     P -> path_or_fail({filter, path}, P)
-                                 end,
-                         stub => case maps:get(stub, F, any) of
-                                     any -> any;
-                                     %% An id that cannot exist (0, -1, 2^64) matches nothing.
-                                     Id when is_integer(Id) -> Id;
-                                     Id -> fail({filter, stub}, Id, wrong_type)
-                                 end,
-                         since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62),
-                         protos => protos(maps:get(proto, F, any), maps:get(proto, F, any))}
+                       Canon = #{methods => case maps:get(method, F, any) of
+                                                any -> any;
+                                                Ms -> methods({filter, method}, Ms)
+                                            end,
+                                 path => case maps:get(path, F, any) of
+                                             any -> any;
+                                             P -> path_or_fail({filter, path}, P)
+                                         end,
+                                 stub => case maps:get(stub, F, any) of
+                                             any -> any;
+                                             %% An id that cannot exist (0, -1, 2^64) matches nothing.
+                                             Id when is_integer(Id) -> Id;
+                                             Id -> fail({filter, stub}, Id, wrong_type)
+                                         end,
+                                 since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62)},
+                       case F of
+                           #{proto := Given} -> Canon#{protos => protos(Given, Given)};
+                           #{} -> Canon
+                       end
                end) of
         {error, {bad_stub, Why}} -> {error, {bad_filter, Why}};
         Ok -> Ok
@@ -433,8 +437,6 @@ filter(_) ->
 
 %% A filter's protocols: one, or a non-empty list, of cbench:proto().
 %% Given is the value as the caller wrote it, for the refusal.
-protos(any, _) ->
-    any;
 protos(P, Given) when is_atom(P) ->
     protos([P], Given);
 protos(Ps, Given) when is_list(Ps), Ps =/= [] ->
