@@ -123,10 +123,11 @@ unknown(K, Engine) ->
 value(#{key := enable_h1}, false, ehttpd) ->
     %% An h2c-only listener: the ehttpd engine has no HTTP/2.
     {error, {engines, [nif, port]}};
-value(#{key := Key}, V, ehttpd) when Key =:= tls, V =:= true;
-                                     Key =/= tls, V =/= undefined, (Key =:= tls_cert_file orelse
-                                                                    Key =:= tls_key_file) ->
+value(#{key := tls}, true, ehttpd) ->
     %% The ehttpd engine does not speak TLS yet (docs/tls.md).
+    {error, {engines, [nif, port]}};
+value(#{key := Key}, V, ehttpd) when Key =:= tls_cert_file orelse Key =:= tls_key_file,
+                                     V =/= undefined ->
     {error, {engines, [nif, port]}};
 value(#{type := string}, undefined, _) ->
     %% The default: the engine's own (for the TLS files: none, the certificates made at start).

@@ -430,6 +430,8 @@ bad_options(Config) ->
      end || E <- [nif, port]],
     ?assertEqual({error, {bad_option, tls, true, {engines, [nif, port]}}},
                  cbench:start_server(ehttpd, #{tls => true})),
+    ?assertEqual({error, {bad_option, tls_cert_file, "c.pem", {engines, [nif, port]}}},
+                 cbench:start_server(ehttpd, #{tls_cert_file => "c.pem"})),
     %% The NIF and the port program check what reaches them again (a term that skipped cbench_opts).
     ?assertEqual({error, {bad_option, tls_cert_file, 42, {string, 4095}}},
                  cbench_nif:start_nif(#{tls_cert_file => 42})),
