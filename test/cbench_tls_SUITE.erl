@@ -16,9 +16,9 @@
 -export([tls_info/1, httpc_hello/1, httpc_echo/1, httpc_stub/1, httpc_fault/1, h2_alpn/1,
          h2_preface_without_alpn/1, h1_alpn/1, h2c_upgrade_ignored/1, curl_h2/1, nghttp_h2/1,
          sni_table/1, counters/1, filter_by_proto/1, handler_proto/1, resumed/1]).
--export([user_files/1, bad_options/1, no_tls/1, bad_client_opts/1]).
+-export([user_files/1, bad_options/1, no_tls/1, bad_client_opts/1, admin_json/1]).
 
-all() -> [{group, nif}, {group, port}, user_files, bad_options, no_tls, bad_client_opts].
+all() -> [{group, nif}, {group, port}, user_files, bad_options, no_tls, bad_client_opts, admin_json].
 
 groups() ->
     Cases = [tls_info, httpc_hello, httpc_echo, httpc_stub, httpc_fault, h2_alpn,
@@ -463,6 +463,26 @@ bad_client_opts(_Config) ->
                  cbench:client_tls_opts(S, #{verify => none})),
     ?assertMatch([_, _, {server_name_indication, "expired.localhost"}, _],
                  cbench:client_tls_opts(S, #{sni => <<"expired.localhost">>})),
+    ok = cbench:stop_server(S).
+
+%% @doc The admin API's journal (GET /requests) gives the same TLS details as JSON: `tls' an object
+%% with null for what is absent, and null for a cleartext entry (none here: the listener is TLS only).
+admin_json(_Config) ->
+    {ok, S} = cbench:start_server(nif, #{tls => true, admin => true}),
+    {ok, Sock} = ssl:connect("localhost", cbench:port(S),
+                             [binary, {active, false} | cbench:client_tls_opts(S, #{alpn => [<<"h2">>]})],
+                             5000),
+    Expected = expected_tls(Sock, <<"h2">>),
+    {<<16#88>>, <<"Hello, Joe!">>} = h2_get(Sock, <<"/hello">>),
+    ok = ssl:close(Sock),
+    {ok, {{_, 200, _}, _, Json}} = httpc:request(get, {cbench:admin_url(S) ++ "/requests", []}, [],
+                                                 [{body_format, binary}]),
+    {ok, [Entry]} = cbench_json:decode(Json),
+    ?assertEqual(<<"h2_tls">>, maps:get(<<"proto">>, Entry)),
+    #{cipher := Cipher} = Expected,
+    ?assertEqual(#{<<"version">> => <<"TLSv1.3">>, <<"cipher">> => Cipher, <<"sni">> => <<"localhost">>,
+                   <<"alpn">> => <<"h2">>, <<"resumed">> => false, <<"client_cert">> => null},
+                 maps:get(<<"tls">>, Entry)),
     ok = cbench:stop_server(S).
 
 %%% HTTP/2 by hand
