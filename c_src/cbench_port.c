@@ -151,8 +151,15 @@ static int decode_cpus(const char *buf, int *idx, const cb_option_t *o, int *cpu
   return 0;
 }
 
-static int decode_option(const char *buf, int *idx, const cb_option_t *o, cb_config_t *cfg, char *host,
-                         size_t hostlen, int *cpus) {
+/* The string options' bytes (the host, the TLS certificate and key files), each NUL-terminated, for cfg's
+ * pointers while the server starts: room for every string option of the table at its longest. */
+typedef struct {
+  char buf[64 + 2 * 4096 + 256];
+  size_t used;
+} opt_strings_t;
+
+static int decode_option(const char *buf, int *idx, const cb_option_t *o, cb_config_t *cfg, opt_strings_t *strs,
+                         int *cpus) {
   unsigned long long u;
   int b, type, size, n;
   long len;
@@ -160,15 +167,18 @@ static int decode_option(const char *buf, int *idx, const cb_option_t *o, cb_con
     case CB_OPT_UINT: return ei_decode_ulonglong(buf, idx, &u) == 0 && cb_config_set_uint(cfg, o, u) == 0 ? 0 : -1;
     case CB_OPT_BOOL: return ei_decode_boolean(buf, idx, &b) == 0 ? cb_config_set_uint(cfg, o, (uint64_t)b) : -1;
     case CB_OPT_HOST:
-    case CB_OPT_STRING:
-      /* Only the host is a string Erlang passes; another string option would need a buffer of its own. */
-      if (o->type != CB_OPT_HOST || ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT ||
-          (uint64_t)size < o->min || (uint64_t)size > o->max || (size_t)size >= hostlen ||
-          ei_decode_binary(buf, idx, host, &len) != 0 || memchr(host, 0, (size_t)len) != NULL)
+    case CB_OPT_STRING: {
+      /* A binary, as cbench_opts makes it. */
+      char *s = strs->buf + strs->used;
+      if (ei_get_type(buf, idx, &type, &size) != 0 || type != ERL_BINARY_EXT || (uint64_t)size < o->min ||
+          (uint64_t)size > o->max || (size_t)size >= sizeof strs->buf - strs->used ||
+          ei_decode_binary(buf, idx, s, &len) != 0 || memchr(s, 0, (size_t)len) != NULL)
         return -1;
-      host[len] = '\0';
-      cfg->host = host;
+      s[len] = '\0';
+      strs->used += (size_t)len + 1;
+      memcpy((char *)cfg + o->offset, &s, sizeof s);
       return 0;
+    }
     case CB_OPT_CPUS:
       if (decode_cpus(buf, idx, o, cpus, &n) != 0) return -1;
       cfg->cpus = n ? cpus : NULL;
@@ -246,7 +256,7 @@ static void reply_bad_option(const char *buf, int key_idx, int value_idx, int en
 /* Decodes the options map into cfg. Returns 1 when it did; 0 after answering a bad option; -1 when the term is
  * not a map of atom keys (a bug on the other side). cpus_at: where the cpus key, its value and the value's end
  * are in buf (cpus_at[0] = -1: absent), to answer a pin the kernel refuses. */
-static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, char *host, size_t hostlen, int *cpus,
+static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, opt_strings_t *strs, int *cpus,
                        int cpus_at[3]) {
   int arity;
   if (ei_decode_map_header(buf, idx, &arity) != 0) return -1;
@@ -269,7 +279,7 @@ static int decode_opts(const char *buf, int *idx, cb_config_t *cfg, char *host, 
       cpus_at[1] = value_idx;
       cpus_at[2] = end_idx;
     }
-    if (decode_option(buf, idx, o, cfg, host, hostlen, cpus) != 0) {
+    if (decode_option(buf, idx, o, cfg, strs, cpus) != 0) {
       reply_bad_option(buf, key_idx, value_idx, end_idx, o, ALLOWED_ROW, NULL, 0);
       return 0;
     }
@@ -293,9 +303,9 @@ static void pin_process(const cb_config_t *cfg) {
 
 static void do_start(const char *buf, int *idx) {
   cb_config_t cfg;
-  char host[64];
+  opt_strings_t strs = {.used = 0};
   int cpus[CB_MAX_THREADS], cpus_at[3];
-  int decoded = decode_opts(buf, idx, &cfg, host, sizeof host, cpus, cpus_at);
+  int decoded = decode_opts(buf, idx, &cfg, &strs, cpus, cpus_at);
   if (decoded < 0) port_die(EXIT_MALFORMED);
   if (decoded == 0) return;
   if (port_server != NULL) {
@@ -393,6 +403,8 @@ static void atom_command(const char *cmd) {
     if (started()) port_scenarios_reset();
   } else if (strcmp(cmd, "stubs") == 0) {
     if (started()) port_stubs();
+  } else if (strcmp(cmd, "tls") == 0) {
+    if (started()) port_tls();
   } else if (strcmp(cmd, "requests_clear") == 0) {
     if (started()) port_requests_clear();
   } else {

@@ -52,6 +52,7 @@ void port_route_add(const char *buf, int args);
 void port_route_remove(const char *buf, int args);
 void port_route_reset(void);
 void port_stubs(void);
+void port_tls(void);
 void port_scenario(const char *buf, int args);
 void port_scenario_set(const char *buf, int args);
 void port_scenarios_reset(void);

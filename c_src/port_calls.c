@@ -4,6 +4,7 @@
  *   {route_add, Match, Response}       -> {ok, Id} | {error, Reason}
  *   {route_remove, Id} | route_reset   -> ok | {error, Reason}
  *   stubs                              -> {ok, [#{id, name, hits, left}]}
+ *   tls                                -> {ok, CaPem} | {error, no_ca}   (cb_server_tls_ca)
  *   {scenario, Name}                   -> {ok, State} | {error, Reason}
  *   {scenario_set, Name, State}        -> ok | {error, Reason}
  *   scenarios_reset                    -> ok
@@ -61,6 +62,28 @@ void port_route_add(const char *buf, int args) {
 void port_route_remove(const char *buf, int args) { id_op(buf, args, cb_server_route_remove); }
 
 void port_route_reset(void) { port_reply_result(cb_server_route_reset(port_server)); }
+
+/* The test CA a TLS server made at start, as PEM; {error, no_ca} when it made none (no TLS, or the user's
+ * certificate files). */
+void port_tls(void) {
+  char pem[8192];
+  int n = cb_server_tls_ca(port_server, pem, sizeof pem);
+  if (n == CB_ENOENT) {
+    port_reply_error_atom("no_ca");
+    return;
+  }
+  if (n < 0) {
+    port_reply_result(n);
+    return;
+  }
+  cb_ei_out_t w;
+  ei_x_buff x;
+  port_begin(&w, &x);
+  w.out.ops->tuple(&w.out, 2);
+  w.out.ops->atom(&w.out, "ok", 2);
+  w.out.ops->binary(&w.out, pem, (size_t)n);
+  port_answer(&w);
+}
 
 void port_stubs(void) {
   cb_stub_list_t *list;

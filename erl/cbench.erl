@@ -8,6 +8,7 @@
 -export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
          clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
+-export([tls/1, client_tls_opts/1, client_tls_opts/2]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
@@ -15,9 +16,9 @@
               {stop, 0}, {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
               {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {near_misses, 1},
               {await, 4}, {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2},
-              {finish, 1}, {replies, 1}]).
+              {finish, 1}, {replies, 1}, {tls, 1}, {client_tls_opts, 1}, {client_tls_opts, 2}]).
 
--export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0,
+-export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0, tls_info/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
 
 -type engine() :: nif | port | ehttpd.
@@ -29,7 +30,10 @@
 -type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big |
                  stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status |
                  headers | large | cookies | gzip | ws | fault | not_found.
--type proto() :: http1 | h2c_prior | h2c_upgrade.
+-type proto() :: http1 | h2c_prior | h2c_upgrade | h1_tls | h2_tls.
+%% A TLS server's certificates for a test (tls/1): the CA that signed the server's leaf, as PEM and
+%% DER (`undefined' with the user's own certificate files: the test has its CA).
+-type tls_info() :: #{ca_pem := binary() | undefined, ca_der := binary() | undefined}.
 %% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
 %% has the fixture routes (atoms) and the stubs by name (binaries).
 -type stats() :: #{conns_accepted := non_neg_integer(), conns_open := non_neg_integer(),
@@ -202,6 +206,68 @@ admin_url(Server) when is_pid(Server) ->
     end;
 admin_url(_) ->
     error(badarg).
+
+%%% TLS (docs/tls.md).
+
+%% @doc The certificates a test needs to trust a TLS server (started with `tls => true' on nif or
+%% port): the CA that signed its leaf, PEM and DER, both `undefined' when the server serves the
+%% user's own files (`tls_cert_file'). {error, no_tls} for a server without TLS.
+-spec tls(server()) -> tls_info() | {error, no_tls | not_running}.
+tls(Server) when is_pid(Server) ->
+    cbench_server:call(Server, tls);
+tls(_) ->
+    error(badarg).
+
+%% @doc OTP `ssl' client options that trust the server's CA and verify it as `localhost', as they
+%% are for httpc (`[{ssl, Opts}]'), ssl:connect/3, gun, hackney: client_tls_opts(S, #{}).
+-spec client_tls_opts(server()) -> [ssl:tls_client_option()] | {error, term()}.
+client_tls_opts(Server) ->
+    client_tls_opts(Server, #{}).
+
+%% @doc As client_tls_opts/1, with `sni => Name' (a string or binary: the name sent and verified,
+%% `"localhost"' by default; the bad-certificate names of docs/tls.md choose their leaf) and `alpn
+%% => [Protocol]' (binaries such as `<<"h2">>', `<<"http/1.1">>': offered by ALPN, none by
+%% default). With the user's own certificate files there is no `cacerts': add your CA. A bad key or
+%% value: {error, {bad_option, Key, Value, Allowed}}.
+-spec client_tls_opts(server(), #{sni => string() | binary(), alpn => [binary()]}) ->
+          [ssl:tls_client_option()] | {error, term()}.
+client_tls_opts(Server, Opts) when is_pid(Server), is_map(Opts) ->
+    case client_opts(maps:to_list(Opts), #{sni => "localhost", alpn => []}) of
+        {ok, #{sni := Sni, alpn := Alpn}} ->
+            case tls(Server) of
+                #{ca_der := Der} ->
+                    Ca = case Der of
+                             undefined -> [];
+                             _ -> [{cacerts, [Der]}]
+                         end,
+                    Ca ++ [{verify, verify_peer}, {server_name_indication, Sni},
+                           {customize_hostname_check,
+                            [{match_fun, public_key:pkix_verify_hostname_match_fun(https)}]}]
+                        ++ [{alpn_advertised_protocols, Alpn} || Alpn =/= []];
+                Error ->
+                    Error
+            end;
+        Error ->
+            Error
+    end;
+client_tls_opts(_, _) ->
+    error(badarg).
+
+client_opts([], Acc) ->
+    {ok, Acc};
+client_opts([{sni, V} | Rest], Acc) ->
+    case catch unicode:characters_to_list(V) of
+        L when is_list(L), L =/= [] -> client_opts(Rest, Acc#{sni := L});
+        _ -> {error, {bad_option, sni, V, string}}
+    end;
+client_opts([{alpn, V} | Rest], Acc) ->
+    case is_list(V) andalso lists:all(fun(P) -> is_binary(P) andalso P =/= <<>> andalso
+                                                  byte_size(P) < 256 end, V) of
+        true -> client_opts(Rest, Acc#{alpn := V});
+        false -> {error, {bad_option, alpn, V, {list, binary}}}
+    end;
+client_opts([{K, V} | _], _) ->
+    {error, {bad_option, K, V, {known, [alpn, sni]}}}.
 
 path("") -> "";
 path(P = "/" ++ _) -> P;

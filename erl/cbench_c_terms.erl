@@ -4,7 +4,7 @@
 %%% answer as the engine takes it.
 -module(cbench_c_terms).
 
--export([match/1, filter/1, add_result/2, remove_result/1, reply_item/2]).
+-export([match/1, filter/1, add_result/2, remove_result/1, reply_item/2, tls_info/1, start_result/2]).
 
 -export_type([reply_item/0]).
 
@@ -16,6 +16,27 @@
                       {Ref :: term(), send, iodata()} |
                       {Ref :: term(), finish} |
                       {Ref :: term(), unavailable}.
+
+%% @doc The engine's answer to a start: the user's certificate and key (checked as PEM files by
+%% cbench_opts) that the engine could not load as a pair (a key that is not the certificate's, or
+%% a certificate OpenSSL cannot read) are a bad `tls_key_file'.
+-spec start_result({ok, term()} | {error, term()}, map()) -> {ok, term()} | {error, term()}.
+start_result({error, einval}, #{tls := true, tls_key_file := Key}) when Key =/= undefined ->
+    {error, {bad_option, tls_key_file, Key, {tls, rejected}}};
+start_result(Result, _Opts) ->
+    Result.
+
+%% @doc The engine's answer for its CA (tls_nif, the port's `tls'), as cbench:tls/1 gives it: the
+%% PEM and its DER; no_ca (the user's certificate files) gives `undefined' for both.
+-spec tls_info({ok, binary()} | {error, term()}) ->
+          #{ca_pem := binary() | undefined, ca_der := binary() | undefined} | {error, term()}.
+tls_info({ok, Pem}) ->
+    [{'Certificate', Der, not_encrypted}] = public_key:pem_decode(Pem),
+    #{ca_pem => Pem, ca_der => Der};
+tls_info({error, no_ca}) ->
+    #{ca_pem => undefined, ca_der => undefined};
+tls_info({error, _} = Error) ->
+    Error.
 
 %% @doc A canonical match as the C glue decodes it: the path as pattern text, the body matcher as
 %% `any' or `{Kind, Bytes}' (a JSON value as its compact text, which jansson parses).

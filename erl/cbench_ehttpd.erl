@@ -140,8 +140,9 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
     #{conns_accepted := Acc, conns_closed := Closed, requests := Reqs} = Base,
     Base#{conns_open => Acc - Closed,
           requests_by_route => ByRoute,
-          conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0},
-          requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0},
+          conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0, h2_tls => 0},
+          requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0,
+                                 h2_tls => 0},
           h2_errors => 0,
           %% No TLS on this engine yet (issue 24).
           tls_handshakes_failed => 0, tls_handshakes_refused => 0, tls_ktls => 0}.

@@ -1218,7 +1218,7 @@ journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
            headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
-           delay_ms => Req#req.delay_ms,
+           delay_ms => Req#req.delay_ms, tls => undefined,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
 

@@ -53,6 +53,12 @@
 %% server adds `engine', `port' and `ip'.
 -callback info(handle()) -> map().
 
+%% The certificates a test needs (cbench:tls/1): the CA of the server's made leaf as PEM and DER,
+%% `undefined' for both when the server serves the user's files. Called only when the server was
+%% started with `tls => true' (the server answers {error, no_tls} itself).
+-callback tls(handle()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined} |
+                           {error, term()}.
+
 %% Closes the listeners and every connection, and returns once they are closed; down twice is fine.
 -callback down(handle()) -> {reply(), handle()}.
 
@@ -115,6 +121,9 @@
 %% Turns on or off the `{cbench_journal, Seq}' message the server gets for each request recorded
 %% (while someone awaits requests).
 -callback journal_notify(handle(), boolean()) -> reply().
+
+%% The ehttpd engine serves no TLS yet (cbench_opts refuses `tls => true' for it).
+-optional_callbacks([tls/1]).
 
 %% @doc The module implementing an engine.
 -spec module(cbench:engine()) -> module().

@@ -7,13 +7,13 @@
 
 -export([filter/2, matches/2]).
 
--export_type([entry/0]).
+-export_type([entry/0, tls/0]).
 
 %% One recorded request (docs/erlang.md): route is the name of the route that answered (an atom for
 %% the fixture routes and not_found, a binary for a stub), also for a 405 (the first route whose
 %% path matched); stub is the id of the stub that answered; bytes_out counts the response body.
 -type entry() :: #{seq := pos_integer(), time_us := integer(),
-                   proto := http1 | h2c_prior | h2c_upgrade, conn := pos_integer(),
+                   proto := cbench:proto(), conn := pos_integer(),
                    stream := non_neg_integer(), peer := binary(),
                    method := binary(), path := binary(), query := binary(),
                    headers := [{binary(), binary()}], body := binary(),
@@ -22,7 +22,16 @@
                    bytes_out := non_neg_integer(), duration_us := non_neg_integer(),
                    fault := cbench_fault:kind() | undefined,
                    %% The delay a stub waited before answering (0 for none).
-                   delay_ms := non_neg_integer()}.
+                   delay_ms := non_neg_integer(),
+                   %% The connection's TLS session (docs/tls.md), undefined over cleartext.
+                   tls := undefined | tls()}.
+
+%% What a TLS connection's handshake settled: the version and cipher suite, the name the client
+%% sent (SNI), what ALPN chose, whether the session was resumed, and the client's certificate
+%% (`undefined': none).
+-type tls() :: #{version := binary(), cipher := binary(), sni := binary() | undefined,
+                 alpn := binary() | undefined, resumed := boolean(),
+                 client_cert := undefined | #{subject := binary(), sha256 := binary()}}.
 
 %% @doc The entries that match a canonical filter (cbench_spec:filter/1), in their order.
 -spec filter(cbench_spec:canon_filter(), [entry()]) -> [entry()].
@@ -31,9 +40,13 @@ filter(F, Entries) ->
 
 %% @doc Whether one entry matches a canonical filter.
 -spec matches(cbench_spec:canon_filter(), entry()) -> boolean().
-matches(#{methods := Ms, path := P, stub := Stub, since := Since},
-        #{seq := Seq, method := M, path := Path, stub := S}) ->
+matches(F = #{methods := Ms, path := P, stub := Stub, since := Since},
+        E = #{seq := Seq, method := M, path := Path, stub := S}) ->
     Seq > Since andalso
         (Ms =:= any orelse lists:member(M, Ms)) andalso
         (Stub =:= any orelse Stub =:= S) andalso
+        proto_matches(maps:get(protos, F, any), E) andalso
         (P =:= any orelse cbench_router:path_matches(P, Path)).
+
+proto_matches(any, _) -> true;
+proto_matches(Ps, #{proto := Proto}) -> lists:member(Proto, Ps).

@@ -4,7 +4,7 @@
 -module(cbench_nif).
 -behaviour(cbench_engine).
 
--export([start/1, stop/1, handle_info/2, port/1, tls_port/1, stats/1, info/1]).
+-export([start/1, stop/1, handle_info/2, port/1, tls_port/1, stats/1, info/1, tls/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
@@ -12,23 +12,23 @@
          journal_notify/2, down/1, up/1, handler_add/4, handler_fail/2]).
 %% Handlers' answers (cbench_handler).
 -export([reply/2]).
--export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
+-export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, tls_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
          reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
+-ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {tls, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}, {handler_add, 4}, {handler_fail, 2},
               %% The NIFs themselves (the test suites call them directly).
-              {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1},
+              {start_nif, 1}, {stop_nif, 1}, {stats_nif, 1}, {port_nif, 1}, {info_nif, 1}, {tls_nif, 1},
               {down_nif, 1}, {up_nif, 1}, {route_add_nif, 3}, {route_remove_nif, 2},
               {route_reset_nif, 1}, {stubs_nif, 1}, {requests_nif, 2}, {requests_clear_nif, 1},
               {journal_listen_nif, 2}, {handler_add_nif, 4}, {handler_fail_nif, 2}, {reply_nif, 2}]).
 
 -on_load(init/0).
 
--nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, down_nif/1, up_nif/1,
+-nifs([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, tls_nif/1, down_nif/1, up_nif/1,
        route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
        requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
        reply_nif/2, scenario_nif/2, scenario_set_nif/3,
@@ -64,7 +64,7 @@ so_path() ->
 %% @doc Starts the engine with options validated by cbench_opts; the caller becomes the owner.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
 start(Opts) ->
-    try start_nif(cbench_opts:engine_map(Opts))
+    try cbench_c_terms:start_result(start_nif(cbench_opts:engine_map(Opts)), Opts)
     catch error:{not_loaded, ?MODULE} -> {error, not_loaded()}
     end.
 
@@ -102,6 +102,11 @@ stats(H) -> stats_nif(H).
                           admin_port => inet:port_number(), tls_port => inet:port_number(),
                           ktls => boolean(), ktls_why => binary()}.
 info(H) -> info_nif(H).
+
+%% @doc The CA the server made at start, PEM and DER (both undefined with the user's files).
+-spec tls(handle()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined} |
+                       {error, term()}.
+tls(H) -> cbench_c_terms:tls_info(tls_nif(H)).
 
 %% @doc Adds a stub (canonical terms); dirty I/O: returns once every worker uses the new table.
 -spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
@@ -189,6 +194,8 @@ stats_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 port_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 info_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+tls_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 down_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private

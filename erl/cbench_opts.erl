@@ -38,17 +38,64 @@ validate(Engine, Opts) when is_map(Opts) ->
         {ok, #{enable_h1 := false, enable_h2 := false}} ->
             %% Neither protocol left to serve (the C library refuses it too).
             {error, {bad_option, enable_h1, false, {requires, {enable_h2, true}}}};
-        {ok, Valid} -> {ok, finish(Valid)};
+        {ok, Valid} ->
+            case tls_files(Valid) of
+                ok -> {ok, finish(Valid)};
+                Error -> Error
+            end;
         Error -> Error
     end.
 
 %% @doc The options map of the NIF and the port program: the table's names as keys (`host' for
-%% `ip', as a binary), without the options of the ehttpd engine.
+%% `ip', as a binary), without the options of the ehttpd engine and without a string option left
+%% `undefined' (the engine's default).
 -spec engine_map(map()) -> map().
 engine_map(Opts = #{ip := Ip}) ->
-    M = maps:from_list([{Name, maps:get(K, Opts)}
-                        || #{key := K, name := Name} <- rows(nif), maps:get(K, Opts, undefined) =/= undefined]),
+    M = maps:from_list([{Name, V}
+                        || #{key := K, name := Name} <- rows(nif), maps:is_key(K, Opts),
+                           (V = maps:get(K, Opts)) =/= undefined]),
     M#{host => list_to_binary(inet:ntoa(Ip))}.
+
+%% The user's certificate and key (docs/tls.md): both or neither, only with `tls => true', each a
+%% PEM file that can be read and holds what it should (a certificate; a private key). That the
+%% key is the certificate's the engine checks when it starts.
+tls_files(#{tls_cert_file := undefined, tls_key_file := undefined}) ->
+    ok;
+tls_files(#{tls := false} = O) ->
+    {K, V} = given_file(O),
+    {error, {bad_option, K, V, {requires, {tls, true}}}};
+tls_files(#{tls_cert_file := C, tls_key_file := undefined}) ->
+    {error, {bad_option, tls_cert_file, C, {requires, tls_key_file}}};
+tls_files(#{tls_cert_file := undefined, tls_key_file := K}) ->
+    {error, {bad_option, tls_key_file, K, {requires, tls_cert_file}}};
+tls_files(#{tls_cert_file := C, tls_key_file := K}) ->
+    IsKey = fun({T, _, _}) -> lists:member(T, ['PrivateKeyInfo', 'ECPrivateKey', 'RSAPrivateKey',
+                                                'DSAPrivateKey']) end,
+    case {pem_file(tls_cert_file, C, fun({T, _, _}) -> T =:= 'Certificate' end, no_certificate),
+          pem_file(tls_key_file, K, IsKey, no_private_key)} of
+        {ok, ok} -> ok;
+        {ok, Error} -> Error;
+        {Error, _} -> Error
+    end.
+
+given_file(#{tls_cert_file := undefined, tls_key_file := K}) -> {tls_key_file, K};
+given_file(#{tls_cert_file := C}) -> {tls_cert_file, C}.
+
+pem_file(Key, Path, Wanted, Missing) ->
+    case file:read_file(Path) of
+        {ok, Pem} ->
+            case lists:any(Wanted, catch_pem(Pem)) of
+                true -> ok;
+                false -> {error, {bad_option, Key, Path, {pem, Missing}}}
+            end;
+        {error, Why} ->
+            {error, {bad_option, Key, Path, {file, Why}}}
+    end.
+
+catch_pem(Pem) ->
+    try public_key:pem_decode(Pem)
+    catch _:_ -> []
+    end.
 
 rows(Engine) ->
     [R || R = #{engines := Es} <- cbench_schema:options(), lists:member(Engine, Es)].
@@ -76,9 +123,27 @@ unknown(K, Engine) ->
 value(#{key := enable_h1}, false, ehttpd) ->
     %% An h2c-only listener: the ehttpd engine has no HTTP/2.
     {error, {engines, [nif, port]}};
+value(#{key := tls}, true, ehttpd) ->
+    %% The ehttpd engine does not speak TLS yet (docs/tls.md).
+    {error, {engines, [nif, port]}};
+value(#{key := Key}, V, ehttpd) when Key =:= tls_cert_file orelse Key =:= tls_key_file,
+                                     V =/= undefined ->
+    {error, {engines, [nif, port]}};
 value(#{default := undefined}, undefined, _) ->
     %% An option that may be unset (tls_port): left out of the engine's map (engine_map/1).
     {ok, undefined};
+value(#{type := string}, undefined, _) ->
+    %% The default: the engine's own (for the TLS files: none, the certificates made at start).
+    {ok, undefined};
+value(#{type := string, max := Max} = Row, V, _) when is_list(V); is_binary(V) ->
+    case catch unicode:characters_to_binary(V) of
+        B when is_binary(B), byte_size(B) >= 1, byte_size(B) =< Max ->
+            case binary:match(B, <<0>>) of
+                nomatch -> {ok, B};
+                _ -> {error, maps:get(allowed, Row)}
+            end;
+        _ -> {error, maps:get(allowed, Row)}
+    end;
 value(#{type := integer, min := Min, max := Max}, V, _) when is_integer(V), V >= Min, V =< Max ->
     {ok, V};
 value(#{type := boolean}, V, _) when is_boolean(V) ->

@@ -4,7 +4,7 @@
 -module(cbench_port).
 -behaviour(cbench_engine).
 
--export([start/1, stop/1, port/1, tls_port/1, stats/1, info/1, handle_info/2, exe_path/0]).
+-export([start/1, stop/1, port/1, tls_port/1, stats/1, info/1, tls/1, handle_info/2, exe_path/0]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1]).
 %% Lower level, for tests of the program itself.
@@ -18,7 +18,7 @@
 %% in flight, the answers batched into frames) is in cbench_port_handler.
 
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
--ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {handle_info, 2},
+-ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {tls, 1}, {handle_info, 2},
               {route_add, 3}, {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2},
               {journal_clear, 1}, {journal_notify, 2}, {down, 1}, {up, 1},
               %% For the test suites of the program itself.
@@ -58,7 +58,7 @@ start(Opts = #{stop_timeout_ms := StopMs}) ->
                             ktls = Ktls, ktls_why = KtlsWhy}};
                 {error, _} = Error ->
                     close(Port),
-                    Error
+                    cbench_c_terms:start_result(Error, Opts)
             end;
         Error ->
             Error
@@ -155,6 +155,11 @@ info(#h{port = Port, threads = T, cpus = C, admin_port = A, tls_port = TP, ktls 
         {_, true} -> Info#{tls_port => TP, ktls => K};
         {_, false} -> Info#{tls_port => TP, ktls => K, ktls_why => W}
     end.
+
+%% @doc The CA the server made at start, PEM and DER (both undefined with the user's files).
+-spec tls(handle()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined} |
+                       {error, term()}.
+tls(#h{port = Port}) -> cbench_c_terms:tls_info(request(Port, tls, ?CALL_TIMEOUT)).
 
 %% @doc The engine's counters, or {error, Reason}.
 -spec stats(handle()) -> map() | {error, term()}.

@@ -91,6 +91,10 @@ serve(starter, _From, S = #{starter := Starter}) ->
     {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:stats(H), S};
+serve(tls, _From, S = #{opts := O}) when not is_map_key(tls, O); map_get(tls, O) =:= false ->
+    {reply, {error, no_tls}, S};
+serve(tls, _From, S = #{mod := Mod, handle := H}) ->
+    {reply, Mod:tls(H), S};
 serve(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};

@@ -51,7 +51,8 @@
                   | #{responses := [response()], 'after' => last | cycle | not_found,
                       times => pos_integer() | infinity}.
 -type filter() :: #{method => method() | [method()], path => path_pattern(),
-                    stub => pos_integer(), since => non_neg_integer()}.
+                    stub => pos_integer(), since => non_neg_integer(),
+                    proto => cbench:proto() | [cbench:proto()]}.
 
 %% What the engines take.
 -type canon_path() :: {exact, binary()} | {prefix, binary()}
@@ -102,7 +103,8 @@
                             tpl_seq => atomics:atomics_ref(), tpl_path => canon_path(),
                             tpl_uses_body => boolean()}.
 -type canon_filter() :: #{methods := any | [binary()], path := any | canon_path(),
-                          stub := any | integer(), since := non_neg_integer()}.
+                          stub := any | integer(), since := non_neg_integer(),
+                          protos => [cbench:proto()]}.
 -type why() :: atom().
 %% The key path of a refused value: the term (match, response, filter), its key, and for a header or
 %% query matcher or a response header, its name.
@@ -400,32 +402,51 @@ scenario_label(Which, V) ->
 
 %% @doc A journal filter: any of `method' (one or a list, compared exactly: `get' is `GET' only),
 %% `path' (a path pattern, as in a Match), `stub' (a stub id), `since' (entries after that
-%% sequence number). Errors are `{bad_filter, Why}'.
+%% sequence number), `proto' (one of cbench:proto() or a list: `h1_tls', `h2_tls' for TLS; the
+%% canonical filter has `protos' only when it was given).
+%% Errors are `{bad_filter, Why}'.
 -spec filter(filter()) -> {ok, canon_filter()} | {error, {bad_filter, bad()}}.
 filter(F) when is_map(F) ->
     case check(fun() ->
-                       known_keys(filter, F, [method, path, stub, since]),
-                       #{methods => case maps:get(method, F, any) of
-                                        any -> any;
-                                        Ms -> methods({filter, method}, Ms)
-                                    end,
-                         path => case maps:get(path, F, any) of
-                                     any -> any;
-                                     P -> path_or_fail({filter, path}, P)
-                                 end,
-                         stub => case maps:get(stub, F, any) of
-                                     any -> any;
-                                     %% An id that cannot exist (0, -1, 2^64) matches nothing.
-                                     Id when is_integer(Id) -> Id;
-                                     Id -> fail({filter, stub}, Id, wrong_type)
-                                 end,
-                         since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62)}
+                       known_keys(filter, F, [method, path, stub, since, proto]),
+                       Canon = #{methods => case maps:get(method, F, any) of
+                                                any -> any;
+                                                Ms -> methods({filter, method}, Ms)
+                                            end,
+                                 path => case maps:get(path, F, any) of
+                                             any -> any;
+                                             P -> path_or_fail({filter, path}, P)
+                                         end,
+                                 stub => case maps:get(stub, F, any) of
+                                             any -> any;
+                                             %% An id that cannot exist (0, -1, 2^64) matches nothing.
+                                             Id when is_integer(Id) -> Id;
+                                             Id -> fail({filter, stub}, Id, wrong_type)
+                                         end,
+                                 since => int_in({filter, since}, maps:get(since, F, 0), 0, 1 bsl 62)},
+                       case F of
+                           #{proto := Given} -> Canon#{protos => protos(Given, Given)};
+                           #{} -> Canon
+                       end
                end) of
         {error, {bad_stub, Why}} -> {error, {bad_filter, Why}};
         Ok -> Ok
     end;
 filter(_) ->
     error(badarg).
+
+%% A filter's protocols: one, or a non-empty list, of cbench:proto().
+%% Given is the value as the caller wrote it, for the refusal.
+protos(P, Given) when is_atom(P) ->
+    protos([P], Given);
+protos(Ps, Given) when is_list(Ps), Ps =/= [] ->
+    Known = [http1, h2c_prior, h2c_upgrade, h1_tls, h2_tls],
+    case lists:all(fun(P) -> lists:member(P, Known) end, Ps) of
+        true -> lists:usort(Ps);
+        false -> fail({filter, proto}, Given, unknown_proto)
+    end;
+protos(_, Given) ->
+    fail({filter, proto}, Given, wrong_type).
 
 %% @doc A path pattern: exact (`"/users"'), prefix (`"/files/*"': every path that starts with
 %% `/files/'), or segments with named parameters (`"/users/{id}"': `{id}' matches one non-empty

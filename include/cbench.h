@@ -110,6 +110,8 @@ typedef enum {
   CB_PROTO_HTTP1,       /* HTTP/1.0 and HTTP/1.1 */
   CB_PROTO_H2C_PRIOR,   /* h2c started with the client preface (prior knowledge) */
   CB_PROTO_H2C_UPGRADE, /* h2c started with Upgrade: h2c */
+  CB_PROTO_H1_TLS,      /* HTTP/1.x over TLS (ALPN http/1.1, or no ALPN and no HTTP/2 preface) */
+  CB_PROTO_H2_TLS,      /* HTTP/2 over TLS (ALPN h2, or no ALPN and the HTTP/2 preface) */
   CB_PROTO_COUNT
 } cb_proto_id;
 
@@ -737,6 +739,14 @@ typedef struct cb_request_s {
                          * worker's event loop, so 0 when it ended in the iteration it arrived in */
   cb_str_t fault;      /* the fault applied ("reset", "truncated": docs/faults.md), empty when none. Static */
   unsigned delay_ms;   /* the delay a stub waited before its answer (its delay_ms, or the drawn one); 0 else */
+  /* The TLS session of the connection (proto CB_PROTO_H1_TLS or CB_PROTO_H2_TLS), as its handshake ended; over
+   * cleartext tls is 0 and the strings are empty. */
+  int tls;
+  cb_str_t tls_version; /* "TLSv1.3", "TLSv1.2". Static */
+  cb_str_t tls_cipher;  /* OpenSSL's name of the cipher suite: "TLS_AES_128_GCM_SHA256" */
+  cb_str_t tls_sni;     /* the server name the client sent (SNI); empty when it sent none */
+  cb_str_t tls_alpn;    /* the protocol ALPN chose: "h2", "http/1.1"; empty when the client offered none. Static */
+  int tls_resumed;      /* 1: the session was resumed (a ticket or the session cache), no full handshake */
 } cb_request_t;
 
 /* Which requests a read returns; zero it for "all". */
@@ -931,7 +941,8 @@ CB_EXTERN const char *cb_strerror(int err);
 /* The symbolic name of an error code ("EADDRINUSE", "CB_EFIXTURE"). Never NULL. */
 CB_EXTERN const char *cb_err_name(int err);
 
-/* The name of a protocol id ("http1", "h2c_prior", "h2c_upgrade"), or NULL when out of range. */
+/* The name of a protocol id ("http1", "h2c_prior", "h2c_upgrade", "h1_tls", "h2_tls"), or NULL when out of
+ * range. */
 CB_EXTERN const char *cb_proto_name(int proto);
 
 /* The library version as "MAJOR.MINOR.PATCH". */

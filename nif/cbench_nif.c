@@ -218,9 +218,16 @@ static ERL_NIF_TERM bad_option(ErlNifEnv *env, ERL_NIF_TERM key, ERL_NIF_TERM va
   return enif_make_tuple2(env, atom_error, enif_make_tuple4(env, atom_bad_option, key, value, allowed));
 }
 
+/* The string options' bytes (the host, the TLS certificate and key files), each NUL-terminated, for cfg's
+ * pointers while the server starts: room for every string option of the table at its longest. */
+typedef struct {
+  char buf[64 + 2 * 4096 + 256];
+  size_t used;
+} opt_strings_t;
+
 /* Sets one option of cfg from its term. 0 when the term is of the option's type and within its bounds. */
-static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, cb_config_t *cfg, char *hostbuf,
-                         size_t hostlen, int *cpus) {
+static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, cb_config_t *cfg,
+                         opt_strings_t *strs, int *cpus) {
   ErlNifUInt64 u;
   ErlNifBinary bin;
   unsigned len;
@@ -231,14 +238,15 @@ static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, c
       return cb_config_set_uint(cfg, o, enif_is_identical(v, atom_true));
     case CB_OPT_HOST:
     case CB_OPT_STRING: {
-      /* Only the host is a string Erlang passes (a binary, as cbench_opts makes it and the port program takes it);
-       * another string option would need a buffer of its own. */
-      if (o->type != CB_OPT_HOST || !enif_inspect_binary(env, v, &bin) || bin.size < o->min ||
-          bin.size > o->max || bin.size >= hostlen || memchr(bin.data, 0, bin.size) != NULL)
+      /* A binary, as cbench_opts makes it and the port program takes it. */
+      if (!enif_inspect_binary(env, v, &bin) || bin.size < o->min || bin.size > o->max ||
+          bin.size >= sizeof strs->buf - strs->used || memchr(bin.data, 0, bin.size) != NULL)
         return -1;
-      memcpy(hostbuf, bin.data, bin.size);
-      hostbuf[bin.size] = '\0';
-      memcpy((char *)cfg + o->offset, &hostbuf, sizeof hostbuf);
+      char *s = strs->buf + strs->used;
+      memcpy(s, bin.data, bin.size);
+      s[bin.size] = '\0';
+      strs->used += bin.size + 1;
+      memcpy((char *)cfg + o->offset, &s, sizeof s);
       return 0;
     }
     case CB_OPT_CPUS: {
@@ -261,8 +269,8 @@ static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, c
 /* Fills cfg from an options map (cbench_nif:start/1 builds it from validated options; it is checked again here,
  * against the same table, because a NIF must survive any term). Keys are the table's names; a key that is
  * missing keeps cb_config_init()'s default. Returns 0, or -1 with *err set to {error, {bad_option, Key, Value,
- * Allowed}}. host points into hostbuf. */
-static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, char *hostbuf, size_t hostlen,
+ * Allowed}}. The strings point into strs. */
+static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, opt_strings_t *strs,
                          int *cpus, ERL_NIF_TERM *err) {
   ErlNifMapIterator it;
   ERL_NIF_TERM k, v;
@@ -279,7 +287,7 @@ static int decode_config(ErlNifEnv *env, ERL_NIF_TERM map, cb_config_t *cfg, cha
     if (o == NULL) {
       *err = bad_option(env, k, v, known_term(env));
       rc = -1;
-    } else if (decode_option(env, o, v, cfg, hostbuf, hostlen, cpus) != 0) {
+    } else if (decode_option(env, o, v, cfg, strs, cpus) != 0) {
       *err = bad_option(env, k, v, allowed_term(env, o));
       rc = -1;
     }
@@ -322,11 +330,11 @@ void nif_unlock(nif_server_t *res) { enif_rwlock_runlock(res->lock); }
 static ERL_NIF_TERM start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   cb_config_t cfg;
-  char host[64];
+  opt_strings_t strs = {.used = 0};
   int cpus[CB_MAX_THREADS];
   ERL_NIF_TERM bad = 0;
   if (!enif_is_map(env, argv[0])) return enif_make_badarg(env);
-  if (decode_config(env, argv[0], &cfg, host, sizeof host, cpus, &bad) != 0) return bad;
+  if (decode_config(env, argv[0], &cfg, &strs, cpus, &bad) != 0) return bad;
 
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
@@ -469,6 +477,23 @@ static ERL_NIF_TERM info_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
   return map;
 }
 
+/* tls_nif(Resource) -> {ok, CaPem} | {error, no_ca} | {error, stopped}: the test CA a TLS server made at start
+ * (cb_server_tls_ca), as PEM. no_ca: the server made none (no TLS, or the user's certificate files). */
+static ERL_NIF_TERM tls_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  nif_server_t *res;
+  cb_server_t *srv;
+  int locked = nif_lock(env, argv[0], &res, &srv);
+  if (locked == 0) return enif_make_badarg(env);
+  if (locked < 0) return nif_stopped(env);
+  char pem[8192];
+  int n = cb_server_tls_ca(srv, pem, sizeof pem);
+  nif_unlock(res);
+  if (n == CB_ENOENT) return enif_make_tuple2(env, atom_error, atom_no_ca);
+  if (n < 0) return nif_error(env, n);
+  return enif_make_tuple2(env, atom_ok, nif_binary(env, pem, (size_t)n));
+}
+
 /* ---- Load ---- */
 
 /* Distinct return values name the failing step in the load error. */
@@ -516,6 +541,7 @@ static ErlNifFunc funcs[] = {
     {"stats_nif", 1, stats_nif, 0},
     {"port_nif", 1, port_nif, 0},
     {"info_nif", 1, info_nif, 0},
+    {"tls_nif", 1, tls_nif, 0},
     /* Everything that goes through the workers' command queues waits for them: dirty I/O. */
     {"down_nif", 1, down_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"up_nif", 1, up_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},

@@ -20,7 +20,8 @@
   X(ok) X(error) X(stopped) X(true) X(false) X(undefined) X(threads) X(cpus) X(bad_option) X(integer)         \
   X(boolean) X(address) X(string) X(list) X(available) X(known) X(method) X(path) X(query) X(headers) X(peer)  \
   X(proto) X(body) X(handle) X(stream) X(cbench_journal) X(cbench_request) X(cbench_requests) X(cbench_nif)    \
-  X(cbench_body) X(cbench_body_end) X(admin_port) X(tls_port) X(ktls) X(ktls_why) X(enomem) X(http1) X(h2c_prior) X(h2c_upgrade)
+  X(cbench_body) X(cbench_body_end) X(admin_port) X(enomem) X(http1) X(h2c_prior) X(h2c_upgrade)   \
+  X(h1_tls) X(h2_tls) X(no_ca) X(tls_port) X(ktls) X(ktls_why)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)

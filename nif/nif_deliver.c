@@ -43,6 +43,8 @@ static ERL_NIF_TERM proto_atom(int proto) {
   switch (proto) {
     case CB_PROTO_H2C_PRIOR: return atom_h2c_prior;
     case CB_PROTO_H2C_UPGRADE: return atom_h2c_upgrade;
+    case CB_PROTO_H1_TLS: return atom_h1_tls;
+    case CB_PROTO_H2_TLS: return atom_h2_tls;
     default: return atom_http1;
   }
 }

@@ -161,6 +161,22 @@ static void set_bytes(json_t *o, const char *key, cb_str_t s) {
   free(b);
 }
 
+/* An entry's "tls": the connection's TLS session (docs/tls.md, "The journal"), or null over cleartext. */
+static json_t *tls_json(const cb_request_t *r) {
+  if (!r->tls) return json_null();
+  json_t *t = json_object();
+  set_bytes(t, "version", r->tls_version);
+  set_bytes(t, "cipher", r->tls_cipher);
+  if (r->tls_sni.len)
+    set_bytes(t, "sni", r->tls_sni);
+  else
+    json_object_set_new(t, "sni", json_null());
+  json_object_set_new(t, "alpn", r->tls_alpn.len ? json_stringn(r->tls_alpn.ptr, r->tls_alpn.len) : json_null());
+  json_object_set_new(t, "resumed", json_boolean(r->tls_resumed));
+  json_object_set_new(t, "client_cert", json_null());
+  return t;
+}
+
 static json_t *request_json(const cb_request_t *r) {
   json_t *o = json_object(), *h = json_array();
   json_object_set_new(o, "seq", json_integer((json_int_t)r->seq));
@@ -187,6 +203,7 @@ static json_t *request_json(const cb_request_t *r) {
   json_object_set_new(o, "bytes_out", json_integer((json_int_t)r->bytes_out));
   json_object_set_new(o, "duration_us", json_integer((json_int_t)r->duration_us));
   set_bytes(o, "fault", r->fault);
+  json_object_set_new(o, "tls", tls_json(r));
   return o;
 }
 

@@ -39,12 +39,18 @@ static const cb_codec_keys_t filter_keys = {"filter", filter_names, F_COUNT};
 
 typedef enum {
   E_SEQ, E_TIME_US, E_PROTO, E_CONN, E_STREAM, E_PEER, E_METHOD, E_PATH, E_QUERY, E_HEADERS, E_BODY,
-  E_BODY_LENGTH, E_ROUTE, E_STUB, E_STATUS, E_BYTES_OUT, E_DURATION_US, E_FAULT, E_DELAY_MS, E_COUNT
+  E_BODY_LENGTH, E_ROUTE, E_STUB, E_STATUS, E_BYTES_OUT, E_DURATION_US, E_FAULT, E_DELAY_MS, E_TLS, E_COUNT
 } entry_key;
 static const char *const entry_names[] = {"seq", "time_us", "proto", "conn", "stream", "peer", "method", "path",
                                           "query", "headers", "body", "body_length", "route", "stub", "status",
-                                          "bytes_out", "duration_us", "fault", "delay_ms", NULL};
+                                          "bytes_out", "duration_us", "fault", "delay_ms", "tls", NULL};
 static const cb_codec_keys_t entry_keys = {"entry", entry_names, E_COUNT};
+
+/* An entry's tls: the TLS session of its connection (undefined over cleartext). client_cert is the client's
+ * certificate (undefined: none asked for or sent). */
+typedef enum { T_VERSION, T_CIPHER, T_SNI, T_ALPN, T_RESUMED, T_CLIENT_CERT, T_COUNT } tls_key;
+static const char *const tls_names[] = {"version", "cipher", "sni", "alpn", "resumed", "client_cert", NULL};
+static const cb_codec_keys_t tls_keys = {"tls", tls_names, T_COUNT};
 
 typedef enum { I_ID, I_NAME, I_HITS, I_LEFT, I_COUNT } info_key;
 static const char *const info_names[] = {"id", "name", "hits", "left", NULL};
@@ -71,10 +77,12 @@ _Static_assert(sizeof handler_names / sizeof *handler_names == H_COUNT + 1, "han
 _Static_assert(sizeof filter_names / sizeof *filter_names == F_COUNT + 1, "filter keys");
 _Static_assert(sizeof entry_names / sizeof *entry_names == E_COUNT + 1, "entry keys");
 _Static_assert(sizeof info_names / sizeof *info_names == I_COUNT + 1, "stub info keys");
+_Static_assert(sizeof tls_names / sizeof *tls_names == T_COUNT + 1, "tls keys");
 
 const cb_codec_keys_t *const *cb_codec_key_tables(void) {
   static const cb_codec_keys_t *const all[] = {&match_keys,  &response_keys, &sequence_keys, &handler_keys,
-                                               &filter_keys, &entry_keys,    &info_keys,     &stats_keys, NULL};
+                                               &filter_keys, &entry_keys,    &tls_keys,      &info_keys,
+                                               &stats_keys,  NULL};
   return all;
 }
 
@@ -566,6 +574,35 @@ void cb_codec_route_name(cb_term_out_t *out, const cb_codec_fixture_t *fx, cb_st
   bin(out, name);
 }
 
+/* A binary, or undefined when empty. */
+static void bin_or_undefined(cb_term_out_t *out, cb_str_t s) {
+  if (s.len)
+    bin(out, s);
+  else
+    atom(out, "undefined");
+}
+
+/* An entry's tls map (docs/tls.md, "The journal"), or undefined over cleartext. */
+static void tls_value(cb_term_out_t *out, const cb_request_t *q) {
+  if (!q->tls) {
+    atom(out, "undefined");
+    return;
+  }
+  out->ops->map(out, T_COUNT);
+  for (int k = 0; k < T_COUNT; k++) {
+    key(out, &tls_keys, k);
+    switch ((tls_key)k) {
+      case T_VERSION: bin(out, q->tls_version); break;
+      case T_CIPHER: bin(out, q->tls_cipher); break;
+      case T_SNI: bin_or_undefined(out, q->tls_sni); break;
+      case T_ALPN: bin_or_undefined(out, q->tls_alpn); break;
+      case T_RESUMED: atom(out, q->tls_resumed ? "true" : "false"); break;
+      case T_CLIENT_CERT: atom(out, "undefined"); break; /* client certificates: not yet */
+      case T_COUNT: break;
+    }
+  }
+}
+
 /* The value of one key of an entry. A switch over every key: a key added to the table without its value here
  * is a compiler warning (-Wswitch). */
 static void entry_value(cb_term_out_t *out, const cb_codec_fixture_t *fx, const cb_request_t *q, entry_key k) {
@@ -608,6 +645,7 @@ static void entry_value(cb_term_out_t *out, const cb_codec_fixture_t *fx, const 
         atom(out, "undefined");
       return;
     case E_DELAY_MS: out->ops->uint(out, q->delay_ms); return;
+    case E_TLS: tls_value(out, q); return;
     case E_COUNT: break;
   }
   atom(out, "undefined");

@@ -37,7 +37,7 @@ fields() ->
 %% @doc The terms whose keys the codec of the NIF and the port program knows.
 -spec terms() -> [atom()].
 terms() ->
-    [match, response, sequence, handler, filter, entry, stub_info, stats].
+    [match, response, sequence, handler, filter, entry, tls, stub_info, stats].
 
 %% @doc A term's keys: those it must have, and those it may have.
 -spec keys(atom()) -> {[atom()], [atom()]}.
@@ -59,7 +59,10 @@ keys(filter) ->
 keys(entry) ->
     {[seq, time_us, proto, conn, stream, peer, method, path,
       query, headers, body, body_length, route, stub, status, bytes_out,
-      duration_us, fault, delay_ms],
+      duration_us, fault, delay_ms, tls],
+     []};
+keys(tls) ->
+    {[version, cipher, sni, alpn, resumed, client_cert],
      []};
 keys(stub_info) ->
     {[id, name, hits, left],

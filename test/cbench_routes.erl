@@ -466,7 +466,7 @@ stats_keys(Config) ->
                   headers, hello, json, large, not_found, root, sse, sse_big, sse_small, status, stream,
                   stream_big, stream_small, ws],
                  lists:sort(maps:keys(maps:get(requests_by_route, After)))),
-    ?assertEqual([h2c_prior, h2c_upgrade, http1],
+    ?assertEqual([h1_tls, h2_tls, h2c_prior, h2c_upgrade, http1],
                  lists:sort(maps:keys(maps:get(conns_by_proto, After)))),
     Hello = fun(M) -> maps:get(hello, maps:get(requests_by_route, M)) end,
     ?assertEqual(Hello(Before) + 1, Hello(After)),

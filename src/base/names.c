@@ -40,7 +40,7 @@ const char *cb_err_name(int err) {
 }
 
 const char *cb_proto_name(int proto) {
-  static const char *const names[CB_PROTO_COUNT] = {"http1", "h2c_prior", "h2c_upgrade"};
+  static const char *const names[CB_PROTO_COUNT] = {"http1", "h2c_prior", "h2c_upgrade", "h1_tls", "h2_tls"};
   return proto >= 0 && proto < CB_PROTO_COUNT ? names[proto] : NULL;
 }
 

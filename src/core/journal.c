@@ -341,6 +341,44 @@ static int has_host(const cb__req_t *r) {
 
 static void notify(cb__journal_t *j, const jent_t *e);
 
+/* ---- a TLS connection's details ----
+ * An entry of a TLS connection (proto h1_tls or h2_tls) ends its variable part with what the handshake settled
+ * (cb__tls_info, taken once per connection by the transport): six bytes (present, alpn, resumed, and the lengths
+ * of the version, the cipher and the SNI name), then those three strings. A cleartext entry has none of it, so
+ * its recording costs one test of the connection's transport. */
+#define TLS_HEAD 6
+#define TLS_SNI_MAX 255 /* a host name's longest (RFC 1035); OpenSSL refuses longer ones */
+
+static inline int is_tls_proto(int proto) { return proto == CB_PROTO_H1_TLS || proto == CB_PROTO_H2_TLS; }
+
+static size_t short_len(const char *s, size_t max) {
+  size_t n = s != NULL ? strlen(s) : 0;
+  return n < max ? n : max;
+}
+
+/* The bytes the details take, with *ti filled (ti->version NULL when the transport has none to give). */
+static __attribute__((noinline)) uint64_t tls_need(const cb__conn_t *c, cb__tls_info_t *ti) {
+  if (cb__tls_info(&c->tr, ti) != 0) {
+    *ti = (cb__tls_info_t){0};
+    return TLS_HEAD;
+  }
+  return TLS_HEAD + short_len(ti->version, 255) + short_len(ti->cipher, 255) + short_len(ti->sni, TLS_SNI_MAX);
+}
+
+static char *put_tls(char *o, const cb__tls_info_t *ti) {
+  size_t vl = short_len(ti->version, 255), cl = short_len(ti->cipher, 255), sl = short_len(ti->sni, TLS_SNI_MAX);
+  o[0] = ti->version != NULL;
+  o[1] = (char)ti->alpn;
+  o[2] = (char)ti->resumed;
+  o[3] = (char)vl;
+  o[4] = (char)cl;
+  o[5] = (char)sl;
+  o += TLS_HEAD;
+  o = put(o, ti->version, vl);
+  o = put(o, ti->cipher, cl);
+  return put(o, ti->sni, sl);
+}
+
 /* How far ahead add_entry() prefetches: 64 entries (requests), and 4 KiB of the byte ring (a /hello takes about
  * 100 bytes: some 40 requests). With 8 entries ahead, the load below still took two thirds of the recording's
  * samples (perf). */
@@ -405,6 +443,8 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   need += 8 * (uint64_t)(nh + add_host); /* each header's two lengths */
   for (int i = 0; i < nh; i++) need += hs[i].name_len + hs[i].value_len;
   if (add_host) need += 4 + r->authority_len;
+  cb__tls_info_t ti;
+  if (c->tr.tls) need += tls_need(c, &ti);
   uint64_t pos;
   jent_t *e = add_entry(j, seq, need, &pos);
   if (e == NULL) goto done;
@@ -446,7 +486,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   /* HTTP/1.1 names go in as received, lowercased when read; but a listener's views point into the ring, so
    * while one is set they are lowercased now. HTTP/2 field names are lowercase already (nghttp2 checks). Two
    * loops rather than a test per header: one loop with the test costs 9 more instructions per /hello. */
-  if (c->proto_id == CB_PROTO_HTTP1 && j->fn != NULL) {
+  if (j->fn != NULL && (c->proto_id == CB_PROTO_HTTP1 || c->proto_id == CB_PROTO_H1_TLS)) {
     for (int i = 0; i < nh; i++) {
       o = put_lens(o, hs[i].name_len, hs[i].value_len);
       o = put_lower(o, hs[i].name, hs[i].name_len);
@@ -459,7 +499,8 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
       o = put(o, hs[i].value, hs[i].value_len);
     }
   }
-  if (r->jbody_len > 0) memcpy(o, r->jbody, r->jbody_len);
+  if (r->jbody_len > 0) o = put(o, r->jbody, r->jbody_len);
+  if (c->tr.tls) put_tls(o, &ti);
   if (j->fn != NULL) notify(j, e);
 done:
   if (r->jbody != NULL) { /* most requests have no body */
@@ -493,7 +534,7 @@ static uint32_t get_u32(const char *p) {
 
 /* Bytes a copied-out entry needs beyond its cb_request_t: strings with their NULs, headers, peer. */
 static size_t copy_size(const jent_t *e) {
-  return e->dlen + 8 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
+  return e->dlen + 11 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
 }
 
 /* Fills *out from entry e, copying its bytes to *bytes (advanced) and its header list to hdrs when copy is set,
@@ -539,6 +580,19 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->headers = hdrs;
   out->nheaders = e->nheaders;
   TAKE(out->body, e->body_kept);
+  if (is_tls_proto(e->proto)) {
+    unsigned char h[TLS_HEAD];
+    memcpy(h, p, TLS_HEAD);
+    p += TLS_HEAD;
+    out->tls = h[0];
+    out->tls_resumed = h[2];
+    out->tls_alpn = h[1] == CB__ALPN_H2      ? CB_S("h2")
+                    : h[1] == CB__ALPN_HTTP1 ? CB_S("http/1.1")
+                                             : (cb_str_t){"", 0};
+    TAKE(out->tls_version, h[3]);
+    TAKE(out->tls_cipher, h[4]);
+    TAKE(out->tls_sni, h[5]);
+  }
 #undef TAKE
 #undef TAKE_FROM
   out->body_len = e->body_len;

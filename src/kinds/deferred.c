@@ -373,7 +373,7 @@ static void describe(cb__worker_t *w, defer_w_t *d, uint32_t i, cb_deferred_req_
   for (int j = 0; j < r->nheaders; j++) {
     const cb__hdr_t *x = &r->headers[j];
     const char *name = x->name;
-    if (c->proto_id == CB_PROTO_HTTP1) { /* h2c names are lowercase already */
+    if (c->proto_id == CB_PROTO_HTTP1 || c->proto_id == CB_PROTO_H1_TLS) { /* HTTP/2 names are lowercase */
       char *o = *names;
       for (size_t b = 0; b < x->name_len; b++) o[b] = (char)tolower((unsigned char)x->name[b]);
       *names += x->name_len;

@@ -7,15 +7,20 @@
 
 static const char h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/* The per-protocol counters: a connection over TLS counts as h1_tls or h2_tls, whichever way its protocol was
+ * chosen (ALPN, or the preface rule for a client that offered no ALPN). */
+static inline int h1_id(const cb__conn_t *c) { return c->tr.tls ? CB_PROTO_H1_TLS : CB_PROTO_HTTP1; }
+static inline int h2_id(const cb__conn_t *c) { return c->tr.tls ? CB_PROTO_H2_TLS : CB_PROTO_H2C_PRIOR; }
+
 /* The protocol the transport negotiated (TLS's ALPN) decides at once, without holding bytes back: HTTP/2 answers
  * a missing preface with GOAWAY, as it does on an h2c-only listener. */
 static int attach_negotiated(cb__conn_t *c, const char *data, size_t len) {
   int err;
   if (c->tr.alpn == CB__ALPN_H2) {
-    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2_TLS]);
     err = cb__h2_attach_prior(c);
   } else {
-    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_HTTP1]);
+    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H1_TLS]);
     err = cb__h1_attach(c);
   }
   if (err) return -1;
@@ -38,10 +43,10 @@ static int detect_read(cb__conn_t *c, const char *data, size_t len) {
    * GOAWAY(PROTOCOL_ERROR) and closes. The shared port can only answer it as HTTP/1.1 would: a broken
    * preface is a request line `PRI * HTTP/2.0` there, a 400 (docs/wire.md). */
   if ((is_prefix || !c->w->cfg->enable_h1) && c->w->cfg->enable_h2) {
-    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_H2C_PRIOR]);
+    CB__STAT_INC(c->w, conns_by_proto[h2_id(c)]);
     err = cb__h2_attach_prior(c);
   } else {
-    CB__STAT_INC(c->w, conns_by_proto[CB_PROTO_HTTP1]);
+    CB__STAT_INC(c->w, conns_by_proto[h1_id(c)]);
     err = cb__h1_attach(c);
   }
   if (err) return -1;

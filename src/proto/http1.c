@@ -597,8 +597,10 @@ static int has_token(const cb__hdr_t *hd, const char *token) {
 /* Upgrade: h2c is taken for a bodiless HTTP/1.1 request with a valid HTTP2-Settings, when HTTP/2 is on, also
  * when it was pipelined behind other requests (held input: it is taken once they are answered, h1_after).
  * Anything else is served as HTTP/1.1. */
+/* Over TLS the upgrade is ignored and the request answered over HTTP/1.1: h2c is HTTP/2 over cleartext TCP, and
+ * over TLS HTTP/2 is chosen by ALPN (RFC 9113 3.2 and 3.3). */
 static int wants_h2c(h1_t *h, int has_body) {
-  if (!h->parser.upgrade || has_body || h->http10 || !h->c->w->cfg->enable_h2) return 0;
+  if (!h->parser.upgrade || has_body || h->http10 || !h->c->w->cfg->enable_h2 || h->c->tr.tls) return 0;
   const cb__hdr_t *up = header_at(h, h->upgrade_idx);
   const cb__hdr_t *st = header_at(h, h->settings_idx);
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
@@ -691,7 +693,7 @@ static int on_headers_complete(llhttp_t *p) {
     cb__outq_copy(&c->out, cont, sizeof cont - 1);
   }
   h->requests++;
-  CB__STAT_INC(c->w, requests_by_proto[CB_PROTO_HTTP1]);
+  CB__STAT_INC(c->w, requests_by_proto[c->proto_id]); /* http1 or h1_tls */
   cb__req_dispatch(r);
   return 0;
 }
@@ -1536,7 +1538,7 @@ int cb__h1_attach(cb__conn_t *c) {
   c->rest_byte = 0;
   if (h1_wake(c) == NULL) return UV_ENOMEM;
   c->proto = CB__PROTO_H1;
-  c->proto_id = CB_PROTO_HTTP1;
+  c->proto_id = c->tr.tls ? CB_PROTO_H1_TLS : CB_PROTO_HTTP1;
   c->ops = &h1_ops;
   return 0;
 }

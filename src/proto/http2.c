@@ -718,7 +718,7 @@ static __attribute__((noinline)) void send_continue(h2c_t *h, h2s_t *s) {
 static void request_head_done(h2c_t *h, h2s_t *s, int ends) {
   cb__req_t *r = &s->req;
   cb__worker_t *w = h->c->w;
-  CB__STAT_INC(w, requests_by_proto[h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR]);
+  CB__STAT_INC(w, requests_by_proto[h->c->proto_id]); /* h2c_prior, h2c_upgrade or h2_tls: attach() */
   if (s->too_large) {
     refuse(s, 431, ends);
     return;
@@ -1108,7 +1108,7 @@ static h2c_t *session_new(cb__conn_t *c) {
 static void attach(cb__conn_t *c, h2c_t *h) {
   c->proto_state = h;
   c->proto = CB__PROTO_H2;
-  c->proto_id = h->upgraded ? CB_PROTO_H2C_UPGRADE : CB_PROTO_H2C_PRIOR;
+  c->proto_id = h->upgraded ? CB_PROTO_H2C_UPGRADE : c->tr.tls ? CB_PROTO_H2_TLS : CB_PROTO_H2C_PRIOR;
   c->ops = &h2_ops;
 }
 

@@ -70,12 +70,55 @@ static ssize_t failed(cb__tport_t *t, SSL *ssl, int rc) {
   }
 }
 
+/* ---- what a handshake settled (cb__tls_info) ----
+ * Taken once, when the handshake ends, into a block the session holds as its ex_data (freed with the session):
+ * the journal reads it for every request of the connection, and no request asks OpenSSL again. The session's
+ * own SNI string is not kept: OpenSSL may replace the session object after the handshake (a TLS 1.3 ticket). */
+typedef struct {
+  cb__tls_info_t info;
+  char sni[]; /* info.sni points here */
+} sess_info_t;
+
+static int info_index = -1;
+static pthread_once_t info_once = PTHREAD_ONCE_INIT;
+
+static void free_info(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp) {
+  (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+  free(ptr);
+}
+
+static void make_info_index(void) { info_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_info); }
+
+/* A session without its block (no memory) still serves; its requests are journaled without TLS details. */
+static void keep_info(SSL *ssl, uint8_t alpn) {
+  const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  size_t len = name != NULL ? strlen(name) : 0;
+  sess_info_t *si = malloc(sizeof *si + len + 1);
+  if (si == NULL) return;
+  memcpy(si->sni, name != NULL ? name : "", len + 1);
+  si->info = (cb__tls_info_t){.version = SSL_get_version(ssl),
+                              .cipher = SSL_CIPHER_get_name(SSL_get_current_cipher(ssl)),
+                              .sni = name != NULL ? si->sni : NULL,
+                              .alpn = alpn,
+                              .resumed = (uint8_t)(SSL_session_reused(ssl) == 1)};
+  if (info_index < 0 || SSL_set_ex_data(ssl, info_index, si) != 1) free(si);
+}
+
+int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out) {
+  if (!t->tls || !t->ready || t->state == NULL || info_index < 0) return UV_EINVAL;
+  const sess_info_t *si = SSL_get_ex_data(t->state, info_index);
+  if (si == NULL) return UV_EINVAL;
+  *out = si->info;
+  return 0;
+}
+
 static void handshake_done(cb__tport_t *t, SSL *ssl) {
   const unsigned char *p;
   unsigned n;
   SSL_get0_alpn_selected(ssl, &p, &n);
   t->alpn = n == 2 && memcmp(p, "h2", 2) == 0 ? CB__ALPN_H2 : n == 8 && memcmp(p, "http/1.1", 8) == 0 ? CB__ALPN_HTTP1 : CB__ALPN_NONE;
   t->ready = 1;
+  keep_info(ssl, t->alpn);
   cb__tls_budget_t *b = handshake_over(ssl, 0);
   /* Kernel TLS, when the server asked for it: the records from here on may be the kernel's (ktls.c). */
   if ((SSL_get_options(ssl) & SSL_OP_ENABLE_KTLS) && cb__ktls_take(t) && b != NULL) count(b->ktls);
@@ -198,7 +241,7 @@ int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tls_budget_t *budget, cb__tpor
   if (budget != NULL) budget->pending++;
   if (ctx->ktls) SSL_set_options(ssl, SSL_OP_ENABLE_KTLS);
   SSL_set_accept_state(ssl);
-  *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .state = ssl};
+  *out = (cb__tport_t){.ops = &tls_ops, .fd = fd, .tls = 1, .state = ssl};
   return 0;
 }
 
@@ -258,6 +301,7 @@ static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
 }
 
 int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out) {
+  pthread_once(&info_once, make_info_index);
   pthread_once(&budget_once, make_budget_slot);
   if (budget_slot < 0) return UV_ENOMEM;
   cb__tls_ctx_t *c = calloc(1, sizeof *c);

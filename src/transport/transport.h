@@ -49,6 +49,7 @@ struct cb__tport_s {
                           connection polls for writable and reads again then (core/conn.c) */
   uint8_t alpn;        /* CB__ALPN_*, once the transport knows it */
   uint8_t ready;       /* tls: the handshake is done */
+  uint8_t tls;         /* 1: the tls transport (the protocols name the connection h1_tls / h2_tls) */
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
   void *sink_arg;
   void *state;         /* tls: the session (an OpenSSL SSL) */
@@ -104,5 +105,22 @@ int cb__ktls_take(cb__tport_t *t);
 ssize_t cb__tls_read(cb__tport_t *t, char *buf, size_t n);
 void cb__tls_shutdown(cb__tport_t *t);
 void cb__tls_close(cb__tport_t *t, int reset);
+
+/* What a TLS connection's handshake settled, taken once when it ended (the journal reads it for each request
+ * without asking OpenSSL again). Strings are NUL-terminated; version and cipher are OpenSSL's static names, sni
+ * lives as long as the connection's transport. */
+typedef struct cb__tls_info_s {
+  const char *version; /* "TLSv1.3", "TLSv1.2" */
+  const char *cipher;  /* "TLS_AES_128_GCM_SHA256" */
+  const char *sni;     /* the server name the client sent; NULL: none */
+  uint8_t alpn;        /* CB__ALPN_* */
+  uint8_t resumed;     /* 1: a resumed session (no full handshake) */
+  /* The client's certificate (client_auth, issue 24's client certificates) goes here: its subject and SHA-256
+   * fingerprint (client_subject, client_sha256), NULL when the client sent none. */
+} cb__tls_info_t;
+
+/* The TLS session of t as its handshake ended: 0, or UV_EINVAL when t is not a TLS transport or its handshake
+ * has not ended. */
+int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out);
 
 #endif

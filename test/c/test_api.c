@@ -288,6 +288,8 @@ TEST(api_proto_names) {
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_HTTP1), "http1");
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H2C_PRIOR), "h2c_prior");
   ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H2C_UPGRADE), "h2c_upgrade");
+  ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H1_TLS), "h1_tls");
+  ASSERT_STR_EQ(cb_proto_name(CB_PROTO_H2_TLS), "h2_tls");
   ASSERT_NULL(cb_proto_name(-1));
   ASSERT_NULL(cb_proto_name(CB_PROTO_COUNT));
 }
