@@ -429,6 +429,7 @@ static answer_t get_stats(cb__admin_t *a) {
   U(conns_accepted); U(conns_open); U(conns_closed); U(requests); U(bytes_read); U(bytes_written);
   U(status_400); U(status_404); U(status_405); U(status_413); U(status_431); U(timeouts); U(resets);
   U(h2_errors); U(accept_backoffs); U(faults); U(handler_unavailable); U(handler_timeouts);
+  U(tls_handshakes_full); U(tls_handshakes_resumed);
 #undef U
   for (int i = 0; i < CB_PROTO_COUNT; i++) {
     json_object_set_new(conns, cb_proto_name(i), json_integer((json_int_t)s.conns_by_proto[i]));

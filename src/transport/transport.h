@@ -65,4 +65,21 @@ void cb__tls_ctx_free(cb__tls_ctx_t *ctx);
 /* A transport over the accepted socket fd with a new session of ctx. 0 or UV_ENOMEM. */
 int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tport_t *out);
 
+/* Client certificates (cfg.tls_client_auth, CB_TLS_CLIENT_AUTH_*): every identity of ctx asks for one (request)
+ * or refuses a handshake without one (require), and verifies what is sent against certs' client CA. Called once,
+ * before the first session. 0, UV_EINVAL (no client CA), UV_ENOMEM. */
+int cb__tls_ctx_client_auth(cb__tls_ctx_t *ctx, const cb__certs_t *certs, int mode);
+/* The handshakes ctx's sessions completed: with a new session (full) and by resuming one. Any thread. */
+void cb__tls_ctx_handshakes(const cb__tls_ctx_t *ctx, uint64_t *full, uint64_t *resumed);
+
+/* What a TLS connection's handshake said of its client certificate (the journal's client_cert; the lead joins
+ * these into cb__tls_info_t). Both NULL when the client sent none. */
+typedef struct {
+  const char *client_subject; /* RFC 2253 style, "CN=alice" (cb__cert_identity) */
+  const char *client_sha256;  /* SHA-256 of the certificate's DER, 64 lowercase hex digits */
+} cb__tls_peer_t;
+/* Fills out for t (a TLS transport whose handshake is done): 1 when the client sent a certificate, else 0 (also
+ * for a transport that is not TLS). The strings live as long as the connection's session (until close). */
+int cb__tls_peer(const cb__tport_t *t, cb__tls_peer_t *out);
+
 #endif
