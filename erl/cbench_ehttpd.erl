@@ -142,7 +142,9 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
           requests_by_route => ByRoute,
           conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0},
           requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0},
-          h2_errors => 0}.
+          h2_errors => 0,
+          %% No TLS on this engine yet (issue 24: its own part).
+          tls_handshakes_full => 0, tls_handshakes_resumed => 0}.
 
 %% A stub's fault, parsed once for the connections (the HTTP/2 kinds cannot be served here).
 fault_run({ok, R = #{fault := Text}}) ->

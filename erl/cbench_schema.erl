@@ -24,9 +24,12 @@
                   journal_body_bytes => 0..67108864,
                   admin => boolean(),
                   admin_port => 0..65535,
+                  tls => boolean(),
+                  client_auth => none | request | require,
                   close => boolean()}.
 
--type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,
+-type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus |
+                            enum,
                     min := non_neg_integer(), max := non_neg_integer(), default := term(),
                     allowed := term(), engines := [cbench:engine()], doc := string()}.
 
@@ -102,6 +105,14 @@ options() ->
        default => 0, allowed => {integer, 0, 65535},
        engines => [nif, port],
        doc => "the admin API's TCP port; 0 binds an ephemeral one"},
+     #{key => tls, name => tls, type => boolean, min => 0, max => 1,
+       default => false, allowed => boolean,
+       engines => [nif, port],
+       doc => "the listener speaks TLS (ALPN h2 and http/1.1); certificates made at start unless given"},
+     #{key => client_auth, name => tls_client_auth, type => enum, min => 0, max => 2,
+       default => none, allowed => {one_of, [none, request, require]},
+       engines => [nif, port],
+       doc => "with TLS: none, request (verify a client certificate when one is sent) or require one"},
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],

@@ -86,6 +86,11 @@ serve(starter, _From, S = #{starter := Starter}) ->
     {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:stats(H), S};
+serve({client_cert, Cn}, _From, S) ->
+    {reply, optional(S, client_cert, [Cn]), S};
+serve(client_ca, _From, S) ->
+    %% The client CA as PEM, for cbench:tls/1's client_ca_pem (docs/tls.md).
+    {reply, optional(S, client_ca, []), S};
 serve(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
@@ -221,6 +226,13 @@ forget_handlers(Ids, S = #{handlers := Hs}) ->
 engine(S = #{mod := Mod, handle := H}, Fun, Args) ->
     {Reply, H1} = apply(Mod, Fun, [H | Args]),
     {reply, Reply, S#{handle := H1}}.
+
+%% An optional callback of the engine (cbench_engine); {error, not_supported} when it has none.
+optional(#{mod := Mod, handle := H}, Fun, Args) ->
+    case erlang:function_exported(Mod, Fun, length(Args) + 1) of
+        true -> apply(Mod, Fun, [H | Args]);
+        false -> {error, not_supported}
+    end.
 
 %% Sends the replies of waiters that are done; with nobody left waiting, the engine stops waking us.
 answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->

@@ -71,7 +71,7 @@ static const cb_option_t options[] = {
      .def_str = "127.0.0.1", .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(admin_host),
      .doc = "address the admin API binds (anything but loopback lets other machines change the stubs)"},
     {.name = "tls", .flag = "--tls", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
-     .flags = CB_OPT_F_C_ONLY, FIELD(tls),
+     .flags = CB_OPT_F_C_ENGINES, FIELD(tls),
      .doc = "the listener speaks TLS (ALPN h2 and http/1.1); certificates made at start unless given"},
     {.name = "tls_cert_file", .flag = "--tls-cert-file", .type = CB_OPT_STRING, .min = 0, .max = 4095,
      .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(tls_cert_file),

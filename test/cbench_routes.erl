@@ -459,7 +459,7 @@ stats_keys(Config) ->
     Keys = [accept_backoffs, bytes_read, bytes_written, conns_accepted, conns_by_proto,
             conns_closed, conns_open, faults, h2_errors, handler_timeouts, handler_unavailable,
             requests, requests_by_proto, requests_by_route, resets, status_400, status_404, status_405,
-            status_413, status_431, timeouts],
+            status_413, status_431, timeouts, tls_handshakes_full, tls_handshakes_resumed],
     After = wait_stats(Server, fun(#{conns_closed := C}) -> C > maps:get(conns_closed, Before) end),
     ?assertEqual(Keys, lists:sort(maps:keys(After))),
     ?assertEqual([cookies, delay, echo, echo_chunked, fault, file_big, file_small, file_tiny, gzip,

@@ -236,6 +236,11 @@ static void tls_close(cb__tport_t *t, int reset) {
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST, no close_notify: a fault */
     setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   }
+  /* A session whose connection ended without our close_notify (the client closed first, as a pool closing an
+   * idle connection does) stays resumable: OpenSSL would drop it from the session cache, as TLS 1.0 asked, but
+   * TLS 1.1 and later allow it (RFC 4346 7.2.1). A reset (a fault) drops it. */
+  if (!reset && t->ready && t->ops == &tls_ops)
+    SSL_set_shutdown(t->state, SSL_get_shutdown(t->state) | SSL_SENT_SHUTDOWN);
   SSL_free(t->state);
   t->state = NULL;
   close(t->fd);
@@ -329,6 +334,10 @@ static void sessions_setup(cb__tls_ctx_t *c) {
   for (int i = 0; i < CB__CERT_COUNT; i++) {
     unsigned char sid[8] = {'c', 'b', 'e', 'n', 'c', 'h', ':', (unsigned char)('a' + i)};
     SSL_CTX_set_session_id_context(c->ctx[i], sid, sizeof sid);
+    /* A client that closes without close_notify ends its connection as one that sent it (read() reads the
+     * end of the stream either way, failed() above): not a fatal error, which would drop its session from the
+     * cache (tls_close keeps it then). HTTP's own framing tells a cut request. */
+    SSL_CTX_set_options(c->ctx[i], SSL_OP_IGNORE_UNEXPECTED_EOF);
   }
   SSL_CTX_set_session_cache_mode(c->ctx[CB__CERT_DEFAULT], SSL_SESS_CACHE_SERVER);
   SSL_CTX_sess_set_cache_size(c->ctx[CB__CERT_DEFAULT], SESSION_CACHE_SIZE);

@@ -239,6 +239,42 @@ TEST(tls_resume_12_cache) {
   test_stop(srv);
 }
 
+/* TLS 1.2, session id: a client that closes first (before any request, as a pool closing an idle connection)
+ * leaves its session resumable. */
+TEST(tls_resume_12_client_closes) {
+  cb_server_t *srv = start_tls(CB_TLS_CLIENT_AUTH_NONE);
+  int port = cb_server_port(srv);
+  SSL_CTX *ctx = client_ctx(srv, NULL, 1);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+  int fd = cl_connect(port);
+  SSL *ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  ASSERT_EQ(SSL_connect(ssl), 1);
+  SSL_SESSION *sess = SSL_get1_session(ssl);
+  /* No close_notify. The client keeps its session (SSL_free would take it out of its own cache otherwise). */
+  SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN);
+  SSL_free(ssl);
+  close(fd);
+  /* The server sees the end of the connection and closes its side; the session must stay in its cache. */
+  uint64_t want[2] = {1, 0};
+  cb_stats_t st;
+  wait_stats(srv, &st, handshakes_are, want, 5000);
+  int closed_before = 0;
+  for (int i = 0; i < 500 && !closed_before; i++) {
+    cb_server_stats(srv, &st);
+    closed_before = st.conns_closed == 1;
+    if (!closed_before) sleep_ms(10);
+  }
+  ASSERT_EQ(closed_before, 1);
+  got_t b = get_hello(ctx, port, sess, 0);
+  ASSERT_EQ(b.status, 200);
+  ASSERT_EQ(b.reused, 1);
+  expect_handshakes(srv, 1, 1);
+  SSL_SESSION_free(sess);
+  SSL_CTX_free(ctx);
+  test_stop(srv);
+}
+
 /* A session made under a bad-certificate identity (SNI expired.localhost) does not resume on the default one:
  * each identity has its own session id context. The default identity's own sessions resume (tls_resume_*). */
 TEST(tls_resume_not_across_identities) {
