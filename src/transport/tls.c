@@ -12,10 +12,10 @@
  * output queue (no sendfile: the bytes must be encrypted here). */
 #include <errno.h>
 #include <openssl/err.h>
-#include <openssl/x509.h>
-#include <pthread.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -113,15 +113,20 @@ static void refuse(cb__tport_t *t) {
   t->ops = &refused_ops;
 }
 
+/* Drops what the socket holds, into the worker's buffer, up to one buffer per event: a client that keeps sending
+ * gets no more of the worker than one that sends a request. */
 static ssize_t refused_read(cb__tport_t *t, char *buf, size_t n) {
-  (void)buf;
-  char drop[4096];
-  for (;;) {
-    ssize_t r = recv(t->fd, drop, sizeof drop < n ? sizeof drop : n, 0);
-    if (r > 0) continue;
+  size_t dropped = 0;
+  while (dropped < n) {
+    ssize_t r = recv(t->fd, buf, n, 0);
+    if (r > 0) {
+      dropped += (size_t)r;
+      continue;
+    }
     if (r < 0 && errno == EINTR) continue;
     return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? UV_EAGAIN : 0; /* the end, or a reset: done */
   }
+  return UV_EAGAIN; /* more may wait: the next readable event drops it */
 }
 
 static ssize_t refused_write(cb__tport_t *t, const char *p, size_t n) {
