@@ -114,12 +114,14 @@ check "none, a certificate of another CA (not asked for)" "0:200" \
   "$(get --cert "$work/stranger.pem" --key "$work/stranger.key")"
 
 # ---- resumption: openssl s_client saves the session, then offers it ----
+# Each s_client sends a request that asks the server to close, and reads to the end (-ign_eof): TLS 1.3 tickets
+# come after the handshake, before the response, so the first one has its ticket when it saves the session.
 resume() { # resume VERSION -> "New Reused"
-  local v=$1 first second
-  first=$(openssl s_client -connect "127.0.0.1:$PORT" -servername localhost -CAfile "$CA" "-$v" \
-    -sess_out "$work/sess.$v" </dev/null 2>/dev/null | grep -o '^New\|^Reused' | head -n 1)
-  second=$(openssl s_client -connect "127.0.0.1:$PORT" -servername localhost -CAfile "$CA" "-$v" \
-    -sess_in "$work/sess.$v" </dev/null 2>/dev/null | grep -o '^New\|^Reused' | head -n 1)
+  local v=$1 first second req='GET /hello HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n'
+  first=$(printf "$req" | openssl s_client -connect "127.0.0.1:$PORT" -servername localhost -CAfile "$CA" "-$v" \
+    -ign_eof -sess_out "$work/sess.$v" 2>/dev/null | grep -o '^New\|^Reused' | head -n 1)
+  second=$(printf "$req" | openssl s_client -connect "127.0.0.1:$PORT" -servername localhost -CAfile "$CA" "-$v" \
+    -ign_eof -sess_in "$work/sess.$v" 2>/dev/null | grep -o '^New\|^Reused' | head -n 1)
   echo "$first $second"
 }
 check "resumption, TLS 1.3 (a ticket)" "New Reused" "$(resume tls1_3)"
