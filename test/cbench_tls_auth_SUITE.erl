@@ -227,8 +227,8 @@ engine_start(port, Map) ->
 
 %% TLS 1.3: the second connection resumes with a ticket the first one received. The tickets are
 %% handed over by hand ({session_tickets, manual}, {use_ticket, [T]}): with `auto', OTP 25's
-%% client resumed in the first case of a node and not in the later ones (it may offer a ticket of
-%% an earlier server first), which would make the count depend on the order of the cases.
+%% client keeps tickets by host name and offers one of an earlier server (another port) first, so
+%% the count would depend on the cases run before (docs/tls.md).
 resumption_tls13(Config) ->
     S = start(Config, none),
     resume_tls13(S, []),
@@ -246,8 +246,9 @@ resume_tls13(S, Extra) ->
 flush_tickets() ->
     receive {ssl, session_ticket, _} -> flush_tickets() after 0 -> ok end.
 
-%% TLS 1.2: the session of the first connection ({reuse_session, {Id, Data}}, by hand as for TLS
-%% 1.3) resumes on the second, also when the client closed the first one itself (without reading
+%% TLS 1.2: the session of the first connection ({reuse_session, {Id, Data}}, by hand: OTP 25's
+%% {reuse_sessions, true} keeps no session made under verify_none, and client_opts/1 verifies
+%% nothing until cbench:client_tls_opts/1 replaces it) resumes on the second, also when the client closed the first one itself (without reading
 %% the server's close_notify); the server's cache finds it by id. OTP 25's session_resumption says
 %% false for TLS 1.2 even then, so the server's counters tell.
 resumption_tls12(Config) ->
