@@ -179,6 +179,13 @@ static int decode_option(const char *buf, int *idx, const cb_option_t *o, cb_con
       memcpy((char *)cfg + o->offset, &s, sizeof s);
       return 0;
     }
+    case CB_OPT_ENUM: {
+      char name[MAXATOMLEN_UTF8];
+      if (ei_decode_atom(buf, idx, name) != 0) return -1;
+      for (int i = 0; o->names[i] != NULL; i++)
+        if (strcmp(name, o->names[i]) == 0) return cb_config_set_uint(cfg, o, (uint64_t)i);
+      return -1;
+    }
     case CB_OPT_CPUS:
       if (decode_cpus(buf, idx, o, cpus, &n) != 0) return -1;
       cfg->cpus = n ? cpus : NULL;
@@ -211,6 +218,16 @@ static void encode_allowed(ei_x_buff *x, const cb_option_t *o) {
       ei_x_encode_ulonglong(x, o->min);
       ei_x_encode_ulonglong(x, o->max);
       return;
+    case CB_OPT_ENUM: {
+      int n = 0;
+      while (o->names[n] != NULL) n++;
+      ei_x_encode_tuple_header(x, 2);
+      ei_x_encode_atom(x, "one_of");
+      ei_x_encode_list_header(x, n);
+      for (int i = 0; i < n; i++) ei_x_encode_atom(x, o->names[i]);
+      ei_x_encode_empty_list(x);
+      return;
+    }
   }
 }
 
@@ -407,6 +424,8 @@ static void atom_command(const char *cmd) {
     if (started()) port_tls();
   } else if (strcmp(cmd, "requests_clear") == 0) {
     if (started()) port_requests_clear();
+  } else if (strcmp(cmd, "client_ca") == 0) {
+    if (started()) port_client_ca();
   } else {
     port_die(EXIT_MALFORMED);
   }
@@ -420,6 +439,8 @@ static void tuple_command(const char *cmd, int arity, const char *buf, int args)
     if (started()) port_route_add(buf, args);
   } else if (strcmp(cmd, "scenario") == 0 && arity == 2) {
     if (started()) port_scenario(buf, args);
+  } else if (strcmp(cmd, "client_cert") == 0 && arity == 2) {
+    if (started()) port_client_cert(buf, args);
   } else if (strcmp(cmd, "scenario_set") == 0 && arity == 3) {
     if (started()) port_scenario_set(buf, args);
   } else if (strcmp(cmd, "route_remove") == 0 && arity == 2) {

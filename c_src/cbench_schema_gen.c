@@ -16,6 +16,7 @@ static const char *type_name(const cb_option_t *o) {
     case CB_OPT_HOST: return "address";
     case CB_OPT_STRING: return "string";
     case CB_OPT_CPUS: return "cpus";
+    case CB_OPT_ENUM: return "enum";
   }
   return "undefined";
 }
@@ -31,6 +32,9 @@ static void print_type(const cb_option_t *o) {
     case CB_OPT_HOST: printf("inet:ip_address() | inet:hostname() | binary()"); break;
     case CB_OPT_STRING: printf("string() | binary()"); break;
     case CB_OPT_CPUS: printf("[%llu..%llu] | default", (unsigned long long)o->min, (unsigned long long)o->max); break;
+    case CB_OPT_ENUM:
+      for (int i = 0; o->names[i] != NULL; i++) printf("%s%s", i ? " | " : "", o->names[i]);
+      break;
   }
 }
 
@@ -43,6 +47,11 @@ static void print_allowed(const cb_option_t *o) {
     case CB_OPT_STRING: printf("{string, %llu}", (unsigned long long)o->max); break;
     case CB_OPT_CPUS:
       printf("{list, {integer, %llu, %llu}}", (unsigned long long)o->min, (unsigned long long)o->max);
+      break;
+    case CB_OPT_ENUM:
+      printf("{one_of, [");
+      for (int i = 0; o->names[i] != NULL; i++) printf("%s%s", i ? ", " : "", o->names[i]);
+      printf("]}");
       break;
   }
 }
@@ -60,6 +69,7 @@ static void print_default(const cb_option_t *o) {
       else printf("undefined");
       break;
     case CB_OPT_CPUS: printf("[]"); break;
+    case CB_OPT_ENUM: printf("%s", o->names[o->def]); break;
   }
 }
 
@@ -91,7 +101,8 @@ int main(void) {
     first = 0;
   }
   printf("}.\n\n"
-         "-type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,\n"
+         "-type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus |\n"
+         "                            enum,\n"
          "                    min := non_neg_integer(), max := non_neg_integer(), default := term(),\n"
          "                    allowed := term(), engines := [cbench:engine()], doc := string()}.\n\n"
          "%%%% @doc One map per option: `key' in the Erlang API, `name' in the engine's table (and in the\n"

@@ -12,6 +12,14 @@
 
 #include "cbench.h"
 
+/* " A|B|C (default A)": the names an ENUM flag takes. */
+static void enum_arg(const cb_option_t *o, char *arg, size_t cap) {
+  size_t n = 0;
+  for (int i = 0; o->names[i] != NULL && n < cap; i++)
+    n += (size_t)snprintf(arg + n, cap - n, "%s%s", i == 0 ? " " : "|", o->names[i]);
+  if (n < cap) snprintf(arg + n, cap - n, " (default %s)", o->names[o->def]);
+}
+
 /* Flags, their defaults and their ranges all come from the option table (cb_config_options()). */
 static void usage(FILE *f) {
   int n;
@@ -34,6 +42,7 @@ static void usage(FILE *f) {
       case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
       case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
       case CB_OPT_STRING: snprintf(arg, sizeof arg, strstr(o->name, "file") ? " FILE" : " DIR"); break;
+      case CB_OPT_ENUM: enum_arg(o, arg, sizeof arg); break;
     }
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
   }
@@ -119,6 +128,14 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
       fprintf(stderr, "cbench-server: %s takes %llu to %llu characters\n", o->flag, (unsigned long long)o->min,
               (unsigned long long)o->max);
       return -1;
+    case CB_OPT_ENUM: {
+      for (int i = 0; o->names[i] != NULL; i++)
+        if (strcmp(v, o->names[i]) == 0) return cb_config_set_uint(cfg, o, (uint64_t)i);
+      char names[64];
+      enum_arg(o, names, sizeof names);
+      fprintf(stderr, "cbench-server: %s takes one of%s, not '%s'\n", o->flag, names, quoted(v, q, sizeof q));
+      return -1;
+    }
   }
   return -1;
 }
@@ -241,6 +258,20 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   printf("  tls: handshakes failed %llu, refused %llu; kernel TLS %llu\n",
          (unsigned long long)s->tls_handshakes_failed, (unsigned long long)s->tls_handshakes_refused,
          (unsigned long long)s->tls_ktls);
+  if (s->tls_handshakes_full + s->tls_handshakes_resumed > 0)
+    printf("  tls handshakes: full %llu, resumed %llu\n", (unsigned long long)s->tls_handshakes_full,
+           (unsigned long long)s->tls_handshakes_resumed);
+}
+
+/* Writes n bytes of data to $TMPDIR/cbench-WHAT-PID.pem; path gets the name. 0, or -1 with errno. */
+static int write_tmp(const char *what, const char *data, size_t n, char *path, size_t cap) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, cap, "%s/cbench-%s-%d.pem", tmp && *tmp ? tmp : "/tmp", what, (int)getpid());
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return -1;
+  int ok = fwrite(data, 1, n, f) == n;
+  if (fclose(f) != 0) ok = 0;
+  return ok ? 0 : -1;
 }
 
 /* Writes the server's made CA (cb_server_tls_ca) to $TMPDIR/cbench-ca-PID.pem: path gets the name (empty when the
@@ -249,13 +280,20 @@ static int write_ca(cb_server_t *srv, char *path, size_t cap) {
   char pem[16384];
   int n = cb_server_tls_ca(srv, pem, sizeof pem);
   if (n < 0) return 0;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(path, cap, "%s/cbench-ca-%d.pem", tmp && *tmp ? tmp : "/tmp", (int)getpid());
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return -1;
-  int ok = fwrite(pem, 1, (size_t)n, f) == (size_t)n;
-  if (fclose(f) != 0) ok = 0;
-  return ok ? 0 : -1;
+  return write_tmp("ca", pem, (size_t)n, path, cap);
+}
+
+/* With --tls-client-auth: a client certificate issued by the server's client CA (CN "cbench client") and its key,
+ * in $TMPDIR/cbench-client-PID.pem and $TMPDIR/cbench-client-key-PID.pem, for curl --cert and --key. 0, or -1
+ * with errno (the path that failed in cert_path or key_path). */
+static int write_client_cert(cb_server_t *srv, char *cert_path, char *key_path, size_t cap) {
+  char cert[8192], key[8192];
+  if (cb_server_tls_client_cert(srv, "cbench client", cert, sizeof cert, key, sizeof key) != 0) {
+    errno = ENOMEM;
+    return -1;
+  }
+  if (write_tmp("client", cert, strlen(cert), cert_path, cap) != 0) return -1;
+  return write_tmp("client-key", key, strlen(key), key_path, cap);
 }
 
 int main(int argc, char **argv) {
@@ -338,6 +376,16 @@ int main(int argc, char **argv) {
     cb_server_stop(srv);
     return 1;
   }
+  char client_path[4096] = "", client_key_path[4096] = "";
+  if (cfg.tls && cfg.tls_client_auth != CB_TLS_CLIENT_AUTH_NONE &&
+      write_client_cert(srv, client_path, client_key_path, sizeof client_path) != 0) {
+    fprintf(stderr, "cbench-server: cannot write a TLS client certificate to %s: %s\n",
+            client_key_path[0] ? client_key_path : client_path, strerror(errno));
+    if (ca_path[0]) unlink(ca_path);
+    if (client_path[0]) unlink(client_path);
+    cb_server_stop(srv);
+    return 1;
+  }
   const char *host = cfg.host;
   int v6 = strchr(host, ':') != NULL;
   int threads = cb_server_threads(srv);
@@ -360,6 +408,8 @@ int main(int argc, char **argv) {
     else
       printf("cbench-server kernel TLS off: %s\n", why);
   }
+  if (client_path[0])
+    printf("cbench-server TLS client certificate in %s, its key in %s\n", client_path, client_key_path);
   if (cfg.admin) {
     int a6 = strchr(cfg.admin_host, ':') != NULL;
     printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",
@@ -375,6 +425,8 @@ int main(int argc, char **argv) {
   if (cb_server_route_counts(srv, &counts) != 0) counts = NULL;
   cb_server_stop_stats(srv, &stats);
   if (ca_path[0]) unlink(ca_path);
+  if (client_path[0]) unlink(client_path);
+  if (client_key_path[0]) unlink(client_key_path);
   print_stats(&stats, counts);
   cb_route_counts_free(counts);
   return 0;

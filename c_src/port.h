@@ -56,6 +56,8 @@ void port_tls(void);
 void port_scenario(const char *buf, int args);
 void port_scenario_set(const char *buf, int args);
 void port_scenarios_reset(void);
+void port_client_ca(void);
+void port_client_cert(const char *buf, int args);
 void port_requests(const char *buf, int args);
 void port_requests_clear(void);
 void port_journal_listen(const char *buf, int args);

@@ -13,6 +13,8 @@
  *   {journal_listen, Bool}             -> ok | {error, Reason}   (port_deliver.c writes the wake-ups)
  *   {handler_add, Match, TimeoutMs, Stream} -> {ok, Id} | {error, Reason}   (Stream: the body in pieces)
  *   {handler_fail, Id}                 -> ok | {error, Reason}   (the handler died: 503s, cut streams)
+ *   client_ca                          -> {ok, Pem} | {error, no_tls}
+ *   {client_cert, Cn}                  -> {ok, CertPem, KeyPem, Subject, Sha256} | {error, no_tls | einval}
  *   {reply, [Item]}                    -> no answer: one cb_server_reply() call for every item of the frame
  *
  * Arguments that do not decode get {error, badarg} and the program goes on; a {reply, Items} frame that does not
@@ -21,6 +23,8 @@
  * Replies carry no answer: the node keeps each request's state (docs/erlang.md), so an answer refused here
  * (CB_EGONE) raced the request's end, which the node learns from {cbench_gone, Ref}.
  */
+#include <string.h>
+
 #include "port.h"
 
 #define T(i) CB_EI_TERM(i)
@@ -209,4 +213,62 @@ void port_reply(const char *buf, int args) {
   (void)cb_server_reply(port_server, items.items, items.n);
   cb_codec_replies_free(&items);
   cb_ei_in_free(&r);
+}
+
+/* ---- TLS client certificates (docs/tls.md) ---- */
+
+/* client_ca -> {ok, Pem} | {error, no_tls}. */
+void port_client_ca(void) {
+  char pem[8192];
+  int n = cb_server_tls_client_ca(port_server, pem, sizeof pem);
+  if (n == CB_ENOENT) {
+    port_reply_error_atom("no_tls");
+    return;
+  }
+  if (n < 0) {
+    port_reply_result(n);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "ok");
+  ei_x_encode_binary(&x, pem, n);
+  port_send(&x);
+}
+
+/* {client_cert, Cn} -> {ok, CertPem, KeyPem, Subject, Sha256} | {error, no_tls | einval}, as the NIF. */
+void port_client_cert(const char *buf, int args) {
+  int idx = args, type, size;
+  char cn[65];
+  long len;
+  if (ei_get_type(buf, &idx, &type, &size) != 0 || type != ERL_BINARY_EXT) {
+    port_reply_error_atom("badarg");
+    return;
+  }
+  if (size == 0 || size > 64 || ei_decode_binary(buf, &idx, cn, &len) != 0 || memchr(cn, 0, (size_t)len) != NULL) {
+    port_reply_result(CB_EINVAL);
+    return;
+  }
+  cn[len] = '\0';
+  char cert[8192], key[8192], subject[512], sha[65];
+  int err = cb_server_tls_client_cert(port_server, cn, cert, sizeof cert, key, sizeof key);
+  if (err == CB_ENOENT) {
+    port_reply_error_atom("no_tls");
+    return;
+  }
+  int n = err < 0 ? err : cb_tls_cert_identity(cert, strlen(cert), subject, sizeof subject, sha);
+  if (n < 0) {
+    port_reply_result(n);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 5);
+  ei_x_encode_atom(&x, "ok");
+  ei_x_encode_binary(&x, cert, (long)strlen(cert));
+  ei_x_encode_binary(&x, key, (long)strlen(key));
+  ei_x_encode_binary(&x, subject, n);
+  ei_x_encode_binary(&x, sha, 64);
+  port_send(&x);
 }

@@ -8,7 +8,7 @@
 -export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
          clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
--export([tls/1, client_tls_opts/1, client_tls_opts/2]).
+-export([tls/1, client_tls_opts/1, client_tls_opts/2, client_cert/2]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
@@ -16,7 +16,8 @@
               {stop, 0}, {stub, 3}, {unstub, 2}, {stubs, 1}, {reset, 1}, {scenario, 2}, {scenario, 3},
               {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {near_misses, 1},
               {await, 4}, {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2},
-              {finish, 1}, {replies, 1}, {tls, 1}, {client_tls_opts, 1}, {client_tls_opts, 2}]).
+              {finish, 1}, {replies, 1}, {tls, 1}, {client_tls_opts, 1}, {client_tls_opts, 2},
+              {client_cert, 2}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0, tls_info/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
@@ -33,7 +34,8 @@
 -type proto() :: http1 | h2c_prior | h2c_upgrade | h1_tls | h2_tls.
 %% A TLS server's certificates for a test (tls/1): the CA that signed the server's leaf, as PEM and
 %% DER (`undefined' with the user's own certificate files: the test has its CA).
--type tls_info() :: #{ca_pem := binary() | undefined, ca_der := binary() | undefined}.
+-type tls_info() :: #{ca_pem := binary() | undefined, ca_der := binary() | undefined,
+                      client_ca_pem := binary(), client_ca_der := binary()}.
 %% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
 %% has the fixture routes (atoms) and the stubs by name (binaries).
 -type stats() :: #{conns_accepted := non_neg_integer(), conns_open := non_neg_integer(),
@@ -51,7 +53,9 @@
                    handler_timeouts := non_neg_integer(),
                    tls_handshakes_failed := non_neg_integer(),
                    tls_handshakes_refused := non_neg_integer(),
-                   tls_ktls := non_neg_integer()}.
+                   tls_ktls := non_neg_integer(),
+                   tls_handshakes_full := non_neg_integer(),
+                   tls_handshakes_resumed := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
@@ -211,7 +215,9 @@ admin_url(_) ->
 
 %% @doc The certificates a test needs to trust a TLS server (started with `tls => true' on nif or
 %% port): the CA that signed its leaf, PEM and DER, both `undefined' when the server serves the
-%% user's own files (`tls_cert_file'). {error, no_tls} for a server without TLS.
+%% user's own files (`tls_cert_file'); and the client CA that `client_auth' verifies client
+%% certificates against (client_ca_pem, client_ca_der: cbench:client_cert/2 issues them).
+%% {error, no_tls} for a server without TLS.
 -spec tls(server()) -> tls_info() | {error, no_tls | not_running}.
 tls(Server) when is_pid(Server) ->
     cbench_server:call(Server, tls);
@@ -281,6 +287,20 @@ host(Ip) -> inet:ntoa(Ip).
 stats(Server) when is_pid(Server) ->
     cbench_server:call(Server, stats);
 stats(_) ->
+    error(badarg).
+
+%% @doc A client certificate issued by the server's client CA, for a TLS server started with
+%% `client_auth => request | require' (docs/tls.md): `#{cn => Cn}' (default `<<"cbench client">>'),
+%% ECDSA P-256, valid from an hour ago for a week. Give `{cert, CertDer}' and `{key, Key}' to
+%% `ssl', or write `cert_pem' and `key_pem' to files for curl. `{error, no_tls}' for a server
+%% without TLS; `{error, {bad_client_cert, {Field, Value, Why}}}' for bad options.
+-spec client_cert(server(), #{cn => binary()}) -> cbench_tls_auth:client_cert() | {error, term()}.
+client_cert(Server, Opts) when is_pid(Server) ->
+    case cbench_tls_auth:check(Opts) of
+        {ok, Cn} -> cbench_server:call(Server, {client_cert, Cn});
+        Error -> Error
+    end;
+client_cert(_, _) ->
     error(badarg).
 
 %%% Routes as data: stubs, the journal, expectations, down/up (docs/erlang.md).

@@ -145,7 +145,8 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
                                  h2_tls => 0},
           h2_errors => 0,
           %% No TLS on this engine yet (issue 24).
-          tls_handshakes_failed => 0, tls_handshakes_refused => 0, tls_ktls => 0}.
+          tls_handshakes_failed => 0, tls_handshakes_refused => 0, tls_ktls => 0,
+          tls_handshakes_full => 0, tls_handshakes_resumed => 0}.
 
 %% A stub's fault, parsed once for the connections (the HTTP/2 kinds cannot be served here).
 fault_run({ok, R = #{fault := Text}}) ->

@@ -49,6 +49,14 @@
 %% The counters, with the keys of cbench:stats() (those of cb_stats_t), or {error, Reason}.
 -callback stats(handle()) -> map() | {error, term()}.
 
+%% TLS client certificates (docs/tls.md). A client certificate for common name Cn (checked by
+%% cbench_tls_auth:check/1) issued by the engine's client CA, as cbench:client_cert/2 returns it;
+%% {error, no_tls} without TLS. The server's client CA as PEM. Optional: an engine without them
+%% answers {error, not_supported} through the server.
+-callback client_cert(handle(), Cn :: binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
+-callback client_ca(handle()) -> {ok, binary()} | {error, term()}.
+-optional_callbacks([client_cert/2, client_ca/1]).
+
 %% Threads and where they run (CPUs or schedulers), and the admin API's port when it is on; the
 %% server adds `engine', `port' and `ip'.
 -callback info(handle()) -> map().

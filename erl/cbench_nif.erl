@@ -6,6 +6,8 @@
 
 -export([start/1, stop/1, handle_info/2, port/1, tls_port/1, stats/1, info/1, tls/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
+-export([client_cert/2, client_ca/1, client_cert_nif/2, client_ca_nif/1]).
+-ignore_xref([{client_cert, 2}, {client_ca, 1}, {client_cert_nif, 2}, {client_ca_nif, 1}]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
@@ -32,7 +34,7 @@
        route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
        requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
        reply_nif/2, scenario_nif/2, scenario_set_nif/3,
-       scenarios_reset_nif/1]).
+       scenarios_reset_nif/1, client_ca_nif/1, client_cert_nif/2]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -135,6 +137,19 @@ scenario_set(H, Name, State) -> {scenario_set_nif(H, Name, State), H}.
 -spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.
 scenarios_reset(H) -> {scenarios_reset_nif(H), H}.
 
+%% @doc A client certificate issued by the client CA (cbench:client_cert/2).
+-spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
+client_cert(H, Cn) ->
+    case client_cert_nif(H, Cn) of
+        {ok, CertPem, KeyPem, Subject, Sha256} ->
+            cbench_tls_auth:cert_map(CertPem, KeyPem, Subject, Sha256);
+        Error -> Error
+    end.
+
+%% @doc The client CA as PEM; {error, no_tls} without TLS.
+-spec client_ca(handle()) -> {ok, binary()} | {error, term()}.
+client_ca(H) -> client_ca_nif(H).
+
 %% @doc The stubs with their names, hits and uses left.
 -spec stubs(handle()) -> [map()] | {error, stopped}.
 stubs(H) -> stubs_nif(H).
@@ -226,3 +241,7 @@ scenario_nif(_H, _Name) -> erlang:nif_error({not_loaded, ?MODULE}).
 scenario_set_nif(_H, _Name, _State) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 scenarios_reset_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+client_ca_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+client_cert_nif(_H, _Cn) -> erlang:nif_error({not_loaded, ?MODULE}).

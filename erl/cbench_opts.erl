@@ -11,7 +11,8 @@
 %% Allowed: `{integer, Min, Max}', `boolean', `address' (an IP tuple, an address literal or a host
 %% name that resolves), `{list, {integer, Min, Max}}' (CPU numbers), `{known, Keys}' (the keys the
 %% engine takes, for an unknown key), `{available, Cpus}' (the CPUs the node may run on, for a pin
-%% the kernel refused), `{engines, Engines}' (an option other engines take).
+%% the kernel refused), `{engines, Engines}' (an option other engines take), `{one_of, Atoms}' (the
+%% names an option such as `client_auth' takes).
 -type bad_option() :: {bad_option, Key :: term(), Value :: term(), Allowed :: term()}.
 
 %% @doc The engines start_server/2 knows.
@@ -152,6 +153,11 @@ value(#{type := address}, V, _) ->
     case address(V) of
         {ok, Ip} -> {ok, Ip};
         error -> {error, address}
+    end;
+value(#{type := enum, allowed := {one_of, Names} = Allowed}, V, _) ->
+    case lists:member(V, Names) of
+        true -> {ok, V};
+        false -> {error, Allowed}
     end;
 value(#{type := cpus}, default, _) ->
     {ok, default};

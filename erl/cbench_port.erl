@@ -11,6 +11,8 @@
 -export([open/0, request/3]).
 -export([handler_add/4, handler_fail/2]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
+-export([client_cert/2, client_ca/1]).
+-ignore_xref([{client_cert, 2}, {client_ca, 1}]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
 
@@ -216,6 +218,19 @@ scenario(#h{port = Port}, Name) -> request(Port, {scenario, Name}, ?CALL_TIMEOUT
 -spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
 scenario_set(H = #h{port = Port}, Name, State) ->
     {request(Port, {scenario_set, Name, State}, ?CALL_TIMEOUT), H}.
+
+%% @doc A client certificate issued by the client CA (cbench:client_cert/2).
+-spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
+client_cert(#h{port = Port}, Cn) ->
+    case request(Port, {client_cert, Cn}, ?CALL_TIMEOUT) of
+        {ok, CertPem, KeyPem, Subject, Sha256} ->
+            cbench_tls_auth:cert_map(CertPem, KeyPem, Subject, Sha256);
+        Error -> Error
+    end.
+
+%% @doc The client CA as PEM; {error, no_tls} without TLS.
+-spec client_ca(handle()) -> {ok, binary()} | {error, term()}.
+client_ca(#h{port = Port}) -> request(Port, client_ca, ?CALL_TIMEOUT).
 
 %% @doc Every scenario back to `started'.
 -spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.

@@ -29,9 +29,11 @@
                   tls_key_file => string() | binary(),
                   tls_port => 0..65535 | undefined,
                   tls_max_handshakes => 1..65535,
+                  client_auth => none | request | require,
                   close => boolean()}.
 
--type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus,
+-type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus |
+                            enum,
                     min := non_neg_integer(), max := non_neg_integer(), default := term(),
                     allowed := term(), engines := [cbench:engine()], doc := string()}.
 
@@ -109,7 +111,7 @@ options() ->
        doc => "the admin API's TCP port; 0 binds an ephemeral one"},
      #{key => tls, name => tls, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
-       engines => [nif, port, ehttpd],
+       engines => [nif, port],
        doc => "the listener speaks TLS (ALPN h2 and http/1.1); certificates made at start unless given"},
      #{key => tls_cert_file, name => tls_cert_file, type => string, min => 0, max => 4095,
        default => undefined, allowed => {string, 4095},
@@ -127,6 +129,10 @@ options() ->
        default => 256, allowed => {integer, 1, 65535},
        engines => [nif, port],
        doc => "TLS handshakes in progress per worker; a TLS connection accepted over it is closed at once"},
+     #{key => client_auth, name => tls_client_auth, type => enum, min => 0, max => 2,
+       default => none, allowed => {one_of, [none, request, require]},
+       engines => [nif, port],
+       doc => "with TLS: none, request (verify a client certificate when one is sent) or require one"},
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],

@@ -91,10 +91,17 @@ serve(starter, _From, S = #{starter := Starter}) ->
     {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:stats(H), S};
-serve(tls, _From, S = #{opts := O}) when not is_map_key(tls, O); map_get(tls, O) =:= false ->
-    {reply, {error, no_tls}, S};
-serve(tls, _From, S = #{mod := Mod, handle := H}) ->
-    {reply, Mod:tls(H), S};
+serve(tls, _From, S = #{mod := Mod, handle := H, opts := O}) ->
+    %% TLS is on with `tls => true', or with a TLS port beside the cleartext one.
+    case maps:get(tls, O, false) orelse maps:get(tls_port, O, undefined) =/= undefined of
+        false -> {reply, {error, no_tls}, S};
+        true -> {reply, with_client_ca(Mod:tls(H), optional(S, client_ca, [])), S}
+    end;
+serve({client_cert, Cn}, _From, S) ->
+    {reply, optional(S, client_cert, [Cn]), S};
+serve(client_ca, _From, S) ->
+    %% The client CA as PEM, for cbench:tls/1's client_ca_pem (docs/tls.md).
+    {reply, optional(S, client_ca, []), S};
 serve(info, _From, S = #{engine := E, mod := Mod, handle := H, opts := O}) ->
     {reply, maps:merge(#{engine => E, port => Mod:port(H), ip => maps:get(ip, O)}, Mod:info(H)),
      S};
@@ -230,6 +237,20 @@ forget_handlers(Ids, S = #{handlers := Hs}) ->
 engine(S = #{mod := Mod, handle := H}, Fun, Args) ->
     {Reply, H1} = apply(Mod, Fun, [H | Args]),
     {reply, Reply, S#{handle := H1}}.
+
+%% cbench:tls/1's map with the client CA (PEM and DER) where the engine has one.
+with_client_ca(Info = #{}, {ok, Pem}) ->
+    [{'Certificate', Der, not_encrypted}] = public_key:pem_decode(Pem),
+    Info#{client_ca_pem => Pem, client_ca_der => Der};
+with_client_ca(Info, _) ->
+    Info.
+
+%% An optional callback of the engine (cbench_engine); {error, not_supported} when it has none.
+optional(#{mod := Mod, handle := H}, Fun, Args) ->
+    case erlang:function_exported(Mod, Fun, length(Args) + 1) of
+        true -> apply(Mod, Fun, [H | Args]);
+        false -> {error, not_supported}
+    end.
 
 %% Sends the replies of waiters that are done; with nobody left waiting, the engine stops waking us.
 answer(Replies, S = #{mod := Mod, handle := H, waiters := Ws}) ->

@@ -100,7 +100,14 @@ typedef struct cb_config_s {
                                 * TLS is on then, whether cfg.tls is set or not */
   unsigned tls_max_handshakes; /* TLS handshakes in progress per worker, 1..65535; default 256. A connection
                                 * accepted over it is closed at once (cb_stats_t.tls_handshakes_refused) */
+  int tls_client_auth;         /* with tls: CB_TLS_CLIENT_AUTH_NONE (default), _REQUEST (a certificate is asked
+                                * for and, when sent, verified against the client CA; none is fine) or _REQUIRE
+                                * (a handshake without a valid one fails: certificate_required in TLS 1.3).
+                                * The client CA is made at start (cb_server_tls_client_ca()) */
 } cb_config_t;
+
+/* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
+enum { CB_TLS_CLIENT_AUTH_NONE, CB_TLS_CLIENT_AUTH_REQUEST, CB_TLS_CLIENT_AUTH_REQUIRE };
 
 #define CB_JOURNAL_MAX 10000000u
 #define CB_JOURNAL_BODY_MAX (64u << 20)
@@ -142,6 +149,8 @@ typedef struct cb_stats_s {
   uint64_t tls_handshakes_refused; /* TLS connections closed at accept: cfg.tls_max_handshakes were in progress */
   uint64_t tls_ktls;               /* TLS connections whose records went to the kernel after the handshake (kernel
                                     * TLS: cb_server_ktls()) */
+  uint64_t tls_handshakes_full;    /* TLS handshakes completed with a new session */
+  uint64_t tls_handshakes_resumed; /* TLS handshakes completed by resuming a session (a ticket or the cache) */
 } cb_stats_t;
 
 typedef struct cb_server_s cb_server_t;
@@ -161,7 +170,9 @@ typedef enum {
   CB_OPT_BOOL,   /* an int field, 0 or 1 */
   CB_OPT_HOST,   /* const char *: an IPv4 or IPv6 literal or a host name (resolved at start); max = longest */
   CB_OPT_STRING, /* const char *, NULL allowed; max = longest length */
-  CB_OPT_CPUS    /* the cpus / ncpus pair: at most CB_MAX_THREADS CPU numbers, each within [min, max] */
+  CB_OPT_CPUS,   /* the cpus / ncpus pair: at most CB_MAX_THREADS CPU numbers, each within [min, max] */
+  CB_OPT_ENUM    /* an int field, the index of one of `names` (min 0, max the last index): a name in the CLI,
+                  * an atom in Erlang */
 } cb_opt_type;
 
 /* cb_option_t.flags */
@@ -187,6 +198,7 @@ typedef struct cb_option_s {
   unsigned flags;      /* CB_OPT_F_* */
   size_t offset;       /* where the field lies in cb_config_t (CPUS: cpus; ncpus follows it) */
   size_t size;         /* its size (sizeof int, unsigned or size_t) */
+  const char *const *names; /* ENUM: the value names, index = value, NULL-terminated; else NULL */
 } cb_option_t;
 
 /* The option table and its length (*count, when count is not NULL). Static, never freed, any thread. */
@@ -242,6 +254,26 @@ CB_EXTERN int cb_server_tls_port(const cb_server_t *srv);
  * bytes, NUL-terminated; why may be NULL): no TLS, or the kernel offers no `tls` ULP (`modprobe tls`, docs/tls.md).
  * UV_EINVAL for NULL srv. */
 CB_EXTERN int cb_server_ktls(const cb_server_t *srv, char *why, size_t why_size);
+
+/* The client CA of a TLS server (made at start, even with the user's certificate files) as PEM, NUL-terminated in
+ * pem[0..cap): its length, UV_ENOBUFS when cap is too small (4096 is enough), UV_ENOENT without TLS. With
+ * cfg.tls_client_auth, the server verifies client certificates against it. Any thread. */
+CB_EXTERN int cb_server_tls_client_ca(const cb_server_t *srv, char *pem, size_t cap);
+
+/* Issues a client certificate signed by the server's client CA: common name cn (1 to 64 bytes of UTF-8, no
+ * control characters), ECDSA P-256, extendedKeyUsage clientAuth, valid from an hour ago for a week. The
+ * certificate and its unencrypted key (PKCS#8) as PEM, NUL-terminated, in cert_pem[0..cert_cap) and
+ * key_pem[0..key_cap) (4096 bytes each are enough). Returns 0, UV_EINVAL (NULL, or a cn out of bounds),
+ * UV_ENOBUFS, UV_ENOENT without TLS, UV_ENOMEM. Each call makes a new key. Any thread. */
+CB_EXTERN int cb_server_tls_client_cert(const cb_server_t *srv, const char *cn, char *cert_pem, size_t cert_cap,
+                                        char *key_pem, size_t key_cap);
+
+/* How the server names a client certificate (the journal's client_cert): the first certificate of cert_pem
+ * (len bytes of PEM)'s subject, RFC 2253 style ("CN=alice", characters beyond ASCII kept as UTF-8),
+ * NUL-terminated in subject[0..subject_cap), and its SHA-256 fingerprint over the DER, 64 lowercase hex digits
+ * and a NUL in sha256. Returns the subject's length, UV_EINVAL (no certificate in the PEM), UV_ENOBUFS. */
+CB_EXTERN int cb_tls_cert_identity(const char *cert_pem, size_t len, char *subject, size_t subject_cap,
+                                   char sha256[65]);
 
 /* The number of worker threads. */
 CB_EXTERN int cb_server_threads(const cb_server_t *srv);
@@ -747,6 +779,9 @@ typedef struct cb_request_s {
   cb_str_t tls_sni;     /* the server name the client sent (SNI); empty when it sent none */
   cb_str_t tls_alpn;    /* the protocol ALPN chose: "h2", "http/1.1"; empty when the client offered none. Static */
   int tls_resumed;      /* 1: the session was resumed (a ticket or the session cache), no full handshake */
+  cb_str_t tls_client_subject; /* the client certificate's subject, RFC 2253 style ("CN=alice", at most 255
+                                * bytes kept); empty when the client sent none (cfg.tls_client_auth) */
+  cb_str_t tls_client_sha256;  /* its SHA-256 fingerprint, 64 lowercase hex digits; empty when none */
 } cb_request_t;
 
 /* Which requests a read returns; zero it for "all". */

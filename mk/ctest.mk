@@ -119,6 +119,7 @@ asan-run: $(CTEST_BIN) $(BUILD)/cbench-server
 	$(SAN_ENV) CBENCH_SERVER=$(BUILD)/cbench-server CBENCH_E2E_LOAD=2000 test/e2e.sh
 	$(SAN_ENV) CBENCH_SERVER=$(BUILD)/cbench-server CBENCH_TLS_LOAD=1000 test/tls_e2e.sh
 	$(SAN_ENV) CBENCH_SERVER=$(BUILD)/cbench-server test/tls_faults_e2e.sh
+	$(SAN_ENV) CBENCH_SERVER=$(BUILD)/cbench-server test/tls_auth_e2e.sh
 
 # ---- fuzzing: the library compiled again with clang for libFuzzer ----
 

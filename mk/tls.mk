@@ -1,13 +1,15 @@
 # TLS (issue 24, docs/tls.md): cbench-server with --tls against curl, nghttp and h2load.
 #
-#   make tls-e2e          test/tls_e2e.sh, then test/tls_faults_e2e.sh (the TLS faults' table of docs/faults.md),
-#                         against $(BUILD)/cbench-server (the sanitizer build runs both in make asan)
+#   make tls-e2e          test/tls_e2e.sh, test/tls_auth_e2e.sh (client certificates, resumption), then
+#                         test/tls_faults_e2e.sh (the TLS faults' table of docs/faults.md), against
+#                         $(BUILD)/cbench-server (the sanitizer build runs all three in make asan)
 
 TEST_TARGETS += tls-e2e
 .PHONY: tls-e2e
 
 tls-e2e: $(BUILD)/cbench-server
 	CBENCH_SERVER=$(BUILD)/cbench-server test/tls_e2e.sh
+	CBENCH_SERVER=$(BUILD)/cbench-server test/tls_auth_e2e.sh
 	CBENCH_SERVER=$(BUILD)/cbench-server test/tls_faults_e2e.sh
 
 # ---- fuzzing: the TLS transport's glue under a real connection (test/fuzz/fuzz_tls.c), with the library objects

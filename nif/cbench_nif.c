@@ -202,6 +202,13 @@ static ERL_NIF_TERM allowed_term(ErlNifEnv *env, const cb_option_t *o) {
     case CB_OPT_CPUS:
       return enif_make_tuple2(env, atom_list, enif_make_tuple3(env, atom_integer, enif_make_uint64(env, o->min),
                                                                  enif_make_uint64(env, o->max)));
+    case CB_OPT_ENUM: {
+      ERL_NIF_TERM l = enif_make_list(env, 0);
+      int n = 0;
+      while (o->names[n] != NULL) n++;
+      for (int i = n - 1; i >= 0; i--) l = enif_make_list_cell(env, enif_make_atom(env, o->names[i]), l);
+      return enif_make_tuple2(env, atom_one_of, l);
+    }
   }
   return atom_error;
 }
@@ -248,6 +255,13 @@ static int decode_option(ErlNifEnv *env, const cb_option_t *o, ERL_NIF_TERM v, c
       strs->used += bin.size + 1;
       memcpy((char *)cfg + o->offset, &s, sizeof s);
       return 0;
+    }
+    case CB_OPT_ENUM: {
+      char name[32];
+      if (enif_get_atom(env, v, name, sizeof name, ERL_NIF_LATIN1) <= 0) return -1;
+      for (int i = 0; o->names[i] != NULL; i++)
+        if (strcmp(name, o->names[i]) == 0) return cb_config_set_uint(cfg, o, (uint64_t)i);
+      return -1;
     }
     case CB_OPT_CPUS: {
       if (!enif_get_list_length(env, v, &len) || len > CB_MAX_THREADS) return -1;
@@ -558,6 +572,8 @@ static ErlNifFunc funcs[] = {
     {"scenario_nif", 2, nif_scenario, 0},
     {"scenario_set_nif", 3, nif_scenario_set, 0},
     {"scenarios_reset_nif", 1, nif_scenarios_reset, 0},
+    {"client_ca_nif", 1, nif_client_ca, 0},
+    {"client_cert_nif", 2, nif_client_cert, ERL_NIF_DIRTY_JOB_CPU_BOUND}, /* a key and a signature */
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

@@ -21,7 +21,7 @@
   X(boolean) X(address) X(string) X(list) X(available) X(known) X(method) X(path) X(query) X(headers) X(peer)  \
   X(proto) X(body) X(handle) X(stream) X(cbench_journal) X(cbench_request) X(cbench_requests) X(cbench_nif)    \
   X(cbench_body) X(cbench_body_end) X(admin_port) X(enomem) X(http1) X(h2c_prior) X(h2c_upgrade)   \
-  X(h1_tls) X(h2_tls) X(no_ca) X(tls_port) X(ktls) X(ktls_why)
+  X(h1_tls) X(h2_tls) X(no_ca) X(tls_port) X(ktls) X(ktls_why) X(one_of)
 
 #define NIF_DECLARE_ATOM(name) extern ERL_NIF_TERM atom_##name;
 NIF_ATOMS(NIF_DECLARE_ATOM)
@@ -91,6 +91,9 @@ ERL_NIF_TERM nif_route_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 ERL_NIF_TERM nif_scenario(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_scenario_set(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_scenarios_reset(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* nif_tls_auth.c: the client CA and client certificates. */
+ERL_NIF_TERM nif_client_ca(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_client_cert(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_requests_clear(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

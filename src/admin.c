@@ -173,7 +173,14 @@ static json_t *tls_json(const cb_request_t *r) {
     json_object_set_new(t, "sni", json_null());
   json_object_set_new(t, "alpn", r->tls_alpn.len ? json_stringn(r->tls_alpn.ptr, r->tls_alpn.len) : json_null());
   json_object_set_new(t, "resumed", json_boolean(r->tls_resumed));
-  json_object_set_new(t, "client_cert", json_null());
+  if (r->tls_client_sha256.len) {
+    json_t *cc = json_object();
+    set_bytes(cc, "subject", r->tls_client_subject);
+    set_bytes(cc, "sha256", r->tls_client_sha256);
+    json_object_set_new(t, "client_cert", cc);
+  } else {
+    json_object_set_new(t, "client_cert", json_null());
+  }
   return t;
 }
 
@@ -447,6 +454,7 @@ static answer_t get_stats(cb__admin_t *a) {
   U(status_400); U(status_404); U(status_405); U(status_413); U(status_431); U(timeouts); U(resets);
   U(h2_errors); U(accept_backoffs); U(faults); U(handler_unavailable); U(handler_timeouts);
   U(tls_handshakes_failed); U(tls_handshakes_refused); U(tls_ktls);
+  U(tls_handshakes_full); U(tls_handshakes_resumed);
 #undef U
   for (int i = 0; i < CB_PROTO_COUNT; i++) {
     json_object_set_new(conns, cb_proto_name(i), json_integer((json_int_t)s.conns_by_proto[i]));

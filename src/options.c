@@ -13,6 +13,9 @@
 
 #include "engine.h"
 
+/* The names of tls_client_auth's values, in CB_TLS_CLIENT_AUTH_* order. */
+static const char *const client_auth_names[] = {"none", "request", "require", NULL};
+
 #define FIELD(f) .offset = offsetof(cb_config_t, f), .size = sizeof(((cb_config_t *)0)->f)
 
 static const cb_option_t options[] = {
@@ -68,7 +71,7 @@ static const cb_option_t options[] = {
      .def_str = "127.0.0.1", .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(admin_host),
      .doc = "address the admin API binds (anything but loopback lets other machines change the stubs)"},
     {.name = "tls", .flag = "--tls", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
-     FIELD(tls),
+     .flags = CB_OPT_F_C_ENGINES, FIELD(tls),
      .doc = "the listener speaks TLS (ALPN h2 and http/1.1); certificates made at start unless given"},
     {.name = "tls_cert_file", .flag = "--tls-cert-file", .type = CB_OPT_STRING, .min = 0, .max = 4095,
      .err = UV_EINVAL, FIELD(tls_cert_file),
@@ -82,6 +85,10 @@ static const cb_option_t options[] = {
     {.name = "tls_max_handshakes", .flag = "--tls-max-handshakes", .type = CB_OPT_UINT, .min = 1, .max = 65535,
      .def = 256, .err = CB_ELIMIT, .flags = CB_OPT_F_C_ENGINES, FIELD(tls_max_handshakes),
      .doc = "TLS handshakes in progress per worker; a TLS connection accepted over it is closed at once"},
+    {.name = "tls_client_auth", .erl_key = "client_auth", .flag = "--tls-client-auth", .type = CB_OPT_ENUM,
+     .min = 0, .max = 2, .def = CB_TLS_CLIENT_AUTH_NONE, .err = UV_EINVAL, .names = client_auth_names,
+     .flags = CB_OPT_F_C_ENGINES, FIELD(tls_client_auth),
+     .doc = "with TLS: none, request (verify a client certificate when one is sent) or require one"},
     {.name = "close", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
      .flags = CB_OPT_F_EHTTPD_ONLY, .doc = "ehttpd only: the original ehttpd (one canned answer, then close)"},
 };
@@ -102,6 +109,11 @@ const cb_option_t *cb_config_option(const char *name) {
 }
 
 static int has_field(const cb_option_t *o) { return (o->flags & CB_OPT_F_EHTTPD_ONLY) == 0; }
+
+/* A UINT, BOOL or ENUM: an integer field. */
+static int is_int(const cb_option_t *o) {
+  return o->type == CB_OPT_UINT || o->type == CB_OPT_BOOL || o->type == CB_OPT_ENUM;
+}
 
 /* A UINT or BOOL field as a signed value. 4-byte fields are int or unsigned; those whose bound fits an int are
  * read as int, so a negative int is seen as negative (and an unsigned over INT_MAX as negative too, which is
@@ -129,14 +141,13 @@ static int in_range(const cb_option_t *o, int64_t v) {
 }
 
 uint64_t cb_config_get_uint(const cb_config_t *cfg, const cb_option_t *o) {
-  if (cfg == NULL || o == NULL || !has_field(o) || (o->type != CB_OPT_UINT && o->type != CB_OPT_BOOL)) return 0;
+  if (cfg == NULL || o == NULL || !has_field(o) || !is_int(o)) return 0;
   int64_t v = get_field(cfg, o);
   return v < 0 ? 0 : (uint64_t)v;
 }
 
 int cb_config_set_uint(cb_config_t *cfg, const cb_option_t *o, uint64_t value) {
-  if (cfg == NULL || o == NULL || !has_field(o) || (o->type != CB_OPT_UINT && o->type != CB_OPT_BOOL))
-    return UV_EINVAL;
+  if (cfg == NULL || o == NULL || !has_field(o) || !is_int(o)) return UV_EINVAL;
   if (value < o->min || value > o->max) return o->err;
   char *p = (char *)cfg + o->offset;
   if (o->size == sizeof(uint64_t)) {
@@ -156,7 +167,7 @@ void cb_config_init(cb_config_t *cfg) {
     if (o->flags & CB_OPT_F_UNSET) { /* an int field: -1 */
       int unset = -1;
       memcpy((char *)cfg + o->offset, &unset, sizeof unset);
-    } else if (o->type == CB_OPT_UINT || o->type == CB_OPT_BOOL)
+    } else if (is_int(o))
       cb_config_set_uint(cfg, o, o->def);
     else if (o->type == CB_OPT_HOST || o->type == CB_OPT_STRING)
       memcpy((char *)cfg + o->offset, &o->def_str, sizeof o->def_str);
@@ -168,6 +179,7 @@ static int check_one(const cb_config_t *cfg, const cb_option_t *o) {
   switch (o->type) {
     case CB_OPT_UINT:
     case CB_OPT_BOOL:
+    case CB_OPT_ENUM:
       return in_range(o, get_field(cfg, o));
     case CB_OPT_HOST:
     case CB_OPT_STRING: {

@@ -389,5 +389,7 @@ int cb_server_stats(const cb_server_t *srv, cb_stats_t *out) {
     for (size_t k = 0; k < n; k++) dst[k] += load(&src[k]);
   }
   out->conns_open = out->conns_accepted - out->conns_closed;
+  /* The TLS context counts handshakes itself: they end in the transport, below the workers' counters. */
+  cb__tls_ctx_handshakes(srv->tls, &out->tls_handshakes_full, &out->tls_handshakes_resumed);
   return 0;
 }

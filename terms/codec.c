@@ -51,6 +51,9 @@ static const cb_codec_keys_t entry_keys = {"entry", entry_names, E_COUNT};
 typedef enum { T_VERSION, T_CIPHER, T_SNI, T_ALPN, T_RESUMED, T_CLIENT_CERT, T_COUNT } tls_key;
 static const char *const tls_names[] = {"version", "cipher", "sni", "alpn", "resumed", "client_cert", NULL};
 static const cb_codec_keys_t tls_keys = {"tls", tls_names, T_COUNT};
+typedef enum { K_SUBJECT, K_SHA256, K_COUNT } client_cert_key;
+static const char *const client_cert_names[] = {"subject", "sha256", NULL};
+static const cb_codec_keys_t client_cert_keys = {"client_cert", client_cert_names, K_COUNT};
 
 typedef enum { I_ID, I_NAME, I_HITS, I_LEFT, I_COUNT } info_key;
 static const char *const info_names[] = {"id", "name", "hits", "left", NULL};
@@ -61,7 +64,7 @@ static const cb_codec_keys_t info_keys = {"stub_info", info_names, I_COUNT};
   X(conns_accepted) X(conns_open) X(conns_closed) X(requests) X(bytes_read) X(bytes_written) X(status_400)     \
   X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) \
   X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) X(tls_handshakes_refused)        \
-  X(tls_ktls)
+  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed)
 #define STATS_NAME(f) #f,
 #define STATS_OFFSET(f) offsetof(cb_stats_t, f),
 static const char *const stats_names[] = {STATS_SCALARS(STATS_NAME) "requests_by_route", "conns_by_proto",
@@ -78,11 +81,12 @@ _Static_assert(sizeof filter_names / sizeof *filter_names == F_COUNT + 1, "filte
 _Static_assert(sizeof entry_names / sizeof *entry_names == E_COUNT + 1, "entry keys");
 _Static_assert(sizeof info_names / sizeof *info_names == I_COUNT + 1, "stub info keys");
 _Static_assert(sizeof tls_names / sizeof *tls_names == T_COUNT + 1, "tls keys");
+_Static_assert(sizeof client_cert_names / sizeof *client_cert_names == K_COUNT + 1, "client_cert keys");
 
 const cb_codec_keys_t *const *cb_codec_key_tables(void) {
   static const cb_codec_keys_t *const all[] = {&match_keys,  &response_keys, &sequence_keys, &handler_keys,
                                                &filter_keys, &entry_keys,    &tls_keys,      &info_keys,
-                                               &stats_keys,  NULL};
+                                               &stats_keys,  &client_cert_keys, NULL};
   return all;
 }
 
@@ -597,7 +601,17 @@ static void tls_value(cb_term_out_t *out, const cb_request_t *q) {
       case T_SNI: bin_or_undefined(out, q->tls_sni); break;
       case T_ALPN: bin_or_undefined(out, q->tls_alpn); break;
       case T_RESUMED: atom(out, q->tls_resumed ? "true" : "false"); break;
-      case T_CLIENT_CERT: atom(out, "undefined"); break; /* client certificates: not yet */
+      case T_CLIENT_CERT:
+        if (q->tls_client_sha256.len == 0) {
+          atom(out, "undefined");
+          break;
+        }
+        out->ops->map(out, K_COUNT);
+        key(out, &client_cert_keys, K_SUBJECT);
+        bin(out, q->tls_client_subject);
+        key(out, &client_cert_keys, K_SHA256);
+        bin(out, q->tls_client_sha256);
+        break;
       case T_COUNT: break;
     }
   }

@@ -78,8 +78,10 @@ expected_tls(Sock, Alpn) ->
 %% the contract's list.
 tls_info(Config) ->
     S = ?config(server, Config),
-    #{ca_pem := Pem, ca_der := Der} = Info = cbench:tls(S),
-    ?assertEqual([ca_der, ca_pem], lists:sort(maps:keys(Info))),
+    #{ca_pem := Pem, ca_der := Der, client_ca_pem := CPem, client_ca_der := CDer} = Info = cbench:tls(S),
+    ?assertEqual([ca_der, ca_pem, client_ca_der, client_ca_pem], lists:sort(maps:keys(Info))),
+    ?assertEqual([{'Certificate', CDer, not_encrypted}], public_key:pem_decode(CPem)),
+    ?assertNotEqual(Der, CDer),
     ?assertMatch(<<"-----BEGIN CERTIFICATE-----\n", _/binary>>, Pem),
     ?assertEqual([{'Certificate', Der, not_encrypted}], public_key:pem_decode(Pem)),
     Opts = cbench:client_tls_opts(S),
@@ -388,7 +390,8 @@ user_files(Config) ->
             [begin
                  {ok, S} = cbench:start_server(E, #{tls => true, tls_cert_file => Cert,
                                                     tls_key_file => list_to_binary(Key)}),
-                 ?assertEqual(#{ca_pem => undefined, ca_der => undefined}, cbench:tls(S)),
+                 ?assertMatch(#{ca_pem := undefined, ca_der := undefined, client_ca_pem := <<_/binary>>,
+                               client_ca_der := <<_/binary>>}, cbench:tls(S)),
                  Opts = cbench:client_tls_opts(S),
                  ?assertEqual(false, lists:keymember(cacerts, 1, Opts)),
                  ?assertMatch({ok, {{_, 200, _}, _, "Hello, Joe!"}},

@@ -257,4 +257,12 @@ typedef struct {
 int cb__certs_client(const cb__certs_t *c, const char *cn, size_t cn_len, cb__client_cert_t *out);
 void cb__client_cert_free(cb__client_cert_t *cc);
 
+/* How a client certificate is named (the journal's client_cert): x509 (an X509 *)'s subject, RFC 2253 style
+ * ("CN=alice"; characters beyond ASCII kept as UTF-8, RFC 2253's specials escaped), written NUL-terminated into
+ * subject[0..cap) as far as it fits, and its SHA-256 over the DER as 64 lowercase hex digits and a NUL. Returns
+ * the subject's whole length (more than cap - 1: it was cut), or UV_ENOMEM. */
+int cb__cert_identity(const void *x509, char *subject, size_t cap, char sha256[65]);
+/* The same for the first certificate of a PEM text: UV_EINVAL when it holds none. */
+int cb__cert_identity_pem(const char *pem, size_t len, char *subject, size_t cap, char sha256[65]);
+
 #endif

@@ -445,6 +445,47 @@ void cb__client_cert_free(cb__client_cert_t *cc) {
   cc->mem = NULL;
 }
 
+/* RFC 2253's form (the most specific RDN first, "," between), but without its escaping of bytes above 0x7f: a
+ * name in UTF-8 reads as itself in the journal. */
+#define SUBJECT_FLAGS (XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB)
+
+int cb__cert_identity(const void *x509, char *subject, size_t cap, char sha256[65]) {
+  X509 *x = (X509 *)x509;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned mdlen = 0;
+  BIO *b = BIO_new(BIO_s_mem());
+  int rc = UV_ENOMEM;
+  if (b == NULL || X509_NAME_print_ex(b, X509_get_subject_name(x), 0, SUBJECT_FLAGS) < 0 ||
+      X509_digest(x, EVP_sha256(), md, &mdlen) != 1 || mdlen != 32)
+    goto done;
+  char *data;
+  long n = BIO_get_mem_data(b, &data);
+  if (n < 0 || n > INT32_MAX) goto done;
+  if (cap > 0) {
+    size_t k = (size_t)n < cap - 1 ? (size_t)n : cap - 1;
+    memcpy(subject, data, k);
+    subject[k] = '\0';
+  }
+  hex(md, mdlen, sha256);
+  rc = (int)n;
+done:
+  BIO_free(b);
+  ERR_clear_error();
+  return rc;
+}
+
+int cb__cert_identity_pem(const char *pem, size_t len, char *subject, size_t cap, char sha256[65]) {
+  if (pem == NULL || len > INT32_MAX) return UV_EINVAL;
+  BIO *b = BIO_new_mem_buf(pem, (int)len);
+  if (b == NULL) return UV_ENOMEM;
+  X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+  BIO_free(b);
+  int rc = x != NULL ? cb__cert_identity(x, subject, cap, sha256) : UV_EINVAL;
+  X509_free(x);
+  ERR_clear_error();
+  return rc;
+}
+
 /* ---- the user's files ---- */
 
 __attribute__((format(printf, 3, 4))) static int fail(char *why, size_t size, const char *fmt, ...) {

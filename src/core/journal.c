@@ -343,10 +343,11 @@ static void notify(cb__journal_t *j, const jent_t *e);
 
 /* ---- a TLS connection's details ----
  * An entry of a TLS connection (proto h1_tls or h2_tls) ends its variable part with what the handshake settled
- * (cb__tls_info, taken once per connection by the transport): six bytes (present, alpn, resumed, and the lengths
- * of the version, the cipher and the SNI name), then those three strings. A cleartext entry has none of it, so
+ * (cb__tls_info, taken once per connection by the transport): eight bytes (present, alpn, resumed, and the lengths
+ * of the version, the cipher, the SNI name, the client certificate's subject and its fingerprint), then those five
+ * strings. A subject is kept up to 255 bytes (the client CA's certificates have a common name of at most 64). A cleartext entry has none of it, so
  * its recording costs one test of the connection's transport. */
-#define TLS_HEAD 6
+#define TLS_HEAD 8
 #define TLS_SNI_MAX 255 /* a host name's longest (RFC 1035); OpenSSL refuses longer ones */
 
 static inline int is_tls_proto(int proto) { return proto == CB_PROTO_H1_TLS || proto == CB_PROTO_H2_TLS; }
@@ -362,21 +363,27 @@ static __attribute__((noinline)) uint64_t tls_need(const cb__conn_t *c, cb__tls_
     *ti = (cb__tls_info_t){0};
     return TLS_HEAD;
   }
-  return TLS_HEAD + short_len(ti->version, 255) + short_len(ti->cipher, 255) + short_len(ti->sni, TLS_SNI_MAX);
+  return TLS_HEAD + short_len(ti->version, 255) + short_len(ti->cipher, 255) + short_len(ti->sni, TLS_SNI_MAX) +
+         short_len(ti->client_subject, 255) + short_len(ti->client_sha256, 64);
 }
 
 static char *put_tls(char *o, const cb__tls_info_t *ti) {
   size_t vl = short_len(ti->version, 255), cl = short_len(ti->cipher, 255), sl = short_len(ti->sni, TLS_SNI_MAX);
+  size_t ul = short_len(ti->client_subject, 255), fl = short_len(ti->client_sha256, 64);
   o[0] = ti->version != NULL;
   o[1] = (char)ti->alpn;
   o[2] = (char)ti->resumed;
   o[3] = (char)vl;
   o[4] = (char)cl;
   o[5] = (char)sl;
+  o[6] = (char)ul;
+  o[7] = (char)fl;
   o += TLS_HEAD;
   o = put(o, ti->version, vl);
   o = put(o, ti->cipher, cl);
-  return put(o, ti->sni, sl);
+  o = put(o, ti->sni, sl);
+  o = put(o, ti->client_subject, ul);
+  return put(o, ti->client_sha256, fl);
 }
 
 /* How far ahead add_entry() prefetches: 64 entries (requests), and 4 KiB of the byte ring (a /hello takes about
@@ -592,6 +599,8 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
     TAKE(out->tls_version, h[3]);
     TAKE(out->tls_cipher, h[4]);
     TAKE(out->tls_sni, h[5]);
+    TAKE(out->tls_client_subject, h[6]);
+    TAKE(out->tls_client_sha256, h[7]);
   }
 #undef TAKE
 #undef TAKE_FROM

@@ -17,6 +17,8 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -25,12 +27,18 @@
 #include "transport/tls_fault.h"
 #include "transport/transport.h"
 
+/* Sessions the server session cache keeps (OpenSSL's default, 20480): a few MB at most, and the oldest go first. */
+#define SESSION_CACHE_SIZE 20480
+
 /* A server's TLS settings: one SSL_CTX per identity of its certificates (below, "the server's context"). */
 struct cb__tls_ctx_s {
   SSL_CTX *ctx[CB__CERT_COUNT];
   unsigned char alpn[16]; /* the protocols offered, in ALPN's wire format, preferred first */
   unsigned alpn_len;
   int ktls; /* sessions ask OpenSSL for kernel TLS (cb__tls_ctx_ktls) */
+  /* Handshakes completed, new sessions and resumed ones, by every worker (atomic: one add per handshake, next to
+   * the handshake's own public-key work). */
+  uint64_t handshakes_full, handshakes_resumed;
 };
 
 /* Where a session keeps its worker's handshake budget (cb__tls_budget_t): an ex_data slot of its own, made once. */
@@ -51,6 +59,54 @@ static cb__tls_budget_t *handshake_over(SSL *ssl, int failed) {
   b->pending--;
   if (failed) count(b->failed);
   return b;
+}
+
+/* A connection's client certificate, named once when its handshake ends (cb__tls_peer), kept with the session
+ * (SSL ex_data) and freed with it. Only connections that sent a certificate have one. */
+typedef struct {
+  char sha256[65];
+  char subject[]; /* NUL-terminated */
+} peer_t;
+
+/* The longest subject kept: the client CA's certificates have a common name of at most 64 bytes, so only a name
+ * made elsewhere (refused by the verification anyway) could be longer. */
+#define MAX_SUBJECT 1024
+
+static const cb__tport_ops_t tls_ops;
+
+static int peer_index = -1;
+static pthread_once_t peer_once = PTHREAD_ONCE_INIT;
+
+static void peer_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp) {
+  (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+  free(ptr);
+}
+
+static void peer_index_new(void) { peer_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, peer_free); }
+
+/* Names the peer's certificate, when it sent one (a resumed session still holds it). A name that cannot be made
+ * (no memory) leaves the connection without one; the connection goes on. */
+static void peer_record(SSL *ssl) {
+  X509 *x = SSL_get0_peer_certificate(ssl);
+  if (x == NULL || peer_index < 0) return;
+  char sha[65];
+  int n = cb__cert_identity(x, NULL, 0, sha);
+  if (n < 0) return;
+  size_t len = n > MAX_SUBJECT ? MAX_SUBJECT : (size_t)n;
+  peer_t *p = malloc(sizeof *p + len + 1);
+  if (p == NULL) return;
+  cb__cert_identity(x, p->subject, len + 1, p->sha256);
+  if (SSL_set_ex_data(ssl, peer_index, p) != 1) free(p);
+}
+
+int cb__tls_peer(const cb__tport_t *t, cb__tls_peer_t *out) {
+  *out = (cb__tls_peer_t){NULL, NULL};
+  if (!t->tls || t->state == NULL || peer_index < 0 || !t->ready) return 0; /* tls or ktls ops */
+  const peer_t *p = SSL_get_ex_data(t->state, peer_index);
+  if (p == NULL) return 0;
+  out->client_subject = p->subject;
+  out->client_sha256 = p->sha256;
+  return 1;
 }
 
 
@@ -109,10 +165,58 @@ int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out) {
   const sess_info_t *si = SSL_get_ex_data(t->state, info_index);
   if (si == NULL) return UV_EINVAL;
   *out = si->info;
+  cb__tls_peer_t p;
+  cb__tls_peer(t, &p); /* both NULL without a client certificate */
+  out->client_subject = p.client_subject;
+  out->client_sha256 = p.client_sha256;
   return 0;
 }
 
+/* A handshake that failed: OpenSSL wrote its alert (certificate_required, unknown_ca...), and the FIN goes right
+ * after it. The socket stays open, read and dropped, until the client closes it (as it does once it reads the
+ * alert) or the header timeout ends the connection: a TLS 1.3 client sends its Finished and first request before
+ * it can know, and closing on them would answer with a reset that can discard the alert before the client reads
+ * it. The session is done with: from here the connection's operations are refused_ops. */
+static const cb__tport_ops_t refused_ops;
+
+static void refuse(cb__tport_t *t) {
+  shutdown(t->fd, SHUT_WR);
+  t->ops = &refused_ops;
+}
+
+/* Drops what the socket holds, into the worker's buffer, up to one buffer per event: a client that keeps sending
+ * gets no more of the worker than one that sends a request. */
+static ssize_t refused_read(cb__tport_t *t, char *buf, size_t n) {
+  size_t dropped = 0;
+  while (dropped < n) {
+    ssize_t r = recv(t->fd, buf, n, 0);
+    if (r > 0) {
+      dropped += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? UV_EAGAIN : 0; /* the end, or a reset: done */
+  }
+  return UV_EAGAIN; /* more may wait: the next readable event drops it */
+}
+
+static ssize_t refused_write(cb__tport_t *t, const char *p, size_t n) {
+  (void)t, (void)p, (void)n;
+  return UV_EPIPE;
+}
+
+static ssize_t refused_writev(cb__tport_t *t, const struct iovec *iov, int n) {
+  (void)t, (void)iov, (void)n;
+  return UV_EPIPE;
+}
+
+static void refused_shutdown(cb__tport_t *t) { (void)t; }
+
 static void handshake_done(cb__tport_t *t, SSL *ssl) {
+  cb__tls_ctx_t *c = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+  if (c != NULL)
+    __atomic_add_fetch(SSL_session_reused(ssl) ? &c->handshakes_resumed : &c->handshakes_full, 1, __ATOMIC_RELAXED);
+  peer_record(ssl);
   const unsigned char *p;
   unsigned n;
   SSL_get0_alpn_selected(ssl, &p, &n);
@@ -135,6 +239,10 @@ static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
     if (fault != 0) return fault;
     if (rc != 1) {
       ssize_t err = failed(t, ssl, rc);
+      if (err == UV_EPROTO) {
+        refuse(t);
+        return UV_EAGAIN;
+      }
       return err == UV_EOF ? 0 : err;
     }
     handshake_done(t, ssl);
@@ -212,6 +320,11 @@ static void tls_close(cb__tport_t *t, int reset) {
     struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* RST, no close_notify: a fault */
     setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   }
+  /* A session whose connection ended without our close_notify (the client closed first, as a pool closing an
+   * idle connection does) stays resumable: OpenSSL would drop it from the session cache, as TLS 1.0 asked, but
+   * TLS 1.1 and later allow it (RFC 4346 7.2.1). A reset (a fault) drops it. */
+  if (!reset && t->ready && t->ops != &refused_ops)
+    SSL_set_shutdown(t->state, SSL_get_shutdown(t->state) | SSL_SENT_SHUTDOWN);
   cb__tls_fault_close(t);
   SSL_free(t->state);
   t->state = NULL;
@@ -227,6 +340,15 @@ static const cb__tport_ops_t tls_ops = {
     .shutdown = tls_shutdown,
     .close = tls_close,
     .fault = cb__tls_fault_after,
+};
+
+static const cb__tport_ops_t refused_ops = {
+    .read = refused_read,
+    .write = refused_write,
+    .writev = refused_writev,
+    .sendfile = NULL,
+    .shutdown = refused_shutdown,
+    .close = tls_close,
 };
 
 int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tls_budget_t *budget, cb__tport_t *out) {
@@ -297,13 +419,59 @@ static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
     return NULL;
   }
   SSL_CTX_set_alpn_select_cb(ctx, select_alpn, c);
+  SSL_CTX_set_app_data(ctx, c); /* handshake_done counts in c whichever identity served the session */
   return ctx;
+}
+
+/* Resumption, on by default (docs/tls.md): TLS 1.3 tickets and TLS 1.2 tickets (stateless, sealed with keys
+ * OpenSSL makes with each SSL_CTX), and the server session cache for TLS 1.2 clients that send no ticket. Every
+ * session is made and looked up through the context it started on, the default identity's (OpenSSL's
+ * session_ctx), so all workers share one cache and one set of ticket keys. Each identity has its own session id
+ * context: a session resumes only on the identity that made it, which the SNI switch keeps (SSL_set_SSL_CTX
+ * takes the new identity's context along). A session id context is also what OpenSSL asks for before it resumes
+ * a session whose client was verified. */
+static void sessions_setup(cb__tls_ctx_t *c) {
+  for (int i = 0; i < CB__CERT_COUNT; i++) {
+    unsigned char sid[8] = {'c', 'b', 'e', 'n', 'c', 'h', ':', (unsigned char)('a' + i)};
+    SSL_CTX_set_session_id_context(c->ctx[i], sid, sizeof sid);
+    /* A client that closes without close_notify ends its connection as one that sent it (read() reads the
+     * end of the stream either way, failed() above): not a fatal error, which would drop its session from the
+     * cache (tls_close keeps it then). HTTP's own framing tells a cut request. */
+    SSL_CTX_set_options(c->ctx[i], SSL_OP_IGNORE_UNEXPECTED_EOF);
+  }
+  SSL_CTX_set_session_cache_mode(c->ctx[CB__CERT_DEFAULT], SSL_SESS_CACHE_SERVER);
+  SSL_CTX_sess_set_cache_size(c->ctx[CB__CERT_DEFAULT], SESSION_CACHE_SIZE);
+}
+
+int cb__tls_ctx_client_auth(cb__tls_ctx_t *c, const cb__certs_t *certs, int mode) {
+  if (mode == CB_TLS_CLIENT_AUTH_NONE) return 0;
+  X509 *ca = cb__certs_ca(certs, CB__CA_CLIENT);
+  if (ca == NULL) return UV_EINVAL;
+  int verify = SSL_VERIFY_PEER | (mode == CB_TLS_CLIENT_AUTH_REQUIRE ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0);
+  /* Every identity verifies the same way: the SNI switch moves a session to another identity's store, and the
+   * verify mode is the session's own (taken from the default identity). */
+  for (int i = 0; i < CB__CERT_COUNT; i++) {
+    SSL_CTX *ctx = c->ctx[i];
+    SSL_CTX_set_verify(ctx, verify, NULL);
+    /* The CertificateRequest names the client CA, so that a client holding several certificates sends its. */
+    if (X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca) != 1 || SSL_CTX_add_client_CA(ctx, ca) != 1) {
+      ERR_clear_error();
+      return UV_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+void cb__tls_ctx_handshakes(const cb__tls_ctx_t *c, uint64_t *full, uint64_t *resumed) {
+  *full = c != NULL ? __atomic_load_n(&c->handshakes_full, __ATOMIC_RELAXED) : 0;
+  *resumed = c != NULL ? __atomic_load_n(&c->handshakes_resumed, __ATOMIC_RELAXED) : 0;
 }
 
 int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__tls_ctx_t **out) {
   pthread_once(&info_once, make_info_index);
   pthread_once(&budget_once, make_budget_slot);
   if (budget_slot < 0) return UV_ENOMEM;
+  pthread_once(&peer_once, peer_index_new);
   cb__tls_ctx_t *c = calloc(1, sizeof *c);
   if (c == NULL) return UV_ENOMEM;
   if (enable_h2) {
@@ -322,6 +490,7 @@ int cb__tls_ctx_new(const cb__certs_t *certs, int enable_h2, int enable_h1, cb__
       return UV_ENOMEM;
     }
   }
+  sessions_setup(c);
   SSL_CTX_set_tlsext_servername_callback(c->ctx[CB__CERT_DEFAULT], select_identity);
   SSL_CTX_set_tlsext_servername_arg(c->ctx[CB__CERT_DEFAULT], c);
   *out = c;

@@ -115,12 +115,31 @@ typedef struct cb__tls_info_s {
   const char *sni;     /* the server name the client sent; NULL: none */
   uint8_t alpn;        /* CB__ALPN_* */
   uint8_t resumed;     /* 1: a resumed session (no full handshake) */
-  /* The client's certificate (client_auth, issue 24's client certificates) goes here: its subject and SHA-256
-   * fingerprint (client_subject, client_sha256), NULL when the client sent none. */
+  /* The client's certificate (cfg.tls_client_auth): its subject, RFC 2253 style, and SHA-256 fingerprint (64
+   * lowercase hex digits), both NULL when the client sent none; they live as long as the connection's session. */
+  const char *client_subject;
+  const char *client_sha256;
 } cb__tls_info_t;
 
 /* The TLS session of t as its handshake ended: 0, or UV_EINVAL when t is not a TLS transport or its handshake
  * has not ended. */
 int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out);
+
+/* Client certificates (cfg.tls_client_auth, CB_TLS_CLIENT_AUTH_*): every identity of ctx asks for one (request)
+ * or refuses a handshake without one (require), and verifies what is sent against certs' client CA. Called once,
+ * before the first session. 0, UV_EINVAL (no client CA), UV_ENOMEM. */
+int cb__tls_ctx_client_auth(cb__tls_ctx_t *ctx, const cb__certs_t *certs, int mode);
+/* The handshakes ctx's sessions completed: with a new session (full) and by resuming one. Any thread. */
+void cb__tls_ctx_handshakes(const cb__tls_ctx_t *ctx, uint64_t *full, uint64_t *resumed);
+
+/* What a TLS connection's handshake said of its client certificate (cb__tls_info() copies it into its answer).
+ * Both NULL when the client sent none. */
+typedef struct {
+  const char *client_subject; /* RFC 2253 style, "CN=alice" (cb__cert_identity) */
+  const char *client_sha256;  /* SHA-256 of the certificate's DER, 64 lowercase hex digits */
+} cb__tls_peer_t;
+/* Fills out for t (a TLS transport whose handshake is done): 1 when the client sent a certificate, else 0 (also
+ * for a transport that is not TLS). The strings live as long as the connection's session (until close). */
+int cb__tls_peer(const cb__tport_t *t, cb__tls_peer_t *out);
 
 #endif
