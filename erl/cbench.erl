@@ -8,6 +8,8 @@
 -export([stub/3, unstub/2, stubs/1, reset/1, scenario/2, scenario/3, requests/1, requests/2,
          clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
+-export([tls/1, tls_port/1, tls_url/2, client_cert/2]).
+-ignore_xref([{tls, 1}, {tls_port, 1}, {tls_url, 2}, {client_cert, 2}]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
@@ -29,7 +31,7 @@
 -type route() :: root | hello | json | echo | echo_chunked | file_tiny | file_small | file_big |
                  stream | stream_small | stream_big | sse | sse_small | sse_big | delay | status |
                  headers | large | cookies | gzip | ws | fault | not_found.
--type proto() :: http1 | h2c_prior | h2c_upgrade.
+-type proto() :: http1 | h2c_prior | h2c_upgrade | h1_tls | h2_tls.
 %% The counters of stats/1: the same keys for every engine (those of cb_stats_t); requests_by_route
 %% has the fixture routes (atoms) and the stubs by name (binaries).
 -type stats() :: #{conns_accepted := non_neg_integer(), conns_open := non_neg_integer(),
@@ -177,6 +179,52 @@ path(P) -> "/" ++ P.
 
 host(Ip) when tuple_size(Ip) =:= 8 -> "[" ++ inet:ntoa(Ip) ++ "]";
 host(Ip) -> inet:ntoa(Ip).
+
+%%% TLS (docs/tls.md)
+
+%% @doc The CAs a test is given: `#{ca_pem, ca_der, client_ca_pem, client_ca_der}' (binaries;
+%% ca_pem and ca_der are undefined when the server uses the user's certificate files), or
+%% {error, no_tls} for a server without TLS.
+-spec tls(server()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined,
+                         client_ca_pem := binary(), client_ca_der := binary()}
+                       | {error, no_tls | not_running}.
+tls(Server) when is_pid(Server) ->
+    cbench_server:call(Server, tls);
+tls(_) ->
+    error(badarg).
+
+%% @doc The TLS port: the one of `tls_port' beside the cleartext port, port/1 when the server is
+%% TLS only, undefined without TLS.
+-spec tls_port(server()) -> inet:port_number() | undefined | {error, not_running}.
+tls_port(Server) when is_pid(Server) ->
+    cbench_server:call(Server, tls_port);
+tls_port(_) ->
+    error(badarg).
+
+%% @doc `https://localhost:P' joined with Path (the leaf's names are localhost, 127.0.0.1 and ::1),
+%% or {error, no_tls}.
+-spec tls_url(server(), string()) -> string() | {error, no_tls | not_running}.
+tls_url(Server, Path) when is_pid(Server), is_list(Path) ->
+    case io_lib:printable_latin1_list(Path) of
+        false -> error(badarg);
+        true ->
+            case tls_port(Server) of
+                P when is_integer(P) -> "https://localhost:" ++ integer_to_list(P) ++ path(Path);
+                undefined -> {error, no_tls};
+                Error -> Error
+            end
+    end;
+tls_url(_, _) ->
+    error(badarg).
+
+%% @doc A client certificate issued by the server's client CA (trusted with `client_auth'), for
+%% common name Cn (1 to 64 bytes of UTF-8 without control bytes): `#{cert_pem, key_pem, cert_der,
+%% key => {'PrivateKeyInfo', Der}, subject => <<"CN=...">>, sha256 => <<"hex">>}'.
+-spec client_cert(server(), #{cn := binary()}) -> map() | {error, term()}.
+client_cert(Server, #{cn := Cn}) when is_pid(Server), is_binary(Cn) ->
+    cbench_server:call(Server, {client_cert, Cn});
+client_cert(_, _) ->
+    error(badarg).
 
 %% @doc The counters of a server; the same keys for every engine (those of cb_stats_t).
 -spec stats(server()) -> stats() | {error, term()}.

@@ -111,6 +111,21 @@
 %% (while someone awaits requests).
 -callback journal_notify(handle(), boolean()) -> reply().
 
+%% TLS (docs/tls.md). An engine without these callbacks serves no TLS.
+
+%% The CAs a test is given: `#{ca_pem, ca_der, client_ca_pem, client_ca_der}' (ca_pem and ca_der
+%% undefined with the user's certificate), or {error, no_tls} on a server without TLS.
+-callback tls(handle()) -> map() | {error, no_tls}.
+
+%% The TLS port (the main port when the server is TLS only), undefined without TLS.
+-callback tls_port(handle()) -> inet:port_number() | undefined.
+
+%% A client certificate issued by the server's client CA for common name Cn:
+%% `#{cert_pem, key_pem, cert_der, key, subject, sha256}'.
+-callback client_cert(handle(), Cn :: binary()) -> map() | {error, term()}.
+
+-optional_callbacks([tls/1, tls_port/1, client_cert/2]).
+
 %% @doc The module implementing an engine.
 -spec module(cbench:engine()) -> module().
 module(nif) -> cbench_nif;

@@ -38,7 +38,11 @@ validate(Engine, Opts) when is_map(Opts) ->
         {ok, #{enable_h1 := false, enable_h2 := false}} ->
             %% Neither protocol left to serve (the C library refuses it too).
             {error, {bad_option, enable_h1, false, {requires, {enable_h2, true}}}};
-        {ok, Valid} -> {ok, finish(Valid)};
+        {ok, Valid} ->
+            case tls_requires(Valid) of
+                ok -> {ok, finish(Valid)};
+                Error -> Error
+            end;
         Error -> Error
     end.
 
@@ -50,8 +54,54 @@ engine_map(Opts = #{ip := Ip}) ->
                         || #{key := K, name := Name} <- rows(nif), maps:is_key(K, Opts)]),
     M#{host => list_to_binary(inet:ntoa(Ip))}.
 
+%% The TLS options that mean nothing without `tls => true', and the certificate's file without its
+%% key's (or the other way).
+tls_requires(Opts) ->
+    Given = fun(K) -> not lists:member(maps:get(K, Opts, undefined), [undefined, none]) end,
+    Tls = maps:get(tls, Opts, false),
+    case [K || K <- [tls_port, tls_cert_file, tls_key_file, client_auth], not Tls, Given(K)] of
+        [K | _] -> {error, {bad_option, K, maps:get(K, Opts), {requires, {tls, true}}}};
+        [] ->
+            case {Given(tls_cert_file), Given(tls_key_file)} of
+                {true, false} -> {error, {bad_option, tls_cert_file, maps:get(tls_cert_file, Opts),
+                                          {requires, tls_key_file}}};
+                {false, true} -> {error, {bad_option, tls_key_file, maps:get(tls_key_file, Opts),
+                                          {requires, tls_cert_file}}};
+                _ -> ok
+            end
+    end.
+
 rows(Engine) ->
-    [R || R = #{engines := Es} <- cbench_schema:options(), lists:member(Engine, Es)].
+    [R || R = #{engines := Es} <- options(), lists:member(Engine, Es)].
+
+%% The schema's rows, and the TLS options of the ehttpd engine that it does not hold yet.
+options() ->
+    Schema = cbench_schema:options(),
+    Known = [K || #{key := K} <- Schema],
+    Schema ++ [R || R = #{key := K} <- tls_rows(), not lists:member(K, Known)].
+
+%% The TLS options (docs/tls.md) as src/options.c will give them to every engine; until the C table
+%% has them, the ehttpd engine takes them from here (the schema's row wins once it is there).
+tls_rows() ->
+    E = [ehttpd],
+    [#{key => tls, name => tls, type => boolean, min => 0, max => 1, default => false,
+       allowed => boolean, engines => E,
+       doc => "the listener speaks TLS (ALPN http/1.1 on ehttpd); certificates made at start unless given"},
+     #{key => tls_cert_file, name => tls_cert_file, type => string, min => 0, max => 4095,
+       default => undefined, allowed => {string, 4095}, engines => E,
+       doc => "with tls: the certificate (PEM) and its chain, instead of the made ones"},
+     #{key => tls_key_file, name => tls_key_file, type => string, min => 0, max => 4095,
+       default => undefined, allowed => {string, 4095}, engines => E,
+       doc => "with tls_cert_file: its private key (PEM)"},
+     #{key => tls_port, name => tls_port, type => integer, min => 0, max => 65535,
+       default => undefined, allowed => {integer, 0, 65535}, engines => E,
+       doc => "a TLS listener beside the cleartext port (0: an ephemeral one); without it, tls makes the port TLS only"},
+     #{key => client_auth, name => tls_client_auth, type => enum, min => 0, max => 2,
+       default => none, allowed => {one_of, [none, request, require]}, engines => E,
+       doc => "client certificates: none, request (verified when sent) or require"},
+     #{key => tls_max_handshakes, name => tls_max_handshakes, type => integer, min => 1,
+       max => 1048576, default => 256, allowed => {integer, 1, 1048576}, engines => E,
+       doc => "pending TLS handshakes per worker; over it a new connection is closed"}].
 
 check([], _Engine, _Rows, Acc) ->
     {ok, Acc};
@@ -68,7 +118,7 @@ check([{K, V} | Rest], Engine, Rows, Acc) ->
 
 %% An option of another engine names the engines that take it; anything else, the known keys.
 unknown(K, Engine) ->
-    case [Es || #{key := K1, engines := Es} <- cbench_schema:options(), K1 =:= K] of
+    case [Es || #{key := K1, engines := Es} <- options(), K1 =:= K] of
         [Es] -> {engines, Es};
         [] -> {known, lists:sort([K1 || #{key := K1} <- rows(Engine)])}
     end.
@@ -76,6 +126,20 @@ unknown(K, Engine) ->
 value(#{key := enable_h1}, false, ehttpd) ->
     %% An h2c-only listener: the ehttpd engine has no HTTP/2.
     {error, {engines, [nif, port]}};
+value(#{default := undefined}, undefined, _) ->
+    %% Not given (an optional string or port).
+    {ok, undefined};
+value(#{type := string, max := Max}, V, _) when is_binary(V); is_list(V) ->
+    try unicode:characters_to_binary(V) of
+        B when is_binary(B), byte_size(B) =< Max, byte_size(B) > 0 -> {ok, B};
+        _ -> {error, {string, Max}}
+    catch _:_ -> {error, {string, Max}}
+    end;
+value(#{type := enum, allowed := {one_of, Atoms}}, V, _) when is_atom(V) ->
+    case lists:member(V, Atoms) of
+        true -> {ok, V};
+        false -> {error, {one_of, Atoms}}
+    end;
 value(#{type := integer, min := Min, max := Max}, V, _) when is_integer(V), V >= Min, V =< Max ->
     {ok, V};
 value(#{type := boolean}, V, _) when is_boolean(V) ->

@@ -82,6 +82,12 @@ handle_call(Req, From, S) ->
 
 serve(port, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:port(H), S};
+serve(tls, _From, S) ->
+    {reply, tls_call(S, tls, [], {error, no_tls}), S};
+serve(tls_port, _From, S) ->
+    {reply, tls_call(S, tls_port, [], undefined), S};
+serve({client_cert, Cn}, _From, S) ->
+    {reply, tls_call(S, client_cert, [Cn], {error, no_tls}), S};
 serve(starter, _From, S = #{starter := Starter}) ->
     {reply, Starter, S};
 serve(stats, _From, S = #{mod := Mod, handle := H}) ->
@@ -192,6 +198,13 @@ serve(up, _From, S) ->
     engine(S, up, []);
 serve(_Req, _From, S) ->
     {reply, {error, unknown_call}, S}.
+
+%% A TLS callback of the engine (docs/tls.md); an engine without it has no TLS: Default.
+tls_call(#{mod := Mod, handle := H}, F, Args, Default) ->
+    case erlang:function_exported(Mod, F, length(Args) + 1) of
+        true -> apply(Mod, F, [H | Args]);
+        false -> Default
+    end.
 
 %% The journal's entries that may match Filter, or {error, journal_disabled}.
 journal(#{opts := #{journal := 0}}, _Filter) -> {error, journal_disabled};
