@@ -12,8 +12,7 @@
 %%% against the C engine.
 -module(cbench_certs).
 
--export([new/0, sni_names/0, ssl_opts/4, sni/2, tls_info/1, client_cert/2, fingerprint/1,
-         subject/1]).
+-export([new/0, ssl_opts/4, tls_info/1, client_cert/2, fingerprint/1, subject/1]).
 
 -export_type([certs/0]).
 
@@ -36,10 +35,6 @@
 -define(SNI_NAMES, ["expired.localhost", "not-yet-valid.localhost", "wrong-host.localhost",
                     "self-signed.localhost", "untrusted-root.localhost",
                     "missing-intermediate.localhost", "weak-key.localhost"]).
-
-%% @doc The SNI names that choose a bad leaf.
--spec sni_names() -> [string()].
-sni_names() -> ?SNI_NAMES.
 
 %% @doc Makes the CAs and every identity. Every chain is served empty, as the C engine serves them:
 %% the default leaf's issuer is the trust anchor itself, the untrusted root is never sent (servers
@@ -104,7 +99,7 @@ ssl_opts(Certs = #{default := #{cert := C, key := K}, client_ca := #{der := Clie
 to_list(B) when is_binary(B) -> binary_to_list(B);
 to_list(L) -> L.
 
-%% @doc The identity for an SNI name: a bad leaf by its name, `undefined' for any other (the default).
+%% The identity for an SNI name: a bad leaf by its name, `undefined' for any other (the default).
 -spec sni(certs(), string()) -> [ssl:tls_server_option()] | undefined.
 sni(#{bad := Bad}, Name) ->
     case maps:find(string:lowercase(Name), Bad) of

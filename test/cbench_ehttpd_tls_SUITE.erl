@@ -10,12 +10,13 @@
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([https_routes/1, journal_tls/1, sni_scenarios/1, client_auth_none/1,
          client_auth_request/1, client_auth_require/1, resumption/1, stalled_handshake/1,
-         pending_bound/1, tls_port_beside/1, options/1, user_cert/1, down_up/1, curl/1]).
+         pending_bound/1, tls_port_beside/1, options/1, user_cert/1, down_up/1, curl/1,
+         handler_and_wss/1]).
 
 all() ->
     [https_routes, journal_tls, sni_scenarios, client_auth_none, client_auth_request,
      client_auth_require, resumption, stalled_handshake, pending_bound, tls_port_beside, options,
-     user_cert, down_up, curl].
+     user_cert, down_up, curl, handler_and_wss].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(ssl),
@@ -266,11 +267,17 @@ pending_bound(_Config) ->
                    tls_handshakes_full := 1}, cbench:stats(S)),
     ok = cbench:stop_server(S).
 
-wait(F, Left) when Left =< 0 -> F() orelse error(timeout), ok;
-wait(F, Left) ->
+%% Waits up to Ms (wall clock) for F() to hold.
+wait(F, Ms) -> wait_until(F, erlang:monotonic_time(millisecond) + Ms).
+
+wait_until(F, Deadline) ->
     case F() of
         true -> ok;
-        false -> receive after 20 -> wait(F, Left - 20) end
+        false ->
+            case erlang:monotonic_time(millisecond) > Deadline of
+                true -> error(timeout);
+                false -> receive after 20 -> wait_until(F, Deadline) end
+            end
     end.
 
 %% tls_port: a TLS listener beside the cleartext port; the journal and the per-protocol counters
@@ -298,7 +305,9 @@ tls_port_beside(_Config) ->
     ok = ssl:send(K, <<"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n">>),
     {ok, _} = ssl:recv(K, 0, 10000),
     ok = ssl:close(K),
-    ok = wait(fun() -> maps:get(conns_closed, cbench:stats(S)) =:= 3 end, 10000),
+    try wait(fun() -> maps:get(conns_closed, cbench:stats(S)) =:= 3 end, 10000)
+    catch error:timeout -> ct:fail({not_closed, cbench:stats(S)})
+    end,
     #{bytes_read := R1} = cbench:stats(S),
     ?assert(R1 - R0 > byte_size(<<"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n">>)),
     ok = cbench:stop_server(S).
@@ -390,3 +399,30 @@ curl(Config) ->
              end || {Name, Want} <- Expected],
             ok = cbench:stop_server(S)
     end.
+
+%% An Erlang handler over TLS (its request says h1_tls), and the WebSocket echo over TLS (wss).
+handler_and_wss(_Config) ->
+    {ok, S} = cbench:start_server(ehttpd, #{tls => true, threads => 1}),
+    Self = self(),
+    H = spawn_link(fun() ->
+                           receive {cbench_request, Req = #{proto := P}} ->
+                                   Self ! {proto, P},
+                                   ok = cbench:reply(Req, 200, [], <<"from erlang">>)
+                           end
+                   end),
+    {ok, _} = cbench:handle(S, "/erl", H, #{}),
+    {ok, C} = connect(S, "localhost", []),
+    ?assertEqual(<<"from erlang">>, body(get(C, "/erl"))),
+    receive {proto, P} -> ?assertEqual(h1_tls, P) after 5000 -> error(no_request) end,
+    {ok, W} = connect(S, "localhost", []),
+    ok = ssl:send(W, <<"GET /ws HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                       "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n\r\n">>),
+    Head = <<"HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+             "sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n">>,
+    ?assertEqual({ok, Head}, ssl:recv(W, byte_size(Head), 10000)),
+    Mask = <<1, 2, 3, 4>>,
+    Masked = << <<(B bxor lists:nth(I rem 4 + 1, binary_to_list(Mask)))>>
+                || {I, B} <- lists:zip(lists:seq(0, 4), binary_to_list(<<"hello">>)) >>,
+    ok = ssl:send(W, <<1:1, 0:3, 1:4, 1:1, 5:7, Mask/binary, Masked/binary>>),
+    ?assertEqual({ok, <<1:1, 0:3, 1:4, 0:1, 5:7, "hello">>}, ssl:recv(W, 7, 10000)),
+    ok = cbench:stop_server(S).
