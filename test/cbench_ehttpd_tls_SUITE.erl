@@ -283,7 +283,10 @@ wait_until(F, Deadline) ->
 %% tls_port: a TLS listener beside the cleartext port; the journal and the per-protocol counters
 %% tell them apart.
 tls_port_beside(_Config) ->
-    {ok, S} = cbench:start_server(ehttpd, #{tls => true, tls_port => 0, threads => 1}),
+    %% idle_timeout_ms: OTP ssl 10.8 sometimes misses a client's close of a keep-alive session
+    %% (below), which the idle timeout then ends.
+    {ok, S} = cbench:start_server(ehttpd, #{tls => true, tls_port => 0, threads => 1,
+                                            idle_timeout_ms => 2000}),
     TlsPort = cbench:tls_port(S),
     ?assert(is_integer(TlsPort) andalso TlsPort =/= cbench:port(S)),
     ?assertEqual("https://localhost:" ++ integer_to_list(TlsPort) ++ "/hello",
@@ -299,7 +302,9 @@ tls_port_beside(_Config) ->
     #{conns_by_proto := #{http1 := 1, h1_tls := 1}, requests_by_proto := #{http1 := 1, h1_tls := 1}} =
         cbench:stats(S),
     %% A keep-alive TLS connection the client closes first: its session process ends before the
-    %% connection's, and the bytes taken after its last request are counted.
+    %% connection's, and the bytes taken after its last request are counted. (About one time in
+    %% twenty here, ssl 10.8.7 leaves the session's socket passive in CLOSE-WAIT and the pending
+    %% ssl:recv/3 waits: the idle timeout of 2 s ends it.)
     #{bytes_read := R0} = cbench:stats(S),
     {ok, K} = connect(S, "localhost", []),
     ok = ssl:send(K, <<"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n">>),
