@@ -19,6 +19,7 @@
 -behaviour(cbench_engine).
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
+-export([tls/1, tls_port/1, client_cert/2]).
 -export([handler_add/4, handler_fail/2]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
@@ -26,11 +27,12 @@
          journal_notify/2, down/1, up/1, handle_info/2]).
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
+-ignore_xref([{tls, 1}, {tls_port, 1}, {client_cert, 2}]).
 -ignore_xref([{start, 1}, {stop, 1}, {port, 1}, {stats, 1}, {info, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
               {journal_notify, 2}, {down, 1}, {up, 1}, {handle_info, 2}]).
 %% Process entry points.
--export([acceptor/4]).
+-export([acceptor/4, acceptor_tls/5]).
 
 -export_type([handle/0]).
 
@@ -39,7 +41,16 @@
 
 %% CB_MAX_SCENARIOS in include/cbench.h: names, and states.
 -define(MAX_SCENARIOS, 4096).
--record(h, {listen :: gen_tcp:socket() | undefined, acceptors :: [pid()],
+%% tls_max_handshakes's default (the C engine's, per worker).
+-define(TLS_MAX_HANDSHAKES, 256).
+-record(h, {listen :: gen_tcp:socket() | ssl:sslsocket() | undefined, acceptors :: [pid()],
+            %% TLS (docs/tls.md): the certificates, the listener beside the cleartext one
+            %% (tls_port) or undefined (none, or the main listener is TLS), its port and options.
+            certs :: cbench_certs:certs() | undefined, user_cert = false :: boolean(),
+            tls_only = false :: boolean(),
+            tls_listen :: ssl:sslsocket() | undefined, tls_port :: inet:port_number() | undefined,
+            tls_listen_opts = [] :: list(), tls_cnt :: counters:counters_ref() | undefined,
+            tls_sessions :: ets:tid() | undefined,
             cnt :: counters:counters_ref(), port :: inet:port_number(),
             threads :: pos_integer(), scheds :: [pos_integer()], cfg :: #cfg{},
             listen_opts :: list(), ip :: inet:ip_address(),
@@ -50,15 +61,18 @@
             scen_atomics = atomics:new(?MAX_SCENARIOS, []) :: atomics:atomics_ref(),
             scen_slots = #{} :: #{binary() => pos_integer()},
             state_ids = #{<<"started">> => 0} :: #{binary() => non_neg_integer()},
-            state_names = #{0 => <<"started">>} :: #{non_neg_integer() => binary()}}).
+            state_names = #{0 => <<"started">>} :: #{non_neg_integer() => binary()},
+            %% Pending handshakes per acceptor of a TLS listener (tls_max_handshakes).
+            tls_max = ?TLS_MAX_HANDSHAKES :: pos_integer()}).
 -opaque handle() :: #h{}.
 
 -define(TCP_DEFER_ACCEPT, {raw, 6, 9, <<1:32/native>>}).
 
+
 %% @doc Listens and spawns the acceptors, linked to the caller (the server process, which also
 %% receives the journal's wake-ups). Opts is validated by cbench_opts.
 -spec start(map()) -> {ok, handle()} | {error, term()}.
-start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
+start(Opts = #{ip := Ip, threads := Threads, backlog := Backlog,
                max_header_bytes := MaxHeader}) ->
     Family = case tuple_size(Ip) of 4 -> inet; 8 -> inet6 end,
     ListenOpts = [Family, binary, {ip, Ip}, {active, false}, {packet, http_bin},
@@ -69,54 +83,183 @@ start(Opts = #{ip := Ip, port := Port, threads := Threads, backlog := Backlog,
                   {exit_on_close, false},
                   %% A peer that stops reading must not pin a connection process forever.
                   {send_timeout, maps:get(idle_timeout_ms, Opts)}, {send_timeout_close, true}],
-    case gen_tcp:listen(Port, ListenOpts) of
+    case tls_setup(Opts, ListenOpts) of
+        {ok, Tls} -> start(Opts, ListenOpts, Tls, Threads);
+        {error, _} = Error -> Error
+    end.
+
+start(Opts, ListenOpts0, Tls, Threads) ->
+    #{ip := Ip, port := Port, max_header_bytes := MaxHeader} = Opts,
+    TlsOnly = Tls =/= none andalso maps:get(tls_port, Opts, undefined) =:= undefined,
+    ListenOpts = case TlsOnly of
+                     true -> ListenOpts0 ++ element(2, Tls);
+                     false -> ListenOpts0
+                 end,
+    case listen(TlsOnly, Port, ListenOpts) of
         {ok, L} ->
-            {ok, Bound} = inet:port(L),
-            _ = cbench_fixture:ensure(),
-            Fixture = cbench_fixture_routes:routes(),
-            Cnt = counters:new(length(?STAT_KEYS) + length(Fixture) + 1, [write_concurrency]),
-            Cfg = #cfg{cnt = Cnt, max_header = MaxHeader,
-                       max_body = maps:get(max_body_bytes, Opts),
-                       header_timeout = maps:get(header_timeout_ms, Opts),
-                       idle_timeout = maps:get(idle_timeout_ms, Opts),
-                       close_mode = maps:get(close, Opts, false),
-                       table = make_ref(),
-                       not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
-                       journal = cbench_ehttpd_journal:new(maps:get(journal, Opts, 0),
-                                                    maps:get(journal_body_bytes, Opts, 0),
-                                                    self()),
-                       echo_held = atomics:new(1, [{signed, true}])},
-            Online = erlang:system_info(schedulers_online),
-            Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
-            H = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
-                   cfg = Cfg, listen_opts = ListenOpts, ip = Ip, acceptors = []},
-            cbench_router:publish(Cfg#cfg.table, compile([])),
-            cbench_router:lazy(Cfg#cfg.table, self()),
-            {ok, spawn_acceptors(H)};
+            {ok, Bound} = sockport(L),
+            case tls_listen(Tls, TlsOnly, Opts, ListenOpts0) of
+                {ok, TL, TlsPort, TlsOpts} ->
+                    _ = cbench_fixture:ensure(),
+                    Fixture = cbench_fixture_routes:routes(),
+                    Cnt = counters:new(length(?STAT_KEYS) + length(Fixture) + 1, [write_concurrency]),
+                    Cfg = #cfg{cnt = Cnt, max_header = MaxHeader,
+                               max_body = maps:get(max_body_bytes, Opts),
+                               header_timeout = maps:get(header_timeout_ms, Opts),
+                               idle_timeout = maps:get(idle_timeout_ms, Opts),
+                               close_mode = maps:get(close, Opts, false),
+                               table = make_ref(),
+                               not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
+                               journal = cbench_ehttpd_journal:new(maps:get(journal, Opts, 0),
+                                                                   maps:get(journal_body_bytes, Opts, 0),
+                                                                   self()),
+                               echo_held = atomics:new(1, [{signed, true}])},
+                    Online = erlang:system_info(schedulers_online),
+                    Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
+                    H0 = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
+                            cfg = Cfg, listen_opts = ListenOpts, ip = Ip, acceptors = []},
+                    H = case Tls of
+                            none -> H0;
+                            {Certs, _SslOpts, User} ->
+                                H0#h{certs = Certs, user_cert = User, tls_only = TlsOnly,
+                                     tls_listen = TL, tls_port = TlsPort, tls_listen_opts = TlsOpts,
+                                     tls_cnt = counters:new(3, [write_concurrency]),
+                                     tls_sessions = ets:new(cbench_ehttpd_sessions,
+                                                            [set, public, {write_concurrency, true}])}
+                        end,
+                    cbench_router:publish(Cfg#cfg.table, compile([])),
+                    cbench_router:lazy(Cfg#cfg.table, self()),
+                    {ok, spawn_acceptors(H, Opts)};
+                {error, Reason} ->
+                    _ = close_listener(L),
+                    {error, Reason}
+            end;
         {error, Reason} ->
             {error, Reason}
     end.
 
-spawn_acceptors(H = #h{listen = L, scheds = Scheds, cfg = Cfg}) ->
+%% The certificates and the ssl options of a TLS server, or none without `tls'. The user's files
+%% replace the default identity; the bad leaves and the client CA are made all the same.
+tls_setup(#{tls := true} = Opts, _ListenOpts) ->
+    case application:ensure_all_started(ssl) of
+        {ok, _} ->
+            Certs = cbench_certs:new(),
+            Files = case Opts of
+                        #{tls_cert_file := C, tls_key_file := K} when C =/= undefined,
+                                                                       K =/= undefined -> {C, K};
+                        _ -> none
+                    end,
+            SslOpts = cbench_certs:ssl_opts(Certs, Files, maps:get(client_auth, Opts, none),
+                                            [<<"http/1.1">>]),
+            {ok, {Certs, SslOpts, Files =/= none}};
+        {error, _} = Error -> Error
+    end;
+tls_setup(_Opts, _ListenOpts) ->
+    {ok, none}.
+
+listen(false, Port, Opts) -> gen_tcp:listen(Port, Opts);
+listen(true, Port, Opts) -> ssl:listen(Port, Opts).
+
+sockport(L) when is_port(L) -> inet:port(L);
+sockport(L) ->
+    case ssl:sockname(L) of
+        {ok, {_, P}} -> {ok, P};
+        Error -> Error
+    end.
+
+close_listener(L) when is_port(L) -> gen_tcp:close(L);
+close_listener(L) -> ssl:close(L).
+
+%% The TLS listener beside the cleartext one (tls_port), when there is one.
+tls_listen({_Certs, SslOpts, _}, false, #{tls_port := TlsPort}, ListenOpts) ->
+    Opts = ListenOpts ++ SslOpts,
+    case ssl:listen(TlsPort, Opts) of
+        {ok, TL} ->
+            {ok, Bound} = sockport(TL),
+            {ok, TL, Bound, Opts};
+        {error, _} = Error -> Error
+    end;
+tls_listen(_Tls, _TlsOnly, _Opts, _ListenOpts) ->
+    {ok, undefined, undefined, []}.
+
+spawn_acceptors(H) ->
+    spawn_acceptors(H, #{}).
+
+%% One acceptor per scheduler on each listener. A TLS listener's connections share a fresh count
+%% of pending handshakes per acceptor (at most tls_max_handshakes each).
+spawn_acceptors(H = #h{listen = L, scheds = Scheds, cfg = Cfg0, tls_only = TlsOnly,
+                       tls_listen = TL}, Opts) ->
     Server = self(),
-    H#h{acceptors = [spawn_opt(?MODULE, acceptor, [L, S, Cfg, Server], [link, {scheduler, S}])
-                     || S <- Scheds]}.
+    TlsCfg = fun() ->
+                     Max = maps:get(tls_max_handshakes, Opts, tls_max_handshakes(H)),
+                     Cfg0#cfg{tls = #tls{handshake_timeout = Cfg0#cfg.header_timeout,
+                                         pending = atomics:new(length(Scheds), [{signed, true}]),
+                                         max_pending = Max, cnt = H#h.tls_cnt,
+                                         sessions = H#h.tls_sessions}}
+             end,
+    Accept = fun(Listener, false) ->
+                     [spawn_opt(?MODULE, acceptor, [Listener, S, Cfg0, Server],
+                                [link, {scheduler, S}]) || S <- Scheds];
+                (Listener, true) ->
+                     Cfg = TlsCfg(),
+                     [spawn_opt(?MODULE, acceptor_tls, [Listener, S, Slot, Cfg, Server],
+                                [link, {scheduler, S}])
+                      || {Slot, S} <- lists:zip(lists:seq(1, length(Scheds)), Scheds)]
+             end,
+    Main = Accept(L, TlsOnly),
+    Beside = case TL of
+                 undefined -> [];
+                 _ -> Accept(TL, true)
+             end,
+    H#h{acceptors = Main ++ Beside, tls_max = maps:get(tls_max_handshakes, Opts,
+                                                        tls_max_handshakes(H))}.
+
+tls_max_handshakes(#h{tls_max = Max}) -> Max.
 
 %% @doc Closes the listener and kills the acceptors, which takes every connection with them.
 %% Unlike the C engine, in-flight responses are not given stop_timeout_ms to finish.
 -spec stop(handle()) -> ok.
-stop(#h{listen = L, acceptors = Accs, stubs = Stubs, cfg = #cfg{table = Key, journal = J}}) ->
-    _ = L =/= undefined andalso gen_tcp:close(L),
+stop(#h{listen = L, tls_listen = TL, acceptors = Accs, stubs = Stubs, tls_sessions = Sessions,
+        cfg = #cfg{table = Key, journal = J}}) ->
+    _ = L =/= undefined andalso close_listener(L),
+    _ = TL =/= undefined andalso close_listener(TL),
     Refs = [monitor(process, A) || A <- Accs],
     [exit(A, kill) || A <- Accs],
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
     cbench_router:unpublish(Key),
     cbench_ehttpd_journal:delete(J),
+    _ = Sessions =/= undefined andalso ets:delete(Sessions),
     close_stub_files(Stubs).
 
-%% @doc The bound TCP port.
+%% @doc The bound TCP port (the TLS one when the server is TLS only).
 -spec port(handle()) -> inet:port_number().
 port(#h{port = P}) -> P.
+
+%% @doc The TLS port: the TLS listener's beside the cleartext one, port/1 when the server is TLS
+%% only, undefined without TLS.
+-spec tls_port(handle()) -> inet:port_number() | undefined.
+tls_port(#h{tls_only = true, port = P}) -> P;
+tls_port(#h{tls_port = P}) -> P.
+
+%% @doc The CAs a test is given (cbench:tls/1); with the user's certificate the server's CA is
+%% the user's (undefined here), the client CA is still ours.
+-spec tls(handle()) -> map() | {error, no_tls}.
+tls(#h{certs = undefined}) -> {error, no_tls};
+tls(#h{certs = Certs, user_cert = User}) ->
+    Info = cbench_certs:tls_info(Certs),
+    case User of
+        true -> Info#{ca_pem := undefined, ca_der := undefined};
+        false -> Info
+    end.
+
+%% @doc A client certificate issued by the client CA (cbench:client_cert/2).
+-spec client_cert(handle(), binary()) -> map() | {error, term()}.
+client_cert(#h{certs = undefined}, _Cn) -> {error, no_tls};
+client_cert(#h{certs = Certs}, Cn) ->
+    case cbench_certs:client_cert(Certs, Cn) of
+        {ok, M} -> M;
+        Error -> Error
+    end.
 
 %% @doc Threads (acceptors) and the scheduler each one runs on.
 -spec info(handle()) -> #{threads := pos_integer(), schedulers := [pos_integer()]}.
@@ -126,7 +269,7 @@ info(#h{threads = T, scheds = S}) -> #{threads => T, schedulers => S}.
 %% requests_by_route has the fixture routes and not_found (atoms), then the stubs' names (binaries;
 %% stubs of one name add up).
 -spec stats(handle()) -> map().
-stats(#h{cnt = Cnt, stubs = Stubs}) ->
+stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt}) ->
     Keys = ?STAT_KEYS,
     Base = maps:from_list([{K, counters:get(Cnt, I)}
                            || {I, K} <- lists:zip(lists:seq(1, length(Keys)), Keys)]),
@@ -138,15 +281,27 @@ stats(#h{cnt = Cnt, stubs = Stubs}) ->
                                                    route_count(C), Acc)
                           end, Fixture, Stubs),
     #{conns_accepted := Acc, conns_closed := Closed, requests := Reqs} = Base,
-    Base#{conns_open => Acc - Closed,
-          requests_by_route => ByRoute,
-          conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0, h2_tls => 0},
-          requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0,
-                                 h2_tls => 0},
-          h2_errors => 0,
-          %% No TLS on this engine yet (issue 24).
-          tls_handshakes_failed => 0, tls_handshakes_refused => 0, tls_ktls => 0,
-          tls_handshakes_full => 0, tls_handshakes_resumed => 0}.
+    Stats = Base#{conns_open => Acc - Closed,
+                  requests_by_route => ByRoute,
+                  conns_by_proto => #{http1 => Acc, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0,
+                                      h2_tls => 0},
+                  requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0,
+                                         h2_tls => 0},
+                  h2_errors => 0,
+                  %% OTP ssl keeps the record layer: no kernel TLS.
+                  tls_ktls => 0},
+    tls_stats(Stats, TlsCnt).
+
+%% A server with TLS counts its TLS connections and requests under h1_tls (h2_tls: 0, ehttpd has no
+%% HTTP/2); a connection whose handshake failed or was refused is in neither http1 nor h1_tls.
+tls_stats(Stats, undefined) ->
+    Stats;
+tls_stats(Stats = #{conns_accepted := Acc, requests := Reqs}, TlsCnt) ->
+    [TlsConns, TlsReqs, TlsAccepted] = [counters:get(TlsCnt, I) || I <- [1, 2, 3]],
+    Stats#{conns_by_proto := #{http1 => Acc - TlsAccepted, h2c_prior => 0, h2c_upgrade => 0,
+                               h1_tls => TlsConns, h2_tls => 0},
+           requests_by_proto := #{http1 => Reqs - TlsReqs, h2c_prior => 0, h2c_upgrade => 0,
+                                  h1_tls => TlsReqs, h2_tls => 0}}.
 
 %% A stub's fault, parsed once for the connections (the HTTP/2 kinds cannot be served here).
 fault_run({ok, R = #{fault := Text}}) ->
@@ -440,18 +595,27 @@ journal_notify(#h{cfg = #cfg{journal = J}}, On) -> cbench_ehttpd_journal:notify(
 %% connections are refused until up/1. Down twice is fine.
 -spec down(handle()) -> {ok, handle()}.
 down(H = #h{listen = undefined}) -> {ok, H};
-down(H = #h{listen = L, acceptors = Accs}) ->
+down(H = #h{listen = L, tls_listen = TL, acceptors = Accs}) ->
     Refs = [monitor(process, A) || A <- Accs],
     %% Each acceptor sees its accept fail with `closed', closes its connections and exits.
-    ok = gen_tcp:close(L),
+    ok = close_listener(L),
+    _ = TL =/= undefined andalso close_listener(TL),
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
-    {ok, H#h{listen = undefined, acceptors = []}}.
+    {ok, H#h{listen = undefined, tls_listen = undefined, acceptors = []}}.
 
 %% @doc Listens again on the same port (and address) with new acceptors. Up while up is fine.
 -spec up(handle()) -> {ok | {error, term()}, handle()}.
-up(H = #h{listen = undefined, port = Port, listen_opts = Opts}) ->
-    case gen_tcp:listen(Port, Opts) of
-        {ok, L} -> {ok, spawn_acceptors(H#h{listen = L})};
+up(H = #h{listen = undefined, port = Port, listen_opts = Opts, tls_only = TlsOnly}) ->
+    case listen(TlsOnly, Port, Opts) of
+        {ok, L} ->
+            case H#h.tls_port of
+                undefined -> {ok, spawn_acceptors(H#h{listen = L})};
+                TlsPort ->
+                    case ssl:listen(TlsPort, H#h.tls_listen_opts) of
+                        {ok, TL} -> {ok, spawn_acceptors(H#h{listen = L, tls_listen = TL})};
+                        {error, _} = Error -> _ = close_listener(L), {Error, H}
+                    end
+            end;
         {error, _} = Error -> {Error, H}
     end;
 up(H) -> {ok, H}.
@@ -482,6 +646,47 @@ acceptor(L, Sched, Cfg = #cfg{cnt = Cnt}, Server) ->
             acceptor(L, Sched, Cfg, Server);
         {error, _} ->
             acceptor(L, Sched, Cfg, Server)
+    end.
+
+%% @private The acceptor of a TLS listener: the TCP accept only; the handshake is the connection
+%% process's (cbench_ehttpd_conn:conn_tls/4), so a client that stalls it holds no acceptor. Over
+%% max_pending handshakes of its own under way, a new connection is closed at once (counted in
+%% tls_handshakes_refused): a flood of handshakes cannot grow memory without bound.
+-spec acceptor_tls(ssl:sslsocket(), pos_integer(), pos_integer(), #cfg{}, pid()) -> no_return().
+acceptor_tls(L, Sched, Slot, Cfg = #cfg{cnt = Cnt, tls = Tls}, Server) ->
+    case ssl:transport_accept(L) of
+        {ok, T} ->
+            counters:add(Cnt, ?CONNS_ACCEPTED, 1),
+            counters:add(Tls#tls.cnt, 3, 1),
+            case atomics:add_get(Tls#tls.pending, Slot, 1) > Tls#tls.max_pending of
+                true ->
+                    atomics:sub(Tls#tls.pending, Slot, 1),
+                    counters:add(Cnt, ?TLS_REFUSED, 1),
+                    _ = ssl:close(T),
+                    counters:add(Cnt, ?CONNS_CLOSED, 1);
+                false ->
+                    Pid = spawn_opt(cbench_ehttpd_conn, conn_tls, [self(), Cfg, T, Slot],
+                                    [link, {scheduler, Sched}]),
+                    case ssl:controlling_process(T, Pid) of
+                        ok -> Pid ! {go, T};
+                        {error, _} ->
+                            unlink(Pid),
+                            exit(Pid, kill),
+                            atomics:sub(Tls#tls.pending, Slot, 1),
+                            _ = ssl:close(T),
+                            counters:add(Cnt, ?CONNS_CLOSED, 1)
+                    end
+            end,
+            acceptor_tls(L, Sched, Slot, Cfg, Server);
+        {error, closed} ->
+            close_conns(Cfg, Server),
+            exit(normal);
+        {error, E} when E =:= emfile; E =:= enfile ->
+            counters:add(Cnt, ?ACCEPT_BACKOFFS, 1),
+            receive after 100 -> ok end,
+            acceptor_tls(L, Sched, Slot, Cfg, Server);
+        {error, _} ->
+            acceptor_tls(L, Sched, Slot, Cfg, Server)
     end.
 
 %% The listener closed (down/1): every connection of this acceptor (its linked processes) is killed

@@ -1,9 +1,12 @@
 %% What cbench_ehttpd hands each acceptor and, through it, each connection process.
 
-%% Counter slots, in the order of cb_stats_t; the route counters follow them.
+%% Counter slots, in the order of cb_stats_t, then the TLS handshakes (docs/tls.md); the route
+%% counters follow them.
 -define(STAT_KEYS, [conns_accepted, conns_closed, requests, bytes_read, bytes_written, status_400,
                     status_404, status_405, status_413, status_431, timeouts, resets,
-                    accept_backoffs, faults, handler_unavailable, handler_timeouts]).
+                    accept_backoffs, faults, handler_unavailable, handler_timeouts,
+                    tls_handshakes_full, tls_handshakes_resumed, tls_handshakes_failed,
+                    tls_handshakes_refused]).
 -define(CONNS_ACCEPTED, 1).
 -define(CONNS_CLOSED, 2).
 -define(REQUESTS, 3).
@@ -20,6 +23,21 @@
 -define(FAULTS, 14).
 -define(HANDLER_UNAVAILABLE, 15).
 -define(HANDLER_TIMEOUTS, 16).
+-define(TLS_FULL, 17).
+-define(TLS_RESUMED, 18).
+-define(TLS_FAILED, 19).
+-define(TLS_REFUSED, 20).
+
+%% What a TLS listener's connections need (docs/tls.md): the handshake's bound, the pending
+%% handshakes of each acceptor (an atomics slot per acceptor, at most max_pending in each), and
+%% the TLS connections (handshake done), requests and TCP accepts (counters 1, 2 and 3, for the
+%% per-protocol counts).
+-record(tls, {handshake_timeout :: pos_integer(),
+              pending :: atomics:atomics_ref(),
+              max_pending :: pos_integer(),
+              %% TLS 1.2 session ids seen (cbench_ehttpd_conn:resumed/2).
+              sessions :: ets:tid(),
+              cnt :: counters:counters_ref()}).
 
 -record(cfg, {cnt :: counters:counters_ref(),
               max_header :: pos_integer(),
@@ -34,4 +52,6 @@
               journal :: cbench_ehttpd_journal:journal() | undefined,
               %% The bytes of /echo bodies and WebSocket messages the server's connections hold
               %% (docs/wire.md, Echo memory): at most 32 body limits in all.
-              echo_held :: atomics:atomics_ref()}).
+              echo_held :: atomics:atomics_ref(),
+              %% false on a cleartext listener.
+              tls = false :: false | #tls{}}).

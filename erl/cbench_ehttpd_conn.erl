@@ -11,7 +11,7 @@
 %%% their arguments.
 -module(cbench_ehttpd_conn).
 
--export([conn/3, own_size/1]).
+-export([conn/3, conn_tls/4, own_size/1]).
 
 -include_lib("kernel/include/file.hrl").
 -include("cbench_ehttpd.hrl").
@@ -46,6 +46,8 @@
 %% server's echo budget (echo_hold/2), given back when it ends whatever way it ends.
 -define(BODY, cbench_body).
 -define(HELD, cbench_echo_held).
+%% A TLS connection's last byte counters (tls_octets/1).
+-define(TLS_OCTETS, cbench_tls_octets).
 %% The echo budgets, in body limits (src/internal.h, CB__ECHO_CONN_BODIES and CB__ECHO_SERVER_BODIES).
 -define(ECHO_CONN_BODIES, 2).
 -define(ECHO_SERVER_BODIES, 32).
@@ -56,6 +58,75 @@ bump(#cfg{cnt = Cnt}, I) -> counters:add(Cnt, I, 1).
 -spec conn(pid(), #cfg{}, gen_tcp:socket()) -> ok.
 conn(_Acceptor, Cfg, S) ->
     receive {go, S} -> ok end,
+    serve(Cfg, S).
+
+%% @private A connection of a TLS listener: the handshake first, bounded by the header timeout, in
+%% this process (so that a client that stalls it holds no acceptor); Slot is its acceptor's count
+%% of pending handshakes, given back when the handshake ends either way.
+-spec conn_tls(pid(), #cfg{}, ssl:sslsocket(), pos_integer()) -> ok.
+conn_tls(_Acceptor, Cfg = #cfg{tls = Tls}, T, Slot) ->
+    receive {go, T} -> ok end,
+    Result = ssl:handshake(T, Tls#tls.handshake_timeout),
+    atomics:sub(Tls#tls.pending, Slot, 1),
+    case Result of
+        {ok, S} ->
+            counters:add(Tls#tls.cnt, 1, 1),
+            Info = tls_info(S, Tls, Cfg#cfg.journal =/= undefined),
+            bump(Cfg, case Info of #{resumed := true} -> ?TLS_RESUMED; _ -> ?TLS_FULL end),
+            put(cbench_tls, Info),
+            serve(Cfg, S);
+        {error, _} ->
+            bump(Cfg, ?TLS_FAILED),
+            _ = ssl:close(T),
+            bump(Cfg, ?CONNS_CLOSED),
+            ok
+    end.
+
+%% What the journal records of a TLS connection (docs/tls.md): version, cipher (OpenSSL's name, as
+%% the C engine gives it), SNI, ALPN, whether the session was resumed, the client certificate.
+%% Without the journal only `resumed' is worked out (the counters need it).
+tls_info(S, Tls, false) ->
+    {ok, I} = ssl:connection_information(S, [protocol, session_id, session_resumption]),
+    #{resumed => resumed(Tls, I)};
+tls_info(S, Tls, true) ->
+    {ok, I} = ssl:connection_information(S, [protocol, selected_cipher_suite, sni_hostname,
+                                             session_id, session_resumption]),
+    Version = case proplists:get_value(protocol, I) of
+                  'tlsv1.3' -> <<"TLSv1.3">>;
+                  'tlsv1.2' -> <<"TLSv1.2">>;
+                  V -> atom_to_binary(V)
+              end,
+    #{version => Version,
+      cipher => list_to_binary(ssl:suite_to_openssl_str(proplists:get_value(selected_cipher_suite, I))),
+      sni => case proplists:get_value(sni_hostname, I) of
+                 undefined -> undefined;
+                 Name -> list_to_binary(Name)
+             end,
+      alpn => case ssl:negotiated_protocol(S) of
+                  {ok, P} -> P;
+                  _ -> undefined
+              end,
+      resumed => resumed(Tls, I),
+      client_cert => case ssl:peercert(S) of
+                         {ok, Der} -> #{subject => cbench_certs:subject(Der),
+                                        sha256 => cbench_certs:fingerprint(Der)};
+                         _ -> undefined
+                     end}.
+
+%% TLS 1.3: `ssl' says whether a ticket was taken. TLS 1.2: ssl 10.8 says false even for an
+%% abbreviated handshake, so a session id seen before is a resumed session (the server's own ids,
+%% kept until there are ?MAX_SESSION_IDS of them, then forgotten all at once).
+-define(MAX_SESSION_IDS, 65536).
+resumed(#tls{sessions = Tab}, I) ->
+    case proplists:get_value(protocol, I) of
+        'tlsv1.2' ->
+            Id = proplists:get_value(session_id, I),
+            ets:info(Tab, size) >= ?MAX_SESSION_IDS andalso ets:delete_all_objects(Tab),
+            not ets:insert_new(Tab, {Id});
+        _ -> proplists:get_value(session_resumption, I, false)
+    end.
+
+serve(Cfg, S) ->
     try
         case Cfg#cfg.close_mode of
             true -> ehttpd_loop(S);
@@ -70,13 +141,20 @@ conn(_Acceptor, Cfg, S) ->
             bump(Cfg, ?RESETS)
     end,
     echo_release(Cfg, echo_held()),
-    case inet:getstat(S, [recv_oct, send_oct]) of
+    case cbench_ehttpd_sock:getstat(S, [recv_oct, send_oct]) of
         {ok, [{recv_oct, R}, {send_oct, W}]} ->
             counters:add(Cfg#cfg.cnt, ?BYTES_READ, R),
             counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, W);
-        _ -> ok
+        _ ->
+            %% A TLS session the peer closed first is gone with its counters: the last ones taken.
+            case get(?TLS_OCTETS) of
+                {R, W} ->
+                    counters:add(Cfg#cfg.cnt, ?BYTES_READ, R),
+                    counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, W);
+                undefined -> ok
+            end
     end,
-    _ = gen_tcp:close(S),
+    _ = cbench_ehttpd_sock:close(S),
     bump(Cfg, ?CONNS_CLOSED),
     ok.
 
@@ -88,8 +166,8 @@ journal_conn(#cfg{journal = J}, S) ->
 
 %% The original ehttpd: skip the head, answer, close.
 ehttpd_loop(S) ->
-    case gen_tcp:recv(S, 0) of
-        {ok, http_eoh} -> gen_tcp:send(S, ?EHTTPD_ANSWER);
+    case cbench_ehttpd_sock:recv(S, 0, infinity) of
+        {ok, http_eoh} -> cbench_ehttpd_sock:send(S, ?EHTTPD_ANSWER);
         {ok, _} -> ehttpd_loop(S);
         {error, _} -> ok
     end.
@@ -101,7 +179,7 @@ next_request(S, Cfg, Fresh) ->
                true -> Cfg#cfg.header_timeout;
                false -> Cfg#cfg.idle_timeout
            end,
-    case gen_tcp:recv(S, 0, Wait) of
+    case cbench_ehttpd_sock:recv(S, 0, Wait) of
         {ok, {http_request, Method, Uri, Version}} ->
             Deadline = erlang:monotonic_time(millisecond) + Cfg#cfg.header_timeout,
             M = method(Method),
@@ -125,7 +203,7 @@ next_request(S, Cfg, Fresh) ->
 
 read_headers(S, Cfg, Req, Bytes, Deadline) ->
     Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
-    case gen_tcp:recv(S, 0, Left) of
+    case cbench_ehttpd_sock:recv(S, 0, Left) of
         {ok, {http_header, _, _Field, Name, Value}} ->
             Bytes1 = Bytes + byte_size(Name) + byte_size(Value) + 4,
             if
@@ -151,8 +229,8 @@ read_headers(S, Cfg, Req, Bytes, Deadline) ->
 %% A timed-out head: 408 if any of it arrived, a silent close otherwise.
 head_timeout(S, Cfg) ->
     bump(Cfg, ?TIMEOUTS),
-    ok = inet:setopts(S, [{packet, raw}]),
-    case gen_tcp:recv(S, 0, 0) of
+    ok = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
+    case cbench_ehttpd_sock:recv(S, 0, 0) of
         {ok, _Partial} -> error_close(S, Cfg, 408);
         _ -> ok
     end.
@@ -304,6 +382,7 @@ request(S, Cfg, Req0 = #req{method = Method, target = Target}) ->
     {Path, Query} = split_target(Target),
     Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
     bump(Cfg, ?REQUESTS),
+    Cfg#cfg.tls =/= false andalso counters:add((Cfg#cfg.tls)#tls.cnt, 2, 1),
     Table = cbench_router:table(Cfg#cfg.table),
     Lookup0 = cbench_router:lookup(Table, Method, Path, Query, Req0#req.headers),
     continue(S, Req0),
@@ -324,9 +403,10 @@ request(S, Cfg, Req0 = #req{method = Method, target = Target}) ->
             Lookup ->
                 dispatch(S, Cfg, Req0, Path, Query, Lookup)
         end,
+    Cfg#cfg.tls =/= false andalso tls_octets(S),
     case Result of
         ok when Req0#req.keep ->
-            ok = inet:setopts(S, [{packet, http_bin}]),
+            ok = cbench_ehttpd_sock:setopts(S, [{packet, http_bin}]),
             next_request(S, Cfg, false);
         ok ->
             ok;
@@ -388,7 +468,7 @@ not_found(S, Cfg, Req = #req{method = Method, target = Target, headers = Headers
 %% Expect: 100-continue is answered only when a body will be read, and never to HTTP/1.0 (which has
 %% no 1xx answers, RFC 9110 15.2; the C engine's rule).
 continue(S, #req{expect = true, framing = F, version = {1, 1}}) when F =/= none, F =/= {length, 0} ->
-    gen_tcp:send(S, <<"HTTP/1.1 100 Continue\r\n\r\n">>);
+    cbench_ehttpd_sock:send(S, <<"HTTP/1.1 100 Continue\r\n\r\n">>);
 continue(_, _) ->
     ok.
 
@@ -519,7 +599,7 @@ echo_chunked(S, Cfg, Req) ->
 handler(S, Cfg, Req, Path, Query, Target, HOpts = #{body := stream}) ->
     %% The body in pieces: the request goes first, then each piece as it is read.
     Info = #{method => Req#req.method, path => Path, query => Query,
-             headers => Req#req.headers, peer => peer(S), proto => http1, body => stream},
+             headers => Req#req.headers, peer => peer(S), proto => proto(Cfg), body => stream},
     case cbench_ehttpd_handler:send(Target, HOpts, Info) of
         {ok, Ctx, To} ->
             case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_ehttpd_handler:body(Ctx, To, Piece),
@@ -538,7 +618,7 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
     case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
         {ok, Body} ->
             Info = #{method => Req#req.method, path => Path, query => Query,
-                     headers => Req#req.headers, peer => peer(S), proto => http1,
+                     headers => Req#req.headers, peer => peer(S), proto => proto(Cfg),
                      body => iolist_to_binary(Body)},
             handler_answer(S, Cfg, Req, cbench_ehttpd_handler:await(Target, HOpts, Info));
         Error -> Error
@@ -601,7 +681,7 @@ handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
 peer(S) ->
     case get(cbench_peer) of
         undefined ->
-            P = case inet:peername(S) of
+            P = case cbench_ehttpd_sock:peername(S) of
                     {ok, {Ip, Port}} when tuple_size(Ip) =:= 8 ->
                         iolist_to_binary(["[", inet:ntoa(Ip), "]:", integer_to_list(Port)]);
                     {ok, {Ip, Port}} ->
@@ -621,17 +701,17 @@ body(_S, _Cfg, #req{framing = {buffered, <<>>}}, _Fun, Acc) ->
 body(_S, _Cfg, #req{framing = {buffered, Body}}, Fun, Acc) ->
     Fun(Body, Acc);
 body(S, Cfg, #req{framing = {length, N}}, Fun, Acc) ->
-    ok = inet:setopts(S, [{packet, raw}]),
+    ok = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
     body_length(S, Cfg, N, Fun, Acc);
 body(S, Cfg, Req = #req{framing = chunked}, Fun, Acc) ->
-    ok = inet:setopts(S, [{packet, raw}]),
+    ok = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
     body_chunked(S, Cfg, Req, 0, Fun, Acc).
 
 body_length(_S, _Cfg, 0, _Fun, Acc) ->
     {ok, Acc};
 body_length(S, Cfg, Left, Fun, Acc) ->
     %% Exact lengths only: reading "what is there" could swallow the next pipelined request.
-    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
+    case cbench_ehttpd_sock:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
         {ok, Piece} ->
             keep_body(Cfg, Piece),
             case Fun(Piece, Acc) of
@@ -656,10 +736,10 @@ body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
                 {ok, Size, _} when Total + Size > Cfg#cfg.max_body ->
                     fail(S, Cfg, Req, 413), {error, too_large};
                 {ok, Size, E} ->
-                    ok = inet:setopts(S, [{packet, raw}]),
+                    ok = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
                     case chunk_data(S, Cfg, Size, Fun, Acc) of
                         {ok, Acc1} ->
-                            case gen_tcp:recv(S, 2, Cfg#cfg.idle_timeout) of
+                            case cbench_ehttpd_sock:recv(S, 2, Cfg#cfg.idle_timeout) of
                                 {ok, <<"\r\n">>} ->
                                     body_chunked(S, Cfg, Req, Total + Size, Ext + E, Fun, Acc1);
                                 {ok, _} -> fail(S, Cfg, Req, 400), {error, bad_chunk};
@@ -677,7 +757,7 @@ body_chunked(S, Cfg, Req, Total, Ext, Fun, Acc) ->
 chunk_data(_S, _Cfg, 0, _Fun, Acc) ->
     {ok, Acc};
 chunk_data(S, Cfg, Left, Fun, Acc) ->
-    case gen_tcp:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
+    case cbench_ehttpd_sock:recv(S, min(Left, 65536), Cfg#cfg.idle_timeout) of
         {ok, Piece} ->
             keep_body(Cfg, Piece),
             case Fun(Piece, Acc) of
@@ -713,11 +793,11 @@ trailers(S, Cfg, Req, Bytes, Acc) ->
 %% One line of the chunked framing; {error, emsgsize} when it is longer than Max.
 %% {packet, line} hands a line longer than the socket's buffer over in pieces: they are joined.
 read_line(S, Cfg, Max) ->
-    ok = inet:setopts(S, [{packet, line}]),
+    ok = cbench_ehttpd_sock:setopts(S, [{packet, line}]),
     read_line(S, Cfg, Max, <<>>).
 
 read_line(S, Cfg, Max, Acc) ->
-    case gen_tcp:recv(S, 0, Cfg#cfg.idle_timeout) of
+    case cbench_ehttpd_sock:recv(S, 0, Cfg#cfg.idle_timeout) of
         {ok, Piece} ->
             Line = <<Acc/binary, Piece/binary>>,
             case binary:last(Line) of
@@ -968,10 +1048,11 @@ sendfile(S, Cfg, File, Offset, Size) ->
     end.
 
 send_fd(S, Cfg, Fd, Offset, Size) ->
-    case file:sendfile(Fd, S, Offset, Size, []) of
-        {ok, Size} ->
-            %% send_oct does not count what sendfile wrote.
+    case cbench_ehttpd_sock:sendfile(Fd, S, Offset, Size) of
+        {ok, Size} when is_port(S) ->
+            %% send_oct does not count what sendfile wrote (over TLS it counts the records).
             counters:add(Cfg#cfg.cnt, ?BYTES_WRITTEN, Size);
+        {ok, Size} -> ok;
         {ok, _} -> {error, short_sendfile};
         Error -> Error
     end.
@@ -1192,7 +1273,7 @@ slice({bytes, _}, Off, Len) -> cbench_fixture:bytes(Off, Len).
 %%% Writing and the journal
 
 send(S, Data) ->
-    case gen_tcp:send(S, Data) of
+    case cbench_ehttpd_sock:send(S, Data) of
         ok -> ok;
         {error, _} = E -> E
     end.
@@ -1209,18 +1290,31 @@ finish(S, Cfg, Req, Status, BodyBytes, Data) ->
 
 %% Records the request. BodyBytes is the response body's size, or `request_body' for an echo.
 journal(#cfg{journal = undefined}, _Req, _Status, _BodyBytes) -> ok;
-journal(#cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
+journal(Cfg = #cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes) ->
     {Path, Query} = split_target(Target),
     {Kept, _, Total} = get(?BODY),
-    cbench_ehttpd_journal:record(
-      J, #{time_us => Req#req.arrival, proto => http1, conn => get(cbench_conn), stream => 0,
+    Entry = #{time_us => Req#req.arrival, proto => proto(Cfg),
+           conn => get(cbench_conn), stream => 0,
            peer => get(cbench_peer), method => Req#req.method, path => Path, query => Query,
            headers => Req#req.headers,
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
-           delay_ms => Req#req.delay_ms, tls => undefined,
+           %% The TLS map (docs/tls.md): undefined on a cleartext connection (nothing put).
+           delay_ms => Req#req.delay_ms, tls => get(cbench_tls),
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
-           duration_us => erlang:monotonic_time(microsecond) - Req#req.t0}).
+           duration_us => erlang:monotonic_time(microsecond) - Req#req.t0},
+    cbench_ehttpd_journal:record(J, Entry).
+
+%% A TLS connection's byte counters after each request: the session process that holds them ends
+%% when the peer closes, before this process can read them (serve/2).
+tls_octets(S) ->
+    case ssl:getstat(S, [recv_oct, send_oct]) of
+        {ok, [{recv_oct, R}, {send_oct, W}]} -> put(?TLS_OCTETS, {R, W});
+        _ -> ok
+    end.
+
+proto(#cfg{tls = false}) -> http1;
+proto(_) -> h1_tls.
 
 %% Keeps the first journal_body_bytes of a request body for the journal.
 keep_body(#cfg{journal = undefined}, _Piece) -> ok;
@@ -1238,7 +1332,7 @@ keep_body(#cfg{journal = J}, Piece) ->
 %% begun (a streamed echo), a close without a second status.
 fail(S, Cfg, #req{started = true}, Status) ->
     bump_status(Cfg, Status),
-    _ = gen_tcp:shutdown(S, write),
+    _ = cbench_ehttpd_sock:shutdown(S, write),
     {error, closed};
 fail(S, Cfg, _Req, Status) ->
     error_close(S, Cfg, Status).
@@ -1247,9 +1341,9 @@ fail(S, Cfg, _Req, Status) ->
 %% short while, so that it reads the answer instead of a reset.
 error_close(S, Cfg, Status) ->
     bump_status(Cfg, Status),
-    _ = gen_tcp:send(S, cbench_http:head(Status, [], 0, close)),
-    _ = gen_tcp:shutdown(S, write),
-    _ = inet:setopts(S, [{packet, raw}]),
+    _ = cbench_ehttpd_sock:send(S, cbench_http:head(Status, [], 0, close)),
+    _ = cbench_ehttpd_sock:shutdown(S, write),
+    _ = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
     Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
     drain(S, Deadline),
     {error, closed}.
@@ -1261,7 +1355,7 @@ bump_status(_Cfg, _) -> ok.
 
 drain(S, Deadline) ->
     Left = Deadline - erlang:monotonic_time(millisecond),
-    case Left > 0 andalso gen_tcp:recv(S, 0, Left) of
+    case Left > 0 andalso cbench_ehttpd_sock:recv(S, 0, Left) of
         {ok, _} -> drain(S, Deadline);
         _ -> ok
     end.

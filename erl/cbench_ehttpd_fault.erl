@@ -1,6 +1,7 @@
-%%% @doc Faults on the ehttpd engine (docs/faults.md): what src/kinds/fault.c does over HTTP/1.1, with
-%%% gen_tcp. A reset is `{linger, {true, 0}}' and a close (RST); every other fault writes bytes
-%%% and closes with FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
+%%% @doc Faults on the ehttpd engine (docs/faults.md): what src/kinds/fault.c does over HTTP/1.1, on
+%%% the connection's socket (gen_tcp or ssl, cbench_ehttpd_sock). A reset is `{linger, {true, 0}}'
+%%% and a close (RST; over TLS after close_notify); every other fault writes bytes and closes with
+%%% FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
 %%% kinds (rst_stream, goaway, settings, violation) are answered 501 here as on the C engine's HTTP/1.1: a stub with
 %%% one of them is refused when it is added ({error, {unsupported, Kind}}).
 -module(cbench_ehttpd_fault).
@@ -26,22 +27,22 @@
 
 %% @doc Runs fault F on the request whose answer Ctx describes. ok: the connection goes on;
 %% close: it ends (already closed or reset when the fault said so).
--spec run(gen_tcp:socket(), cbench_fault:fault(), ctx()) -> ok | close | {error, term()}.
+-spec run(cbench_ehttpd_sock:socket(), cbench_fault:fault(), ctx()) -> ok | close | {error, term()}.
 run(S, #{kind := reset, at := 0}, #{journal := J}) ->
     J(0, 0),
     reset(S);
 run(S, #{kind := reset, at := At, bytes := Bytes, length := Len}, Ctx = #{journal := J}) ->
     Sent = case At of 2 -> Bytes; _ -> 0 end,
     J(maps:get(status, Ctx), out(Ctx, Sent)),
-    _ = gen_tcp:send(S, [head(Ctx, Len), body(Ctx, 0, Sent)]),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx, Len), body(Ctx, 0, Sent)]),
     reset(S);
 run(S, #{kind := empty}, #{journal := J}) ->
     J(0, 0),
     close(S);
 run(S, #{kind := hang, ms := Ms, at := At, length := Len}, Ctx = #{journal := J, idle_ms := Idle}) ->
-    _ = inet:setopts(S, [{packet, raw}, {active, false}]),
+    _ = cbench_ehttpd_sock:setopts(S, [{packet, raw}, {active, false}]),
     Status = case At of
-                 1 -> _ = gen_tcp:send(S, head(Ctx, Len)), maps:get(status, Ctx);
+                 1 -> _ = cbench_ehttpd_sock:send(S, head(Ctx, Len)), maps:get(status, Ctx);
                  _ -> 0
              end,
     hang(S, case Ms of 0 -> Idle; _ -> min(Ms, Idle) end),
@@ -49,27 +50,27 @@ run(S, #{kind := hang, ms := Ms, at := At, length := Len}, Ctx = #{journal := J,
     close(S);
 run(S, #{kind := garbage, seed := Seed, bytes := N}, #{journal := J}) ->
     J(0, 0),
-    _ = gen_tcp:send(S, cbench_fault:garbage(Seed, N)),
+    _ = cbench_ehttpd_sock:send(S, cbench_fault:garbage(Seed, N)),
     close(S);
 run(S, #{kind := truncated, length := Len, bytes := Bytes}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Bytes)),
-    _ = gen_tcp:send(S, [head(Ctx, Len), body(Ctx, 0, Bytes)]),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx, Len), body(Ctx, 0, Bytes)]),
     close(S);
 run(S, #{kind := overlong, length := Len, bytes := Extra}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Len + Extra)),
-    _ = gen_tcp:send(S, [head(Ctx, Len), body(Ctx, 0, Len + Extra)]),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx, Len), body(Ctx, 0, Len + Extra)]),
     close(S);
 run(S, #{kind := malformed_chunk, bytes := Bytes}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Bytes)),
-    _ = gen_tcp:send(S, [head(Ctx, chunked), chunks(Ctx, Bytes), <<"zz\r\n">>]),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx, chunked), chunks(Ctx, Bytes), <<"zz\r\n">>]),
     close(S);
 run(S, #{kind := missing_last_chunk, length := Len}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Len)),
-    _ = gen_tcp:send(S, [head(Ctx, chunked), chunks(Ctx, Len)]),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx, chunked), chunks(Ctx, Len)]),
     close(S);
 run(S, #{kind := raw, data := Data, raw_status := Status, close := Close}, #{journal := J}) ->
     J(Status, 0),
-    case gen_tcp:send(S, Data) of
+    case cbench_ehttpd_sock:send(S, Data) of
         ok when not Close -> ok;
         _ -> close(S)
     end;
@@ -166,7 +167,7 @@ slow(S, [Piece | Rest], {Ms, W, K}, Then) ->
 hang(_S, Left) when Left =< 0 -> ok;
 hang(S, Left) ->
     Step = min(Left, ?HANG_TICK_MS),
-    case gen_tcp:recv(S, 0, Step) of
+    case cbench_ehttpd_sock:recv(S, 0, Step) of
         {error, timeout} -> hang(S, Left - Step);
         {ok, _} -> hang(S, Left - Step);
         {error, _} -> ok
@@ -190,18 +191,17 @@ out(#{method := <<"HEAD">>}, _) -> 0;
 out(_, N) -> N.
 
 send(S, Data) ->
-    case gen_tcp:send(S, Data) of
+    case cbench_ehttpd_sock:send(S, Data) of
         ok -> ok;
         Error -> Error
     end.
 
 reset(S) ->
-    _ = inet:setopts(S, [{linger, {true, 0}}]),
-    _ = gen_tcp:close(S),
+    ok = cbench_ehttpd_sock:reset(S),
     close.
 
 close(S) ->
-    _ = gen_tcp:shutdown(S, write),
+    _ = cbench_ehttpd_sock:shutdown(S, write),
     close.
 
 %% A node-wide sequence for the seeded draws.

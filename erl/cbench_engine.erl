@@ -62,9 +62,11 @@
 -callback info(handle()) -> map().
 
 %% The certificates a test needs (cbench:tls/1): the CA of the server's made leaf as PEM and DER,
-%% `undefined' for both when the server serves the user's files. Called only when the server was
-%% started with `tls => true' (the server answers {error, no_tls} itself).
--callback tls(handle()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined} |
+%% `undefined' for both when the server serves the user's files (an engine without the client_ca
+%% callback gives client_ca_pem and client_ca_der here too). Called only when the server has TLS
+%% (`tls => true' or `tls_port'; the server answers {error, no_tls} itself).
+-callback tls(handle()) -> #{ca_pem := binary() | undefined, ca_der := binary() | undefined,
+                             client_ca_pem => binary(), client_ca_der => binary()} |
                            {error, term()}.
 
 %% Closes the listeners and every connection, and returns once they are closed; down twice is fine.
@@ -129,9 +131,6 @@
 %% Turns on or off the `{cbench_journal, Seq}' message the server gets for each request recorded
 %% (while someone awaits requests).
 -callback journal_notify(handle(), boolean()) -> reply().
-
-%% The ehttpd engine serves no TLS yet (cbench_opts refuses `tls => true' for it).
--optional_callbacks([tls/1]).
 
 %% @doc The module implementing an engine.
 -spec module(cbench:engine()) -> module().

@@ -40,8 +40,12 @@ validate(Engine, Opts) when is_map(Opts) ->
             %% Neither protocol left to serve (the C library refuses it too).
             {error, {bad_option, enable_h1, false, {requires, {enable_h2, true}}}};
         {ok, Valid} ->
-            case tls_files(Valid) of
-                ok -> {ok, finish(Valid)};
+            case tls_requires(Valid) of
+                ok ->
+                    case tls_files(Valid) of
+                        ok -> {ok, finish(tls_on(Valid))};
+                        Error -> Error
+                    end;
                 Error -> Error
             end;
         Error -> Error
@@ -57,18 +61,33 @@ engine_map(Opts = #{ip := Ip}) ->
                            (V = maps:get(K, Opts)) =/= undefined]),
     M#{host => list_to_binary(inet:ntoa(Ip))}.
 
-%% The user's certificate and key (docs/tls.md): both or neither, only with `tls => true', each a
-%% PEM file that can be read and holds what it should (a certificate; a private key). That the
-%% key is the certificate's the engine checks when it starts.
+%% The TLS options that mean nothing without TLS (`tls => true', or a `tls_port', which turns TLS
+%% on by itself), and the certificate's file without its key's (or the other way).
+tls_requires(Opts) ->
+    Given = fun(K) -> not lists:member(maps:get(K, Opts, undefined), [undefined, none]) end,
+    Tls = maps:get(tls, Opts, false) orelse Given(tls_port),
+    case [K || K <- [tls_cert_file, tls_key_file, client_auth], not Tls, Given(K)] of
+        [K | _] -> {error, {bad_option, K, maps:get(K, Opts), {requires, {tls, true}}}};
+        [] ->
+            case {Given(tls_cert_file), Given(tls_key_file)} of
+                {true, false} -> {error, {bad_option, tls_cert_file, maps:get(tls_cert_file, Opts),
+                                          {requires, tls_key_file}}};
+                {false, true} -> {error, {bad_option, tls_key_file, maps:get(tls_key_file, Opts),
+                                          {requires, tls_cert_file}}};
+                _ -> ok
+            end
+    end.
+
+%% A TLS port beside the cleartext one turns TLS on by itself (on every engine, as in the C
+%% library): `tls' says so in the options the server keeps.
+tls_on(Opts = #{tls_port := P}) when P =/= undefined -> Opts#{tls := true};
+tls_on(Opts) -> Opts.
+
+%% The user's certificate and key (docs/tls.md), given together (tls_requires/1): each a PEM file
+%% that can be read and holds what it should (a certificate; a private key). That the key is the
+%% certificate's the engine checks when it starts.
 tls_files(#{tls_cert_file := undefined, tls_key_file := undefined}) ->
     ok;
-tls_files(#{tls := false} = O) ->
-    {K, V} = given_file(O),
-    {error, {bad_option, K, V, {requires, {tls, true}}}};
-tls_files(#{tls_cert_file := C, tls_key_file := undefined}) ->
-    {error, {bad_option, tls_cert_file, C, {requires, tls_key_file}}};
-tls_files(#{tls_cert_file := undefined, tls_key_file := K}) ->
-    {error, {bad_option, tls_key_file, K, {requires, tls_cert_file}}};
 tls_files(#{tls_cert_file := C, tls_key_file := K}) ->
     IsKey = fun({T, _, _}) -> lists:member(T, ['PrivateKeyInfo', 'ECPrivateKey', 'RSAPrivateKey',
                                                 'DSAPrivateKey']) end,
@@ -78,9 +97,6 @@ tls_files(#{tls_cert_file := C, tls_key_file := K}) ->
         {ok, Error} -> Error;
         {Error, _} -> Error
     end.
-
-given_file(#{tls_cert_file := undefined, tls_key_file := K}) -> {tls_key_file, K};
-given_file(#{tls_cert_file := C}) -> {tls_cert_file, C}.
 
 pem_file(Key, Path, Wanted, Missing) ->
     case file:read_file(Path) of
@@ -99,7 +115,10 @@ catch_pem(Pem) ->
     end.
 
 rows(Engine) ->
-    [R || R = #{engines := Es} <- cbench_schema:options(), lists:member(Engine, Es)].
+    [R || R = #{engines := Es} <- options(), lists:member(Engine, Es)].
+
+options() ->
+    cbench_schema:options().
 
 check([], _Engine, _Rows, Acc) ->
     {ok, Acc};
@@ -116,19 +135,13 @@ check([{K, V} | Rest], Engine, Rows, Acc) ->
 
 %% An option of another engine names the engines that take it; anything else, the known keys.
 unknown(K, Engine) ->
-    case [Es || #{key := K1, engines := Es} <- cbench_schema:options(), K1 =:= K] of
+    case [Es || #{key := K1, engines := Es} <- options(), K1 =:= K] of
         [Es] -> {engines, Es};
         [] -> {known, lists:sort([K1 || #{key := K1} <- rows(Engine)])}
     end.
 
 value(#{key := enable_h1}, false, ehttpd) ->
     %% An h2c-only listener: the ehttpd engine has no HTTP/2.
-    {error, {engines, [nif, port]}};
-value(#{key := tls}, true, ehttpd) ->
-    %% The ehttpd engine does not speak TLS yet (docs/tls.md).
-    {error, {engines, [nif, port]}};
-value(#{key := Key}, V, ehttpd) when Key =:= tls_cert_file orelse Key =:= tls_key_file,
-                                     V =/= undefined ->
     {error, {engines, [nif, port]}};
 value(#{default := undefined}, undefined, _) ->
     %% An option that may be unset (tls_port): left out of the engine's map (engine_map/1).

@@ -1,5 +1,5 @@
 %%% @doc GET /ws for the ehttpd engine: the WebSocket echo of docs/wire.md (RFC 6455) on the
-%%% connection's gen_tcp socket, the same bytes as the C engine's src/proto/ws.c: the handshake's checks
+%%% connection's socket (gen_tcp or ssl, cbench_ehttpd_sock), the same bytes as the C engine's src/proto/ws.c: the handshake's checks
 %%% and Sec-WebSocket-Accept, then every text or binary message back as one unmasked frame, pongs
 %%% for pings, the close handshake, and a close frame with the RFC's code for a bad frame (1002, 1007
 %%% for invalid UTF-8, 1009 over the message limit), checked in the C engine's order.
@@ -52,15 +52,15 @@ accept(Key) -> base64:encode(sha1(<<Key/binary, ?GUID>>)).
 %% takes N bytes of the echo budgets for a data frame when its header is complete (ok, or conn or
 %% server: the close code 1009 or 1013), Hold(-N) gives back a message's bytes once its echo is
 %% written; the connection gives back the rest when it ends (docs/wire.md, WebSocket memory).
--spec serve(gen_tcp:socket(), pos_integer(), pos_integer(),
+-spec serve(cbench_ehttpd_sock:socket(), pos_integer(), pos_integer(),
             fun((integer()) -> ok | conn | server)) -> close.
 serve(S, Limit, Idle, Hold) ->
-    ok = inet:setopts(S, [{packet, raw}]),
+    ok = cbench_ehttpd_sock:setopts(S, [{packet, raw}]),
     loop(S, #{limit => Limit, idle => Idle, hold => Hold, op => none, msg => [], len => 0,
               utf8 => 0}).
 
 loop(S, St = #{idle := Idle}) ->
-    case gen_tcp:recv(S, 2, Idle) of
+    case cbench_ehttpd_sock:recv(S, 2, Idle) of
         {ok, <<B0, B1>>} ->
             Len7 = B1 band 16#7f,
             Ext = case Len7 of 126 -> 2; 127 -> 8; _ -> 0 end,
@@ -74,7 +74,7 @@ loop(S, St = #{idle := Idle}) ->
 
 recv(_S, 0, _Idle) -> {ok, <<>>};
 recv(S, N, Idle) ->
-    case gen_tcp:recv(S, N, Idle) of
+    case cbench_ehttpd_sock:recv(S, N, Idle) of
         {ok, B} -> {ok, B};
         _ -> error
     end.
@@ -166,20 +166,20 @@ fail(S, Code) -> close_with(S, <<Code:16>>).
 %% The close frame, then the close: our side shut, the peer's bytes drained a short while.
 close_with(S, Payload) ->
     _ = send(S, [head(8, byte_size(Payload)), Payload]),
-    _ = gen_tcp:shutdown(S, write),
+    _ = cbench_ehttpd_sock:shutdown(S, write),
     Deadline = erlang:monotonic_time(millisecond) + ?LINGER_MS,
     drain(S, Deadline),
     close.
 
 drain(S, Deadline) ->
     Left = Deadline - erlang:monotonic_time(millisecond),
-    case Left > 0 andalso gen_tcp:recv(S, 0, Left) of
+    case Left > 0 andalso cbench_ehttpd_sock:recv(S, 0, Left) of
         {ok, _} -> drain(S, Deadline);
         _ -> ok
     end.
 
 send(S, Data) ->
-    case gen_tcp:send(S, Data) of
+    case cbench_ehttpd_sock:send(S, Data) of
         ok -> ok;
         _ -> error
     end.

@@ -184,8 +184,14 @@ bad_options(_Config) ->
 
 %% @doc The ehttpd engine has no TLS listener here: the option is refused, tls_port/1 is undefined.
 ehttpd(_Config) ->
-    ?assertEqual({error, {bad_option, tls_port, 0, {engines, [nif, port]}}},
-                 cbench:start_server(ehttpd, #{port => 0, tls_port => 0})),
+    %% tls_port alone turns TLS on, as on the C engines: both ports served.
+    {ok, B} = cbench:start_server(ehttpd, #{port => 0, tls_port => 0}),
+    T = cbench:tls_port(B),
+    ?assert(is_integer(T) andalso T > 0 andalso T =/= cbench:port(B)),
+    ?assertEqual("https://localhost:" ++ integer_to_list(T) ++ "/hello", cbench:tls_url(B, "/hello")),
+    ?assertEqual({200, <<"Hello, Joe!">>}, tcp_hello(cbench:port(B))),
+    ?assertEqual({200, <<"Hello, Joe!">>}, tls_hello(T)),
+    ok = cbench:stop_server(B),
     {ok, S} = cbench:start_server(ehttpd, #{port => 0}),
     ?assertEqual(undefined, cbench:tls_port(S)),
     ?assertEqual({error, no_tls}, cbench:tls_url(S, "/")),
