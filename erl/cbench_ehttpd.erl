@@ -243,7 +243,7 @@ tls_port(#h{tls_port = P}) -> P.
 
 %% @doc The CAs a test is given (cbench:tls/1); with the user's certificate the server's CA is
 %% the user's (undefined here), the client CA is still ours.
--spec tls(handle()) -> map() | {error, no_tls}.
+-spec tls(handle()) -> cbench:tls_info() | {error, no_tls}.
 tls(#h{certs = undefined}) -> {error, no_tls};
 tls(#h{certs = Certs, user_cert = User}) ->
     Info = cbench_certs:tls_info(Certs),
@@ -253,7 +253,7 @@ tls(#h{certs = Certs, user_cert = User}) ->
     end.
 
 %% @doc A client certificate issued by the client CA (cbench:client_cert/2).
--spec client_cert(handle(), binary()) -> map() | {error, term()}.
+-spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
 client_cert(#h{certs = undefined}, _Cn) -> {error, no_tls};
 client_cert(#h{certs = Certs}, Cn) ->
     case cbench_certs:client_cert(Certs, Cn) of

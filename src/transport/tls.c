@@ -13,7 +13,6 @@
  * handshake (ktls.c). A session counts against its worker's bound on handshakes in progress (cb__tls_budget_t)
  * from its accept until its handshake completes or its connection closes. */
 #include <errno.h>
-#include <pthread.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
