@@ -57,7 +57,7 @@ table() ->
     [Table | _] = binary:split(From, <<"<!-- /tls-otp-outcomes -->">>),
     [_Header, _Rule | Lines] = [L || L <- binary:split(Table, <<"\n">>, [global]), L =/= <<>>],
     Rows = [row(L) || L <- Lines],
-    ?assert(length(Rows) >= 15),
+    ?assert(length(Rows) >= 17),
     Rows.
 
 row(Line) ->
@@ -87,7 +87,7 @@ matches_pattern(Text, Value) ->
 %% column's patterns. Each row leaves its trace, asserted as it goes: a handshake fault none in the
 %% journal nor `faults', and `tls_handshakes_failed' one more unless the handshake succeeded (the
 %% stall closed by the header timeout counted in `timeouts' too); a /fault/ row its journal entry
-%% (h1_tls, the kind, status 200, the body bytes it let out) and one more `faults'.
+%% (h1_tls, or h2_tls for `h2'; the kind, status 200, the body bytes it let out) and one more `faults'.
 otp_table(Config) ->
     S = ?config(server, Config),
     [begin
@@ -102,7 +102,8 @@ otp_table(Config) ->
          case Target of
              "/fault/" ++ Spec ->
                  {Kind, Bytes} = expected_entry(Spec),
-                 ?assertMatch({_, [#{proto := h1_tls, fault := Kind, status := 200, bytes_out := Bytes,
+                 Proto = case Client of "h2" -> h2_tls; _ -> h1_tls end,
+                 ?assertMatch({_, [#{proto := Proto, fault := Kind, status := 200, bytes_out := Bytes,
                                      route := fault}]},
                               {Target, cbench:requests(S, #{since => Seq})}),
                  ?assertEqual({Target, 1, 0}, {Target, Delta(faults), Delta(tls_handshakes_failed)});
@@ -140,7 +141,9 @@ client(S, #row{target = Target, client = Client}) ->
         ["active"] ->
             active_get(S, Target);
         ["recv"] ->
-            passive_get(S, Target)
+            passive_get(S, Target);
+        ["h2"] ->
+            h2_get(S, Target)
     end.
 
 tls_url(S, Path) -> "https://localhost:" ++ integer_to_list(cbench:port(S)) ++ Path.
@@ -166,6 +169,36 @@ passive_get(S, Path) ->
     {Data, Error} = passive_collect(Sock, <<>>),
     _ = ssl:close(Sock),
     {body_bytes(Data), Error}.
+
+%% `h2': over ALPN h2 in active mode, the client preface, an empty SETTINGS and a HEADERS frame for
+%% GET Path written here (HPACK: indexed :method GET and :scheme https, literal :path and
+%% :authority); then {DataBytes, Message}: the DATA bytes of stream 1 (none when its HEADERS did not
+%% come) and the first message that is not data.
+h2_get(S, Path) ->
+    {ok, Sock} = ssl:connect("localhost", cbench:port(S),
+                             [binary, {active, true}
+                              | cbench:client_tls_opts(S, #{alpn => [<<"h2">>]})], 5000),
+    {ok, <<"h2">>} = ssl:negotiated_protocol(Sock),
+    P = list_to_binary(Path),
+    Block = <<16#82, 16#87, 16#04, (byte_size(P)), P/binary, 16#01, 9, "localhost">>,
+    ok = ssl:send(Sock, [<<"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n">>, frame(4, 0, 0, <<>>),
+                         frame(1, 16#5, 1, Block)]),
+    {Data, Last} = active_collect(Sock, <<>>),
+    _ = ssl:close(Sock),
+    {stream1_data(Data, none), Last}.
+
+frame(Type, Flags, Stream, Payload) ->
+    <<(byte_size(Payload)):24, Type:8, Flags:8, 0:1, Stream:31, Payload/binary>>.
+
+%% The DATA bytes of stream 1 in whole frames: none until its HEADERS.
+stream1_data(<<Len:24, Type:8, _Flags:8, _:1, Stream:31, _:Len/binary, Rest/binary>>, N) ->
+    case {Type, Stream, N} of
+        {1, 1, none} -> stream1_data(Rest, 0);
+        {0, 1, _} when is_integer(N) -> stream1_data(Rest, N + Len);
+        _ -> stream1_data(Rest, N)
+    end;
+stream1_data(_, N) ->
+    N.
 
 send_get(S, Path, Active) ->
     {ok, Sock} = ssl:connect("localhost", cbench:port(S),
