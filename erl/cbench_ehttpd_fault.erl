@@ -3,7 +3,9 @@
 %%% and a close (RST; over TLS after close_notify); every other fault writes bytes and closes with
 %%% FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
 %%% kinds (rst_stream, goaway, settings, violation) are answered 501 here as on the C engine's HTTP/1.1: a stub with
-%%% one of them is refused when it is added ({error, {unsupported, Kind}}).
+%%% one of them is refused when it is added ({error, {unsupported, Kind}}). The TLS kinds (tls_bad_record,
+%%% tls_truncate) are answered 501 as on the C engine's cleartext connections (this engine has no TLS yet); a
+%%% stub with one is taken, as the C engine takes it, and answers 501 on every request.
 -module(cbench_ehttpd_fault).
 
 -export([run/3]).
@@ -89,7 +91,8 @@ run(S, F = #{kind := K, pieces := P, ms := Ms}, Ctx = #{journal := J})
             dribble(S, Ctx, Len, P, Ms, 0, head(Ctx, Len), J)
     end;
 run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway; K =:= settings;
-                                                 K =:= violation ->
+                                                 K =:= violation; K =:= tls_bad_record;
+                                                 K =:= tls_truncate ->
     J(501, 0),
     send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx)));
 run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, status := Status, headers := Hs}) ->

@@ -5,13 +5,13 @@
 %%% same rules and bounds as the C parser) and runs it with cbench_ehttpd_fault.
 -module(cbench_fault).
 
--export([spec/1, parse/1, fires/2, delay_ms/3, fit/2, garbage/2, h2_only/1]).
+-export([spec/1, parse/1, fires/2, delay_ms/3, fit/2, garbage/2, h2_only/1, tls_only/1]).
 
 -export_type([user_fault/0, fault/0, kind/0]).
 
 -type kind() :: reset | empty | hang | garbage | truncated | overlong | malformed_chunk
               | missing_last_chunk | raw | delay | dribble | rst_stream | goaway | settings
-              | violation | trailers | slow_head | drip.
+              | violation | trailers | slow_head | drip | tls_bad_record | tls_truncate.
 -type param() :: at | bytes | length | seed | ms | max | sigma | pieces | code | last | rate
                | close | preset | data | max_frame | window.
 -type user_fault() :: kind() | {kind(), #{param() => term()}} | {raw, binary() | atom()}
@@ -26,7 +26,7 @@
 
 -define(KINDS, [reset, empty, hang, garbage, truncated, overlong, malformed_chunk,
                 missing_last_chunk, raw, delay, dribble, rst_stream, goaway, settings, violation,
-                trailers, slow_head, drip]).
+                trailers, slow_head, drip, tls_bad_record, tls_truncate]).
 -define(MAX_LENGTH, 16 bsl 20).
 -define(MAX_GARBAGE, 64 bsl 10).
 -define(MAX_MS, 3600000).
@@ -52,6 +52,11 @@ presets() ->
 %% @doc Whether a kind exists over HTTP/2 only (the ehttpd engine, HTTP/1.1 only, refuses it).
 -spec h2_only(kind()) -> boolean().
 h2_only(K) -> lists:member(K, [rst_stream, goaway, settings, violation]).
+
+%% @doc Whether a kind exists over TLS only (src/transport/tls_fault.c): on a cleartext connection
+%% it is answered 501 and counts as no fault, as a kind the protocol cannot carry.
+-spec tls_only(kind()) -> boolean().
+tls_only(K) -> K =:= tls_bad_record orelse K =:= tls_truncate.
 
 %% @doc A fault term as its spec text, checked: `{ok, Spec}' or `{error, {fault, Term}}'.
 -spec spec(user_fault()) -> {ok, binary()} | {error, {fault, term()}}.
@@ -204,7 +209,10 @@ finish(Kind, F = #{bytes := Bytes, length := Len}, Seen, Data) ->
             B = case Has(bytes) of true -> Bytes; false -> 64 end,
             (B > 0 andalso B =< ?MAX_GARBAGE) orelse throw(bad),
             F#{bytes => B};
-        truncated ->
+        tls_bad_record ->
+            Bytes =< Len orelse throw(bad),
+            F;
+        K when K =:= truncated; K =:= tls_truncate ->
             B = case Has(bytes) of true -> Bytes; false -> Len div 2 end,
             (Len > 0 andalso B < Len) orelse throw(bad),
             F#{bytes => B};
