@@ -602,6 +602,6 @@ static void idle_tls(const char *what, int h2, int count, long bound) {
   child_stop(&ch);
 }
 
-TEST_T(idle_memory_tls, 300000) { idle_tls("HTTP/1.1 over TLS", 0, 2000, 1L << 20); }
+TEST_T(idle_memory_tls, 300000) { idle_tls("HTTP/1.1 over TLS", 0, 2000, 20480); }
 
-TEST_T(idle_memory_tls_h2, 300000) { idle_tls("h2 over TLS", 1, 2000, 1L << 20); }
+TEST_T(idle_memory_tls_h2, 300000) { idle_tls("h2 over TLS", 1, 2000, 30720); }
