@@ -54,7 +54,7 @@ OUT=
 SMOKE=0
 CIPHER=TLS_AES_128_GCM_SHA256
 usage() {
-  sed -n '5,7p' "$0" | sed 's/^# *//' >&2
+  sed -n '6,8p' "$0" | sed 's/^# *//' >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
