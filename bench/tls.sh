@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The TLS benchmark (issue 24, docs/bench.md "TLS"): cbench-server against nginx and h2o, all three serving the
-# same certificate, over HTTP/1.1+TLS and h2+TLS, and their handshakes per CPU-second, full and resumed.
+# same certificate, over HTTP/1.1+TLS and h2+TLS, their handshakes per CPU-second, full and resumed, and the memory
+# an idle TLS connection holds.
 #
 #   bench/tls.sh [--rounds R] [--seconds S] [--warmup S] [--conns C] [--servers cbench,nginx,h2o]
-#                [--cases hello_h1,hello_h2,echo_h1,echo_h2,hs_full,hs_resumed] [--tools h2load,cbench-load]
-#                [--out FILE] [--smoke]
+#                [--cases hello_h1,hello_h2,echo_h1,echo_h2,hs_full,hs_resumed,idle_h1,idle_h2]
+#                [--tools h2load,cbench-load] [--idle-conns N] [--out FILE] [--smoke]
 #
 # The certificate: a CA and a leaf for localhost and 127.0.0.1 (ECDSA P-256) made here with openssl(1), the leaf
 # signed by the CA; cbench-server gets them with --tls-cert-file/--tls-key-file, nginx and h2o in their configs.
@@ -18,6 +19,14 @@
 # hs_resumed), measured by cbench-load only: h2load opens each client's connection once. nginx has no echo
 # (its cells show `-`); h2o answers /echo with a small mruby handler, as in make bench.
 #
+# idle_h1 and idle_h2: memory per idle TLS connection. bench/tls_idle.py (python3's ssl, on CPU 1) opens 200
+# connections (warm-up: the servers' first pages and caches), then N more (--idle-conns, default 2,000), each
+# after a full TLS 1.3 handshake (ALPN http/1.1 or h2) and one GET /hello read in full, and holds them all open.
+# The server's resident memory (VmRSS summed over its process group: nginx's master and worker) is read 2 s
+# after the warm-up connections and 2 s after the N (time for cbench-server's rest step, CB__REST_MS), and the
+# growth divided by N is the figure: bytes per idle connection, lower is better (ratio cbench/server <= 1 meets
+# issue 24's goal). Every server keeps idle connections 120 s, longer than the case lasts.
+#
 # Measurement, as bench/ab.sh: the server is started fresh for each run, pinned to CPU 0, one worker or thread;
 # the load generator runs on CPU 1 (one thread) for S seconds after W seconds of warm-up; the server's CPU time
 # (user + system of every process of its process group, /proc/PID/stat) is read when the measured window starts
@@ -26,7 +35,7 @@
 # the ratios cbench-server / peer. A peer that is not installed, or a case it cannot serve, is named and skipped.
 # Results: stdout and bench/results/tls-<time>.md (or --out FILE).
 #
-# --smoke: 1 round of 1 s without warm-up on 4 connections, every case, and the results in a temporary file
+# --smoke: 1 round of 1 s without warm-up on 4 connections (idle: 20 after 5), every case, and the results in a temporary file
 # unless --out: make bench-smoke runs it to prove the script works (nothing it prints is a figure to keep).
 set -euo pipefail
 
@@ -37,13 +46,15 @@ SECS=5
 WARM=2
 CONNS=50
 SERVERS=cbench,nginx,h2o
-CASES=hello_h1,hello_h2,echo_h1,echo_h2,hs_full,hs_resumed
+CASES=hello_h1,hello_h2,echo_h1,echo_h2,hs_full,hs_resumed,idle_h1,idle_h2
+IDLE=2000
+IDLE_WARM=200
 TOOLS=h2load,cbench-load
 OUT=
 SMOKE=0
 CIPHER=TLS_AES_128_GCM_SHA256
 usage() {
-  sed -n '4,6p' "$0" | sed 's/^# *//' >&2
+  sed -n '6,8p' "$0" | sed 's/^# *//' >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -55,19 +66,20 @@ while [ $# -gt 0 ]; do
     --servers) SERVERS=${2:-}; shift 2 ;;
     --cases) CASES=${2:-}; shift 2 ;;
     --tools) TOOLS=${2:-}; shift 2 ;;
+    --idle-conns) IDLE=${2:-}; shift 2 ;;
     --out) OUT=${2:-}; shift 2 ;;
-    --smoke) SMOKE=1; ROUNDS=1; SECS=1; WARM=0; CONNS=4; shift ;;
+    --smoke) SMOKE=1; ROUNDS=1; SECS=1; WARM=0; CONNS=4; IDLE=20; IDLE_WARM=5; shift ;;
     *) usage ;;
   esac
 done
-for v in "$ROUNDS" "$SECS" "$CONNS"; do [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || usage; done
+for v in "$ROUNDS" "$SECS" "$CONNS" "$IDLE"; do [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || usage; done
 [[ "$WARM" =~ ^[0-9]+$ ]] || usage
 IFS=, read -r -a servers <<<"$SERVERS"
 IFS=, read -r -a cases <<<"$CASES"
 IFS=, read -r -a tools <<<"$TOOLS"
 for s in "${servers[@]}"; do case $s in cbench|nginx|h2o) ;; *) echo "bench/tls.sh: unknown server $s" >&2; exit 2 ;; esac; done
 for c in "${cases[@]}"; do
-  case $c in hello_h1|hello_h2|echo_h1|echo_h2|hs_full|hs_resumed) ;; *) echo "bench/tls.sh: unknown case $c" >&2; exit 2 ;; esac
+  case $c in hello_h1|hello_h2|echo_h1|echo_h2|hs_full|hs_resumed|idle_h1|idle_h2) ;; *) echo "bench/tls.sh: unknown case $c" >&2; exit 2 ;; esac
 done
 for t in "${tools[@]}"; do case $t in h2load|cbench-load) ;; *) echo "bench/tls.sh: unknown tool $t" >&2; exit 2 ;; esac; done
 [ -x "$SERVER" ] || { echo "bench/tls.sh: $SERVER is not built (make)" >&2; exit 1; }
@@ -78,6 +90,28 @@ if [[ " ${tools[*]} " == *" h2load "* ]] && ! command -v h2load >/dev/null; then
   notes+=("h2load is not installed (nghttp2-client): its column is skipped")
   tools=("${tools[@]/h2load/}")
 fi
+# The idle cases: python3 for the client, and descriptors for every connection, in this shell and so in the
+# servers it starts (nginx and h2o are also told their connection limits in their configs).
+idle_cases=0
+for c in "${cases[@]}"; do [[ $c == idle_* ]] && idle_cases=1; done
+if [ "$idle_cases" = 1 ]; then
+  if ! command -v python3 >/dev/null; then
+    notes+=("python3 is not installed: the idle cases are skipped")
+    cases=("${cases[@]/idle_*/}")
+  else
+    want_fds=$((IDLE + IDLE_WARM + 256))
+    hard=$(ulimit -Hn)
+    [ "$hard" = unlimited ] || [ "$hard" -ge "$want_fds" ] || want_fds=$hard
+    ulimit -Sn "$want_fds" 2>/dev/null || true
+    if [ "$(ulimit -Sn)" != unlimited ] && [ "$(ulimit -Sn)" -lt $((IDLE + IDLE_WARM + 256)) ]; then
+      IDLE=$(($(ulimit -Sn) - IDLE_WARM - 256))
+      [ "$IDLE" -gt 0 ] || { echo "bench/tls.sh: the descriptor limit $(ulimit -Sn) leaves no room for idle connections" >&2; exit 1; }
+      notes+=("descriptor limit $(ulimit -Sn): the idle cases open $IDLE connections")
+    fi
+  fi
+fi
+MAXCONN=$((IDLE + IDLE_WARM + 256 > 4096 ? IDLE + IDLE_WARM + 256 : 4096))
+here=$(cd "$(dirname "$0")" && pwd)
 ncpu=$(nproc)
 SCPU=0
 LCPU=$((ncpu > 1 ? 1 : 0))
@@ -102,6 +136,8 @@ trap cleanup EXIT INT TERM
   printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' >leaf.ext
   openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile leaf.ext -out leaf.pem
 ) >"$work/openssl.log" 2>&1 || { echo "bench/tls.sh: openssl could not make the certificate: $(tail -n 3 "$work/openssl.log")" >&2; exit 1; }
+# The idle client's cipher: python3's ssl cannot choose TLS 1.3 suites itself; OpenSSL's configuration can.
+printf 'openssl_conf = conf\n[conf]\nssl_conf = ssl\n[ssl]\nsystem_default = tls\n[tls]\nCiphersuites = %s\n' "$CIPHER" >"$work/client.cnf"
 head -c 1024 /dev/zero | tr '\0' 'e' >"$work/body_1k"
 
 port_floor=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
@@ -129,12 +165,12 @@ start() {
   local name=$1 cmd=()
   PORT=$(free_port)
   case $name in
-    cbench) cmd=("$SERVER" --port "$PORT" --threads 1 --tls --tls-cert-file "$work/leaf.pem" --tls-key-file "$work/leaf.key") ;;
+    cbench) cmd=("$SERVER" --port "$PORT" --threads 1 --idle-timeout-ms 120000 --tls --tls-cert-file "$work/leaf.pem" --tls-key-file "$work/leaf.key") ;;
     nginx)
       mkdir -p "$work/nginx"
       cat >"$work/nginx/nginx.conf" <<CONF
 daemon off; master_process on; worker_processes 1; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $MAXCONN; }
 http { access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
   fastcgi_temp_path $work/nginx/fcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
   tcp_nodelay on; keepalive_requests 1000000000; keepalive_timeout 120s;
@@ -151,6 +187,7 @@ CONF
       cat >"$work/h2o/h2o.conf" <<CONF
 $user
 num-threads: 1
+max-connections: $MAXCONN
 error-log: $work/h2o/error.log
 http1-request-timeout: 120
 http2-idle-timeout: 120
@@ -195,6 +232,52 @@ ticks() {
     total=$((total + ${v:-0}))
   done
   echo "$total"
+}
+
+# rss_kb: the resident memory of the server's processes, summed (kB).
+rss_kb() {
+  local total=0 p v
+  for p in $(pgrep -g "$spid" 2>/dev/null || echo "$spid"); do
+    v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null) || continue
+    total=$((total + ${v:-0}))
+  done
+  echo "$total"
+}
+
+# measure_idle NAME CASE: one run of an idle case. Prints "VALUE COUNT FLAG" as measure does: bytes of server
+# memory per idle connection, the connections held, and `!` when the client got another cipher.
+measure_idle() {
+  local name=$1 case=$2 proto=http/1.1 line r0 r1 flag=""
+  [ "$case" = idle_h2 ] && proto=h2
+  start "$name"
+  coproc IDLECL { OPENSSL_CONF=$work/client.cnf exec taskset -c "$LCPU" python3 "$here/tls_idle.py" "$PORT" "$proto" "$IDLE_WARM" "$IDLE" "$work/ca.pem" 2>"$work/idle.err"; }
+  local out=${IDLECL[0]} in=${IDLECL[1]} cpid=$IDLECL_PID
+  if ! read -r -t 600 line <&"$out" || [ "$line" != warm ]; then
+    echo "bench/tls.sh: $name $case: the idle client failed: $(tail -n 2 "$work/idle.err")" >&2
+    kill "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    stop
+    echo "- 0 x"
+    return
+  fi
+  sleep 2
+  r0=$(rss_kb)
+  echo go >&"$in"
+  if ! read -r -t 600 line <&"$out" || [[ $line != held* ]]; then
+    echo "bench/tls.sh: $name $case: the idle client failed: $(tail -n 2 "$work/idle.err")" >&2
+    kill "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    stop
+    echo "- 0 x"
+    return
+  fi
+  sleep 2
+  r1=$(rss_kb)
+  [ "${line##* }" = "$CIPHER" ] || flag="!"
+  exec {in}>&-
+  wait "$cpid" 2>/dev/null || true
+  stop
+  awk -v a="$r0" -v b="$r1" -v n="$IDLE" -v f="$flag" 'BEGIN { printf "%.0f %d %s\n", (b - a) * 1024 / n, n, f }'
 }
 
 # serves NAME CASE: whether the server answers the case (nginx has no echo).
@@ -310,6 +393,7 @@ done
   for n in "${notes[@]}"; do echo "note: $n"; done
   echo
   echo "Server CPU per request (us, lower is better) for hello and echo; handshakes per CPU-second (higher is better) for hs_*;"
+  echo "bytes of server memory (RSS growth) per idle connection for idle_* ($IDLE connections after $IDLE_WARM, lower is better);"
   echo "median of rounds, with each round's value. \`!\`: a run negotiated another version or cipher; \`r\`: hs_resumed resumed under"
   echo "90% of its handshakes (hs_full: any); \`e\`: the generator counted errors; \`-\`: not measured."
   echo
@@ -319,7 +403,10 @@ done
 
 declare -A vals flags
 for c in "${cases[@]}"; do
-  for t in "${tools[@]}"; do
+  [ -n "$c" ] || continue
+  # The idle cases have their own client (bench/tls_idle.py), named as their tool.
+  if [[ $c == idle_* ]]; then ctools=(tls_idle.py); else ctools=("${tools[@]}"); fi
+  for t in "${ctools[@]}"; do
     [ -n "$t" ] || continue
     [[ $c == hs_* ]] && [ "$t" = h2load ] && continue
     for r in $(seq 1 "$ROUNDS"); do
@@ -327,7 +414,7 @@ for c in "${cases[@]}"; do
       order=("${run_servers[@]:$(((r - 1) % ${#run_servers[@]}))}" "${run_servers[@]:0:$(((r - 1) % ${#run_servers[@]}))}")
       for s in "${order[@]}"; do
         serves "$s" "$c" || continue
-        read -r v n f < <(measure "$s" "$c" "$t")
+        if [[ $c == idle_* ]]; then read -r v n f < <(measure_idle "$s" "$c"); else read -r v n f < <(measure "$s" "$c" "$t"); fi
         echo "  $c $t $s round $r: $v (count $n) $f" >&2
         [ "$v" = - ] || vals[$c.$t.$s]+="$v "
         flags[$c.$t.$s]+="$f"

@@ -17,8 +17,9 @@
 #   make bench-instr        instructions per request (callgrind) of cbench-server and of the floor (issue 11)
 #   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11)
 #   make bench-tls          TLS (issue 24): cbench-server, nginx and h2o with one certificate, hello and echo over
-#                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second (bench/tls.sh,
-#                           TLS_ARGS); make bench runs it after the harness unless TLS=0
+#                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second, bytes per idle
+#                           TLS connection (bench/tls.sh, bench/tls_idle.py, TLS_ARGS); make bench runs it after
+#                           the harness unless TLS=0
 #   make soak               the mixed soak (issue 22): HTTP/1.1, h2c, WebSocket, faults, stub churn and journal
 #                           reads at once on a nif server for SOAK_SECONDS (600), RSS sampled (bench/src/cbench_soak.erl)
 

@@ -159,13 +159,14 @@ erl -noshell -pa bench/ebin -eval '
 if epmd -names 2>/dev/null | grep -q "name $gen "; then fail "the load node $gen is still running"; fi
 echo "bench-smoke: --nodes $gen@127.0.0.1 measured $engines with the load from that node, and stopped it"
 # 6. The TLS benchmark (bench/tls.sh, make bench-tls): bad input exits 2; a smoke run (1 s per case,
-# 4 connections) measures every case on cbench-server, and names each peer that is not installed.
+# 4 connections; the idle cases 20 connections) measures every case on cbench-server, and names each peer that
+# is not installed.
 bench/tls.sh --cases nope >"$WORK/tls-bad.out" 2>&1
 rc=$?
 [ "$rc" = 2 ] || { cat "$WORK/tls-bad.out"; fail "bench/tls.sh --cases nope exited $rc, expected 2"; }
 bench/tls.sh --smoke --out "$WORK/tls.md" >"$WORK/tls.out" 2>&1 || { cat "$WORK/tls.out"; fail "bench/tls.sh --smoke exited $?"; }
-for c in hello_h1 hello_h2 echo_h1 echo_h2 hs_full hs_resumed; do
-    grep -Eq "^\| $c \| (h2load|cbench-load) \| cbench \| [0-9.]+ +\|" "$WORK/tls.md" \
+for c in hello_h1 hello_h2 echo_h1 echo_h2 hs_full hs_resumed idle_h1 idle_h2; do
+    grep -Eq "^\| $c \| (h2load|cbench-load|tls_idle.py) \| cbench \| -?[0-9.]+ +\|" "$WORK/tls.md" \
         || { cat "$WORK/tls.md" "$WORK/tls.out"; fail "bench/tls.sh measured no $c on cbench-server (a run that failed, or a flag)"; }
 done
 for peer in nginx h2o; do
@@ -176,5 +177,5 @@ for peer in nginx h2o; do
         echo "bench-smoke: bench/tls.sh skipped $peer: not installed (apt-get install $([ "$peer" = nginx ] && echo nginx-light || echo h2o))"
     fi
 done
-echo "bench-smoke: bench/tls.sh measured the 6 TLS cases on cbench-server"
+echo "bench-smoke: bench/tls.sh measured the 8 TLS cases on cbench-server"
 echo "bench-smoke: passed"

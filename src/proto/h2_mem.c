@@ -12,7 +12,10 @@
  *
  * cb__h2_mem_rest() goes further for a session that is at rest (nothing being sent): its frame buffers hold
  * nothing that is still needed (nghttp2 resets them before each frame), so their pages are given back to the
- * kernel; the next frame written finds zero-filled pages. */
+ * kernel; the next frame written finds zero-filled pages. Its other mappings may hold live state, but a page of
+ * theirs that holds only zeros is given back too, which changes no byte: the stream map's table (4 KiB) is
+ * written when the first stream opens and is all zeros again once the last one has closed, so without this an
+ * h2 connection idle after its requests (a client pool's) would keep that page for nothing. */
 #include <malloc.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,7 +30,7 @@ static size_t page_size = 4096; /* set from sysconf when the first session is ma
 
 /* Process-wide counts for tests (cb__h2_mem_counts): frame buffers mapped now, and how often the rest step
  * emptied one or was skipped. Touched when a session is made or freed and at its rest step, never per request. */
-static uint64_t n_framebufs, n_emptied, n_skipped;
+static uint64_t n_framebufs, n_emptied, n_skipped, n_zero_pages;
 
 static size_t page_round(size_t n) { return (n + page_size - 1) & ~(page_size - 1); }
 
@@ -210,12 +213,42 @@ void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small) {
                          .realloc = mem_realloc};
 }
 
-void cb__h2_mem_rest(cb__h2_mem_t *m) {
-  for (int i = 0; i < CB__H2_MEM_SLOTS; i++)
-    if (m->big[i].ptr != NULL && m->big[i].size == CB__H2_MEM_FRAMEBUF && m->big[i].len > 0 &&
-        madvise(m->big[i].ptr, m->big[i].len, MADV_DONTNEED) == 0)
-      __atomic_add_fetch(&n_emptied, 1, __ATOMIC_RELAXED);
+/* Whether the page at p holds only zeros. */
+static int page_zero(const void *p) {
+  const uint64_t *w = p;
+  uint64_t any = 0;
+  for (size_t i = 0; i < page_size / sizeof *w; i++) any |= w[i];
+  return any == 0;
 }
+
+/* Gives back the pages of a mapping that hold only zeros, each run of them with one call: they read back as
+ * zeros after it, as before. Reads each page once: a stream map's table is one page until a session has had
+ * many streams at once, and this runs once per rest (not per request). */
+static void zero_pages_back(char *p, size_t len) {
+  size_t run = 0, pages = 0;
+  for (size_t o = 0; o <= len; o += page_size) {
+    if (o < len && page_zero(p + o)) {
+      run += page_size;
+      continue;
+    }
+    if (run > 0 && madvise(p + o - run, run, MADV_DONTNEED) == 0) pages += run / page_size;
+    run = 0;
+  }
+  if (pages > 0) __atomic_add_fetch(&n_zero_pages, pages, __ATOMIC_RELAXED);
+}
+
+void cb__h2_mem_rest(cb__h2_mem_t *m) {
+  for (int i = 0; i < CB__H2_MEM_SLOTS; i++) {
+    cb__h2_big_t *b = &m->big[i];
+    if (b->ptr == NULL || b->len == 0) continue; /* a free entry, or a slot (its page is shared) */
+    if (b->size != CB__H2_MEM_FRAMEBUF)
+      zero_pages_back(b->ptr, b->len);
+    else if (madvise(b->ptr, b->len, MADV_DONTNEED) == 0)
+      __atomic_add_fetch(&n_emptied, 1, __ATOMIC_RELAXED);
+  }
+}
+
+uint64_t cb__h2_mem_zero_pages(void) { return __atomic_load_n(&n_zero_pages, __ATOMIC_RELAXED); }
 
 void cb__h2_mem_rest_skipped(void) { __atomic_add_fetch(&n_skipped, 1, __ATOMIC_RELAXED); }
 
