@@ -212,13 +212,18 @@ static void flush(cb__conn_t *c) {
   if (c->out.bytes == 0 && !(c->timer_mode == CB__TIMER_IDLE && c->ops && c->ops->rest)) cb__outq_rest(&c->out);
 }
 
+/* Reading stops while the peer is not reading our responses (no unbounded buffering), or while the protocol
+ * holds input it cannot parse yet. Lingering keeps reading to drain. */
+static int reading(const cb__conn_t *c) {
+  return !c->eof && (c->lingering || (!c->read_paused && c->out.bytes < CB__OUT_HIGH_WATER));
+}
+
 static void update_poll(cb__conn_t *c) {
   if (c->tr.fd < 0 || c->closing) return;
-  int ev = 0;
-  /* Reading stops while the peer is not reading our responses (no unbounded buffering), or while the
-   * protocol holds input it cannot parse yet. Lingering keeps reading to drain. */
-  if (!c->eof && (c->lingering || (!c->read_paused && c->out.bytes < CB__OUT_HIGH_WATER))) ev |= UV_READABLE;
-  if (c->write_blocked || c->tr.want_write) ev |= UV_WRITABLE;
+  int ev = reading(c) ? UV_READABLE : 0;
+  /* Input the transport holds (TLS records read ahead of a full buffer) is read at the next turn of the loop:
+   * the socket is writable at once, as for a generator's next round (cb__conn_after). */
+  if (c->write_blocked || c->tr.want_write || (ev && c->tr.buffered)) ev |= UV_WRITABLE;
   if (ev == c->poll_events) return;
   c->poll_events = (uint8_t)ev;
   if (ev == 0)
@@ -331,8 +336,9 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     cb__conn_close(c);
     return;
   }
-  /* A transport that stopped reading until it could write (a TLS handshake message) reads again then. */
-  if ((events & UV_READABLE) || (c->tr.want_write && (events & UV_WRITABLE))) {
+  /* A transport that stopped reading until it could write (a TLS handshake message) reads again then, and one
+   * that holds input read ahead reads it as soon as reading is on (update_poll). */
+  if ((events & UV_READABLE) || (c->tr.want_write && (events & UV_WRITABLE)) || (c->tr.buffered && reading(c))) {
     ssize_t n = c->tr.ops->read(&c->tr, c->w->rbuf, sizeof c->w->rbuf);
     if (n > 0) {
       input(c, c->w->rbuf, (size_t)n);

@@ -227,7 +227,10 @@ static void handshake_done(cb__tport_t *t, SSL *ssl) {
   if ((SSL_get_options(ssl) & SSL_OP_ENABLE_KTLS) && cb__ktls_take(t) && b != NULL) count(b->ktls);
 }
 
-/* Reads plaintext until buf is full or the socket has no more records now: the handshake first. */
+/* Reads plaintext until buf is full or OpenSSL holds no more of what it read: the handshake first. With read-ahead
+ * (make_ctx) a record's header and body, and whatever else the socket had, come in one recv(2); the loop then
+ * stops when OpenSSL has nothing buffered, and the next readable event (the poll is level-triggered) brings the
+ * rest: no recv that can only answer EAGAIN, as over plain TCP. */
 static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
   SSL *ssl = t->state;
   t->want_write = 0;
@@ -247,18 +250,23 @@ static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
     handshake_done(t, ssl);
   }
   size_t got = 0;
+  t->buffered = 0;
   while (got < n) {
     size_t k;
     ERR_clear_error();
     int rc = SSL_read_ex(ssl, buf + got, n - got, &k);
     if (rc == 1) {
       got += k;
+      if (!SSL_has_pending(ssl)) break;
       continue;
     }
     ssize_t err = failed(t, ssl, rc);
     if (got > 0) break; /* what was read first; the end or the error comes with the next read */
     return err == UV_EOF ? 0 : err;
   }
+  /* A full buffer with records (or plaintext) still in OpenSSL: the socket may have nothing more to say, so no
+   * readable event would come for them. */
+  if (got == n && SSL_has_pending(ssl)) t->buffered = 1;
   return got > 0 ? (ssize_t)got : UV_EAGAIN;
 }
 
@@ -410,6 +418,8 @@ static SSL_CTX *make_ctx(cb__tls_ctx_t *c, const cb__cert_ident_t *id) {
                                SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                             SSL_MODE_RELEASE_BUFFERS);
+  /* One recv(2) per readable event rather than one per record header and one per record body (tls_read). */
+  SSL_CTX_set_read_ahead(ctx, 1);
   /* The weak-key scenario serves an RSA-1024 leaf, which OpenSSL's default security level refuses to load. */
   if (id->sni != NULL) SSL_CTX_set_security_level(ctx, 0);
   if (SSL_CTX_use_certificate(ctx, id->cert) != 1 || SSL_CTX_use_PrivateKey(ctx, id->key) != 1 ||

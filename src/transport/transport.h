@@ -49,6 +49,8 @@ struct cb__tport_s {
                           connection polls for writable and reads again then (core/conn.c) */
   uint8_t alpn;        /* CB__ALPN_*, once the transport knows it */
   uint8_t ready;       /* tls: the handshake is done */
+  uint8_t buffered;    /* tls: the last read filled the buffer and OpenSSL holds more of what it read from the
+                          socket: the connection reads again without waiting for the socket (core/conn.c) */
   uint8_t tls;         /* 1: the tls transport (the protocols name the connection h1_tls / h2_tls) */
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
   void *sink_arg;

@@ -1,0 +1,137 @@
+/* Reads over TLS (src/transport/tls.c, src/core/conn.c): what OpenSSL reads from the socket ahead of a full read
+ * buffer is read at the next turn of the loop, without a readable event. A request whose records all wait in the
+ * socket when the worker reads (a head written as one record, then a body of 16 KiB records) fills the worker's
+ * 64 KiB buffer in the middle of a record: the rest of it is in OpenSSL, not in the socket, and the client sends
+ * nothing more until it has its answer. Before `buffered`, that request waited for the header timeout. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
+#include "common.h"
+#include "engine.h"
+#include "testing.h"
+
+/* A TLS client on memory BIOs: what it writes is taken from cout and sent to the socket by the test; what the
+ * server wrote is put into cin. */
+typedef struct {
+  SSL_CTX *ctx;
+  SSL *ssl;
+  BIO *cin, *cout;
+} client_t;
+
+static void client_new(client_t *c, const char *ca_pem) {
+  c->ctx = SSL_CTX_new(TLS_client_method());
+  ASSERT_NOT_NULL(c->ctx);
+  BIO *b = BIO_new_mem_buf(ca_pem, -1);
+  X509 *ca = PEM_read_bio_X509(b, NULL, NULL, NULL);
+  ASSERT_NOT_NULL(ca);
+  ASSERT_EQ(X509_STORE_add_cert(SSL_CTX_get_cert_store(c->ctx), ca), 1);
+  X509_free(ca);
+  BIO_free(b);
+  SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
+  ASSERT_EQ(SSL_CTX_set_alpn_protos(c->ctx, (const unsigned char *)"\x08http/1.1", 9), 0);
+  c->ssl = SSL_new(c->ctx);
+  c->cin = BIO_new(BIO_s_mem());
+  c->cout = BIO_new(BIO_s_mem());
+  SSL_set_bio(c->ssl, c->cin, c->cout);
+  SSL_set_connect_state(c->ssl);
+  ASSERT_EQ(SSL_set_tlsext_host_name(c->ssl, "localhost"), 1);
+}
+
+static void client_free(client_t *c) {
+  SSL_free(c->ssl);
+  SSL_CTX_free(c->ctx);
+}
+
+/* What the client wrote so far goes to the socket fd. */
+static void client_flush(client_t *c, int fd) {
+  char *p;
+  long n = BIO_get_mem_data(c->cout, &p);
+  if (n > 0) cl_send(fd, p, (size_t)n);
+  (void)BIO_reset(c->cout);
+}
+
+/* What the server wrote so far comes to the client. */
+static void client_take(client_t *c, int fd) {
+  char tmp[16384];
+  for (;;) {
+    ssize_t n = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (n <= 0) return;
+    BIO_write(c->cin, tmp, (int)n);
+  }
+}
+
+TEST(tls_read_ahead_of_a_full_buffer) {
+  cb__certs_t *certs;
+  cb__tls_ctx_t *ctx;
+  ASSERT_EQ(cb__certs_new(NULL, &certs), 0);
+  ASSERT_EQ(cb__tls_ctx_new(certs, 1, 1, &ctx), 0);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  int big = 1 << 20;
+  ASSERT_EQ(setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.max_body_bytes = 1 << 20;
+  cb__testconn_t *tc = cb__testconn_new_tls(&cfg, sv[0], ctx);
+  ASSERT_NOT_NULL(tc);
+  client_t c;
+  client_new(&c, cb__certs_ca_pem(certs, CB__CA_SERVER).ptr);
+
+  /* The handshake, a flight at a time. */
+  int rc, turns = 0;
+  while ((rc = SSL_do_handshake(c.ssl)) != 1) {
+    ASSERT_EQ(SSL_get_error(c.ssl, rc), SSL_ERROR_WANT_READ);
+    ASSERT_LT(turns++, 20);
+    client_flush(&c, sv[1]);
+    cb__testconn_run(tc, 0);
+    client_take(&c, sv[1]);
+  }
+  ASSERT_EQ(SSL_get_verify_result(c.ssl), X509_V_OK);
+
+  /* The head as one record, the body as records of 16 KiB, all in the socket before the server reads: 300 bytes
+   * + 3 x 16 KiB, then 16,084 bytes of the fourth record fill the buffer, and 100 bytes stay in OpenSSL. */
+  size_t body_len = 65336;
+  char *body = malloc(body_len);
+  ASSERT_NOT_NULL(body);
+  for (size_t i = 0; i < body_len; i++) body[i] = (char)('a' + i % 26);
+  char head[301];
+  int hl = snprintf(head, sizeof head, "POST /echo HTTP/1.1\r\nhost: localhost\r\ncontent-length: %zu\r\nx-pad: ",
+                    body_len);
+  memset(head + hl, 'p', 300 - 4 - (size_t)hl);
+  memcpy(head + 296, "\r\n\r\n", 4);
+  ASSERT_EQ(SSL_write(c.ssl, head, 300), 300);
+  ASSERT_EQ(SSL_write(c.ssl, body, (int)body_len), (int)body_len);
+  client_flush(&c, sv[1]);
+
+  /* Turns of the loop, and nothing more from the client: the whole echo comes back. */
+  buf_t got = {0};
+  char tmp[16384];
+  for (turns = 0; turns < 200 && (got.len < body_len || memmem(got.p, got.len, "\r\n\r\n", 4) == NULL ||
+                                  got.len - ((char *)memmem(got.p, got.len, "\r\n\r\n", 4) + 4 - got.p) < body_len);
+       turns++) {
+    cb__testconn_run(tc, 0);
+    client_take(&c, sv[1]);
+    int n;
+    while ((n = SSL_read(c.ssl, tmp, sizeof tmp)) > 0) buf_add(&got, tmp, (size_t)n);
+  }
+  cbt_log("%d turns, %zu bytes of answer", turns, got.len);
+  ASSERT_GT(got.len, 12);
+  ASSERT_MEM_EQ(got.p, 12, "HTTP/1.1 200", 12);
+  const char *end = memmem(got.p, got.len, "\r\n\r\n", 4);
+  ASSERT_NOT_NULL(end);
+  ASSERT_MEM_EQ(end + 4, got.len - (size_t)(end + 4 - got.p), body, body_len);
+
+  buf_free(&got);
+  free(body);
+  ASSERT_EQ(cb__testconn_free(tc), 0);
+  close(sv[1]);
+  client_free(&c);
+  cb__tls_ctx_free(ctx);
+  cb__certs_free(certs);
+}
