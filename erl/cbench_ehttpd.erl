@@ -256,10 +256,8 @@ tls(#h{certs = Certs, user_cert = User}) ->
 -spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
 client_cert(#h{certs = undefined}, _Cn) -> {error, no_tls};
 client_cert(#h{certs = Certs}, Cn) ->
-    case cbench_certs:client_cert(Certs, Cn) of
-        {ok, M} -> M;
-        Error -> Error
-    end.
+    {ok, M} = cbench_certs:client_cert(Certs, Cn),
+    M.
 
 %% @doc Threads (acceptors) and the scheduler each one runs on.
 -spec info(handle()) -> #{threads := pos_integer(), schedulers := [pos_integer()]}.
