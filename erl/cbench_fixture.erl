@@ -3,7 +3,7 @@
 -module(cbench_fixture).
 
 -compile({no_auto_import, [size/1]}).
--export([path/1, size/1, ensure/0, cleanup/0, bytes/2]).
+-export([path/1, size/1, ensure/0, cleanup/0, bytes/2, fresh_dir/1]).
 
 -define(KEY, {?MODULE, dir}).
 %% The block generated bodies are sliced from: 261 periods of 251 bytes (65,511 bytes).
@@ -61,12 +61,7 @@ ensure() ->
 write() ->
     case persistent_term:get(?KEY, undefined) of
         undefined ->
-            Tmp = case os:getenv("TMPDIR") of
-                      false -> "/tmp";
-                      "" -> "/tmp";
-                      T -> T
-                  end,
-            Dir = fresh_dir(Tmp, 100),
+            Dir = fresh_dir("cbench-erl"),
             [ok = file:write_file(filename:join(Dir, atom_to_list(R)), content(R))
              || R <- [file_tiny, file_small, file_big]],
             persistent_term:put(?KEY, lists:flatten(Dir)),
@@ -75,15 +70,25 @@ write() ->
             Dir
     end.
 
-%% A folder of our own under Tmp: the OS pid and a counter name it, and a name that exists (a folder left by an
-%% earlier node of the same pid that did not stop cleanly) is passed over for the next one.
-fresh_dir(Tmp, Tries) ->
-    Dir = filename:join(Tmp, io_lib:format("cbench-erl-~s-~b",
-                                           [os:getpid(), erlang:unique_integer([positive])])),
+%% @doc A new folder of our own under $TMPDIR (or /tmp), `Prefix-OSPID-N': a name that exists (a folder left by
+%% an earlier node of the same OS pid that did not stop cleanly, whose counter started where ours did) is passed
+%% over for the next one. The fixture files and cbench:load/2's files use it.
+-spec fresh_dir(string()) -> file:filename().
+fresh_dir(Prefix) ->
+    Tmp = case os:getenv("TMPDIR") of
+              false -> "/tmp";
+              "" -> "/tmp";
+              T -> T
+          end,
+    fresh_dir(Tmp, Prefix, 100).
+
+fresh_dir(Tmp, Prefix, Tries) ->
+    Dir = lists:flatten(filename:join(Tmp, io_lib:format("~s-~s-~b", [Prefix, os:getpid(),
+                                                                        erlang:unique_integer([positive])]))),
     case file:make_dir(Dir) of
         ok -> Dir;
-        {error, eexist} when Tries > 1 -> fresh_dir(Tmp, Tries - 1);
-        {error, Reason} -> error({fixture_dir, lists:flatten(Dir), Reason})
+        {error, eexist} when Tries > 1 -> fresh_dir(Tmp, Prefix, Tries - 1);
+        {error, Reason} -> error({tmp_dir, Dir, Reason})
     end.
 
 %% @doc Removes the files (at application stop); the next ensure/0 writes them again.

@@ -167,14 +167,7 @@ collect(Port, Acc, Deadline) ->
     end.
 
 with_tmp(Fun) ->
-    Base = case os:getenv("TMPDIR") of
-               false -> "/tmp";
-               "" -> "/tmp";
-               T -> T
-           end,
-    Dir = filename:join(Base, "cbench-load-" ++ os:getpid() ++ "-" ++
-                            integer_to_list(erlang:unique_integer([positive]))),
-    ok = file:make_dir(Dir),
+    Dir = cbench_fixture:fresh_dir("cbench-load"),
     try Fun(Dir)
     after _ = file:del_dir_r(Dir)
     end.
