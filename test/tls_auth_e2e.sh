@@ -14,39 +14,16 @@ for tool in curl openssl; do
   command -v "$tool" >/dev/null || { echo "tls-auth-e2e: $tool is not installed (scripts/deps.sh test)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "tls-auth-e2e: FAILED: $*" >&2; }
-check() { # check NAME EXPECTED ACTUAL
-  if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi
-}
+NAME=tls-auth-e2e
+# shellcheck source=test/tls_lib.sh
+. "$(dirname "$0")/tls_lib.sh"
 
 # start NAME ARGS...: cbench-server --tls; sets PORT, SPID, CA, and CERT and KEY (empty without client auth).
 start() {
-  local name=$1 i line
+  local name=$1
   shift
-  TMPDIR=$work "$SERVER" --tls --port 0 --threads 2 "$@" >"$work/$name.out" 2>"$work/$name.err" &
-  SPID=$!
-  pids+=("$SPID")
-  for i in $(seq 1 200); do
-    line=$(head -n 1 "$work/$name.out" 2>/dev/null || true)
-    if [ -n "$line" ]; then break; fi
-    if ! kill -0 "$SPID" 2>/dev/null; then break; fi
-    sleep 0.05
-  done
-  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ https://127\.0\.0\.1:([0-9]+)\ with\ 2\ threads$ ]]; then
-    echo "tls-auth-e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
-    exit 1
-  fi
+  launch "$name" 1 --tls --port 0 --threads 2 "$@"
+  ready "$name" '^cbench-server listening on https://127\.0\.0\.1:([0-9]+) with 2 threads$'
   PORT=${BASH_REMATCH[1]}
   sleep 0.05
   CA=$(sed -n 's/^cbench-server TLS CA in //p' "$work/$name.out")

@@ -15,40 +15,17 @@ for tool in curl nghttp h2load openssl; do
   command -v "$tool" >/dev/null || { echo "tls-e2e: $tool is not installed (scripts/deps.sh test)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "tls-e2e: FAILED: $*" >&2; }
-check() { # check NAME EXPECTED ACTUAL
-  if [ "$2" = "$3" ]; then ok; else bad "$1: expected '$2', got '$3'"; fi
-}
+NAME=tls-e2e
+# shellcheck source=test/tls_lib.sh
+. "$(dirname "$0")/tls_lib.sh"
 
 # start_tls NAME ARGS...: starts the server with --tls, waits for the ready line (https) and, when the server made
 # its CA, the line naming its file; sets PORT, SPID and CA (empty without one).
 start_tls() {
-  local name=$1 i line
+  local name=$1
   shift
-  TMPDIR=$work "$SERVER" --tls --port 0 --threads 2 "$@" >"$work/$name.out" 2>"$work/$name.err" &
-  SPID=$!
-  pids+=("$SPID")
-  for i in $(seq 1 200); do
-    line=$(head -n 1 "$work/$name.out" 2>/dev/null || true)
-    if [ -n "$line" ]; then break; fi
-    if ! kill -0 "$SPID" 2>/dev/null; then break; fi
-    sleep 0.05
-  done
-  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ https://127\.0\.0\.1:([0-9]+)\ with\ 2\ threads$ ]]; then
-    echo "tls-e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
-    exit 1
-  fi
+  launch "$name" 1 --tls --port 0 --threads 2 "$@"
+  ready "$name" '^cbench-server listening on https://127\.0\.0\.1:([0-9]+) with 2 threads$'
   PORT=${BASH_REMATCH[1]}
   sleep 0.05
   CA=$(sed -n 's/^cbench-server TLS CA in //p' "$work/$name.out")
@@ -147,21 +124,10 @@ stop
 # start_both NAME ARGS...: cbench-server --port 0 --tls-port 0 ARGS; sets PORT (cleartext), TPORT, SPID, CA and
 # KTLS (the kernel TLS line).
 start_both() {
-  local name=$1 i line
+  local name=$1
   shift
-  TMPDIR=$work "$SERVER" --port 0 --tls-port 0 "$@" >"$work/$name.out" 2>"$work/$name.err" &
-  SPID=$!
-  pids+=("$SPID")
-  for i in $(seq 1 200); do
-    [ "$(wc -l <"$work/$name.out" 2>/dev/null || echo 0)" -ge 3 ] && break
-    if ! kill -0 "$SPID" 2>/dev/null; then break; fi
-    sleep 0.05
-  done
-  line=$(head -n 1 "$work/$name.out" 2>/dev/null || true)
-  if ! [[ "$line" =~ ^cbench-server\ listening\ on\ http://127\.0\.0\.1:([0-9]+)\ with\ [0-9]+\ threads?,\ TLS\ on\ https://127\.0\.0\.1:([0-9]+)$ ]]; then
-    echo "tls-e2e: $name did not start; stdout: $(cat "$work/$name.out"); stderr: $(cat "$work/$name.err")" >&2
-    exit 1
-  fi
+  launch "$name" 3 --port 0 --tls-port 0 "$@"
+  ready "$name" '^cbench-server listening on http://127\.0\.0\.1:([0-9]+) with [0-9]+ threads?, TLS on https://127\.0\.0\.1:([0-9]+)$'
   PORT=${BASH_REMATCH[1]}
   TPORT=${BASH_REMATCH[2]}
   CA=$(sed -n 's/^cbench-server TLS CA in //p' "$work/$name.out")
