@@ -14,6 +14,9 @@
 # Defaults: h1 and h2c, 5 rounds, 10 s after 3 s, 50 connections, peers h2o,nginx,floor. A peer that is not
 # installed is named and skipped. Results: stdout and bench/results/ab-<time>.txt.
 set -euo pipefail
+ME=bench/ab.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 SERVER=${CBENCH_SERVER:-build/cbench-server}
 FLOOR=${CBENCH_FLOOR:-build/bench-floor}
@@ -53,26 +56,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-
-# Below the kernel's ephemeral range, so that no client connection (h2load's) holds the port as its own end.
-port_floor=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-free_port() { # a port nothing listens on a moment ago (nginx and h2o need one named in their configuration)
-  local p span=$((port_floor > 12000 ? port_floor - 10000 : 20000)) base=$((port_floor > 12000 ? 10000 : 40000))
-  for _ in $(seq 1 100); do
-    p=$((base + RANDOM % span))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  echo "bench/ab.sh: no free port found" >&2
-  exit 1
-}
-
-wait_port() {
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
 # start NAME PROTO: the server in its own process group, pinned; sets spid and PORT.
 start() {
@@ -120,22 +103,11 @@ CONF
 }
 
 stop() {
-  kill -TERM -- "-$spid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$spid" 2>/dev/null || true
-  wait "$spid" 2>/dev/null || true
+  stop_group "$spid"
   spid=
 }
 
-# The CPU ticks of every process in the server's process group (every thread is in its process's stat).
-ticks() {
-  local total=0 p
-  for p in $(pgrep -g "$spid" 2>/dev/null || echo "$spid"); do
-    [ -r "/proc/$p/stat" ] || continue
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat")))
-  done
-  echo "$total"
-}
+ticks() { group_ticks "$spid"; }
 
 # measure NAME PROTO: one run; prints "us_per_request requests".
 measure() {

@@ -38,6 +38,9 @@
 # --smoke: 1 round of 1 s without warm-up on 4 connections (idle: 20 after 5), every case, and the results in a temporary file
 # unless --out: make bench-smoke runs it to prove the script works (nothing it prints is a figure to keep).
 set -euo pipefail
+ME=bench/tls.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 SERVER=${CBENCH_SERVER:-build/cbench-server}
 LOAD=${CBENCH_LOAD:-build/cbench-load}
@@ -140,25 +143,6 @@ trap cleanup EXIT INT TERM
 printf 'openssl_conf = conf\n[conf]\nssl_conf = ssl\n[ssl]\nsystem_default = tls\n[tls]\nCiphersuites = %s\n' "$CIPHER" >"$work/client.cnf"
 head -c 1024 /dev/zero | tr '\0' 'e' >"$work/body_1k"
 
-port_floor=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-free_port() {
-  local p span=$((port_floor > 12000 ? port_floor - 10000 : 20000)) base=$((port_floor > 12000 ? 10000 : 40000))
-  for _ in $(seq 1 100); do
-    p=$((base + RANDOM % span))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  echo "bench/tls.sh: no free port found" >&2
-  exit 1
-}
-
-wait_port() {
-  for _ in $(seq 1 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
 # start NAME: the server in its own process group, pinned to CPU 0, TLS on one port for HTTP/1.1 and h2 (ALPN);
 # sets spid and PORT.
 start() {
@@ -217,32 +201,14 @@ CONF
 }
 
 stop() {
-  kill -TERM -- "-$spid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$spid" 2>/dev/null || true
-  wait "$spid" 2>/dev/null || true
+  stop_group "$spid"
   spid=
 }
 
-ticks() {
-  local total=0 p v
-  for p in $(pgrep -g "$spid" 2>/dev/null || echo "$spid"); do
-    # A process may end between pgrep and the read (a server's helper): it counts for nothing then.
-    v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || continue
-    total=$((total + ${v:-0}))
-  done
-  echo "$total"
-}
+ticks() { group_ticks "$spid"; }
 
 # rss_kb: the resident memory of the server's processes, summed (kB).
-rss_kb() {
-  local total=0 p v
-  for p in $(pgrep -g "$spid" 2>/dev/null || echo "$spid"); do
-    v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null) || continue
-    total=$((total + ${v:-0}))
-  done
-  echo "$total"
-}
+rss_kb() { group_rss_kb "$spid"; }
 
 # measure_idle NAME CASE: one run of an idle case. Prints "VALUE COUNT FLAG" as measure does: bytes of server
 # memory per idle connection, the connections held, and `!` when the client got another cipher.
