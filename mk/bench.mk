@@ -20,6 +20,9 @@
 #                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second, bytes per idle
 #                           TLS connection (bench/tls.sh, bench/tls_idle.py, TLS_ARGS); make bench runs it after
 #                           the harness unless TLS=0
+#   make bench-proxy        the proxy (issue 26): cbench-server, nginx and h2o as reverse proxies to one cbench-server
+#                           upstream, and cbench-server answering directly, over HTTP/1.1 and h2c (bench/proxy.sh,
+#                           PROXY_ARGS); make bench runs it after the TLS cases unless PROXY=0
 #   make soak               the mixed soak (issue 22): HTTP/1.1, h2c, WebSocket, faults, stub churn and journal
 #                           reads at once on a nif server for SOAK_SECONDS (600), RSS sampled (bench/src/cbench_soak.erl)
 
@@ -45,7 +48,7 @@ BENCH_NODES := $(if $(NODES),--nodes $(NODES),) $(if $(COOKIE),--cookie $(COOKIE
 BENCH_NO_FIXTURE_NODE = @if [ -n "$(FIXTURE_NODE)" ]; then echo "make $@: FIXTURE_NODE is for make bench-clients;" \
   "make bench starts the servers it measures on this machine (NODES places the load generators)" >&2; exit 2; fi
 
-.PHONY: bench-tls soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
+.PHONY: bench-tls bench-proxy soak bench-instr bench-ab bench-floor bench-near-miss bench-routes bench-ehttpd-routes bench bench-h1 bench-node bench-h2 bench-build bench-engines bench-test bench-unit bench-smoke
 
 bench-build: $(BENCH_BEAMS)
 
@@ -69,6 +72,8 @@ bench: deps bench-build bench-engines
 	bench/run.sh --profile $(BENCH_PROFILE) $(BENCH_PEERS) $(BENCH_CASES) $(BENCH_NODES) $(BENCH_ARGS)
 	$(if $(filter 0 no false,$(TLS)),,$(MAKE) --no-print-directory bench-tls \
 	  TLS_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(TLS_ARGS)")
+	$(if $(filter 0 no false,$(PROXY)),,$(MAKE) --no-print-directory bench-proxy \
+	  PROXY_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(PROXY_ARGS)")
 
 bench-h1: deps bench-build bench-engines
 	$(BENCH_NO_FIXTURE_NODE)
@@ -134,3 +139,9 @@ TLS ?=
 TLS_ARGS ?=
 bench-tls: deps $(BUILD)/cbench-server $(BUILD)/cbench-load
 	bench/tls.sh $(TLS_ARGS)
+
+# Issue 26: the proxy cases (bench/proxy.sh; docs/bench.md "Proxy").
+PROXY ?=
+PROXY_ARGS ?=
+bench-proxy: deps $(BUILD)/cbench-server
+	bench/proxy.sh $(PROXY_ARGS)

@@ -4,7 +4,8 @@
 # data.csv and the SVG charts are produced and well-formed, that bad input exits 2,
 # that an interrupted run leaves no server behind, that mochiweb and yaws (when
 # installed) answer the cases, that --nodes puts the load on a peer node, and that the TLS
-# benchmark (bench/tls.sh) runs its cases, naming the peers that are not installed.
+# benchmark (bench/tls.sh) and the proxy benchmark (bench/proxy.sh) run their cases, naming the peers that
+# are not installed.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -178,4 +179,24 @@ for peer in nginx h2o; do
     fi
 done
 echo "bench-smoke: bench/tls.sh measured the 8 TLS cases on cbench-server"
+# 7. The proxy benchmark (bench/proxy.sh, make bench-proxy): bad input exits 2; a smoke run measures cbench-server
+# direct and as a proxy over HTTP/1.1 and h2c, and each installed peer as a proxy (or names it as not installed).
+bench/proxy.sh --protos nope >"$WORK/proxy-bad.out" 2>&1
+rc=$?
+[ "$rc" = 2 ] || { cat "$WORK/proxy-bad.out"; fail "bench/proxy.sh --protos nope exited $rc, expected 2"; }
+bench/proxy.sh --smoke --out "$WORK/proxy.md" >"$WORK/proxy.out" 2>&1 || { cat "$WORK/proxy.out"; fail "bench/proxy.sh --smoke exited $?"; }
+for p in h1 h2c; do
+    for row in "direct | cbench" "proxy | cbench"; do
+        grep -Eq "^\| $p \| $row \| [0-9.]+ " "$WORK/proxy.md" \
+            || { cat "$WORK/proxy.md" "$WORK/proxy.out"; fail "bench/proxy.sh measured no $p $row (a run that failed)"; }
+    done
+    for peer in nginx h2o; do
+        if command -v "$peer" >/dev/null; then
+            grep -Eq "^\| $p \| proxy \| $peer \| [0-9.]+ " "$WORK/proxy.md" || { cat "$WORK/proxy.md"; fail "no $p $peer proxy row"; }
+        else
+            grep -q "note: $peer is not installed" "$WORK/proxy.md" || { cat "$WORK/proxy.md"; fail "$peer: no note that it is not installed"; }
+        fi
+    done
+done
+echo "bench-smoke: bench/proxy.sh measured cbench-server direct and as a proxy over HTTP/1.1 and h2c"
 echo "bench-smoke: passed"
