@@ -1,6 +1,6 @@
 %%% @doc The certificates of a TLS server of the ehttpd engine, made in Erlang with public_key when
 %%% the server starts (the C engine makes the same set in src/base/certs.c): a test CA and a leaf it
-%%% signed for localhost, 127.0.0.1 and ::1 (ECDSA P-256, valid from an hour ago for a week), a
+%%% signed for localhost, 127.0.0.1, ::1 and tls-slow.localhost (ECDSA P-256, valid from an hour ago for a week), a
 %%% client CA, and one leaf per bad-certificate scenario, each with exactly one flaw, chosen by the
 %%% SNI name a client sends (docs/tls.md). Since OTP 26 `ssl' verifies the peer by default and
 %%% httpc refuses a self-signed leaf even when it is listed in cacertfile, so a test server hands
@@ -45,7 +45,10 @@ new() ->
     Untrusted = ca(Now, "cbench untrusted CA", undefined, asn1_NOVALUE),
     Intermediate = ca(Now, "cbench test intermediate CA", Server, 0),
     Good = #{from => -?HOUR, to => -?HOUR + ?WEEK},
-    Default = leaf(Now, Good#{cn => "localhost", names => ["localhost", "127.0.0.1", "::1"],
+    %% The default leaf also names tls-slow.localhost, whose handshake is slow but succeeds
+    %% (docs/faults.md, "TLS faults"), as the C engine's does.
+    Default = leaf(Now, Good#{cn => "localhost",
+                              names => ["localhost", "127.0.0.1", "::1", "tls-slow.localhost"],
                               role => server}, Server, p256),
     Bad = fun("expired.localhost" = N) ->
                   leaf(Now, #{cn => N, names => [N], role => server, from => -?WEEK - ?DAY,

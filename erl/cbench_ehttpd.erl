@@ -92,7 +92,7 @@ start(Opts, ListenOpts0, Tls, Threads) ->
     #{ip := Ip, port := Port, max_header_bytes := MaxHeader} = Opts,
     TlsOnly = Tls =/= none andalso maps:get(tls_port, Opts, undefined) =:= undefined,
     ListenOpts = case TlsOnly of
-                     true -> ListenOpts0 ++ element(2, Tls);
+                     true -> tls_socket_opts(ListenOpts0) ++ element(2, Tls);
                      false -> ListenOpts0
                  end,
     case listen(TlsOnly, Port, ListenOpts) of
@@ -149,13 +149,21 @@ tls_setup(#{tls := true} = Opts, _ListenOpts) ->
                                                                        K =/= undefined -> {C, K};
                         _ -> none
                     end,
-            SslOpts = cbench_certs:ssl_opts(Certs, Files, maps:get(client_auth, Opts, none),
-                                            [<<"http/1.1">>]),
+            %% The handshake pauses after the ClientHello ({handshake, hello}): the connection
+            %% reads the name it asks for and runs a handshake fault for it (docs/faults.md).
+            SslOpts = [{handshake, hello}
+                       | cbench_certs:ssl_opts(Certs, Files, maps:get(client_auth, Opts, none),
+                                               [<<"http/1.1">>])],
             {ok, {Certs, SslOpts, Files =/= none}};
         {error, _} = Error -> Error
     end;
 tls_setup(_Opts, _ListenOpts) ->
     {ok, none}.
+
+%% The TCP options of a TLS listener: those of a cleartext one but exit_on_close, which there
+%% keeps a 431's socket open after a head line too long, and under `ssl' hides the peer's close
+%% from the session (a recv then waits for its timeout instead of seeing the close).
+tls_socket_opts(ListenOpts) -> lists:keydelete(exit_on_close, 1, ListenOpts).
 
 listen(false, Port, Opts) -> gen_tcp:listen(Port, Opts);
 listen(true, Port, Opts) -> ssl:listen(Port, Opts).
@@ -172,7 +180,7 @@ close_listener(L) -> ssl:close(L).
 
 %% The TLS listener beside the cleartext one (tls_port), when there is one.
 tls_listen({_Certs, SslOpts, _}, false, #{tls_port := TlsPort}, ListenOpts) ->
-    Opts = ListenOpts ++ SslOpts,
+    Opts = tls_socket_opts(ListenOpts) ++ SslOpts,
     case ssl:listen(TlsPort, Opts) of
         {ok, TL} ->
             {ok, Bound} = sockport(TL),

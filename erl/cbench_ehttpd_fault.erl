@@ -4,8 +4,8 @@
 %%% FIN, or keeps the connection where the bytes were a whole answer. The HTTP/2
 %%% kinds (rst_stream, goaway, settings, violation) are answered 501 here as on the C engine's HTTP/1.1: a stub with
 %%% one of them is refused when it is added ({error, {unsupported, Kind}}). The TLS kinds (tls_bad_record,
-%%% tls_truncate) are answered 501 as on the C engine's cleartext connections (this engine has no TLS yet); a
-%%% stub with one is taken, as the C engine takes it, and answers 501 on every request.
+%%% tls_truncate) act on TLS connections through the TCP socket under the session, and are answered 501
+%%% on cleartext ones, as on the C engine (a stub with one is taken, and answers 501 there).
 -module(cbench_ehttpd_fault).
 
 -export([run/3]).
@@ -90,6 +90,22 @@ run(S, F = #{kind := K, pieces := P, ms := Ms}, Ctx = #{journal := J})
         _ ->
             dribble(S, Ctx, Len, P, Ms, 0, head(Ctx, Len), J)
     end;
+run(S, #{kind := K, length := Len, bytes := Bytes}, Ctx = #{journal := J})
+  when (K =:= tls_bad_record orelse K =:= tls_truncate) andalso not is_port(S) ->
+    %% Over TLS: the head and `bytes' body bytes through the session, then (tls_bad_record) an
+    %% application_data record no key decrypts and the FIN, without close_notify, on the TCP
+    %% socket under it (cbench_ehttpd_sock:raw_send/1).
+    case cbench_ehttpd_sock:has_raw() of
+        true ->
+            J(maps:get(status, Ctx), out(Ctx, Bytes)),
+            _ = cbench_ehttpd_sock:send(S, [head(Ctx, Len), body(Ctx, 0, Bytes)]),
+            K =:= tls_bad_record andalso cbench_ehttpd_sock:raw_send(bad_record()),
+            cbench_ehttpd_sock:raw_close(fin),
+            close;
+        false ->
+            J(501, 0),
+            send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx)))
+    end;
 run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway; K =:= settings;
                                                  K =:= violation; K =:= tls_bad_record;
                                                  K =:= tls_truncate ->
@@ -123,6 +139,9 @@ run(S, F = #{kind := slow_head, pieces := P, ms := Ms},
                                       J(Status, out(Ctx, Len)),
                                       send(S, paced(Ctx, 0, Len))
                               end).
+
+%% A TLS 1.2/1.3 application_data record of 32 bytes that no key decrypts (its tag fails).
+bad_record() -> <<23, 3, 3, 0, 32, 0:256>>.
 
 %% Wake-ups of a paced answer: one per piece, at most one per millisecond (src/kinds/fault.c).
 wakes(P, Ms) -> min(P, Ms).

@@ -5,7 +5,10 @@
 -module(cbench_ehttpd_sock).
 
 -export([recv/3, send/2, setopts/2, shutdown/2, close/1, getstat/2, peername/1, sendfile/4,
-         reset/1]).
+         reset/1, tls_transport/1, raw_send/1, raw_close/1, raw_wait_closed/1, has_raw/0]).
+
+%% The connection's TLS socket as ssl:transport_accept/1 gave it (tls_transport/1).
+-define(TRANSPORT, cbench_tls_transport).
 
 -export_type([socket/0]).
 
@@ -69,10 +72,86 @@ pread_send(Fd, S, Offset, Left, Sent) ->
         Error -> Error
     end.
 
-%% @doc Closes with RST (linger 0). Over TLS, ssl:close/1 still sends close_notify before the
-%% reset: OTP `ssl' gives no way to close the TCP socket under a session without it.
+%% @doc Closes with RST (linger 0). Over TLS the TCP socket under the session is reset, without
+%% close_notify (raw_close/1), as the C engine does; where it cannot be reached, ssl:close/1 sends
+%% close_notify before the reset.
 -spec reset(socket()) -> ok.
+reset(S) when is_port(S) ->
+    _ = inet:setopts(S, [{linger, {true, 0}}]),
+    _ = gen_tcp:close(S),
+    ok;
 reset(S) ->
-    _ = setopts(S, [{linger, {true, 0}}]),
-    _ = close(S),
+    case has_raw() of
+        true -> raw_close(rst);
+        false ->
+            _ = ssl:setopts(S, [{linger, {true, 0}}]),
+            _ = ssl:close(S),
+            ok
+    end.
+
+%%% The TCP socket under a TLS session, for what OTP `ssl' cannot do itself: the TLS faults
+%%% (docs/faults.md) write a record no key decrypts, or end without close_notify, on it. OTP 25's
+%%% transport socket holds it as `{sslsocket, {gen_tcp, Port, _, _}, _}'; any process may write to a
+%%% port or close it, so the connection does so under the session's processes, which then see the
+%%% bytes gone and the socket closed. Kept in the process dictionary, where it is a plain term.
+
+%% @doc Keeps the connection's TLS socket (from ssl:transport_accept/1) for the raw functions.
+-spec tls_transport(term()) -> ok.
+tls_transport(T) ->
+    put(?TRANSPORT, T),
     ok.
+
+raw() ->
+    case get(?TRANSPORT) of
+        {sslsocket, {gen_tcp, Port, _, _}, _} when is_port(Port) -> Port;
+        _ -> none
+    end.
+
+%% @doc Whether the TCP socket under this connection's TLS session can be reached (it can on OTP 25).
+-spec has_raw() -> boolean().
+has_raw() -> raw() =/= none.
+
+%% @doc Bytes written on the TCP socket under the session, after what the session wrote.
+-spec raw_send(iodata()) -> ok.
+raw_send(Data) ->
+    case raw() of
+        none -> ok;
+        Port -> _ = catch erlang:port_command(Port, Data), ok
+    end.
+
+%% @doc Waits up to Ms for the client to close the TCP socket under a paused handshake (tls-stall):
+%% the connection takes the socket from the session's process (which no longer reads it) and waits
+%% for its close, dropping whatever else the client sends.
+-spec raw_wait_closed(non_neg_integer()) -> closed | timeout.
+raw_wait_closed(Ms) ->
+    case raw() of
+        none -> receive after Ms -> timeout end;
+        Port ->
+            try
+                true = erlang:port_connect(Port, self()),
+                ok = inet:setopts(Port, [{active, true}]),
+                raw_wait_closed(Port, erlang:monotonic_time(millisecond) + Ms)
+            catch
+                error:_ -> closed
+            end
+    end.
+
+raw_wait_closed(Port, Deadline) ->
+    Left = max(0, Deadline - erlang:monotonic_time(millisecond)),
+    receive
+        {tcp_closed, Port} -> closed;
+        {tcp_error, Port, _} -> closed;
+        {tcp, Port, _} -> raw_wait_closed(Port, Deadline)
+    after Left -> timeout
+    end.
+
+%% @doc Closes the TCP socket under the session: with a FIN, or with an RST (linger 0).
+-spec raw_close(fin | rst) -> ok.
+raw_close(How) ->
+    case raw() of
+        none -> ok;
+        Port ->
+            How =:= rst andalso inet:setopts(Port, [{linger, {true, 0}}]),
+            _ = catch erlang:port_close(Port),
+            ok
+    end.

@@ -1,7 +1,8 @@
 %%% @doc The TLS faults (docs/faults.md, "TLS faults") through the Erlang API, with OTP's own clients and
 %%% only cbench:client_tls_opts/1,2 on their side: docs/faults.md's table of what OTP 25's `ssl' and
 %%% `httpc' get for each handshake fault (chosen by SNI) and each record-layer fault kind (`/fault/'),
-%%% read here and asserted cell by cell on the nif and port engines, with the counters and journal
+%%% read here and asserted cell by cell on the nif, port and ehttpd engines (ehttpd: HTTP/1.1 only,
+%% so without the `h2' rows), with the counters and journal
 %%% entries each row leaves; stubs with `fault => tls_bad_record | tls_truncate' over TLS, the stub
 %%% faults that do not parse, and `501' for both kinds on cleartext servers of every engine.
 -module(cbench_tls_fault_SUITE).
@@ -13,11 +14,11 @@
          end_per_group/2]).
 -export([otp_table/1, stub_bad_record/1, stub_truncate/1, stub_refused/1, cleartext_501/1]).
 
-all() -> [{group, nif}, {group, port}, cleartext_501].
+all() -> [{group, nif}, {group, port}, {group, ehttpd}, cleartext_501].
 
 groups() ->
     Cases = [otp_table, stub_bad_record, stub_truncate, stub_refused],
-    [{nif, [], Cases}, {port, [], Cases}].
+    [{nif, [], Cases}, {port, [], Cases}, {ehttpd, [], Cases}].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -114,7 +115,8 @@ otp_table(Config) ->
                               {Target, Client, cbench:requests(S, #{since => Seq}), Delta(faults),
                                Delta(tls_handshakes_failed), Delta(timeouts)})
          end
-     end || Row = #row{target = Target, client = Client, otp = Otp} <- table()],
+     end || Row = #row{target = Target, client = Client, otp = Otp} <- table(),
+            ?config(engine, Config) =/= ehttpd orelse Client =/= "h2"],
     ok.
 
 %% The fault kind and the body bytes (`bytes_out') a /fault/ spec's journal entry has: `bytes', by
