@@ -17,13 +17,13 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, groups/0, init_per_suite/1, end_per_suite/1]).
--export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h1_paths_round_robin/1,
+-export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h2c_new_conn/1, h1_paths_round_robin/1,
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, open_loop_schedule/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
          ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
--export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_bad_ca/1,
+-export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
          tls_wrong_host/1, tls_stalled_and_closed/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
          endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1]).
@@ -32,12 +32,12 @@ all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coor
           cli_usage, api_bad_input].
 
 groups() ->
-    [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h1_paths_round_robin,
+    [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h2c_new_conn, h1_paths_round_robin,
                    echo_with_headers, h2c_streams, h2c_head_and_echo, open_loop_schedule,
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]},
-     {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_bad_ca,
+     {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
                     endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood]}].
@@ -139,6 +139,22 @@ h1_new_conn(Config) ->
     %% connecting (accepted by the server, not yet counted by the client) without a request.
     ?assert(Connects >= N andalso Connects =< N + 2, R),
     ?assert(A1 - A0 >= Connects andalso A1 - A0 =< N + 2, {A1 - A0, R}).
+
+%% --new-conn over h2c: one stream per connection, the connection closed once its stream is done;
+%% the same bounds as h1_new_conn, and the server counts each one under h2c_prior.
+h2c_new_conn(Config) ->
+    S = proplists:get_value(server, Config),
+    #{conns_accepted := A0, conns_by_proto := #{h2c_prior := P0}} = cbench:stats(S),
+    R = counted(Config, fun() ->
+                                load(url(Config, "/hello"),
+                                     #{proto => h2c, new_conn => true, connections => 2, duration => 0.3})
+                        end),
+    #{requests := #{completed := N}, connects := Connects, new_conn := true, proto := <<"h2c">>} = no_errors(R),
+    #{conns_accepted := A1, conns_by_proto := #{h2c_prior := P1}} = cbench:stats(S),
+    ?assert(N > 2, R),
+    ?assert(Connects >= N andalso Connects =< N + 2, R),
+    ?assert(A1 - A0 >= Connects andalso A1 - A0 =< N + 2, {A1 - A0, R}),
+    ?assert(P1 - P0 >= N andalso P1 - P0 =< N + 2, {P1 - P0, R}).
 
 h1_paths_round_robin(Config) ->
     S = proplists:get_value(server, Config),
@@ -399,6 +415,21 @@ tls_new_conn_resumed(_Config) ->
             fun(R, {Served, Accepted}) ->
                     #{requests := #{sent := N}, connects := Connects,
                       tls := #{resume := true, handshakes := #{full := Full, resumed := Resumed, failed := 0}}} =
+                        no_errors(R),
+                    ?assertEqual(N, Served),
+                    ?assert(N > 2, R),
+                    ?assert(Full >= 1 andalso Resumed > 0, R),
+                    ?assert(Full + Resumed >= N andalso Full + Resumed =< N + 2, R),
+                    ?assert(Connects >= Full + Resumed andalso Connects =< N + 2, R),
+                    ?assert(Accepted >= Connects andalso Accepted =< N + 2, {Accepted, R})
+            end).
+
+%% Over h2 (ALPN): a connection, a handshake and a stream per request, resumed as over HTTP/1.1.
+tls_new_conn_h2(_Config) ->
+    tls_run("https://localhost:PORT/hello", #{proto => h2, new_conn => true, connections => 2, duration => 0.3},
+            fun(R, {Served, Accepted}) ->
+                    #{requests := #{sent := N}, proto := <<"h2">>, connects := Connects,
+                      tls := #{alpn := <<"h2">>, handshakes := #{full := Full, resumed := Resumed, failed := 0}}} =
                         no_errors(R),
                     ?assertEqual(N, Served),
                     ?assert(N > 2, R),
@@ -801,7 +832,7 @@ cli_usage(_Config) ->
     {ok, Exe} = cbench_load:exe_path(),
     Bad = [[], ["--rate", "x", "http://127.0.0.1:1/"], ["--proto", "h3", "http://127.0.0.1:1/"],
            ["--frobnicate", "http://127.0.0.1:1/"], ["ftp://127.0.0.1/"], ["-c", "0", "http://127.0.0.1:1/"],
-           ["--new-conn", "--proto", "h2c", "http://127.0.0.1:1/"], ["-H", "no colon", "http://127.0.0.1:1/"],
+           ["--new-conn", "--proto", "ws", "http://127.0.0.1:1/"], ["-H", "no colon", "http://127.0.0.1:1/"],
            ["--duration", "-1", "http://127.0.0.1:1/"], ["http://127.0.0.1:1/", "http://127.0.0.1:2/"],
            ["--body-file", "/nonexistent/file", "http://127.0.0.1:1/"],
            %% TLS options need a TLS URL; bad values; a CA file that cannot be read.
@@ -842,7 +873,7 @@ api_bad_input(_Config) ->
     %% An unknown key names the keys load/2 takes, as start_server/2 does.
     ?assertMatch({error, {bad_option, bogus, 1, {known, [proto | _]}}}, cbench:load(U, #{bogus => 1})),
     %% What the program refuses comes back as its usage text.
-    ?assertMatch({error, {usage, _}}, cbench:load(U, #{new_conn => true, proto => h2c})),
+    ?assertMatch({error, {usage, _}}, cbench:load(U, #{new_conn => true, proto => ws})),
     ?assertMatch({error, {usage, _}}, cbench:load("gopher://x/", #{})).
 
 %% ---- helpers --------------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ void cbl_usage(void *file) {
           "  -c, --connections N     connections in all (default 10)\n"
           "  -m, --depth N           per connection: HTTP/1.1 pipelining depth, h2c streams, WebSocket\n"
           "                          messages in flight (default 1)\n"
-          "      --new-conn          HTTP/1.1: a new connection for every request (over https://, a TLS\n"
-          "                          handshake per request: resumed unless --no-resume)\n"
+          "      --new-conn          HTTP/1.1, h2c and h2: a new connection for every request (over\n"
+          "                          https://, a TLS handshake per request: resumed unless --no-resume)\n"
           "  -t, --threads N         threads, each with its own loop (default 1; at most one per connection)\n"
           "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin\n"
           "  -d, --duration S        measured seconds (default 10; decimals allowed)\n"
@@ -427,7 +427,7 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
     cfg->proto = (cbl_proto_id_t)proto;
   }
   if (cfg->npaths == 0) cfg->paths[cfg->npaths++] = url_path;
-  if (cfg->new_conn && cfg->proto != CBL_H1) return bad("--new-conn is for HTTP/1.1 (--proto h1)%s", "");
+  if (cfg->new_conn && cfg->proto == CBL_WS) return bad("--new-conn is for HTTP/1.1, h2c and h2, not ws%s", "");
   if (cfg->new_conn && cfg->depth != 1) return bad("--new-conn sends one request per connection: no --depth%s", "");
   if (cfg->proto == CBL_WS && (body_file || cfg->method || cfg->npaths > 1))
     return bad("--proto ws sends --ws-size messages on one path: no --body-file, --method or second --path%s", "");

@@ -56,6 +56,8 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error_code, 
   } else {
     cbl_req_failed(c, r, CBL_ERR_PROTOCOL);
   }
+  /* --new-conn: the connection's one stream is done, and so is the connection. */
+  if (c->t->cfg->new_conn) cbl_conn_end(c);
   return 0;
 }
 
