@@ -55,7 +55,10 @@
                    tls_handshakes_refused := non_neg_integer(),
                    tls_ktls := non_neg_integer(),
                    tls_handshakes_full := non_neg_integer(),
-                   tls_handshakes_resumed := non_neg_integer()}.
+                   tls_handshakes_resumed := non_neg_integer(),
+                   recorded := non_neg_integer(),
+                   recorded_duplicates := non_neg_integer(),
+                   record_skipped := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
