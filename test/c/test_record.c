@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -391,5 +392,55 @@ TEST_T(record_memory_proportional, 60000) {
   cb__record_counts(srv, &rc);
   ASSERT_EQ(rc.bytes, 0);
   ASSERT_EQ(rc.recorded, 0);
+  test_stop(srv);
+}
+
+/* Workers record at once: every distinct exchange is kept once, whichever thread saw it first, and every other
+ * sighting is a duplicate (4 threads, each recording the same 500 paths in its own order). */
+typedef struct {
+  cb_server_t *srv;
+  int seed;
+} racer_t;
+
+static void *racer(void *arg) {
+  racer_t *r = arg;
+  static const cb_str_t names[] = {CB_S("accept"), CB_S("Accept")}; /* one name twice: one matcher */
+  cb_proxy_t opts = {.record = 1, .record_headers = names, .nrecord_headers = 2};
+  for (int k = 0; k < 500; k++) {
+    int i = (k * 7 + r->seed * 131) % 500;
+    char target[32];
+    size_t len = (size_t)snprintf(target, sizeof target, "/p/%d", i);
+    cb__exchange_t x = {.opts = &opts, .method = "GET", .method_len = 3, .target = target, .target_len = len,
+                        .req_headers = r_accept, .nreq_headers = 2, .status = 200, .body = target,
+                        .body_len = 3};
+    if (cb__record_exchange(r->srv, &x) != 0) return (void *)1;
+  }
+  return NULL;
+}
+
+TEST(record_threads) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  pthread_t t[4];
+  racer_t rs[4];
+  for (int i = 0; i < 4; i++) {
+    rs[i] = (racer_t){srv, i};
+    ASSERT_EQ(pthread_create(&t[i], NULL, racer, &rs[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    void *ret;
+    ASSERT_EQ(pthread_join(t[i], &ret), 0);
+    ASSERT_NULL(ret);
+  }
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.recorded, 500);
+  ASSERT_EQ(st.recorded_duplicates, 1500);
+  char *json;
+  size_t len;
+  ASSERT_EQ(cb_server_recorded_json(srv, &json, &len), 0);
+  ASSERT_NOT_NULL(strstr(json, "\"headers\": {\"accept\": \"application/json\"}, \"priority\": 1}"));
+  free(json);
   test_stop(srv);
 }
