@@ -353,7 +353,8 @@ TEST(record_base64_body) {
 }
 
 /* 10,000 distinct recordings: the recorder holds what was recorded plus a bounded overhead each (its own byte
- * count, not the process's RSS), a duplicate adds nothing, and clear gives it all back. */
+ * count, not the process's RSS), a duplicate adds nothing, the saved file loads back into a fresh server, and
+ * clear gives it all back. */
 TEST_T(record_memory_proportional, 60000) {
   cb_config_t cfg;
   test_config(&cfg);
@@ -388,6 +389,22 @@ TEST_T(record_memory_proportional, 60000) {
   cb__record_counts(srv, &rc);
   ASSERT_EQ(rc.bytes, before);
   ASSERT_EQ(rc.duplicates, 1);
+  /* Saved, the 10,000 load back into a fresh server in one table and answer. */
+  char path[512], msg[512] = "";
+  snprintf(path, sizeof path, "%s", tmp_path("many.json"));
+  ASSERT_EQ(cb_server_save_stubs(srv, path, msg, sizeof msg), N);
+  cb_server_t *replay = test_start(&cfg);
+  ASSERT_EQ(cb_server_stubs_file(replay, path, msg, sizeof msg), N);
+  buf_t exp = {0};
+  exp_head(&exp, 200, "text/plain", NULL, sizeof body, CONN_NONE);
+  buf_add(&exp, body, sizeof body);
+  int fd = cl_connect(cb_server_port(replay));
+  ROUNDTRIP_S(fd, "GET /item/09999 HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  ROUNDTRIP_S(fd, "GET /item/00000 HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  test_stop(replay);
+  unlink(path);
   cb_server_recorded_clear(srv);
   cb__record_counts(srv, &rc);
   ASSERT_EQ(rc.bytes, 0);
@@ -442,5 +459,61 @@ TEST(record_threads) {
   ASSERT_EQ(cb_server_recorded_json(srv, &json, &len), 0);
   ASSERT_NOT_NULL(strstr(json, "\"headers\": {\"accept\": \"application/json\"}, \"priority\": 1}"));
   free(json);
+  test_stop(srv);
+}
+
+/* One admin request on a new connection; the whole answer, dates masked, must be `status` with the JSON body
+ * `json` (NULL: none). */
+static void admin_req(int port, const char *method, const char *path, int status, const char *json) {
+  char req[512];
+  snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 0\r\n\r\n", method,
+           path);
+  int fd = cl_connect(port);
+  cl_sends(fd, req);
+  buf_t got = {0}, exp = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  mask_dates(got.p, got.len);
+  exp_head(&exp, status, json ? "application/json" : NULL, NULL, json ? (long)strlen(json) : CL_NONE, CONN_CLOSE);
+  if (json) buf_adds(&exp, json);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  buf_free(&got);
+  buf_free(&exp);
+}
+
+/* The admin API's recordings (docs/record.md): GET /recorded is the stub file's text, POST /recorded/save writes
+ * cfg.record_to, DELETE /recorded clears; without cfg.record_to the save is 409. */
+TEST(record_admin) {
+  char path[512], want[1024];
+  snprintf(path, sizeof path, "%s", tmp_path("admin.json"));
+  unlink(path);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.record_to = path;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  cb_proxy_t opts = {.record = 1, .record_headers = accept_name, .nrecord_headers = 1};
+  record_fixed(srv, &opts);
+  admin_req(admin, "GET", "/recorded", 200, fixed_json);
+  snprintf(want, sizeof want, "{\"saved\":6,\"file\":\"%s\"}", path);
+  admin_req(admin, "POST", "/recorded/save", 200, want);
+  size_t len;
+  char *text = read_all(path, &len);
+  ASSERT_MEM_EQ(text, len, fixed_json, sizeof fixed_json - 1);
+  free(text);
+  admin_req(admin, "DELETE", "/recorded", 204, NULL);
+  admin_req(admin, "GET", "/recorded", 200, "{\"stubs\": [\n\n]}\n");
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.recorded + st.recorded_duplicates, 0);
+  test_stop(srv);
+  unlink(path);
+
+  cfg.record_to = NULL;
+  srv = test_start(&cfg);
+  admin_req(cb_server_admin_port(srv), "POST", "/recorded/save", 409,
+            "{\"why\":\"no_record_file\",\"message\":\"the server has no file to save to: start it with --record-to "
+            "FILE (cfg.record_to)\"}");
   test_stop(srv);
 }
