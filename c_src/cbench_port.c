@@ -426,6 +426,10 @@ static void atom_command(const char *cmd) {
     if (started()) port_requests_clear();
   } else if (strcmp(cmd, "client_ca") == 0) {
     if (started()) port_client_ca();
+  } else if (strcmp(cmd, "recorded") == 0) {
+    if (started()) port_recorded();
+  } else if (strcmp(cmd, "clear_recorded") == 0) {
+    if (started()) port_clear_recorded();
   } else {
     port_die(EXIT_MALFORMED);
   }
@@ -441,6 +445,10 @@ static void tuple_command(const char *cmd, int arity, const char *buf, int args)
     if (started()) port_scenario(buf, args);
   } else if (strcmp(cmd, "client_cert") == 0 && arity == 2) {
     if (started()) port_client_cert(buf, args);
+  } else if (strcmp(cmd, "save_stubs") == 0 && arity == 2) {
+    if (started()) port_save_stubs(buf, args);
+  } else if (strcmp(cmd, "load_stubs") == 0 && arity == 2) {
+    if (started()) port_load_stubs(buf, args);
   } else if (strcmp(cmd, "scenario_set") == 0 && arity == 3) {
     if (started()) port_scenario_set(buf, args);
   } else if (strcmp(cmd, "route_remove") == 0 && arity == 2) {

@@ -41,7 +41,10 @@ static void usage(FILE *f) {
         break;
       case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
       case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
-      case CB_OPT_STRING: snprintf(arg, sizeof arg, strstr(o->name, "file") ? " FILE" : " DIR"); break;
+      case CB_OPT_STRING:
+        snprintf(arg, sizeof arg, strstr(o->name, "file") || strcmp(o->name, "record_to") == 0 ? " FILE"
+                                  : strcmp(o->name, "proxy_to") == 0 ? " URL" : " DIR");
+        break;
       case CB_OPT_ENUM: enum_arg(o, arg, sizeof arg); break;
     }
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
@@ -167,6 +170,16 @@ static int start_error(const cb_config_t *cfg, int err) {
             sizeof q), quoted(cfg->tls_key_file ? cfg->tls_key_file : "", qk, sizeof qk), cb_strerror(err));
     return 2;
   }
+  if (cfg->proxy_to != NULL && err == -ENOTSUP) {
+    fprintf(stderr, "cbench-server: --proxy-to: this build has no proxy kind (issue 26)\n");
+    return 2;
+  }
+  if (cfg->proxy_to != NULL && err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE) {
+    const cb_error_detail_t *d = cb_error_detail();
+    fprintf(stderr, "cbench-server: --proxy-to %s: %s: %s \"%s\" (docs/record.md)\n", quoted(cfg->proxy_to, q, sizeof q),
+            d->field_name, d->why_name, d->text);
+    return 2;
+  }
   if (err == CB_EAI_NONAME) {
     fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
             "or a name the resolver knows\n", quoted(cfg->host, q, sizeof q));
@@ -255,6 +268,9 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
          (unsigned long long)s->status_431, (unsigned long long)s->timeouts, (unsigned long long)s->resets,
          (unsigned long long)s->h2_errors, (unsigned long long)s->accept_backoffs, (unsigned long long)s->faults,
          (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts);
+  if (s->recorded + s->recorded_duplicates + s->record_skipped > 0)
+    printf("  recorded: %llu stubs, %llu duplicates, %llu skipped\n", (unsigned long long)s->recorded,
+           (unsigned long long)s->recorded_duplicates, (unsigned long long)s->record_skipped);
   printf("  tls: handshakes failed %llu, refused %llu; kernel TLS %llu\n",
          (unsigned long long)s->tls_handshakes_failed, (unsigned long long)s->tls_handshakes_refused,
          (unsigned long long)s->tls_ktls);
@@ -349,6 +365,15 @@ int main(int argc, char **argv) {
     if (strncmp(o->name, "admin_", 6) == 0) cfg.admin = 1;
   }
 
+  /* The proxy's own checks come at start; the scheme is the CLI's to say (docs/record.md). */
+  if (cfg.proxy_to != NULL && strncmp(cfg.proxy_to, "http://", 7) != 0) {
+    char q[256];
+    fprintf(stderr, "cbench-server: --proxy-to takes http://HOST:PORT[/prefix], not '%s'\n",
+            quoted(cfg.proxy_to, q, sizeof q));
+    usage(stderr);
+    return 2;
+  }
+
   /* Combinations no single flag can judge (--no-h1 with --no-h2: nothing left to serve) are usage errors too. */
   const cb_option_t *bad = NULL;
   if (cb_config_check(&cfg, &bad) != 0 && bad != NULL && bad->type == CB_OPT_BOOL) {
@@ -415,10 +440,27 @@ int main(int argc, char **argv) {
     printf("cbench-server admin API on http://%s%s%s:%d\n", a6 ? "[" : "", cfg.admin_host, a6 ? "]" : "",
            cb_server_admin_port(srv));
   }
+  if (cfg.proxy_to != NULL) {
+    char q[256], qr[256];
+    printf("cbench-server proxies what no stub answers to %s%s%s\n", quoted(cfg.proxy_to, q, sizeof q),
+           cfg.record_to ? ", recording to " : "", cfg.record_to ? quoted(cfg.record_to, qr, sizeof qr) : "");
+  }
   fflush(stdout);
   pthread_mutex_lock(&sig_mu);
   while (got_signal == 0) pthread_cond_wait(&sig_cv, &sig_mu);
   pthread_mutex_unlock(&sig_mu);
+  /* --record-to: the recordings are written before the stop (an exchange still in flight then is not in them). */
+  int status = 0;
+  if (cfg.record_to != NULL) {
+    char msg[1024], q[256];
+    int n = cb_server_save_stubs(srv, cfg.record_to, msg, sizeof msg);
+    if (n >= 0) {
+      printf("cbench-server recorded %d stub%s to %s\n", n, n == 1 ? "" : "s", quoted(cfg.record_to, q, sizeof q));
+    } else {
+      fprintf(stderr, "cbench-server: cannot save the recordings: %s\n", quoted(msg, q, sizeof q));
+      status = 1;
+    }
+  }
   /* The stats once the graceful stop is over, so that what finished while draining is counted. */
   cb_stats_t stats;
   cb_route_counts_t *counts = NULL;
@@ -429,5 +471,5 @@ int main(int argc, char **argv) {
   if (client_key_path[0]) unlink(client_key_path);
   print_stats(&stats, counts);
   cb_route_counts_free(counts);
-  return 0;
+  return status;
 }

@@ -57,6 +57,11 @@ void port_scenario(const char *buf, int args);
 void port_scenario_set(const char *buf, int args);
 void port_scenarios_reset(void);
 void port_client_ca(void);
+/* The recordings (docs/record.md), as the NIF answers them (nif/nif_record.c). */
+void port_recorded(void);
+void port_clear_recorded(void);
+void port_save_stubs(const char *buf, int args);
+void port_load_stubs(const char *buf, int args);
 void port_client_cert(const char *buf, int args);
 void port_requests(const char *buf, int args);
 void port_requests_clear(void);

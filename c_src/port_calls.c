@@ -15,6 +15,10 @@
  *   {handler_fail, Id}                 -> ok | {error, Reason}   (the handler died: 503s, cut streams)
  *   client_ca                          -> {ok, Pem} | {error, no_tls}
  *   {client_cert, Cn}                  -> {ok, CertPem, KeyPem, Subject, Sha256} | {error, no_tls | einval}
+ *   recorded                           -> {ok, Json} | {error, Reason}   (cb_server_recorded_json)
+ *   {save_stubs, Path}                 -> {ok, N} | {error, {save_failed, Message}}
+ *   {load_stubs, Path}                 -> {ok, N} | {error, {bad_stub_file, Message}}
+ *   clear_recorded                     -> ok
  *   {reply, [Item]}                    -> no answer: one cb_server_reply() call for every item of the frame
  *
  * Arguments that do not decode get {error, badarg} and the program goes on; a {reply, Items} frame that does not
@@ -23,6 +27,8 @@
  * Replies carry no answer: the node keeps each request's state (docs/erlang.md), so an answer refused here
  * (CB_EGONE) raced the request's end, which the node learns from {cbench_gone, Ref}.
  */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "port.h"
@@ -271,4 +277,72 @@ void port_client_cert(const char *buf, int args) {
   ei_x_encode_binary(&x, subject, n);
   ei_x_encode_binary(&x, sha, 64);
   port_send(&x);
+}
+
+/* ---- recordings (docs/record.md) ---- */
+
+void port_recorded(void) {
+  char *json = NULL;
+  size_t len = 0;
+  int err = cb_server_recorded_json(port_server, &json, &len);
+  if (err) {
+    port_reply_result(err);
+    return;
+  }
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  ei_x_encode_atom(&x, "ok");
+  ei_x_encode_binary(&x, json, (long)len);
+  free(json);
+  port_send(&x);
+}
+
+void port_clear_recorded(void) {
+  cb_server_recorded_clear(port_server);
+  port_reply_result(0);
+}
+
+/* A binary path of 1 to PATH_MAX - 1 bytes without NUL into path: 0, or -1 (badarg answered). */
+static int path_arg(const char *buf, int args, char *path, size_t cap) {
+  int idx = args, type, size;
+  long len;
+  if (ei_get_type(buf, &idx, &type, &size) != 0 || type != ERL_BINARY_EXT || size <= 0 || (size_t)size >= cap ||
+      ei_decode_binary(buf, &idx, path, &len) != 0 || memchr(path, '\0', (size_t)len) != NULL) {
+    port_reply_error_atom("badarg");
+    return -1;
+  }
+  path[len] = '\0';
+  return 0;
+}
+
+/* {ok, N} or {error, {Tag, Message}}. */
+static void count_or_message(int n, const char *tag, const char *msg) {
+  ei_x_buff x;
+  port_new(&x);
+  ei_x_encode_tuple_header(&x, 2);
+  if (n >= 0) {
+    ei_x_encode_atom(&x, "ok");
+    ei_x_encode_long(&x, n);
+  } else {
+    ei_x_encode_atom(&x, "error");
+    ei_x_encode_tuple_header(&x, 2);
+    ei_x_encode_atom(&x, tag);
+    ei_x_encode_binary(&x, msg, (long)strlen(msg));
+  }
+  port_send(&x);
+}
+
+void port_save_stubs(const char *buf, int args) {
+  char path[PATH_MAX], msg[1024];
+  if (path_arg(buf, args, path, sizeof path) != 0) return;
+  int n = cb_server_save_stubs(port_server, path, msg, sizeof msg);
+  count_or_message(n, "save_failed", msg);
+}
+
+void port_load_stubs(const char *buf, int args) {
+  char path[PATH_MAX], msg[1024];
+  if (path_arg(buf, args, path, sizeof path) != 0) return;
+  int n = cb_server_stubs_file(port_server, path, msg, sizeof msg);
+  count_or_message(n, "bad_stub_file", msg);
 }

@@ -9,6 +9,7 @@
          clear_requests/1, expect/4, verify/1, near_misses/1, await/4, down/1, up/1]).
 -export([handle/4, reply/4, reply_stream/3, send/2, finish/1, replies/1]).
 -export([tls/1, client_tls_opts/1, client_tls_opts/2, client_cert/2]).
+-export([recorded/1, save_stubs/2, load_stubs/2, clear_recorded/1]).
 
 %% The API: called by users, not from this application.
 -ignore_xref([{start_server, 2}, {start_link_server, 2}, {with_server, 3}, {stop_server, 1}, {port, 1},
@@ -17,7 +18,7 @@
               {requests, 1}, {requests, 2}, {clear_requests, 1}, {expect, 4}, {verify, 1}, {near_misses, 1},
               {await, 4}, {down, 1}, {up, 1}, {handle, 4}, {reply, 4}, {reply_stream, 3}, {send, 2},
               {finish, 1}, {replies, 1}, {tls, 1}, {client_tls_opts, 1}, {client_tls_opts, 2},
-              {client_cert, 2}]).
+              {client_cert, 2}, {recorded, 1}, {save_stubs, 2}, {load_stubs, 2}, {clear_recorded, 1}]).
 
 -export_type([engine/0, server/0, opts/0, stats/0, route/0, proto/0, error_reason/0, tls_info/0,
               match/0, response/0, filter/0, entry/0, stub_info/0, problem/0, req/0]).
@@ -55,7 +56,10 @@
                    tls_handshakes_refused := non_neg_integer(),
                    tls_ktls := non_neg_integer(),
                    tls_handshakes_full := non_neg_integer(),
-                   tls_handshakes_resumed := non_neg_integer()}.
+                   tls_handshakes_resumed := non_neg_integer(),
+                   recorded := non_neg_integer(),
+                   recorded_duplicates := non_neg_integer(),
+                   record_skipped := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().
@@ -462,6 +466,64 @@ expect(Server, Match, Response, Count) when is_pid(Server), is_map(Count) ->
         Error -> Error
     end;
 expect(_, _, _, _) ->
+    error(badarg).
+
+%%% Recordings (docs/record.md): what proxy stubs with `record => true' captured.
+
+%% @doc The recordings, oldest first, each `#{name, match, response}' with terms that stub/3 takes
+%% as they are (the match holds the name too). nif and port; the ehttpd engine answers
+%% `{error, not_supported}' (it has no proxy yet).
+-spec recorded(server()) -> [cbench_stub_json:stub()] | {error, term()}.
+recorded(Server) when is_pid(Server) ->
+    case cbench_server:call(Server, recorded) of
+        {ok, Json} ->
+            case cbench_stub_json:from_json(element(2, cbench_json:decode(Json)), ".") of
+                {ok, Stubs} -> Stubs;
+                Error -> Error
+            end;
+        Error -> Error
+    end;
+recorded(_) ->
+    error(badarg).
+
+%% @doc Writes the recordings to File as a stub file (bodies above a proxy's
+%% `record_body_file_bytes' into File.bodies/N.bin), each file written whole and renamed into
+%% place. `{error, {save_failed, Message}}' names the file and why.
+-spec save_stubs(server(), file:name_all()) -> ok | {error, term()}.
+save_stubs(Server, File) when is_pid(Server) ->
+    cbench_server:call(Server, {save_stubs, file_arg(File)});
+save_stubs(_, _) ->
+    error(badarg).
+
+%% @doc Adds the stubs of a stub file (what save_stubs/2 and cbench-server --record-to write, or
+%% --stubs reads), all or none: their ids in file order, or `{error, {bad_stub_file, Message}}'
+%% with the file, line, field and why.
+-spec load_stubs(server(), file:name_all()) -> {ok, [pos_integer()]} | {error, term()}.
+load_stubs(Server, File) when is_pid(Server) ->
+    cbench_server:call(Server, {load_stubs, file_arg(File)});
+load_stubs(_, _) ->
+    error(badarg).
+
+%% @doc Drops the recordings and zeroes their counters (`recorded', `recorded_duplicates',
+%% `record_skipped'); names start from rec_1 again.
+-spec clear_recorded(server()) -> ok | {error, term()}.
+clear_recorded(Server) when is_pid(Server) ->
+    cbench_server:call(Server, clear_recorded);
+clear_recorded(_) ->
+    error(badarg).
+
+%% A file name as the engines take it: an absolute path (the port program's working directory is
+%% not the caller's concern), a binary of 1 to 4095 bytes without NUL; badarg otherwise.
+file_arg(File) when is_binary(File); is_list(File); is_atom(File) ->
+    Bin = try unicode:characters_to_binary(filename:absname(File))
+          catch error:_ -> error(badarg)
+          end,
+    case is_binary(Bin) andalso Bin =/= <<>> andalso byte_size(Bin) < 4096 andalso
+        binary:match(Bin, <<0>>) =:= nomatch andalso File =/= "" andalso File =/= <<>> of
+        true -> Bin;
+        false -> error(badarg)
+    end;
+file_arg(_) ->
     error(badarg).
 
 %% @doc The recent requests no route matched (the journal's 404s, oldest first), each with the three

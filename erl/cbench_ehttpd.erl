@@ -295,7 +295,9 @@ stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt}) ->
                                          h2_tls => 0},
                   h2_errors => 0,
                   %% OTP ssl keeps the record layer: no kernel TLS.
-                  tls_ktls => 0},
+                  tls_ktls => 0,
+                  %% No proxy, no recordings yet (docs/record.md).
+                  recorded => 0, recorded_duplicates => 0, record_skipped => 0},
     tls_stats(Stats, TlsCnt).
 
 %% A server with TLS counts its TLS connections and requests under h1_tls (h2_tls: 0, ehttpd has no

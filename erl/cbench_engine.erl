@@ -93,6 +93,22 @@
 %% has left, or infinity), or {error, Reason}.
 -callback stubs(handle()) -> [map()] | {error, term()}.
 
+%% Recordings (docs/record.md). Optional: an engine without them answers {error, not_supported}
+%% through the server (the ehttpd engine, which has no proxy yet).
+
+%% The recordings as the stub file's JSON text (cb_server_recorded_json).
+-callback recorded(handle()) -> {ok, binary()} | {error, term()}.
+
+%% Writes the recordings to File: {ok, Count}, or {error, {save_failed, Message}}.
+-callback save_stubs(handle(), File :: binary()) -> {ok, non_neg_integer()} | {error, term()}.
+
+%% Adds the stubs of a stub file, all or none: {ok, Count}, or {error, {bad_stub_file, Message}}.
+-callback load_stubs(handle(), File :: binary()) -> {ok, non_neg_integer()} | {error, term()}.
+
+%% Drops the recordings.
+-callback clear_recorded(handle()) -> ok | {error, term()}.
+-optional_callbacks([recorded/1, save_stubs/2, load_stubs/2, clear_recorded/1]).
+
 %% Erlang handler routes (docs/erlang.md, "Erlang handlers").
 
 %% Adds a route whose requests go to Target, a pid or a registered name (for an {M, F} target, the

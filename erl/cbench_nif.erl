@@ -7,6 +7,11 @@
 -export([start/1, stop/1, handle_info/2, port/1, tls_port/1, stats/1, info/1, tls/1]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -export([client_cert/2, client_ca/1, client_cert_nif/2, client_ca_nif/1]).
+%% Recordings (docs/record.md): optional callbacks of cbench_engine.
+-export([recorded/1, save_stubs/2, load_stubs/2, clear_recorded/1, recorded_nif/1, save_stubs_nif/2,
+         load_stubs_nif/2, clear_recorded_nif/1]).
+-ignore_xref([{recorded, 1}, {save_stubs, 2}, {load_stubs, 2}, {clear_recorded, 1}, {recorded_nif, 1},
+              {save_stubs_nif, 2}, {load_stubs_nif, 2}, {clear_recorded_nif, 1}]).
 -ignore_xref([{client_cert, 2}, {client_ca, 1}, {client_cert_nif, 2}, {client_ca_nif, 1}]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}, {scenario_nif, 2},
               {scenario_set_nif, 3}, {scenarios_reset_nif, 1}]).
@@ -34,7 +39,8 @@
        route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
        requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
        reply_nif/2, scenario_nif/2, scenario_set_nif/3,
-       scenarios_reset_nif/1, client_ca_nif/1, client_cert_nif/2]).
+       scenarios_reset_nif/1, client_ca_nif/1, client_cert_nif/2, recorded_nif/1, save_stubs_nif/2,
+       load_stubs_nif/2, clear_recorded_nif/1]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -136,6 +142,22 @@ scenario_set(H, Name, State) -> {scenario_set_nif(H, Name, State), H}.
 %% @doc Every scenario back to `started'.
 -spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.
 scenarios_reset(H) -> {scenarios_reset_nif(H), H}.
+
+%% @doc The recordings as stub-file JSON (cb_server_recorded_json).
+-spec recorded(handle()) -> {ok, binary()} | {error, term()}.
+recorded(H) -> recorded_nif(H).
+
+%% @doc Writes the recordings to File (cb_server_save_stubs): {ok, Count}.
+-spec save_stubs(handle(), binary()) -> {ok, non_neg_integer()} | {error, term()}.
+save_stubs(H, File) -> save_stubs_nif(H, File).
+
+%% @doc Adds the stubs of a stub file (cb_server_stubs_file): {ok, Count}.
+-spec load_stubs(handle(), binary()) -> {ok, non_neg_integer()} | {error, term()}.
+load_stubs(H, File) -> load_stubs_nif(H, File).
+
+%% @doc Drops the recordings.
+-spec clear_recorded(handle()) -> ok.
+clear_recorded(H) -> clear_recorded_nif(H).
 
 %% @doc A client certificate issued by the client CA (cbench:client_cert/2).
 -spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.
@@ -242,6 +264,14 @@ scenario_set_nif(_H, _Name, _State) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 scenarios_reset_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
+recorded_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+
+save_stubs_nif(_H, _File) -> erlang:nif_error({not_loaded, ?MODULE}).
+
+load_stubs_nif(_H, _File) -> erlang:nif_error({not_loaded, ?MODULE}).
+
+clear_recorded_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+
 client_ca_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
 client_cert_nif(_H, _Cn) -> erlang:nif_error({not_loaded, ?MODULE}).

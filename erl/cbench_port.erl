@@ -12,6 +12,9 @@
 -export([handler_add/4, handler_fail/2]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -export([client_cert/2, client_ca/1]).
+%% Recordings (docs/record.md): optional callbacks of cbench_engine.
+-export([recorded/1, save_stubs/2, load_stubs/2, clear_recorded/1]).
+-ignore_xref([{recorded, 1}, {save_stubs, 2}, {load_stubs, 2}, {clear_recorded, 1}]).
 -ignore_xref([{client_cert, 2}, {client_ca, 1}]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
 -ignore_xref([{handler_add, 4}, {handler_fail, 2}]).
@@ -227,6 +230,22 @@ client_cert(#h{port = Port}, Cn) ->
             cbench_tls_auth:cert_map(CertPem, KeyPem, Subject, Sha256);
         Error -> Error
     end.
+
+%% @doc The recordings as stub-file JSON (cb_server_recorded_json).
+-spec recorded(handle()) -> {ok, binary()} | {error, term()}.
+recorded(#h{port = Port}) -> request(Port, recorded, ?CALL_TIMEOUT).
+
+%% @doc Writes the recordings to File (cb_server_save_stubs): {ok, Count}.
+-spec save_stubs(handle(), binary()) -> {ok, non_neg_integer()} | {error, term()}.
+save_stubs(#h{port = Port}, File) -> request(Port, {save_stubs, File}, ?CALL_TIMEOUT).
+
+%% @doc Adds the stubs of a stub file (cb_server_stubs_file): {ok, Count}.
+-spec load_stubs(handle(), binary()) -> {ok, non_neg_integer()} | {error, term()}.
+load_stubs(#h{port = Port}, File) -> request(Port, {load_stubs, File}, ?CALL_TIMEOUT).
+
+%% @doc Drops the recordings.
+-spec clear_recorded(handle()) -> ok | {error, term()}.
+clear_recorded(#h{port = Port}) -> request(Port, clear_recorded, ?CALL_TIMEOUT).
 
 %% @doc The client CA as PEM; {error, no_tls} without TLS.
 -spec client_ca(handle()) -> {ok, binary()} | {error, term()}.

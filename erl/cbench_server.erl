@@ -160,6 +160,25 @@ serve(near_misses, _From, S = #{mod := Mod, handle := H, stubs := Stubs}) ->
                     cbench_expect:near_misses(Known, Journal)
             end,
     {reply, Reply, S};
+serve(recorded, _From, S) ->
+    {reply, optional(S, recorded, []), S};
+serve({save_stubs, File}, _From, S) ->
+    {reply, case optional(S, save_stubs, [File]) of {ok, _} -> ok; Other -> Other end, S};
+serve(clear_recorded, _From, S) ->
+    {reply, optional(S, clear_recorded, []), S};
+serve({load_stubs, File}, _From, S = #{mod := Mod, handle := H}) ->
+    %% The engine adds the file's stubs in one table; their ids are those the list did not have.
+    Ids = fun() -> case Mod:stubs(H) of
+                       {error, _} -> [];
+                       Infos -> [Id || #{id := Id} <- Infos]
+                   end
+          end,
+    Before = Ids(),
+    Reply = case optional(S, load_stubs, [File]) of
+                {ok, _} -> {ok, lists:sort(Ids() -- Before)};
+                Other -> Other
+            end,
+    {reply, Reply, S};
 serve({scenario, Name}, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:scenario(H, Name), S};
 serve({scenario, Name, State}, _From, S) ->

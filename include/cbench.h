@@ -104,6 +104,13 @@ typedef struct cb_config_s {
                                 * for and, when sent, verified against the client CA; none is fine) or _REQUIRE
                                 * (a handshake without a valid one fails: certificate_required in TLS 1.3).
                                 * The client CA is made at start (cb_server_tls_client_ca()) */
+  /* Recording (docs/record.md). */
+  const char *proxy_to;        /* NULL (default), or "http://HOST:PORT[/prefix]": a catch-all stub (path "/" "*", any
+                                * method, priority -1000000, named "proxy_all") proxying there is added at start,
+                                * recording each exchange when record_to is set. A URL the proxy refuses: start
+                                * fails with UV_EINVAL */
+  const char *record_to;       /* NULL (default), or the stub file the admin API's POST /recorded/save writes
+                                * (cb_server_save_stubs()); cbench-server also writes it at stop */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
@@ -151,6 +158,10 @@ typedef struct cb_stats_s {
                                     * TLS: cb_server_ktls()) */
   uint64_t tls_handshakes_full;    /* TLS handshakes completed with a new session */
   uint64_t tls_handshakes_resumed; /* TLS handshakes completed by resuming a session (a ticket or the cache) */
+  uint64_t recorded;            /* recordings kept now (docs/record.md; cb_server_recorded_clear() empties them) */
+  uint64_t recorded_duplicates; /* exchanges recorded again with the match of a recording kept: counted, not kept */
+  uint64_t record_skipped;      /* exchanges a stub cannot replay (a path with '*' or '{', a status outside
+                                 * 200..599, bytes a JSON stub file cannot hold in a header or the query...) */
 } cb_stats_t;
 
 typedef struct cb_server_s cb_server_t;
@@ -730,6 +741,30 @@ typedef struct cb_route_counts_s {
 /* Errors: UV_EINVAL, UV_ENOMEM. Lock-free like cb_server_stats(); free with cb_route_counts_free(). */
 CB_EXTERN int cb_server_route_counts(cb_server_t *srv, cb_route_counts_t **out);
 CB_EXTERN void cb_route_counts_free(cb_route_counts_t *counts);
+
+/* ==== Recording: proxied exchanges kept as stubs (docs/record.md) ====
+ *
+ * A proxy stub with `record` set captures each exchange it forwards as a stub: match method, path (exact),
+ * query (every parameter, exact decoded values), the request headers its record_headers names; priority the
+ * number of query and header matchers; response status, headers (as received, in order) and body. Recordings are
+ * kept in arrival order, named rec_1, rec_2, ... by their place, and deduplicated by their match: the first
+ * answer is kept, later ones are counted (cb_stats_t.recorded_duplicates). Any thread may call these. */
+
+/* The recordings as a stub file, {"stubs": [...]} with one stub a line and every body inline (a UTF-8 string, or
+ * {"base64": "..."} for other bytes): *json is malloc'd and NUL-terminated (free() it), *len its length (len may
+ * be NULL). Errors: UV_EINVAL (NULL), UV_ENOMEM. */
+CB_EXTERN int cb_server_recorded_json(cb_server_t *srv, char **json, size_t *len);
+
+/* Writes the recordings to `path` as cb_server_recorded_json() does, except that a body longer than its proxy's
+ * record_body_file_bytes goes to PATH.bodies/N.bin (N: the stub's place, from 1) and the stub says {"file":
+ * "BASENAME.bodies/N.bin"}, relative to the stub file as cb_server_stubs_file() reads it. Each file is written to
+ * NAME.tmp and renamed, the stub file last: a reader sees the old file or the new one whole. Returns the number
+ * of stubs written, or a negative error (UV_EINVAL for NULL or an empty path, UV_ENOMEM, open(2), write(2),
+ * mkdir(2) or rename(2)'s error) with msg (msgcap bytes, NUL-terminated) naming the file and why. */
+CB_EXTERN int cb_server_save_stubs(cb_server_t *srv, const char *path, char *msg, size_t msgcap);
+
+/* Drops every recording and zeroes the three counts of cb_stats_t; names start again from rec_1. */
+CB_EXTERN void cb_server_recorded_clear(cb_server_t *srv);
 
 /* ==== The request journal ====
  *

@@ -574,6 +574,10 @@ static ErlNifFunc funcs[] = {
     {"scenarios_reset_nif", 1, nif_scenarios_reset, 0},
     {"client_ca_nif", 1, nif_client_ca, 0},
     {"client_cert_nif", 2, nif_client_cert, ERL_NIF_DIRTY_JOB_CPU_BOUND}, /* a key and a signature */
+    {"recorded_nif", 1, nif_recorded, ERL_NIF_DIRTY_JOB_CPU_BOUND}, /* JSON of every recording */
+    {"save_stubs_nif", 2, nif_save_stubs, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"load_stubs_nif", 2, nif_load_stubs, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"clear_recorded_nif", 1, nif_clear_recorded, 0},
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

@@ -8,6 +8,8 @@
  * costs the data port nothing. */
 #include "admin.h"
 
+#include "engine.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -49,6 +51,8 @@ typedef struct {
   int status;
   json_t *body; /* owned; NULL: empty body */
   const char *allow;
+  char *text;   /* owned: a JSON body already written (GET /recorded), sent as it is; NULL: none */
+  size_t text_len;
 } answer_t;
 
 static answer_t json_answer(int status, json_t *body) { return (answer_t){.status = status, .body = body}; }
@@ -455,6 +459,7 @@ static answer_t get_stats(cb__admin_t *a) {
   U(h2_errors); U(accept_backoffs); U(faults); U(handler_unavailable); U(handler_timeouts);
   U(tls_handshakes_failed); U(tls_handshakes_refused); U(tls_ktls);
   U(tls_handshakes_full); U(tls_handshakes_resumed);
+  U(recorded); U(recorded_duplicates); U(record_skipped);
 #undef U
   for (int i = 0; i < CB_PROTO_COUNT; i++) {
     json_object_set_new(conns, cb_proto_name(i), json_integer((json_int_t)s.conns_by_proto[i]));
@@ -481,6 +486,28 @@ static answer_t post_reset(cb__admin_t *a) {
   a->nexpects = 0;
   pthread_mutex_unlock(&a->emu);
   return json_answer(204, NULL);
+}
+
+/* ---- recordings (docs/record.md) ---- */
+
+static answer_t get_recorded(cb__admin_t *a) {
+  char *json = NULL;
+  size_t len = 0;
+  int err = cb_server_recorded_json(a->data, &json, &len);
+  if (err) return engine_error(err);
+  return (answer_t){.status = 200, .text = json, .text_len = len};
+}
+
+/* Writes the file the server was started with (cfg.record_to, --record-to). */
+static answer_t post_recorded_save(cb__admin_t *a) {
+  const char *file = cb__recorder_file(a->data->recorder);
+  if (file == NULL)
+    return error_answer(409, NULL, "no_record_file", NULL,
+                        "the server has no file to save to: start it with --record-to FILE (cfg.record_to)");
+  char msg[1024];
+  int n = cb_server_save_stubs(a->data, file, msg, sizeof msg);
+  if (n < 0) return error_answer(500, NULL, "save_failed", NULL, msg);
+  return json_answer(200, json_pack("{s:i, s:s}", "saved", n, "file", file));
 }
 
 static answer_t method_not_allowed(const char *allow) {
@@ -516,19 +543,30 @@ static answer_t route(cb__admin_t *a, job_t *j) {
   if (strcmp(p, "/verify") == 0) return post ? post_verify(a) : method_not_allowed("POST");
   if (strcmp(p, "/reset") == 0) return post ? post_reset(a) : method_not_allowed("POST");
   if (strcmp(p, "/stats") == 0) return get ? get_stats(a) : method_not_allowed("GET");
+  if (strcmp(p, "/recorded") == 0) {
+    if (get) return get_recorded(a);
+    if (del) {
+      cb_server_recorded_clear(a->data);
+      return json_answer(204, NULL);
+    }
+    return method_not_allowed("GET, DELETE");
+  }
+  if (strcmp(p, "/recorded/save") == 0) return post ? post_recorded_save(a) : method_not_allowed("POST");
   return error_answer(404, NULL, "not_found", NULL,
-                      "the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats");
+                      "the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats, "
+                      "/recorded, /recorded/save");
 }
 
 static void answer(cb__admin_t *a, job_t *j) {
   answer_t r = route(a, j);
-  char *text = r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
+  char *text = r.text ? r.text : r.body ? json_dumps(r.body, JSON_COMPACT) : NULL;
+  size_t text_len = r.text ? r.text_len : text ? strlen(text) : 0;
   cb_header_t h[2];
   size_t nh = 0;
   if (text != NULL) h[nh++] = (cb_header_t){CB_S("content-type"), CB_S("application/json")};
   if (r.allow != NULL) h[nh++] = (cb_header_t){CB_S("allow"), {r.allow, strlen(r.allow)}};
   cb_reply_t rep = {.ref = j->ref, .op = CB_REPLY_FULL, .status = r.status, .headers = h, .nheaders = nh,
-                    .body = {text ? text : "", text ? strlen(text) : 0}};
+                    .body = {text ? text : "", text_len}};
   if (r.body != NULL && text == NULL) rep = (cb_reply_t){.ref = j->ref, .op = CB_REPLY_UNAVAILABLE};
   /* A request whose client went away meanwhile is CB_EGONE: nothing to do. */
   (void)cb_server_reply(a->admin, &rep, 1);

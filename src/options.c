@@ -91,6 +91,12 @@ static const cb_option_t options[] = {
      .doc = "with TLS: none, request (verify a client certificate when one is sent) or require one"},
     {.name = "close", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0, .err = UV_EINVAL,
      .flags = CB_OPT_F_EHTTPD_ONLY, .doc = "ehttpd only: the original ehttpd (one canned answer, then close)"},
+    {.name = "proxy_to", .flag = "--proxy-to", .type = CB_OPT_STRING, .min = 8, .max = 4095, .err = UV_EINVAL,
+     .flags = CB_OPT_F_C_ONLY, FIELD(proxy_to),
+     .doc = "proxy every request no other stub answers to this http://HOST:PORT (docs/record.md)"},
+    {.name = "record_to", .flag = "--record-to", .type = CB_OPT_STRING, .min = 1, .max = 4095, .err = UV_EINVAL,
+     .flags = CB_OPT_F_C_ONLY, FIELD(record_to),
+     .doc = "with --proxy-to: record the exchanges as stubs, written to this file at stop (docs/record.md)"},
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

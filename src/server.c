@@ -169,9 +169,27 @@ static void free_server(cb_server_t *srv) {
   cb__routes_free(srv->routes);
   cb__fixtures_close(&srv->fx);
   cb__server_tls_close(srv);
+  cb__recorder_free(srv->recorder);
   if (srv->api_mu_ok) uv_mutex_destroy(&srv->api_mu);
   free(srv);
 }
+
+/* cfg.proxy_to: the catch-all proxy stub, below every other stub (docs/record.md). */
+#ifdef CB_PROXY_DEFINED
+static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
+  cb_proxy_t p = {.to = {url, strlen(url)}, .record = record};
+  cb_stub_t st = {.name = CB_S("proxy_all"), .match = {.path = CB_S("/*"), .priority = -1000000},
+                  .response = {.proxy = &p}};
+  uint64_t id;
+  return cb_server_route_add(srv, &st, &id);
+}
+#else
+/* This build has no proxy kind yet (issue 26's part 2 defines CB_PROXY_DEFINED with cb_proxy_t). */
+static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
+  (void)srv, (void)url, (void)record;
+  return UV_ENOTSUP;
+}
+#endif
 
 int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   if (cfg == NULL || out == NULL) return UV_EINVAL;
@@ -211,6 +229,12 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     return UV_ENOMEM;
   }
   srv->api_mu_ok = 1;
+  if ((err = cb__recorder_new(cfg->record_to, &srv->recorder)) != 0) {
+    free_server(srv);
+    return err;
+  }
+  srv->cfg.record_to = cb__recorder_file(srv->recorder);
+  srv->cfg.proxy_to = NULL; /* read once, below */
   cb__rtable_t *table = NULL;
   err = cb__routes_new(srv->nworkers, cb__fixture_routes, &srv->routes);
   if (err == 0) err = cb__rtable_build(srv->routes, &table);
@@ -281,6 +305,10 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     }
     close_lsocks(srv, &ls); /* those no worker took; the stop sequence closed the others */
     free_server(srv);
+    return err;
+  }
+  if (cfg->proxy_to != NULL && (err = add_proxy_all(srv, cfg->proxy_to, cfg->record_to != NULL)) != 0) {
+    cb_server_stop(srv);
     return err;
   }
   /* The admin API last: its thread calls this server's API, which needs the workers running. */
@@ -391,5 +419,11 @@ int cb_server_stats(const cb_server_t *srv, cb_stats_t *out) {
   out->conns_open = out->conns_accepted - out->conns_closed;
   /* The TLS context counts handshakes itself: they end in the transport, below the workers' counters. */
   cb__tls_ctx_handshakes(srv->tls, &out->tls_handshakes_full, &out->tls_handshakes_resumed);
+  /* The recorder counts under its own lock: recordings are server-wide, not a worker's. */
+  cb__record_counts_t rc;
+  cb__record_counts(srv, &rc);
+  out->recorded = rc.recorded;
+  out->recorded_duplicates = rc.duplicates;
+  out->record_skipped = rc.skipped;
   return 0;
 }

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -298,7 +299,20 @@ static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_
   return 0;
 }
 
-/* The body: "text", {"bytes": N}, {"file": "path"} or {"json": any}. *owned is what to free afterwards. */
+/* The offset of the first byte that makes s[0..n) not base64 (RFC 4648 section 4: A-Z, a-z, 0-9, '+', '/',
+ * padded with '=' to a multiple of 4 characters, no white space), or -1 when it is base64. */
+static long base64_bad(const char *s, size_t n) {
+  size_t pad = n >= 1 && s[n - 1] == '=' ? (n >= 2 && s[n - 2] == '=' ? 2 : 1) : 0;
+  for (size_t i = 0; i < n - pad; i++) {
+    char ch = s[i];
+    if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '+' || ch == '/'))
+      return (long)i;
+  }
+  return n % 4 ? (long)n : -1;
+}
+
+/* The body: "text", {"bytes": N}, {"file": "path"}, {"json": any} or {"base64": "..."}. *owned is what to free
+ * afterwards. */
 static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t *res, char **owned) {
   *owned = NULL;
   res->body_kind = CB_BODY_BYTES;
@@ -308,7 +322,7 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
     return 0;
   }
   if (!json_is_object(v) || json_object_size(v) != 1)
-    return fail(c, w, "wrong_type: must be a string, or an object with one of bytes, file, json");
+    return fail(c, w, "wrong_type: must be a string, or an object with one of bytes, file, json, base64");
   json_t *x;
   if ((x = json_object_get(v, "bytes")) != NULL) {
     where_t f = sub(w, "bytes", 0);
@@ -352,7 +366,28 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
     res->body = (cb_str_t){*owned, *owned ? strlen(*owned) : 0};
     return 0;
   }
-  return fail(c, w, "unknown_key: must be a string, or an object with one of bytes, file, json");
+  if ((x = json_object_get(v, "base64")) != NULL) { /* bytes a JSON string cannot hold (recordings: docs/record.md) */
+    where_t f = sub(w, "base64", 0);
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string of base64 (RFC 4648)");
+    const char *b = json_string_value(x);
+    size_t n = json_string_length(x);
+    long bad = base64_bad(b, n);
+    if (bad >= 0 && (size_t)bad == n)
+      return fail(c, &f, "bad_char: not base64: %zu characters, not a multiple of 4 (pad with =)", n);
+    if (bad >= 0)
+      return fail(c, &f, "bad_char: not base64: byte %ld is not one of A-Z a-z 0-9 + / (or = padding at the end)",
+                  bad);
+    if (n > INT32_MAX) return fail(c, &f, "too_long: at most %d characters of base64", INT32_MAX);
+    *owned = malloc(n / 4 * 3 + 1);
+    if (*owned == NULL) return fail(c, &f, "out of memory");
+    int m = EVP_DecodeBlock((unsigned char *)*owned, (const unsigned char *)b, (int)n);
+    if (m < 0) return fail(c, &f, "bad_char: not base64");
+    /* EVP_DecodeBlock counts the padding as zero bytes decoded: they are not the body's. */
+    m -= (n >= 1 && b[n - 1] == '=') + (n >= 2 && b[n - 2] == '=');
+    res->body = (cb_str_t){*owned, (size_t)m};
+    return 0;
+  }
+  return fail(c, w, "unknown_key: must be a string, or an object with one of bytes, file, json, base64");
 }
 
 /* match.body: an object with one of equal, contains, regex (strings) or json, json_subset (any JSON value, handed

@@ -64,7 +64,8 @@ static const cb_codec_keys_t info_keys = {"stub_info", info_names, I_COUNT};
   X(conns_accepted) X(conns_open) X(conns_closed) X(requests) X(bytes_read) X(bytes_written) X(status_400)     \
   X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) \
   X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) X(tls_handshakes_refused)        \
-  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed)
+  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(recorded) X(recorded_duplicates)            \
+  X(record_skipped)
 #define STATS_NAME(f) #f,
 #define STATS_OFFSET(f) offsetof(cb_stats_t, f),
 static const char *const stats_names[] = {STATS_SCALARS(STATS_NAME) "requests_by_route", "conns_by_proto",

@@ -305,7 +305,8 @@ wait "$OPTS_PID" || bad "SIGTERM of the options server: exit status $?"
 # Bad arguments: usage on stderr, exit status 2, nothing on stdout.
 for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--threads -1" "--threads x" \
   "--threads 100000" "--cpus a,b" "--max-body-bytes" "--max-header-bytes 0" "--header-timeout-ms -5" \
-  "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1"; do
+  "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1" "--proxy-to" \
+  "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
@@ -496,7 +497,7 @@ if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/badadmin.err")" = "$want" ]; then ok; 
 
 printf '[{"name": "ping", "match": {"method": "GET", "path": "/ping"}, "response": {"body": "pong"}, "expect": {"times": 1}}]\n' \
   >"$work/admin_stubs.json"
-start_server admin --port 0 --threads 2 --admin-port 0 --stubs "$work/admin_stubs.json"
+start_server admin --port 0 --threads 2 --admin-port 0 --stubs "$work/admin_stubs.json" --record-to "$work/rec.json"
 line2=$(sed -n 2p "$work/admin.out")
 if [[ "$line2" =~ ^cbench-server\ admin\ API\ on\ http://127\.0\.0\.1:([0-9]+)$ ]]; then ok; else bad "admin ready line: '$line2'"; fi
 APORT=${BASH_REMATCH[1]:-0}
@@ -553,7 +554,7 @@ expect_adm "DELETE /stubs/x" 400 '{"field":"id","why":"wrong_type","value":"x","
 adm DELETE /stubs/99
 expect_adm "DELETE /stubs/99" 404 '{"field":"id","why":"not_found","value":"99","message":"no such stub"}'
 adm GET /nowhere
-expect_adm "unknown endpoint" 404 '{"why":"not_found","message":"the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats"}'
+expect_adm "unknown endpoint" 404 '{"why":"not_found","message":"the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats, /recorded, /recorded/save"}'
 allow=$(curl -s -X PUT -D - -o /dev/null "$A/stubs" | tr -d '\r' | grep -E '^(HTTP|allow)')
 if [ "$allow" = "HTTP/1.1 405 Method Not Allowed
 allow: GET, POST" ]; then ok; else bad "PUT /stubs: '$allow'"; fi
@@ -563,6 +564,19 @@ nm_note=$(curl -s -D - -o /dev/null "$A/near-misses" | tr -d '\r' | grep -ci '^x
 if [ "$nm_note" = 0 ]; then ok; else bad "GET /near-misses still has an x-cbench-note header"; fi
 adm GET /stats
 if [[ "$CODE" = 200 && "$BODY" =~ \"requests\":3, && "$BODY" =~ \"ping\":1 && "$BODY" =~ \"not_found\":1 ]]; then ok; else bad "GET /stats: $CODE '$BODY'"; fi
+# Recordings (docs/record.md): none without a proxy stub; saved to the --record-to file on request and at stop.
+adm GET /recorded
+expect_adm "GET /recorded" 200 $'{"stubs": [\n\n]}\n'
+adm POST /recorded/save
+expect_adm "POST /recorded/save" 200 "{\"saved\":0,\"file\":\"$work/rec.json\"}"
+if [ "$(cat "$work/rec.json")" = $'{"stubs": [\n\n]}' ]; then ok; else bad "the saved recordings: '$(cat "$work/rec.json")'"; fi
+rm -f "$work/rec.json"
+adm DELETE /recorded
+expect_adm "DELETE /recorded" 204 ''
+adm PUT /recorded/save
+expect_adm "PUT /recorded/save" 405 '{"why":"method_not_allowed","message":"see docs/routes.md, \"The admin API\""}'
+adm GET /stats
+if [[ "$BODY" =~ \"recorded\":0,\"recorded_duplicates\":0,\"record_skipped\":0 ]]; then ok; else bad "GET /stats: recorded counts: '$BODY'"; fi
 adm DELETE /stubs/2
 expect_adm "DELETE /stubs/2" 204 ''
 adm DELETE /requests
@@ -578,6 +592,8 @@ if [ "$(curl -s "$D/hello")" = "Hello, Joe!" ]; then ok; else bad "fixture route
 if python3 test/admin_client.py "$D" "$A"; then ok; else bad "test/admin_client.py"; fi
 kill -TERM "$SPID"
 wait "$SPID" || bad "admin server: exit status $?"
+if [ -f "$work/rec.json" ] && grep -q "^cbench-server recorded 0 stubs to $work/rec.json$" "$work/admin.out"; then ok; else
+  bad "--record-to at stop: $(cat "$work/admin.out")"; fi
 
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

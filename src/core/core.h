@@ -606,6 +606,7 @@ struct cb_server_s {
   cb__certs_t *certs;        /* the certificates made at start for TLS (base/certs.c), or NULL */
   int tls_user_cert;         /* the default identity is the user's (cfg.tls_cert_file), not signed by certs' CA */
   char admin_host[64];
+  struct cb__recorder_s *recorder; /* the proxied exchanges recorded as stubs (kinds/record.c): made at start */
 };
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "proto/proto.h"
 #include "routes/routes.h"
+#include "kinds/record.h"
 
 /* A kind's state in a request (cb__req_t.kind): CB__KIND_STATE(r, type) is r's, as the kind's own struct, which
  * is declared `typedef struct CB__KIND_STATE_ATTR {...} type;` (may_alias: the bytes are read through it). */

@@ -201,6 +201,23 @@ TEST(stub_json_errors) {
        "FILE:1: stubs[0].match.body: unknown_key: must be an object with one of equal, contains, regex, json, json_subset"},
       {"[{\"match\": {\"path\": \"/a\", \"body\": \"x\"}}]",
        "FILE:1: stubs[0].match.body: wrong_type: must be an object with one of equal, contains, regex, json, json_subset"},
+      /* The base64 body form (docs/record.md): the reason names what is wrong and where. */
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"body\": {\"base64\": \"AAH\"}}}]",
+       "FILE:2: stubs[0].response.body.base64: bad_char: not base64: 3 characters, not a multiple of 4 (pad with =)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \"AA-/\"}}}]",
+       "FILE:1: stubs[0].response.body.base64: bad_char: not base64: byte 2 is not one of A-Z a-z 0-9 + / (or = "
+       "padding at the end)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \"A===\"}}}]",
+       "FILE:1: stubs[0].response.body.base64: bad_char: not base64: byte 1 is not one of A-Z a-z 0-9 + / (or = "
+       "padding at the end)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \"AA H\"}}}]",
+       "FILE:1: stubs[0].response.body.base64: bad_char: not base64: byte 2 is not one of A-Z a-z 0-9 + / (or = "
+       "padding at the end)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": 7}}}]",
+       "FILE:1: stubs[0].response.body.base64: wrong_type: must be a string of base64 (RFC 4648)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"hex\": \"00\"}}}]",
+       "FILE:1: stubs[0].response.body: unknown_key: must be a string, or an object with one of bytes, file, json, "
+       "base64"},
   };
   cb_config_t cfg;
   test_config(&cfg);

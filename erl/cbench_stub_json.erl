@@ -1,0 +1,168 @@
+%%% @doc Stub files as Erlang terms and back (docs/record.md, docs/routes.md "The stub file").
+%%%
+%%% from_json/2 turns a decoded stub file (cbench_json:decode/1 of `{"stubs": [...]}' or a list of
+%%% stubs) into `#{name, match, response}' maps that cbench:stub/3 takes as they are (the name is in
+%%% the match too, so stub/3 keeps it); to_json/1 is the inverse, writing the stub file's text.
+%%% The fields read and written are the recorder's and those a hand-written file most often holds:
+%%% name; match method, path, headers, query, priority; response status, headers, body (a string,
+%%% `{"base64": ...}', `{"file": ...}' relative to the file's folder, `{"bytes": N}',
+%%% `{"json": ...}'), delay_ms, times. Any other field is `{error, {unsupported, Field}}' (the C
+%%% engines' loader, cb_server_stubs_file, reads every field).
+-module(cbench_stub_json).
+
+-export([from_json/2, to_json/1]).
+%% to_json/1: for the ehttpd engine's save_stubs/2 (later) and for users writing stub files.
+-ignore_xref([{to_json, 1}]).
+
+-export_type([stub/0]).
+
+-type stub() :: #{name := binary(), match := map(), response := map()}.
+
+%% @doc The stubs of a decoded stub file, in file order; Dir: the folder relative body files are
+%% taken from. `{error, {bad_stub_json, Where, Why}}' for a term that is not a stub file's.
+-spec from_json(cbench_json:json(), file:filename_all()) -> {ok, [stub()]} | {error, term()}.
+from_json(#{<<"stubs">> := Stubs}, Dir) ->
+    from_json(Stubs, Dir);
+from_json(Stubs, Dir) when is_list(Stubs) ->
+    try
+        {ok, [stub(S, I, Dir) || {I, S} <- lists:zip(lists:seq(0, length(Stubs) - 1), Stubs)]}
+    catch throw:{bad, Where, Why} -> {error, {bad_stub_json, Where, Why}}
+    end;
+from_json(_, _) ->
+    {error, {bad_stub_json, stubs, not_a_list}}.
+
+stub(S = #{<<"match">> := M}, I, Dir) when is_map(M) ->
+    only(S, [<<"name">>, <<"match">>, <<"response">>], {I}),
+    Name = case S of
+               #{<<"name">> := N} when is_binary(N) -> N;
+               #{<<"name">> := _} -> throw({bad, {I, name}, not_a_string});
+               _ -> undefined
+           end,
+    Match0 = match(M, I),
+    Match = case Name of undefined -> Match0; _ -> Match0#{name => Name} end,
+    Res = response(maps:get(<<"response">>, S, #{}), I, Dir),
+    #{name => case Name of undefined -> <<>>; _ -> Name end, match => Match, response => Res};
+stub(_, I, _) ->
+    throw({bad, {I, match}, missing}).
+
+%% A key outside Keys: {unsupported, Key} at Where's place plus the key.
+only(Map, Keys, Where) ->
+    case maps:keys(Map) -- Keys of
+        [] -> ok;
+        [K | _] -> throw({bad, erlang:append_element(Where, K), {unsupported, K}})
+    end.
+
+match(M, I) ->
+    only(M, [<<"method">>, <<"path">>, <<"headers">>, <<"query">>, <<"priority">>], {I, match}),
+    Path = case M of
+               #{<<"path">> := P} when is_binary(P) -> P;
+               _ -> throw({bad, {I, match, path}, missing})
+           end,
+    lists:foldl(
+      fun({<<"method">>, <<"any">>}, Acc) -> Acc#{method => any};
+         ({<<"method">>, Ms}, Acc) when is_list(Ms) -> Acc#{method => Ms};
+         ({<<"method">>, Me}, Acc) when is_binary(Me) -> Acc#{method => Me};
+         ({<<"headers">>, H}, Acc) when is_map(H) -> Acc#{headers => matchers(H, {I, match, headers})};
+         ({<<"query">>, Q}, Acc) when is_map(Q) -> Acc#{query => matchers(Q, {I, match, query})};
+         ({<<"priority">>, P}, Acc) when is_integer(P) -> Acc#{priority => P};
+         ({<<"path">>, _}, Acc) -> Acc;
+         ({K, _}, _) -> throw({bad, {I, match, K}, wrong_type})
+      end, #{path => Path}, lists:sort(maps:to_list(M))).
+
+matchers(Map, Where) ->
+    [{K, case V of
+             true -> present;
+             B when is_binary(B) -> B;
+             _ -> throw({bad, Where, wrong_type})
+         end} || {K, V} <- lists:sort(maps:to_list(Map))].
+
+response(R, I, Dir) when is_map(R) ->
+    only(R, [<<"status">>, <<"headers">>, <<"body">>, <<"delay_ms">>, <<"times">>], {I, response}),
+    maps:fold(
+      fun(<<"status">>, S, Acc) when is_integer(S) -> Acc#{status => S};
+         (<<"headers">>, H, Acc) when is_map(H) ->
+              Acc#{headers => [case V of
+                                   _ when is_binary(V) -> {K, V};
+                                   _ -> throw({bad, {I, response, headers, K}, wrong_type})
+                               end || {K, V} <- lists:sort(maps:to_list(H))]};
+         (<<"headers">>, H, Acc) when is_list(H) ->
+              Acc#{headers => [case P of
+                                   [K, V] when is_binary(K), is_binary(V) -> {K, V};
+                                   _ -> throw({bad, {I, response, headers}, wrong_type})
+                               end || P <- H]};
+         (<<"body">>, B, Acc) -> Acc#{body => body(B, I, Dir)};
+         (<<"delay_ms">>, D, Acc) when is_integer(D), D >= 0 -> Acc#{delay_ms => D};
+         (<<"times">>, 0, Acc) -> Acc;
+         (<<"times">>, T, Acc) when is_integer(T), T > 0 -> Acc#{times => T};
+         (K, _, _) -> throw({bad, {I, response, K}, wrong_type})
+      end, #{status => 200}, R);
+response(_, I, _) ->
+    throw({bad, {I, response}, wrong_type}).
+
+body(B, _, _) when is_binary(B) -> B;
+body(#{<<"base64">> := B64}, I, _) when is_binary(B64) ->
+    try base64:decode(B64)
+    catch error:_ -> throw({bad, {I, response, body, base64}, bad_char})
+    end;
+body(#{<<"file">> := F}, _, Dir) when is_binary(F), F =/= <<>> ->
+    {file, filename:join(Dir, F)};
+body(#{<<"bytes">> := N}, _, _) when is_integer(N), N >= 0 -> {bytes, N};
+body(#{<<"json">> := J}, _, _) -> cbench_json:encode(J);
+body(_, I, _) -> throw({bad, {I, response, body}, wrong_type}).
+
+%% @doc The stub file's text for stubs (as from_json/2 gives them, or as stub/3 takes them with a
+%% map match): `{"stubs": [...]}', one stub a line. A body is a string when it is UTF-8 without
+%% NUL, else `{"base64": ...}'; `{file, F}' is written as given; `{bytes, N}' as `{"bytes": N}'.
+-spec to_json([stub() | #{match := map(), response := map()}]) -> binary().
+to_json(Stubs) when is_list(Stubs) ->
+    Lines = [cbench_json:encode(stub_json(S)) || S <- Stubs],
+    iolist_to_binary(["{\"stubs\": [\n", lists:join(",\n", Lines), "\n]}\n"]).
+
+stub_json(S = #{match := M, response := R}) ->
+    Name = case S of
+               #{name := N} when N =/= <<>> -> #{<<"name">> => bin(N)};
+               _ -> #{}
+           end,
+    Name#{<<"match">> => match_json(maps:remove(name, M)), <<"response">> => response_json(R)}.
+
+match_json(M) ->
+    maps:fold(fun(path, P, A) -> A#{<<"path">> => bin(P)};
+                 (method, any, A) -> A#{<<"method">> => <<"any">>};
+                 (method, Ms, A) when is_list(Ms), Ms =/= [], not is_integer(hd(Ms)) ->
+                      A#{<<"method">> => [bin(X) || X <- Ms]};
+                 (method, Me, A) -> A#{<<"method">> => bin(Me)};
+                 (headers, H, A) -> A#{<<"headers">> => matchers_json(H)};
+                 (query, Q, A) -> A#{<<"query">> => matchers_json(Q)};
+                 (priority, P, A) -> A#{<<"priority">> => P};
+                 (K, _, _) -> error({unsupported, K})
+              end, #{}, M).
+
+matchers_json(L) when is_list(L) ->
+    maps:from_list([{bin(K), case V of present -> true; _ -> bin(V) end} || {K, V} <- L]);
+matchers_json(M) when is_map(M) ->
+    matchers_json(maps:to_list(M)).
+
+response_json(R) ->
+    maps:fold(fun(status, S, A) -> A#{<<"status">> => S};
+                 (headers, H, A) -> A#{<<"headers">> => [[bin(K), bin(V)] || {K, V} <- H]};
+                 (body, B, A) -> A#{<<"body">> => body_json(B)};
+                 (delay_ms, D, A) -> A#{<<"delay_ms">> => D};
+                 (times, infinity, A) -> A;
+                 (times, T, A) -> A#{<<"times">> => T};
+                 (K, _, _) -> error({unsupported, K})
+              end, #{}, R).
+
+body_json({file, F}) -> #{<<"file">> => bin(F)};
+body_json({bytes, N}) -> #{<<"bytes">> => N};
+body_json(B) ->
+    Bin = iolist_to_binary(B),
+    case unicode:characters_to_binary(Bin) of
+        Bin -> case binary:match(Bin, <<0>>) of
+                   nomatch -> Bin;
+                   _ -> #{<<"base64">> => base64:encode(Bin)}
+               end;
+        _ -> #{<<"base64">> => base64:encode(Bin)}
+    end.
+
+bin(A) when is_atom(A) -> atom_to_binary(A);
+bin(B) -> unicode:characters_to_binary(B).

@@ -1,0 +1,253 @@
+%%% @doc Recordings from Erlang (docs/record.md) on the nif and port engines: load_stubs/2 of a file as
+%%% the recorder writes it (a query, a chosen header, a base64 body, a body file, repeated response
+%%% headers) answers byte for byte; recorded/1 of a server that recorded nothing; save_stubs/2 and
+%%% clear_recorded/1; the same stubs through cbench_stub_json and stub/3; bad arguments. Recording
+%%% itself needs the proxy kind (issue 26's part 2): the C tests record_* drive the recorder, and the
+%%% whole record-replay suite comes with the proxy. The ehttpd engine answers not_supported for now.
+-module(cbench_record_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, groups/0, suite/0, init_per_group/2, end_per_group/2, init_per_testcase/2,
+         end_per_testcase/2]).
+-export([load_saved_file/1, nothing_recorded/1, via_terms/1, bad_arguments/1, ehttpd_not_supported/1,
+         stub_json_round_trip/1, replay_helper/1, replay_missing/1, mode_choice/1]).
+
+all() -> [{group, nif}, {group, port}, ehttpd_not_supported, stub_json_round_trip, replay_missing,
+          mode_choice].
+
+groups() ->
+    Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
+    [{nif, [], Cases}, {port, [], Cases}].
+
+suite() -> [{timetrap, {minutes, 2}}].
+
+init_per_group(Engine, Config) -> [{engine, Engine} | Config].
+
+end_per_group(_, _Config) -> ok.
+
+init_per_testcase(_, Config) ->
+    Dir = filename:join(proplists:get_value(priv_dir, Config), "rec"),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    [{dir, Dir} | Config].
+
+end_per_testcase(_, _Config) -> ok.
+
+%% Bytes that are not UTF-8, and a body above the file threshold.
+-define(BIN, <<0, 1, 255, 254, " abc">>).
+
+big() -> << <<(I * 7 band 255)>> || I <- lists:seq(0, 99999) >>.
+
+%% The stub file as cb_server_save_stubs writes it for these exchanges (test/c/test_record.c holds
+%% the recorder to this text).
+saved_file(Dir) ->
+    File = filename:join(Dir, "api.json"),
+    Bodies = File ++ ".bodies",
+    ok = filelib:ensure_dir(filename:join(Bodies, "x")),
+    ok = file:write_file(filename:join(Bodies, "5.bin"), big()),
+    Text = [<<"{\"stubs\": [\n">>,
+            <<"{\"name\": \"rec_1\", \"match\": {\"method\": \"GET\", \"path\": \"/a\"}, \"response\": {\"status\": 200, "
+              "\"headers\": [[\"content-type\", \"text/plain\"]], \"body\": \"hello a\"}},\n">>,
+            <<"{\"name\": \"rec_2\", \"match\": {\"method\": \"GET\", \"path\": \"/a\", \"query\": {\"x\": \"1\", \"y\": "
+              "\"two\"}, \"priority\": 2}, \"response\": {\"status\": 200, \"headers\": [[\"x-q\", \"1\"]], \"body\": "
+              "\"with query\"}},\n">>,
+            <<"{\"name\": \"rec_3\", \"match\": {\"method\": \"GET\", \"path\": \"/a\", \"headers\": {\"accept\": "
+              "\"application/json\"}, \"priority\": 1}, \"response\": {\"status\": 200, \"body\": \"{\\\"json\\\":1}\"}},\n">>,
+            <<"{\"name\": \"rec_4\", \"match\": {\"method\": \"POST\", \"path\": \"/bin\"}, \"response\": {\"status\": 201, "
+              "\"body\": {\"base64\": \"AAH//iBhYmM=\"}}},\n">>,
+            <<"{\"name\": \"rec_5\", \"match\": {\"method\": \"GET\", \"path\": \"/big\"}, \"response\": {\"status\": 200, "
+              "\"body\": {\"file\": \"api.json.bodies/5.bin\"}}},\n">>,
+            <<"{\"name\": \"rec_6\", \"match\": {\"method\": \"DELETE\", \"path\": \"/gone\"}, \"response\": {\"status\": "
+              "404, \"headers\": [[\"set-cookie\", \"a=1\"], [\"set-cookie\", \"b=2\"]]}}\n">>,
+            <<"]}\n">>],
+    ok = file:write_file(File, Text),
+    File.
+
+%% Each request and the answer it gets back, dates masked.
+cases() ->
+    [{"GET /a HTTP/1.1\r\nhost: x\r\n\r\n",
+      answer(200, "content-type: text/plain\r\n", <<"hello a">>)},
+     {"GET /a?y=two&x=1 HTTP/1.1\r\nhost: x\r\n\r\n", answer(200, "x-q: 1\r\n", <<"with query">>)},
+     {"GET /a HTTP/1.1\r\nhost: x\r\naccept: application/json\r\n\r\n", answer(200, "", <<"{\"json\":1}">>)},
+     {"POST /bin HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", answer(201, "", ?BIN)},
+     {"GET /big HTTP/1.1\r\nhost: x\r\n\r\n", answer(200, "", big())},
+     {"DELETE /gone HTTP/1.1\r\nhost: x\r\n\r\n", answer(404, "set-cookie: a=1\r\nset-cookie: b=2\r\n", <<>>)}].
+
+answer(Status, Headers, Body) ->
+    Reason = #{200 => "OK", 201 => "Created", 404 => "Not Found"},
+    iolist_to_binary(["HTTP/1.1 ", integer_to_list(Status), " ", maps:get(Status, Reason), "\r\n",
+                      "date: Xxx, 00 Xxx 0000 00:00:00 GMT\r\n", Headers,
+                      "content-length: ", integer_to_list(byte_size(Body)), "\r\n\r\n", Body]).
+
+%% Every case on one keep-alive connection, each answer read to its exact length.
+check_answers(S) ->
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+    lists:foreach(fun({Req, Want}) ->
+                          ok = gen_tcp:send(Sock, Req),
+                          {ok, Got} = gen_tcp:recv(Sock, byte_size(Want), 10000),
+                          ?assertEqual(Want, mask_date(Got))
+                  end, cases()),
+    gen_tcp:close(Sock).
+
+mask_date(Bin) ->
+    re:replace(Bin, <<"\r\ndate: [^\r]{29}\r\n">>, <<"\r\ndate: Xxx, 00 Xxx 0000 00:00:00 GMT\r\n">>,
+               [{return, binary}]).
+
+load_saved_file(Config) ->
+    File = saved_file(proplists:get_value(dir, Config)),
+    {ok, S} = cbench:start_server(proplists:get_value(engine, Config), #{port => 0, threads => 1}),
+    {ok, Ids} = cbench:load_stubs(S, File),
+    ?assertEqual(6, length(Ids)),
+    ?assertEqual([<<"rec_1">>, <<"rec_2">>, <<"rec_3">>, <<"rec_4">>, <<"rec_5">>, <<"rec_6">>],
+                 [N || #{id := Id, name := N} <- cbench:stubs(S), lists:member(Id, Ids)]),
+    check_answers(S),
+    %% A file with an error adds nothing and says where.
+    Bad = filename:join(proplists:get_value(dir, Config), "bad.json"),
+    ok = file:write_file(Bad, <<"[{\"match\": {\"path\": \"/x\"},\n \"response\": {\"body\": {\"base64\": \"AAH\"}}}]">>),
+    Msg = iolist_to_binary([Bad, ":2: stubs[0].response.body.base64: bad_char: not base64: 3 characters, "
+                            "not a multiple of 4 (pad with =)"]),
+    ?assertEqual({error, {bad_stub_file, Msg}}, cbench:load_stubs(S, Bad)),
+    ?assertEqual(6, length(cbench:stubs(S))),
+    ok = cbench:stop_server(S).
+
+nothing_recorded(Config) ->
+    {ok, S} = cbench:start_server(proplists:get_value(engine, Config), #{port => 0, threads => 1}),
+    ?assertEqual([], cbench:recorded(S)),
+    ?assertMatch(#{recorded := 0, recorded_duplicates := 0, record_skipped := 0}, cbench:stats(S)),
+    File = filename:join(proplists:get_value(dir, Config), "none.json"),
+    ?assertEqual(ok, cbench:save_stubs(S, File)),
+    ?assertEqual({ok, <<"{\"stubs\": [\n\n]}\n">>}, file:read_file(File)),
+    %% A relative name is the caller's working directory's.
+    {ok, Cwd} = file:get_cwd(),
+    ok = file:set_cwd(proplists:get_value(dir, Config)),
+    try ?assertEqual(ok, cbench:save_stubs(S, <<"rel.json">>))
+    after ok = file:set_cwd(Cwd)
+    end,
+    ?assertEqual({ok, <<"{\"stubs\": [\n\n]}\n">>},
+                 file:read_file(filename:join(proplists:get_value(dir, Config), "rel.json"))),
+    ?assertEqual({ok, []}, cbench:load_stubs(S, File)),
+    ?assertEqual(ok, cbench:clear_recorded(S)),
+    ?assertEqual([], cbench:recorded(S)),
+    ok = cbench:stop_server(S).
+
+%% The saved file through cbench_stub_json: terms that stub/3 takes as they are, giving the same
+%% answers (on this engine, and on ehttpd, which has no load_stubs/2 yet).
+via_terms(Config) ->
+    File = saved_file(proplists:get_value(dir, Config)),
+    {ok, Text} = file:read_file(File),
+    {ok, Json} = cbench_json:decode(Text),
+    {ok, Stubs} = cbench_stub_json:from_json(Json, filename:dirname(File)),
+    ?assertMatch([#{name := <<"rec_1">>, match := #{path := <<"/a">>, method := <<"GET">>, name := <<"rec_1">>},
+                    response := #{status := 200, headers := [{<<"content-type">>, <<"text/plain">>}],
+                                  body := <<"hello a">>}} | _], Stubs),
+    ?assertMatch(#{response := #{body := ?BIN}}, lists:nth(4, Stubs)),
+    ?assertMatch(#{match := #{query := [{<<"x">>, <<"1">>}, {<<"y">>, <<"two">>}], priority := 2}},
+                 lists:nth(2, Stubs)),
+    lists:foreach(
+      fun(Engine) ->
+              {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+              [{ok, _} = cbench:stub(S, M, R) || #{match := M, response := R} <- Stubs],
+              ?assertEqual([<<"rec_1">>, <<"rec_2">>, <<"rec_3">>, <<"rec_4">>, <<"rec_5">>, <<"rec_6">>],
+                           [N || #{name := N} <- cbench:stubs(S)]),
+              check_answers(S),
+              ok = cbench:stop_server(S)
+      end, [proplists:get_value(engine, Config), ehttpd]).
+
+bad_arguments(Config) ->
+    {ok, S} = cbench:start_server(proplists:get_value(engine, Config), #{port => 0, threads => 1}),
+    ?assertError(badarg, cbench:recorded(not_a_server)),
+    ?assertError(badarg, cbench:save_stubs(not_a_server, "x.json")),
+    ?assertError(badarg, cbench:save_stubs(S, 42)),
+    ?assertError(badarg, cbench:save_stubs(S, "")),
+    ?assertError(badarg, cbench:save_stubs(S, <<"a", 0, "b">>)),
+    ?assertError(badarg, cbench:save_stubs(S, [<<"x">>, {y}])),
+    ?assertError(badarg, cbench:load_stubs(S, 42)),
+    ?assertError(badarg, cbench:load_stubs(S, <<>>)),
+    ?assertError(badarg, cbench:load_stubs(not_a_server, "x")),
+    ?assertError(badarg, cbench:clear_recorded(42)),
+    ?assertEqual({error, {save_failed, <<"/nonexistent/dir/x.json.tmp: No such file or directory">>}},
+                 cbench:save_stubs(S, "/nonexistent/dir/x.json")),
+    ?assertEqual({error, {bad_stub_file, <<"/nonexistent/x.json: No such file or directory">>}},
+                 cbench:load_stubs(S, "/nonexistent/x.json")),
+    ?assertEqual({error, {bad_stub_file, <<"/: is a directory">>}}, cbench:load_stubs(S, "/")),
+    %% The server went on.
+    ?assertEqual([], cbench:recorded(S)),
+    ok = cbench:stop_server(S).
+
+ehttpd_not_supported(_Config) ->
+    {ok, S} = cbench:start_server(ehttpd, #{port => 0, threads => 1}),
+    ?assertEqual({error, not_supported}, cbench:recorded(S)),
+    ?assertEqual({error, not_supported}, cbench:save_stubs(S, "/tmp/x.json")),
+    ?assertEqual({error, not_supported}, cbench:load_stubs(S, "/tmp/x.json")),
+    ?assertEqual({error, not_supported}, cbench:clear_recorded(S)),
+    ?assertMatch(#{recorded := 0, recorded_duplicates := 0, record_skipped := 0}, cbench:stats(S)),
+    ok = cbench:stop_server(S).
+
+%% to_json/1 writes what from_json/2 reads back to the same terms; a body that is not UTF-8 goes
+%% as base64.
+stub_json_round_trip(_Config) ->
+    Stubs = [#{name => <<"a">>, match => #{path => <<"/a">>, method => <<"GET">>, name => <<"a">>,
+                                           query => [{<<"q">>, <<"1">>}], headers => [{<<"x-k">>, present}],
+                                           priority => 2},
+               response => #{status => 201, headers => [{<<"x">>, <<"1">>}, {<<"x">>, <<"2">>}],
+                             body => ?BIN}},
+             #{name => <<"b">>, match => #{path => <<"/b">>, name => <<"b">>},
+               response => #{status => 200, body => <<"h", 16#c3, 16#a9>>, delay_ms => 5}}],
+    Text = cbench_stub_json:to_json(Stubs),
+    ?assertMatch({match, _}, re:run(Text, "\"base64\":\"AAH//iBhYmM=\"")),
+    {ok, Json} = cbench_json:decode(Text),
+    ?assertEqual({ok, Stubs}, cbench_stub_json:from_json(Json, "/")),
+    ?assertEqual({error, {bad_stub_json, {0, response, <<"fault">>}, {unsupported, <<"fault">>}}},
+                 cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
+                                               <<"response">> => #{<<"fault">> => <<"reset">>}}], "/")),
+    ?assertEqual({error, {bad_stub_json, {0, response, body, base64}, bad_char}},
+                 cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
+                                               <<"response">> => #{<<"body">> => #{<<"base64">> => <<"A">>}}}],
+                                            "/")),
+    ?assertEqual({error, {bad_stub_json, stubs, not_a_list}}, cbench_stub_json:from_json(7, "/")).
+
+%% cbench_record in replay mode: the file's stubs answer; stop/1 saves nothing (the file is as it was).
+replay_helper(Config) ->
+    Dir = proplists:get_value(dir, Config),
+    File = saved_file(Dir),
+    {ok, Before} = file:read_file(File),
+    {ok, S} = cbench_record:server(api, "http://127.0.0.1:1",
+                                   #{dir => Dir, record => false, engine => proplists:get_value(engine, Config)}),
+    check_answers(S),
+    ?assertEqual(ok, cbench_record:stop(S)),
+    ?assertEqual({ok, Before}, file:read_file(File)),
+    ?assertNot(is_process_alive(S)).
+
+replay_missing(Config) ->
+    Dir = proplists:get_value(dir, Config),
+    File = filename:join(Dir, "nothing.json"),
+    Running = cbench:servers(),
+    ?assertEqual({error, {no_recording, unicode:characters_to_binary(File)}},
+                 cbench_record:server(<<"nothing">>, "http://127.0.0.1:1", #{dir => Dir, record => false})),
+    %% No server was left running.
+    ?assertEqual(Running, cbench:servers()),
+    ?assertEqual({error, {bad_option, dri}}, cbench_record:server(x, "http://127.0.0.1:1", #{dri => Dir})),
+    ?assertError(badarg, cbench_record:server(x, "http://127.0.0.1:1", [])),
+    ?assertError(badarg, cbench_record:stop(x)).
+
+%% record => true or false wins; without it, CBENCH_RECORD=1 records and anything else replays.
+mode_choice(_Config) ->
+    Old = os:getenv("CBENCH_RECORD"),
+    try
+        os:unsetenv("CBENCH_RECORD"),
+        ?assertEqual(replay, cbench_record:mode(#{})),
+        ?assertEqual(record, cbench_record:mode(#{record => true})),
+        os:putenv("CBENCH_RECORD", "1"),
+        ?assertEqual(record, cbench_record:mode(#{})),
+        ?assertEqual(replay, cbench_record:mode(#{record => false})),
+        os:putenv("CBENCH_RECORD", "0"),
+        ?assertEqual(replay, cbench_record:mode(#{})),
+        %% Replay mode by the environment: a missing recording is said as such.
+        os:unsetenv("CBENCH_RECORD"),
+        ?assertMatch({error, {no_recording, _}}, cbench_record:server(absent, "http://127.0.0.1:1", #{dir => "/nonexistent"}))
+    after
+        case Old of
+            false -> os:unsetenv("CBENCH_RECORD");
+            _ -> os:putenv("CBENCH_RECORD", Old)
+        end
+    end.
