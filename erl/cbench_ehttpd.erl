@@ -20,6 +20,8 @@
 
 -export([start/1, stop/1, port/1, stats/1, info/1]).
 -export([tls/1, tls_port/1, client_cert/2]).
+-export([recorded/1, save_stubs/2, clear_recorded/1]).
+-ignore_xref([{recorded, 1}, {save_stubs, 2}, {clear_recorded, 1}]).
 -export([handler_add/4, handler_fail/2]).
 -export([scenario/2, scenario_set/3, scenarios_reset/1]).
 -ignore_xref([{scenario, 2}, {scenario_set, 3}, {scenarios_reset, 1}]).
@@ -113,7 +115,8 @@ start(Opts, ListenOpts0, Tls, Threads) ->
                                journal = cbench_ehttpd_journal:new(maps:get(journal, Opts, 0),
                                                                    maps:get(journal_body_bytes, Opts, 0),
                                                                    self()),
-                               echo_held = atomics:new(1, [{signed, true}])},
+                               echo_held = atomics:new(1, [{signed, true}]),
+                               recorder = cbench_ehttpd_record:new()},
                     Online = erlang:system_info(schedulers_online),
                     Scheds = [(I - 1) rem Online + 1 || I <- lists:seq(1, Threads)],
                     H0 = #h{listen = L, cnt = Cnt, port = Bound, threads = Threads, scheds = Scheds,
@@ -228,7 +231,7 @@ tls_max_handshakes(#h{tls_max = Max}) -> Max.
 %% Unlike the C engine, in-flight responses are not given stop_timeout_ms to finish.
 -spec stop(handle()) -> ok.
 stop(#h{listen = L, tls_listen = TL, acceptors = Accs, stubs = Stubs, tls_sessions = Sessions,
-        cfg = #cfg{table = Key, journal = J}}) ->
+        cfg = #cfg{table = Key, journal = J, recorder = Rec}}) ->
     _ = L =/= undefined andalso close_listener(L),
     _ = TL =/= undefined andalso close_listener(TL),
     Refs = [monitor(process, A) || A <- Accs],
@@ -236,8 +239,33 @@ stop(#h{listen = L, tls_listen = TL, acceptors = Accs, stubs = Stubs, tls_sessio
     [receive {'DOWN', R, process, _, _} -> ok end || R <- Refs],
     cbench_router:unpublish(Key),
     cbench_ehttpd_journal:delete(J),
+    cbench_ehttpd_record:delete(Rec),
     _ = Sessions =/= undefined andalso ets:delete(Sessions),
     close_stub_files(Stubs).
+
+%%% Recordings (docs/record.md): the exchanges proxy stubs with `record => true' captured,
+%%% cbench_ehttpd_record's, as the stub file the C engines write.
+
+%% @doc The recordings as the stub file's JSON text, bodies inline.
+-spec recorded(handle()) -> {ok, binary()}.
+recorded(#h{cfg = #cfg{recorder = Rec}}) ->
+    {ok, cbench_ehttpd_record:recorded(Rec)}.
+
+%% @doc Writes the recordings to File (bodies above their proxy's record_body_file_bytes beside
+%% it): how many, or `{error, {save_failed, Message}}'.
+-spec save_stubs(handle(), binary()) -> {ok, non_neg_integer()} | {error, term()}.
+save_stubs(#h{cfg = #cfg{recorder = Rec}}, File) ->
+    case cbench_ehttpd_record:save(Rec, File) of
+        ok -> {ok, maps:get(recorded, cbench_ehttpd_record:counts(Rec))};
+        {error, {Path, Why}} ->
+            %% As the C engine says it: the path that failed and strerror(3)'s words.
+            [C | Rest] = file:format_error(Why),
+            {error, {save_failed, iolist_to_binary(io_lib:format("~ts: ~ts", [Path, [string:to_upper(C) | Rest]]))}}
+    end.
+
+-spec clear_recorded(handle()) -> ok.
+clear_recorded(#h{cfg = #cfg{recorder = Rec}}) ->
+    cbench_ehttpd_record:clear(Rec).
 
 %% @doc The bound TCP port (the TLS one when the server is TLS only).
 -spec port(handle()) -> inet:port_number().
@@ -275,7 +303,7 @@ info(#h{threads = T, scheds = S}) -> #{threads => T, schedulers => S}.
 %% requests_by_route has the fixture routes and not_found (atoms), then the stubs' names (binaries;
 %% stubs of one name add up).
 -spec stats(handle()) -> map().
-stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt}) ->
+stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt, cfg = #cfg{recorder = Rec}}) ->
     Keys = ?STAT_KEYS,
     Base = maps:from_list([{K, counters:get(Cnt, I)}
                            || {I, K} <- lists:zip(lists:seq(1, length(Keys)), Keys)]),
@@ -295,10 +323,9 @@ stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt}) ->
                                          h2_tls => 0},
                   h2_errors => 0,
                   %% OTP ssl keeps the record layer: no kernel TLS.
-                  tls_ktls => 0,
-                  %% No proxy, no recordings yet (docs/record.md).
-                  recorded => 0, recorded_duplicates => 0, record_skipped => 0},
-    tls_stats(Stats, TlsCnt).
+                  tls_ktls => 0},
+    %% recorded, recorded_duplicates, record_skipped (docs/record.md).
+    tls_stats(maps:merge(Stats, cbench_ehttpd_record:counts(Rec)), TlsCnt).
 
 %% A server with TLS counts its TLS connections and requests under h1_tls (h2_tls: 0, ehttpd has no
 %% HTTP/2); a connection whose handshake failed or was refused is in neither http1 nor h1_tls.

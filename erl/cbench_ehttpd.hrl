@@ -54,4 +54,6 @@
               %% (docs/wire.md, Echo memory): at most 32 body limits in all.
               echo_held :: atomics:atomics_ref(),
               %% false on a cleartext listener.
-              tls = false :: false | #tls{}}).
+              tls = false :: false | #tls{},
+              %% What proxy stubs with `record => true' captured (docs/record.md).
+              recorder :: cbench_ehttpd_record:recorder() | undefined}).

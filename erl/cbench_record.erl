@@ -16,7 +16,7 @@
 -export([server/3, stop/1, mode/1]).
 -ignore_xref([{server, 3}, {stop, 1}, {mode, 1}]).
 
--type opts() :: #{dir => file:name_all(), engine => nif | port, server => map(), record => boolean(),
+-type opts() :: #{dir => file:name_all(), engine => nif | port | ehttpd, server => map(), record => boolean(),
                   record_headers => [iodata()], record_body_file_bytes => non_neg_integer(),
                   record_status => [200..599]}.
 -export_type([opts/0]).
@@ -26,7 +26,7 @@
 %% @doc Starts a server for Name. Replay: the stubs of `Dir/Name.json' (`{error, {no_recording,
 %% File}}' when there is none: record it first with CBENCH_RECORD=1). Record: a catch-all proxy stub
 %% to Upstream (`"http://host:port"') with `record => true' and the record_* options; stop/1 saves
-%% the file. Opts: `dir' (default "test/recordings"), `engine' (nif or port; default nif), `server'
+%% the file. Opts: `dir' (default "test/recordings"), `engine' (nif, port or ehttpd; default nif), `server'
 %% (cbench:start_server/2's options; default `#{port => 0}'), `record', and the proxy's
 %% `record_headers', `record_body_file_bytes', `record_status'.
 -spec server(atom() | iodata(), iodata(), opts()) -> {ok, cbench:server()} | {error, term()}.

@@ -167,18 +167,23 @@ serve({save_stubs, File}, _From, S) ->
 serve(clear_recorded, _From, S) ->
     {reply, optional(S, clear_recorded, []), S};
 serve({load_stubs, File}, _From, S = #{mod := Mod, handle := H}) ->
-    %% The engine adds the file's stubs in one table; their ids are those the list did not have.
-    Ids = fun() -> case Mod:stubs(H) of
-                       {error, _} -> [];
-                       Infos -> [Id || #{id := Id} <- Infos]
-                   end
-          end,
-    Before = Ids(),
-    Reply = case optional(S, load_stubs, [File]) of
-                {ok, _} -> {ok, lists:sort(Ids() -- Before)};
-                Other -> Other
-            end,
-    {reply, Reply, S};
+    case erlang:function_exported(Mod, load_stubs, 2) of
+        false -> load_stubs_here(S, File);
+        true ->
+            %% The engine adds the file's stubs in one table; their ids are those the list did not
+            %% have.
+            Ids = fun() -> case Mod:stubs(H) of
+                               {error, _} -> [];
+                               Infos -> [Id || #{id := Id} <- Infos]
+                           end
+                  end,
+            Before = Ids(),
+            Reply = case Mod:load_stubs(H, File) of
+                        {ok, _} -> {ok, lists:sort(Ids() -- Before)};
+                        Other -> Other
+                    end,
+            {reply, Reply, S}
+    end;
 serve({scenario, Name}, _From, S = #{mod := Mod, handle := H}) ->
     {reply, Mod:scenario(H, Name), S};
 serve({scenario, Name, State}, _From, S) ->
@@ -240,6 +245,61 @@ add_stub(S = #{stubs := Stubs}, Match, Response) ->
         {reply, {ok, Id}, S1} ->
             {reply, {ok, Id}, S1#{stubs := Stubs#{Id => #{match => Match, response => Response}}}};
         Other -> Other
+    end.
+
+%% load_stubs/2 on an engine without a loader of its own (ehttpd): the file read with cbench_json and
+%% cbench_stub_json, every stub checked by cbench_spec before any is added, then added in file order
+%% (one removed again if a later one fails): all or none, as the C engines' loader.
+load_stubs_here(S0, File) ->
+    Bad = fun(Fmt, Args) -> {reply, {error, {bad_stub_file, iolist_to_binary(io_lib:format(Fmt, Args))}}, S0} end,
+    case file:read_file(File) of
+        {error, eisdir} -> Bad("~ts: is a directory", [File]);
+        {error, Why} ->
+            [C | Rest] = file:format_error(Why),
+            Bad("~ts: ~ts", [File, [string:to_upper(C) | Rest]]);
+        {ok, Text} ->
+            case cbench_json:decode(Text) of
+                error -> Bad("~ts: not JSON", [File]);
+                {ok, Json} ->
+                    case cbench_stub_json:from_json(Json, filename:dirname(File)) of
+                        {error, {bad_stub_json, Where, Why}} ->
+                            Bad("~ts: ~ts: ~0p", [File, where(Where), Why]);
+                        {error, E} -> Bad("~ts: ~0p", [File, E]);
+                        {ok, Stubs} ->
+                            Checked = [{I, cbench_spec:stub(M, R)}
+                                       || {I, #{match := M, response := R}}
+                                              <- lists:zip(lists:seq(0, length(Stubs) - 1), Stubs)],
+                            case [{I, E} || {I, {error, E}} <- Checked] of
+                                [{I, E} | _] -> Bad("~ts: stubs[~b]: ~0p", [File, I, E]);
+                                [] -> add_all(S0, File, [{I, M, R} || {I, {ok, M, R}} <- Checked], [])
+                            end
+                    end
+            end
+    end.
+
+%% A place in a stub file as the C engines' loader names it: stubs[0].response.body.base64.
+where(stubs) -> "stubs";
+where(Where) when is_tuple(Where) ->
+    [I | Keys] = tuple_to_list(Where),
+    ["stubs[", integer_to_list(I), "]", [[".", key(K)] || K <- Keys]];
+where(Where) -> io_lib:format("~0p", [Where]).
+
+key(K) when is_atom(K) -> atom_to_list(K);
+key(K) when is_binary(K) -> K;
+key(K) -> io_lib:format("~0p", [K]).
+
+add_all(S, _File, [], Ids) ->
+    {reply, {ok, lists:reverse(Ids)}, S};
+add_all(S, File, [{I, M, R} | Rest], Ids) ->
+    case add_stub(S, M, R) of
+        {reply, {ok, Id}, S1} -> add_all(S1, File, Rest, [Id | Ids]);
+        {reply, {error, E}, S1} ->
+            S2 = lists:foldl(fun(Id, Acc) ->
+                                     {reply, _, Acc1 = #{stubs := St}} = engine(Acc, route_remove, [Id]),
+                                     Acc1#{stubs := maps:remove(Id, St)}
+                             end, S1, Ids),
+            {reply, {error, {bad_stub_file, iolist_to_binary(io_lib:format("~ts: stubs[~b]: ~0p",
+                                                                          [File, I, E]))}}, S2}
     end.
 
 %% The monitors of removed handler routes (all: every one).
