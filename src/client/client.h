@@ -39,6 +39,9 @@ typedef struct {
  * cb_cres_feed returns that value; the parser must then be reset (cb_cres_reset) before it is fed again. Any
  * callback may be NULL (nothing to tell). */
 typedef struct {
+  /* The first byte of an answer's status line has come (empty lines before it do not count); not again for the
+   * final head after a 1xx. For a client that must know an answer began (cbench-load: one nobody asked for). */
+  int (*on_begin)(void *ud);
   /* A final head (status >= 200, or 101). 1xx interim answers (100 Continue, 103 Early Hints) are skipped. */
   int (*on_head)(void *ud, const cb_cres_head_t *h);
   /* Body bytes, de-chunked, in order; they point into the bytes being fed. */
@@ -51,9 +54,10 @@ typedef struct {
 } cb_cres_callbacks_t;
 
 typedef struct {
-  /* Bytes of one head: from the first byte after the previous answer (or the start) to the end of the empty
-   * line, 1xx heads each counted alone; the trailer section of a chunked body has its own budget of the same
-   * size. Over it: CB_CRES_E_HEAD_TOO_BIG. 0: CB_CRES_MAX_HEAD_DEFAULT. */
+  /* Bytes of one head: from the status line's first byte to the end of the empty line (empty lines before a
+   * status line are skipped, not counted), each 1xx head counted alone; the trailer section of a chunked body
+   * (after the last chunk's line) has its own budget of the same size, and so have one chunk's extensions.
+   * Over it: CB_CRES_E_HEAD_TOO_BIG. 0: CB_CRES_MAX_HEAD_DEFAULT. */
   size_t max_head;
   /* De-chunked body bytes of one answer; over it: CB_CRES_E_BODY_TOO_BIG (a content-length above it before
    * on_head; otherwise on_body has had exactly max_body bytes). 0: no limit. */
@@ -70,7 +74,8 @@ typedef struct {
 #define CB_CRES_MAX_HEADERS_DEFAULT 100
 
 /* The head buffer that always suffices (any alignment): the field entries, then the names' and values' bytes.
- * A smaller one works for smaller heads; a head whose fields do not fit is CB_CRES_E_HEAD_TOO_BIG. */
+ * A smaller one works for smaller heads (the entries get at most half of it); a head whose fields do not fit
+ * is CB_CRES_E_HEAD_TOO_BIG. */
 #define CB_CRES_HEADBUF_SIZE(max_head, max_headers) \
   ((size_t)(max_headers) * sizeof(cb_chdr_t) + (size_t)(max_head) + sizeof(cb_chdr_t))
 
@@ -97,8 +102,8 @@ typedef struct cb_cres_s {
   int err;            /* a limit's error, set by a callback that stopped llhttp */
   int cb_ret;         /* a caller's callback's negative value */
   uint64_t body_bytes;
-  size_t head_bytes;  /* bytes of the current head or trailer section before the current feed */
-  const char *in_at;  /* where the current head or trailer section started in the current feed (NULL: before it) */
+  size_t head_bytes;  /* bytes of the current head or trailer section parsed so far */
+  size_t ext_bytes;   /* bytes of the current chunk's extensions */
   uint8_t phase;      /* private: where in an answer the parser is */
   uint8_t head_req;   /* the answers are to HEAD requests: no body (cb_cres_expect) */
   uint8_t final_seen; /* on_head was called for the current answer */
