@@ -55,7 +55,11 @@
                    tls_handshakes_refused := non_neg_integer(),
                    tls_ktls := non_neg_integer(),
                    tls_handshakes_full := non_neg_integer(),
-                   tls_handshakes_resumed := non_neg_integer()}.
+                   tls_handshakes_resumed := non_neg_integer(),
+                   proxy_requests := non_neg_integer(),
+                   proxy_upstream_connects := non_neg_integer(),
+                   proxy_upstream_reused := non_neg_integer(),
+                   proxy_502 := non_neg_integer(), proxy_504 := non_neg_integer()}.
 -type error_reason() :: {bad_engine, term()} | cbench_opts:bad_option() | eaddrinuse |
                         {not_built, file:filename()} | term().
 -type match() :: cbench_spec:match().

@@ -287,7 +287,10 @@ stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt}) ->
                                          h2_tls => 0},
                   h2_errors => 0,
                   %% OTP ssl keeps the record layer: no kernel TLS.
-                  tls_ktls => 0},
+                  tls_ktls => 0,
+                  %% No proxy yet: a proxy stub is answered 501 (docs/proxy.md).
+                  proxy_requests => 0, proxy_upstream_connects => 0, proxy_upstream_reused => 0,
+                  proxy_502 => 0, proxy_504 => 0},
     tls_stats(Stats, TlsCnt).
 
 %% A server with TLS counts its TLS connections and requests under h1_tls (h2_tls: 0, ehttpd has no
@@ -334,6 +337,9 @@ route_add(H0, Match, Response = #{responses := Items}) ->
                             seq_next => atomics:new(1, [])},
             add(H0, Match, {ok, Seq})
     end;
+route_add(H, Match, Response = #{proxy := _}) ->
+    %% Kept as given: this engine answers a proxy stub 501 for now (docs/proxy.md).
+    add(H, Match, {ok, Response});
 route_add(H, Match, Response) ->
     add(H, Match, prepare(Response)).
 
