@@ -474,6 +474,10 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
   }
   cb__req_t *r = x->r;
   x->got_head = 1;
+  if (h->status < 200) { /* 101: an upgrade the proxy does not carry */
+    px_fail(x, CB__UPERR_BAD_RESPONSE);
+    return STOP_FEED;
+  }
   if (h->content_length > 0 && (uint64_t)h->content_length > x->p->max_body) {
     px_fail(x, CB__UPERR_BODY_TOO_BIG);
     return STOP_FEED;

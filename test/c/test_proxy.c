@@ -681,3 +681,55 @@ TEST(proxy_bad_options) {
   p.nrecord_headers = 1;
   expect_refused(&p, NULL, 0, CB_WHY_NOT_A_TOKEN, CB_FIELD_PROXY);
 }
+
+/* ---- the stub file (cbench-server --stubs, the admin API) ---- */
+
+#include "stub_json.h"
+
+TEST(proxy_stub_json) {
+  cb_server_t *up = upstream_server();
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"match\": {\"path\": \"/*\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:%d\", "
+           "\"protocol\": \"http1\", \"timeout_ms\": 5000, \"max_body_bytes\": 100000, \"record\": false, "
+           "\"record_headers\": [\"Accept\"], \"record_body_file_bytes\": 0, \"record_status\": [200]}}}",
+           cb_server_port(up));
+  cb_stubs_json_error_t err;
+  cb_stub_added_t *added = NULL;
+  ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, json, strlen(json), &added, &err), 1);
+  free(added);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/json", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  static const struct {
+    const char *text, *msg;
+  } bad[] = {
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"ftp://h:1\"}}}",
+       "body:1: stubs[0].response.proxy: bad_url: \"ftp://h:1\" (docs/routes.md)"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {}}}",
+       "body:1: stubs[0].response.proxy.to: missing: must be a string \"http://HOST:PORT\""},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://h\", \"via\": 1}}}",
+       "body:1: stubs[0].response.proxy.via: unknown_key: unknown field"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://h\", \"protocol\": \"h2c\"}}}",
+       "body:1: stubs[0].response.proxy.protocol: out_of_range: must be \"http1\""},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://h\", \"record_status\": [99]}}}",
+       "body:1: stubs[0].response.proxy.record_status[0]: out_of_range: must be a status from 100 to 599"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"status\": 200}}",
+       "body:1: stubs[0].response.status: conflict: \"200\" (docs/routes.md)"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": 1}}",
+       "body:1: stubs[0].response.proxy: wrong_type: must be an object with at least \"to\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    added = NULL;
+    ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, bad[i].text, strlen(bad[i].text), &added, &err), -1);
+    ASSERT_STR_EQ(err.msg, bad[i].msg);
+  }
+  test_stop(px);
+  test_stop(up);
+}
