@@ -707,8 +707,10 @@ static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     uv_read_stop(s);
     c->reading = 0;
     uv_timer_stop(&c->timer);
-  } else {
-    uv_timer_again(&c->timer); /* the pause allowed between two reads of the answer */
+  } else if (x->got_head) {
+    /* The pause allowed between two reads of the body. The head keeps its deadline from the request: an
+     * upstream that sends it a byte at a time is not given timeout_ms per byte. */
+    uv_timer_again(&c->timer);
   }
   if (x->state == PX_HEAD) cb__conn_after(x->r->conn);
 }

@@ -19,7 +19,9 @@
 
 /* ---- a raw upstream: one thread, one connection at a time ---- */
 
-enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE };
+/* ANSWER: answer each request, keep the connection; SILENT: read, never answer; ANSWER_CLOSE: answer, then close;
+ * DRIBBLE: a status line, then a header line every 50 ms (a head that never ends). */
+enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE, RAW_DRIBBLE };
 
 typedef struct {
   int lfd, port;
@@ -78,6 +80,15 @@ static void *raw_main(void *arg) {
       have += (size_t)n;
       size_t rl = request_len(in, have);
       if (rl == 0 || u->mode == RAW_SILENT) continue;
+      if (u->mode == RAW_DRIBBLE) {
+        static const char line[] = "HTTP/1.1 200 OK\r\n";
+        int ok = write(fd, line, sizeof line - 1) > 0;
+        for (int i = 0; ok && i < 100 && !__atomic_load_n(&u->stop, __ATOMIC_ACQUIRE); i++) {
+          sleep_ms(50);
+          ok = write(fd, "x-slow: 1\r\n", 11) > 0;
+        }
+        break;
+      }
       memmove(in, in + rl, have - rl);
       have -= rl;
       size_t off = 0;
@@ -433,6 +444,48 @@ TEST(proxy_timeout_504) {
   cb_stats_t st;
   ASSERT_EQ(cb_server_stats(px, &st), 0);
   ASSERT_EQ(st.proxy_504, 1);
+  close(fd);
+  buf_free(&exp);
+  test_stop(px);
+  raw_stop(&u);
+}
+
+/* A head sent a line at a time: its deadline is timeout_ms from the request, not from each byte. */
+TEST(proxy_dribbled_head_504) {
+  raw_t u;
+  raw_start(&u, RAW_DRIBBLE, NULL, 0);
+  char to[64];
+  url_of(to, sizeof to, u.port, "");
+  cb_server_t *px = proxy_to(to, 300, 0);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_fail(&exp, 504, "timeout", to);
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  test_stop(px);
+  raw_stop(&u);
+}
+
+/* An upstream that closes its kept-alive connection after an answer: the next request gets a good answer on a
+ * new connection (the idle one is dropped when its close is seen, or the request is sent again once). */
+TEST(proxy_upstream_closes_kept_connection) {
+  raw_t u;
+  raw_start(&u, RAW_ANSWER_CLOSE, ok_answer, sizeof ok_answer - 1);
+  char to[64];
+  url_of(to, sizeof to, u.port, "");
+  cb_server_t *px = proxy_to(to, 0, 0);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  buf_adds(&exp, ok_proxied);
+  for (int i = 0; i < 3; i++) ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_502, 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 3); /* one per answer: each was closed after it */
+  pthread_mutex_lock(&u.mu);
+  ASSERT_EQ(u.conns, 3);
+  pthread_mutex_unlock(&u.mu);
   close(fd);
   buf_free(&exp);
   test_stop(px);
