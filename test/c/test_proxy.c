@@ -277,6 +277,34 @@ TEST(proxy_streamed_chunked) {
   test_stop(up);
 }
 
+/* A client that does not read for a while: the proxy stops reading the upstream (its output above the mark)
+ * and goes on when the client reads; every byte arrives, and another client is served meanwhile. */
+TEST(proxy_slow_client_backpressure) {
+  cb_server_t *up = upstream_server();
+  char to[64];
+  url_of(to, sizeof to, cb_server_port(up), "");
+  cb_server_t *px = proxy_to(to, 0, 0);
+  int slow = cl_connect(cb_server_port(px));
+  cl_sends(slow, "GET /file/big HTTP/1.1\r\nhost: x\r\n\r\n");
+  sleep_ms(300); /* nothing read: the proxy's output to this client fills */
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/file/big", CONN_NONE);
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(slow, &got, exp.len, 20000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  close(slow);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(px);
+  test_stop(up);
+}
+
 /* An h2c client through the proxy to the HTTP/1.1 upstream: the same answer in HTTP/2 form. */
 TEST(proxy_h2c_client) {
   cb_server_t *up = upstream_server();
