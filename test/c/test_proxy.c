@@ -570,6 +570,71 @@ TEST(proxy_closed_before_answer_502) {
   expect_502(a, 0, 0, "connection reset");
 }
 
+/* Mangled answers (a valid chunked answer with bytes changed, cut or doubled, seeded): whatever each gives (an
+ * answer, a 502, a cut), the proxy never stalls a client past its timeout and goes on serving. Under make asan
+ * this is also a memory check of every error path. */
+TEST_T(proxy_mangled_answers, 60000) {
+  static const char valid[] = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n"
+                              "x-a: 1\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nx-t: 1\r\n\r\n";
+  char answer[2 * sizeof valid] = {0};
+  raw_t u;
+  raw_start(&u, RAW_ANSWER_CLOSE, answer, 0);
+  cb_server_t *up = upstream_server();
+  char to[64], good[64];
+  url_of(to, sizeof to, u.port, "");
+  url_of(good, sizeof good, cb_server_port(up), "");
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  add_proxy(px, to, 2000, 64, NULL, 0);
+  cb_proxy_t g = {.to = {good, strlen(good)}};
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.match.path = CB_S("/hello");
+  st.response.proxy = &g;
+  uint64_t id;
+  ASSERT_EQ(cb_server_route_add(px, &st, &id), 0);
+  uint64_t seed = 7;
+  for (int i = 0; i < 200; i++) {
+    size_t n = sizeof valid - 1;
+    memcpy(answer, valid, n);
+    for (int k = 0; k < 3 && n > 0; k++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      size_t at = (size_t)(seed >> 33) % n;
+      switch ((seed >> 8) % 4) {
+        case 0: answer[at] = (char)(seed >> 16); break;   /* a byte changed */
+        case 1: n = at; break;                             /* cut there */
+        case 2: /* twice: a second answer follows the first */
+          if (n < sizeof valid) {
+            memcpy(answer + n, answer, n);
+            n *= 2;
+            k = 3;
+          }
+          break;
+        default: answer[at] = "\r\n:0 "[(seed >> 20) % 5]; break;
+      }
+    }
+    u.answer_len = n;
+    int fd = cl_connect(cb_server_port(px));
+    cl_sends(fd, "GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    buf_t got = {0};
+    int r = cl_read_close(fd, &got, 5000);
+    if (r == CL_TIMEOUT) cbt_log("mangled answer %d: %.*s", i, (int)n, answer);
+    ASSERT(r == CL_EOF || r == CL_RESET);
+    close(fd);
+    buf_free(&got);
+  }
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+  raw_stop(&u);
+}
+
 /* After the head the answer cannot become a 502: it is cut (the client's connection closes, short). */
 static void expect_cut(const char *answer, size_t len, uint64_t max_body, const char *head_and_body) {
   raw_t u;
