@@ -222,12 +222,18 @@ TEST(proxy_get_head_keepalive) {
   buf_reset(&exp);
   exp_route(&exp, "GET", "/file/small", CONN_NONE);
   ROUNDTRIP_S(fd, "GET /file/small HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp); /* no body, no length: as the upstream answers them */
+  exp_route(&exp, "GET", "/status/204", CONN_NONE);
+  exp_route(&exp, "GET", "/status/304", CONN_NONE);
+  exp_route(&exp, "GET", "/status/503", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /status/204 HTTP/1.1\r\nhost: x\r\n\r\nGET /status/304 HTTP/1.1\r\nhost: x\r\n\r\n"
+                  "GET /status/503 HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   cb_stats_t st;
-  uint64_t want = 3;
+  uint64_t want = 6;
   wait_stats(px, &st, stats_at_least, &want, 5000);
-  ASSERT_EQ(st.proxy_requests, 3);
+  ASSERT_EQ(st.proxy_requests, 6);
   ASSERT_EQ(st.proxy_upstream_connects, 1);
-  ASSERT_EQ(st.proxy_upstream_reused, 2);
+  ASSERT_EQ(st.proxy_upstream_reused, 5);
   ASSERT_EQ(st.proxy_502, 0);
   cb_stats_t ust;
   ASSERT_EQ(cb_server_stats(up, &ust), 0);
