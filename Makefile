@@ -57,8 +57,9 @@ PARTIAL_LINK := $(LD) -r
 endif
 LDFLAGS_EXTRA ?=
 
-# The engine's layers (docs/architecture.md): each folder of src/ but load/ (cbench-load, a program apart).
-LAYERS := base transport core routes proto kinds
+# The engine's layers (docs/architecture.md): each folder of src/ but load/ (cbench-load, a program apart, which
+# links the lowest one, client/, too).
+LAYERS := client base transport core routes proto kinds
 LIB_SRCS := $(wildcard $(LAYERS:%=src/%/*.c)) $(wildcard src/*.c)
 LIB_OBJS := $(LIB_SRCS:src/%.c=$(BUILD)/obj/%.o)
 LIB_HDRS := $(wildcard src/*.h $(LAYERS:%=src/%/*.h))

@@ -170,10 +170,6 @@ static int start_error(const cb_config_t *cfg, int err) {
             sizeof q), quoted(cfg->tls_key_file ? cfg->tls_key_file : "", qk, sizeof qk), cb_strerror(err));
     return 2;
   }
-  if (cfg->proxy_to != NULL && err == -ENOTSUP) {
-    fprintf(stderr, "cbench-server: --proxy-to: this build has no proxy kind (issue 26)\n");
-    return 2;
-  }
   if (cfg->proxy_to != NULL && err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE) {
     const cb_error_detail_t *d = cb_error_detail();
     fprintf(stderr, "cbench-server: --proxy-to %s: %s: %s \"%s\" (docs/record.md)\n", quoted(cfg->proxy_to, q, sizeof q),
@@ -277,6 +273,11 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
   if (s->tls_handshakes_full + s->tls_handshakes_resumed > 0)
     printf("  tls handshakes: full %llu, resumed %llu\n", (unsigned long long)s->tls_handshakes_full,
            (unsigned long long)s->tls_handshakes_resumed);
+  if (s->proxy_requests > 0) /* proxy stubs (docs/proxy.md) */
+    printf("  proxy: requests %llu, upstream connects %llu, reused %llu, 502 %llu, 504 %llu\n",
+           (unsigned long long)s->proxy_requests, (unsigned long long)s->proxy_upstream_connects,
+           (unsigned long long)s->proxy_upstream_reused, (unsigned long long)s->proxy_502,
+           (unsigned long long)s->proxy_504);
 }
 
 /* Writes n bytes of data to $TMPDIR/cbench-WHAT-PID.pem; path gets the name. 0, or -1 with errno. */

@@ -57,6 +57,10 @@
                    tls_ktls := non_neg_integer(),
                    tls_handshakes_full := non_neg_integer(),
                    tls_handshakes_resumed := non_neg_integer(),
+                   proxy_requests := non_neg_integer(),
+                   proxy_upstream_connects := non_neg_integer(),
+                   proxy_upstream_reused := non_neg_integer(),
+                   proxy_502 := non_neg_integer(), proxy_504 := non_neg_integer(),
                    recorded := non_neg_integer(),
                    recorded_duplicates := non_neg_integer(),
                    record_skipped := non_neg_integer()}.

@@ -1127,6 +1127,10 @@ stub_after_body(S, Cfg, Req, R) ->
 %% A stub's answer: delay_ms, then the head (the user's headers in their order, then the framing)
 %% and the body whole, or in `chunks' pieces `interval' apart (chunked over HTTP/1.1; raw pieces
 %% ended by the close over HTTP/1.0). HEAD gets the head alone; 204 and 304 never carry a body.
+stub(S, Cfg, Req, #{proxy := #{to := To}}) ->
+    %% The ehttpd engine does not forward yet (docs/proxy.md): 501, saying so.
+    simple(S, Cfg, Req, 501, [{<<"content-type">>, <<"text/plain">>}],
+           <<"cbench proxy: not available on the ehttpd engine (", To/binary, ")\n">>);
 stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
                         headers := Headers}) ->
     Normal = fun() -> stub(S, Cfg, Req, maps:without([fault_run], R)) end,
@@ -1352,7 +1356,7 @@ journal(Cfg = #cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes)
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
            %% The TLS map (docs/tls.md): undefined on a cleartext connection (nothing put).
-           delay_ms => Req#req.delay_ms, tls => get(cbench_tls),
+           delay_ms => Req#req.delay_ms, tls => get(cbench_tls), upstream => undefined,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0},
     cbench_ehttpd_journal:record(J, Entry).

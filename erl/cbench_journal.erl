@@ -7,7 +7,7 @@
 
 -export([filter/2, matches/2]).
 
--export_type([entry/0, tls/0]).
+-export_type([entry/0, tls/0, upstream/0]).
 
 %% One recorded request (docs/erlang.md): route is the name of the route that answered (an atom for
 %% the fixture routes and not_found, a binary for a stub), also for a 405 (the first route whose
@@ -24,7 +24,14 @@
                    %% The delay a stub waited before answering (0 for none).
                    delay_ms := non_neg_integer(),
                    %% The connection's TLS session (docs/tls.md), undefined over cleartext.
-                   tls := undefined | tls()}.
+                   tls := undefined | tls(),
+                   %% A proxied request's upstream (docs/proxy.md), undefined for any other.
+                   upstream := undefined | upstream()}.
+
+%% The upstream a proxy forwarded to, the status it answered (0: none came) and why it failed.
+-type upstream() :: #{to := binary(), status := non_neg_integer(),
+                      error := none | refused | reset | timeout | bad_response | head_too_big |
+                               body_too_big | truncated | connect_failed | no_memory}.
 
 %% What a TLS connection's handshake settled: the version and cipher suite, the name the client
 %% sent (SNI), what ALPN chose, whether the session was resumed, and the client's certificate

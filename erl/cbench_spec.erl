@@ -48,8 +48,15 @@
                       delay => non_neg_integer() | {uniform, non_neg_integer(), non_neg_integer()}
                              | {lognormal, non_neg_integer(), number()},
                       delay_seed => non_neg_integer(), template => boolean()}
+                  | #{proxy := proxy(), delay_ms => non_neg_integer(), delay => non_neg_integer(),
+                      times => pos_integer() | infinity, fault => cbench_fault:user_fault()}
                   | #{responses := [response()], 'after' => last | cycle | not_found,
                       times => pos_integer() | infinity}.
+%% docs/proxy.md.
+-type proxy() :: #{to := iodata(), protocol => http1, timeout_ms => pos_integer(),
+                   max_body_bytes => pos_integer(), record => boolean(),
+                   record_headers => [iodata() | atom()], record_body_file_bytes => non_neg_integer(),
+                   record_status => [100..599]}.
 -type filter() :: #{method => method() | [method()], path => path_pattern(),
                     stub => pos_integer(), since => non_neg_integer(),
                     proto => cbench:proto() | [cbench:proto()]}.
@@ -66,7 +73,15 @@
                          body => canon_body()}.
 -type canon_body() :: {equal | contains | regex, binary()}
                     | {json | json_subset, cbench_json:json()}.
--type canon_response() :: canon_single() | canon_sequence().
+-type canon_response() :: canon_single() | canon_sequence() | canon_proxy().
+%% A proxy (docs/proxy.md): every key of its options there.
+-type canon_proxy() :: #{proxy := #{to := binary(), protocol := http1, timeout_ms := pos_integer(),
+                                    max_body_bytes := pos_integer(), record := boolean(),
+                                    record_headers := [binary()],
+                                    record_body_file_bytes := non_neg_integer(),
+                                    record_status := [100..599]},
+                         delay_ms := non_neg_integer(), times := pos_integer() | infinity,
+                         fault => binary()}.
 %% A sequence: its responses in turn, then as `after' says (docs/erlang.md).
 -type canon_sequence() :: #{responses := [canon_single()], 'after' := last | cycle | not_found,
                             times := pos_integer() | infinity,
@@ -108,7 +123,8 @@
 -type why() :: atom().
 %% The key path of a refused value: the term (match, response, filter), its key, and for a header or
 %% query matcher or a response header, its name.
--type field() :: {match | response | filter, atom()} | {match | response, headers | query, binary()}.
+-type field() :: {match | response | filter, atom()} | {match | response, headers | query, binary()}
+               | {response, proxy, atom()}.
 -type bad() :: {field() | term(), Value :: term(), why()}.
 
 -define(MAX_PRIORITY, 1000000).
@@ -147,7 +163,7 @@
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
                chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, needs_scenario,
-               min_above_max, conflict, bad_template, bad_regex, bad_json]).
+               min_above_max, conflict, bad_template, bad_regex, bad_json, bad_url]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
@@ -210,6 +226,8 @@ match(_) ->
 -spec response(response()) -> {ok, canon_response()} | {error, {bad_stub, bad()}}.
 response(#{responses := _} = R) ->
     check(fun() -> sequence(R) end);
+response(R = #{proxy := _}) ->
+    check(fun() -> proxy_single(R) end);
 response(R) when is_map(R) ->
     check(fun() -> single(R) end);
 response(_) ->
@@ -244,6 +262,137 @@ single(R) ->
                       times => times(maps:get(times, R, infinity))},
                maps:merge(Delay, Template)).
 
+%%% Proxy responses (issue 26; docs/proxy.md).
+
+-define(PROXY_KEYS, [to, protocol, timeout_ms, max_body_bytes, record, record_headers,
+                     record_body_file_bytes, record_status]).
+-define(MAX_PROXY_TO, 1024).
+-define(MAX_RECORD_HEADERS, 32).
+-define(MAX_RECORD_STATUS, 64).
+
+%% `proxy => #{to => "http://HOST[:PORT][/prefix]", ...}': the request is forwarded (docs/proxy.md).
+%% Of a response's other keys only delay_ms (or a fixed `delay'), times and fault go with it; any other
+%% is a `conflict', named by its key. Canonical: `#{proxy => CanonProxy, delay_ms, times}' and
+%% `fault' when given, with every key of the proxy map there (its defaults filled in).
+proxy_single(R) ->
+    [fail({response, K}, maps:get(K, R), conflict)
+     || K <- [status, headers, body, chunks, template, delay_seed, responses, 'after'], maps:is_key(K, R)],
+    known_keys(response, R, [proxy, delay_ms, delay, times, fault]),
+    Delay = case R of
+                #{delay := D} when is_integer(D) -> delay(R);
+                #{delay := D} -> fail({response, delay}, D, conflict);
+                _ -> delay(R)
+            end,
+    Fault = case R of
+                #{fault := UF} ->
+                    case cbench_fault:spec(UF) of
+                        {ok, Text} ->
+                            case cbench_fault:parse(Text) of
+                                {ok, #{kind := K}} when K =:= drip; K =:= dribble ->
+                                    fail({response, fault}, UF, conflict);
+                                _ -> #{fault => Text}
+                            end;
+                        {error, _} -> fail({response, fault}, UF, bad_fault)
+                    end;
+                _ -> #{}
+            end,
+    maps:merge(Fault#{proxy => proxy(maps:get(proxy, R)),
+                      times => times(maps:get(times, R, infinity))}, Delay).
+
+proxy(P) when is_map(P) ->
+    [fail({response, proxy, K}, maps:get(K, P), unknown_key)
+     || K <- maps:keys(P), not lists:member(K, ?PROXY_KEYS)],
+    To = case P of
+             #{to := T} -> proxy_to(T);
+             _ -> fail({response, proxy, to}, undefined, missing)
+         end,
+    Protocol = case maps:get(protocol, P, http1) of
+                   http1 -> http1;
+                   Pr when is_atom(Pr) -> fail({response, proxy, protocol}, Pr, out_of_range);
+                   Pr -> fail({response, proxy, protocol}, Pr, wrong_type)
+               end,
+    Record = case maps:get(record, P, false) of
+                 Bool when is_boolean(Bool) -> Bool;
+                 Bool -> fail({response, proxy, record}, Bool, wrong_type)
+             end,
+    #{to => To, protocol => Protocol,
+      timeout_ms => int_in({response, proxy, timeout_ms}, maps:get(timeout_ms, P, 10000), 1,
+                           ?MAX_DELAY_MS),
+      max_body_bytes => int_in({response, proxy, max_body_bytes},
+                               maps:get(max_body_bytes, P, 1 bsl 30), 1, 1 bsl 62),
+      record => Record,
+      record_headers => record_headers(maps:get(record_headers, P, [])),
+      record_body_file_bytes => int_in({response, proxy, record_body_file_bytes},
+                                       maps:get(record_body_file_bytes, P, 0), 0, 1 bsl 62),
+      record_status => record_status(maps:get(record_status, P, []))};
+proxy(P) -> fail({response, proxy}, P, wrong_type).
+
+%% http://HOST[:PORT][/prefix], as src/kinds/proxy.c reads it (the same reasons in the same order),
+%% the host resolved now.
+proxy_to(T) ->
+    F = {response, proxy, to},
+    B = case (is_binary(T) orelse is_list(T)) andalso to_bin(T) of
+            {ok, B0} -> B0;
+            _ -> fail(F, T, wrong_type)
+        end,
+    byte_size(B) > 0 orelse fail(F, T, empty),
+    byte_size(B) =< ?MAX_PROXY_TO orelse fail(F, T, too_long),
+    lists:all(fun(C) -> C > 32 andalso C < 127 andalso C =/= $? andalso C =/= $# end, binary_to_list(B))
+        orelse fail(F, T, bad_char),
+    Rest = case B of
+               <<Scheme:7/binary, R0/binary>> when R0 =/= <<>> ->
+                   lower(Scheme) =:= <<"http://">> orelse fail(F, T, bad_url),
+                   R0;
+               _ -> fail(F, T, bad_url)
+           end,
+    Authority = hd(binary:split(Rest, <<"/">>)),
+    {Host, Port} = case Authority of
+                       <<"[", V6/binary>> ->
+                           case binary:split(V6, <<"]">>) of
+                               [H6, <<>>] -> {H6, <<>>};
+                               [H6, <<":", P6/binary>>] -> {H6, P6};
+                               _ -> fail(F, T, bad_url)
+                           end;
+                       _ ->
+                           case binary:split(Authority, <<":">>) of
+                               [H4] -> {H4, <<>>};
+                               [H4, P4] -> {H4, P4}
+                           end
+                   end,
+    (Host =/= <<>> andalso byte_size(Host) < 256) orelse fail(F, T, bad_url),
+    case Port of
+        <<>> -> ok;
+        _ ->
+            (byte_size(Port) =< 5 andalso lists:all(fun(C) -> C >= $0 andalso C =< $9 end,
+                                                    binary_to_list(Port))
+             andalso binary_to_integer(Port) >= 1 andalso binary_to_integer(Port) =< 65535)
+                orelse fail(F, T, bad_url)
+    end,
+    Name = binary_to_list(Host),
+    case {inet:getaddr(Name, inet), inet:getaddr(Name, inet6)} of
+        {{error, _}, {error, _}} -> fail(F, T, bad_url);
+        _ -> B
+    end.
+
+record_headers(L) when is_list(L) ->
+    case list_length(L) of
+        error -> fail({response, proxy, record_headers}, L, wrong_type);
+        N when N > ?MAX_RECORD_HEADERS -> fail({response, proxy, record_headers}, N, too_many);
+        _ -> [case to_bin(H) of
+                  {ok, B} -> lower(token({response, proxy, record_headers}, B));
+                  error -> fail({response, proxy, record_headers}, H, wrong_type)
+              end || H <- L]
+    end;
+record_headers(V) -> fail({response, proxy, record_headers}, V, wrong_type).
+
+record_status(L) when is_list(L) ->
+    case list_length(L) of
+        error -> fail({response, proxy, record_status}, L, wrong_type);
+        N when N > ?MAX_RECORD_STATUS -> fail({response, proxy, record_status}, N, too_many);
+        _ -> [int_in({response, proxy, record_status}, S, 100, 599) || S <- L]
+    end;
+record_status(V) -> fail({response, proxy, record_status}, V, wrong_type).
+
 %%% Sequences, scenarios and drawn delays (issue 25; docs/erlang.md).
 
 -define(MAX_RESPONSES, 1000).
@@ -272,6 +421,7 @@ sequence(R) ->
 
 item(I) when is_map(I) ->
     maps:is_key(times, I) andalso fail({response, times}, maps:get(times, I), unknown_key),
+    maps:is_key(proxy, I) andalso fail({response, proxy}, maps:get(proxy, I), conflict),
     maps:is_key(responses, I) andalso
         fail({response, responses}, maps:get(responses, I), unknown_key),
     single(I);

@@ -158,6 +158,12 @@ typedef struct cb_stats_s {
                                     * TLS: cb_server_ktls()) */
   uint64_t tls_handshakes_full;    /* TLS handshakes completed with a new session */
   uint64_t tls_handshakes_resumed; /* TLS handshakes completed by resuming a session (a ticket or the cache) */
+  /* Proxy routes (cb_response_t.proxy, docs/proxy.md) */
+  uint64_t proxy_requests;          /* requests a proxy route forwarded (or tried to) */
+  uint64_t proxy_upstream_connects; /* upstream connections opened (connect attempts) */
+  uint64_t proxy_upstream_reused;   /* requests sent on a kept-alive upstream connection */
+  uint64_t proxy_502;               /* proxied requests answered 502: refused, reset, a bad or too big answer */
+  uint64_t proxy_504;               /* proxied requests answered 504: no answer head within timeout_ms */
   uint64_t recorded;            /* recordings kept now (docs/record.md; cb_server_recorded_clear() empties them) */
   uint64_t recorded_duplicates; /* exchanges recorded again with the match of a recording kept: counted, not kept */
   uint64_t record_skipped;      /* exchanges a stub cannot replay (a path with '*' or '{', a status outside
@@ -451,6 +457,29 @@ typedef enum {
 } cb_body_kind;
 #define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
+/* A proxy response (cb_response_t.proxy, docs/proxy.md): the request is forwarded to an upstream server over
+ * HTTP/1.1 and its answer streamed back. */
+enum { CB_PROXY_HTTP1 = 0 };
+#define CB_PROXY_MAX_TIMEOUT_MS 3600000u
+#define CB_PROXY_DEFAULT_TIMEOUT_MS 10000u
+#define CB_PROXY_DEFAULT_MAX_BODY (1ull << 30)
+typedef struct cb_proxy_s {
+  cb_str_t to;                 /* "http://HOST:PORT" or "http://HOST:PORT/prefix" (the prefix is put before every
+                                * forwarded target); HOST an IP literal ([::1] for IPv6) or a name, resolved when
+                                * the stub is added. At most 1024 bytes */
+  int protocol;                /* CB_PROXY_HTTP1 (the only one for now) */
+  unsigned timeout_ms;         /* upstream connect plus the wait for its answer's head, and the longest pause
+                                * between two reads of its body; past it: 504 (or the answer is cut).
+                                * 0: CB_PROXY_DEFAULT_TIMEOUT_MS; at most CB_PROXY_MAX_TIMEOUT_MS */
+  uint64_t max_body_bytes;     /* the upstream answer's body limit; 0: CB_PROXY_DEFAULT_MAX_BODY */
+  int record;                  /* 1: each complete exchange is recorded (cb__record_exchange, issue 26 part 3) */
+  const cb_str_t *record_headers; /* request header names that make a recording distinct (at most 32) */
+  size_t nrecord_headers;
+  uint64_t record_body_file_bytes; /* bodies above this size are saved as files; 0: never */
+  const int *record_status;    /* statuses to record (at most 64); none: every status */
+  size_t nrecord_status;
+} cb_proxy_t;
+
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
  * content-length, or transfer-encoding: chunked over HTTP/1.1 when chunks > 0. */
 typedef struct cb_response_s {
@@ -490,6 +519,11 @@ typedef struct cb_response_s {
    * (CB_WHY_BAD_TEMPLATE); with chunks, a fault or a body that is not bytes, CB_WHY_CONFLICT. 0: the bytes are
    * sent as they are, "{{" and all. */
   int templated;
+  /* Non-NULL: the stub forwards the request (docs/proxy.md) instead of answering it itself; status, headers,
+   * body, chunks, interval_ms and templated must then be left at zero (CB_WHY_CONFLICT otherwise; status 0 is
+   * taken as unset), while delay_ms and fault act on the proxied answer. Not in a sequence's responses. Copied
+   * by cb_server_route_add. */
+  const cb_proxy_t *proxy;
 } cb_response_t;
 
 /* What a sequence answers once each of its responses was given (cb_stub_t.after). */
@@ -589,6 +623,8 @@ typedef enum {
   CB_FIELD_DELAY,         /* response.delay_dist, delay_max_ms, delay_sigma ({response, delay}) */
   CB_FIELD_TEMPLATE,      /* response.templated ({response, template}) */
   CB_FIELD_MATCH_BODY,    /* match.body ({match, body}) */
+  CB_FIELD_PROXY,         /* response.proxy, index: -1, or which of record_headers / record_status
+                           * ({response, proxy} or {response, proxy, Key}) */
   CB_FIELD_COUNT
 } cb_field_id;
 
@@ -634,6 +670,8 @@ typedef enum {
                               * no parameter of the path */
   CB_WHY_BAD_REGEX,          /* a body regex outside the subset both engines read alike, or refused by regcomp */
   CB_WHY_BAD_JSON,           /* a body JSON value that does not parse (or holds a key twice) */
+  CB_WHY_BAD_URL,            /* a proxy's `to` that is not http://HOST[:PORT][/prefix], or whose host does not
+                              * resolve */
   CB_WHY_COUNT
 } cb_why_id;
 
@@ -817,6 +855,13 @@ typedef struct cb_request_s {
   cb_str_t tls_client_subject; /* the client certificate's subject, RFC 2253 style ("CN=alice", at most 255
                                 * bytes kept); empty when the client sent none (cfg.tls_client_auth) */
   cb_str_t tls_client_sha256;  /* its SHA-256 fingerprint, 64 lowercase hex digits; empty when none */
+  /* A request a proxy route forwarded (docs/proxy.md): the upstream's `to`, empty when the route is not a proxy;
+   * the status of the upstream's answer, 0 when none came; why the upstream failed, "none" when it did not
+   * ("refused", "reset", "timeout", "bad_response", "head_too_big", "body_too_big", "truncated",
+   * "connect_failed", "no_memory"; static). status is what the client was sent (502, 504, or the upstream's). */
+  cb_str_t upstream_to;
+  int upstream_status;
+  cb_str_t upstream_error;
 } cb_request_t;
 
 /* Which requests a read returns; zero it for "all". */

@@ -19,7 +19,7 @@ CTEST_HDRS := $(wildcard test/c/*.h)
 CTEST_BIN := $(BUILD)/test/cbench-tests
 CTEST_JOBS ?= 2
 CTEST_ARGS ?=
-CTEST_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -Itest/c -Ic_src $(DEP_CFLAGS) $(JSON_CFLAGS) \
+CTEST_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -I$(LLHTTP_INC) -Itest/c -Ic_src $(DEP_CFLAGS) $(JSON_CFLAGS) \
   $(EXTRA_CFLAGS)
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -7,12 +7,14 @@
 #   make load-fuzz-smoke the same for 15 s with the fixed seed, as make test runs it
 #   make bench-load      the closing figures: cbench-load against h2load and wrk on cbench-server /hello
 #
-# It shares the engine's flags and llhttp objects, nothing else: its own files, its own cbl_ prefix.
+# It shares the engine's flags, llhttp objects and lowest layer (src/client/: the HTTP/1.1 answer parser, whose
+# objects it links as the library builds them), nothing else: its own files, its own cbl_ prefix.
 # libwslay (WebSocket framing) and libjansson (JSON) come from Debian (scripts/deps.sh); wslay ships no .pc.
 
 LOAD_SRCS := $(wildcard src/load/*.c)
-LOAD_OBJS := $(LOAD_SRCS:src/load/%.c=$(BUILD)/obj/load/%.o)
-LOAD_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Isrc/load -I$(LLHTTP_INC) $(DEP_CFLAGS) \
+CLIENT_SRCS := $(wildcard src/client/*.c)
+LOAD_OBJS := $(LOAD_SRCS:src/load/%.c=$(BUILD)/obj/load/%.o) $(CLIENT_SRCS:src/%.c=$(BUILD)/obj/%.o)
+LOAD_CFLAGS := -std=gnu11 $(OPT) $(WARN) -D_GNU_SOURCE -Isrc/load -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS) \
   $(shell pkg-config --cflags jansson 2>/dev/null) $(EXTRA_CFLAGS)
 LOAD_LIBS := $(DEP_LIBS) $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson) -lwslay -lm
 LOAD_BIN := $(BUILD)/cbench-load
@@ -25,7 +27,7 @@ CLEAN_PATHS += priv/cbench_load
 
 load: $(LOAD_BIN) priv/cbench_load
 
-$(BUILD)/obj/load/%.o: src/load/%.c src/load/*.h
+$(BUILD)/obj/load/%.o: src/load/%.c src/load/*.h src/client/client.h
 	@mkdir -p $(@D)
 	$(CC) $(LOAD_CFLAGS) -c $< -o $@
 
@@ -103,12 +105,12 @@ TEST_TARGETS += load-asan
 # libFuzzer on cbench-load's readers of a server's bytes (test/load/fuzz_load.c): the load objects built again with
 # clang and the fuzz build's sanitizers (mk/ctest.mk's FUZZ_* settings). New inputs go to $(FUZZ_DIR)/corpus/load;
 # the seeds in test/load/corpus are only read.
-LOAD_FUZZ_OBJS := $(LOAD_SRCS:src/load/%.c=$(FUZZ_DIR)/obj/load/%.o)
-LOAD_FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Isrc/load -I$(LLHTTP_INC) $(DEP_CFLAGS) \
+LOAD_FUZZ_OBJS := $(LOAD_SRCS:src/load/%.c=$(FUZZ_DIR)/obj/load/%.o) $(CLIENT_SRCS:src/%.c=$(FUZZ_DIR)/obj/%.o)
+LOAD_FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fno-omit-frame-pointer -Isrc/load -Isrc -I$(LLHTTP_INC) $(DEP_CFLAGS) \
   $(shell pkg-config --cflags jansson 2>/dev/null)
 LOAD_FUZZ_SMOKE_SECONDS ?= 15
 
-$(FUZZ_DIR)/obj/load/%.o: src/load/%.c src/load/*.h
+$(FUZZ_DIR)/obj/load/%.o: src/load/%.c src/load/*.h src/client/client.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(LOAD_FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
 

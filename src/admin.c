@@ -215,6 +215,15 @@ static json_t *request_json(const cb_request_t *r) {
   json_object_set_new(o, "duration_us", json_integer((json_int_t)r->duration_us));
   set_bytes(o, "fault", r->fault);
   json_object_set_new(o, "tls", tls_json(r));
+  if (r->upstream_to.len) { /* a proxied request (docs/proxy.md) */
+    json_t *u = json_object();
+    set_bytes(u, "to", r->upstream_to);
+    json_object_set_new(u, "status", json_integer(r->upstream_status));
+    set_bytes(u, "error", r->upstream_error);
+    json_object_set_new(o, "upstream", u);
+  } else {
+    json_object_set_new(o, "upstream", json_null());
+  }
   return o;
 }
 
@@ -459,6 +468,7 @@ static answer_t get_stats(cb__admin_t *a) {
   U(h2_errors); U(accept_backoffs); U(faults); U(handler_unavailable); U(handler_timeouts);
   U(tls_handshakes_failed); U(tls_handshakes_refused); U(tls_ktls);
   U(tls_handshakes_full); U(tls_handshakes_resumed);
+  U(proxy_requests); U(proxy_upstream_connects); U(proxy_upstream_reused); U(proxy_502); U(proxy_504);
   U(recorded); U(recorded_duplicates); U(record_skipped);
 #undef U
   for (int i = 0; i < CB_PROTO_COUNT; i++) {

@@ -175,7 +175,6 @@ static void free_server(cb_server_t *srv) {
 }
 
 /* cfg.proxy_to: the catch-all proxy stub, below every other stub (docs/record.md). */
-#ifdef CB_PROXY_DEFINED
 static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
   cb_proxy_t p = {.to = {url, strlen(url)}, .record = record};
   cb_stub_t st = {.name = CB_S("proxy_all"), .match = {.path = CB_S("/*"), .priority = -1000000},
@@ -183,13 +182,6 @@ static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
   uint64_t id;
   return cb_server_route_add(srv, &st, &id);
 }
-#else
-/* This build has no proxy kind yet (issue 26's part 2 defines CB_PROXY_DEFINED with cb_proxy_t). */
-static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
-  (void)srv, (void)url, (void)record;
-  return UV_ENOTSUP;
-}
-#endif
 
 int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
   if (cfg == NULL || out == NULL) return UV_EINVAL;

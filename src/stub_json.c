@@ -440,6 +440,7 @@ typedef struct {
   cb_stub_expect_kind expect;
   uint64_t expect_n;
   seq_t seq;
+  struct proxy_mem_s *pm; /* a proxy response's options */
 } parsed_t;
 
 /* "expect": {"times": N} or {"at_least": N}, one of the two. */
@@ -475,6 +476,83 @@ static void parsed_free(parsed_t *p) {
   free(p->owned);
   seq_free(&p->seq);
   free(p->mowned);
+  free(p->pm);
+}
+
+/* ---- proxy responses (issue 26, docs/proxy.md) ---- */
+
+#define PROXY_RECORD_HEADERS 32
+#define PROXY_RECORD_STATUS 64
+
+typedef struct proxy_mem_s {
+  cb_proxy_t p;
+  cb_str_t headers[PROXY_RECORD_HEADERS];
+  int status[PROXY_RECORD_STATUS];
+} proxy_mem_t;
+
+/* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1", "timeout_ms", "max_body_bytes", "record",
+ * "record_headers": [...], "record_body_file_bytes", "record_status": [...]}: the JSON types here, the values'
+ * rules in the engine (cb_error_detail, response.proxy). */
+static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t **out) {
+  static const char *const keys[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record", "record_headers",
+                                     "record_body_file_bytes", "record_status", NULL};
+  where_t w = sub(wr, "proxy", 0);
+  if (!json_is_object(v)) return fail(c, &w, "wrong_type: must be an object with at least \"to\"");
+  if (check_keys(c, &w, v, keys)) return -1;
+  proxy_mem_t *m = calloc(1, sizeof *m);
+  if (m == NULL) return fail(c, &w, "out of memory");
+  *out = m;
+  json_t *to = json_object_get(v, "to"), *x;
+  where_t f = sub(&w, "to", 0);
+  if (!json_is_string(to)) return fail(c, &f, "%s: must be a string \"http://HOST:PORT\"", to ? "wrong_type" : "missing");
+  m->p.to = (cb_str_t){json_string_value(to), json_string_length(to)};
+  if ((x = json_object_get(v, "protocol")) != NULL) {
+    f = sub(&w, "protocol", 0);
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be \"http1\"");
+    if (strcmp(json_string_value(x), "http1") != 0) return fail(c, &f, "out_of_range: must be \"http1\"");
+  }
+  uint64_t u = 0;
+  if (get_uint(c, &w, v, "timeout_ms", CB_PROXY_MAX_TIMEOUT_MS, &u)) return -1;
+  if (json_object_get(v, "timeout_ms") != NULL && u == 0) {
+    f = sub(&w, "timeout_ms", 0);
+    return fail(c, &f, "out_of_range: must be an integer from 1 to %u", CB_PROXY_MAX_TIMEOUT_MS);
+  }
+  m->p.timeout_ms = (unsigned)u;
+  if (get_uint(c, &w, v, "max_body_bytes", UINT64_MAX >> 2, &m->p.max_body_bytes)) return -1;
+  if (get_uint(c, &w, v, "record_body_file_bytes", UINT64_MAX >> 2, &m->p.record_body_file_bytes)) return -1;
+  if ((x = json_object_get(v, "record")) != NULL) {
+    f = sub(&w, "record", 0);
+    if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");
+    m->p.record = json_is_true(x);
+  }
+  size_t i;
+  json_t *item;
+  if ((x = json_object_get(v, "record_headers")) != NULL) {
+    f = sub(&w, "record_headers", 0);
+    if (!json_is_array(x)) return fail(c, &f, "wrong_type: must be a list of header names");
+    if (json_array_size(x) > PROXY_RECORD_HEADERS) return fail(c, &f, "too_many: at most %d", PROXY_RECORD_HEADERS);
+    json_array_foreach(x, i, item) {
+      where_t fi = sub(&f, NULL, i);
+      if (!json_is_string(item)) return fail(c, &fi, "wrong_type: must be a header name");
+      m->headers[i] = (cb_str_t){json_string_value(item), json_string_length(item)};
+    }
+    m->p.record_headers = m->headers;
+    m->p.nrecord_headers = json_array_size(x);
+  }
+  if ((x = json_object_get(v, "record_status")) != NULL) {
+    f = sub(&w, "record_status", 0);
+    if (!json_is_array(x)) return fail(c, &f, "wrong_type: must be a list of statuses");
+    if (json_array_size(x) > PROXY_RECORD_STATUS) return fail(c, &f, "too_many: at most %d", PROXY_RECORD_STATUS);
+    json_array_foreach(x, i, item) {
+      where_t fi = sub(&f, NULL, i);
+      if (!json_is_integer(item) || json_integer_value(item) < 100 || json_integer_value(item) > 599)
+        return fail(c, &fi, "%s: must be a status from 100 to 599", json_is_integer(item) ? "out_of_range" : "wrong_type");
+      m->status[i] = (int)json_integer_value(item);
+    }
+    m->p.record_status = m->status;
+    m->p.nrecord_status = json_array_size(x);
+  }
+  return 0;
 }
 
 /* ---- sequences, scenarios, drawn delays and templates (issue 25) ---- */
@@ -638,7 +716,7 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
                                            "then", "body", NULL};
   static const char *const res_keys[] = {"status",   "headers", "body",       "delay_ms", "chunks",
                                          "interval_ms", "times", "fault",   "delay",    "delay_seed",
-                                         "template", "responses", "after", NULL};
+                                         "template", "responses", "after", "proxy", NULL};
   if (!json_is_object(s)) return fail(c, w, "wrong_type: must be an object with match and response");
   if (check_keys(c, w, s, stub_keys)) return -1;
   cb_stub_t st;
@@ -667,6 +745,7 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   cb_matcher_t *hm = NULL, *qm = NULL;
   cb_header_t *rh = NULL;
   seq_t seq = {0};
+  proxy_mem_t *pm = NULL;
   if (parse_scenario(c, &wm, match, &st)) return -1;
   if (parse_matchers(c, &wh, json_object_get(match, "headers"), &hm, &st.match.nheaders)) goto out;
   st.match.headers = hm;
@@ -688,13 +767,19 @@ static int parse_stub(const ctx_t *c, const where_t *w, json_t *s, parsed_t *out
   if (res != NULL) {
     if (parse_response(c, &wr, res, &st.response, &rh, &owned, 1)) goto out;
     if (json_object_get(res, "responses") != NULL && parse_sequence(c, &wr, res, &st, &seq)) goto out;
+    json_t *proxy = json_object_get(res, "proxy");
+    if (proxy != NULL) {
+      if (parse_proxy(c, &wr, proxy, &pm)) goto out;
+      st.response.proxy = &pm->p;
+      if (json_object_get(res, "status") == NULL) st.response.status = 0; /* set, it is the engine's conflict */
+    }
   }
   where_t we = sub(w, "expect", 0);
   if (parse_expect(c, &we, json_object_get(s, "expect"), out)) goto out;
   rc = 0;
 out:
   *out = (parsed_t){.st = st, .hm = hm, .qm = qm, .rh = rh, .owned = owned, .mowned = mowned,
-                    .expect = out->expect, .expect_n = out->expect_n, .seq = seq};
+                    .expect = out->expect, .expect_n = out->expect_n, .seq = seq, .pm = pm};
   if (rc) parsed_free(out);
   return rc;
 }

@@ -24,6 +24,17 @@ static const char *const response_names[] = {"status", "headers", "body", "delay
                                              "delay", "template", NULL};
 static const cb_codec_keys_t response_keys = {"response", response_names, R_FAULT};
 
+/* A proxy response (docs/proxy.md): the proxy's options, and of a response's keys those that act on the proxied
+ * answer. */
+enum { PR_PROXY, PR_DELAY_MS, PR_TIMES, PR_FAULT, PR_COUNT };
+static const char *const proxy_response_names[] = {"proxy", "delay_ms", "times", "fault", NULL};
+static const cb_codec_keys_t proxy_response_keys = {"proxy_response", proxy_response_names, PR_FAULT};
+enum { P_TO, P_PROTOCOL, P_TIMEOUT_MS, P_MAX_BODY_BYTES, P_RECORD, P_RECORD_HEADERS, P_RECORD_BODY_FILE_BYTES,
+       P_RECORD_STATUS, P_COUNT };
+static const char *const proxy_names[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record",
+                                          "record_headers", "record_body_file_bytes", "record_status", NULL};
+static const cb_codec_keys_t proxy_keys = {"proxy", proxy_names, P_COUNT};
+
 enum { S_RESPONSES, S_AFTER, S_TIMES, S_COUNT };
 static const char *const sequence_names[] = {"responses", "after", "times", NULL};
 static const cb_codec_keys_t sequence_keys = {"sequence", sequence_names, S_COUNT};
@@ -39,11 +50,13 @@ static const cb_codec_keys_t filter_keys = {"filter", filter_names, F_COUNT};
 
 typedef enum {
   E_SEQ, E_TIME_US, E_PROTO, E_CONN, E_STREAM, E_PEER, E_METHOD, E_PATH, E_QUERY, E_HEADERS, E_BODY,
-  E_BODY_LENGTH, E_ROUTE, E_STUB, E_STATUS, E_BYTES_OUT, E_DURATION_US, E_FAULT, E_DELAY_MS, E_TLS, E_COUNT
+  E_BODY_LENGTH, E_ROUTE, E_STUB, E_STATUS, E_BYTES_OUT, E_DURATION_US, E_FAULT, E_DELAY_MS, E_TLS, E_UPSTREAM,
+  E_COUNT
 } entry_key;
 static const char *const entry_names[] = {"seq", "time_us", "proto", "conn", "stream", "peer", "method", "path",
                                           "query", "headers", "body", "body_length", "route", "stub", "status",
-                                          "bytes_out", "duration_us", "fault", "delay_ms", "tls", NULL};
+                                          "bytes_out", "duration_us", "fault", "delay_ms", "tls", "upstream",
+                                          NULL};
 static const cb_codec_keys_t entry_keys = {"entry", entry_names, E_COUNT};
 
 /* An entry's tls: the TLS session of its connection (undefined over cleartext). client_cert is the client's
@@ -51,6 +64,9 @@ static const cb_codec_keys_t entry_keys = {"entry", entry_names, E_COUNT};
 typedef enum { T_VERSION, T_CIPHER, T_SNI, T_ALPN, T_RESUMED, T_CLIENT_CERT, T_COUNT } tls_key;
 static const char *const tls_names[] = {"version", "cipher", "sni", "alpn", "resumed", "client_cert", NULL};
 static const cb_codec_keys_t tls_keys = {"tls", tls_names, T_COUNT};
+typedef enum { U_TO, U_STATUS, U_ERROR, U_COUNT } upstream_key;
+static const char *const upstream_names[] = {"to", "status", "error", NULL};
+static const cb_codec_keys_t upstream_keys = {"upstream", upstream_names, U_COUNT};
 typedef enum { K_SUBJECT, K_SHA256, K_COUNT } client_cert_key;
 static const char *const client_cert_names[] = {"subject", "sha256", NULL};
 static const cb_codec_keys_t client_cert_keys = {"client_cert", client_cert_names, K_COUNT};
@@ -64,8 +80,8 @@ static const cb_codec_keys_t info_keys = {"stub_info", info_names, I_COUNT};
   X(conns_accepted) X(conns_open) X(conns_closed) X(requests) X(bytes_read) X(bytes_written) X(status_400)     \
   X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) \
   X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) X(tls_handshakes_refused)        \
-  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(recorded) X(recorded_duplicates)            \
-  X(record_skipped)
+  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(proxy_requests) X(proxy_upstream_connects)     \
+  X(proxy_upstream_reused) X(proxy_502) X(proxy_504) X(recorded) X(recorded_duplicates) X(record_skipped)
 #define STATS_NAME(f) #f,
 #define STATS_OFFSET(f) offsetof(cb_stats_t, f),
 static const char *const stats_names[] = {STATS_SCALARS(STATS_NAME) "requests_by_route", "conns_by_proto",
@@ -77,6 +93,8 @@ static const cb_codec_keys_t stats_keys = {"stats", stats_names, NSCALARS + 3};
 _Static_assert(sizeof match_names / sizeof *match_names == M_COUNT + 1, "match keys");
 _Static_assert(sizeof response_names / sizeof *response_names == R_COUNT + 1, "response keys");
 _Static_assert(sizeof sequence_names / sizeof *sequence_names == S_COUNT + 1, "sequence keys");
+_Static_assert(sizeof proxy_response_names / sizeof *proxy_response_names == PR_COUNT + 1, "proxy response keys");
+_Static_assert(sizeof proxy_names / sizeof *proxy_names == P_COUNT + 1, "proxy keys");
 _Static_assert(sizeof handler_names / sizeof *handler_names == H_COUNT + 1, "handler keys");
 _Static_assert(sizeof filter_names / sizeof *filter_names == F_COUNT + 1, "filter keys");
 _Static_assert(sizeof entry_names / sizeof *entry_names == E_COUNT + 1, "entry keys");
@@ -87,7 +105,8 @@ _Static_assert(sizeof client_cert_names / sizeof *client_cert_names == K_COUNT +
 const cb_codec_keys_t *const *cb_codec_key_tables(void) {
   static const cb_codec_keys_t *const all[] = {&match_keys,  &response_keys, &sequence_keys, &handler_keys,
                                                &filter_keys, &entry_keys,    &tls_keys,      &info_keys,
-                                               &stats_keys,  &client_cert_keys, NULL};
+                                               &stats_keys,  &client_cert_keys, &proxy_response_keys,
+                                               &proxy_keys,  &upstream_keys, NULL};
   return all;
 }
 
@@ -365,9 +384,53 @@ static int get_sequence(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   return 0;
 }
 
+/* proxy: #{to, protocol => http1, timeout_ms, max_body_bytes, record, record_headers => [Bin],
+ * record_body_file_bytes, record_status => [Status]} (cbench_spec's canonical form: every key there). */
+static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
+  static const char *const protocols[] = {"http1", NULL};
+  cb_term_t v[P_COUNT], item;
+  cb_term_list_t it;
+  unsigned present;
+  cb_proxy_t *p = &s->proxy;
+  uint64_t u;
+  if (get_keys(in, t, &proxy_keys, v, &present) != 0 || in->ops->binary(in, v[P_TO], &p->to) != 0 ||
+      atom_of(in, v[P_PROTOCOL], protocols) != 0 || get_u32(in, v[P_TIMEOUT_MS], &p->timeout_ms) != 0 ||
+      get_uint(in, v[P_MAX_BODY_BYTES], UINT64_MAX, &p->max_body_bytes) != 0 ||
+      cb_codec_bool(in, v[P_RECORD], &p->record) != 0 ||
+      get_uint(in, v[P_RECORD_BODY_FILE_BYTES], UINT64_MAX, &p->record_body_file_bytes) != 0)
+    return -1;
+  p->protocol = CB_PROXY_HTTP1;
+  long n = in->ops->list(in, v[P_RECORD_HEADERS], &it);
+  if (n < 0 || n > CB_CODEC_MAX_RECORD_HEADERS) return -1;
+  for (p->nrecord_headers = 0; in->ops->next(in, &it, &item); p->nrecord_headers++)
+    if (in->ops->binary(in, item, &s->record_headers[p->nrecord_headers]) != 0) return -1;
+  n = in->ops->list(in, v[P_RECORD_STATUS], &it);
+  if (n < 0 || n > CB_CODEC_MAX_RECORD_STATUS) return -1;
+  for (p->nrecord_status = 0; in->ops->next(in, &it, &item); p->nrecord_status++) {
+    if (get_uint(in, item, 999, &u) != 0) return -1;
+    s->record_status[p->nrecord_status] = (int)u;
+  }
+  p->record_headers = s->record_headers;
+  p->record_status = s->record_status;
+  s->st.response.proxy = p;
+  return 0;
+}
+
+/* #{proxy, delay_ms, times} and optionally fault. */
+static int get_proxy_response(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
+  cb_term_t v[PR_COUNT];
+  unsigned present;
+  cb_response_t *res = &s->st.response;
+  if (get_keys(in, t, &proxy_response_keys, v, &present) != 0 || get_u32(in, v[PR_DELAY_MS], &res->delay_ms) != 0 ||
+      get_times(in, v[PR_TIMES], &res->times) != 0 || get_proxy(in, v[PR_PROXY], s) != 0)
+    return -1;
+  return (present & 1u << PR_FAULT) ? get_opt_bin(in, v[PR_FAULT], &res->fault) : 0;
+}
+
 int cb_codec_response(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   cb_term_t v;
   if (in->ops->map_get(in, t, "responses", &v)) return get_sequence(in, t, s);
+  if (in->ops->map_get(in, t, "proxy", &v)) return get_proxy_response(in, t, s);
   return get_single(in, t, &s->st.response, s->res_headers);
 }
 
@@ -661,6 +724,16 @@ static void entry_value(cb_term_out_t *out, const cb_codec_fixture_t *fx, const 
       return;
     case E_DELAY_MS: out->ops->uint(out, q->delay_ms); return;
     case E_TLS: tls_value(out, q); return;
+    case E_UPSTREAM:
+      if (q->upstream_to.len == 0) break;
+      out->ops->map(out, U_COUNT);
+      key(out, &upstream_keys, U_TO);
+      bin(out, q->upstream_to);
+      key(out, &upstream_keys, U_STATUS);
+      out->ops->uint(out, (uint64_t)q->upstream_status);
+      key(out, &upstream_keys, U_ERROR);
+      out->ops->atom(out, q->upstream_error.ptr, q->upstream_error.len); /* the engine's static names */
+      return;
     case E_COUNT: break;
   }
   atom(out, "undefined");

@@ -32,12 +32,19 @@ const cb_codec_keys_t *const *cb_codec_key_tables(void);
 
 /* ---- stubs ---- */
 
+/* A proxy's record_headers and record_status as decoded (the engine's limits: docs/proxy.md). */
+#define CB_CODEC_MAX_RECORD_HEADERS 32
+#define CB_CODEC_MAX_RECORD_STATUS 64
+
 /* A stub decoded from Match and Response: what cb_server_route_add() takes, and the arrays it points into. */
 typedef struct cb_codec_stub_s {
   cb_stub_t st;
   cb_matcher_t headers[CB_MAX_MATCHERS];
   cb_matcher_t query[CB_MAX_MATCHERS];
   cb_header_t res_headers[CB_MAX_HEADERS];
+  cb_proxy_t proxy; /* a proxy response's options (st.response.proxy points here) */
+  cb_str_t record_headers[CB_CODEC_MAX_RECORD_HEADERS];
+  int record_status[CB_CODEC_MAX_RECORD_STATUS];
   void *mem; /* a sequence's responses and their header arrays: one block, freed by cb_codec_stub_free() */
 } cb_codec_stub_t;
 

@@ -32,12 +32,13 @@ fields() ->
      #{c => <<"then">>, erl => {match, then}, json => [<<"match">>, <<"then">>]},
      #{c => <<"response.delay">>, erl => {response, delay}, json => [<<"response">>, <<"delay">>]},
      #{c => <<"response.template">>, erl => {response, template}, json => [<<"response">>, <<"template">>]},
-     #{c => <<"match.body">>, erl => {match, body}, json => [<<"match">>, <<"body">>]}].
+     #{c => <<"match.body">>, erl => {match, body}, json => [<<"match">>, <<"body">>]},
+     #{c => <<"response.proxy">>, erl => {response, proxy}, json => [<<"response">>, <<"proxy">>]}].
 
 %% @doc The terms whose keys the codec of the NIF and the port program knows.
 -spec terms() -> [atom()].
 terms() ->
-    [match, response, sequence, handler, filter, entry, tls, stub_info, stats, client_cert].
+    [match, response, sequence, handler, filter, entry, tls, stub_info, stats, client_cert, proxy_response, proxy, upstream].
 
 %% @doc A term's keys: those it must have, and those it may have.
 -spec keys(atom()) -> {[atom()], [atom()]}.
@@ -59,7 +60,7 @@ keys(filter) ->
 keys(entry) ->
     {[seq, time_us, proto, conn, stream, peer, method, path,
       query, headers, body, body_length, route, stub, status, bytes_out,
-      duration_us, fault, delay_ms, tls],
+      duration_us, fault, delay_ms, tls, upstream],
      []};
 keys(tls) ->
     {[version, cipher, sni, alpn, resumed, client_cert],
@@ -70,9 +71,19 @@ keys(stub_info) ->
 keys(stats) ->
     {[conns_accepted, conns_open, conns_closed, requests, bytes_read, bytes_written, status_400, status_404,
       status_405, status_413, status_431, timeouts, resets, h2_errors, accept_backoffs, faults,
-      handler_unavailable, handler_timeouts, tls_handshakes_failed, tls_handshakes_refused, tls_ktls, tls_handshakes_full, tls_handshakes_resumed, recorded,
-      recorded_duplicates, record_skipped, requests_by_route, conns_by_proto, requests_by_proto],
+      handler_unavailable, handler_timeouts, tls_handshakes_failed, tls_handshakes_refused, tls_ktls, tls_handshakes_full, tls_handshakes_resumed, proxy_requests,
+      proxy_upstream_connects, proxy_upstream_reused, proxy_502, proxy_504, recorded, recorded_duplicates, record_skipped, requests_by_route,
+      conns_by_proto, requests_by_proto],
      []};
 keys(client_cert) ->
     {[subject, sha256],
+     []};
+keys(proxy_response) ->
+    {[proxy, delay_ms, times],
+     [fault]};
+keys(proxy) ->
+    {[to, protocol, timeout_ms, max_body_bytes, record, record_headers, record_body_file_bytes, record_status],
+     []};
+keys(upstream) ->
+    {[to, status, error],
      []}.

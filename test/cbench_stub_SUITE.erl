@@ -517,7 +517,7 @@ fields_agree_with_c(Config) ->
                 {"/x", #{delay_ms => -1}}, {"/x", #{chunks => {0, 0}}}, {"/x", #{chunks => {1, -1}}},
                 {"/x", #{fault => <<"nope">>}}, {"/x", #{responses => []}},
                 {"/x", #{responses => [#{}], 'after' => x}}, {"/x", #{delay => {uniform, 5, 1}}},
-                {"/x", #{template => maybe}}],
+                {"/x", #{template => maybe}}, {"/x", #{proxy => nope}}],
     Table = lists:usort([F || #{erl := F} <- cbench_fields:fields(), F =/= undefined]),
     [begin
          Given = [field(cbench:stub(Server, Mx, Rx)) || {Mx, Rx} <- BadStubs]
@@ -546,9 +546,12 @@ fields_agree_with_c(Config) ->
     {ok, _, Sq} = cbench_spec:stub("/x", #{responses => [#{}], times => 2}),
     {ok, F} = cbench_spec:filter(#{method => get}),
     {ok, HOpts} = cbench_handler:opts(#{}),
+    {ok, Px = #{proxy := PxOpts}} = cbench_spec:response(#{proxy => #{to => "http://127.0.0.1:1"},
+                                                             fault => <<"reset">>}),
     [?assertEqual({T, Keys(T)}, {T, lists:sort(maps:keys(Term))})
      || {T, Term} <- [{match, cbench_c_terms:match(M)}, {response, R}, {sequence, Sq},
-                      {filter, cbench_c_terms:filter(F)}, {handler, HOpts}]],
+                      {filter, cbench_c_terms:filter(F)}, {handler, HOpts},
+                      {proxy_response, Px}, {proxy, PxOpts}]],
     ok = cbench:stop_server(Nif),
     ok = cbench:stop_server(Port).
 

@@ -3,15 +3,17 @@
 
     test/layers.py BUILD_DIR
 
-Ranks, from the ground up: base, transport, core, routes, proto, kinds, then src/ itself (the wiring). Three
-checks, each printing every breach with its place:
+Ranks, from the ground up: client, base, transport, core, routes, proto, kinds, then src/ itself (the wiring).
+Three checks, each printing every breach with its place:
 
   includes  a file in src/LAYER/ includes only headers of its own folder and the main header (L/L.h) of a lower
-            layer; src/load/ includes none of the engine's headers.
+            layer; src/client/ includes nothing of the engine (not even cbench.h) and no library but llhttp and
+            libc; src/load/ includes none of the engine's headers but client/client.h.
   headers   every function or variable a layer's header declares is defined in that layer (no upper-layer
             symbol declared in a lower header).
   calls     no object of a layer uses a symbol defined in a higher layer (read with nm from the objects that
-            BUILD_DIR/obj holds: calls through tables and hooks are the only way up).
+            BUILD_DIR/obj holds: calls through tables and hooks are the only way up); client/'s objects use no
+            library but llhttp and libc, and never allocate (no malloc, calloc, realloc, free).
 
 Exit 0 when all hold, 1 otherwise."""
 import os
@@ -19,10 +21,15 @@ import re
 import subprocess
 import sys
 
-LAYERS = ["base", "transport", "core", "routes", "proto", "kinds"]
+LAYERS = ["client", "base", "transport", "core", "routes", "proto", "kinds"]
 TOP = "top"
 RANK = {name: i for i, name in enumerate(LAYERS + [TOP])}
 THIRD_PARTY = {"cbench.h", "llhttp.h"}
+# The client layer is shared with cbench-load: it stands on llhttp and libc alone.
+CLIENT_THIRD_PARTY = {"llhttp.h"}
+CLIENT_NO_LIBS = re.compile(r"\s*#\s*include\s+<(uv\.h|uv/|nghttp2/|openssl/|jansson\.h|zlib\.h|wslay/)")
+CLIENT_NO_SYMBOLS = re.compile(r"^(uv_|nghttp2_|SSL_|OPENSSL_|EVP_|ERR_|json_|deflate|inflate|wslay_|"
+                               r"malloc$|calloc$|realloc$|free$|reallocarray$|strdup$|strndup$)")
 
 
 def layer_of(path):
@@ -52,6 +59,9 @@ def check_includes(breaches):
             if not m:
                 continue
             inc = m.group(1)
+            if layer == "client" and inc in THIRD_PARTY and inc not in CLIENT_THIRD_PARTY:
+                breaches.append(f"{path}:{no}: includes \"{inc}\": the client layer includes nothing of the engine")
+                continue
             if inc in THIRD_PARTY:
                 continue
             parts = inc.split("/")
@@ -67,11 +77,19 @@ def check_includes(breaches):
             if not ok:
                 breaches.append(f"{path}:{no}: includes \"{inc}\": a {layer} file may include its own folder's "
                                 f"headers and the main header of a lower layer only")
+    for path in sources():
+        if layer_of(path) != "client":
+            continue
+        for no, line in enumerate(open(path, encoding="utf-8"), 1):
+            if CLIENT_NO_LIBS.match(line):
+                breaches.append(f"{path}:{no}: {line.strip()}: the client layer uses no library but llhttp and libc")
     for root, _dirs, files in os.walk(os.path.join("src", "load")):
         for f in files:
             path = os.path.join(root, f)
             for no, line in enumerate(open(path, encoding="utf-8"), 1):
                 m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+                if m and m.group(1) == "client/client.h":
+                    continue
                 if m and "/" in m.group(1) or m and m.group(1) in ("engine.h", "testing.h"):
                     breaches.append(f"{path}:{no}: includes \"{m.group(1)}\": cbench-load stays apart from the engine")
 
@@ -79,6 +97,18 @@ def check_includes(breaches):
 def nm(obj, *flags):
     out = subprocess.run(["nm", *flags, obj], capture_output=True, text=True, check=True).stdout
     return out.splitlines()
+
+
+def elf_undefined(obj):
+    """The undefined symbols of the object's machine code. nm reads an LTO object's own symbol table, which
+    leaves out calls to built-in functions (malloc, memcpy); readelf reads the ELF one of its code."""
+    out = subprocess.run(["readelf", "-sW", obj], capture_output=True, text=True, check=True).stdout
+    names = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[6] == "UND" and parts[7]:
+            names.append(parts[7])
+    return names
 
 
 def objects(build):
@@ -106,6 +136,11 @@ def check_calls(build, breaches):
             if len(parts) == 3 and parts[2].startswith("cb"):
                 defined[parts[2]] = (layer, obj)
     for obj, layer in objs.items():
+        if layer == "client":
+            for name in elf_undefined(obj):
+                if CLIENT_NO_SYMBOLS.match(name):
+                    breaches.append(f"{obj}: uses {name}: the client layer uses no library but llhttp and libc, "
+                                    f"and never allocates")
         for line in nm(obj, "-u"):
             parts = line.split()
             if len(parts) == 2 and parts[1] in defined:

@@ -152,6 +152,24 @@ enum {
 /* The name of a fault kind ("reset"), "" for none (the journal's and the fault parser's table). */
 const char *cb__fault_name(int kind);
 
+/* Why a proxied request's upstream failed (kinds/proxy.c; the journal's upstream error, docs/proxy.md). */
+enum {
+  CB__UPERR_NONE,
+  CB__UPERR_REFUSED,      /* connect(2) refused */
+  CB__UPERR_RESET,        /* reset, or closed before any byte of the answer */
+  CB__UPERR_TIMEOUT,      /* no connection or no answer head within timeout_ms, or a pause in its body as long */
+  CB__UPERR_BAD_RESPONSE, /* bytes that are not an HTTP/1.1 answer */
+  CB__UPERR_HEAD_TOO_BIG, /* an answer head over the proxy's limit */
+  CB__UPERR_BODY_TOO_BIG, /* an answer body over max_body_bytes */
+  CB__UPERR_TRUNCATED,    /* closed in the middle of the answer */
+  CB__UPERR_CONNECT,      /* another connect or socket error */
+  CB__UPERR_NO_MEMORY,
+  CB__UPERR_COUNT
+};
+/* Its name ("refused"; "none" for CB__UPERR_NONE) and its text for a 502 body ("connection refused"). */
+const char *cb__uperr_name(int e);
+const char *cb__uperr_text(int e);
+
 /* ---- text.c: HTTP's text rules ---- */
 
 /* The name of one CB_METHOD_* bit ("GET"), NULL for another value. */

@@ -46,6 +46,22 @@ const char *cb_proto_name(int proto) {
 
 const char *cb_version(void) { return "0.1.0"; }
 
+static const char *const uperr_names[CB__UPERR_COUNT][2] = {
+    [CB__UPERR_NONE] = {"none", ""},
+    [CB__UPERR_REFUSED] = {"refused", "connection refused"},
+    [CB__UPERR_RESET] = {"reset", "connection reset"},
+    [CB__UPERR_TIMEOUT] = {"timeout", "timeout"},
+    [CB__UPERR_BAD_RESPONSE] = {"bad_response", "bad response"},
+    [CB__UPERR_HEAD_TOO_BIG] = {"head_too_big", "response head too big"},
+    [CB__UPERR_BODY_TOO_BIG] = {"body_too_big", "response body too big"},
+    [CB__UPERR_TRUNCATED] = {"truncated", "connection closed before the answer ended"},
+    [CB__UPERR_CONNECT] = {"connect_failed", "connect failed"},
+    [CB__UPERR_NO_MEMORY] = {"no_memory", "out of memory"},
+};
+
+const char *cb__uperr_name(int e) { return e >= 0 && e < CB__UPERR_COUNT ? uperr_names[e][0] : "none"; }
+const char *cb__uperr_text(int e) { return e >= 0 && e < CB__UPERR_COUNT ? uperr_names[e][1] : ""; }
+
 /* ---- the error detail (include/cbench.h) ---- */
 
 /* The one field table (include/cbench.h, cb_field_names_t): a field's C name, its Erlang {Term, Key}, its JSON
@@ -75,6 +91,7 @@ static const cb_field_names_t field_names[CB_FIELD_COUNT] = {
     [CB_FIELD_DELAY] = {"response.delay", {"response", "delay"}, {"response", "delay"}},
     [CB_FIELD_TEMPLATE] = {"response.template", {"response", "template"}, {"response", "template"}},
     [CB_FIELD_MATCH_BODY] = {"match.body", {"match", "body"}, {"match", "body"}},
+    [CB_FIELD_PROXY] = {"response.proxy", {"response", "proxy"}, {"response", "proxy"}},
 };
 
 /* The Erlang atoms are these names: cbench_spec:whys() lists them in this order (a suite checks). */
@@ -114,6 +131,7 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_BAD_TEMPLATE] = "bad_template",
     [CB_WHY_BAD_REGEX] = "bad_regex",
     [CB_WHY_BAD_JSON] = "bad_json",
+    [CB_WHY_BAD_URL] = "bad_url",
 };
 
 const char *cb_field_name(int field) {

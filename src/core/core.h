@@ -512,6 +512,12 @@ struct cb__req_s {
   uint8_t blocked;   /* a generator was told to wait for on_writable */
   uint8_t fault;     /* the CB__FAULT_* applied to this request (journal), 0 for none */
   uint32_t delay_ms; /* the delay a stub waited before answering (journal), 0 for none */
+  /* A proxied request (kinds/proxy.c): its upstream's `to` (the stub's bytes, alive until the request is
+   * released), the status of the upstream's answer (0: none) and why it failed (CB__UPERR_*): the journal's. */
+  const char *up_to;
+  uint16_t up_to_len;
+  uint16_t up_status;
+  uint8_t up_error;
   const void *stub;  /* stub.c: the response answering (a sequence's item, claimed at dispatch) */
   uint8_t body_wait;  /* the lookup met a route with a body matcher: choose once the body is complete */
   uint8_t body_known; /* the lookup runs with the body (cb__rtable_dispatch_body): body matchers are tried */

@@ -36,6 +36,8 @@ typedef struct {
   uint32_t dlen;
   uint32_t stream_id, nheaders, path_len, query_len, body_kept, delay_ms;
   uint16_t method_len, route_len, status, peer_port;
+  uint16_t up_to_len, up_status; /* a proxied request: its upstream's `to` (bytes after the body), its answer */
+  uint8_t up_error;
   uint16_t method; /* a known method's CB_METHOD_* bit: its name is cb__method_name()'s, and its method_len bytes
                       in the ring are left unwritten (still counted, so that the rings fill as before); 0: the
                       bytes are there */
@@ -446,7 +448,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   size_t query_len = r->target_len > r->path_len ? r->target_len - r->path_len - 1 : 0;
   const cb__hdr_t *hs = r->headers;
   int nh = r->nheaders;
-  uint64_t need = r->method_len + r->path_len + query_len + route_len + r->jbody_len;
+  uint64_t need = r->method_len + r->path_len + query_len + route_len + r->jbody_len + r->up_to_len;
   need += 8 * (uint64_t)(nh + add_host); /* each header's two lengths */
   for (int i = 0; i < nh; i++) need += hs[i].name_len + hs[i].value_len;
   if (add_host) need += 4 + r->authority_len;
@@ -477,6 +479,9 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   e->peer_family = c->peer_family;
   e->fault = r->fault;
   e->delay_ms = r->delay_ms;
+  e->up_to_len = r->up_to_len;
+  e->up_status = r->up_status;
+  e->up_error = r->up_error;
   memcpy(e->peer_addr, c->peer_addr, sizeof e->peer_addr);
   e->stream_id = r->stream_id;
   e->proto = c->proto_id;
@@ -507,6 +512,7 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
     }
   }
   if (r->jbody_len > 0) o = put(o, r->jbody, r->jbody_len);
+  if (r->up_to_len > 0) o = put(o, r->up_to, r->up_to_len);
   if (c->tr.tls) put_tls(o, &ti);
   if (j->fn != NULL) notify(j, e);
 done:
@@ -541,7 +547,7 @@ static uint32_t get_u32(const char *p) {
 
 /* Bytes a copied-out entry needs beyond its cb_request_t: strings with their NULs, headers, peer. */
 static size_t copy_size(const jent_t *e) {
-  return e->dlen + 11 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
+  return e->dlen + 12 + 2 * (size_t)e->nheaders + (size_t)e->nheaders * sizeof(cb_header_t) + 64 + 16;
 }
 
 /* Fills *out from entry e, copying its bytes to *bytes (advanced) and its header list to hdrs when copy is set,
@@ -587,6 +593,7 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->headers = hdrs;
   out->nheaders = e->nheaders;
   TAKE(out->body, e->body_kept);
+  TAKE(out->upstream_to, e->up_to_len);
   if (is_tls_proto(e->proto)) {
     unsigned char h[TLS_HEAD];
     memcpy(h, p, TLS_HEAD);
@@ -612,6 +619,9 @@ static void view(const cb__journal_t *j, const jent_t *e, cb_request_t *out, cb_
   out->delay_ms = e->delay_ms;
   const char *fname = cb__fault_name(e->fault);
   out->fault = (cb_str_t){fname, strlen(fname)};
+  out->upstream_status = e->up_status;
+  const char *uerr = cb__uperr_name(e->up_error);
+  out->upstream_error = (cb_str_t){uerr, strlen(uerr)};
   if (copy) {
     size_t n = format_peer(e, b);
     out->peer = (cb_str_t){b, n};

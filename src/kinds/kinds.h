@@ -153,5 +153,19 @@ extern const cb__handler_t cb__h_fault;
 /* ---- stub.c ---- */
 /* Validates and copies a stub, and appends it to the registry (not published yet). */
 int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id);
+typedef struct cb__proxy_s cb__proxy_t;
+/* The options of a proxy stub's route (its cb_response_t.proxy, as proxy.c made them). */
+const cb__proxy_t *cb__stub_proxy(const cb__route_t *rt);
+
+/* ---- proxy.c: the proxy kind (docs/proxy.md) ---- */
+/* The worker part (core.h) the proxy owns: the worker's upstream connections, made with the first. */
+#define CB__PART_PROXY 3
+/* Checks and copies a stub's proxy options, resolving the upstream's host (the add's thread: never a worker).
+ * 0, UV_EINVAL with the detail filled (CB_FIELD_PROXY), UV_ENOMEM. */
+int cb__proxy_new(const cb_proxy_t *opts, cb__proxy_t **out);
+void cb__proxy_free(cb__proxy_t *p);
+/* The stub's delay and fault (which must outlive p), applied to the proxied answer. */
+void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t *fault);
+extern const cb__handler_t cb__h_proxy;
 
 #endif

@@ -8,26 +8,6 @@
 
 #include "base/base.h"
 
-/* ---- BEGIN stand-in for cb_proxy_t (issue 26, part 2) ----
- * The proxy's options live in include/cbench.h once the proxy kind has landed; until then the recorder reads the
- * contract's struct from here. At merge: delete this block (down to END) if cbench.h defines CB_PROXY_DEFINED
- * next to its cb_proxy_t, or delete it outright. The layout is the contract's, field for field. */
-#ifndef CB_PROXY_DEFINED
-typedef struct cb_proxy_s {
-  cb_str_t to;           /* http://host:port[/prefix] */
-  int protocol;          /* CB_PROXY_HTTP1 (0) */
-  unsigned timeout_ms;   /* 0: 10000 */
-  uint64_t max_body_bytes; /* 0: 1 GiB */
-  int record;
-  const cb_str_t *record_headers; /* request header names (lowercased) that make a recording distinct */
-  size_t nrecord_headers;
-  uint64_t record_body_file_bytes; /* bodies above this many bytes are saved as files; 0: never */
-  const int *record_status;        /* statuses to record; none: all */
-  size_t nrecord_status;
-} cb_proxy_t;
-#endif
-/* ---- END stand-in for cb_proxy_t ---- */
-
 typedef struct {
   const cb_proxy_t *opts; /* the proxy stub's options (record_headers, record_status, body files) */
   const char *method;

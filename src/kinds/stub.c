@@ -70,6 +70,7 @@ struct stub_s {
   cb__tpl_t body_tpl;
   cb__tpl_t *hdr_tpl; /* nheaders of them */
   uint64_t tpl_seq;
+  cb__proxy_t *proxy; /* a proxy (proxy.c): the request is forwarded, none of the fields above answers */
 };
 
 #define ANY_STATE UINT32_MAX
@@ -87,6 +88,7 @@ static void stub_free(void *arg) {
   cb__tpl_free(&st->body_tpl);
   for (int i = 0; st->hdr_tpl && i < st->nheaders; i++) cb__tpl_free(&st->hdr_tpl[i]);
   free(st->hdr_tpl);
+  cb__proxy_free(st->proxy);
   free(st);
 }
 
@@ -560,12 +562,53 @@ static int templates(stub_t *st, const cb_response_t *res, cb_str_t pattern) {
   return 0;
 }
 
+const cb__proxy_t *cb__stub_proxy(const cb__route_t *rt) { return ((const stub_t *)rt->arg)->proxy; }
+
+/* A proxy response: its options (proxy.c), and of the other fields only its delay and fault, which act on the
+ * proxied answer. The pacing faults that pace a stub's own body (drip, dribble) need the body's length when the
+ * stub is added, which a proxy does not know: refused. */
+static int proxy_new(stub_t *st, const cb_response_t *res) {
+  long long conflict = -1;
+  if (res->status != 0) conflict = CB_FIELD_STATUS;
+  else if (res->nheaders != 0) conflict = CB_FIELD_HEADERS;
+  else if (res->body.len != 0 || res->body_kind != CB_BODY_BYTES || res->body_size != 0) conflict = CB_FIELD_BODY;
+  else if (res->chunks != 0) conflict = CB_FIELD_CHUNKS;
+  else if (res->interval_ms != 0) conflict = CB_FIELD_INTERVAL_MS;
+  else if (res->templated) conflict = CB_FIELD_TEMPLATE;
+  else if (res->delay_dist != CB_DELAY_FIXED) conflict = CB_FIELD_DELAY;
+  if (conflict >= 0) return cb__bad_number((cb_field_id)conflict, -1, CB_WHY_CONFLICT, conflict == CB_FIELD_STATUS ? res->status : 1);
+  if (res->delay_ms > MAX_DELAY_MS) return cb__bad_number(CB_FIELD_DELAY_MS, -1, CB_WHY_OUT_OF_RANGE, res->delay_ms);
+  int err = 0;
+  if (res->fault.ptr != NULL || res->fault.len != 0) {
+    err = cb__fault_parse(res->fault.ptr, res->fault.len, &st->fault);
+    if (err == UV_EINVAL) return cb__bad_bytes(CB_FIELD_FAULT, -1, CB_WHY_BAD_FAULT, res->fault.ptr, res->fault.len);
+    if (err) return err;
+    if (st->fault.kind == CB__FAULT_DRIP || st->fault.kind == CB__FAULT_DRIBBLE)
+      return cb__bad_bytes(CB_FIELD_FAULT, -1, CB_WHY_CONFLICT, res->fault.ptr, res->fault.len);
+  }
+  err = cb__proxy_new(res->proxy, &st->proxy);
+  if (err) return err;
+  st->delay_ms = res->delay_ms;
+  st->times = res->times;
+  cb__proxy_answer_with(st->proxy, res->delay_ms, &st->fault);
+  return 0;
+}
+
 static int stub_new(const cb_response_t *res, cb_str_t pattern, stub_t **out) {
   *out = NULL;
   stub_t *st = calloc(1, sizeof *st);
   if (st == NULL) return UV_ENOMEM;
   st->fd = -1;
   int err = 0;
+  if (res->proxy != NULL) {
+    err = proxy_new(st, res);
+    if (err) {
+      stub_free(st);
+      return err;
+    }
+    *out = st;
+    return 0;
+  }
   if (res->status < 200 || res->status > 599)
     err = cb__bad_number(CB_FIELD_STATUS, -1, CB_WHY_OUT_OF_RANGE, res->status);
   else if (res->delay_ms > MAX_DELAY_MS)
@@ -710,7 +753,8 @@ static int sequence_new(const cb_stub_t *stub, stub_t **out) {
   }
   st->fd = -1;
   for (size_t i = 0; i < n; i++) {
-    int err = stub_new(&stub->responses[i], stub->match.path, &st->seq[i]);
+    int err = stub->responses[i].proxy != NULL ? cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, (long long)i)
+                                               : stub_new(&stub->responses[i], stub->match.path, &st->seq[i]);
     if (err) {
       stub_free(st);
       return err;
@@ -729,6 +773,8 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   if (stub == NULL || id == NULL) return UV_EINVAL;
   if (cb__check_name(stub->name)) return UV_EINVAL;
   stub_t *st;
+  if (stub->nresponses > 0 && stub->response.proxy != NULL)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, (long long)stub->nresponses);
   int err = stub->nresponses > 0 ? sequence_new(stub, &st) : stub_new(&stub->response, stub->match.path, &st);
   if (err) return err;
   err = scenario_of(reg, stub, st);
@@ -748,7 +794,7 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   cb__route_t *rt;
   int claims = st->times > 0 || st->nseq > 0 || st->scen != NULL;
   err = cb__route_new(&stub->match, name.ptr, name.len, claims ? &stub_claim_kind : &stub_kind,
-                      uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
+                      st->proxy ? &cb__h_proxy : uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
     return err;

@@ -1,80 +1,81 @@
-/* HTTP/1.1 for cbench-load: llhttp in response mode. Requests are the prebuilt bytes of request.c, copied into
- * the connection's output (pipelined up to the depth); answers come back in order, so the oldest request in
- * flight is the one each answer completes. HEAD answers have no body whatever their headers say (llhttp is told
- * so from on_headers_complete). A server's `Connection: close` ends the connection cleanly after its answer.
+/* HTTP/1.1 for cbench-load: the engine's client layer (src/client/, llhttp in response mode) in count_only mode.
+ * Requests are the prebuilt bytes of request.c, copied into the connection's output (pipelined up to the depth);
+ * answers come back in order, so the oldest request in flight is the one each answer completes. HEAD answers
+ * have no body whatever their headers say (cb_cres_expect), nor have 1xx, 204 and 304 answers; 1xx interim
+ * answers are skipped. A server's `Connection: close` ends the connection cleanly after its answer.
  *
- * A hostile server cannot make it hold more than the parser's state: bodies are counted, never kept; a head
- * longer than CBL_MAX_HEAD is a protocol error (llhttp itself sets no bound); an answer that begins with no
- * request in flight is an unsolicited one, counted as such and the end of the connection, for nothing says
- * which of the later answers belong to which request any more. */
-#include <llhttp.h>
+ * A hostile server cannot make it hold more than the parser's state: bodies are counted, never kept, and fields
+ * are not even gathered; a head longer than CBL_MAX_HEAD is a protocol error (the parser counts it exactly); an
+ * answer that begins with no request in flight is an unsolicited one, counted as such and the end of the
+ * connection, for nothing says which of the later answers belong to which request any more. A 101 has no
+ * place here (WebSocket runs are ws.c's): a protocol error. */
 #include <stdlib.h>
 
+#include "client/client.h"
 #include "load.h"
 
+/* An answer that ends the connection cleanly: the parser stops, h1_read and h1_eof report no error. */
+#define H1_STOP (-100)
+
 typedef struct {
-  llhttp_t parser; /* first: callbacks cast back */
+  cb_cres_t res;
   cbl_conn_t *c;
-  bool in_head;      /* an answer's head has begun and is not complete */
-  size_t head_bytes; /* bytes read while it was (at most one read more than the head itself) */
-  cbl_err_t err;     /* why a callback stopped the parser, when not a protocol error */
 } h1_t;
 
-static int on_message_begin(llhttp_t *p) {
-  h1_t *h = (h1_t *)p;
-  if (h->c->inflight == 0) {
-    h->err = CBL_ERR_UNSOLICITED;
-    return HPE_USER;
-  }
-  h->in_head = true;
-  h->head_bytes = 0;
+static int on_begin(void *ud) {
+  h1_t *h = ud;
+  return h->c->inflight == 0 ? CBL_FAIL(CBL_ERR_UNSOLICITED) : 0;
+}
+
+static int on_head(void *ud, const cb_cres_head_t *hd) {
+  h1_t *h = ud;
+  if (hd->status == 101) return CBL_FAIL(CBL_ERR_PROTOCOL);
+  h->c->reqs[h->c->head].status = hd->status;
   return 0;
 }
 
-static int on_headers_complete(llhttp_t *p) {
-  h1_t *h = (h1_t *)p;
-  cbl_conn_t *c = h->c;
-  h->in_head = false;
-  c->reqs[c->head].status = p->status_code;
-  if (c->t->wire->head) return 1; /* no body follows */
-  return 0;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t n) {
+static int on_body(void *ud, const char *at, size_t n) {
   (void)at;
-  h1_t *h = (h1_t *)p;
+  h1_t *h = ud;
   if (h->c->t->now >= h->c->t->run->t_measure) h->c->t->res.counts.body_bytes += n;
   return 0;
 }
 
-static int on_message_complete(llhttp_t *p) {
-  h1_t *h = (h1_t *)p;
+static int on_done(void *ud, int keep_alive) {
+  h1_t *h = ud;
   cbl_conn_t *c = h->c;
-  /* 1xx answers (100 Continue, 103) precede the real one. */
-  if (p->status_code < 200) return 0;
   cbl_req_t *r = &c->reqs[c->head];
-  bool keep = llhttp_should_keep_alive(p);
-  cbl_req_done(c, r, p->status_code, c->t->now);
-  if (!keep || c->t->cfg->new_conn) {
+  cbl_req_done(c, r, r->status, c->t->now);
+  if (!keep_alive || c->t->cfg->new_conn) {
     cbl_conn_end(c);
-    return HPE_PAUSED;
+    return H1_STOP;
   }
   return 0;
 }
 
-static const llhttp_settings_t settings = {
-  .on_message_begin = on_message_begin,
-  .on_headers_complete = on_headers_complete,
+static const cb_cres_callbacks_t callbacks = {
+  .on_begin = on_begin,
+  .on_head = on_head,
   .on_body = on_body,
-  .on_message_complete = on_message_complete,
+  .on_done = on_done,
 };
+
+static const cb_cres_limits_t limits = {.max_head = CBL_MAX_HEAD, .count_only = 1};
+
+/* The parser's value as the connection's: a stop is no error, the parser's own errors are protocol errors, and
+ * the callbacks' values are CBL_FAIL(kind) already. */
+static int result(int r) {
+  if (r == 0 || r == H1_STOP) return 0;
+  if (r == CB_CRES_E_TRUNCATED) return CBL_FAIL(CBL_ERR_RESET);
+  if (r <= CB_CRES_E_BAD) return CBL_FAIL(CBL_ERR_PROTOCOL);
+  return r;
+}
 
 static void *h1_create(cbl_conn_t *c) {
   h1_t *h = calloc(1, sizeof *h);
   if (!h) return NULL;
   h->c = c;
-  h->err = CBL_ERR_PROTOCOL;
-  llhttp_init(&h->parser, HTTP_RESPONSE, &settings);
+  cb_cres_init(&h->res, &callbacks, h, &limits, NULL, 0);
   return h;
 }
 
@@ -82,9 +83,8 @@ static void h1_destroy(void *p) { free(p); }
 
 static int h1_open(cbl_conn_t *c) {
   h1_t *h = c->p;
-  llhttp_init(&h->parser, HTTP_RESPONSE, &settings);
-  h->in_head = false;
-  h->err = CBL_ERR_PROTOCOL;
+  cb_cres_reset(&h->res);
+  cb_cres_expect(&h->res, c->t->wire->head);
   return 0;
 }
 
@@ -107,21 +107,13 @@ static int h1_flush(cbl_conn_t *c) {
 
 static int h1_read(cbl_conn_t *c, const char *p, size_t n) {
   h1_t *h = c->p;
-  llhttp_errno_t e = llhttp_execute(&h->parser, p, n);
-  if (e == HPE_OK) {
-    if (h->in_head && (h->head_bytes += n) > CBL_MAX_HEAD) return CBL_FAIL(CBL_ERR_PROTOCOL);
-    return 0;
-  }
-  if (e == HPE_PAUSED && c->done_clean) return 0;
-  /* llhttp reports a callback's refusal as its own code (HPE_CB_MESSAGE_BEGIN): the reason is in h->err. */
-  return CBL_FAIL(h->err);
+  return result(cb_cres_feed(&h->res, p, n));
 }
 
+/* An answer delimited by the close completes here; the close inside any other answer is a reset. */
 static int h1_eof(cbl_conn_t *c) {
   h1_t *h = c->p;
-  /* An answer delimited by the close completes here. */
-  if (c->inflight && llhttp_finish(&h->parser) != HPE_OK) return CBL_FAIL(CBL_ERR_RESET);
-  return 0;
+  return c->inflight ? result(cb_cres_eof(&h->res)) : 0;
 }
 
 static void h1_reset(cbl_conn_t *c) { (void)c; }

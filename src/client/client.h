@@ -1,0 +1,165 @@
+/* client/: the HTTP/1.1 client side, shared by the engine's proxy kind and by cbench-load. An answer parser
+ * (llhttp in response mode) and the request-head writer, with the hop-by-hop test a proxy needs.
+ *
+ * The lowest layer: it includes nothing of the engine (only llhttp.h and libc), does no I/O and never
+ * allocates. The caller owns the parser (embedded in its connection), gives it a buffer for the head at init,
+ * feeds it the bytes it reads and says when the peer closed. (docs/architecture.md: the layers) */
+#ifndef CB_CLIENT_H
+#define CB_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "llhttp.h"
+
+/* One header field as received: not terminated, names in their received case. */
+typedef struct {
+  const char *name;
+  size_t name_len;
+  const char *value;
+  size_t value_len;
+} cb_chdr_t;
+
+/* ---- h1_response.c: the answer parser ---- */
+
+/* A final answer's head, given to on_head. */
+typedef struct {
+  int status;             /* 100..999 as received (101 is a final head; other 1xx never reach on_head) */
+  int major, minor;       /* HTTP/major.minor */
+  const cb_chdr_t *headers; /* valid during on_head only (they point into the caller's head buffer) */
+  int nheaders;           /* 0 in count_only mode */
+  int64_t content_length; /* -1: none */
+  int chunked;            /* transfer-encoding: chunked */
+  int keep_alive;         /* the connection may carry another request after this answer */
+  int has_body;           /* 0: the answer ends with its head (HEAD, 1xx, 204, 304, content-length 0) */
+} cb_cres_head_t;
+
+/* What the parser tells its owner. Each returns 0 to go on, or a negative value: feeding stops at once and
+ * cb_cres_feed returns that value; the parser must then be reset (cb_cres_reset) before it is fed again. Any
+ * callback may be NULL (nothing to tell). */
+typedef struct {
+  /* The first byte of an answer's status line has come (empty lines before it do not count); not again for the
+   * final head after a 1xx. For a client that must know an answer began (cbench-load: one nobody asked for). */
+  int (*on_begin)(void *ud);
+  /* A final head (status >= 200, or 101). 1xx interim answers (100 Continue, 103 Early Hints) are skipped. */
+  int (*on_head)(void *ud, const cb_cres_head_t *h);
+  /* Body bytes, de-chunked, in order; they point into the bytes being fed. */
+  int (*on_body)(void *ud, const char *p, size_t n);
+  /* The trailer fields of a chunked body, when it has any (never in count_only mode); before on_done. */
+  int (*on_trailers)(void *ud, const cb_chdr_t *t, int n);
+  /* The answer is complete. keep_alive: the connection may carry the next request (0 after `connection:
+   * close`, an HTTP/1.0 answer without keep-alive, a body read until the close, a 101). */
+  int (*on_done)(void *ud, int keep_alive);
+} cb_cres_callbacks_t;
+
+typedef struct {
+  /* Bytes of one head: from the status line's first byte to the end of the empty line (empty lines before a
+   * status line are skipped, not counted), each 1xx head counted alone; the trailer section of a chunked body
+   * (after the last chunk's line) has its own budget of the same size, and so have one chunk's extensions.
+   * Over it: CB_CRES_E_HEAD_TOO_BIG. 0: CB_CRES_MAX_HEAD_DEFAULT. */
+  size_t max_head;
+  /* De-chunked body bytes of one answer; over it: CB_CRES_E_BODY_TOO_BIG (a content-length above it before
+   * on_head; otherwise on_body has had exactly max_body bytes). 0: no limit. */
+  uint64_t max_body;
+  /* Header fields of one head (and of one trailer section); over it: CB_CRES_E_HEAD_TOO_BIG. 0:
+   * CB_CRES_MAX_HEADERS_DEFAULT. Not counted in count_only mode (max_head bounds them). */
+  int max_headers;
+  /* 1: fields are neither gathered nor counted (cbench-load): on_head gets nheaders 0 and the framing facts,
+   * on_trailers is never called, and no head buffer is needed. */
+  int count_only;
+} cb_cres_limits_t;
+
+#define CB_CRES_MAX_HEAD_DEFAULT 16384
+#define CB_CRES_MAX_HEADERS_DEFAULT 100
+
+/* The head buffer that always suffices (any alignment): the field entries, then the names' and values' bytes.
+ * A smaller one works for smaller heads (the entries get at most half of it); a head whose fields do not fit
+ * is CB_CRES_E_HEAD_TOO_BIG. */
+#define CB_CRES_HEADBUF_SIZE(max_head, max_headers) \
+  ((size_t)(max_headers) * sizeof(cb_chdr_t) + (size_t)(max_head) + sizeof(cb_chdr_t))
+
+/* The parser's own errors (the callbacks' values are the caller's: keep them apart from these). */
+enum {
+  CB_CRES_E_BAD = -1001,          /* llhttp refused the bytes: not an HTTP/1.x answer */
+  CB_CRES_E_HEAD_TOO_BIG = -1002, /* a head or trailer section over max_head bytes or max_headers fields */
+  CB_CRES_E_BODY_TOO_BIG = -1003, /* a body over max_body */
+  CB_CRES_E_TRUNCATED = -1004     /* the peer closed inside an answer */
+};
+
+/* The parser. Embed it (no allocation); its fields are private. */
+typedef struct cb_cres_s {
+  llhttp_t parser; /* first: llhttp's callbacks cast back */
+  const cb_cres_callbacks_t *cb;
+  void *ud;
+  cb_cres_limits_t lim;
+  cb_chdr_t *fields;  /* the entries, at the aligned start of the head buffer */
+  int max_fields;     /* entries that fit */
+  char *text;         /* names' and values' bytes, after the entries */
+  size_t text_cap, text_len;
+  int nfields;
+  int name_open;      /* the last byte gathered belongs to the name being read (1) or to a value (0) */
+  int err;            /* a limit's error, set by a callback that stopped llhttp */
+  int cb_ret;         /* a caller's callback's negative value */
+  uint64_t body_bytes;
+  size_t head_bytes;  /* bytes of the current head or trailer section parsed so far */
+  size_t ext_bytes;   /* bytes of the current chunk's extensions */
+  uint8_t phase;      /* private: where in an answer the parser is */
+  uint8_t head_req;   /* the answers are to HEAD requests: no body (cb_cres_expect) */
+  uint8_t final_seen; /* on_head was called for the current answer */
+  uint8_t stopped;    /* a callback stopped the parser or an error was returned: reset before feeding again */
+} cb_cres_t;
+
+/* Sets the parser up for a new connection. cb is kept (static storage), lim is copied. headbuf/headcap: where
+ * the fields of a head are gathered (CB_CRES_HEADBUF_SIZE; ignored and may be NULL in count_only mode); it must
+ * outlive the parser. */
+void cb_cres_init(cb_cres_t *p, const cb_cres_callbacks_t *cb, void *ud, const cb_cres_limits_t *lim,
+                  char *headbuf, size_t headcap);
+/* The same connection state as after init (a new connection), keeping callbacks, limits and buffer. */
+void cb_cres_reset(cb_cres_t *p);
+/* The answers from now on are (1) or are not (0) to HEAD requests: they have no body, whatever their headers
+ * say. Stays set until the next call; call it before the answer's head is fed. */
+void cb_cres_expect(cb_cres_t *p, int head_request);
+/* Parses n bytes: the callbacks run from inside. Returns 0, a callback's negative value, or CB_CRES_E_*; after
+ * anything but 0 the parser needs cb_cres_reset. Bytes after an answer that ends the connection (keep_alive 0)
+ * are not parsed. Pipelined answers in one call are fine: each gets its events in order. */
+int cb_cres_feed(cb_cres_t *p, const char *data, size_t n);
+/* The peer closed. A body read until the close ends here (on_done with keep_alive 0): 0. Between answers
+ * (nothing of an answer fed since the last on_done): 0. Inside an answer: CB_CRES_E_TRUNCATED. */
+int cb_cres_eof(cb_cres_t *p);
+/* 1 when nothing of an answer has been fed since the last on_done (or init/reset): a connection that can be
+ * reused. */
+int cb_cres_idle(const cb_cres_t *p);
+/* A CB_CRES_E_* as text ("bad response", "response head too big", "response body too big", "response
+ * truncated"), for an error answer's body; other values: "response error". */
+const char *cb_cres_strerror(int e);
+
+/* ---- h1_request.c: the request side ---- */
+
+typedef struct {
+  const char *method;
+  size_t method_len;
+  const char *target; /* path and query as received */
+  size_t target_len;
+  const char *host;   /* the upstream's authority, sent as the host header */
+  size_t host_len;
+  const cb_chdr_t *headers; /* already filtered by the caller (no host, no hop-by-hop, no framing) */
+  int nheaders;
+  int64_t content_length; /* >= 0: content-length; CB_CREQ_CHUNKED: transfer-encoding chunked; CB_CREQ_NO_BODY */
+} cb_creq_t;
+
+#define CB_CREQ_CHUNKED (-1)
+#define CB_CREQ_NO_BODY (-2)
+
+/* Writes the request head ("METHOD target HTTP/1.1", host, the headers in order, the framing field, the empty
+ * line) into buf. Returns its length; -1 when cap is too small; -2 when a method, target, host, name or value
+ * holds CR, LF or NUL, a name is empty or holds ':' or a space, or the method or target is empty (nothing a
+ * peer could read as a second request is ever written). */
+ssize_t cb_creq_head(char *buf, size_t cap, const cb_creq_t *r);
+
+/* 1 when the field `name` must not be forwarded (RFC 9110 7.6.1): connection, keep-alive, proxy-connection,
+ * te, trailer, transfer-encoding, upgrade, and the names listed in connection_value (the message's connection
+ * field, several joined with ','; NULL/0 when none). Names compare without case. */
+int cb_chdr_hop_by_hop(const char *name, size_t len, const char *connection_value, size_t cv_len);
+
+#endif

@@ -1,0 +1,1006 @@
+/* The proxy route kind: a stub whose response is `proxy` forwards the request to an upstream HTTP/1.1 server on
+ * the worker's loop and streams its answer back (docs/proxy.md).
+ *
+ * Three things live here:
+ * - the options (cb__proxy_t): checked and copied when the stub is added, the upstream's name resolved then, and
+ *   never changed after (every worker reads them);
+ * - the per-worker pool (a worker part): for each upstream address, the kept-alive connections that are idle
+ *   (at most PROXY_MAX_IDLE, the oldest closed first, each closed after PROXY_IDLE_MS), and the list of every
+ *   open upstream connection, so that a stopping worker closes them all;
+ * - the exchange (px_t, one per proxied request, pointed to by cb__req_t.stub): the request written to an
+ *   upstream connection as it arrives, the answer parsed with the client layer's response parser and handed to
+ *   the response API piece by piece. The upstream is read only while the client's output is below its
+ *   high-water mark, so a fast upstream and a slow client hold at most one read buffer more than the client's
+ *   own output queue.
+ *
+ * A connection goes back to the pool only after a complete answer with nothing after it; anything else (an
+ * error, a client gone mid-answer, bytes after the answer) closes it. Memory per exchange is bounded: the
+ * answer's head by PROXY_MAX_HEAD (the parser's limit), its body by the client's output (streaming) or by
+ * max_body_bytes (an answer gathered whole: for a fault, or for the recorder). */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client.h"
+#include "kinds/kinds.h"
+#include "kinds/record.h"
+
+#define PROXY_MAX_TO 1024
+#define PROXY_MAX_HEAD (32 * 1024) /* an upstream answer's head (and trailers): over it, 502 */
+#define PROXY_MAX_HEADERS 128      /* header fields of an upstream answer: over it, 502 */
+#define PROXY_MAX_IDLE 64          /* idle connections kept per upstream and worker */
+#define PROXY_IDLE_MS 30000        /* an idle upstream connection is closed after this long */
+#define PROXY_MAX_RECORD_HEADERS 32
+#define PROXY_MAX_RECORD_STATUS 64
+#define PROXY_READ_BUF (64 * 1024)
+/* The fields a forwarded request head adds: x-forwarded-for, -proto, -host, and host itself. */
+#define PROXY_ADDED 3
+
+/* ---- the options ---- */
+
+struct cb__proxy_s {
+  cb_proxy_t opts;              /* a deep copy: the recorder reads it (cb__exchange_t.opts) */
+  char *to;                     /* opts.to's bytes */
+  const char *authority;        /* HOST[:PORT] as in `to`: the forwarded host header */
+  size_t authority_len;
+  const char *prefix;           /* the path prefix ("" when none) */
+  size_t prefix_len;
+  struct sockaddr_storage addr; /* the upstream, resolved when the stub was added */
+  socklen_t addr_len;
+  unsigned timeout_ms;
+  uint64_t max_body;
+  unsigned delay_ms;            /* the stub's: waits before forwarding */
+  const cb__fault_t *fault;     /* the stub's fault (NULL: none), applied to the proxied answer */
+  uint64_t draws;               /* atomic: the fault's rate draws */
+  cb_str_t *rec_headers;        /* opts.record_headers' copies */
+  int *rec_status;
+  char *rec_bytes;
+};
+
+static int bad_to(cb_str_t to) { return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_URL, to.ptr, to.len); }
+
+/* http://HOST[:PORT][/prefix]: HOST a name, an IPv4 literal or [IPv6]; resolved now (the add runs on the API's
+ * thread, never on a worker). */
+static int parse_to(cb__proxy_t *p, cb_str_t to) {
+  static const char scheme[] = "http://";
+  if (to.ptr == NULL) return cb__bad_bytes(CB_FIELD_PROXY, -1, to.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
+  if (to.len == 0) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_EMPTY, to.ptr, 0);
+  if (to.len > PROXY_MAX_TO) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_TOO_LONG, to.ptr, to.len);
+  for (size_t i = 0; i < to.len; i++)
+    if ((unsigned char)to.ptr[i] <= 0x20 || (unsigned char)to.ptr[i] >= 0x7f || to.ptr[i] == '?' || to.ptr[i] == '#')
+      return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_CHAR, to.ptr, to.len);
+  if (to.len <= sizeof scheme - 1 || strncasecmp(to.ptr, scheme, sizeof scheme - 1) != 0) return bad_to(to);
+  if ((p->to = malloc(to.len + 1)) == NULL) return UV_ENOMEM;
+  memcpy(p->to, to.ptr, to.len);
+  p->to[to.len] = '\0';
+  const char *a = p->to + sizeof scheme - 1, *end = p->to + to.len;
+  const char *slash = memchr(a, '/', (size_t)(end - a));
+  const char *aend = slash ? slash : end;
+  p->authority = a;
+  p->authority_len = (size_t)(aend - a);
+  p->prefix = slash ? slash : "";
+  p->prefix_len = slash ? (size_t)(end - slash) : 0;
+  if (p->prefix_len == 1) p->prefix_len = 0; /* "http://h:1/": no prefix */
+  if (p->prefix_len > 0 && p->prefix[p->prefix_len - 1] == '/') p->prefix_len--; /* "/base/" is "/base" */
+  char host[256], port[8] = "80";
+  const char *h = a, *hend;
+  if (a < aend && *a == '[') {
+    hend = memchr(a, ']', (size_t)(aend - a));
+    if (hend == NULL) return bad_to(to);
+    h = a + 1;
+    const char *after = hend + 1;
+    if (after < aend && *after != ':') return bad_to(to);
+    if (after < aend) a = after; else a = aend;
+  } else {
+    hend = memchr(a, ':', (size_t)(aend - a));
+    if (hend == NULL) hend = aend;
+    a = hend;
+  }
+  if (hend == h || (size_t)(hend - h) >= sizeof host) return bad_to(to);
+  memcpy(host, h, (size_t)(hend - h));
+  host[hend - h] = '\0';
+  if (a < aend) { /* ":PORT" */
+    size_t n = (size_t)(aend - a - 1);
+    if (n == 0 || n > 5) return bad_to(to);
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (a[1 + i] < '0' || a[1 + i] > '9') return bad_to(to);
+      v = v * 10 + (unsigned)(a[1 + i] - '0');
+    }
+    if (v == 0 || v > 65535) return bad_to(to);
+    snprintf(port, sizeof port, "%u", v);
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL) return bad_to(to);
+  memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
+  p->addr_len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+static int copy_record(cb__proxy_t *p, const cb_proxy_t *o) {
+  if (o->nrecord_headers > PROXY_MAX_RECORD_HEADERS)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_TOO_MANY, (long long)o->nrecord_headers);
+  if (o->nrecord_status > PROXY_MAX_RECORD_STATUS)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_TOO_MANY, (long long)o->nrecord_status);
+  if (o->nrecord_headers && o->record_headers == NULL)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_NULL_POINTER, (long long)o->nrecord_headers);
+  if (o->nrecord_status && o->record_status == NULL)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_NULL_POINTER, (long long)o->nrecord_status);
+  size_t bytes = 0;
+  for (size_t i = 0; i < o->nrecord_headers; i++) {
+    cb_str_t n = o->record_headers[i];
+    int why = cb__header_name_why(n.ptr, n.len);
+    if (why) return cb__bad_bytes(CB_FIELD_PROXY, (long)i, why, n.ptr, n.len);
+    bytes += n.len + 1;
+  }
+  for (size_t i = 0; i < o->nrecord_status; i++)
+    if (o->record_status[i] < 100 || o->record_status[i] > 599)
+      return cb__bad_number(CB_FIELD_PROXY, (long)i, CB_WHY_OUT_OF_RANGE, o->record_status[i]);
+  if (o->nrecord_headers) {
+    p->rec_headers = calloc(o->nrecord_headers, sizeof *p->rec_headers);
+    p->rec_bytes = malloc(bytes);
+    if (p->rec_headers == NULL || p->rec_bytes == NULL) return UV_ENOMEM;
+    char *b = p->rec_bytes;
+    for (size_t i = 0; i < o->nrecord_headers; i++) { /* lowercased, as request header names are compared */
+      cb_str_t n = o->record_headers[i];
+      for (size_t k = 0; k < n.len; k++) b[k] = (char)(n.ptr[k] >= 'A' && n.ptr[k] <= 'Z' ? n.ptr[k] + 32 : n.ptr[k]);
+      b[n.len] = '\0';
+      p->rec_headers[i] = (cb_str_t){b, n.len};
+      b += n.len + 1;
+    }
+  }
+  if (o->nrecord_status) {
+    if ((p->rec_status = malloc(o->nrecord_status * sizeof *p->rec_status)) == NULL) return UV_ENOMEM;
+    memcpy(p->rec_status, o->record_status, o->nrecord_status * sizeof *p->rec_status);
+  }
+  p->opts.record_headers = p->rec_headers;
+  p->opts.nrecord_headers = o->nrecord_headers;
+  p->opts.record_status = p->rec_status;
+  p->opts.nrecord_status = o->nrecord_status;
+  return 0;
+}
+
+void cb__proxy_free(cb__proxy_t *p) {
+  if (p == NULL) return;
+  free(p->to);
+  free(p->rec_headers);
+  free(p->rec_status);
+  free(p->rec_bytes);
+  free(p);
+}
+
+int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
+  *out = NULL;
+  if (o->protocol != CB_PROXY_HTTP1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->protocol);
+  if (o->timeout_ms > CB_PROXY_MAX_TIMEOUT_MS)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->timeout_ms);
+  if (o->record != 0 && o->record != 1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->record);
+  cb__proxy_t *p = calloc(1, sizeof *p);
+  if (p == NULL) return UV_ENOMEM;
+  p->opts = *o;
+  int err = parse_to(p, o->to);
+  if (err == 0) err = copy_record(p, o);
+  if (err) {
+    cb__proxy_free(p);
+    return err;
+  }
+  p->opts.to = (cb_str_t){p->to, o->to.len};
+  p->timeout_ms = o->timeout_ms ? o->timeout_ms : CB_PROXY_DEFAULT_TIMEOUT_MS;
+  p->max_body = o->max_body_bytes ? o->max_body_bytes : CB_PROXY_DEFAULT_MAX_BODY;
+  p->opts.timeout_ms = p->timeout_ms;
+  p->opts.max_body_bytes = p->max_body;
+  *out = p;
+  return 0;
+}
+
+void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t *fault) {
+  p->delay_ms = delay_ms;
+  p->fault = fault != NULL && fault->kind != CB__FAULT_NONE ? fault : NULL;
+}
+
+/* ---- the pool (a worker part) ---- */
+
+typedef struct upc_s upc_t;
+typedef struct px_s px_t;
+typedef struct upstream_s upstream_t;
+
+struct upstream_s {
+  upstream_t *next;
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  upc_t *idle; /* most recently used first */
+  int nidle;
+};
+
+typedef struct {
+  cb__worker_t *w;
+  upstream_t *ups;
+  upc_t *all;   /* every open upstream connection of the worker */
+  int closed;   /* the worker is stopping: no new connection */
+  char rbuf[PROXY_READ_BUF]; /* one read buffer for every upstream connection of the worker */
+} pool_t;
+
+/* One upstream connection. Freed when both its handles have closed. */
+struct upc_s {
+  uv_tcp_t tcp;      /* first member: callbacks cast back */
+  uv_timer_t timer;  /* connect and head timeout, the pause between body reads, the idle timeout */
+  pool_t *pool;
+  upstream_t *up;
+  upc_t *prev, *next;         /* pool->all */
+  upc_t *iprev, *inext;       /* up->idle while idle */
+  px_t *px;                   /* the exchange it carries; NULL when idle */
+  uv_connect_t connect;
+  uint8_t connected;
+  uint8_t idle;
+  uint8_t closing;
+  uint8_t reading;
+  uint8_t done;               /* the answer ended (on_done) */
+  uint8_t keep;               /* on_done said it may carry another request */
+  uint8_t extra;              /* bytes of another answer followed it: the connection is not reused */
+  uint8_t got_bytes;          /* bytes of this exchange's answer arrived */
+  uint8_t pending;            /* handles still to close */
+  cb_cres_t parser;
+  char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
+};
+
+enum { PX_WAIT, PX_SENT, PX_HEAD, PX_ENDED };
+
+struct px_s {
+  cb__req_t *r;
+  const cb__proxy_t *p;
+  upc_t *c;
+  uint8_t state;       /* PX_* */
+  uint8_t got_head;    /* the answer's head arrived */
+  uint8_t head_sent;   /* the request head went to the upstream */
+  uint8_t chunked;     /* the request body goes chunked */
+  uint8_t req_ended;   /* the client's request is complete */
+  uint8_t reused;      /* the connection came from the pool */
+  uint8_t gather;      /* the answer is gathered whole: a fault is applied to it */
+  uint8_t record;      /* the answer is also gathered for the recorder */
+  uint8_t retried;
+  uint8_t blocked;     /* reading stopped: the client's output is full */
+  uint8_t body_streamed; /* request body bytes went to the upstream (a failed reused connection cannot retry) */
+  /* The held request body (delay_ms: the forward begins after the delay; from the echo budget). */
+  char *hold;
+  size_t hold_len, hold_cap;
+  /* The gathered answer: status, headers (names lowercased) and body. */
+  int status;
+  cb__hdr_t *hdrs;
+  int nhdrs;
+  char *hbuf;
+  char *body;
+  size_t body_len, body_cap;
+  cb__fault_answer_t answer; /* a fault's departure point: the gathered answer */
+};
+
+static void pool_close_all(cb__worker_t *w, void *state);
+static void pool_free(cb__worker_t *w, void *state) {
+  (void)w;
+  pool_t *pl = state;
+  while (pl->ups) {
+    upstream_t *u = pl->ups;
+    pl->ups = u->next;
+    free(u);
+  }
+  free(pl);
+}
+/* The upstream connections outlive the worker's client connections on purpose: a client that opens a connection
+ * per request still finds the upstream's kept alive. */
+static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = NULL};
+
+static pool_t *pool_of(cb__worker_t *w) {
+  cb__part_t *part = &w->parts[CB__PART_PROXY];
+  if (part->state == NULL) {
+    pool_t *pl = calloc(1, sizeof *pl);
+    if (pl == NULL) return NULL;
+    pl->w = w;
+    part->state = pl;
+    part->ops = &pool_ops;
+  }
+  return part->state;
+}
+
+static upstream_t *upstream_of(pool_t *pl, const cb__proxy_t *p) {
+  for (upstream_t *u = pl->ups; u; u = u->next)
+    if (u->addr_len == p->addr_len && memcmp(&u->addr, &p->addr, p->addr_len) == 0) return u;
+  upstream_t *u = calloc(1, sizeof *u);
+  if (u == NULL) return NULL;
+  memcpy(&u->addr, &p->addr, p->addr_len);
+  u->addr_len = p->addr_len;
+  u->next = pl->ups;
+  pl->ups = u;
+  return u;
+}
+
+static void idle_remove(upc_t *c) {
+  if (!c->idle) return;
+  if (c->iprev) c->iprev->inext = c->inext; else c->up->idle = c->inext;
+  if (c->inext) c->inext->iprev = c->iprev;
+  c->iprev = c->inext = NULL;
+  c->idle = 0;
+  c->up->nidle--;
+}
+
+static void upc_closed(uv_handle_t *h) {
+  upc_t *c = h->data;
+  if (--c->pending == 0) free(c);
+}
+
+/* Closes an upstream connection: out of every list, its handles closed (it is freed once both are). */
+static void upc_close(upc_t *c) {
+  if (c->closing) return;
+  c->closing = 1;
+  idle_remove(c);
+  if (c->prev) c->prev->next = c->next; else c->pool->all = c->next;
+  if (c->next) c->next->prev = c->prev;
+  if (c->px) c->px->c = NULL; /* the exchange must not reach a connection that is about to be freed */
+  c->px = NULL;
+  c->pending = 2;
+  uv_close((uv_handle_t *)&c->tcp, upc_closed);
+  uv_close((uv_handle_t *)&c->timer, upc_closed);
+}
+
+static void pool_close_all(cb__worker_t *w, void *state) {
+  (void)w;
+  pool_t *pl = state;
+  pl->closed = 1;
+  while (pl->all) upc_close(pl->all); /* an exchange still holding one sees px->c cleared below */
+}
+
+/* ---- the exchange ---- */
+
+/* A proxied request's exchange: cb__req_t.stub, which a proxy stub does not use otherwise (no sequence). */
+#define PX(r) ((px_t *)(uintptr_t)(r)->stub)
+
+typedef struct {
+  uv_write_t req;
+  size_t n;
+  char data[];
+} wreq_t;
+
+static void written(uv_write_t *req, int status) {
+  (void)status; /* a failed write shows as an error or EOF on the read side, where it is answered */
+  free(req);
+}
+
+static int up_write(px_t *x, const char *a, size_t an, const char *b, size_t bn, const char *c3, size_t cn) {
+  wreq_t *wr = malloc(sizeof *wr + an + bn + cn);
+  if (wr == NULL) return UV_ENOMEM;
+  memcpy(wr->data, a, an);
+  if (bn) memcpy(wr->data + an, b, bn);
+  if (cn) memcpy(wr->data + an + bn, c3, cn);
+  wr->n = an + bn + cn;
+  uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->n);
+  int err = uv_write(&wr->req, (uv_stream_t *)&x->c->tcp, &buf, 1, written);
+  if (err) free(wr);
+  return err;
+}
+
+static void px_fail(px_t *x, int why);
+static void start_forward(px_t *x);
+
+/* The answer, once complete and gathered, for the recorder. */
+static void record_answer(px_t *x) {
+  cb__req_t *r = x->r;
+  const cb__proxy_t *p = x->p;
+  if (p->opts.nrecord_status) {
+    size_t i;
+    for (i = 0; i < p->opts.nrecord_status && p->opts.record_status[i] != x->status; i++) {}
+    if (i == p->opts.nrecord_status) return;
+  }
+  cb__exchange_t ex = {.opts = &p->opts, .method = r->method_str, .method_len = r->method_len, .target = r->path,
+                       .target_len = r->target_len, .req_headers = r->headers, .nreq_headers = r->nheaders,
+                       .status = x->status, .res_headers = x->hdrs, .nres_headers = x->nhdrs, .body = x->body,
+                       .body_len = x->body_len};
+  cb__record_exchange(r->conn->w->srv, &ex);
+}
+
+static int gather_body(px_t *x, const char *p, size_t n) {
+  if (x->body_len + n > x->body_cap) {
+    size_t cap = x->body_cap ? x->body_cap : 16384;
+    while (cap < x->body_len + n) cap *= 2;
+    char *b = realloc(x->body, cap);
+    if (b == NULL) return UV_ENOMEM;
+    x->body = b;
+    x->body_cap = cap;
+  }
+  memcpy(x->body + x->body_len, p, n);
+  x->body_len += n;
+  return 0;
+}
+
+/* The gathered answer as a fault departs from it (cb__fault_answer_t): normal() sends it whole, body() paces it. */
+static void gathered_normal(cb__req_t *r) {
+  px_t *x = PX(r);
+  int no_body = x->status == 204 || x->status == 304 || (x->status >= 100 && x->status < 200);
+  cb__res_head(r, x->status, NULL, x->hdrs, x->nhdrs, no_body ? CB__NO_BODY : (int64_t)x->body_len);
+  if (!no_body && x->body_len && r->method != CB_METHOD_HEAD)
+    cb__res_data(r, x->body, x->body_len, CB__DATA_STATIC | CB__DATA_PIECE_END);
+  cb__res_end(r);
+}
+
+static int gathered_body(cb__req_t *r, uint64_t from, uint64_t to) {
+  return cb__res_data(r, PX(r)->body + from, (size_t)(to - from), CB__DATA_STATIC | CB__DATA_PIECE_END);
+}
+
+/* Keeps the head's fields (for a fault's answer and the recorder): names lowercased, in one block. */
+static int keep_head(px_t *x, const cb__hdr_t *hs, int n) {
+  size_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += hs[i].name_len + hs[i].value_len;
+  x->hdrs = calloc((size_t)(n ? n : 1), sizeof *x->hdrs);
+  x->hbuf = malloc(bytes ? bytes : 1);
+  if (x->hdrs == NULL || x->hbuf == NULL) return UV_ENOMEM;
+  char *o = x->hbuf;
+  for (int i = 0; i < n; i++) {
+    memcpy(o, hs[i].name, hs[i].name_len);
+    x->hdrs[i].name = o;
+    x->hdrs[i].name_len = hs[i].name_len;
+    o += hs[i].name_len;
+    memcpy(o, hs[i].value, hs[i].value_len);
+    x->hdrs[i].value = o;
+    x->hdrs[i].value_len = hs[i].value_len;
+    o += hs[i].value_len;
+  }
+  x->nhdrs = n;
+  return 0;
+}
+
+/* ---- the answer: the parser's callbacks ---- */
+
+static int lower_eq(const char *a, size_t n, const char *lit) {
+  size_t k = strlen(lit);
+  if (n != k) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = a[i];
+    if (ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
+    if (ch != lit[i]) return 0;
+  }
+  return 1;
+}
+
+/* Stops a feed: the exchange is over (failed or given up), nothing more is to be read from this answer. */
+#define STOP_FEED (-2000)
+
+static int on_head(void *ud, const cb_cres_head_t *h) {
+  upc_t *c = ud;
+  px_t *x = c->px;
+  if (x == NULL) return STOP_FEED;
+  if (c->done) { /* a second answer to one request */
+    c->extra = 1;
+    return STOP_FEED;
+  }
+  cb__req_t *r = x->r;
+  x->got_head = 1;
+  if (h->status < 200) { /* 101: an upgrade the proxy does not carry */
+    px_fail(x, CB__UPERR_BAD_RESPONSE);
+    return STOP_FEED;
+  }
+  if (h->content_length > 0 && (uint64_t)h->content_length > x->p->max_body) {
+    px_fail(x, CB__UPERR_BODY_TOO_BIG);
+    return STOP_FEED;
+  }
+  /* The connection's own fields go (its connection header's names among them), and those the engine writes
+   * itself: date and the framing. Names are lowercased in the parser's head buffer, which is ours. */
+  const char *conn_v = NULL;
+  size_t conn_n = 0;
+  for (int i = 0; i < h->nheaders; i++)
+    if (lower_eq(h->headers[i].name, h->headers[i].name_len, "connection")) {
+      conn_v = h->headers[i].value;
+      conn_n = h->headers[i].value_len;
+      break; /* TODO(merge): several connection fields; the client layer may join them */
+    }
+  cb__hdr_t hs[PROXY_MAX_HEADERS];
+  int n = 0;
+  for (int i = 0; i < h->nheaders && n < PROXY_MAX_HEADERS; i++) {
+    const cb_chdr_t *f = &h->headers[i];
+    if (cb_chdr_hop_by_hop(f->name, f->name_len, conn_v, conn_n) || lower_eq(f->name, f->name_len, "date") ||
+        lower_eq(f->name, f->name_len, "content-length") || lower_eq(f->name, f->name_len, "transfer-encoding"))
+      continue;
+    char *name = (char *)f->name;
+    for (size_t k = 0; k < f->name_len; k++)
+      if (name[k] >= 'A' && name[k] <= 'Z') name[k] = (char)(name[k] + 32);
+    hs[n++] = (cb__hdr_t){f->name, f->name_len, f->value, f->value_len};
+  }
+  x->status = h->status;
+  r->up_status = (uint16_t)h->status;
+  if (x->gather || x->record) {
+    if (keep_head(x, hs, n) != 0) {
+      px_fail(x, CB__UPERR_NO_MEMORY);
+      return STOP_FEED;
+    }
+  }
+  if (x->gather) return 0; /* the answer goes once it is whole (on_done) */
+  int no_body = h->status == 204 || h->status == 304;
+  int64_t len = no_body ? CB__NO_BODY : (!h->chunked && h->content_length >= 0) ? h->content_length : CB__STREAMED;
+  x->state = PX_HEAD;
+  cb__res_head(r, h->status, NULL, hs, n, len);
+  return 0;
+}
+
+static int on_body(void *ud, const char *p, size_t n) {
+  upc_t *c = ud;
+  px_t *x = c->px;
+  if (x == NULL) return STOP_FEED;
+  if ((x->gather || x->record) && gather_body(x, p, n) != 0) {
+    px_fail(x, CB__UPERR_NO_MEMORY);
+    return STOP_FEED;
+  }
+  if (x->gather) return 0;
+  if (cb__res_data(x->r, p, n, CB__DATA_COPY) && !x->blocked) {
+    /* The client's output is above its mark: this read is passed on whole, then the upstream waits. */
+    x->blocked = 1;
+    x->r->blocked = 1;
+  }
+  return 0;
+}
+
+static int on_trailers(void *ud, const cb_chdr_t *t, int n) {
+  (void)ud;
+  (void)t;
+  (void)n; /* dropped: the response API carries no trailers (docs/proxy.md) */
+  return 0;
+}
+
+/* The read callback decides what becomes of the connection once the feed returns: bytes after the answer are
+ * still parsed (a second answer is refused in on_head), so that cb_cres_idle() then says whether the connection
+ * ended clean. */
+static int on_done(void *ud, int keep_alive) {
+  upc_t *c = ud;
+  if (c->done) {
+    c->extra = 1;
+    return STOP_FEED;
+  }
+  c->done = 1;
+  c->keep = (uint8_t)keep_alive;
+  return 0;
+}
+
+static const cb_cres_callbacks_t parser_cb = {
+    .on_head = on_head, .on_body = on_body, .on_trailers = on_trailers, .on_done = on_done};
+
+/* ---- the connection's life ---- */
+
+static void idle_timeout(uv_timer_t *t) { upc_close(t->data); }
+static void start_reading(upc_t *c);
+
+/* The answer ended with nothing after it: the connection goes back to its upstream's idle list (the oldest
+ * beyond PROXY_MAX_IDLE closed). */
+static void upc_park(upc_t *c) {
+  upstream_t *u = c->up;
+  c->px = NULL;
+  c->done = 0;
+  c->idle = 1;
+  start_reading(c); /* an idle connection is read: the upstream's close (or stray bytes) end it */
+  c->iprev = NULL;
+  c->inext = u->idle;
+  if (u->idle) u->idle->iprev = c;
+  u->idle = c;
+  u->nidle++;
+  if (u->nidle > PROXY_MAX_IDLE) {
+    upc_t *last = u->idle;
+    while (last->inext) last = last->inext;
+    upc_close(last);
+  }
+  uv_timer_start(&c->timer, idle_timeout, PROXY_IDLE_MS, 0);
+}
+
+/* The exchange lets go of its connection: kept when the answer ended cleanly, closed otherwise. */
+static void px_detach(px_t *x, int keep) {
+  upc_t *c = x->c;
+  if (c == NULL) return;
+  x->c = NULL;
+  c->px = NULL;
+  uv_timer_stop(&c->timer);
+  if (keep && !c->pool->closed) upc_park(c); else upc_close(c);
+}
+
+/* The answer is complete (on_done). */
+static void px_done(px_t *x, int keep) {
+  cb__req_t *r = x->r;
+  cb__conn_t *conn = r->conn;
+  px_detach(x, keep);
+  x->state = PX_ENDED;
+  if (x->record) record_answer(x);
+  if (x->gather) {
+    x->answer = (cb__fault_answer_t){x->status, x->hdrs, x->nhdrs, gathered_normal, x->body_len,
+                                     x->body_len ? gathered_body : NULL, 3600000};
+    cb__fault_start(r, x->p->fault, &x->answer);
+  } else {
+    cb__res_end(r); /* may release r (and free x): nothing touches either after it */
+  }
+  cb__conn_after(conn);
+}
+
+/* Failed: before the answer's head a 502 or 504 with a text body, after it a cut answer. */
+static void px_fail(px_t *x, int why) {
+  cb__req_t *r = x->r;
+  cb__conn_t *conn = r->conn;
+  px_detach(x, 0);
+  if (x->state == PX_ENDED) return;
+  r->up_error = (uint8_t)why;
+  if (x->state == PX_HEAD) {
+    /* What came of the answer is sent first (the client sees it cut, not lost), then the answer is aborted. */
+    x->state = PX_ENDED;
+    cb__conn_after(conn);
+    if (!conn->closing) r->proto->abort(r, 2 /* HTTP/2's INTERNAL_ERROR */);
+    cb__conn_after(conn);
+    return;
+  }
+  x->state = PX_ENDED;
+  int status = why == CB__UPERR_TIMEOUT ? 504 : 502;
+  if (status == 504) CB__STAT_INC(conn->w, proxy_504); else CB__STAT_INC(conn->w, proxy_502);
+  char body[PROXY_MAX_TO + 128];
+  int n = snprintf(body, sizeof body, "cbench proxy: %s (%.*s)\n", cb__uperr_text(why), (int)x->p->opts.to.len,
+                   x->p->to);
+  if (n < 0) n = 0;
+  if ((size_t)n >= sizeof body) n = (int)sizeof body - 1;
+  static const cb__hdr_t ctype = {STR("content-type"), STR("text/plain")};
+  cb__res_head(r, status, NULL, &ctype, 1, n);
+  if (r->method != CB_METHOD_HEAD) cb__res_data(r, body, (size_t)n, CB__DATA_COPY | CB__DATA_PIECE_END);
+  cb__res_end(r);
+  cb__conn_after(conn);
+}
+
+static void up_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  upc_t *c = h->data;
+  *buf = uv_buf_init(c->pool->rbuf, sizeof c->pool->rbuf);
+}
+
+static int uperr_of(int feed_err) {
+  switch (feed_err) {
+    case CB_CRES_E_HEAD_TOO_BIG: return CB__UPERR_HEAD_TOO_BIG;
+    case CB_CRES_E_BODY_TOO_BIG: return CB__UPERR_BODY_TOO_BIG;
+    case CB_CRES_E_TRUNCATED: return CB__UPERR_TRUNCATED;
+    default: return CB__UPERR_BAD_RESPONSE;
+  }
+}
+
+static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  upc_t *c = (upc_t *)s;
+  px_t *x = c->px;
+  if (n == 0) return;
+  if (x == NULL) { /* idle: an upstream that closes or speaks out of turn is done with */
+    upc_close(c);
+    return;
+  }
+  if (n < 0) {
+    int err = n == UV_EOF ? cb_cres_eof(&c->parser) : 0;
+    if (c->done) { /* a body read until the close */
+      px_done(x, 0);
+      return;
+    }
+    /* Nothing of the answer yet on a kept-alive connection: the upstream closed it meanwhile. The request is
+     * sent again, once, on a new connection, when no byte of its body went yet. */
+    if (x->reused && !x->retried && !x->body_streamed && !c->got_bytes) {
+      x->retried = 1;
+      px_detach(x, 0);
+      x->state = PX_WAIT;
+      x->head_sent = 0;
+      start_forward(x);
+      return;
+    }
+    if (x->got_head || (c->got_bytes && err != 0))
+      px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : uperr_of(err));
+    else
+      px_fail(x, n == UV_ECONNREFUSED ? CB__UPERR_REFUSED : CB__UPERR_RESET);
+    return;
+  }
+  c->got_bytes = 1;
+  int err = cb_cres_feed(&c->parser, buf->base, (size_t)n);
+  if (c->px == NULL) return; /* failed in a callback: answered there */
+  if (c->done) {
+    /* Kept only when nothing followed the answer, and the request had ended (an upstream that answers early
+     * may not have read all of it). */
+    int keep = c->keep && !c->extra && err == 0 && cb_cres_idle(&c->parser) && x->req_ended;
+    px_done(x, keep);
+    return;
+  }
+  if (err) {
+    px_fail(x, uperr_of(err));
+    return;
+  }
+  if (x->blocked) { /* the client's output is full: the upstream waits, and is not timed meanwhile */
+    uv_read_stop(s);
+    c->reading = 0;
+    uv_timer_stop(&c->timer);
+  } else if (x->got_head) {
+    /* The pause allowed between two reads of the body. The head keeps its deadline from the request: an
+     * upstream that sends it a byte at a time is not given timeout_ms per byte. */
+    uv_timer_again(&c->timer);
+  }
+  if (x->state == PX_HEAD) cb__conn_after(x->r->conn);
+}
+
+static void up_timeout(uv_timer_t *t) {
+  upc_t *c = t->data;
+  if (c->px == NULL) return;
+  px_fail(c->px, CB__UPERR_TIMEOUT);
+}
+
+static void start_reading(upc_t *c) {
+  if (c->reading) return;
+  if (uv_read_start((uv_stream_t *)&c->tcp, up_alloc, up_read) == 0) c->reading = 1;
+}
+
+static void connected(uv_connect_t *req, int status) {
+  upc_t *c = req->data;
+  if (c->closing) return;
+  px_t *x = c->px;
+  if (status != 0) {
+    if (x) px_fail(x, status == UV_ECONNREFUSED ? CB__UPERR_REFUSED : status == UV_ETIMEDOUT ? CB__UPERR_TIMEOUT : CB__UPERR_CONNECT);
+    else upc_close(c);
+    return;
+  }
+  c->connected = 1;
+  start_reading(c);
+}
+
+/* An upstream connection for x: the newest idle one of its upstream, or a new one. */
+static int take_conn(px_t *x) {
+  cb__worker_t *w = x->r->conn->w;
+  pool_t *pl = pool_of(w);
+  if (pl == NULL || pl->closed) return UV_ENOMEM;
+  upstream_t *u = upstream_of(pl, x->p);
+  if (u == NULL) return UV_ENOMEM;
+  upc_t *c = u->idle;
+  if (c != NULL && !x->retried) {
+    idle_remove(c);
+    uv_timer_stop(&c->timer);
+    x->reused = 1;
+    CB__STAT_INC(w, proxy_upstream_reused);
+  } else {
+    c = malloc(sizeof *c);
+    if (c == NULL) return UV_ENOMEM;
+    memset(c, 0, offsetof(upc_t, head));
+    c->pool = pl;
+    c->up = u;
+    uv_tcp_init(&w->loop, &c->tcp);
+    uv_timer_init(&w->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->connect.data = c;
+    c->next = pl->all;
+    if (pl->all) pl->all->prev = c;
+    pl->all = c;
+    x->reused = 0;
+    CB__STAT_INC(w, proxy_upstream_connects);
+    uv_tcp_nodelay(&c->tcp, 1);
+    int err = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&u->addr, connected);
+    if (err) {
+      upc_close(c);
+      return err;
+    }
+  }
+  cb_cres_limits_t lim = {.max_head = PROXY_MAX_HEAD, .max_body = x->p->max_body, .max_headers = PROXY_MAX_HEADERS};
+  cb_cres_init(&c->parser, &parser_cb, c, &lim, c->head, sizeof c->head);
+  cb_cres_expect(&c->parser, x->r->method == CB_METHOD_HEAD);
+  c->done = 0;
+  c->keep = 0;
+  c->extra = 0;
+  c->got_bytes = 0;
+  c->px = x;
+  x->c = c;
+  uv_timer_start(&c->timer, up_timeout, x->p->timeout_ms, x->p->timeout_ms);
+  if (c->connected) start_reading(c);
+  return 0;
+}
+
+/* The forwarded head (contract section 2): method, prefix + target, the request's fields but the hop-by-hop
+ * ones, host and expect (answered here already), then host, x-forwarded-for, -proto, -host. length: the body's,
+ * CB__STREAMED (chunked) or CB__NO_BODY. */
+static int send_head(px_t *x, int64_t length) {
+  cb__req_t *r = x->r;
+  const cb__proxy_t *p = x->p;
+  cb__conn_t *conn = r->conn;
+  const char *conn_v = NULL, *host = r->authority;
+  size_t conn_n = 0, host_n = r->authority_len;
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *f = &r->headers[i];
+    if (lower_eq(f->name, f->name_len, "connection") && conn_v == NULL) {
+      conn_v = f->value;
+      conn_n = f->value_len;
+    } else if (lower_eq(f->name, f->name_len, "host") && host == NULL) {
+      host = f->value;
+      host_n = f->value_len;
+    }
+  }
+  int nh = 0;
+  cb_chdr_t *hs = malloc(((size_t)r->nheaders + PROXY_ADDED) * sizeof *hs);
+  if (hs == NULL) return UV_ENOMEM;
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *f = &r->headers[i];
+    if (cb_chdr_hop_by_hop(f->name, f->name_len, conn_v, conn_n) || lower_eq(f->name, f->name_len, "host") ||
+        lower_eq(f->name, f->name_len, "expect") || lower_eq(f->name, f->name_len, "content-length") ||
+        lower_eq(f->name, f->name_len, "x-forwarded-for") ||
+        lower_eq(f->name, f->name_len, "x-forwarded-proto") || lower_eq(f->name, f->name_len, "x-forwarded-host"))
+      continue;
+    hs[nh++] = (cb_chdr_t){f->name, f->name_len, f->value, f->value_len};
+  }
+  char peer[INET6_ADDRSTRLEN] = "";
+  if (conn->peer_family == AF_INET || conn->peer_family == AF_INET6)
+    inet_ntop(conn->peer_family, conn->peer_addr, peer, sizeof peer);
+  int tls = conn->proto_id == CB_PROTO_H1_TLS || conn->proto_id == CB_PROTO_H2_TLS;
+  hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), peer, strlen(peer)};
+  hs[nh++] = (cb_chdr_t){STR("x-forwarded-proto"), tls ? "https" : "http", tls ? 5 : 4};
+  if (host != NULL) hs[nh++] = (cb_chdr_t){STR("x-forwarded-host"), host, host_n};
+  /* The target: the prefix, then the request's as received. */
+  size_t tn = p->prefix_len + r->target_len;
+  char *target = malloc(tn ? tn : 1);
+  if (target == NULL) {
+    free(hs);
+    return UV_ENOMEM;
+  }
+  memcpy(target, p->prefix, p->prefix_len);
+  memcpy(target + p->prefix_len, r->path, r->target_len);
+  cb_creq_t q = {.method = r->method_str, .method_len = r->method_len, .target = target, .target_len = tn,
+                 .host = p->authority, .host_len = p->authority_len, .headers = hs, .nheaders = nh,
+                 .content_length = length == CB__STREAMED ? CB_CREQ_CHUNKED
+                                   : length == CB__NO_BODY ? CB_CREQ_NO_BODY : length};
+  size_t cap = 256 + tn + p->authority_len + r->method_len;
+  for (int i = 0; i < nh; i++) cap += hs[i].name_len + hs[i].value_len + 4;
+  wreq_t *wr = malloc(sizeof *wr + cap);
+  ssize_t hn = wr ? cb_creq_head(wr->data, cap, &q) : -1;
+  free(hs);
+  free(target);
+  if (hn < 0) {
+    free(wr);
+    return UV_ENOMEM;
+  }
+  wr->n = (size_t)hn;
+  uv_buf_t buf = uv_buf_init(wr->data, (unsigned)wr->n);
+  int err = uv_write(&wr->req, (uv_stream_t *)&x->c->tcp, &buf, 1, written);
+  if (err) {
+    free(wr);
+    return err;
+  }
+  x->head_sent = 1;
+  x->chunked = length == CB__STREAMED;
+  x->state = PX_SENT;
+  return 0;
+}
+
+static int send_body(px_t *x, const char *p, size_t n) {
+  if (n == 0) return 0;
+  x->body_streamed = 1;
+  if (!x->chunked) return up_write(x, p, n, NULL, 0, NULL, 0);
+  char line[24];
+  int ln = snprintf(line, sizeof line, "%zx\r\n", n);
+  return up_write(x, line, (size_t)ln, p, n, "\r\n", 2);
+}
+
+static int send_end(px_t *x) { return x->chunked ? up_write(x, STR("0\r\n\r\n"), NULL, 0, NULL, 0) : 0; }
+
+/* What length the head announces: the request's content-length when it had one, none when it is complete with
+ * no body, else chunked (an HTTP/1.1 chunked body, an h2 body without content-length). */
+static int64_t req_length(const px_t *x) {
+  const cb__req_t *r = x->r;
+  if (x->hold != NULL || x->hold_len) return (int64_t)x->hold_len;
+  if (r->content_length >= 0) return r->content_length;
+  return x->req_ended ? CB__NO_BODY : CB__STREAMED;
+}
+
+/* Takes a connection and sends what is known of the request: its head (when its framing is known), the held
+ * body, and its end. */
+static void start_forward(px_t *x) {
+  int err = take_conn(x);
+  if (err) {
+    px_fail(x, CB__UPERR_CONNECT);
+    return;
+  }
+  if (x->p->delay_ms > 0 || x->hold_len > 0) { /* after a delay: the request is complete, its body held */
+    err = send_head(x, x->hold_len > 0 ? (int64_t)x->hold_len : x->r->content_length >= 0 ? x->r->content_length
+                                                                                          : CB__NO_BODY);
+    if (err == 0 && x->hold_len) err = send_body(x, x->hold, x->hold_len);
+  } else if (x->r->content_length >= 0 || x->req_ended) {
+    err = send_head(x, req_length(x));
+  }
+  if (err) px_fail(x, CB__UPERR_CONNECT);
+}
+
+static void delay_done(cb__req_t *r) { start_forward(PX(r)); }
+
+/* ---- the handler ---- */
+
+static void proxy_head(cb__req_t *r) {
+  const cb__proxy_t *p = cb__stub_proxy(r->route);
+  cb__worker_t *w = r->conn->w;
+  CB__STAT_INC(w, proxy_requests);
+  r->up_to = p->to;
+  r->up_to_len = (uint16_t)p->opts.to.len;
+  px_t *x = calloc(1, sizeof *x);
+  if (x == NULL) {
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
+  x->r = r;
+  x->p = p;
+  r->stub = x;
+  x->record = (uint8_t)p->opts.record;
+  x->gather = p->fault != NULL && cb__fault_fires(p->fault, (uint64_t *)&p->draws);
+  if (p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
+  start_forward(x);
+}
+
+static void proxy_body(cb__req_t *r, const char *p, size_t n) {
+  px_t *x = PX(r);
+  if (x == NULL || x->state == PX_ENDED || n == 0) return;
+  if (x->p->delay_ms > 0) {
+    if (x->hold_len + n > x->hold_cap) {
+      size_t cap = x->hold_cap ? x->hold_cap * 2 : 16384;
+      while (cap < x->hold_len + n) cap *= 2;
+      if (cb__echo_hold(r->conn, cap - x->hold_cap) != 0) {
+        px_fail(x, CB__UPERR_NO_MEMORY);
+        return;
+      }
+      char *b = realloc(x->hold, cap);
+      if (b == NULL) {
+        cb__echo_release(r->conn, cap - x->hold_cap);
+        px_fail(x, CB__UPERR_NO_MEMORY);
+        return;
+      }
+      x->hold = b;
+      x->hold_cap = cap;
+    }
+    memcpy(x->hold + x->hold_len, p, n);
+    x->hold_len += n;
+    return;
+  }
+  if (x->c == NULL) return;
+  int err = 0;
+  if (!x->head_sent) err = send_head(x, CB__STREAMED);
+  if (err == 0) err = send_body(x, p, n);
+  if (err) px_fail(x, CB__UPERR_RESET);
+}
+
+static void proxy_end(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL || x->state == PX_ENDED) return;
+  x->req_ended = 1;
+  if (x->p->delay_ms > 0) {
+    r->delay_ms = x->p->delay_ms;
+    if (cb__req_timer(r, x->p->delay_ms, delay_done) != 0) px_fail(x, CB__UPERR_NO_MEMORY);
+    return;
+  }
+  if (x->c == NULL) return;
+  int err = x->head_sent ? send_end(x) : send_head(x, CB__NO_BODY);
+  if (err) px_fail(x, CB__UPERR_RESET);
+}
+
+static void proxy_writable(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL) return;
+  if (x->state == PX_ENDED) {
+    if (cb__fault_pacing(r)) cb__fault_writable(r);
+    return;
+  }
+  r->blocked = 0;
+  x->blocked = 0;
+  if (x->c != NULL) {
+    start_reading(x->c);
+    uv_timer_again(&x->c->timer);
+  }
+}
+
+/* The request is released: a connection still carrying its exchange is closed (the answer was not read to
+ * its end, so it cannot carry another). */
+static void proxy_free(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL) return;
+  px_detach(x, 0);
+  if (x->hold_cap) cb__echo_release(r->conn, x->hold_cap);
+  free(x->hold);
+  free(x->hdrs);
+  free(x->hbuf);
+  free(x->body);
+  free(x);
+  r->stub = NULL;
+}
+
+const cb__handler_t cb__h_proxy = {
+    .on_head = proxy_head, .on_body = proxy_body, .on_end = proxy_end, .on_writable = proxy_writable,
+    .on_free = proxy_free};

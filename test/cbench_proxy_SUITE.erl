@@ -1,0 +1,160 @@
+%%% @doc Proxy stubs (docs/proxy.md) through the Erlang API: a nif or port server proxying to a
+%%% second cbench server answers what that server answers (bytes compared, dates masked), lists the
+%%% stub back, journals the upstream and counts it; a bad proxy term gets the same
+%%% `{error, {bad_stub, ...}}' on nif, port and ehttpd; ehttpd answers a valid proxy stub 501 (it does
+%%% not forward yet).
+-module(cbench_proxy_SUITE).
+
+-include_lib("stdlib/include/assert.hrl").
+
+-export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
+-export([proxy_nif/1, proxy_port/1, refused_502/1, bad_terms/1, ehttpd_501/1]).
+
+all() -> [proxy_nif, proxy_port, refused_502, bad_terms, ehttpd_501].
+
+suite() -> [{timetrap, {minutes, 2}}].
+
+init_per_suite(Config) ->
+    {ok, _} = application:ensure_all_started(cbench),
+    Config.
+
+end_per_suite(_Config) ->
+    ok.
+
+proxy_nif(_Config) -> proxy(nif).
+proxy_port(_Config) -> proxy(port).
+
+%% The proxy on Engine, the upstream a nif server: each answer as the upstream's own.
+proxy(Engine) ->
+    {ok, Up} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+    To = <<"http://127.0.0.1:", (integer_to_binary(cbench:port(Up)))/binary>>,
+    {ok, Id} = cbench:stub(Px, #{path => <<"/*">>}, #{proxy => #{to => To}}),
+    {ok, _} = cbench:stub(Up, <<"/up">>, #{status => 201, headers => [{<<"x-up">>, <<"1">>}],
+                                          body => <<"from upstream">>}),
+    [Direct, Proxied] = [exchange(P, <<"GET /up?q=1 HTTP/1.1\r\nhost: x\r\n\r\n">>)
+                         || P <- [cbench:port(Up), cbench:port(Px)]],
+    ?assertEqual(<<"HTTP/1.1 201 Created\r\ndate: MASK\r\nx-up: 1\r\ncontent-length: 13\r\n\r\n"
+                   "from upstream">>, Proxied),
+    ?assertEqual(Direct, Proxied),
+    Hello = <<"HTTP/1.1 200 OK\r\ndate: MASK\r\ncontent-type: text/plain\r\ncontent-length: 11\r\n\r\n"
+              "Hello, Joe!">>,
+    ?assertEqual(Hello, exchange(cbench:port(Px), <<"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n">>)),
+    %% Listed back as given, with the defaults filled in.
+    [#{id := Id, response := #{proxy := Canon}}] = cbench:stubs(Px),
+    ?assertEqual(#{to => To, protocol => http1, timeout_ms => 10000, max_body_bytes => 1 bsl 30,
+                   record => false, record_headers => [], record_body_file_bytes => 0,
+                   record_status => []}, Canon),
+    %% The journal has both sides; the counters the forwards.
+    [_, #{status := 200, upstream := #{to := To, status := 200, error := none}}] =
+        wait_entries(Px, 2),
+    #{proxy_requests := 2, proxy_upstream_connects := C, proxy_upstream_reused := R,
+      proxy_502 := 0, proxy_504 := 0} = cbench:stats(Px),
+    ?assertEqual(2, C + R),
+    ok = cbench:stop_server(Px),
+    ok = cbench:stop_server(Up).
+
+%% @doc An upstream nobody listens on: 502 with the reason, journaled as `refused', on nif and port.
+refused_502(_Config) ->
+    {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
+    {ok, Free} = inet:port(L),
+    ok = gen_tcp:close(L),
+    To = <<"http://127.0.0.1:", (integer_to_binary(Free))/binary>>,
+    [begin
+         {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         {ok, _} = cbench:stub(Px, #{path => <<"/*">>}, #{proxy => #{to => To, timeout_ms => 2000}}),
+         Body = <<"cbench proxy: connection refused (", To/binary, ")\n">>,
+         ?assertEqual(<<"HTTP/1.1 502 Bad Gateway\r\ndate: MASK\r\ncontent-type: text/plain\r\n"
+                        "content-length: ", (integer_to_binary(byte_size(Body)))/binary, "\r\n\r\n",
+                        Body/binary>>,
+                      exchange(cbench:port(Px), <<"GET /x HTTP/1.1\r\nhost: x\r\n\r\n">>)),
+         [#{status := 502, upstream := #{to := To, status := 0, error := refused}}] = wait_entries(Px, 1),
+         #{proxy_502 := 1} = cbench:stats(Px),
+         ok = cbench:stop_server(Px)
+     end || Engine <- [nif, port]],
+    ok.
+
+%% @doc Bad proxy terms: the same error on every engine.
+bad_terms(_Config) ->
+    Cases = [{#{proxy => #{}}, {{response, proxy, to}, undefined, missing}},
+             {#{proxy => #{to => <<"ftp://h:1">>}}, {{response, proxy, to}, <<"ftp://h:1">>, bad_url}},
+             {#{proxy => #{to => <<"http://127.0.0.1:0">>}},
+              {{response, proxy, to}, <<"http://127.0.0.1:0">>, bad_url}},
+             {#{proxy => #{to => <<"http://no-such-host.invalid">>}},
+              {{response, proxy, to}, <<"http://no-such-host.invalid">>, bad_url}},
+             {#{proxy => #{to => <<"http://a b">>}}, {{response, proxy, to}, <<"http://a b">>, bad_char}},
+             {#{proxy => #{to => 42}}, {{response, proxy, to}, 42, wrong_type}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, protocol => h3}},
+              {{response, proxy, protocol}, h3, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, timeout_ms => 0}},
+              {{response, proxy, timeout_ms}, 0, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, record => yes}},
+              {{response, proxy, record}, yes, wrong_type}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, record_headers => [<<"a b">>]}},
+              {{response, proxy, record_headers}, <<"a b">>, not_a_token}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, record_status => [99]}},
+              {{response, proxy, record_status}, 99, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, color => red}},
+              {{response, proxy, color}, red, unknown_key}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>}, status => 200},
+              {{response, status}, 200, conflict}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>}, fault => drip},
+              {{response, fault}, drip, conflict}},
+             {#{proxy => not_a_map}, {{response, proxy}, not_a_map, wrong_type}},
+             {#{responses => [#{proxy => #{to => <<"http://127.0.0.1:1">>}}]},
+              {{response, proxy}, #{to => <<"http://127.0.0.1:1">>}, conflict}}],
+    [begin
+         {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         [?assertEqual({Engine, R, {error, {bad_stub, Bad}}}, {Engine, R, cbench:stub(S, <<"/p">>, R)})
+          || {R, Bad} <- Cases],
+         ?assertEqual([], cbench:stubs(S)),
+         ok = cbench:stop_server(S)
+     end || Engine <- [nif, port, ehttpd]],
+    ok.
+
+%% @doc ehttpd takes a valid proxy stub, lists it, and answers it 501 (it does not forward yet).
+ehttpd_501(_Config) ->
+    {ok, S} = cbench:start_server(ehttpd, #{port => 0}),
+    To = <<"http://127.0.0.1:1">>,
+    {ok, _} = cbench:stub(S, #{path => <<"/*">>}, #{proxy => #{to => To}}),
+    [#{response := #{proxy := #{to := To}}}] = cbench:stubs(S),
+    Body = <<"cbench proxy: not available on the ehttpd engine (", To/binary, ")\n">>,
+    <<"HTTP/1.1 501 Not Implemented\r\n", _/binary>> = Got =
+        exchange(cbench:port(S), <<"GET /x HTTP/1.1\r\nhost: x\r\n\r\n">>),
+    ?assertEqual(Body, lists:last(binary:split(Got, <<"\r\n\r\n">>))),
+    ok = cbench:stop_server(S).
+
+%%% Helpers
+
+%% One request on a new connection; the whole answer (read until it is complete by its
+%% content-length), date masked.
+exchange(Port, Req) ->
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+    ok = gen_tcp:send(S, Req),
+    Got = read_answer(S, <<>>),
+    ok = gen_tcp:close(S),
+    re:replace(Got, <<"\r\ndate: [^\r]+\r\n">>, <<"\r\ndate: MASK\r\n">>, [{return, binary}]).
+
+read_answer(S, Acc) ->
+    case binary:split(Acc, <<"\r\n\r\n">>) of
+        [Head, Body] ->
+            {match, [Len]} = re:run(Head, <<"content-length: ([0-9]+)">>,
+                                    [{capture, all_but_first, binary}]),
+            case byte_size(Body) >= binary_to_integer(Len) of
+                true -> Acc;
+                false -> more(S, Acc)
+            end;
+        _ -> more(S, Acc)
+    end.
+
+more(S, Acc) ->
+    {ok, B} = gen_tcp:recv(S, 0, 10000),
+    read_answer(S, <<Acc/binary, B/binary>>).
+
+wait_entries(S, N) -> wait_entries(S, N, 200).
+
+wait_entries(S, N, Tries) ->
+    case cbench:requests(S) of
+        Es when length(Es) >= N; Tries =:= 0 -> Es;
+        _ -> timer:sleep(10), wait_entries(S, N, Tries - 1)
+    end.
