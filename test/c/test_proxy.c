@@ -672,6 +672,47 @@ TEST(proxy_chunked_body_too_big_cut) {
              "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ntransfer-encoding: chunked\r\n\r\n8\r\n01234567\r\n4\r\n89ab\r\n");
 }
 
+/* Over h2c: a failure before the head is the same 502 in HTTP/2 form; after it the stream is reset
+ * (INTERNAL_ERROR) and the connection goes on. */
+TEST(proxy_h2c_failures) {
+  static const char cut[] = "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789";
+  raw_t u;
+  raw_start(&u, RAW_ANSWER_CLOSE, cut, sizeof cut - 1);
+  char to[64], refused[64];
+  url_of(to, sizeof to, u.port, "");
+  url_of(refused, sizeof refused, free_port(), "");
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  add_proxy(px, to, 0, 0, NULL, 0);
+  cb_proxy_t p = {.to = {refused, strlen(refused)}};
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.match.path = CB_S("/refused");
+  st.response.proxy = &p;
+  uint64_t id;
+  ASSERT_EQ(cb_server_route_add(px, &st, &id), 0);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *r = h2_request(cl, 1, "GET", "/refused", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 502);
+  char body[128];
+  int n = snprintf(body, sizeof body, "cbench proxy: connection refused (%s)\n", refused);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, body, (size_t)n);
+  h2resp_t *c = h2_request(cl, 3, "GET", "/cut", NULL, 0, NULL, 0);
+  h2_wait1(cl, c, 10000);
+  ASSERT_EQ(c->status, 200);
+  ASSERT_EQ(c->rst, 2);
+  ASSERT_MEM_EQ(c->body.p, c->body.len, "0123456789", (size_t)10);
+  h2resp_t *again = h2_request(cl, 5, "GET", "/refused", NULL, 0, NULL, 0); /* the connection goes on */
+  h2_wait1(cl, again, 10000);
+  ASSERT_EQ(again->status, 502);
+  h2_free(cl);
+  test_stop(px);
+  raw_stop(&u);
+}
+
 /* ---- faults, delay, the journal, the recorder ---- */
 
 /* A fault acts on the proxied answer: reset?at=head sends the upstream's status and headers, then a reset (the
