@@ -371,9 +371,6 @@ route_add(H0, Match, Response = #{responses := Items}) ->
                             seq_next => atomics:new(1, [])},
             add(H0, Match, {ok, Seq})
     end;
-route_add(H, Match, Response = #{proxy := _}) ->
-    %% Kept as given: this engine answers a proxy stub 501 for now (docs/proxy.md).
-    add(H, Match, {ok, Response});
 route_add(H, Match, Response) ->
     add(H, Match, prepare(Response)).
 

@@ -6,7 +6,8 @@
                     status_404, status_405, status_413, status_431, timeouts, resets,
                     accept_backoffs, faults, handler_unavailable, handler_timeouts,
                     tls_handshakes_full, tls_handshakes_resumed, tls_handshakes_failed,
-                    tls_handshakes_refused]).
+                    tls_handshakes_refused, proxy_requests, proxy_upstream_connects,
+                    proxy_upstream_reused, proxy_502, proxy_504]).
 -define(CONNS_ACCEPTED, 1).
 -define(CONNS_CLOSED, 2).
 -define(REQUESTS, 3).
@@ -27,6 +28,11 @@
 -define(TLS_RESUMED, 18).
 -define(TLS_FAILED, 19).
 -define(TLS_REFUSED, 20).
+-define(PROXY_REQUESTS, 21).
+-define(PROXY_CONNECTS, 22).
+-define(PROXY_REUSED, 23).
+-define(PROXY_502, 24).
+-define(PROXY_504, 25).
 
 %% What a TLS listener's connections need (docs/tls.md): the handshake's bound, the pending
 %% handshakes of each acceptor (an atomics slot per acceptor, at most max_pending in each), and

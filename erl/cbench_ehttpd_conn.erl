@@ -34,7 +34,9 @@
               %% The request body, kept for a template that inserts it ({{body}}).
               body = <<>> :: binary(),
               %% The answer has begun (a streamed echo): a later error closes without a status.
-              started = false :: boolean()}).
+              started = false :: boolean(),
+              %% A proxy stub's exchange with its upstream, for the journal (docs/proxy.md).
+              upstream :: map() | undefined}).
 
 -define(EHTTPD_ANSWER, <<"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world!">>).
 -define(LINGER_MS, 1000).
@@ -1121,16 +1123,17 @@ stub_after_body(S, Cfg, Req, R = #{tpl_uses_body := true}) ->
         {ok, B} -> stub(S, Cfg, Req#req{body = iolist_to_binary(B)}, R);
         Error -> Error
     end;
+stub_after_body(S, Cfg, Req, R = #{proxy := _}) ->
+    %% A proxy stub reads the body itself, to forward it (proxy/5).
+    stub(S, Cfg, Req, R);
 stub_after_body(S, Cfg, Req, R) ->
     after_body(S, Cfg, Req, fun() -> stub(S, Cfg, Req, R) end).
 
 %% A stub's answer: delay_ms, then the head (the user's headers in their order, then the framing)
 %% and the body whole, or in `chunks' pieces `interval' apart (chunked over HTTP/1.1; raw pieces
 %% ended by the close over HTTP/1.0). HEAD gets the head alone; 204 and 304 never carry a body.
-stub(S, Cfg, Req, #{proxy := #{to := To}}) ->
-    %% The ehttpd engine does not forward yet (docs/proxy.md): 501, saying so.
-    simple(S, Cfg, Req, 501, [{<<"content-type">>, <<"text/plain">>}],
-           <<"cbench proxy: not available on the ehttpd engine (", To/binary, ")\n">>);
+stub(S, Cfg, Req, R = #{proxy := P}) ->
+    proxy(S, Cfg, Req, R, P);
 stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
                         headers := Headers}) ->
     Normal = fun() -> stub(S, Cfg, Req, maps:without([fault_run], R)) end,
@@ -1143,8 +1146,12 @@ stub(S, Cfg, Req, R = #{fault_run := F, fault_draws := Draws, status := Status,
         false -> Normal()
     end;
 stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, chunks := Chunks}) ->
-    Delay = stub_delay(R),
-    Delay > 0 andalso receive after Delay -> ok end,
+    %% A proxied answer (proxy/5) waited its delay before it was fetched.
+    {Delay, Wait} = case R of
+                        #{delay_waited := W} -> {W, 0};
+                        _ -> D = stub_delay(R), {D, D}
+                    end,
+    Wait > 0 andalso receive after Wait -> ok end,
     Req = Req0#req{delay_ms = Delay},
     {Headers, Body} = case R of
                           #{tpl_body := _} -> render(R, Req);
@@ -1182,6 +1189,52 @@ stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, c
                 {ok, false} -> close;
                 _ -> Sent
             end
+    end.
+
+%% A proxy stub (docs/proxy.md): the request's body is read whole and forwarded to the upstream
+%% after the stub's delay (cbench_ehttpd_proxy); the upstream's answer is then sent as a stub's
+%% own answer would be, whole, a fault of the stub applied to it. A failure before an answer is a
+%% 502 or 504 with a text body that says why, as the C engine's.
+proxy(S, Cfg, Req0, R, P) ->
+    case body(S, Cfg, Req0, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
+        {ok, Body} ->
+            Delay = stub_delay(R),
+            Delay > 0 andalso receive after Delay -> ok end,
+            Req = Req0#req{delay_ms = Delay},
+            Fwd = #{method => Req#req.method, target => Req#req.target, headers => Req#req.headers,
+                    body => Body, peer => peer_ip(S), host => <<>>},
+            To = iolist_to_binary(maps:get(to, P)),
+            bump(Cfg, ?PROXY_REQUESTS),
+            case cbench_ehttpd_proxy:forward(P, Fwd, Cfg#cfg.tls =/= false) of
+                {ok, Status, Headers, Answer, How} ->
+                    bump(Cfg, case How of reused -> ?PROXY_REUSED; connected -> ?PROXY_CONNECTS end),
+                    Up = Req#req{upstream = #{to => To, status => Status, error => none}},
+                    _ = maps:get(record, P, false) andalso
+                        cbench_ehttpd_record:record(Cfg#cfg.recorder, P,
+                                                    #{method => Req#req.method, target => Req#req.target,
+                                                      req_headers => Req#req.headers, status => Status,
+                                                      res_headers => Headers, body => Answer}),
+                    Own = maps:with([fault_run, fault_draws], R),
+                    stub(S, Cfg, Up, Own#{status => Status, headers => Headers, body => {data, Answer},
+                                          chunks => none, delay_ms => Delay, delay_waited => Delay});
+                {error, Status, Why} ->
+                    bump(Cfg, case Status of 504 -> ?PROXY_504; _ -> ?PROXY_502 end),
+                    Text = iolist_to_binary([<<"cbench proxy: ">>, cbench_ehttpd_proxy:why_text(Why),
+                                             <<" (">>, To, <<")\n">>]),
+                    Failed = Req#req{upstream = #{to => To, status => 0, error => Why}},
+                    Head = cbench_http:head(Status, [{<<"content-type">>, <<"text/plain">>}],
+                                            byte_size(Text), conn_mode(Failed)),
+                    finish(S, Cfg, Failed, Status, byte_size(Text),
+                           [Head, body_unless_head(Failed, Text)])
+            end;
+        Error -> Error
+    end.
+
+%% The client's address without its port, for x-forwarded-for.
+peer_ip(S) ->
+    case cbench_ehttpd_sock:peername(S) of
+        {ok, {Ip, _}} -> list_to_binary(inet:ntoa(Ip));
+        _ -> <<>>
     end.
 
 %% A template rendered for Req (src/kinds/template.c does the same): each placeholder replaced by the
@@ -1285,6 +1338,7 @@ then(Error, _) -> Error.
 %% Len bytes of a body from offset Off (generated content is sliced from a shared block).
 %% @doc The size of a stub's own body (0 for none, and for 204 and 304, which carry none).
 -spec own_size(cbench_spec:canon_response()) -> non_neg_integer().
+own_size(#{proxy := _}) -> 0; %% unknown until the upstream answers: a fault keeps its own length
 own_size(#{status := Status}) when Status =:= 204; Status =:= 304 -> 0;
 own_size(#{body := {data, B}}) -> byte_size(B);
 own_size(#{body := {bytes, N}}) -> N;
@@ -1356,7 +1410,7 @@ journal(Cfg = #cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes)
            body => iolist_to_binary(Kept), body_length => Total, route => Req#req.route,
            stub => Req#req.stub, status => Status, fault => Req#req.fault,
            %% The TLS map (docs/tls.md): undefined on a cleartext connection (nothing put).
-           delay_ms => Req#req.delay_ms, tls => get(cbench_tls), upstream => undefined,
+           delay_ms => Req#req.delay_ms, tls => get(cbench_tls), upstream => Req#req.upstream,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0},
     cbench_ehttpd_journal:record(J, Entry).

@@ -1,16 +1,16 @@
 %%% @doc Proxy stubs (docs/proxy.md) through the Erlang API: a nif or port server proxying to a
 %%% second cbench server answers what that server answers (bytes compared, dates masked), lists the
-%%% stub back, journals the upstream and counts it; a bad proxy term gets the same
-%%% `{error, {bad_stub, ...}}' on nif, port and ehttpd; ehttpd answers a valid proxy stub 501 (it does
-%%% not forward yet).
+%%% stub back, journals the upstream and counts it, on nif, port and ehttpd (whose proxy is
+%%% cbench_ehttpd_proxy, reading the answer whole); a bad proxy term gets the same
+%%% `{error, {bad_stub, ...}}' on every engine.
 -module(cbench_proxy_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
--export([proxy_nif/1, proxy_port/1, refused_502/1, bad_terms/1, ehttpd_501/1]).
+-export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1]).
 
-all() -> [proxy_nif, proxy_port, refused_502, bad_terms, ehttpd_501].
+all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -23,6 +23,7 @@ end_per_suite(_Config) ->
 
 proxy_nif(_Config) -> proxy(nif).
 proxy_port(_Config) -> proxy(port).
+proxy_ehttpd(_Config) -> proxy(ehttpd).
 
 %% The proxy on Engine, the upstream a nif server: each answer as the upstream's own.
 proxy(Engine) ->
@@ -54,7 +55,7 @@ proxy(Engine) ->
     ok = cbench:stop_server(Px),
     ok = cbench:stop_server(Up).
 
-%% @doc An upstream nobody listens on: 502 with the reason, journaled as `refused', on nif and port.
+%% @doc An upstream nobody listens on: 502 with the reason, journaled as `refused', on every engine.
 refused_502(_Config) ->
     {ok, L} = gen_tcp:listen(0, [{ip, {127, 0, 0, 1}}]),
     {ok, Free} = inet:port(L),
@@ -71,8 +72,69 @@ refused_502(_Config) ->
          [#{status := 502, upstream := #{to := To, status := 0, error := refused}}] = wait_entries(Px, 1),
          #{proxy_502 := 1} = cbench:stats(Px),
          ok = cbench:stop_server(Px)
-     end || Engine <- [nif, port]],
+     end || Engine <- [nif, port, ehttpd]],
     ok.
+
+%% @doc A raw-socket upstream on every engine: the request it gets (method, target, hop-by-hop
+%% fields gone, host rewritten, the x-forwarded-* fields, the body), then answers that must become
+%% a 502 with its reason (garbage, a head over 64 KiB, a body over max_body_bytes, a close before
+%% the declared length) or a 504 (silence past timeout_ms); each journaled with its reason.
+hostile_upstream(_Config) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}, {reuseaddr, true}]),
+    {ok, UpPort} = inet:port(L),
+    To = <<"http://127.0.0.1:", (integer_to_binary(UpPort))/binary>>,
+    Cases = [{ok, <<"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok">>, 200, none},
+             {garbage, <<"SMTP ready\r\n\r\n">>, 502, bad_response},
+             {big_head, [<<"HTTP/1.1 200 OK\r\n">>, lists:duplicate(2000, <<"x-pad: 0123456789012345678901234567890123456789\r\n">>), <<"\r\n">>],
+              502, head_too_big},
+             {big_body, <<"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n">>, 502, body_too_big},
+             {silent, <<>>, 504, timeout}],
+    [begin
+         {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         {ok, _} = cbench:stub(Px, #{path => <<"/*">>, method => any},
+                               #{proxy => #{to => To, timeout_ms => 500, max_body_bytes => 10}}),
+         [begin
+              Self = self(),
+              Up = spawn_link(fun() ->
+                                      {ok, A} = gen_tcp:accept(L, 5000),
+                                      {ok, Got} = gen_tcp:recv(A, 0, 5000),
+                                      Self ! {forwarded, Got},
+                                      ok = gen_tcp:send(A, Answer),
+                                      receive stop -> gen_tcp:close(A) end
+                              end),
+              Got = exchange(cbench:port(Px), <<"POST /in?a=1 HTTP/1.1\r\nhost: front.example\r\n"
+                                                 "connection: keep-alive, x-hop\r\nx-hop: 1\r\nx-keep: 2\r\n"
+                                                 "content-length: 3\r\n\r\nabc">>),
+              Forwarded = receive {forwarded, F} -> F after 5000 -> none end,
+              Up ! stop,
+              %% The C engines send the upstream's own host once; the fields in the client's order.
+              {match, _} = re:run(Forwarded, <<"^POST /in\\?a=1 HTTP/1.1\r\n">>),
+              nomatch = re:run(Forwarded, <<"x-hop|keep-alive|front.example\r\nhost">>),
+              [{match, _} = re:run(Forwarded, F) || F <- [<<"\r\nhost: 127.0.0.1:", (integer_to_binary(UpPort))/binary, "\r\n">>,
+                                                         <<"\r\nx-keep: 2\r\n">>, <<"\r\nx-forwarded-for: 127.0.0.1\r\n">>,
+                                                         <<"\r\nx-forwarded-proto: http\r\n">>,
+                                                         <<"\r\nx-forwarded-host: front.example\r\n">>,
+                                                         <<"\r\ncontent-length: 3\r\n">>, <<"\r\n\r\nabc$">>]],
+              Status = binary_to_integer(binary:part(Got, 9, 3)),
+              ?assertEqual({Engine, Name, Want}, {Engine, Name, Status}),
+              case Why of
+                  none -> ok;
+                  _ ->
+                      Text = case Why of
+                                 bad_response -> <<"bad response">>;
+                                 head_too_big -> <<"response head too big">>;
+                                 body_too_big -> <<"response body too big">>;
+                                 timeout -> <<"timeout">>
+                             end,
+                      ?assertEqual({Engine, Name, <<"cbench proxy: ", Text/binary, " (", To/binary, ")\n">>},
+                                   {Engine, Name, lists:last(binary:split(Got, <<"\r\n\r\n">>))})
+              end,
+              [#{upstream := #{error := Why}} | _] = lists:reverse(wait_entries(Px, length(cbench:requests(Px)))),
+              unlink(Up)
+          end || {Name, Answer, Want, Why} <- Cases],
+         ok = cbench:stop_server(Px)
+     end || Engine <- [nif, port, ehttpd]],
+    ok = gen_tcp:close(L).
 
 %% @doc Bad proxy terms: the same error on every engine.
 bad_terms(_Config) ->
@@ -111,18 +173,6 @@ bad_terms(_Config) ->
          ok = cbench:stop_server(S)
      end || Engine <- [nif, port, ehttpd]],
     ok.
-
-%% @doc ehttpd takes a valid proxy stub, lists it, and answers it 501 (it does not forward yet).
-ehttpd_501(_Config) ->
-    {ok, S} = cbench:start_server(ehttpd, #{port => 0}),
-    To = <<"http://127.0.0.1:1">>,
-    {ok, _} = cbench:stub(S, #{path => <<"/*">>}, #{proxy => #{to => To}}),
-    [#{response := #{proxy := #{to := To}}}] = cbench:stubs(S),
-    Body = <<"cbench proxy: not available on the ehttpd engine (", To/binary, ")\n">>,
-    <<"HTTP/1.1 501 Not Implemented\r\n", _/binary>> = Got =
-        exchange(cbench:port(S), <<"GET /x HTTP/1.1\r\nhost: x\r\n\r\n">>),
-    ?assertEqual(Body, lists:last(binary:split(Got, <<"\r\n\r\n">>))),
-    ok = cbench:stop_server(S).
 
 %%% Helpers
 

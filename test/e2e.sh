@@ -595,5 +595,60 @@ wait "$SPID" || bad "admin server: exit status $?"
 if [ -f "$work/rec.json" ] && grep -q "^cbench-server recorded 0 stubs to $work/rec.json$" "$work/admin.out"; then ok; else
   bad "--record-to at stop: $(cat "$work/admin.out")"; fi
 
+# ---- proxy, record and replay from the shell (--proxy-to, --record-to; docs/record.md) ----
+# A "real" service (stubs from a file), a recording proxy in front of it, curl through the proxy; the file is
+# written at SIGTERM; the real service goes; a server started with --stubs on the file answers the same bytes
+# (status line, headers but date, body). (Bad --proxy-to and --record-to arguments are checked above.)
+printf '%s\n' '[{"name": "user", "match": {"method": "GET", "path": "/api/user", "query": {"id": "7"}},' \
+  ' "response": {"headers": {"content-type": "application/json", "x-real": "yes"}, "body": {"json": {"id": 7}}}},' \
+  ' {"name": "bin", "match": {"method": "GET", "path": "/api/bin"}, "response": {"body": {"bytes": 300}}},' \
+  ' {"name": "made", "match": {"method": "POST", "path": "/api/made"}, "response": {"status": 201, "body": "made"}}]' \
+  >"$work/real_stubs.json"
+start_server real --port 0 --threads 1 --stubs "$work/real_stubs.json"
+RPORT=$PORT
+RPID=$SPID
+start_server recorder --port 0 --threads 1 --proxy-to "http://127.0.0.1:$RPORT" --record-to "$work/cassette.json"
+QPORT=$PORT
+QPID=$SPID
+# through FILE PORT ARGS...: curl's answer to FILE: the head (CRs and the date line dropped), then the body's
+# bytes as they came (FILE.b holds the body alone).
+through() {
+  local f=$1 port=$2
+  shift 2
+  curl -s -D "$f.h" -o "$f.b" "$@" "http://127.0.0.1:$port/$(cat "$work/through_path")" || true
+  { tr -d '\r' <"$f.h" | grep -av '^date: '; cat "$f.b"; } >"$f"
+}
+i=0
+for req in "api/user?id=7" "api/bin" "api/user?id=7" "api/none"; do
+  i=$((i + 1))
+  printf '%s' "$req" >"$work/through_path"
+  through "$work/rec$i" "$QPORT"
+done
+printf '%s' "api/made" >"$work/through_path"
+through "$work/rec5" "$QPORT" -X POST --data-binary 'x=1'
+if head -n 1 "$work/rec1" | grep -q '^HTTP/1.1 200 OK$' && grep -q '^x-real: yes$' "$work/rec1" && [ "$(tail -c 8 "$work/rec1")" = '{"id":7}' ]; then ok; else bad "proxied GET /api/user: $(cat "$work/rec1")"; fi
+if [ "$(wc -c <"$work/rec2.b")" = 300 ] && cmp -s "$work/rec2.b" <(head -c 300 "$work/exp/file_tiny"); then ok; else bad "proxied GET /api/bin: not the 300 generated body bytes"; fi
+if head -n 1 "$work/rec4" | grep -q '^HTTP/1.1 404 '; then ok; else bad "proxied GET /api/none: $(head -n 1 "$work/rec4")"; fi
+if head -n 1 "$work/rec5" | grep -q '^HTTP/1.1 201 '; then ok; else bad "proxied POST /api/made: $(head -n 1 "$work/rec5")"; fi
+kill -TERM "$QPID"
+wait "$QPID" || bad "recorder: exit status $?"
+kill -TERM "$RPID"
+wait "$RPID" || bad "real service: exit status $?"
+# Four distinct exchanges (the repeated GET is one), in arrival order.
+nrec=$(grep -o '"name": *"rec_[0-9]*"' "$work/cassette.json" | wc -l)
+if [ "$nrec" = 4 ]; then ok; else bad "--record-to wrote $nrec recordings, expected 4: $(cat "$work/cassette.json")"; fi
+start_server replay --port 0 --threads 1 --stubs "$work/cassette.json"
+i=0
+for req in "api/user?id=7" "api/bin" "api/user?id=7" "api/none"; do
+  i=$((i + 1))
+  printf '%s' "$req" >"$work/through_path"
+  through "$work/rep$i" "$PORT"
+  if cmp -s "$work/rec$i" "$work/rep$i"; then ok; else bad "replayed GET /$req differs: $(diff "$work/rec$i" "$work/rep$i" | head -n 5)"; fi
+done
+printf '%s' "api/made" >"$work/through_path"
+through "$work/rep5" "$PORT" -X POST --data-binary 'x=1'
+if cmp -s "$work/rec5" "$work/rep5"; then ok; else bad "replayed POST /api/made differs: $(diff "$work/rec5" "$work/rep5" | head -n 5)"; fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "replay server: exit status $?"
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,337 @@
+%%% @doc The ehttpd engine's proxy (docs/proxy.md): forwards one request to an HTTP/1.1 upstream on
+%%% a plain gen_tcp socket and reads the whole answer, within the proxy's limits.
+%%%
+%%% The C engine streams a proxied answer as it arrives; ehttpd reads it whole first (its stub answers
+%%% are whole binaries), so an answer costs its body's size in the connection's process, bounded by
+%%% `max_body_bytes'. The upstream head is framed with erlang:decode_packet/3's http_bin (as ehttpd
+%%% reads its own requests), at most ?MAX_HEAD bytes and ?MAX_HEADERS fields; the body by its
+%%% content-length, by chunks (trailers read and dropped), or up to the close.
+%%%
+%%% Connections: each client connection process keeps one kept-alive upstream socket per upstream in
+%%% its process dictionary, reused after a complete answer whose framing allows it, and closed with
+%%% the process. A reused socket that the upstream closed meanwhile fails before any byte of the
+%%% answer: the request is then sent once more on a new connection (it never reached the upstream).
+%%%
+%%% Failures are `{error, Status, Why}': 504 when the upstream did not connect or answer within
+%%% `timeout_ms', 502 for the rest, with the same reasons as the C engine's proxy.
+-module(cbench_ehttpd_proxy).
+
+-export([forward/3, upstream/1, request_head/2, forwarded_headers/3, answer_headers/1, why_text/1]).
+
+-define(MAX_HEAD, 65536).
+-define(MAX_HEADERS, 128).
+-define(MAX_CHUNK_LINE, 4096).
+-define(DEFAULT_TIMEOUT, 10000).
+-define(DEFAULT_MAX_BODY, 1073741824).
+
+-type why() :: refused | reset | timeout | bad_response | head_too_big | body_too_big | truncated.
+-type req() :: #{method := binary(), target := binary(), headers := [{binary(), binary()}],
+                 body := iodata(), peer := binary(), host := binary()}.
+-export_type([why/0, req/0]).
+
+%% @doc Forwards Req to the proxy's upstream: the answer's status, headers (without hop-by-hop
+%% and framing ones) and body, and whether it came on a kept connection (`reused') or a new one
+%% (`connected'); or the status a failure is answered with and why.
+-spec forward(map(), req(), boolean()) ->
+          {ok, pos_integer(), [{binary(), binary()}], binary(), reused | connected}
+          | {error, 502 | 504, why()}.
+forward(Proxy, Req, Tls) ->
+    {Host, Port, Prefix} = upstream(maps:get(to, Proxy)),
+    Timeout = maps:get(timeout_ms, Proxy, ?DEFAULT_TIMEOUT),
+    MaxBody = maps:get(max_body_bytes, Proxy, ?DEFAULT_MAX_BODY),
+    Authority = authority(Host, Port),
+    Data = [request_head(Req#{target := <<Prefix/binary, (maps:get(target, Req))/binary>>},
+                         #{authority => Authority, tls => Tls}),
+            maps:get(body, Req)],
+    Head = maps:get(method, Req) =:= <<"HEAD">>,
+    Key = {?MODULE, Host, Port},
+    case get(Key) of
+        undefined -> fresh(Key, Host, Port, Data, Head, Timeout, MaxBody);
+        Sock ->
+            case exchange(Sock, Data, Head, Timeout, MaxBody) of
+                {error, stale} ->
+                    erase(Key),
+                    fresh(Key, Host, Port, Data, Head, Timeout, MaxBody);
+                Result -> keep(Key, Sock, Result, reused)
+            end
+    end.
+
+fresh(Key, Host, Port, Data, Head, Timeout, MaxBody) ->
+    case gen_tcp:connect(binary_to_list(Host), Port,
+                         [binary, {active, false}, {nodelay, true}, {packet, raw}], Timeout) of
+        {ok, Sock} ->
+            case exchange(Sock, Data, Head, Timeout, MaxBody) of
+                {error, stale} -> gen_tcp:close(Sock), {error, 502, reset};
+                Result -> keep(Key, Sock, Result, connected)
+            end;
+        {error, timeout} -> {error, 504, timeout};
+        {error, econnrefused} -> {error, 502, refused};
+        {error, _} -> {error, 502, refused}
+    end.
+
+keep(Key, Sock, {ok, Status, Headers, Body, true}, How) ->
+    put(Key, Sock),
+    {ok, Status, Headers, Body, How};
+keep(Key, Sock, {ok, Status, Headers, Body, false}, How) ->
+    erase(Key),
+    gen_tcp:close(Sock),
+    {ok, Status, Headers, Body, How};
+keep(Key, Sock, Error, _How) ->
+    erase(Key),
+    gen_tcp:close(Sock),
+    Error.
+
+%% One request and its answer on Sock: {ok, Status, Headers, Body, Reusable}, {error, stale} when
+%% the socket failed before the first byte of the answer, or the failure.
+exchange(Sock, Data, Head, Timeout, MaxBody) ->
+    case gen_tcp:send(Sock, Data) of
+        ok ->
+            case recv(Sock, 0, Timeout) of
+                {ok, First} -> answer(Sock, First, Head, Timeout, MaxBody);
+                {error, timeout} -> {error, 504, timeout};
+                {error, _} -> {error, stale}
+            end;
+        {error, _} -> {error, stale}
+    end.
+
+recv(Sock, N, Timeout) -> gen_tcp:recv(Sock, N, Timeout).
+
+%% The head: a status line and header fields, framed by decode_packet on the bytes so far.
+answer(Sock, Buf, Head, Timeout, MaxBody) ->
+    case head(Sock, Buf, Timeout) of
+        {ok, {Status, Version, Headers}, Rest} when Status >= 100, Status < 200, Status =/= 101 ->
+            %% An interim answer (100 Continue, 103 Early Hints): the final one follows.
+            _ = Version, _ = Headers,
+            answer(Sock, Rest, Head, Timeout, MaxBody);
+        {ok, {Status, Version, Headers}, Rest} ->
+            body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody);
+        Error -> Error
+    end.
+
+head(Sock, Buf, Timeout) ->
+    case erlang:decode_packet(http_bin, Buf, [{packet_size, ?MAX_HEAD}]) of
+        {ok, {http_response, Version, Status, _}, Rest} when is_integer(Status), Status >= 100, Status =< 999 ->
+            fields(Sock, Rest, Timeout, {Status, Version, []}, byte_size(Buf) - byte_size(Rest));
+        {ok, _, _} -> {error, 502, bad_response};
+        {more, _} when byte_size(Buf) >= ?MAX_HEAD -> {error, 502, head_too_big};
+        {more, _} -> more(Sock, Buf, Timeout, fun(B) -> head(Sock, B, Timeout) end);
+        {error, _} when byte_size(Buf) >= ?MAX_HEAD -> {error, 502, head_too_big};
+        {error, _} -> {error, 502, bad_response}
+    end.
+
+fields(_Sock, _Buf, _Timeout, {_, _, Hs}, _Used) when length(Hs) > ?MAX_HEADERS ->
+    {error, 502, head_too_big};
+fields(_Sock, _Buf, _Timeout, _Acc, Used) when Used > ?MAX_HEAD ->
+    {error, 502, head_too_big};
+fields(Sock, Buf, Timeout, Acc = {Status, Version, Hs}, Used) ->
+    case erlang:decode_packet(httph_bin, Buf, [{packet_size, ?MAX_HEAD}]) of
+        {ok, http_eoh, Rest} -> {ok, {Status, Version, lists:reverse(Hs)}, Rest};
+        {ok, {http_header, _, Name, _, Value}, Rest} ->
+            fields(Sock, Rest, Timeout, {Status, Version, [{lower(Name), Value} | Hs]},
+                   Used + byte_size(Buf) - byte_size(Rest));
+        {ok, _, _} -> {error, 502, bad_response};
+        {more, _} when Used + byte_size(Buf) >= ?MAX_HEAD -> {error, 502, head_too_big};
+        {more, _} -> more(Sock, Buf, Timeout, fun(B) -> fields(Sock, B, Timeout, Acc, Used) end);
+        {error, _} -> {error, 502, bad_response}
+    end.
+
+more(Sock, Buf, Timeout, Then) ->
+    case recv(Sock, 0, Timeout) of
+        {ok, More} -> Then(<<Buf/binary, More/binary>>);
+        {error, timeout} -> {error, 504, timeout};
+        {error, closed} -> {error, 502, truncated};
+        {error, _} -> {error, 502, reset}
+    end.
+
+lower(Name) when is_atom(Name) -> string:lowercase(atom_to_binary(Name, latin1));
+lower(Name) -> string:lowercase(Name).
+
+%% The body by its framing: none (HEAD, 1xx, 204, 304), chunked, content-length, or to the close.
+body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
+    Keep = keep_alive(Version, Headers),
+    Out = answer_headers(Headers),
+    TE = header(<<"transfer-encoding">>, Headers),
+    CL = header(<<"content-length">>, Headers),
+    if
+        Head; Status =:= 204; Status =:= 304 ->
+            {ok, Status, Out, <<>>, Keep andalso Rest =:= <<>>};
+        TE =/= undefined ->
+            case string:lowercase(TE) of
+                <<"chunked">> ->
+                    case chunks(Sock, Rest, Timeout, MaxBody, []) of
+                        {ok, Body, <<>>} -> {ok, Status, Out, Body, Keep};
+                        {ok, Body, _} -> {ok, Status, Out, Body, false};
+                        Error -> Error
+                    end;
+                _ -> {error, 502, bad_response}
+            end;
+        CL =/= undefined ->
+            case string:to_integer(CL) of
+                {N, <<>>} when N >= 0, N > MaxBody -> {error, 502, body_too_big};
+                {N, <<>>} when N >= 0 ->
+                    case exact(Sock, Rest, N, Timeout) of
+                        {ok, Body, <<>>} -> {ok, Status, Out, Body, Keep};
+                        {ok, Body, _} -> {ok, Status, Out, Body, false};
+                        Error -> Error
+                    end;
+                _ -> {error, 502, bad_response}
+            end;
+        true ->
+            case to_close(Sock, Rest, Timeout, MaxBody) of
+                {ok, Body} -> {ok, Status, Out, Body, false};
+                Error -> Error
+            end
+    end.
+
+exact(_Sock, Buf, N, _Timeout) when byte_size(Buf) >= N ->
+    <<Body:N/binary, Rest/binary>> = Buf,
+    {ok, Body, Rest};
+exact(Sock, Buf, N, Timeout) ->
+    case recv(Sock, 0, Timeout) of
+        {ok, More} -> exact(Sock, <<Buf/binary, More/binary>>, N, Timeout);
+        {error, timeout} -> {error, 502, timeout};
+        {error, closed} -> {error, 502, truncated};
+        {error, _} -> {error, 502, reset}
+    end.
+
+to_close(_Sock, Buf, _Timeout, MaxBody) when byte_size(Buf) > MaxBody -> {error, 502, body_too_big};
+to_close(Sock, Buf, Timeout, MaxBody) ->
+    case recv(Sock, 0, Timeout) of
+        {ok, More} -> to_close(Sock, <<Buf/binary, More/binary>>, Timeout, MaxBody);
+        {error, closed} -> {ok, Buf};
+        {error, timeout} -> {error, 502, timeout};
+        {error, _} -> {error, 502, reset}
+    end.
+
+%% Chunks: a size line (hex, extensions ignored), the bytes and CRLF; the last chunk, then trailer
+%% lines up to an empty one.
+chunks(Sock, Buf, Timeout, MaxBody, Acc) ->
+    case line(Sock, Buf, Timeout) of
+        {ok, Line, Rest} ->
+            [Hex | _] = binary:split(Line, <<";">>),
+            case catch binary_to_integer(string:trim(Hex), 16) of
+                0 -> trailers(Sock, Rest, Timeout, iolist_to_binary(lists:reverse(Acc)));
+                N when is_integer(N), N > 0 ->
+                    Size = iolist_size(Acc) + N,
+                    if
+                        Size > MaxBody -> {error, 502, body_too_big};
+                        true ->
+                            case exact(Sock, Rest, N + 2, Timeout) of
+                                {ok, <<Data:N/binary, "\r\n">>, Rest2} ->
+                                    chunks(Sock, Rest2, Timeout, MaxBody, [Data | Acc]);
+                                {ok, _, _} -> {error, 502, bad_response};
+                                Error -> Error
+                            end
+                    end;
+                _ -> {error, 502, bad_response}
+            end;
+        Error -> Error
+    end.
+
+trailers(Sock, Buf, Timeout, Body) ->
+    case line(Sock, Buf, Timeout) of
+        {ok, <<>>, Rest} -> {ok, Body, Rest};
+        {ok, _Trailer, Rest} -> trailers(Sock, Rest, Timeout, Body);
+        Error -> Error
+    end.
+
+line(Sock, Buf, Timeout) ->
+    case binary:split(Buf, <<"\r\n">>) of
+        [Line, Rest] -> {ok, Line, Rest};
+        [_] when byte_size(Buf) > ?MAX_CHUNK_LINE -> {error, 502, head_too_big};
+        [_] ->
+            case recv(Sock, 0, Timeout) of
+                {ok, More} -> line(Sock, <<Buf/binary, More/binary>>, Timeout);
+                {error, timeout} -> {error, 502, timeout};
+                {error, closed} -> {error, 502, truncated};
+                {error, _} -> {error, 502, reset}
+            end
+    end.
+
+keep_alive(Version, Headers) ->
+    Conn = [string:lowercase(string:trim(T))
+            || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
+    case Version of
+        {1, 0} -> lists:member(<<"keep-alive">>, Conn);
+        _ -> not lists:member(<<"close">>, Conn)
+    end.
+
+header(Name, Headers) ->
+    case lists:keyfind(Name, 1, Headers) of
+        {_, V} -> V;
+        false -> undefined
+    end.
+
+values(Name, Headers) -> [V || {N, V} <- Headers, N =:= Name].
+
+%% @doc "http://host:port[/prefix]" as {Host, Port, Prefix} (the prefix without a trailing slash).
+-spec upstream(iodata()) -> {binary(), inet:port_number(), binary()}.
+upstream(To) ->
+    #{host := Host} = U = uri_string:parse(iolist_to_binary(To)),
+    Port = maps:get(port, U, 80),
+    Prefix = string:trim(maps:get(path, U, <<>>), trailing, "/"),
+    {iolist_to_binary(Host), Port, iolist_to_binary(Prefix)}.
+
+authority(Host, 80) -> Host;
+authority(Host, Port) ->
+    H = case binary:match(Host, <<":">>) of
+            nomatch -> Host;
+            _ -> <<"[", Host/binary, "]">>
+        end,
+    <<H/binary, ":", (integer_to_binary(Port))/binary>>.
+
+%% @doc The request head sent upstream: the method and target as received, `host' set to the
+%% upstream's authority, the client's headers without hop-by-hop ones and without `host', then
+%% the x-forwarded-* fields, and the body's framing (the body is read whole, so content-length).
+-spec request_head(req(), #{authority := binary(), tls := boolean()}) -> iodata().
+request_head(Req = #{method := Method, target := Target, headers := Headers, body := Body},
+             #{authority := Authority, tls := Tls}) ->
+    Len = iolist_size(Body),
+    Framing = case {Len, Method} of
+                  {0, M} when M =:= <<"GET">>; M =:= <<"HEAD">>; M =:= <<"DELETE">>;
+                              M =:= <<"OPTIONS">>; M =:= <<"TRACE">> -> [];
+                  _ -> [<<"content-length: ">>, integer_to_binary(Len), <<"\r\n">>]
+              end,
+    [Method, $\s, Target, <<" HTTP/1.1\r\nhost: ">>, Authority, <<"\r\n">>,
+     [[N, <<": ">>, V, <<"\r\n">>] || {N, V} <- forwarded_headers(Headers, Req, Tls)],
+     Framing, <<"\r\n">>].
+
+%% @doc The client's headers as forwarded: hop-by-hop ones (RFC 9110 7.6.1, and those its
+%% `connection' names), `host', `content-length' and `expect' dropped; then x-forwarded-for,
+%% x-forwarded-proto and x-forwarded-host.
+-spec forwarded_headers([{binary(), binary()}], map(), boolean()) -> [{binary(), binary()}].
+forwarded_headers(Headers, Req, Tls) ->
+    Named = [string:lowercase(string:trim(T))
+             || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
+    Drop = [<<"host">>, <<"content-length">>, <<"expect">> | hop_by_hop()] ++ Named,
+    Host = case header(<<"host">>, Headers) of
+               undefined -> maps:get(host, Req, <<>>);
+               H -> H
+           end,
+    [{N, V} || {N, V} <- Headers, not lists:member(N, Drop)]
+        ++ [{<<"x-forwarded-for">>, maps:get(peer, Req)},
+            {<<"x-forwarded-proto">>, case Tls of true -> <<"https">>; false -> <<"http">> end},
+            {<<"x-forwarded-host">>, Host}].
+
+%% @doc The upstream's header fields as answered on: without hop-by-hop ones and without `date',
+%% `content-length' and `transfer-encoding' (the engine writes its own).
+-spec answer_headers([{binary(), binary()}]) -> [{binary(), binary()}].
+answer_headers(Headers) ->
+    Named = [string:lowercase(string:trim(T))
+             || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
+    Drop = [<<"date">>, <<"content-length">> | hop_by_hop()] ++ Named,
+    [{N, V} || {N, V} <- Headers, not lists:member(N, Drop)].
+
+hop_by_hop() ->
+    [<<"connection">>, <<"keep-alive">>, <<"proxy-connection">>, <<"te">>, <<"trailer">>,
+     <<"transfer-encoding">>, <<"upgrade">>].
+
+%% @doc What a 502 or 504 body says of a failure (the C engine's words).
+-spec why_text(why()) -> binary().
+why_text(refused) -> <<"connection refused">>;
+why_text(reset) -> <<"connection reset">>;
+why_text(timeout) -> <<"timeout">>;
+why_text(bad_response) -> <<"bad response">>;
+why_text(head_too_big) -> <<"response head too big">>;
+why_text(body_too_big) -> <<"response body too big">>;
+why_text(truncated) -> <<"response truncated">>.
