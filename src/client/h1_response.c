@@ -1,12 +1,13 @@
 /* HTTP/1.1 answers: llhttp in response mode, with the limits and framing rules a client needs and llhttp leaves
  * to its user (client.h says what the caller sees).
  *
- * Exact limits with no copy and no scan of our own: llhttp is paused where each bounded section starts (the end
- * of an answer or of a 1xx: a head; the end of a chunked answer's head or of a chunk: a chunk-size line; the
- * last chunk's line: the trailers), so each such section starts where one llhttp_execute starts, and while it
- * is being read llhttp is given at most the bytes left of its budget. A section still incomplete when its
- * budget is spent is over the limit, one that completes within it is not, whatever the reads' sizes. The pause
- * costs one return from llhttp_execute per answer (and per chunk of a chunked one).
+ * Exact limits with no copy and no scan of our own: llhttp reports no positions, so it is paused where a bounded
+ * section starts in the middle of the bytes it was given (an answer after another one or after a 1xx: a head;
+ * the end of a chunked answer's head or of a chunk: a chunk-size line; the last chunk's line: the trailers).
+ * Each section then starts where one llhttp_execute starts, and while it is being read llhttp is given at most
+ * the bytes left of its budget. A section still incomplete when its budget is spent is over the limit, one that
+ * completes within it is not, whatever the reads' sizes. A pause costs one return from llhttp_execute: none for
+ * a read that holds one answer, one per further pipelined answer, and one per chunk of a chunked body.
  *
  * Nothing is decided on a part of a field: llhttp reports a name or a value in pieces when a read ends inside
  * it (and not at all when it meets an error inside it), so a field is counted and checked once its name is
@@ -51,6 +52,7 @@ static int refuse(cb_cres_t *p, int e) {
 /* ---- the fields of a head or a trailer section ---- */
 
 static int gather(cb_cres_t *p, const char *at, size_t n) {
+  if (n == 0) return 0; /* text may be NULL (no head buffer) */
   if (n > p->text_cap - p->text_len) return refuse(p, CB_CRES_E_HEAD_TOO_BIG);
   memcpy(p->text + p->text_len, at, n);
   p->text_len += n;
@@ -116,20 +118,28 @@ static int on_headers_complete(llhttp_t *lp) {
    * read until the close (RFC 9112 6.3) when it has neither a length nor chunked as its last transfer coding
    * (llhttp refuses a content-length beside a transfer-encoding). */
   int skip = (status == 204) | (status == 304) | (status == 101) | p->head_req;
-  int body = !skip;
-  unsigned framing = flags & (F_CHUNKED | F_CONTENT_LENGTH | F_TRANSFER_ENCODING);
-  int until_close = body & ((framing == 0) | (framing == F_TRANSFER_ENCODING));
-  int keep = (lp->http_major > 0) & (lp->http_minor > 0) ? !(flags & F_CONNECTION_CLOSE)
-                                                          : (flags & F_CONNECTION_KEEP_ALIVE) != 0;
   cb_cres_head_t h;
   h.status = status;
   h.major = lp->http_major;
   h.minor = lp->http_minor;
-  h.chunked = body & ((flags & F_CHUNKED) != 0);
-  h.content_length = (flags & F_CONTENT_LENGTH) ? (int64_t)lp->content_length : -1;
-  h.keep_alive = keep & !until_close & (status != 101); /* after a 101 the connection leaves HTTP/1.1 */
-  h.has_body = until_close | h.chunked | (body & (h.content_length > 0));
-  if (p->lim.max_body && body && h.content_length > 0 && (uint64_t)h.content_length > p->lim.max_body)
+  unsigned framing = flags & (F_CHUNKED | F_CONTENT_LENGTH | F_TRANSFER_ENCODING | F_CONNECTION_CLOSE);
+  if (!skip && framing == F_CONTENT_LENGTH && h.major == 1 && h.minor == 1) {
+    /* The usual answer (HTTP/1.1 with a content-length, no connection: close) in a few instructions. */
+    h.content_length = (int64_t)lp->content_length;
+    h.chunked = 0;
+    h.keep_alive = 1;
+    h.has_body = h.content_length > 0;
+  } else {
+    int body = !skip;
+    framing &= ~(unsigned)F_CONNECTION_CLOSE;
+    int until_close = body & ((framing == 0) | (framing == F_TRANSFER_ENCODING));
+    int keep = (h.major > 0) & (h.minor > 0) ? !(flags & F_CONNECTION_CLOSE) : (flags & F_CONNECTION_KEEP_ALIVE) != 0;
+    h.chunked = body & ((flags & F_CHUNKED) != 0);
+    h.content_length = (flags & F_CONTENT_LENGTH) ? (int64_t)lp->content_length : -1;
+    h.keep_alive = keep & !until_close & (status != 101); /* after a 101 the connection leaves HTTP/1.1 */
+    h.has_body = until_close | h.chunked | (body & (h.content_length > 0));
+  }
+  if (p->lim.max_body && h.has_body && h.content_length > 0 && (uint64_t)h.content_length > p->lim.max_body)
     return refuse(p, CB_CRES_E_BODY_TOO_BIG);
   h.headers = p->fields;
   h.nheaders = p->nfields;
