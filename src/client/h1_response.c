@@ -133,7 +133,7 @@ static int on_headers_complete(llhttp_t *lp) {
     int body = !skip;
     framing &= ~(unsigned)F_CONNECTION_CLOSE;
     int until_close = body & ((framing == 0) | (framing == F_TRANSFER_ENCODING));
-    int keep = (h.major > 0) & (h.minor > 0) ? !(flags & F_CONNECTION_CLOSE) : (flags & F_CONNECTION_KEEP_ALIVE) != 0;
+    int keep = h.major > 0 && h.minor > 0 ? !(flags & F_CONNECTION_CLOSE) : (flags & F_CONNECTION_KEEP_ALIVE) != 0;
     h.chunked = body & ((flags & F_CHUNKED) != 0);
     h.content_length = (flags & F_CONTENT_LENGTH) ? (int64_t)lp->content_length : -1;
     h.keep_alive = keep & !until_close & (status != 101); /* after a 101 the connection leaves HTTP/1.1 */
