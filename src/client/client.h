@@ -55,9 +55,10 @@ typedef struct {
 
 typedef struct {
   /* Bytes of one head: from the status line's first byte to the end of the empty line (empty lines before a
-   * status line are skipped, not counted), each 1xx head counted alone; the trailer section of a chunked body
-   * (after the last chunk's line) has its own budget of the same size, and so have one chunk's extensions.
-   * Over it: CB_CRES_E_HEAD_TOO_BIG. 0: CB_CRES_MAX_HEAD_DEFAULT. */
+   * status line are skipped, not counted), each 1xx head counted alone. A chunked body's chunk-size lines
+   * (with their extensions and line end) and its trailer section (after the last chunk's line, to the end of
+   * the empty line) have each a budget of the same size. Over it: CB_CRES_E_HEAD_TOO_BIG.
+   * 0: CB_CRES_MAX_HEAD_DEFAULT. */
   size_t max_head;
   /* De-chunked body bytes of one answer; over it: CB_CRES_E_BODY_TOO_BIG (a content-length above it before
    * on_head; otherwise on_body has had exactly max_body bytes). 0: no limit. */
@@ -98,16 +99,16 @@ typedef struct cb_cres_s {
   char *text;         /* names' and values' bytes, after the entries */
   size_t text_cap, text_len;
   int nfields;
-  int name_open;      /* the last byte gathered belongs to the name being read (1) or to a value (0) */
+  int name_open;      /* a name is being read (its bytes from name_off in text) */
+  size_t name_off;
   int err;            /* a limit's error, set by a callback that stopped llhttp */
   int cb_ret;         /* a caller's callback's negative value */
-  uint64_t body_bytes;
-  size_t head_bytes;  /* bytes of the current head or trailer section parsed so far */
-  size_t ext_bytes;   /* bytes of the current chunk's extensions */
+  uint64_t body_bytes; /* of the current answer, counted when max_body is set */
+  size_t head_bytes;  /* bytes of the current bounded section (head, chunk-size line, trailers) parsed so far */
   uint8_t phase;      /* private: where in an answer the parser is */
   uint8_t head_req;   /* the answers are to HEAD requests: no body (cb_cres_expect) */
   uint8_t final_seen; /* on_head was called for the current answer */
-  uint8_t stopped;    /* a callback stopped the parser or an error was returned: reset before feeding again */
+  uint8_t keep_alive; /* the current answer's head allows another request after it (2: ask llhttp) */
 } cb_cres_t;
 
 /* Sets the parser up for a new connection. cb is kept (static storage), lim is copied. headbuf/headcap: where
