@@ -3,16 +3,23 @@
 # installed (h2o, nginx) and, over HTTP/1.1, against the floor (bench/floor.c, a bare epoll loop).
 #
 #   bench/ab.sh [--proto h1|h2c|both] [--runs R] [--seconds S] [--warmup S] [--conns C] [--peers LIST]
+#               [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log]
 #
-# For each pair and each of R rounds, A (cbench-server) then B, B then A in the next round (the order
-# alternates, so a machine that slows down or speeds up during the run moves both sides alike): the server is
-# started fresh, pinned to CPU 0; h2load (one thread, pinned to CPU 1) runs C connections (10 streams each over
+# For each pair and each of R rounds, A (cbench-server) then B, B then A in the next round (--order alternate,
+# the default: a machine that slows down or speeds up during the run moves both sides alike; ab and ba keep one
+# order in every round, to see whether the order matters): the server is pinned to CPU 0 and, with --servers
+# fresh (the default), started for the run and stopped after it; with --servers kept both servers of the pair
+# are started once, before the first round, and kept running (the other one idle) until the pair's last round,
+# as a harness that keeps its servers across rounds does (issue 28: the two ways gave different ratios; see
+# docs/bench.md); h2load (one thread, pinned to CPU 1) runs C connections (10 streams each over
 # h2c) for S seconds after a warm-up of W seconds (h2load's --warm-up-time: the warm-up is not counted); the
 # server's CPU time (user + system, every process of its process group, every thread: /proc/PID/stat of each)
 # is read when the measured window starts and when h2load ends, and divided by the requests h2load counted.
 # The ratio A/B is taken per round, and the median of the R ratios is reported (and each run's figures).
 # Defaults: h1 and h2c, 5 rounds, 10 s after 3 s, 50 connections, peers h2o,nginx,floor. A peer that is not
-# installed is named and skipped. Results: stdout and bench/results/ab-<time>.txt.
+# installed is named and skipped. --h2o-access-log gives h2o an access log (a file in the work folder), which
+# the peers otherwise have not (nginx: access_log off; h2o: no access-log directive), to measure what one costs.
+# Results: stdout and bench/results/ab-<time>.txt.
 set -euo pipefail
 ME=bench/ab.sh
 # shellcheck source=bench/lib.sh
@@ -26,11 +33,16 @@ SECS=10
 WARM=3
 CONNS=50
 PEERS=h2o,nginx,floor
+SERVERS=fresh
+ORDER=alternate
+H2O_LOG=0
 usage() {
   echo "usage: bench/ab.sh [--proto h1|h2c|both] [--runs R] [--seconds S] [--warmup S] [--conns C] [--peers h2o,nginx,floor]" >&2
+  echo "                   [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || [ "$1" = --h2o-access-log ] || usage
   case $1 in
     --proto) case $2 in h1|h2c) PROTOS=("$2") ;; both) PROTOS=(h1 h2c) ;; *) usage ;; esac; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
@@ -38,6 +50,9 @@ while [ $# -gt 0 ]; do
     --warmup) WARM=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
     --peers) PEERS=$2; shift 2 ;;
+    --servers) case $2 in fresh|kept) SERVERS=$2 ;; *) usage ;; esac; shift 2 ;;
+    --order) case $2 in alternate|ab|ba) ORDER=$2 ;; *) usage ;; esac; shift 2 ;;
+    --h2o-access-log) H2O_LOG=1; shift ;;
     *) usage ;;
   esac
 done
@@ -51,8 +66,13 @@ HZ=$(getconf CLK_TCK)
 
 work=$(mktemp -d)
 spid=
+# With --servers kept: the process group and port of each running server of the pair, by name.
+declare -A KEPT_PID KEPT_PORT
 cleanup() {
-  if [ -n "$spid" ]; then kill -TERM -- "-$spid" 2>/dev/null || true; sleep 0.2; kill -KILL -- "-$spid" 2>/dev/null || true; fi
+  local p
+  for p in $spid "${KEPT_PID[@]}"; do
+    kill -TERM -- "-$p" 2>/dev/null || true; sleep 0.2; kill -KILL -- "-$p" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -83,8 +103,11 @@ CONF
       printf 'Hello, Joe!' >"$work/h2o/doc/hello"
       local user=""
       [ "$(id -u)" = 0 ] && user="user: nobody"
+      local log=""
+      [ "$H2O_LOG" = 1 ] && log="access-log: $work/h2o/access.log"
       cat >"$work/h2o/h2o.conf" <<CONF
 $user
+$log
 num-threads: 1
 error-log: $work/h2o/error.log
 listen: {host: 127.0.0.1, port: $PORT}
@@ -107,13 +130,31 @@ stop() {
   spid=
 }
 
+# up NAME PROTO: sets spid and PORT to a running NAME: started now (--servers fresh), or the one kept since the
+# pair's first round (--servers kept). down: stops it unless it is kept.
+up() {
+  if [ "$SERVERS" = kept ] && [ -n "${KEPT_PID[$1]:-}" ]; then
+    spid=${KEPT_PID[$1]} PORT=${KEPT_PORT[$1]}
+    return
+  fi
+  start "$1" "$2"
+  if [ "$SERVERS" = kept ]; then KEPT_PID[$1]=$spid KEPT_PORT[$1]=$PORT; fi
+}
+down() { if [ "$SERVERS" = kept ]; then spid=; else stop; fi; }
+
+# stop_kept: at the end of a pair, stops the servers kept through its rounds.
+stop_kept() {
+  local n
+  for n in "${!KEPT_PID[@]}"; do stop_group "${KEPT_PID[$n]}"; unset "KEPT_PID[$n]" "KEPT_PORT[$n]"; done
+}
+
 ticks() { group_ticks "$spid"; }
 
 # measure NAME PROTO: one run; prints "us_per_request requests".
 measure() {
   local name=$1 proto=$2 args=(-t 1 -c "$CONNS" -D "$SECS" --warm-up-time "$WARM")
   if [ "$proto" = h1 ]; then args+=(--h1 -m 1); else args+=(-m 10); fi
-  start "$name" "$proto"
+  up "$name" "$proto"
   taskset -c "$LCPU" h2load "${args[@]}" "http://127.0.0.1:$PORT/hello" >"$work/h2load.out" 2>&1 &
   local lpid=$!
   sleep "$WARM"
@@ -122,7 +163,7 @@ measure() {
   wait "$lpid" || true
   local t1
   t1=$(ticks)
-  stop
+  down
   local ok failed
   ok=$(sed -n 's/^requests: .* \([0-9]*\) succeeded, \([0-9]*\) failed.*/\1/p' "$work/h2load.out")
   failed=$(sed -n 's/^requests: .* \([0-9]*\) succeeded, \([0-9]*\) failed.*/\2/p' "$work/h2load.out")
@@ -140,6 +181,7 @@ out="bench/results/ab-$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
   echo "bench/ab.sh: server CPU per request (us), cbench-server (A) vs peer (B), interleaved A B / B A rounds"
   echo "server: 1 thread on CPU $SCPU; h2load -t 1 -c $CONNS (-m 10 on h2c) on CPU $LCPU; $SECS s after $WARM s warm-up; $RUNS rounds"
+  echo "servers: $SERVERS (fresh: started for each run; kept: started once per pair); order: $ORDER; h2o access log: $([ "$H2O_LOG" = 1 ] && echo on || echo off)"
   echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
   echo
   echo "| protocol | peer | cbench us/req (median) | peer us/req (median) | ratio A/B (median of rounds) | ratios per round |"
@@ -155,8 +197,10 @@ for proto in "${PROTOS[@]}"; do
       *) echo "bench/ab.sh: unknown peer $peer" >&2; exit 2 ;;
     esac
     as=() bs=() rs=()
+    # measure runs in a subshell ($(...)), so kept servers are started here, in this shell, where they stay.
+    if [ "$SERVERS" = kept ]; then up cbench "$proto"; up "$peer" "$proto"; spid=; fi
     for r in $(seq 1 "$RUNS"); do
-      if [ $((r % 2)) = 1 ]; then
+      if [ "$ORDER" = ab ] || { [ "$ORDER" = alternate ] && [ $((r % 2)) = 1 ]; }; then
         a=$(measure cbench "$proto"); b=$(measure "$peer" "$proto")
       else
         b=$(measure "$peer" "$proto"); a=$(measure cbench "$proto")
@@ -166,6 +210,7 @@ for proto in "${PROTOS[@]}"; do
       rs+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')")
       echo "  $proto $peer round $r: cbench $a us/req, $peer $b us/req, ratio ${rs[-1]}" >&2
     done
+    stop_kept
     ma=$(printf '%s\n' "${as[@]}" | median)
     mb=$(printf '%s\n' "${bs[@]}" | median)
     mr=$(printf '%s\n' "${rs[@]}" | median)

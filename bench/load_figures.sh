@@ -1,10 +1,13 @@
 #!/bin/bash
-# The figures of issue 10 in one run (make bench-load): cbench-load against h2load and wrk on cbench-server
-# /hello, server on one CPU and the load generator on another.
+# The figures of issues 10 and 28 in one run (make bench-load): cbench-load against the client floor, wrk and
+# h2load on cbench-server /hello, server on one CPU and the load generator on another.
 #
 #   1. client CPU per request (user + system time of the load generator's process over the requests it got
-#      answered) and closed-loop req/s, cbench-load vs h2load, HTTP/1.1 (50 connections) and h2c (50 x 10
-#      streams); RUNS runs each, alternating, medians reported;
+#      answered, /usr/bin/time for every tool alike) and closed-loop req/s, 50 connections, one thread each:
+#      over HTTP/1.1 the client floor (bench/floor_client.c, the least a generator can do), wrk, h2load and
+#      cbench-load; over h2c (50 x 10 streams) h2load and cbench-load. RUNS rounds, each running every tool of
+#      the protocol once (the order rotates by one tool per round, so no tool always runs first); medians, and
+#      the ratios issue 28's goals name (cbench-load / floor, / wrk, / h2load);
 #   2. wrk's closed-loop p50 at low concurrency (1 thread, 10 connections), and cbench-load's open-loop p50
 #      (corrected and uncorrected) at 25% of the best closed-loop peak, 50 connections; RUNS runs, medians.
 #
@@ -21,7 +24,8 @@ OUT=${OUT:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)-load}
 for t in h2load wrk taskset /usr/bin/time; do
   command -v "$t" >/dev/null || { echo "bench-load: $t is missing (scripts/deps.sh)" >&2; exit 2; }
 done
-[ -x build/cbench-load ] && [ -x build/cbench-server ] || { echo "bench-load: run make load lib first" >&2; exit 2; }
+[ -x build/cbench-load ] && [ -x build/cbench-server ] && [ -x build/bench-floor-client ] \
+  || { echo "bench-load: run make load build/cbench-server build/bench-floor-client first" >&2; exit 2; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/cbench-bench-load.XXXXXX")
 SPID=""
 cleanup() {
@@ -50,27 +54,48 @@ cputime() {
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /ms$/) n *= 1000; else if (v ~ /[^u]s$/) n *= 1000000; printf "%.1f", n}'; }
 
-declare -A RPS CPU
+# run_tool TOOL PROTO: one closed-loop run of DUR s; appends its req/s to $WORK/TOOL-PROTO.rps and its client
+# CPU per request (us) to $WORK/TOOL-PROTO.cpu. A run that got nothing answered stops the script with its output.
+run_tool() {
+  local tool=$1 proto=$2 c rps n
+  case $tool-$proto in
+    floor-h1) c=$(cputime build/bench-floor-client "$PORT" 50 "$DUR" /hello)
+      rps=$(awk '$1 == "rate" {print $2}' "$WORK/out"); n=$(awk '$1 == "requests" {print $2}' "$WORK/out") ;;
+    wrk-h1) c=$(cputime wrk -t 1 -c 50 -d "$DUR" "$URL")
+      rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' "$WORK/out"); n=$(awk '/ requests in / {print $1}' "$WORK/out") ;;
+    h2load-h1 | h2load-h2c)
+      if [ "$proto" = h1 ]; then c=$(cputime h2load -t 1 --h1 -c 50 -m 1 -D "$DUR" "$URL")
+      else c=$(cputime h2load -t 1 -c 50 -m 10 -D "$DUR" "$URL"); fi
+      rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$WORK/out"); n=$(awk '/^requests:/ {print $8}' "$WORK/out") ;;
+    cbl-h1 | cbl-h2c)
+      if [ "$proto" = h1 ]; then c=$(cputime build/cbench-load -t 1 -p h1 -c 50 -m 1 -d "$DUR" "$URL")
+      else c=$(cputime build/cbench-load -t 1 -p h2c -c 50 -m 10 -d "$DUR" "$URL"); fi
+      rps=$(awk '/^  rate/ {print $2}' "$WORK/out"); n=$(awk '/^  requests/ {print $4}' "$WORK/out") ;;
+  esac
+  if ! [[ "${n:-}" =~ ^[0-9]+$ ]] || [ "$n" = 0 ]; then
+    cat "$WORK/out" >&2
+    echo "bench-load: $tool over $proto answered no request" >&2
+    exit 1
+  fi
+  echo "$rps" >>"$WORK/$tool-$proto.rps"
+  awk -v c="$c" -v n="$n" 'BEGIN {printf "%.3f\n", c * 1e6 / n}' >>"$WORK/$tool-$proto.cpu"
+  echo "bench-load: $proto $tool run $run: $rps req/s, $(tail -1 "$WORK/$tool-$proto.cpu") us CPU/req"
+}
+
+declare -A RPS CPU NAME=([floor]=floor [wrk]=wrk [h2load]=h2load [cbl]=cbench-load)
+TOOLS_h1=(floor wrk h2load cbl)
+TOOLS_h2c=(h2load cbl)
 for proto in h1 h2c; do
-  if [ "$proto" = h1 ]; then H2=(--h1 -c 50 -m 1); CL=(-p h1 -c 50 -m 1); else H2=(-p h2c -c 50 -m 10); CL=(-p h2c -c 50 -m 10); fi
+  declare -n tools="TOOLS_$proto"
   for run in $(seq 1 "$RUNS"); do
-    c=$(cputime h2load -t 1 "${H2[@]}" -D "$DUR" "$URL")
-    rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' "$WORK/out")
-    n=$(awk '/^requests:/ {print $8}' "$WORK/out")
-    echo "$rps" >>"$WORK/h2load-$proto.rps"
-    awk -v c="$c" -v n="$n" 'BEGIN {printf "%.3f\n", c * 1e6 / n}' >>"$WORK/h2load-$proto.cpu"
-    echo "bench-load: $proto h2load run $run: $rps req/s, $(tail -1 "$WORK/h2load-$proto.cpu") us CPU/req"
-    c=$(cputime build/cbench-load -t 1 "${CL[@]}" -d "$DUR" "$URL")
-    rps=$(awk '/^  rate/ {print $2}' "$WORK/out")
-    n=$(awk '/^  requests/ {print $4}' "$WORK/out")
-    echo "$rps" >>"$WORK/cbl-$proto.rps"
-    awk -v c="$c" -v n="$n" 'BEGIN {printf "%.3f\n", c * 1e6 / n}' >>"$WORK/cbl-$proto.cpu"
-    echo "bench-load: $proto cbench-load run $run: $rps req/s, $(tail -1 "$WORK/cbl-$proto.cpu") us CPU/req"
+    k=${#tools[@]}
+    for i in $(seq 0 $((k - 1))); do run_tool "${tools[$(((i + run - 1) % k))]}" "$proto"; done
   done
-  for tool in h2load cbl; do
+  for tool in "${tools[@]}"; do
     RPS[$tool-$proto]=$(median <"$WORK/$tool-$proto.rps")
     CPU[$tool-$proto]=$(median <"$WORK/$tool-$proto.cpu")
   done
+  unset -n tools
 done
 
 # Latency: wrk closed loop at low concurrency, cbench-load open loop at 25% of the best h1 peak; RUNS runs each,
@@ -98,17 +123,25 @@ OPEN_ACH=$(median <"$WORK/open.ach")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 mkdir -p "$OUT"
 {
-  echo "# cbench-load against h2load and wrk ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+  echo "# cbench-load against the client floor, wrk and h2load ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
   echo
   echo "cbench-server --threads 1 on CPU $SCPU, \`$URL\`; every load generator on CPU $LCPU with one thread;"
-  echo "$RUNS runs of $DUR s per tool and protocol, alternating, medians. $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')."
+  echo "$RUNS runs of $DUR s per tool and protocol, in rounds of one run per tool (rotating order), medians. $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')."
   echo "Client CPU per request: the load generator's user + system time over the requests answered (lower is better)."
   echo
-  echo "| protocol | h2load req/s | cbench-load req/s | req/s ratio | h2load CPU us/req | cbench-load CPU us/req | CPU ratio |"
-  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  echo "| protocol | load generator | req/s (closed loop) | client CPU us/req | cbench-load's CPU per request / this one's |"
+  echo "| --- | --- | --- | --- | --- |"
   for proto in h1 h2c; do
-    echo "| $proto | ${RPS[h2load-$proto]} | ${RPS[cbl-$proto]} | $(ratio "${RPS[cbl-$proto]}" "${RPS[h2load-$proto]}") | ${CPU[h2load-$proto]} | ${CPU[cbl-$proto]} | $(ratio "${CPU[cbl-$proto]}" "${CPU[h2load-$proto]}") |"
+    declare -n tools="TOOLS_$proto"
+    for tool in "${tools[@]}"; do
+      echo "| $proto | ${NAME[$tool]} | ${RPS[$tool-$proto]} | ${CPU[$tool-$proto]} | $(ratio "${CPU[cbl-$proto]}" "${CPU[$tool-$proto]}") |"
+    done
+    unset -n tools
   done
+  echo
+  echo "Issue 28's goals, client CPU per request: cbench-load / floor $(ratio "${CPU[cbl-h1]}" "${CPU[floor-h1]}") (goal <= 1.2)," \
+    "cbench-load / wrk $(ratio "${CPU[cbl-h1]}" "${CPU[wrk-h1]}") (goal <= 0.6) over HTTP/1.1;" \
+    "cbench-load / h2load $(ratio "${CPU[cbl-h2c]}" "${CPU[h2load-h2c]}") over h2c -m 10 (goal <= 0.5)."
   echo
   echo "Latency at low load: wrk closed loop (1 thread, 10 connections) p50 against cbench-load open loop at 25%"
   echo "of the best HTTP/1.1 peak ($RATE req/s, 50 connections, 1 s warm-up), medians of $RUNS runs:"

@@ -99,7 +99,7 @@ bench-unit: bench-build $(BENCH_TEST_BEAMS)
 	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \
 	  'case eunit:test(cbench_bench_tests) of ok -> halt(0); _ -> halt(1) end.'
 
-bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load
+bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load $(BUILD)/bench-floor-client
 	bench/test/smoke.sh
 
 bench-test: bench-unit bench-smoke
@@ -117,7 +117,13 @@ $(BUILD)/bench-floor: bench/floor.c
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -o $@ $<
 
-bench-floor: $(BUILD)/bench-floor
+# Issue 28: the HTTP/1.1 client floor (bench/floor_client.c), the least a load generator can do per request;
+# bench/load_figures.sh (make bench-load) measures cbench-load, wrk and h2load against it.
+$(BUILD)/bench-floor-client: bench/floor_client.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -o $@ $<
+
+bench-floor: $(BUILD)/bench-floor $(BUILD)/bench-floor-client
 
 # Issue 25: near-miss scoring of 100 stubs for one 404 (bench/near_miss.c, socket-less, the internal library).
 $(BUILD)/bench-near-miss: bench/near_miss.c $(BUILD)/libcbench-internal.a src/testing.h

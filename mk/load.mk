@@ -89,7 +89,7 @@ load-test: load-unit $(BUILD)/cbench-server priv/cbench_load
 bench-build: $(LOAD_BIN)
 
 # The closing figures of issue 10: bench/load_figures.sh (DUR, RUNS, SERVER_CPU, LOAD_CPU, OUT).
-bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server
+bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server $(BUILD)/bench-floor-client
 	bench/load_figures.sh
 
 # The WebSocket reader's wire tests and the same suite against cbench-load built with ASan + UBSan (build/asan, as

@@ -5,7 +5,7 @@
 # that an interrupted run leaves no server behind, that mochiweb and yaws (when
 # installed) answer the cases, that --nodes puts the load on a peer node, and that the TLS
 # benchmark (bench/tls.sh) and the proxy benchmark (bench/proxy.sh) run their cases, naming the peers that
-# are not installed.
+# are not installed, and that the client floor (bench/floor_client.c) counts answers and refuses bad arguments.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -199,4 +199,32 @@ for p in h1 h2c; do
     done
 done
 echo "bench-smoke: bench/proxy.sh measured cbench-server direct and as a proxy over HTTP/1.1 and h2c"
+# 8. The client floor (build/bench-floor-client, bench/floor_client.c): bad arguments exit 2 with the usage line;
+# 1 s against a cbench-server counts answers (more than 0) and prints its CPU time.
+for args in "" "1 1" "0 1 1" "x 1 1" "1 0 1" "1 1 0" "1 1 1 nope" "1 1 1 /a b"; do
+    # shellcheck disable=SC2086
+    build/bench-floor-client $args >"$WORK/fc-bad.out" 2>&1
+    rc=$?
+    [ "$rc" = 2 ] || { cat "$WORK/fc-bad.out"; fail "bench-floor-client $args exited $rc, expected 2"; }
+    grep -q "^usage: bench-floor-client PORT CONNECTIONS SECONDS" "$WORK/fc-bad.out" \
+        || { cat "$WORK/fc-bad.out"; fail "bench-floor-client $args printed no usage line"; }
+done
+build/cbench-server --port 0 --threads 1 >"$WORK/fc-server.out" 2>&1 &
+fc_server=$!
+fc_port=""
+for _ in $(seq 1 50); do
+    fc_port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\) with.*/\1/p' "$WORK/fc-server.out")
+    [ -n "$fc_port" ] && break
+    sleep 0.1
+done
+[ -n "$fc_port" ] || { kill "$fc_server"; cat "$WORK/fc-server.out"; fail "cbench-server did not start for the client floor"; }
+build/bench-floor-client "$fc_port" 4 1 /hello >"$WORK/fc.out" 2>&1
+rc=$?
+kill "$fc_server"
+wait "$fc_server" 2>/dev/null
+[ "$rc" = 0 ] || { cat "$WORK/fc.out"; fail "bench-floor-client against cbench-server exited $rc"; }
+fc_n=$(awk '$1 == "requests" {print $2}' "$WORK/fc.out")
+[ "${fc_n:-0}" -gt 0 ] 2>/dev/null || { cat "$WORK/fc.out"; fail "bench-floor-client counted no answer"; }
+grep -Eq "^cpu_us_per_request [0-9.]+$" "$WORK/fc.out" || { cat "$WORK/fc.out"; fail "bench-floor-client printed no CPU time"; }
+echo "bench-smoke: the client floor counted $fc_n answers in 1 s and refused 8 bad argument lists"
 echo "bench-smoke: passed"
