@@ -17,6 +17,8 @@
 -module(cbench_ehttpd_proxy).
 
 -export([forward/3, upstream/1, request_head/2, forwarded_headers/3, answer_headers/1, why_text/1]).
+%% The pure pieces of forward/3, exported for their unit tests (test/cbench_ehttpd_proxy_tests.erl).
+-ignore_xref([{upstream, 1}, {request_head, 2}, {forwarded_headers, 3}, {answer_headers, 1}]).
 
 -define(MAX_HEAD, 65536).
 -define(MAX_HEADERS, 128).
@@ -334,4 +336,4 @@ why_text(timeout) -> <<"timeout">>;
 why_text(bad_response) -> <<"bad response">>;
 why_text(head_too_big) -> <<"response head too big">>;
 why_text(body_too_big) -> <<"response body too big">>;
-why_text(truncated) -> <<"response truncated">>.
+why_text(truncated) -> <<"connection closed before the answer ended">>.

@@ -62,7 +62,7 @@ test-beam: $(BEAM_PRIV)
 # The EUnit modules of test/ (rebar3 compiles test/ in the test profile): issue 25's features on every engine
 # as a user's EUnit module uses them (test/cbench_features_tests.erl, under a second).
 beam-eunit: $(BEAM_PRIV)
-	$(REBAR3) eunit --module=cbench_features_tests
+	$(REBAR3) eunit --module=cbench_features_tests,cbench_ehttpd_proxy_tests
 
 # The API contract as a property (test/cbench_api_statem.erl), long and with a random seed; `make test` runs
 # the same suite with a fixed seed and PROPER_NUMTESTS's default. PROPER_SEED=A,B,C repeats a run.

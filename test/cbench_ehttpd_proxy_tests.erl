@@ -1,0 +1,50 @@
+%%% @doc The pure parts of the ehttpd engine's proxy (erl/cbench_ehttpd_proxy.erl): the upstream URL,
+%%% the forwarded request head, the fields forwarded either way, and the words of its failures, byte
+%%% for byte (docs/proxy.md, "What is forwarded"). The exchanges themselves are cbench_proxy_SUITE's.
+-module(cbench_ehttpd_proxy_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+upstream_test() ->
+    ?assertEqual({<<"127.0.0.1">>, 8080, <<>>}, cbench_ehttpd_proxy:upstream("http://127.0.0.1:8080")),
+    ?assertEqual({<<"127.0.0.1">>, 8080, <<"/base">>}, cbench_ehttpd_proxy:upstream(<<"http://127.0.0.1:8080/base/">>)),
+    ?assertEqual({<<"example.test">>, 80, <<>>}, cbench_ehttpd_proxy:upstream("http://example.test")).
+
+request_head_test() ->
+    Req = #{method => <<"POST">>, target => <<"/in?a=1">>, body => <<"abc">>, peer => <<"10.0.0.7">>,
+            headers => [{<<"host">>, <<"front.example">>}, {<<"connection">>, <<"keep-alive, x-hop">>},
+                        {<<"x-hop">>, <<"1">>}, {<<"te">>, <<"trailers">>}, {<<"expect">>, <<"100-continue">>},
+                        {<<"content-length">>, <<"3">>}, {<<"x-keep">>, <<"2">>}]},
+    ?assertEqual(<<"POST /in?a=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nx-keep: 2\r\n"
+                   "x-forwarded-for: 10.0.0.7\r\nx-forwarded-proto: https\r\nx-forwarded-host: front.example\r\n"
+                   "content-length: 3\r\n\r\n">>,
+                 iolist_to_binary(cbench_ehttpd_proxy:request_head(Req, #{authority => <<"127.0.0.1:8080">>,
+                                                                          tls => true}))),
+    %% A GET without a body has no content-length.
+    ?assertEqual(<<"GET / HTTP/1.1\r\nhost: up\r\nx-forwarded-for: 1\r\nx-forwarded-proto: http\r\n"
+                   "x-forwarded-host: \r\n\r\n">>,
+                 iolist_to_binary(cbench_ehttpd_proxy:request_head(
+                                    #{method => <<"GET">>, target => <<"/">>, body => <<>>, peer => <<"1">>,
+                                      headers => []}, #{authority => <<"up">>, tls => false}))).
+
+forwarded_headers_test() ->
+    ?assertEqual([{<<"accept">>, <<"*/*">>}, {<<"x-forwarded-for">>, <<"p">>},
+                  {<<"x-forwarded-proto">>, <<"http">>}, {<<"x-forwarded-host">>, <<"h">>}],
+                 cbench_ehttpd_proxy:forwarded_headers([{<<"host">>, <<"h">>}, {<<"accept">>, <<"*/*">>},
+                                                        {<<"upgrade">>, <<"websocket">>}],
+                                                       #{peer => <<"p">>}, false)).
+
+answer_headers_test() ->
+    ?assertEqual([{<<"content-type">>, <<"text/plain">>}, {<<"x-a">>, <<"1">>}],
+                 cbench_ehttpd_proxy:answer_headers([{<<"date">>, <<"x">>}, {<<"content-type">>, <<"text/plain">>},
+                                                     {<<"connection">>, <<"x-b">>}, {<<"x-b">>, <<"2">>},
+                                                     {<<"content-length">>, <<"5">>}, {<<"keep-alive">>, <<"t">>},
+                                                     {<<"transfer-encoding">>, <<"chunked">>},
+                                                     {<<"x-a">>, <<"1">>}])).
+
+why_text_test() ->
+    ?assertEqual([<<"connection refused">>, <<"connection reset">>, <<"timeout">>, <<"bad response">>,
+                  <<"response head too big">>, <<"response body too big">>,
+                  <<"connection closed before the answer ended">>],
+                 [cbench_ehttpd_proxy:why_text(W)
+                  || W <- [refused, reset, timeout, bad_response, head_too_big, body_too_big, truncated]]).
