@@ -3,7 +3,7 @@
 # installed (h2o, nginx) and, over HTTP/1.1, against the floor (bench/floor.c, a bare epoll loop).
 #
 #   bench/ab.sh [--proto h1|h2c|both] [--runs R] [--seconds S] [--warmup S] [--conns C] [--peers LIST]
-#               [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log]
+#               [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log] [--out FILE]
 #
 # For each pair and each of R rounds, A (cbench-server) then B, B then A in the next round (--order alternate,
 # the default: a machine that slows down or speeds up during the run moves both sides alike; ab and ba keep one
@@ -19,7 +19,7 @@
 # Defaults: h1 and h2c, 5 rounds, 10 s after 3 s, 50 connections, peers h2o,nginx,floor. A peer that is not
 # installed is named and skipped. --h2o-access-log gives h2o an access log (a file in the work folder), which
 # the peers otherwise have not (nginx: access_log off; h2o: no access-log directive), to measure what one costs.
-# Results: stdout and bench/results/ab-<time>.txt.
+# Results: stdout and bench/results/ab-<time>.txt (--out FILE: that file instead).
 set -euo pipefail
 ME=bench/ab.sh
 # shellcheck source=bench/lib.sh
@@ -36,9 +36,10 @@ PEERS=h2o,nginx,floor
 SERVERS=fresh
 ORDER=alternate
 H2O_LOG=0
+OUT=
 usage() {
   echo "usage: bench/ab.sh [--proto h1|h2c|both] [--runs R] [--seconds S] [--warmup S] [--conns C] [--peers h2o,nginx,floor]" >&2
-  echo "                   [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log]" >&2
+  echo "                   [--servers fresh|kept] [--order alternate|ab|ba] [--h2o-access-log] [--out FILE]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -53,6 +54,7 @@ while [ $# -gt 0 ]; do
     --servers) case $2 in fresh|kept) SERVERS=$2 ;; *) usage ;; esac; shift 2 ;;
     --order) case $2 in alternate|ab|ba) ORDER=$2 ;; *) usage ;; esac; shift 2 ;;
     --h2o-access-log) H2O_LOG=1; shift ;;
+    --out) OUT=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -176,8 +178,8 @@ measure() {
 
 median() { sort -n | awk '{a[NR] = $1} END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-mkdir -p bench/results
-out="bench/results/ab-$(date -u +%Y%m%dT%H%M%SZ).txt"
+out=${OUT:-bench/results/ab-$(date -u +%Y%m%dT%H%M%SZ).txt}
+mkdir -p "$(dirname "$out")"
 {
   echo "bench/ab.sh: server CPU per request (us), cbench-server (A) vs peer (B), interleaved A B / B A rounds"
   echo "server: 1 thread on CPU $SCPU; h2load -t 1 -c $CONNS (-m 10 on h2c) on CPU $LCPU; $SECS s after $WARM s warm-up; $RUNS rounds"

@@ -15,7 +15,9 @@
 #   make bench-ehttpd-routes  the same three comparisons on the ehttpd engine (bench/ehttpd/routes.sh)
 #   make bench-test         unit tests of parsing and statistics, and a 1 s smoke run
 #   make bench-instr        instructions per request (callgrind) of cbench-server and of the floor (issue 11)
-#   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11)
+#   make bench-ab           interleaved A B A B comparison of server CPU per request against peers (issue 11);
+#                           AB_ARGS='--servers kept' keeps both servers of a pair across rounds (issue 28)
+#   make bench-floor        the server floor (bench/floor.c) and the client floor (bench/floor_client.c, issue 28)
 #   make bench-tls          TLS (issue 24): cbench-server, nginx and h2o with one certificate, hello and echo over
 #                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second, bytes per idle
 #                           TLS connection (bench/tls.sh, bench/tls_idle.py, TLS_ARGS); make bench runs it after

@@ -5,7 +5,8 @@
 # that an interrupted run leaves no server behind, that mochiweb and yaws (when
 # installed) answer the cases, that --nodes puts the load on a peer node, and that the TLS
 # benchmark (bench/tls.sh) and the proxy benchmark (bench/proxy.sh) run their cases, naming the peers that
-# are not installed, and that the client floor (bench/floor_client.c) counts answers and refuses bad arguments.
+# are not installed, that the client floor (bench/floor_client.c) counts answers and refuses bad arguments, and
+# that bench/ab.sh's kept-servers mode runs and stops what it started.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -227,4 +228,28 @@ fc_n=$(awk '$1 == "requests" {print $2}' "$WORK/fc.out")
 [ "${fc_n:-0}" -gt 0 ] 2>/dev/null || { cat "$WORK/fc.out"; fail "bench-floor-client counted no answer"; }
 grep -Eq "^cpu_us_per_request [0-9.]+$" "$WORK/fc.out" || { cat "$WORK/fc.out"; fail "bench-floor-client printed no CPU time"; }
 echo "bench-smoke: the client floor counted $fc_n answers in 1 s and refused 8 bad argument lists"
+# 9. bench/ab.sh's modes (issue 28): a bad --servers or --order exits 2 with the usage; --servers kept against
+# the floor over HTTP/1.1 (2 rounds of 1 s) measures both sides and leaves no server of this tree running.
+for args in "--servers nope" "--order nope" "--runs"; do
+    # shellcheck disable=SC2086
+    bench/ab.sh $args >"$WORK/ab-bad.out" 2>&1
+    rc=$?
+    [ "$rc" = 2 ] && grep -q "^usage: bench/ab.sh" "$WORK/ab-bad.out" \
+        || { cat "$WORK/ab-bad.out"; fail "bench/ab.sh $args exited $rc, expected 2 with the usage"; }
+done
+mine() {  # the cbench-server and bench-floor processes started from this tree (other trees' are not ours)
+    local p
+    for p in $(pgrep -x 'cbench-server|bench-floor'); do
+        [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$ROOT" ] && echo "$p"
+    done
+}
+[ -z "$(mine)" ] || fail "a server of this tree is running before the bench/ab.sh smoke run: $(mine)"
+bench/ab.sh --proto h1 --peers floor --runs 2 --seconds 1 --warmup 1 --servers kept --out "$WORK/ab.txt" \
+    >"$WORK/ab.out" 2>&1 || { cat "$WORK/ab.out"; fail "bench/ab.sh --servers kept exited $?"; }
+grep -q "^servers: kept" "$WORK/ab.txt" || { cat "$WORK/ab.txt"; fail "bench/ab.sh's results do not name the kept mode"; }
+grep -Eq "^\| h1 \| floor \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|" "$WORK/ab.txt" \
+    || { cat "$WORK/ab.txt" "$WORK/ab.out"; fail "bench/ab.sh --servers kept measured no h1 floor row"; }
+sleep 0.2
+[ -z "$(mine)" ] || fail "bench/ab.sh --servers kept left servers running: $(mine)"
+echo "bench-smoke: bench/ab.sh --servers kept measured cbench-server against the floor and stopped both"
 echo "bench-smoke: passed"
