@@ -101,9 +101,11 @@ recv(Sock, N, Timeout) -> gen_tcp:recv(Sock, N, Timeout).
 %% The head: a status line and header fields, framed by decode_packet on the bytes so far.
 answer(Sock, Buf, Head, Timeout, MaxBody) ->
     case head(Sock, Buf, Timeout) of
-        {ok, {Status, Version, Headers}, Rest} when Status >= 100, Status < 200, Status =/= 101 ->
+        {ok, {101, _Version, _Headers}, _Rest} ->
+            %% A switch of protocols: the proxy carries no upgrade (as the C engine's).
+            {error, 502, bad_response};
+        {ok, {Status, _Version, _Headers}, Rest} when Status >= 100, Status < 200 ->
             %% An interim answer (100 Continue, 103 Early Hints): the final one follows.
-            _ = Version, _ = Headers,
             answer(Sock, Rest, Head, Timeout, MaxBody);
         {ok, {Status, Version, Headers}, Rest} ->
             body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody);

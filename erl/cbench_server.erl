@@ -264,7 +264,6 @@ load_stubs_here(S0, File) ->
                     case cbench_stub_json:from_json(Json, filename:dirname(File)) of
                         {error, {bad_stub_json, Where, Why}} ->
                             Bad("~ts: ~ts: ~0p", [File, where(Where), Why]);
-                        {error, E} -> Bad("~ts: ~0p", [File, E]);
                         {ok, Stubs} ->
                             Checked = [{I, cbench_spec:stub(M, R)}
                                        || {I, #{match := M, response := R}}

@@ -77,14 +77,16 @@ refused_502(_Config) ->
 
 %% @doc A raw-socket upstream on every engine: the request it gets (method, target, hop-by-hop
 %% fields gone, host rewritten, the x-forwarded-* fields, the body), then answers that must become
-%% a 502 with its reason (garbage, a head over 64 KiB, a body over max_body_bytes, a close before
-%% the declared length) or a 504 (silence past timeout_ms); each journaled with its reason.
+%% a 502 with its reason (garbage, a 101, a head over 64 KiB, a body over max_body_bytes) or a 504
+%% (silence past timeout_ms); each journaled with its reason.
 hostile_upstream(_Config) ->
     {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}, {reuseaddr, true}]),
     {ok, UpPort} = inet:port(L),
     To = <<"http://127.0.0.1:", (integer_to_binary(UpPort))/binary>>,
     Cases = [{ok, <<"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok">>, 200, none},
              {garbage, <<"SMTP ready\r\n\r\n">>, 502, bad_response},
+             {switch, <<"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\n">>, 502,
+              bad_response},
              {big_head, [<<"HTTP/1.1 200 OK\r\n">>, lists:duplicate(2000, <<"x-pad: 0123456789012345678901234567890123456789\r\n">>), <<"\r\n">>],
               502, head_too_big},
              {big_body, <<"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n">>, 502, body_too_big},
