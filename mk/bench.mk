@@ -101,7 +101,7 @@ bench-unit: bench-build $(BENCH_TEST_BEAMS)
 	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \
 	  'case eunit:test(cbench_bench_tests) of ok -> halt(0); _ -> halt(1) end.'
 
-bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load $(BUILD)/bench-floor-client
+bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load $(BUILD)/bench-floor $(BUILD)/bench-floor-client
 	bench/test/smoke.sh
 
 bench-test: bench-unit bench-smoke

@@ -239,7 +239,8 @@ for args in "--servers nope" "--order nope" "--runs"; do
 done
 mine() {  # the cbench-server and bench-floor processes started from this tree (other trees' are not ours)
     local p
-    for p in $(pgrep -x 'cbench-server|bench-floor'); do
+    # pgrep -x takes a name of at most 15 characters (a longer pattern matches nothing): one call per name.
+    for p in $(pgrep -x cbench-server; pgrep -x bench-floor); do
         [ "$(readlink "/proc/$p/cwd" 2>/dev/null)" = "$ROOT" ] && echo "$p"
     done
 }
