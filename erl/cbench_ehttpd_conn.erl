@@ -431,6 +431,9 @@ request(S, Cfg, Req0 = #req{method = Method, target = Target}) ->
     Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
     bump(Cfg, ?REQUESTS),
     Cfg#cfg.tls =/= false andalso counters:add((Cfg#cfg.tls)#tls.cnt, 2, 1),
+    %% Taken before the answer too: a client that closes as soon as it has the answer can end the
+    %% session before the count after it (the bytes read so far are then counted, not the answer's).
+    Cfg#cfg.tls =/= false andalso tls_octets(S),
     Table = cbench_router:table(Cfg#cfg.table),
     Lookup0 = cbench_router:lookup(Table, Method, Path, Query, Req0#req.headers),
     continue(S, Req0),
@@ -1415,8 +1418,8 @@ journal(Cfg = #cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes)
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0},
     cbench_ehttpd_journal:record(J, Entry).
 
-%% A TLS connection's byte counters after each request: the session process that holds them ends
-%% when the peer closes, before this process can read them (serve/2).
+%% A TLS connection's byte counters before and after each answer: the session process that holds
+%% them ends when the peer closes, before this process can read them (serve/2).
 tls_octets(S) ->
     case ssl:getstat(S, [recv_oct, send_oct]) of
         {ok, [{recv_oct, R}, {send_oct, W}]} -> put(?TLS_OCTETS, {R, W});
