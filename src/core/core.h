@@ -452,6 +452,11 @@ typedef struct {
   int (*file)(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n);
   /* The response is complete. */
   void (*end)(cb__req_t *r);
+  /* Optional: the response is complete, with trailer fields after its body (RFC 9110 6.5): HTTP/1.1 writes them
+   * after a chunked body's last chunk, h2 as a HEADERS block that ends the stream. A response that cannot carry
+   * them (a content-length, HTTP/1.0, HEAD) drops them and ends as end() does; so does a NULL entry (the caller
+   * then calls end()). Valid during the call only; names are lowercased where the protocol needs it. */
+  void (*end_trailers)(cb__req_t *r, const cb__hdr_t *t, int n);
   /* Optional: the whole response f in one step, with the same bytes as head (content length f->len), data and
    * end. NULL: cb__res_fixed() makes those three calls. */
   void (*fixed)(cb__req_t *r, const cb__fixed_t *f);

@@ -274,6 +274,9 @@ struct px_s {
   char *body;
   size_t body_len, body_cap;
   cb__fault_answer_t answer; /* a fault's departure point: the gathered answer */
+  /* The answer's trailer fields (a chunked body's), passed on at its end: one block with their bytes. */
+  cb__hdr_t *trs;
+  int ntrs;
 };
 
 static void pool_close_all(cb__worker_t *w, void *state);
@@ -564,10 +567,28 @@ static int on_body(void *ud, const char *p, size_t n) {
   return 0;
 }
 
+/* The trailer fields of a chunked answer, kept for its end (px_done): hop-by-hop ones and those a stub may not
+ * give (the framing) left out. Kept in one block: the parser's fields live only during this call. */
 static int on_trailers(void *ud, const cb_chdr_t *t, int n) {
-  (void)ud;
-  (void)t;
-  (void)n; /* dropped: the response API carries no trailers (docs/proxy.md) */
+  upc_t *c = ud;
+  px_t *x = c->px;
+  if (x == NULL || x->trs != NULL || n <= 0) return 0;
+  size_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += t[i].name_len + t[i].value_len;
+  cb__hdr_t *trs = malloc((size_t)n * sizeof *trs + bytes);
+  if (trs == NULL) return 0; /* without memory the trailers are dropped, the answer goes on */
+  char *o = (char *)(trs + n);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    if (cb_chdr_hop_by_hop(t[i].name, t[i].name_len, NULL, 0) || cb__forbidden_header(t[i].name, t[i].name_len))
+      continue;
+    memcpy(o, t[i].name, t[i].name_len);
+    memcpy(o + t[i].name_len, t[i].value, t[i].value_len);
+    trs[k++] = (cb__hdr_t){o, t[i].name_len, o + t[i].name_len, t[i].value_len};
+    o += t[i].name_len + t[i].value_len;
+  }
+  x->trs = trs;
+  x->ntrs = k;
   return 0;
 }
 
@@ -635,6 +656,8 @@ static void px_done(px_t *x, int keep) {
     x->answer = (cb__fault_answer_t){x->status, x->hdrs, x->nhdrs, gathered_normal, x->body_len,
                                      x->body_len ? gathered_body : NULL, 3600000};
     cb__fault_start(r, x->p->fault, &x->answer);
+  } else if (x->ntrs > 0 && r->proto->end_trailers != NULL) {
+    r->proto->end_trailers(r, x->trs, x->ntrs); /* as cb__res_end: may release r and free x */
   } else {
     cb__res_end(r); /* may release r (and free x): nothing touches either after it */
   }
@@ -1023,6 +1046,7 @@ static void proxy_free(cb__req_t *r) {
   free(x->hdrs);
   free(x->hbuf);
   free(x->body);
+  free(x->trs);
   free(x);
   r->stub = NULL;
 }

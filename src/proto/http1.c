@@ -1023,6 +1023,26 @@ static int h1_file(cb__req_t *r, int fd, const char *map, uint64_t off, size_t n
   return over_high_water(c);
 }
 
+static void h1_end(cb__req_t *r);
+
+/* The last chunk, then the trailer fields and the empty line, for a chunked body; otherwise they are dropped. */
+static void h1_end_trailers(cb__req_t *r, const cb__hdr_t *t, int n) {
+  h1_t *h = r->stream;
+  if (h->chunked_res && !h->head_only && n > 0) {
+    cb__outq_t *q = &h->c->out;
+    cb__outq_copy(q, "0\r\n", 3);
+    for (int i = 0; i < n; i++) {
+      cb__outq_copy(q, t[i].name, t[i].name_len);
+      cb__outq_copy(q, ": ", 2);
+      cb__outq_copy(q, t[i].value, t[i].value_len);
+      cb__outq_copy(q, "\r\n", 2);
+    }
+    cb__outq_copy(q, "\r\n", 2);
+    h->chunked_res = 0; /* the last chunk is written: h1_end adds none */
+  }
+  h1_end(r);
+}
+
 static void h1_end(cb__req_t *r) {
   h1_t *h = r->stream;
   if (h->chunked_res && !h->head_only) cb__outq_copy(&h->c->out, "0\r\n\r\n", 5);
@@ -1126,7 +1146,7 @@ static void h1_raw(cb__req_t *r, const char *p, size_t n) { cb__outq_copy(&r->co
 
 static const cb__proto_faults_t h1_faults = {.raw = h1_raw};
 
-static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end,
+static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end, .end_trailers = h1_end_trailers,
                                      .fixed = h1_fixed, .abort = h1_abort, .faults = &h1_faults};
 
 /* ---- errors ---- */

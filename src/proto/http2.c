@@ -64,6 +64,8 @@ struct h2s {
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
+  nghttp2_nv *tnv;    /* end_trailers: the trailer block (names lowercased; one block with its bytes), or NULL */
+  size_t ntnv;
   uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
   uint8_t expect_continue; /* the request has `expect: 100-continue` */
   size_t body_held;   /* of the current DATA chunk, bytes the handler copied into pieces */
@@ -209,6 +211,8 @@ static void drop_pieces(h2s_t *s) {
 
 static void stream_free(h2c_t *h, h2s_t *s, int final) {
   if (s->req.handler) cb__req_release(&s->req);
+  free(s->tnv);
+  s->tnv = NULL;
   if (s->rst_after) h->nrst_after--;
   drop_pieces(s);
   if (s->prev) s->prev->next = s->next;
@@ -418,6 +422,42 @@ static void h2_end(cb__req_t *r) {
   }
 }
 
+/* The trailer fields end the stream (a HEADERS block after the body, from the data provider at its end), names
+ * lowercased; the fields a stub may not give either (cb__forbidden_header: the connection-specific ones RFC 9113
+ * 8.2.2 forbids, and the framing) are left out. A response without
+ * a data provider (its head said no body) drops them. */
+static void h2_end_trailers(cb__req_t *r, const cb__hdr_t *t, int n) {
+  h2s_t *s = r->stream;
+  size_t bytes = 0;
+  for (int i = 0; i < n; i++) bytes += t[i].name_len + t[i].value_len;
+  if (s->provider && !s->head_only && n > 0 && s->tnv == NULL &&
+      (s->tnv = malloc((size_t)n * sizeof *s->tnv + bytes)) != NULL) {
+    uint8_t *b = (uint8_t *)(s->tnv + n);
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+      if (cb__forbidden_header(t[i].name, t[i].name_len)) continue;
+      nghttp2_nv *v = &s->tnv[k++];
+      v->name = b;
+      for (size_t j = 0; j < t[i].name_len; j++) {
+        char ch = t[i].name[j];
+        *b++ = (uint8_t)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+      }
+      v->namelen = t[i].name_len;
+      v->value = b;
+      memcpy(b, t[i].value, t[i].value_len);
+      b += t[i].value_len;
+      v->valuelen = t[i].value_len;
+      v->flags = NGHTTP2_NV_FLAG_NONE;
+    }
+    s->ntnv = k;
+    if (k == 0) {
+      free(s->tnv);
+      s->tnv = NULL;
+    }
+  }
+  h2_end(r);
+}
+
 /* An answer that cannot end well: its stream is reset, the connection goes on. */
 static void h2_abort(cb__req_t *r, uint32_t code) {
   h2s_t *s = r->stream;
@@ -427,7 +467,7 @@ static void h2_abort(cb__req_t *r, uint32_t code) {
 
 static const cb__proto_faults_t h2_faults;
 static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h2_file, .end = h2_end,
-                                     .abort = h2_abort, .faults = &h2_faults};
+                                     .end_trailers = h2_end_trailers, .abort = h2_abort, .faults = &h2_faults};
 
 /* ---- the data provider and the send callbacks ---- */
 
@@ -438,7 +478,13 @@ static ssize_t provider_read(nghttp2_session *session, int32_t id, uint8_t *buf,
   (void)ud;
   h2s_t *s = src->ptr;
   ssize_t n = provider_body(s, buf, length, flags);
-  if (n >= 0 && (*flags & NGHTTP2_DATA_FLAG_EOF) && s->trailers) { /* a fault's trailers end the stream */
+  if (n >= 0 && (*flags & NGHTTP2_DATA_FLAG_EOF) && s->tnv != NULL) { /* end_trailers: they end the stream */
+    *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    nghttp2_submit_trailer(session, id, s->tnv, s->ntnv); /* copies the block */
+    free(s->tnv);
+    s->tnv = NULL;
+    s->ntnv = 0;
+  } else if (n >= 0 && (*flags & NGHTTP2_DATA_FLAG_EOF) && s->trailers) { /* a fault's trailers end the stream */
     static const nghttp2_nv trailer[] = {
         {(uint8_t *)"x-trailer", (uint8_t *)"cbench", 9, 6, NGHTTP2_NV_FLAG_NONE}};
     s->trailers = 0;

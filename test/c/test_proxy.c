@@ -713,6 +713,43 @@ TEST(proxy_h2c_failures) {
   raw_stop(&u);
 }
 
+/* A chunked answer's trailer fields go on to the client: after the last chunk over HTTP/1.1, as a HEADERS block
+ * ending the stream over h2c (names lowercased); hop-by-hop and framing fields (here content-length) are left
+ * out, and so is the upstream's `trailer` field from the head. */
+TEST(proxy_trailers_passed_on) {
+  static const char a[] = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-t\r\n\r\n3\r\nabc\r\n"
+                          "0\r\nx-t: 1\r\nX-Up: 2\r\ncontent-length: 9\r\n\r\n";
+  raw_t u;
+  raw_start(&u, RAW_ANSWER_CLOSE, a, sizeof a - 1);
+  char to[64];
+  url_of(to, sizeof to, u.port, "");
+  cb_server_t *px = proxy_to(to, 0, 0);
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  buf_t got = {0};
+  cl_read_close(fd, &got, 10000);
+  mask_dates(got.p, got.len);
+  static const char want[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                             "3\r\nabc\r\n0\r\nx-t: 1\r\nX-Up: 2\r\n\r\n";
+  ASSERT_MEM_EQ(got.p, got.len, want, sizeof want - 1);
+  close(fd);
+  buf_free(&got);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *r = h2_request(cl, 1, "GET", "/x", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->nheaders, 2);
+  ASSERT(r->ended);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, "abc", (size_t)3);
+  static const char tail[] = "x-t: 1\r\nx-up: 2\r\n";
+  ASSERT(r->head.len >= sizeof tail - 1);
+  ASSERT_MEM_EQ(r->head.p + r->head.len - (sizeof tail - 1), sizeof tail - 1, tail, sizeof tail - 1);
+  h2_free(cl);
+  test_stop(px);
+  raw_stop(&u);
+}
+
 /* ---- faults, delay, the journal, the recorder ---- */
 
 /* A fault acts on the proxied answer: reset?at=head sends the upstream's status and headers, then a reset (the
