@@ -41,9 +41,10 @@ ERL_NIF_TERM nif_recorded(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   return t;
 }
 
-/* save_stubs_nif(Resource, Path) -> {ok, N} | {error, {save_failed, Message}}. */
-ERL_NIF_TERM nif_save_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
-  (void)argc;
+/* A call on a stub file: fn(srv, path, msg) as save_stubs and load_stubs make it; {ok, N}, or {error, {Why,
+ * Message}} with the library's message. */
+static ERL_NIF_TERM file_call(ErlNifEnv *env, const ERL_NIF_TERM argv[],
+                              int (*fn)(cb_server_t *, const char *, char *, size_t), const char *why) {
   char path[PATH_MAX], msg[1024];
   if (!get_path(env, argv[1], path, sizeof path)) return enif_make_badarg(env);
   nif_server_t *res;
@@ -51,27 +52,23 @@ ERL_NIF_TERM nif_save_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
   int locked = nif_lock(env, argv[0], &res, &srv);
   if (locked == 0) return enif_make_badarg(env);
   if (locked < 0) return nif_stopped(env);
-  int n = cb_server_save_stubs(srv, path, msg, sizeof msg);
+  int n = fn(srv, path, msg, sizeof msg);
   nif_unlock(res);
-  if (n < 0) return failed(env, "save_failed", msg);
+  if (n < 0) return failed(env, why, msg);
   return enif_make_tuple2(env, atom_ok, enif_make_int(env, n));
+}
+
+/* save_stubs_nif(Resource, Path) -> {ok, N} | {error, {save_failed, Message}}. */
+ERL_NIF_TERM nif_save_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  return file_call(env, argv, cb_server_save_stubs, "save_failed");
 }
 
 /* load_stubs_nif(Resource, Path) -> {ok, N} | {error, {bad_stub_file, Message}}: nothing of a file with an error
  * is added. */
 ERL_NIF_TERM nif_load_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
-  char path[PATH_MAX], msg[1024];
-  if (!get_path(env, argv[1], path, sizeof path)) return enif_make_badarg(env);
-  nif_server_t *res;
-  cb_server_t *srv;
-  int locked = nif_lock(env, argv[0], &res, &srv);
-  if (locked == 0) return enif_make_badarg(env);
-  if (locked < 0) return nif_stopped(env);
-  int n = cb_server_stubs_file(srv, path, msg, sizeof msg);
-  nif_unlock(res);
-  if (n < 0) return failed(env, "bad_stub_file", msg);
-  return enif_make_tuple2(env, atom_ok, enif_make_int(env, n));
+  return file_call(env, argv, cb_server_stubs_file, "bad_stub_file");
 }
 
 /* clear_recorded_nif(Resource) -> ok. */

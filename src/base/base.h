@@ -185,6 +185,9 @@ int cb__header_name_why(const char *p, size_t n);
 int cb__header_value_why(const char *p, size_t n);
 /* A route's name: 0, or UV_EINVAL with the detail filled. {NULL, 0} is good (the default name). */
 int cb__check_name(cb_str_t name);
+/* Percent-decodes src (and '+' as a space) into dst, which has room for n bytes (dst may be src): the length.
+ * The one decoding of a query: the route's matchers and the recorder's keys (kinds/record.c) agree by it. */
+size_t cb__url_decode(char *dst, const char *src, size_t n);
 /* Whether a response header name is one the engine writes itself (content-length...). */
 int cb__forbidden_header(const char *name, size_t n);
 

@@ -80,6 +80,28 @@ int cb__header_name_why(const char *p, size_t n) {
   return cb__is_token(p, n) ? 0 : CB_WHY_NOT_A_TOKEN;
 }
 
+static int hexval(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+size_t cb__url_decode(char *dst, const char *src, size_t n) {
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (src[i] == '+') {
+      dst[o++] = ' ';
+    } else if (src[i] == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
+      dst[o++] = (char)(hexval(src[i + 1]) << 4 | hexval(src[i + 2]));
+      i += 2;
+    } else {
+      dst[o++] = src[i];
+    }
+  }
+  return o;
+}
+
 int cb__forbidden_header(const char *name, size_t n) {
   static const char *const names[] = {"content-length", "transfer-encoding", "connection", "keep-alive",
                                       "upgrade", "te", "proxy-connection", "date"};

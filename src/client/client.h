@@ -163,4 +163,8 @@ ssize_t cb_creq_head(char *buf, size_t cap, const cb_creq_t *r);
  * field, several joined with ','; NULL/0 when none). Names compare without case. */
 int cb_chdr_hop_by_hop(const char *name, size_t len, const char *connection_value, size_t cv_len);
 
+/* RFC 9110 token characters (1 for each byte a field name may hold): the answer parser's, and the engine's
+ * HTTP/1.1 request parser's (proto/http1.c), one table for both directions. */
+extern const uint8_t cb_ctoken[256];
+
 #endif

@@ -30,8 +30,8 @@ enum { PH_IDLE, PH_INTERIM, PH_HEAD, PH_CHUNKLINE, PH_TRAILER, PH_BODY, PH_CLOSE
 
 #define P(lp) ((cb_cres_t *)(lp))
 
-/* RFC 9110 token characters: what a field name may hold (llhttp 8.1 lets spaces through in names). */
-static const uint8_t tchar[256] = {
+/* RFC 9110 token characters (client.h): what a field name may hold (llhttp 8.1 lets spaces through in names). */
+const uint8_t cb_ctoken[256] = {
     ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1,
     ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
     ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
@@ -66,7 +66,7 @@ static int on_header_field(llhttp_t *lp, const char *at, size_t n) {
     p->name_off = p->text_len;
   }
   for (size_t i = 0; i < n; i++)
-    if (!tchar[(uint8_t)at[i]]) return refuse(p, CB_CRES_E_BAD);
+    if (!cb_ctoken[(uint8_t)at[i]]) return refuse(p, CB_CRES_E_BAD);
   return gather(p, at, n);
 }
 

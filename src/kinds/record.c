@@ -155,28 +155,6 @@ static int literal_path(const char *p, size_t n) {
   return 1;
 }
 
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
-
-/* Percent-decodes src (and '+' as space) into dst, as the route's query matcher decodes the request. */
-static size_t url_decode(char *dst, const char *src, size_t n) {
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (src[i] == '+') {
-      dst[o++] = ' ';
-    } else if (src[i] == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
-      dst[o++] = (char)(hexval(src[i + 1]) << 4 | hexval(src[i + 2]));
-      i += 2;
-    } else {
-      dst[o++] = src[i];
-    }
-  }
-  return o;
-}
 
 static int same_name(const char *a, size_t an, const char *b, size_t bn) {
   if (an != bn) return 0;
@@ -318,10 +296,10 @@ int cb__record_exchange(cb_server_t *srv, const cb__exchange_t *x) {
     const char *eq = memchr(p, '=', (size_t)(pe - p)), *ne = eq ? eq : pe, *v = eq ? eq + 1 : pe;
     qpair_t pr;
     pr.name = dec + dlen;
-    pr.name_len = url_decode(dec + dlen, p, (size_t)(ne - p));
+    pr.name_len = cb__url_decode(dec + dlen, p, (size_t)(ne - p));
     dlen += pr.name_len;
     pr.value = dec + dlen;
-    pr.value_len = url_decode(dec + dlen, v, (size_t)(pe - v));
+    pr.value_len = cb__url_decode(dec + dlen, v, (size_t)(pe - v));
     dlen += pr.value_len;
     p = pe + 1;
     if (pr.name_len == 0) continue; /* "?&" or "?=x": no name for a matcher to give */

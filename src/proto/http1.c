@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/client.h" /* cb_ctoken: RFC 9110 token characters */
 #include "proto/proto.h"
 #include "llhttp.h"
 
@@ -281,19 +282,6 @@ static size_t path_length(const char *url, size_t n) {
   return q ? (size_t)(q - url) : n;
 }
 
-/* RFC 9110 token characters: what a field name may hold (llhttp 8.1 lets spaces through in names). A table,
- * because every byte of every header name passes here. */
-static const uint8_t tchar[256] = {
-    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1, ['-'] = 1,
-    ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
-    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1, ['9'] = 1,
-    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
-    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
-    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
-    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
-    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
-    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
-};
 
 /* ---- the request line: method and version ----
  * Methods: GET, HEAD and POST are routed; the other methods of RFC 9110 and PATCH are known (405 on a
@@ -346,7 +334,7 @@ static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
  * has arrived yet. */
 static int unknown_method_line(const char *p, const char *end) {
   static const char form[] = " HTTP/d.d\r\n";
-  while (p < end && tchar[(unsigned char)*p]) p++;
+  while (p < end && cb_ctoken[(unsigned char)*p]) p++;
   if (p == end) return -1;
   if (*p++ != ' ') return 0;
   const char *t = p;
@@ -375,7 +363,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n) {
   /* Strict mode refuses every byte of a name (head and trailers) that is not a token character (its table is
    * RFC 9110's tchar, proto_header_name_bytes); without it llhttp 8.1 lets spaces through. */
   for (size_t i = 0; i < n; i++)
-    if (!tchar[(unsigned char)at[i]]) return -1; /* 400 */
+    if (!cb_ctoken[(unsigned char)at[i]]) return -1; /* 400 */
 #endif
   if (!h->in_head) { /* a trailer: only remember that the name is not empty */
     h->keep_cur = 2;
@@ -1258,7 +1246,7 @@ static void decide_unknown_method(h1_t *h) {
 static int unknown_method(h1_t *h, const char *pos, const char *start, const char *end) {
   char before = pos > start ? pos[-1] : h->last_byte;
   int taken = (before >= 'A' && before <= 'Z') || before == '-';
-  if (!taken && (pos == end || !tchar[(unsigned char)*pos])) { /* an empty method */
+  if (!taken && (pos == end || !cb_ctoken[(unsigned char)*pos])) { /* an empty method */
     send_error(h, 400);
     return 0;
   }

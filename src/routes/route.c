@@ -16,29 +16,6 @@ static char *dup_bytes(const char *p, size_t n) {
   return d;
 }
 
-static int hexval(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
-
-/* Percent-decodes src (and '+' as space) into dst, which has room for n bytes. Returns the length. */
-static size_t url_decode(char *dst, const char *src, size_t n) {
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (src[i] == '+') {
-      dst[o++] = ' ';
-    } else if (src[i] == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
-      dst[o++] = (char)(hexval(src[i + 1]) << 4 | hexval(src[i + 2]));
-      i += 2;
-    } else {
-      dst[o++] = src[i];
-    }
-  }
-  return o;
-}
-
 static int compile_matchers(const cb_matcher_t *in, size_t n, int header, cb__matcher_t **out, int *nout) {
   cb_field_id field = header ? CB_FIELD_MATCH_HEADERS : CB_FIELD_MATCH_QUERY;
   *out = NULL;
@@ -218,9 +195,9 @@ int cb__route_new(const cb_match_t *m, const char *name, size_t name_len, const 
   if (err == 0) {
     /* Query names and values are compared decoded: decode the matchers' too, once. */
     for (int i = 0; i < rt->nquery; i++) {
-      rt->query[i].name_len = url_decode(rt->query[i].name, rt->query[i].name, rt->query[i].name_len);
+      rt->query[i].name_len = cb__url_decode(rt->query[i].name, rt->query[i].name, rt->query[i].name_len);
       if (rt->query[i].value)
-        rt->query[i].value_len = url_decode(rt->query[i].value, rt->query[i].value, rt->query[i].value_len);
+        rt->query[i].value_len = cb__url_decode(rt->query[i].value, rt->query[i].value, rt->query[i].value_len);
     }
   }
   if (err) {
@@ -273,12 +250,12 @@ static int decoded_eq(const char *raw, size_t n, const char *want, size_t wn) {
   if (n > sizeof tmp) {
     char *d = malloc(n);
     if (d == NULL) return 0;
-    size_t dn = url_decode(d, raw, n);
+    size_t dn = cb__url_decode(d, raw, n);
     int eq = dn == wn && memcmp(d, want, wn) == 0;
     free(d);
     return eq;
   }
-  size_t dn = url_decode(tmp, raw, n);
+  size_t dn = cb__url_decode(tmp, raw, n);
   return dn == wn && memcmp(tmp, want, wn) == 0;
 }
 
