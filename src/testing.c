@@ -157,6 +157,12 @@ size_t cb__testconn_queued(cb__testconn_t *tc) { return is_closed(tc) ? 0 : tc->
 
 uint64_t cb__testconn_pace_wakes(cb__testconn_t *tc) { return tc->w->pace_wakes; }
 
+uint64_t cb__server_flushes(cb_server_t *srv) {
+  uint64_t n = 0;
+  for (int i = 0; i < srv->nworkers; i++) n += __atomic_load_n(&srv->workers[i]->flushes, __ATOMIC_RELAXED);
+  return n;
+}
+
 static void longest_timer(uv_handle_t *h, void *arg) {
   if (h->type != UV_TIMER || !uv_is_active(h)) return;
   uint64_t due = uv_timer_get_due_in((uv_timer_t *)h);

@@ -73,6 +73,10 @@ int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *
 int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs, int nhdrs,
                       char out[][256], int max);
 
+/* How many times the connections of srv's workers wrote their queued output (one flush: one write or writev,
+ * more after a short one). Read while the server is quiet. */
+uint64_t cb__server_flushes(cb_server_t *srv);
+
 /* Closes the connection, closes every handle, checks that the loop closes cleanly, frees everything.
  * Returns 0, or a negative code when the loop still had handles (a leak). */
 int cb__testconn_free(cb__testconn_t *tc);

@@ -29,7 +29,10 @@ void cb__worker_run_commands(cb__worker_t *w) {
     cb__cmd_t *cmd = w->cmd_head;
     w->cmd_head = w->cmd_tail = NULL;
     uv_mutex_unlock(&w->cmd_mutex);
-    if (cmd == NULL) return;
+    if (cmd == NULL) {
+      cb__worker_run_afters(w); /* the replies of this wake-up, written together per connection */
+      return;
+    }
     while (cmd != NULL) {
       cb__cmd_t *next = cmd->next; /* fn owns cmd: read next first */
       cmd->fn(w, cmd);

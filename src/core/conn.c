@@ -97,6 +97,11 @@ static void free_conn(cb__conn_t *c) {
   cb__outq_free(&c->out);
   cb__echo_release(c, c->out.released);
   c->tr.ops->close(&c->tr, c->reset_on_close);
+  if (c->after_queued) { /* closed before its after-step ran (only a close callback of this iteration can) */
+    cb__conn_t **at = &w->after_soon;
+    while (*at != c) at = &(*at)->after_next;
+    *at = c->after_next;
+  }
   if (c->prev) c->prev->next = c->next;
   else w->conns = c->next;
   if (c->next) c->next->prev = c->prev;
@@ -192,6 +197,7 @@ static void flush(cb__conn_t *c) {
     c->write_blocked = 0;
     return;
   }
+  c->w->flushes++; /* before the write: a test that has read the bytes then sees the count */
   ssize_t n = cb__outq_flush(&c->out, &c->tr);
   if (n < 0) {
     /* EPIPE or ECONNRESET: the peer left before reading its response. */
@@ -293,6 +299,22 @@ void cb__conn_after(cb__conn_t *c) {
   }
   update_poll(c);
   update_timer(c);
+}
+
+void cb__conn_after_soon(cb__conn_t *c) {
+  if (c->after_queued || c->closing) return;
+  c->after_queued = 1;
+  c->after_next = c->w->after_soon;
+  c->w->after_soon = c;
+}
+
+void cb__worker_run_afters(cb__worker_t *w) {
+  cb__conn_t *c;
+  while ((c = w->after_soon) != NULL) {
+    w->after_soon = c->after_next;
+    c->after_queued = 0;
+    cb__conn_after(c);
+  }
 }
 
 /* ---- input ---- */

@@ -178,6 +178,7 @@ struct cb__conn_s {
   uv_timer_t timer;
   cb__worker_t *w;
   cb__conn_t *prev, *next; /* the worker's list */
+  cb__conn_t *after_next;  /* the worker's after_soon list */
   cb__tport_t tr;          /* the socket under it (transport/): plain, or a sink for a test connection */
   const cb__conn_ops_t *ops; /* the protocol: detection first (the worker's first_ops), then HTTP/1.1 or HTTP/2 */
   void *proto_state; /* the protocol's own state (http1.c / http2.c) */
@@ -198,6 +199,7 @@ struct cb__conn_s {
   uint8_t rested;        /* the rest step ran since the last event */
   uint8_t rest_flags;    /* what the protocol keeps of itself while its state is given back (HTTP/1.1) */
   char rest_byte;
+  uint8_t after_queued;  /* on the worker's after_soon list (cb__conn_after_soon) */
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */
@@ -225,6 +227,12 @@ void cb__conn_input(cb__conn_t *c, const char *data, size_t len);
 void cb__conn_input_eof(cb__conn_t *c);
 /* Runs after any event that may have produced output (handler timers): deferred work, flush, timers. */
 void cb__conn_after(cb__conn_t *c);
+/* cb__conn_after, once, when the worker has run the commands it was woken for or at the end of the loop's
+ * iteration: for work that touches one connection many times in one event (the replies to a batch of HTTP/2
+ * streams), so that its protocol serializes and writes them together. */
+void cb__conn_after_soon(cb__conn_t *c);
+/* Runs the after-steps cb__conn_after_soon asked for (the worker's command drain and its check handle). */
+void cb__worker_run_afters(cb__worker_t *w);
 /* Closes now, dropping what is queued. The memory is freed later, from the handles' close callbacks. */
 void cb__conn_close(cb__conn_t *c);
 /* Closes after what is queued is written: shuts down the sending side, then drains the peer's input for at
@@ -336,6 +344,7 @@ struct cb__worker_s {
   cb__tls_budget_t tls_hs; /* TLS handshakes in progress on this worker, bounded by cfg.tls_max_handshakes */
   cb_server_t *srv;
   cb__conn_t *conns; /* every open connection */
+  cb__conn_t *after_soon; /* connections waiting for their after-step (cb__conn_after_soon) */
   uint64_t nconns;
   int stopping;
   uv_mutex_t cmd_mutex;
@@ -347,6 +356,7 @@ struct cb__worker_s {
   uint32_t date_gen;  /* counts the refreshes of date_line (memos of what holds it compare it) */
   cb_stats_t stats;
   uint64_t pace_wakes;  /* timer wake-ups of paced answers (faults, stub intervals): tests count them */
+  uint64_t flushes;     /* connections' output queues written (conn.c flush): tests count them */
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;
   int trim_pending;     /* the last connection closed: return free memory to the system (worker.c) */

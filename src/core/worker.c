@@ -289,8 +289,13 @@ static void init_budget(cb__worker_t *w, const cb_config_t *cfg) {
   w->tls_hs.ktls = &w->stats.tls_ktls;
 }
 
-/* The end of a loop iteration: the journal's clock is stale (journal.c, worker_now_us). */
-static void on_clock_check(uv_check_t *h) { ((cb__worker_t *)h->data)->now_valid = 0; }
+/* The end of a loop iteration: the after-steps asked for during it run (cb__conn_after_soon), and the journal's
+ * clock is stale (journal.c, worker_now_us). */
+static void on_clock_check(uv_check_t *h) {
+  cb__worker_t *w = h->data;
+  if (w->after_soon != NULL) cb__worker_run_afters(w);
+  w->now_valid = 0;
+}
 
 static int init_loop(cb__worker_t *w) {
   int err = uv_loop_init(&w->loop);

@@ -591,7 +591,9 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
       break;
   }
   (void)w;
-  cb__conn_after(c);
+  /* Once per connection for the whole batch of replies (cmdq.c runs it): over HTTP/2, the answers to a
+   * connection's streams then leave in one write. */
+  cb__conn_after_soon(c);
 }
 
 static void run_replies(cb__worker_t *w, cb__cmd_t *cmd) {
@@ -661,6 +663,10 @@ static int claim(cb_server_t *srv, const cb_reply_t *x, uint32_t *slot, uint32_t
   return 0;
 }
 
+/* A reply's header array follows the bytes of the one before it in the command's memory: each item's bytes are
+ * padded so that the next array is aligned (several replies with headers in one call). */
+#define HDR_ALIGN(n) (((n) + _Alignof(cb__hdr_t) - 1) & ~(size_t)(_Alignof(cb__hdr_t) - 1))
+
 int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n) {
   if (srv == NULL || (replies == NULL && n > 0)) return UV_EINVAL;
   int nw = srv->nworkers;
@@ -679,7 +685,7 @@ int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n) {
       continue;
     }
     count[wi]++;
-    bytes[wi] += hb + x->nheaders * sizeof(cb__hdr_t);
+    bytes[wi] += HDR_ALIGN(hb) + x->nheaders * sizeof(cb__hdr_t);
   }
   for (int wi = 0; wi < nw && err == 0; wi++) {
     if (count[wi] == 0) continue;
@@ -728,7 +734,7 @@ int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n) {
       }
       it.headers = hd;
       it.nheaders = (int)x->nheaders;
-      hcur[wi] = o;
+      hcur[wi] = (char *)hd + x->nheaders * sizeof(cb__hdr_t) + HDR_ALIGN((size_t)(o - (char *)(hd + x->nheaders)));
     }
     cmds[wi]->items[cmds[wi]->n++] = it;
   }

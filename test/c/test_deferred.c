@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "h2client.h"
+#include "testing.h"
 
 /* The handler thread: takes what deliver queued and answers according to the path. */
 typedef struct item_s {
@@ -364,6 +365,51 @@ TEST_T(deferred_batches, 60000) {
   h2_free(cl);
   ASSERT_GT(hq.max_batch, 1);
   stop_handler(t);
+  test_stop(srv);
+}
+
+/* The replies to a connection's streams given in one cb_server_reply() leave in one write: the worker runs the
+ * whole post, then the connection's after-step once (cb__conn_after_soon), so nghttp2 serializes the eight
+ * answers together. Before, each reply ran its own after-step: eight session sends, eight writes. */
+TEST_T(deferred_replies_one_write_per_connection, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  hq.srv = srv;
+  hq.delivered = 0;
+  add_deferred(srv, NULL, "/b/*", deliver, 0, 1); /* no handler thread: the test answers */
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  enum { N = 8 };
+  h2resp_t *rs[N];
+  for (int i = 0; i < N; i++) rs[i] = h2_request(cl, 1 + 2 * i, "GET", "/b/x", NULL, 0, NULL, 0);
+  wait_delivered(N);
+  sleep_ms(100); /* the client's last frames (its SETTINGS ack) are in: nothing else is written meanwhile */
+  cb_reply_t replies[N];
+  static const cb_header_t hdrs[] = {{CB_S("content-type"), CB_S("text/plain")}};
+  pthread_mutex_lock(&hq.mu);
+  for (int i = 0; i < N; i++) {
+    item_t *it = hq.head;
+    ASSERT(it != NULL);
+    hq.head = it->next;
+    if (hq.head == NULL) hq.tail = NULL;
+    replies[i] = (cb_reply_t){.ref = it->ref, .op = CB_REPLY_FULL, .status = 200, .headers = hdrs, .nheaders = 1,
+                              .body = CB_S("Hello, Joe!")};
+    free(it);
+  }
+  pthread_mutex_unlock(&hq.mu);
+  uint64_t before = cb__server_flushes(srv);
+  ASSERT_ERR(cb_server_reply(srv, replies, N), 0);
+  for (int i = 0; i < N; i++) ASSERT_ERR(replies[i].result, 0);
+  h2_wait(cl, rs, N, 10000);
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(rs[i]->status, 200);
+    ASSERT_MEM_EQ(rs[i]->body.p, rs[i]->body.len, "Hello, Joe!", (size_t)11);
+  }
+  ASSERT_EQ(cb__server_flushes(srv) - before, 1);
+  h2_free(cl);
   test_stop(srv);
 }
 
