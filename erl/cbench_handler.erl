@@ -235,22 +235,39 @@ no_body(_, _) -> ok.
 headers(H) -> [header(iolist_to_binary(N), iolist_to_binary(V)) || {N, V} <- H].
 
 %% Refusals use the stub's reasons (docs/routes.md, "Bad stubs"): the field names the header,
-%% lowercased as the engine sends it.
+%% lowercased as the engine sends it. A token is ASCII, so it is lowercased byte by byte;
+%% string:lowercase/1 (Unicode, and an exception for a name that has no capital) is only for the
+%% name of the refusal of one that is not a token. Runs for every header of every answer on the
+%% port and ehttpd engines: binary matches, no list built.
 header(N, V) ->
-    Name = string:lowercase(N),
-    (N =/= <<>> andalso token(N)) orelse bad({{reply, headers, Name}, N, not_a_token}),
+    N =/= <<>> andalso token(N) orelse bad({{reply, headers, string:lowercase(N)}, N, not_a_token}),
+    Name = ascii_lower(N),
     forbidden(Name) andalso bad({{reply, headers, Name}, N, forbidden_header}),
     value_ok(V) orelse bad({{reply, headers, Name}, V, control_char}),
     {Name, V}.
 
-token(Name) ->
-    lists:all(fun(C) -> (C >= $a andalso C =< $z) orelse (C >= $0 andalso C =< $9) orelse
-                            lists:member(C, "!#$%&'*+-.^_`|~") orelse (C >= $A andalso C =< $Z)
-              end, binary_to_list(Name)).
+token(<<C, T/binary>>) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> token(T);
+token(<<C, T/binary>>) when C =:= $!; C =:= $#; C =:= $$; C =:= $%; C =:= $&; C =:= $';
+                            C =:= $*; C =:= $+; C =:= $-; C =:= $.; C =:= $^; C =:= $_;
+                            C =:= $`; C =:= $|; C =:= $~ -> token(T);
+token(<<>>) -> true;
+token(_) -> false.
+
+%% The name itself when it has no capital (the usual case): nothing is built.
+ascii_lower(N) ->
+    case has_capital(N) of
+        true -> << <<(case C >= $A andalso C =< $Z of true -> C + 32; false -> C end)>> || <<C>> <= N >>;
+        false -> N
+    end.
+
+has_capital(<<C, _/binary>>) when C >= $A, C =< $Z -> true;
+has_capital(<<_, T/binary>>) -> has_capital(T);
+has_capital(<<>>) -> false.
 
 %% As cb__bad_value(): no control byte but tab (CR and LF among them), no DEL.
-value_ok(V) ->
-    not lists:any(fun(C) -> (C < 16#20 andalso C =/= $\t) orelse C =:= 16#7f end, binary_to_list(V)).
+value_ok(<<C, _/binary>>) when C < 16#20, C =/= $\t; C =:= 16#7f -> false;
+value_ok(<<_, T/binary>>) -> value_ok(T);
+value_ok(<<>>) -> true.
 
 forbidden(N) ->
     lists:member(N, [<<"content-length">>, <<"transfer-encoding">>, <<"connection">>,
