@@ -1173,6 +1173,12 @@ stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, c
             finish(S, Cfg, Req, Status, 0, Head(Size, conn_mode(Req)));
         {none, _, {file, Path}} ->
             send_file(S, Cfg, Req, Status, Headers, {Path, maps:get(file_id, R)}, Size);
+        {none, _, _} when map_get(trailers, R) =/= [], Req#req.version =/= {1, 0} ->
+            %% A proxied chunked answer's trailer fields (proxy/5): the body goes as one chunk, the
+            %% fields after the last one. An HTTP/1.0 client (no chunked coding) goes without them.
+            finish(S, Cfg, Req, Status, Size,
+                   [Head(chunked, conn_mode(Req)), cbench_http:chunk(slice(Body, 0, Size)), <<"0\r\n">>,
+                    [[N, <<": ">>, V, <<"\r\n">>] || {N, V} <- maps:get(trailers, R)], <<"\r\n">>]);
         {none, _, _} ->
             finish(S, Cfg, Req, Status, Size, [Head(Size, conn_mode(Req)), slice(Body, 0, Size)]);
         {{N, Interval}, Method, _} ->
@@ -1209,7 +1215,7 @@ proxy(S, Cfg, Req0, R, P) ->
             To = iolist_to_binary(maps:get(to, P)),
             bump(Cfg, ?PROXY_REQUESTS),
             case cbench_ehttpd_proxy:forward(P, Fwd, Cfg#cfg.tls =/= false) of
-                {ok, Status, Headers, Answer, How} ->
+                {ok, Status, Headers, Answer, Trailers, How} ->
                     bump(Cfg, case How of reused -> ?PROXY_REUSED; connected -> ?PROXY_CONNECTS end),
                     Up = Req#req{upstream = #{to => To, status => Status, error => none}},
                     _ = maps:get(record, P, false) andalso
@@ -1219,7 +1225,8 @@ proxy(S, Cfg, Req0, R, P) ->
                                                       res_headers => Headers, body => Answer}),
                     Own = maps:with([fault_run, fault_draws], R),
                     stub(S, Cfg, Up, Own#{status => Status, headers => Headers, body => {data, Answer},
-                                          chunks => none, delay_ms => Delay, delay_waited => Delay});
+                                          chunks => none, delay_ms => Delay, delay_waited => Delay,
+                                          trailers => Trailers});
                 {error, Status, Why} ->
                     bump(Cfg, case Status of 504 -> ?PROXY_504; _ -> ?PROXY_502 end),
                     Text = iolist_to_binary([<<"cbench proxy: ">>, cbench_ehttpd_proxy:why_text(Why),

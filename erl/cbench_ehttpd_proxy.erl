@@ -5,7 +5,8 @@
 %%% are whole binaries), so an answer costs its body's size in the connection's process, bounded by
 %%% `max_body_bytes'. The upstream head is framed with erlang:decode_packet/3's http_bin (as ehttpd
 %%% reads its own requests), at most ?MAX_HEAD bytes and ?MAX_HEADERS fields; the body by its
-%%% content-length, by chunks (trailers read and dropped), or up to the close.
+%%% content-length, by chunks (the trailer fields kept, but hop-by-hop and framing ones), or up to
+%%% the close.
 %%%
 %%% Connections: each client connection process keeps one kept-alive upstream socket per upstream in
 %%% its process dictionary, reused after a complete answer whose framing allows it, and closed with
@@ -32,10 +33,12 @@
 -export_type([why/0, req/0]).
 
 %% @doc Forwards Req to the proxy's upstream: the answer's status, headers (without hop-by-hop
-%% and framing ones) and body, and whether it came on a kept connection (`reused') or a new one
-%% (`connected'); or the status a failure is answered with and why.
+%% and framing ones), body and trailer fields (of a chunked answer, without hop-by-hop and framing
+%% ones), and whether it came on a kept connection (`reused') or a new one (`connected'); or the
+%% status a failure is answered with and why.
 -spec forward(map(), req(), boolean()) ->
-          {ok, pos_integer(), [{binary(), binary()}], binary(), reused | connected}
+          {ok, pos_integer(), [{binary(), binary()}], binary(), [{binary(), binary()}],
+           reused | connected}
           | {error, 502 | 504, why()}.
 forward(Proxy, Req, Tls) ->
     {Host, Port, Prefix} = upstream(maps:get(to, Proxy)),
@@ -71,19 +74,19 @@ fresh(Key, Host, Port, Data, Head, Timeout, MaxBody) ->
         {error, _} -> {error, 502, refused}
     end.
 
-keep(Key, Sock, {ok, Status, Headers, Body, true}, How) ->
+keep(Key, Sock, {ok, Status, Headers, Body, Trailers, true}, How) ->
     put(Key, Sock),
-    {ok, Status, Headers, Body, How};
-keep(Key, Sock, {ok, Status, Headers, Body, false}, How) ->
+    {ok, Status, Headers, Body, Trailers, How};
+keep(Key, Sock, {ok, Status, Headers, Body, Trailers, false}, How) ->
     erase(Key),
     gen_tcp:close(Sock),
-    {ok, Status, Headers, Body, How};
+    {ok, Status, Headers, Body, Trailers, How};
 keep(Key, Sock, Error, _How) ->
     erase(Key),
     gen_tcp:close(Sock),
     Error.
 
-%% One request and its answer on Sock: {ok, Status, Headers, Body, Reusable}, {error, stale} when
+%% One request and its answer on Sock: {ok, Status, Headers, Body, Trailers, Reusable}, {error, stale} when
 %% the socket failed before the first byte of the answer, or the failure.
 exchange(Sock, Data, Head, Timeout, MaxBody) ->
     case gen_tcp:send(Sock, Data) of
@@ -158,13 +161,13 @@ body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
     CL = header(<<"content-length">>, Headers),
     if
         Head; Status =:= 204; Status =:= 304 ->
-            {ok, Status, Out, <<>>, Keep andalso Rest =:= <<>>};
+            {ok, Status, Out, <<>>, [], Keep andalso Rest =:= <<>>};
         TE =/= undefined ->
             case string:lowercase(TE) of
                 <<"chunked">> ->
                     case chunks(Sock, Rest, Timeout, MaxBody, []) of
-                        {ok, Body, <<>>} -> {ok, Status, Out, Body, Keep};
-                        {ok, Body, _} -> {ok, Status, Out, Body, false};
+                        {ok, Body, Trailers, <<>>} -> {ok, Status, Out, Body, Trailers, Keep};
+                        {ok, Body, Trailers, _} -> {ok, Status, Out, Body, Trailers, false};
                         Error -> Error
                     end;
                 _ -> {error, 502, bad_response}
@@ -174,15 +177,15 @@ body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
                 {N, <<>>} when N >= 0, N > MaxBody -> {error, 502, body_too_big};
                 {N, <<>>} when N >= 0 ->
                     case exact(Sock, Rest, N, Timeout) of
-                        {ok, Body, <<>>} -> {ok, Status, Out, Body, Keep};
-                        {ok, Body, _} -> {ok, Status, Out, Body, false};
+                        {ok, Body, <<>>} -> {ok, Status, Out, Body, [], Keep};
+                        {ok, Body, _} -> {ok, Status, Out, Body, [], false};
                         Error -> Error
                     end;
                 _ -> {error, 502, bad_response}
             end;
         true ->
             case to_close(Sock, Rest, Timeout, MaxBody) of
-                {ok, Body} -> {ok, Status, Out, Body, false};
+                {ok, Body} -> {ok, Status, Out, Body, [], false};
                 Error -> Error
             end
     end.
@@ -208,13 +211,13 @@ to_close(Sock, Buf, Timeout, MaxBody) ->
     end.
 
 %% Chunks: a size line (hex, extensions ignored), the bytes and CRLF; the last chunk, then trailer
-%% lines up to an empty one.
+%% lines up to an empty one: {ok, Body, Trailers, Rest}.
 chunks(Sock, Buf, Timeout, MaxBody, Acc) ->
     case line(Sock, Buf, Timeout) of
         {ok, Line, Rest} ->
             [Hex | _] = binary:split(Line, <<";">>),
             case catch binary_to_integer(string:trim(Hex), 16) of
-                0 -> trailers(Sock, Rest, Timeout, iolist_to_binary(lists:reverse(Acc)));
+                0 -> trailers(Sock, Rest, Timeout, iolist_to_binary(lists:reverse(Acc)), []);
                 N when is_integer(N), N > 0 ->
                     Size = iolist_size(Acc) + N,
                     if
@@ -232,12 +235,41 @@ chunks(Sock, Buf, Timeout, MaxBody, Acc) ->
         Error -> Error
     end.
 
-trailers(Sock, Buf, Timeout, Body) ->
+%% The trailer fields as the C engine passes them on (src/kinds/proxy.c, on_trailers): names as
+%% sent, values without the spaces around them, hop-by-hop and framing ones left out; at most
+%% ?MAX_HEADERS lines (past it: head_too_big), each `Name: Value' (else bad_response).
+trailers(_Sock, _Buf, _Timeout, _Body, Acc) when length(Acc) > ?MAX_HEADERS ->
+    {error, 502, head_too_big};
+trailers(Sock, Buf, Timeout, Body, Acc) ->
     case line(Sock, Buf, Timeout) of
-        {ok, <<>>, Rest} -> {ok, Body, Rest};
-        {ok, _Trailer, Rest} -> trailers(Sock, Rest, Timeout, Body);
+        {ok, <<>>, Rest} ->
+            Drop = [<<"content-length">>, <<"date">> | hop_by_hop()],
+            {ok, Body, [{N, V} || {N, V} <- lists:reverse(Acc),
+                                  not lists:member(string:lowercase(N), Drop)], Rest};
+        {ok, Line, Rest} ->
+            case binary:split(Line, <<":">>) of
+                [Name, Value] ->
+                    case token(Name) andalso field_value(Value) of
+                        true ->
+                            trailers(Sock, Rest, Timeout, Body,
+                                     [{Name, string:trim(Value, both, " \t")} | Acc]);
+                        false -> {error, 502, bad_response}
+                    end;
+                _ -> {error, 502, bad_response}
+            end;
         Error -> Error
     end.
+
+%% RFC 9110 5.1 and 5.5: a field name is a token; a value has no control byte but tab (a lone LF
+%% passed on would end the client's head early).
+token(<<>>) -> false;
+token(Name) -> lists:all(fun tchar/1, binary_to_list(Name)).
+
+tchar(C) when C >= $a, C =< $z; C >= $A, C =< $Z; C >= $0, C =< $9 -> true;
+tchar(C) -> lists:member(C, "!#$%&'*+-.^_`|~").
+
+field_value(V) -> not lists:any(fun(C) -> (C < 16#20 andalso C =/= $\t) orelse C =:= 16#7f end,
+                                binary_to_list(V)).
 
 line(Sock, Buf, Timeout) ->
     case binary:split(Buf, <<"\r\n">>) of

@@ -8,9 +8,10 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
--export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1]).
+-export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1,
+         trailers/1]).
 
-all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream].
+all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream, trailers].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -137,6 +138,44 @@ hostile_upstream(_Config) ->
          ok = cbench:stop_server(Px)
      end || Engine <- [nif, port, ehttpd]],
     ok = gen_tcp:close(L).
+
+%% @doc A chunked answer's trailer fields reach an HTTP/1.1 client after the last chunk, the same
+%% bytes on every engine: hop-by-hop and framing fields (`content-length') left out, names as the
+%% upstream sent them. (The C engines stream the chunks as they come; ehttpd reads the answer whole
+%% and sends its body as one chunk: with one chunk upstream, the bytes are the same.)
+trailers(_Config) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}, {reuseaddr, true}]),
+    {ok, UpPort} = inet:port(L),
+    To = <<"http://127.0.0.1:", (integer_to_binary(UpPort))/binary>>,
+    Answer = <<"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-t\r\n\r\n3\r\nabc\r\n"
+               "0\r\nx-t: 1\r\nX-Up:  2 \r\ncontent-length: 9\r\nconnection: close\r\n\r\n">>,
+    Want = <<"HTTP/1.1 200 OK\r\ndate: MASK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+             "3\r\nabc\r\n0\r\nx-t: 1\r\nX-Up: 2\r\n\r\n">>,
+    [begin
+         {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         {ok, _} = cbench:stub(Px, #{path => <<"/*">>}, #{proxy => #{to => To, timeout_ms => 5000}}),
+         Up = spawn_link(fun() ->
+                                 {ok, A} = gen_tcp:accept(L, 5000),
+                                 {ok, _} = gen_tcp:recv(A, 0, 5000),
+                                 ok = gen_tcp:send(A, Answer),
+                                 receive stop -> gen_tcp:close(A) end
+                         end),
+         {ok, S} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(Px), [binary, {active, false}]),
+         ok = gen_tcp:send(S, <<"GET /t HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n">>),
+         Got = re:replace(read_to_close(S, <<>>), <<"\r\ndate: [^\r]+\r\n">>, <<"\r\ndate: MASK\r\n">>,
+                          [{return, binary}]),
+         ?assertEqual({Engine, Want}, {Engine, Got}),
+         Up ! stop,
+         unlink(Up),
+         ok = cbench:stop_server(Px)
+     end || Engine <- [nif, port, ehttpd]],
+    ok = gen_tcp:close(L).
+
+read_to_close(S, Acc) ->
+    case gen_tcp:recv(S, 0, 5000) of
+        {ok, More} -> read_to_close(S, <<Acc/binary, More/binary>>);
+        {error, closed} -> Acc
+    end.
 
 %% @doc Bad proxy terms: the same error on every engine.
 bad_terms(_Config) ->
