@@ -3,6 +3,7 @@
  * atoms are read in place; iodata that is more than one binary is flattened into memory the reader owns. */
 #include "term_ei.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,66 @@ struct cb_ei_flat_s {
   struct cb_ei_flat_s *next;
   char bytes[];
 };
+
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Moves *i past the term there. The codec finds a compound's parts by skipping from its first, so every term
+ * of a frame is skipped over about as many times as it is deep; ei_skip_term decodes each (ei_get_type and a
+ * decode call per term: 60% of the time a {reply, Items} frame took to read). The types the node's frames carry
+ * are skipped here by their headers alone, the rest by ei_skip_term. Sizes are trusted: a frame is checked
+ * whole with ei_skip_term before any of it is read (cbench_port.c, dispatch). */
+static int skip_term(const char *buf, int *i) {
+  const unsigned char *p = (const unsigned char *)buf + *i;
+  uint32_t n;
+  switch (p[0]) {
+    case ERL_NIL_EXT: *i += 1; return 0;
+    case ERL_SMALL_INTEGER_EXT: *i += 2; return 0;
+    case ERL_INTEGER_EXT: *i += 5; return 0;
+    case ERL_SMALL_BIG_EXT: *i += 3 + p[1]; return 0;
+    case ERL_SMALL_ATOM_EXT:
+    case ERL_SMALL_ATOM_UTF8_EXT: *i += 2 + p[1]; return 0;
+    case ERL_ATOM_EXT:
+    case ERL_ATOM_UTF8_EXT:
+    case ERL_STRING_EXT: *i += 3 + (p[1] << 8 | p[2]); return 0;
+    case ERL_BINARY_EXT: *i += 5 + (int)be32(p + 1); return 0;
+    case ERL_SMALL_TUPLE_EXT:
+      n = p[1];
+      *i += 2;
+      break;
+    case ERL_LARGE_TUPLE_EXT:
+      n = be32(p + 1);
+      *i += 5;
+      break;
+    case ERL_LIST_EXT:
+      n = be32(p + 1) + 1; /* and the tail */
+      *i += 5;
+      break;
+    default: return ei_skip_term(buf, i);
+  }
+  for (uint32_t k = 0; k < n; k++)
+    if (skip_term(buf, i) != 0) return -1;
+  return 0;
+}
+
+/* skip_term for the codec's calls, remembered: a list is looked at twice (counted, then read) and its elements
+ * once more one by one, so most of its terms are skipped again from the same offset. The slot is the offset's
+ * Fibonacci hash. */
+static int skip(cb_term_in_t *in, int *i) {
+  cb_ei_in_t *r = (cb_ei_in_t *)in;
+  unsigned slot = ((unsigned)*i * 2654435769u) >> 23;
+  _Static_assert(CB_EI_SKIP_MEMO == 512, "the hash takes 9 bits");
+  if (r->skip[slot].from == *i + 1) {
+    *i = r->skip[slot].to;
+    return 0;
+  }
+  int from = *i;
+  if (skip_term(r->buf, i) != 0) return -1;
+  r->skip[slot].from = from + 1;
+  r->skip[slot].to = *i;
+  return 0;
+}
 
 static int r_atom(cb_term_in_t *in, cb_term_t t, char *buf, size_t cap) {
   char atom[MAXATOMLEN_UTF8];
@@ -43,8 +104,8 @@ static int walk_iodata(const char *buf, int *idx, char *out, size_t *len, int de
     case ERL_STRING_EXT: /* a list of bytes, its bytes after the tag and a 2-byte length */
       if (out) memcpy(out + *len, buf + *idx + (type == ERL_BINARY_EXT ? 5 : 3), (size_t)size);
       *len += (size_t)size;
-      return ei_skip_term(buf, idx);
-    case ERL_NIL_EXT: return ei_skip_term(buf, idx);
+      return skip_term(buf, idx);
+    case ERL_NIL_EXT: return skip_term(buf, idx);
     case ERL_LIST_EXT:
       if (ei_decode_list_header(buf, idx, &n) != 0) return -1;
       for (int i = 0; i < n; i++) {
@@ -120,7 +181,7 @@ static int r_tuple(cb_term_in_t *in, cb_term_t t, cb_term_t *elems, int max) {
   if (ei_decode_tuple_header(BUF(in), &i, &arity) != 0 || arity > max) return -1;
   for (int k = 0; k < arity; k++) {
     elems[k] = (cb_term_t)i;
-    if (ei_skip_term(BUF(in), &i) != 0) return -1;
+    if (skip(in, &i) != 0) return -1;
   }
   return arity;
 }
@@ -134,7 +195,7 @@ static long r_list(cb_term_in_t *in, cb_term_t t, cb_term_list_t *it) {
   it->at = (uint64_t)i;
   it->left = (uint64_t)n;
   for (int k = 0; k < n; k++)
-    if (ei_skip_term(BUF(in), &i) != 0) return -1;
+    if (skip(in, &i) != 0) return -1;
   if (n > 0 && (ei_get_type(BUF(in), &i, &type, &size) != 0 || type != ERL_NIL_EXT)) return -1;
   return n;
 }
@@ -143,7 +204,7 @@ static int r_next(cb_term_in_t *in, cb_term_list_t *it, cb_term_t *head) {
   int i = (int)it->at;
   if (it->left == 0) return 0;
   *head = it->at;
-  if (ei_skip_term(BUF(in), &i) != 0) return 0;
+  if (skip(in, &i) != 0) return 0;
   it->at = (uint64_t)i;
   it->left--;
   return 1;
@@ -161,12 +222,12 @@ static int r_map_get(cb_term_in_t *in, cb_term_t t, const char *key, cb_term_t *
     char atom[MAXATOMLEN_UTF8];
     int at = i;
     int hit = ei_decode_atom(BUF(in), &at, atom) == 0 && strcmp(atom, key) == 0;
-    if (ei_skip_term(BUF(in), &i) != 0) return 0; /* the key */
+    if (skip(in, &i) != 0) return 0; /* the key */
     if (hit) {
       *v = (cb_term_t)i;
       return 1;
     }
-    if (ei_skip_term(BUF(in), &i) != 0) return 0; /* its value */
+    if (skip(in, &i) != 0) return 0; /* its value */
   }
   return 0;
 }
@@ -178,6 +239,7 @@ void cb_ei_in_init(cb_ei_in_t *r, const char *buf) {
   r->in.ops = &in_ops;
   r->buf = buf;
   r->flat = NULL;
+  memset(r->skip, 0, sizeof r->skip);
 }
 
 void cb_ei_in_free(cb_ei_in_t *r) {

@@ -7,10 +7,16 @@
 
 #include "term.h"
 
+/* Slots of the reader's memo of where terms end (a power of 2). */
+#define CB_EI_SKIP_MEMO 512
+
 typedef struct cb_ei_in_s {
   cb_term_in_t in;
   const char *buf;
   struct cb_ei_flat_s *flat; /* iodata flattened so far, freed by cb_ei_in_free() */
+  struct {
+    int from, to; /* from: the term's offset + 1 (0: an empty slot) */
+  } skip[CB_EI_SKIP_MEMO]; /* where terms skipped from the codec's calls end (term_ei.c, skip) */
 } cb_ei_in_t;
 
 /* A reader of buf's terms: pass &r.in to the codec, and CB_EI_TERM(index) for the term at that index. */
