@@ -105,12 +105,15 @@ typedef struct cb_config_s {
                                 * (a handshake without a valid one fails: certificate_required in TLS 1.3).
                                 * The client CA is made at start (cb_server_tls_client_ca()) */
   /* Recording (docs/record.md). */
-  const char *proxy_to;        /* NULL (default), or "http://HOST:PORT[/prefix]": a catch-all stub (path "/" "*", any
+  const char *proxy_to;        /* NULL (default), or "http[s]://HOST:PORT[/prefix]": a catch-all stub (path "/" "*", any
                                 * method, priority -1000000, named "proxy_all") proxying there is added at start,
                                 * recording each exchange when record_to is set. A URL the proxy refuses: start
                                 * fails with UV_EINVAL */
   const char *record_to;       /* NULL (default), or the stub file the admin API's POST /recorded/save writes
                                 * (cb_server_save_stubs()); cbench-server also writes it at stop */
+  const char *proxy_ca;        /* with an https:// proxy_to: the CA file its certificate is verified against (the
+                                * stub's ca_file); NULL: the system's CAs */
+  int proxy_insecure;          /* with an https:// proxy_to: 1, its certificate is not verified (insecure) */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */

@@ -491,11 +491,13 @@ typedef struct proxy_mem_s {
 } proxy_mem_t;
 
 /* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1", "timeout_ms", "max_body_bytes", "record",
- * "record_headers": [...], "record_body_file_bytes", "record_status": [...]}: the JSON types here, the values'
- * rules in the engine (cb_error_detail, response.proxy). */
+ * "record_headers": [...], "record_body_file_bytes", "record_status": [...], and for https://: "ca_file",
+ * "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine (cb_error_detail,
+ * response.proxy). */
 static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t **out) {
   static const char *const keys[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record", "record_headers",
-                                     "record_body_file_bytes", "record_status", NULL};
+                                     "record_body_file_bytes", "record_status", "ca_file", "ca_pem", "insecure",
+                                     "server_name", NULL};
   where_t w = sub(wr, "proxy", 0);
   if (!json_is_object(v)) return fail(c, &w, "wrong_type: must be an object with at least \"to\"");
   if (check_keys(c, &w, v, keys)) return -1;
@@ -524,6 +526,19 @@ static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t
     f = sub(&w, "record", 0);
     if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");
     m->p.record = json_is_true(x);
+  }
+  if ((x = json_object_get(v, "insecure")) != NULL) {
+    f = sub(&w, "insecure", 0);
+    if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");
+    m->p.insecure = json_is_true(x);
+  }
+  static const char *const tls_strs[] = {"ca_file", "ca_pem", "server_name"};
+  cb_str_t *tls_out[] = {&m->p.ca_file, &m->p.ca_pem, &m->p.server_name};
+  for (int k = 0; k < 3; k++) {
+    if ((x = json_object_get(v, tls_strs[k])) == NULL) continue;
+    f = sub(&w, tls_strs[k], 0);
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string");
+    *tls_out[k] = (cb_str_t){json_string_value(x), json_string_length(x)};
   }
   size_t i;
   json_t *item;
