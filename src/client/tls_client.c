@@ -20,12 +20,17 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client/client.h"
 
-static int sess_index = -1; /* the SSL ex_data slot that points back at the cb_ctls_t */
+/* The SSL ex_data slot that points back at the cb_ctls_t: taken once per process (contexts are made on any
+ * thread: cbench-load's main one, each server's API caller). */
+static int sess_index = -1;
+static pthread_once_t sess_once = PTHREAD_ONCE_INIT;
+static void sess_index_new(void) { sess_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL); }
 
 /* The context's new-session callback: the session goes to the keep slot, the one it held is freed. */
 static int on_new_session(SSL *ssl, SSL_SESSION *sess) {
@@ -67,7 +72,7 @@ static int add_pem(SSL_CTX *ctx, BIO *bio) {
 
 int cb_ctls_ctx_new(const cb_ctls_opts_t *o, struct ssl_ctx_st **out, char *why, size_t whyn) {
   *out = NULL;
-  if (sess_index < 0) sess_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+  pthread_once(&sess_once, sess_index_new);
   SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
   int rc = CB_CTLS_E_SETUP;
   if (!ctx || sess_index < 0) goto fail;
