@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "stub_json.h"
 
 /* OpenSSL 3's reason for a ServerHello that is not TLS at all (an HTTP answer). */
 #define TLS_GARBAGE_REASON "wrong version number"
@@ -95,6 +96,8 @@ typedef struct {
   int insecure;
   unsigned timeout_ms;
   const char *path;
+  const char *fault;
+  unsigned delay_ms;
 } tls_opts_t;
 
 static int add_tls_proxy(cb_server_t *srv, const char *to, const tls_opts_t *o) {
@@ -106,6 +109,8 @@ static int add_tls_proxy(cb_server_t *srv, const char *to, const tls_opts_t *o) 
   memset(&st, 0, sizeof st);
   st.match.path = o->path ? (cb_str_t){o->path, strlen(o->path)} : CB_S("/*");
   st.response.proxy = &px;
+  st.response.delay_ms = o->delay_ms;
+  if (o->fault) st.response.fault = (cb_str_t){o->fault, strlen(o->fault)};
   uint64_t id = 0;
   return cb_server_route_add(srv, &st, &id);
 }
@@ -198,6 +203,90 @@ TEST(proxy_tls_hello_echo_reuse) {
   cb_request_list_free(l);
   close(fd);
   buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* A 1 MiB chunked stream through TLS (many records, read while the client reads) arrives whole and in order; a
+ * fault and a delay act on a proxied TLS answer as on a plain one (reset?at=head: the upstream's head, then a
+ * reset), and the journal has the delay and the upstream's status. */
+TEST(proxy_tls_stream_fault_delay) {
+  cb_server_t *up = tls_upstream();
+  char to[80];
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  cb_server_t *px = tls_proxy(to, &(tls_opts_t){.ca_pem = ca_pem});
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /stream/big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 15000), CL_EOF);
+  static const char head[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK
+                             "\r\ncontent-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n"
+                             "connection: close\r\n\r\n";
+  mask_dates(got.p, got.len);
+  ASSERT_GE(got.len, sizeof head - 1);
+  ASSERT_MEM_EQ(got.p, sizeof head - 1, head, sizeof head - 1);
+  size_t off = sizeof head - 1, body = 0;
+  int bad = 0;
+  for (;;) {
+    size_t n = strtoul(got.p + off, NULL, 16);
+    const char *crlf = memmem(got.p + off, got.len - off, "\r\n", 2);
+    ASSERT_NOT_NULL(crlf);
+    off = (size_t)(crlf - got.p) + 2;
+    if (n == 0) break;
+    for (size_t k = 0; k < n; k++)
+      if (got.p[off + k] != LINE64[(body + k) % 64]) bad++;
+    body += n;
+    off += n + 2;
+  }
+  ASSERT_EQ(bad, 0);
+  ASSERT_EQ(body, 64 * 16384);
+  close(fd);
+  test_stop(px);
+  px = tls_proxy(to, &(tls_opts_t){.ca_pem = ca_pem, .fault = "reset?at=head", .delay_ms = 20});
+  fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  buf_reset(&got);
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_RESET);
+  mask_dates(got.p, got.len);
+  static const char fhead[] =
+      "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-type: text/plain\r\ncontent-length: 1024\r\n\r\n";
+  ASSERT_MEM_EQ(got.p, got.len, fhead, sizeof fhead - 1);
+  cb_request_list_t *l = wait_journal(px, NULL, 1, 5000);
+  ASSERT_EQ(l->count, 1);
+  ASSERT_EQ(l->items[0].delay_ms, 20);
+  ASSERT_EQ(l->items[0].upstream_status, 200);
+  ASSERT_MEM_EQ(l->items[0].upstream_error.ptr, l->items[0].upstream_error.len, "none", (size_t)4);
+  cb_request_list_free(l);
+  close(fd);
+  buf_free(&got);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* A client that does not read for a while: the proxy stops reading the TLS upstream and goes on when the client
+ * reads; every byte of /file/big arrives, and another client is served meanwhile. */
+TEST(proxy_tls_slow_client) {
+  cb_server_t *up = tls_upstream();
+  char to[80];
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  cb_server_t *px = tls_proxy(to, &(tls_opts_t){.ca_pem = ca_pem});
+  int slow = cl_connect(cb_server_port(px));
+  cl_sends(slow, "GET /file/big HTTP/1.1\r\nhost: x\r\n\r\n");
+  sleep_ms(300);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/file/big", CONN_NONE);
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(slow, &got, exp.len, 20000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  close(slow);
+  buf_free(&exp);
+  buf_free(&got);
   test_stop(px);
   test_stop(up);
 }
@@ -387,6 +476,61 @@ TEST(proxy_tls_bad_options) {
   ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   close(fd);
   buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* The https options in a stub file: a CA as PEM text (JSON-escaped newlines) works; bad types and values are
+ * named by their key or by the engine's why. */
+TEST(proxy_tls_stub_json) {
+  cb_server_t *up = tls_upstream();
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  /* The PEM with its newlines as \n in a JSON string. */
+  char esc[8192];
+  size_t o = 0;
+  for (const char *p = ca_pem; *p && o + 3 < sizeof esc; p++) {
+    if (*p == '\n') {
+      esc[o++] = '\\';
+      esc[o++] = 'n';
+    } else {
+      esc[o++] = *p;
+    }
+  }
+  esc[o] = '\0';
+  char json[10000];
+  snprintf(json, sizeof json,
+           "{\"match\": {\"path\": \"/*\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:%d\", "
+           "\"ca_pem\": \"%s\", \"server_name\": \"localhost\", \"insecure\": false}}}",
+           cb_server_tls_port(up), esc);
+  cb_stubs_json_error_t err;
+  cb_stub_added_t *added = NULL;
+  ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, json, strlen(json), &added, &err), 1);
+  free(added);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/json", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  static const struct {
+    const char *text, *msg;
+  } bad[] = {
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", \"insecure\": 1}}}",
+       "body:1: stubs[0].response.proxy.insecure: wrong_type: must be true or false"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", \"ca_file\": 1}}}",
+       "body:1: stubs[0].response.proxy.ca_file: wrong_type: must be a string"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", \"ca_pem\": \"x\"}}}",
+       "body:1: stubs[0].response.proxy: bad_ca: \"x\" (docs/routes.md)"},
+      {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", \"insecure\": true}}}",
+       "body:1: stubs[0].response.proxy: conflict: \"1\" (docs/routes.md)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    added = NULL;
+    ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, bad[i].text, strlen(bad[i].text), &added, &err), -1);
+    ASSERT_STR_EQ(err.msg, bad[i].msg);
+  }
   test_stop(px);
   test_stop(up);
 }
