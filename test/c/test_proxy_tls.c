@@ -303,7 +303,7 @@ TEST(proxy_tls_resumes_session) {
   exp_route(&exp, "GET", "/hello", CONN_NONE);
   ROUNDTRIP_S(a, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   /* The kept connection is busy with a slow answer while another client asks. */
-  cl_sends(a, "GET /delay/300 HTTP/1.1\r\nhost: x\r\n\r\n");
+  cl_sends(a, "GET /delay/1000 HTTP/1.1\r\nhost: x\r\n\r\n");
   sleep_ms(50);
   int b = cl_connect(cb_server_port(px));
   ROUNDTRIP_S(b, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
