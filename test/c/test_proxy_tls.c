@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -514,6 +515,29 @@ TEST(proxy_tls_stub_json) {
   ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
   close(fd);
   buf_free(&exp);
+  /* A relative ca_file is the stub file's directory's, as a body file is. */
+  char dir[64], path[96];
+  snprintf(dir, sizeof dir, "/tmp/cbench-test-cadir-%d", (int)getpid());
+  ASSERT_EQ(mkdir(dir, 0700), 0);
+  snprintf(path, sizeof path, "%s/upstream-ca.pem", dir);
+  FILE *f = fopen(path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs(ca_pem, f);
+  fclose(f);
+  snprintf(json, sizeof json,
+           "{\"match\": {\"path\": \"/rel/*\"}, \"response\": {\"proxy\": {\"to\": \"https://localhost:%d\", "
+           "\"ca_file\": \"upstream-ca.pem\"}}}",
+           cb_server_tls_port(up));
+  added = NULL;
+  int n_rel = cb_stubs_json_add(px, "body", dir, json, strlen(json), &added, &err);
+  free(added);
+  added = NULL;
+  int n_cwd = cb_stubs_json_add(px, "body", NULL, json, strlen(json), &added, &err); /* not in the cwd */
+  unlink(path);
+  rmdir(dir);
+  ASSERT_EQ(n_rel, 1);
+  ASSERT_EQ(n_cwd, -1);
+  ASSERT_STR_EQ(err.msg, "body:1: stubs[0].response.proxy: bad_ca: \"upstream-ca.pem\" (docs/routes.md)");
   static const struct {
     const char *text, *msg;
   } bad[] = {
