@@ -72,8 +72,8 @@ struct cb__proxy_s {
 
 static int bad_to(cb_str_t to) { return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_URL, to.ptr, to.len); }
 
-/* http://HOST[:PORT][/prefix]: HOST a name, an IPv4 literal or [IPv6]; resolved now (the add runs on the API's
- * thread, never on a worker). */
+/* http://HOST[:PORT][/prefix] or https://...: HOST a name, an IPv4 literal or [IPv6]; resolved now (the add runs
+ * on the API's thread, never on a worker). */
 static int parse_to(cb__proxy_t *p, cb_str_t to) {
   static const char scheme[] = "http://", tls_scheme[] = "https://";
   if (to.ptr == NULL) return cb__bad_bytes(CB_FIELD_PROXY, -1, to.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
