@@ -42,7 +42,8 @@ static void usage(FILE *f) {
       case CB_OPT_CPUS: snprintf(arg, sizeof arg, " C,C,... (0..%llu)", (unsigned long long)o->max); break;
       case CB_OPT_HOST: snprintf(arg, sizeof arg, " HOST (default %s)", o->def_str); break;
       case CB_OPT_STRING:
-        snprintf(arg, sizeof arg, strstr(o->name, "file") || strcmp(o->name, "record_to") == 0 ? " FILE"
+        snprintf(arg, sizeof arg, strstr(o->name, "file") || strcmp(o->name, "record_to") == 0 ||
+                                          strcmp(o->name, "proxy_ca") == 0 ? " FILE"
                                   : strcmp(o->name, "proxy_to") == 0 ? " URL" : " DIR");
         break;
       case CB_OPT_ENUM: enum_arg(o, arg, sizeof arg); break;
@@ -367,10 +368,21 @@ int main(int argc, char **argv) {
   }
 
   /* The proxy's own checks come at start; the scheme is the CLI's to say (docs/record.md). */
-  if (cfg.proxy_to != NULL && strncmp(cfg.proxy_to, "http://", 7) != 0) {
+  int https = cfg.proxy_to != NULL && strncmp(cfg.proxy_to, "https://", 8) == 0;
+  if (cfg.proxy_to != NULL && strncmp(cfg.proxy_to, "http://", 7) != 0 && !https) {
     char q[256];
-    fprintf(stderr, "cbench-server: --proxy-to takes http://HOST:PORT[/prefix], not '%s'\n",
+    fprintf(stderr, "cbench-server: --proxy-to takes http[s]://HOST:PORT[/prefix], not '%s'\n",
             quoted(cfg.proxy_to, q, sizeof q));
+    usage(stderr);
+    return 2;
+  }
+  if (!https && (cfg.proxy_ca != NULL || cfg.proxy_insecure)) {
+    fprintf(stderr, "cbench-server: --proxy-ca and --proxy-insecure go with an https:// --proxy-to\n");
+    usage(stderr);
+    return 2;
+  }
+  if (cfg.proxy_ca != NULL && cfg.proxy_insecure) {
+    fprintf(stderr, "cbench-server: --proxy-ca or --proxy-insecure, not both\n");
     usage(stderr);
     return 2;
   }

@@ -13,11 +13,20 @@
 %%% the process. A reused socket that the upstream closed meanwhile fails before any byte of the
 %%% answer: the request is then sent once more on a new connection (it never reached the upstream).
 %%%
+%%% An https:// upstream is spoken to with OTP's ssl (ssl:connect/4): ALPN http/1.1, SNI the host
+%%% of `to' or `server_name' (none for an IP literal), the peer verified unless `insecure' against
+%%% `ca_pem', `ca_file' or the system's CAs (public_key:cacerts_get/0), the name checked with
+%%% public_key's https match function. The kept socket's key holds the verification settings, so
+%%% that stubs that verify differently never share one. A failed handshake is
+%%% `{error, 502, {tls, Reason}}', Reason OTP's alert (`unknown_ca', `handshake_failure',
+%%% `certificate_expired'...) or `connection closed' / `connection reset'.
+%%%
 %%% Failures are `{error, Status, Why}': 504 when the upstream did not connect or answer within
 %%% `timeout_ms', 502 for the rest, with the same reasons as the C engine's proxy.
 -module(cbench_ehttpd_proxy).
 
--export([forward/3, upstream/1, request_head/2, forwarded_headers/3, answer_headers/1, why_text/1]).
+-export([forward/3, upstream/1, request_head/2, forwarded_headers/3, answer_headers/1, why_text/1,
+         journal_why/1]).
 %% The pure pieces of forward/3, exported for their unit tests (test/cbench_ehttpd_proxy_tests.erl).
 -ignore_xref([{upstream, 1}, {request_head, 2}, {forwarded_headers, 3}, {answer_headers, 1}]).
 
@@ -27,7 +36,8 @@
 -define(DEFAULT_TIMEOUT, 10000).
 -define(DEFAULT_MAX_BODY, 1073741824).
 
--type why() :: refused | reset | timeout | bad_response | head_too_big | body_too_big | truncated.
+-type why() :: refused | reset | timeout | bad_response | head_too_big | body_too_big | truncated
+             | {tls, binary()}.
 -type req() :: #{method := binary(), target := binary(), headers := [{binary(), binary()}],
                  body := iodata(), peer := binary(), host := binary()}.
 -export_type([why/0, req/0]).
@@ -44,52 +54,103 @@ forward(Proxy, Req, Tls) ->
     {Host, Port, Prefix} = upstream(maps:get(to, Proxy)),
     Timeout = maps:get(timeout_ms, Proxy, ?DEFAULT_TIMEOUT),
     MaxBody = maps:get(max_body_bytes, Proxy, ?DEFAULT_MAX_BODY),
-    Authority = authority(Host, Port),
+    Authority = authority(Host, Port, https(Proxy)),
     Data = [request_head(Req#{target := <<Prefix/binary, (maps:get(target, Req))/binary>>},
                          #{authority => Authority, tls => Tls}),
             maps:get(body, Req)],
     Head = maps:get(method, Req) =:= <<"HEAD">>,
-    Key = {?MODULE, Host, Port},
+    Key = {?MODULE, Host, Port, tls_key(Proxy)},
     case get(Key) of
-        undefined -> fresh(Key, Host, Port, Data, Head, Timeout, MaxBody);
+        undefined -> fresh(Key, Proxy, Host, Port, Data, Head, Timeout, MaxBody);
         Sock ->
             case exchange(Sock, Data, Head, Timeout, MaxBody) of
                 {error, stale} ->
                     erase(Key),
-                    fresh(Key, Host, Port, Data, Head, Timeout, MaxBody);
+                    fresh(Key, Proxy, Host, Port, Data, Head, Timeout, MaxBody);
                 Result -> keep(Key, Sock, Result, reused)
             end
     end.
 
-fresh(Key, Host, Port, Data, Head, Timeout, MaxBody) ->
-    case gen_tcp:connect(binary_to_list(Host), Port,
-                         [binary, {active, false}, {nodelay, true}, {packet, raw}], Timeout) of
+fresh(Key, Proxy, Host, Port, Data, Head, Timeout, MaxBody) ->
+    Opts = [binary, {active, false}, {nodelay, true}, {packet, raw}],
+    Https = https(Proxy),
+    Connected = case Https of
+                    true -> ssl:connect(binary_to_list(Host), Port, Opts ++ tls_opts(Proxy, Host), Timeout);
+                    false -> gen_tcp:connect(binary_to_list(Host), Port, Opts, Timeout)
+                end,
+    case Connected of
         {ok, Sock} ->
             case exchange(Sock, Data, Head, Timeout, MaxBody) of
-                {error, stale} -> gen_tcp:close(Sock), {error, 502, reset};
+                {error, stale} -> close(Sock), {error, 502, reset};
                 Result -> keep(Key, Sock, Result, connected)
             end;
         {error, timeout} -> {error, 504, timeout};
         {error, econnrefused} -> {error, 502, refused};
+        {error, Why} when Https -> {error, 502, {tls, tls_reason(Why)}};
         {error, _} -> {error, 502, refused}
     end.
+
+https(Proxy) ->
+    To = iolist_to_binary(maps:get(to, Proxy)),
+    string:lowercase(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">>.
+
+%% What keys a kept socket beside the address: none for http://, the verification settings for https://.
+tls_key(Proxy) ->
+    case https(Proxy) of
+        false -> none;
+        true -> maps:with([insecure, server_name, ca_file, ca_pem], Proxy)
+    end.
+
+%% ssl:connect/4's options for an https:// upstream (docs/proxy.md "https upstreams").
+tls_opts(Proxy, Host) ->
+    Name = binary_to_list(iolist_to_binary(maps:get(server_name, Proxy, Host))),
+    Sni = case inet:parse_address(Name) of
+              {ok, _} -> [{server_name_indication, disable}];
+              _ -> [{server_name_indication, Name}]
+          end,
+    Verify = case maps:get(insecure, Proxy, false) of
+                 true -> [{verify, verify_none}];
+                 false ->
+                     Cas = case Proxy of
+                               #{ca_pem := Pem} ->
+                                   {cacerts, [Der || {'Certificate', Der, _} <- public_key:pem_decode(
+                                                                                  iolist_to_binary(Pem))]};
+                               #{ca_file := File} -> {cacertfile, binary_to_list(iolist_to_binary(File))};
+                               _ -> {cacerts, public_key:cacerts_get()}
+                           end,
+                     [{verify, verify_peer}, Cas,
+                      {customize_hostname_check,
+                       [{match_fun, public_key:pkix_verify_hostname_match_fun(https)}]}]
+             end,
+    Sni ++ Verify ++ [{versions, ['tlsv1.3', 'tlsv1.2']}, {alpn_advertised_protocols, [<<"http/1.1">>]}].
+
+tls_reason({tls_alert, {Alert, _}}) when is_atom(Alert) -> atom_to_binary(Alert);
+tls_reason(closed) -> <<"connection closed">>;
+tls_reason(econnreset) -> <<"connection reset">>;
+tls_reason(Other) -> iolist_to_binary(io_lib:format("~0P", [Other, 8])).
+
+send(Sock, Data) when is_port(Sock) -> gen_tcp:send(Sock, Data);
+send(Sock, Data) -> ssl:send(Sock, Data).
+
+close(Sock) when is_port(Sock) -> gen_tcp:close(Sock);
+close(Sock) -> ssl:close(Sock).
 
 keep(Key, Sock, {ok, Status, Headers, Body, Trailers, true}, How) ->
     put(Key, Sock),
     {ok, Status, Headers, Body, Trailers, How};
 keep(Key, Sock, {ok, Status, Headers, Body, Trailers, false}, How) ->
     erase(Key),
-    gen_tcp:close(Sock),
+    close(Sock),
     {ok, Status, Headers, Body, Trailers, How};
 keep(Key, Sock, Error, _How) ->
     erase(Key),
-    gen_tcp:close(Sock),
+    close(Sock),
     Error.
 
 %% One request and its answer on Sock: {ok, Status, Headers, Body, Trailers, Reusable}, {error, stale} when
 %% the socket failed before the first byte of the answer, or the failure.
 exchange(Sock, Data, Head, Timeout, MaxBody) ->
-    case gen_tcp:send(Sock, Data) of
+    case send(Sock, Data) of
         ok ->
             case recv(Sock, 0, Timeout) of
                 {ok, First} -> answer(Sock, First, Head, Timeout, MaxBody);
@@ -99,7 +160,8 @@ exchange(Sock, Data, Head, Timeout, MaxBody) ->
         {error, _} -> {error, stale}
     end.
 
-recv(Sock, N, Timeout) -> gen_tcp:recv(Sock, N, Timeout).
+recv(Sock, N, Timeout) when is_port(Sock) -> gen_tcp:recv(Sock, N, Timeout);
+recv(Sock, N, Timeout) -> ssl:recv(Sock, N, Timeout).
 
 %% The head: a status line and header fields, framed by decode_packet on the bytes so far.
 answer(Sock, Buf, Head, Timeout, MaxBody) ->
@@ -300,16 +362,22 @@ header(Name, Headers) ->
 
 values(Name, Headers) -> [V || {N, V} <- Headers, N =:= Name].
 
-%% @doc "http://host:port[/prefix]" as {Host, Port, Prefix} (the prefix without a trailing slash).
+%% @doc "http[s]://host:port[/prefix]" as {Host, Port, Prefix} (the prefix without a trailing slash;
+%% the port 80, or 443 for https, when none is given).
 -spec upstream(iodata()) -> {binary(), inet:port_number(), binary()}.
 upstream(To) ->
     #{host := Host} = U = uri_string:parse(iolist_to_binary(To)),
-    Port = maps:get(port, U, 80),
+    Default = case string:lowercase(iolist_to_binary(maps:get(scheme, U, <<"http">>))) of
+                  <<"https">> -> 443;
+                  _ -> 80
+              end,
+    Port = maps:get(port, U, Default),
     Prefix = string:trim(maps:get(path, U, <<>>), trailing, "/"),
     {iolist_to_binary(Host), Port, iolist_to_binary(Prefix)}.
 
-authority(Host, 80) -> Host;
-authority(Host, Port) ->
+authority(Host, 80, false) -> Host;
+authority(Host, 443, true) -> Host;
+authority(Host, Port, _Https) ->
     H = case binary:match(Host, <<":">>) of
             nomatch -> Host;
             _ -> <<"[", Host/binary, "]">>
@@ -370,4 +438,10 @@ why_text(timeout) -> <<"timeout">>;
 why_text(bad_response) -> <<"bad response">>;
 why_text(head_too_big) -> <<"response head too big">>;
 why_text(body_too_big) -> <<"response body too big">>;
-why_text(truncated) -> <<"connection closed before the answer ended">>.
+why_text(truncated) -> <<"connection closed before the answer ended">>;
+why_text({tls, Reason}) -> <<"tls handshake failed: ", Reason/binary>>.
+
+%% @doc The journal's `error' of a failure (`tls' for a failed handshake).
+-spec journal_why(why()) -> atom().
+journal_why({tls, _}) -> tls;
+journal_why(Why) -> Why.

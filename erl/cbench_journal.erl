@@ -31,7 +31,7 @@
 %% The upstream a proxy forwarded to, the status it answered (0: none came) and why it failed.
 -type upstream() :: #{to := binary(), status := non_neg_integer(),
                       error := none | refused | reset | timeout | bad_response | head_too_big |
-                               body_too_big | truncated | connect_failed | no_memory}.
+                               body_too_big | truncated | connect_failed | no_memory | tls}.
 
 %% What a TLS connection's handshake settled: the version and cipher suite, the name the client
 %% sent (SNI), what ALPN chose, whether the session was resumed, and the client's certificate

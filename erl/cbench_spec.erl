@@ -56,7 +56,10 @@
 -type proxy() :: #{to := iodata(), protocol => http1, timeout_ms => pos_integer(),
                    max_body_bytes => pos_integer(), record => boolean(),
                    record_headers => [iodata() | atom()], record_body_file_bytes => non_neg_integer(),
-                   record_status => [100..599]}.
+                   record_status => [100..599],
+                   %% https:// upstreams only (docs/proxy.md "https upstreams").
+                   ca_file => iodata(), ca_pem => iodata(), insecure => boolean(),
+                   server_name => iodata()}.
 -type filter() :: #{method => method() | [method()], path => path_pattern(),
                     stub => pos_integer(), since => non_neg_integer(),
                     proto => cbench:proto() | [cbench:proto()]}.
@@ -79,7 +82,10 @@
                                     max_body_bytes := pos_integer(), record := boolean(),
                                     record_headers := [binary()],
                                     record_body_file_bytes := non_neg_integer(),
-                                    record_status := [100..599]},
+                                    record_status := [100..599], insecure := boolean(),
+                                    %% Only when given (an https:// upstream's).
+                                    ca_file => binary(), ca_pem => binary(),
+                                    server_name => binary()},
                          delay_ms := non_neg_integer(), times := pos_integer() | infinity,
                          fault => binary()}.
 %% A sequence: its responses in turn, then as `after' says (docs/erlang.md).
@@ -163,7 +169,7 @@
                star_with_param, unclosed_brace, stray_brace, param_not_segment, empty_param_name,
                bad_param_name, too_many_params, unknown_method, forbidden_header, body_not_allowed,
                chunks_exceed_body, bad_fault, not_regular, fault_exceeds_body, needs_scenario,
-               min_above_max, conflict, bad_template, bad_regex, bad_json, bad_url]).
+               min_above_max, conflict, bad_template, bad_regex, bad_json, bad_url, bad_ca]).
 
 %% @doc Every Why of `{bad_stub, {Field, Value, Why}}' but a body file's posix error, in the order
 %% of include/cbench.h's CB_WHY_* (`null_pointer' only ever comes from the C API).
@@ -265,7 +271,9 @@ single(R) ->
 %%% Proxy responses (issue 26; docs/proxy.md).
 
 -define(PROXY_KEYS, [to, protocol, timeout_ms, max_body_bytes, record, record_headers,
-                     record_body_file_bytes, record_status]).
+                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name]).
+-define(MAX_SERVER_NAME, 253).
+-define(MAX_CA_FILE, 4096).
 -define(MAX_PROXY_TO, 1024).
 -define(MAX_RECORD_HEADERS, 32).
 -define(MAX_RECORD_STATUS, 64).
@@ -315,7 +323,8 @@ proxy(P) when is_map(P) ->
                  Bool when is_boolean(Bool) -> Bool;
                  Bool -> fail({response, proxy, record}, Bool, wrong_type)
              end,
-    #{to => To, protocol => Protocol,
+    Tls = proxy_tls(To, P),
+    Tls#{to => To, protocol => Protocol,
       timeout_ms => int_in({response, proxy, timeout_ms}, maps:get(timeout_ms, P, 10000), 1,
                            ?MAX_DELAY_MS),
       max_body_bytes => int_in({response, proxy, max_body_bytes},
@@ -326,6 +335,64 @@ proxy(P) when is_map(P) ->
                                        maps:get(record_body_file_bytes, P, 0), 0, 1 bsl 62),
       record_status => record_status(maps:get(record_status, P, []))};
 proxy(P) -> fail({response, proxy}, P, wrong_type).
+
+%% An https:// upstream's options, as src/kinds/proxy.c checks them: with http:// each is a conflict;
+%% ca_file and ca_pem not both; a CA that cannot be read or holds no certificate is bad_ca (read now,
+%% as the C engines read it when the stub is added). Canonical: insecure always, the others when given.
+proxy_tls(To, P) ->
+    Https = lower(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">>,
+    Insecure = case maps:get(insecure, P, false) of
+                   I when is_boolean(I) -> I;
+                   I -> fail({response, proxy, insecure}, I, wrong_type)
+               end,
+    Strs = maps:from_list(
+             [{K, case to_bin(V) of
+                      {ok, B} when is_atom(V) -> fail({response, proxy, K}, V, wrong_type), B;
+                      {ok, B} when is_integer(V) -> fail({response, proxy, K}, V, wrong_type), B;
+                      {ok, <<>>} -> fail({response, proxy, K}, V, empty);
+                      {ok, B} -> B;
+                      error -> fail({response, proxy, K}, V, wrong_type)
+                  end}
+              || K <- [ca_file, ca_pem, server_name], V <- [maps:get(K, P, undefined)], V =/= undefined]),
+    Https orelse
+        begin
+            [fail({response, proxy, K}, V, conflict) || {K, V} <- lists:sort(maps:to_list(Strs))],
+            Insecure andalso fail({response, proxy, insecure}, true, conflict)
+        end,
+    case Strs of
+        #{ca_file := F, ca_pem := _} -> fail({response, proxy, ca_file}, F, conflict);
+        _ -> ok
+    end,
+    case Strs of
+        #{ca_file := File} ->
+            byte_size(File) =< ?MAX_CA_FILE orelse fail({response, proxy, ca_file}, File, too_long),
+            binary:match(File, <<0>>) =:= nomatch orelse fail({response, proxy, ca_file}, File, bad_char),
+            case file:read_file(File) of
+                {ok, Text} -> pem_certs(Text) > 0 orelse fail({response, proxy, ca_file}, File, bad_ca);
+                {error, _} -> fail({response, proxy, ca_file}, File, bad_ca)
+            end;
+        _ -> ok
+    end,
+    case Strs of
+        #{ca_pem := Pem} -> pem_certs(Pem) > 0 orelse fail({response, proxy, ca_pem}, Pem, bad_ca);
+        _ -> ok
+    end,
+    case Strs of
+        #{server_name := N} ->
+            byte_size(N) =< ?MAX_SERVER_NAME orelse fail({response, proxy, server_name}, N, too_long),
+            lists:all(fun(C) -> (C >= $a andalso C =< $z) orelse (C >= $A andalso C =< $Z)
+                                    orelse (C >= $0 andalso C =< $9) orelse C =:= $. orelse C =:= $-
+                                    orelse C =:= $: end, binary_to_list(N))
+                orelse fail({response, proxy, server_name}, N, bad_char);
+        _ -> ok
+    end,
+    Strs#{insecure => Insecure}.
+
+%% The certificates a PEM text holds (0 for text that is not PEM, or whose base64 does not decode).
+pem_certs(Text) ->
+    try length([E || E = {'Certificate', _, not_encrypted} <- public_key:pem_decode(Text)])
+    catch _:_ -> 0
+    end.
 
 %% http://HOST[:PORT][/prefix], as src/kinds/proxy.c reads it (the same reasons in the same order),
 %% the host resolved now.
@@ -340,6 +407,12 @@ proxy_to(T) ->
     lists:all(fun(C) -> C > 32 andalso C < 127 andalso C =/= $? andalso C =/= $# end, binary_to_list(B))
         orelse fail(F, T, bad_char),
     Rest = case B of
+               <<Scheme:8/binary, R1/binary>> when R1 =/= <<>> ->
+                   case lower(Scheme) of
+                       <<"https://">> -> R1;
+                       <<"http://", _>> -> binary:part(B, 7, byte_size(B) - 7);
+                       _ -> fail(F, T, bad_url)
+                   end;
                <<Scheme:7/binary, R0/binary>> when R0 =/= <<>> ->
                    lower(Scheme) =:= <<"http://">> orelse fail(F, T, bad_url),
                    R0;

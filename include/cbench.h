@@ -105,12 +105,15 @@ typedef struct cb_config_s {
                                 * (a handshake without a valid one fails: certificate_required in TLS 1.3).
                                 * The client CA is made at start (cb_server_tls_client_ca()) */
   /* Recording (docs/record.md). */
-  const char *proxy_to;        /* NULL (default), or "http://HOST:PORT[/prefix]": a catch-all stub (path "/" "*", any
+  const char *proxy_to;        /* NULL (default), or "http[s]://HOST:PORT[/prefix]": a catch-all stub (path "/" "*", any
                                 * method, priority -1000000, named "proxy_all") proxying there is added at start,
                                 * recording each exchange when record_to is set. A URL the proxy refuses: start
                                 * fails with UV_EINVAL */
   const char *record_to;       /* NULL (default), or the stub file the admin API's POST /recorded/save writes
                                 * (cb_server_save_stubs()); cbench-server also writes it at stop */
+  const char *proxy_ca;        /* with an https:// proxy_to: the CA file its certificate is verified against (the
+                                * stub's ca_file); NULL: the system's CAs */
+  int proxy_insecure;          /* with an https:// proxy_to: 1, its certificate is not verified (insecure) */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
@@ -458,7 +461,7 @@ typedef enum {
 #define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
 /* A proxy response (cb_response_t.proxy, docs/proxy.md): the request is forwarded to an upstream server over
- * HTTP/1.1 and its answer streamed back. */
+ * HTTP/1.1 (in TLS for an https:// upstream) and its answer streamed back. */
 enum { CB_PROXY_HTTP1 = 0 };
 #define CB_PROXY_MAX_TIMEOUT_MS 3600000u
 #define CB_PROXY_DEFAULT_TIMEOUT_MS 10000u
@@ -466,7 +469,8 @@ enum { CB_PROXY_HTTP1 = 0 };
 typedef struct cb_proxy_s {
   cb_str_t to;                 /* "http://HOST:PORT" or "http://HOST:PORT/prefix" (the prefix is put before every
                                 * forwarded target); HOST an IP literal ([::1] for IPv6) or a name, resolved when
-                                * the stub is added. At most 1024 bytes */
+                                * the stub is added. At most 1024 bytes. "https://HOST[:PORT][/prefix]" (port 443
+                                * by default): the upstream is spoken to in TLS (the four fields at the end) */
   int protocol;                /* CB_PROXY_HTTP1 (the only one for now) */
   unsigned timeout_ms;         /* upstream connect plus the wait for its answer's head, and the longest pause
                                 * between two reads of its body; past it: 504 (or the answer is cut).
@@ -478,6 +482,14 @@ typedef struct cb_proxy_s {
   uint64_t record_body_file_bytes; /* bodies above this size are saved as files; 0: never */
   const int *record_status;    /* statuses to record (at most 64); none: every status */
   size_t nrecord_status;
+  /* https:// upstreams only (with http:// each is refused as CB_WHY_CONFLICT). The CAs the upstream's certificate
+   * is verified against: ca_pem (PEM text) or ca_file (a PEM file's path), at most one, at least one certificate
+   * (else CB_WHY_BAD_CA); neither: the system's default CAs. */
+  cb_str_t ca_file;
+  cb_str_t ca_pem;
+  int insecure;                /* 1: the upstream's certificate is not verified */
+  cb_str_t server_name;        /* SNI and the name verified; empty: the host of `to` (an IP literal: no SNI, and
+                                * the certificate's IP entries verified). At most 253 bytes of A-Z a-z 0-9 . - : */
 } cb_proxy_t;
 
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:
@@ -672,6 +684,8 @@ typedef enum {
   CB_WHY_BAD_JSON,           /* a body JSON value that does not parse (or holds a key twice) */
   CB_WHY_BAD_URL,            /* a proxy's `to` that is not http://HOST[:PORT][/prefix], or whose host does not
                               * resolve */
+  CB_WHY_BAD_CA,             /* a proxy's ca_file that cannot be read or holds no certificate, or a ca_pem with
+                              * no certificate */
   CB_WHY_COUNT
 } cb_why_id;
 

@@ -8,7 +8,7 @@
 FUZZ_H1_RESPONSE_SMOKE_SECONDS ?= 15
 FUZZ_H1_RESPONSE_RUN_FLAGS := -max_len=4096 -timeout=20 -rss_limit_mb=2048 -dict=test/fuzz/h1_response.dict \
   -print_final_stats=1
-FUZZ_CLIENT_OBJS := $(patsubst src/%.c,$(FUZZ_DIR)/obj/%.o,$(wildcard src/client/*.c)) \
+FUZZ_CLIENT_OBJS := $(patsubst src/%.c,$(FUZZ_DIR)/obj/%.o,$(filter-out src/client/tls_client.c,$(wildcard src/client/*.c))) \
   $(FUZZ_DIR)/obj/llhttp/llhttp.o $(FUZZ_DIR)/obj/llhttp/api.o $(FUZZ_DIR)/obj/llhttp/http.o
 
 TEST_TARGETS += fuzz-h1-response-smoke

@@ -93,10 +93,16 @@ static const cb_option_t options[] = {
      .flags = CB_OPT_F_EHTTPD_ONLY, .doc = "ehttpd only: the original ehttpd (one canned answer, then close)"},
     {.name = "proxy_to", .flag = "--proxy-to", .type = CB_OPT_STRING, .min = 8, .max = 4095, .err = UV_EINVAL,
      .flags = CB_OPT_F_C_ONLY, FIELD(proxy_to),
-     .doc = "proxy every request no other stub answers to this http://HOST:PORT (docs/record.md)"},
+     .doc = "proxy every request no other stub answers to this http[s]://HOST:PORT (docs/record.md)"},
     {.name = "record_to", .flag = "--record-to", .type = CB_OPT_STRING, .min = 1, .max = 4095, .err = UV_EINVAL,
      .flags = CB_OPT_F_C_ONLY, FIELD(record_to),
      .doc = "with --proxy-to: record the exchanges as stubs, written to this file at stop (docs/record.md)"},
+    {.name = "proxy_ca", .flag = "--proxy-ca", .type = CB_OPT_STRING, .min = 1, .max = 4095, .err = UV_EINVAL,
+     .flags = CB_OPT_F_C_ONLY, FIELD(proxy_ca),
+     .doc = "with an https:// --proxy-to: the CA file (PEM) its certificate is verified against (docs/proxy.md)"},
+    {.name = "proxy_insecure", .flag = "--proxy-insecure", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0,
+     .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(proxy_insecure),
+     .doc = "with an https:// --proxy-to: its certificate is not verified (docs/proxy.md)"},
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

@@ -175,8 +175,10 @@ static void free_server(cb_server_t *srv) {
 }
 
 /* cfg.proxy_to: the catch-all proxy stub, below every other stub (docs/record.md). */
-static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
-  cb_proxy_t p = {.to = {url, strlen(url)}, .record = record};
+static int add_proxy_all(cb_server_t *srv, const cb_config_t *cfg) {
+  const char *url = cfg->proxy_to, *ca = cfg->proxy_ca;
+  cb_proxy_t p = {.to = {url, strlen(url)}, .record = cfg->record_to != NULL, .insecure = cfg->proxy_insecure,
+                  .ca_file = {ca, ca ? strlen(ca) : 0}};
   cb_stub_t st = {.name = CB_S("proxy_all"), .match = {.path = CB_S("/*"), .priority = -1000000},
                   .response = {.proxy = &p}};
   uint64_t id;
@@ -226,7 +228,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     return err;
   }
   srv->cfg.record_to = cb__recorder_file(srv->recorder);
-  srv->cfg.proxy_to = NULL; /* read once, below */
+  srv->cfg.proxy_to = srv->cfg.proxy_ca = NULL; /* read once, below */
   cb__rtable_t *table = NULL;
   err = cb__routes_new(srv->nworkers, cb__fixture_routes, &srv->routes);
   if (err == 0) err = cb__rtable_build(srv->routes, &table);
@@ -299,7 +301,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     free_server(srv);
     return err;
   }
-  if (cfg->proxy_to != NULL && (err = add_proxy_all(srv, cfg->proxy_to, cfg->record_to != NULL)) != 0) {
+  if (cfg->proxy_to != NULL && (err = add_proxy_all(srv, cfg)) != 0) {
     cb_server_stop(srv);
     return err;
   }

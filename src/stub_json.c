@@ -469,6 +469,8 @@ static void seq_free(seq_t *q) {
   memset(q, 0, sizeof *q);
 }
 
+static void proxy_mem_free(struct proxy_mem_s *m);
+
 static void parsed_free(parsed_t *p) {
   free(p->hm);
   free(p->qm);
@@ -476,7 +478,7 @@ static void parsed_free(parsed_t *p) {
   free(p->owned);
   seq_free(&p->seq);
   free(p->mowned);
-  free(p->pm);
+  proxy_mem_free(p->pm);
 }
 
 /* ---- proxy responses (issue 26, docs/proxy.md) ---- */
@@ -488,14 +490,22 @@ typedef struct proxy_mem_s {
   cb_proxy_t p;
   cb_str_t headers[PROXY_RECORD_HEADERS];
   int status[PROXY_RECORD_STATUS];
+  char *ca_path; /* a relative ca_file joined to the stub file's directory */
 } proxy_mem_t;
 
+static void proxy_mem_free(proxy_mem_t *m) {
+  if (m != NULL) free(m->ca_path);
+  free(m);
+}
+
 /* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1", "timeout_ms", "max_body_bytes", "record",
- * "record_headers": [...], "record_body_file_bytes", "record_status": [...]}: the JSON types here, the values'
- * rules in the engine (cb_error_detail, response.proxy). */
+ * "record_headers": [...], "record_body_file_bytes", "record_status": [...], and for https://: "ca_file",
+ * "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine (cb_error_detail,
+ * response.proxy). */
 static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t **out) {
   static const char *const keys[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record", "record_headers",
-                                     "record_body_file_bytes", "record_status", NULL};
+                                     "record_body_file_bytes", "record_status", "ca_file", "ca_pem", "insecure",
+                                     "server_name", NULL};
   where_t w = sub(wr, "proxy", 0);
   if (!json_is_object(v)) return fail(c, &w, "wrong_type: must be an object with at least \"to\"");
   if (check_keys(c, &w, v, keys)) return -1;
@@ -524,6 +534,27 @@ static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t
     f = sub(&w, "record", 0);
     if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");
     m->p.record = json_is_true(x);
+  }
+  if ((x = json_object_get(v, "insecure")) != NULL) {
+    f = sub(&w, "insecure", 0);
+    if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");
+    m->p.insecure = json_is_true(x);
+  }
+  static const char *const tls_strs[] = {"ca_file", "ca_pem", "server_name"};
+  cb_str_t *tls_out[] = {&m->p.ca_file, &m->p.ca_pem, &m->p.server_name};
+  for (int k = 0; k < 3; k++) {
+    if ((x = json_object_get(v, tls_strs[k])) == NULL) continue;
+    f = sub(&w, tls_strs[k], 0);
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string");
+    *tls_out[k] = (cb_str_t){json_string_value(x), json_string_length(x)};
+  }
+  const char *cf = m->p.ca_file.ptr;
+  if (cf != NULL && m->p.ca_file.len > 0 && cf[0] != '/' && c->dir_len > 0) { /* as a body file: relative to
+                                                                                  * the stub file's directory */
+    size_t n = c->dir_len + 1 + m->p.ca_file.len + 1;
+    if ((m->ca_path = malloc(n)) == NULL) return fail(c, &w, "out of memory");
+    snprintf(m->ca_path, n, "%.*s/%.*s", (int)c->dir_len, c->dir, (int)m->p.ca_file.len, cf);
+    m->p.ca_file = (cb_str_t){m->ca_path, strlen(m->ca_path)};
   }
   size_t i;
   json_t *item;

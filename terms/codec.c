@@ -29,11 +29,13 @@ static const cb_codec_keys_t response_keys = {"response", response_names, R_FAUL
 enum { PR_PROXY, PR_DELAY_MS, PR_TIMES, PR_FAULT, PR_COUNT };
 static const char *const proxy_response_names[] = {"proxy", "delay_ms", "times", "fault", NULL};
 static const cb_codec_keys_t proxy_response_keys = {"proxy_response", proxy_response_names, PR_FAULT};
+/* The keys from P_CA_FILE on are there only when the stub gave them (an https:// upstream's). */
 enum { P_TO, P_PROTOCOL, P_TIMEOUT_MS, P_MAX_BODY_BYTES, P_RECORD, P_RECORD_HEADERS, P_RECORD_BODY_FILE_BYTES,
-       P_RECORD_STATUS, P_COUNT };
+       P_RECORD_STATUS, P_INSECURE, P_CA_FILE, P_CA_PEM, P_SERVER_NAME, P_COUNT };
 static const char *const proxy_names[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record",
-                                          "record_headers", "record_body_file_bytes", "record_status", NULL};
-static const cb_codec_keys_t proxy_keys = {"proxy", proxy_names, P_COUNT};
+                                          "record_headers", "record_body_file_bytes", "record_status", "insecure",
+                                          "ca_file", "ca_pem", "server_name", NULL};
+static const cb_codec_keys_t proxy_keys = {"proxy", proxy_names, P_CA_FILE};
 
 enum { S_RESPONSES, S_AFTER, S_TIMES, S_COUNT };
 static const char *const sequence_names[] = {"responses", "after", "times", NULL};
@@ -385,7 +387,8 @@ static int get_sequence(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
 }
 
 /* proxy: #{to, protocol => http1, timeout_ms, max_body_bytes, record, record_headers => [Bin],
- * record_body_file_bytes, record_status => [Status]} (cbench_spec's canonical form: every key there). */
+ * record_body_file_bytes, record_status => [Status], insecure} and, when given, ca_file, ca_pem and server_name
+ * as binaries (cbench_spec's canonical form). */
 static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   static const char *const protocols[] = {"http1", NULL};
   cb_term_t v[P_COUNT], item;
@@ -397,8 +400,12 @@ static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
       atom_of(in, v[P_PROTOCOL], protocols) != 0 || get_u32(in, v[P_TIMEOUT_MS], &p->timeout_ms) != 0 ||
       get_uint(in, v[P_MAX_BODY_BYTES], UINT64_MAX, &p->max_body_bytes) != 0 ||
       cb_codec_bool(in, v[P_RECORD], &p->record) != 0 ||
-      get_uint(in, v[P_RECORD_BODY_FILE_BYTES], UINT64_MAX, &p->record_body_file_bytes) != 0)
+      get_uint(in, v[P_RECORD_BODY_FILE_BYTES], UINT64_MAX, &p->record_body_file_bytes) != 0 ||
+      cb_codec_bool(in, v[P_INSECURE], &p->insecure) != 0)
     return -1;
+  cb_str_t *tls_strs[] = {&p->ca_file, &p->ca_pem, &p->server_name};
+  for (int k = 0; k < 3; k++)
+    if ((present & 1u << (P_CA_FILE + k)) && in->ops->binary(in, v[P_CA_FILE + k], tls_strs[k]) != 0) return -1;
   p->protocol = CB_PROXY_HTTP1;
   long n = in->ops->list(in, v[P_RECORD_HEADERS], &it);
   if (n < 0 || n > CB_CODEC_MAX_RECORD_HEADERS) return -1;

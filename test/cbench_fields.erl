@@ -82,8 +82,9 @@ keys(proxy_response) ->
     {[proxy, delay_ms, times],
      [fault]};
 keys(proxy) ->
-    {[to, protocol, timeout_ms, max_body_bytes, record, record_headers, record_body_file_bytes, record_status],
-     []};
+    {[to, protocol, timeout_ms, max_body_bytes, record, record_headers, record_body_file_bytes, record_status,
+      insecure],
+     [ca_file, ca_pem, server_name]};
 keys(upstream) ->
     {[to, status, error],
      []}.

@@ -9,9 +9,10 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1,
-         trailers/1]).
+         https_nif/1, https_port/1, https_ehttpd/1, https_bad_terms/1, trailers/1]).
 
-all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream, trailers].
+all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream,
+          https_nif, https_port, https_ehttpd, https_bad_terms, trailers].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -46,7 +47,7 @@ proxy(Engine) ->
     [#{id := Id, response := #{proxy := Canon}}] = cbench:stubs(Px),
     ?assertEqual(#{to => To, protocol => http1, timeout_ms => 10000, max_body_bytes => 1 bsl 30,
                    record => false, record_headers => [], record_body_file_bytes => 0,
-                   record_status => []}, Canon),
+                   record_status => [], insecure => false}, Canon),
     %% The journal has both sides; the counters the forwards.
     [_, #{status := 200, upstream := #{to := To, status := 200, error := none}}] =
         wait_entries(Px, 2),
@@ -55,6 +56,76 @@ proxy(Engine) ->
     ?assertEqual(2, C + R),
     ok = cbench:stop_server(Px),
     ok = cbench:stop_server(Up).
+
+https_nif(_Config) -> https(nif).
+https_port(_Config) -> https(port).
+https_ehttpd(_Config) -> https(ehttpd).
+
+%% @doc An https:// upstream (a nif server's TLS port, its CA given as ca_pem from cbench:tls/1):
+%% the answers as the upstream's own over one kept TLS connection, the stub listed back with its CA;
+%% without the CA a 502 whose reason is OpenSSL's (nif, port) or OTP's alert (ehttpd), journaled
+%% as `tls'; `insecure' answers without it.
+https(Engine) ->
+    {ok, Up} = cbench:start_server(nif, #{port => 0, threads => 1, tls_port => 0}),
+    #{ca_pem := Ca} = cbench:tls(Up),
+    {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+    To = <<"https://localhost:", (integer_to_binary(cbench:tls_port(Up)))/binary>>,
+    {ok, Id} = cbench:stub(Px, #{path => <<"/ok/*">>}, #{proxy => #{to => <<To/binary, "/">>, ca_pem => Ca}}),
+    {ok, _} = cbench:stub(Px, #{path => <<"/noca/*">>}, #{proxy => #{to => To}}),
+    {ok, _} = cbench:stub(Px, #{path => <<"/insecure/*">>}, #{proxy => #{to => To, insecure => true}}),
+    [{ok, _} = cbench:stub(Up, #{path => P, method => any},
+                           #{status => 201, headers => [{<<"x-up">>, <<"1">>}], body => <<"from upstream">>})
+     || P <- [<<"/ok/up">>, <<"/insecure/up">>]],
+    Want = <<"HTTP/1.1 201 Created\r\ndate: MASK\r\nx-up: 1\r\ncontent-length: 13\r\n\r\nfrom upstream">>,
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(Px), [binary, {active, false}]),
+    [begin
+         ok = gen_tcp:send(S, <<"GET /ok/up HTTP/1.1\r\nhost: x\r\n\r\n">>),
+         ?assertEqual({Engine, Want}, {Engine, mask(read_answer(S, <<>>))})
+     end || _ <- [1, 2]],
+    ok = gen_tcp:close(S),
+    #{proxy_upstream_connects := 1, proxy_upstream_reused := 1} = cbench:stats(Px),
+    #{tls_handshakes_full := 1} = cbench:stats(Up),
+    ?assertEqual({Engine, Want}, {Engine, exchange(cbench:port(Px), <<"GET /insecure/up HTTP/1.1\r\nhost: x\r\n\r\n">>)}),
+    Why = case Engine of
+              ehttpd -> <<"unknown_ca">>;
+              _ -> <<"certificate verify failed: unable to get local issuer certificate">>
+          end,
+    Body = <<"cbench proxy: tls handshake failed: ", Why/binary, " (", To/binary, ")\n">>,
+    ?assertEqual({Engine, <<"HTTP/1.1 502 Bad Gateway\r\ndate: MASK\r\ncontent-type: text/plain\r\n"
+                            "content-length: ", (integer_to_binary(byte_size(Body)))/binary, "\r\n\r\n", Body/binary>>},
+                 {Engine, exchange(cbench:port(Px), <<"GET /noca/x HTTP/1.1\r\nhost: x\r\n\r\n">>)}),
+    [#{status := 502, upstream := #{to := To, status := 0, error := tls}} | _] =
+        lists:reverse(wait_entries(Px, 4)),
+    [#{response := #{proxy := #{ca_pem := Ca, insecure := false}}}] = [St || St = #{id := I} <- cbench:stubs(Px), I =:= Id],
+    ok = cbench:stop_server(Px),
+    ok = cbench:stop_server(Up).
+
+%% @doc The https options' bad values: the same error on every engine.
+https_bad_terms(_Config) ->
+    Dir = filename:join(["/tmp", "cbench_proxy_SUITE_" ++ os:getpid()]),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    NoCert = filename:join(Dir, "nocert.pem"),
+    ok = file:write_file(NoCert, <<"not a certificate\n">>),
+    T = <<"https://127.0.0.1:1">>,
+    Cases = [{#{to => T, ca_pem => <<"junk">>}, {{response, proxy, ca_pem}, <<"junk">>, bad_ca}},
+             {#{to => T, ca_file => <<"/nonexistent/ca.pem">>},
+              {{response, proxy, ca_file}, <<"/nonexistent/ca.pem">>, bad_ca}},
+             {#{to => T, ca_file => list_to_binary(NoCert)}, {{response, proxy, ca_file}, list_to_binary(NoCert), bad_ca}},
+             {#{to => T, insecure => yes}, {{response, proxy, insecure}, yes, wrong_type}},
+             {#{to => T, server_name => <<"a b">>}, {{response, proxy, server_name}, <<"a b">>, bad_char}},
+             {#{to => T, server_name => 7}, {{response, proxy, server_name}, 7, wrong_type}},
+             {#{to => <<"http://127.0.0.1:1">>, insecure => true}, {{response, proxy, insecure}, true, conflict}},
+             {#{to => <<"http://127.0.0.1:1">>, ca_pem => <<"x">>}, {{response, proxy, ca_pem}, <<"x">>, conflict}},
+             {#{to => <<"https://">>}, {{response, proxy, to}, <<"https://">>, bad_url}}],
+    [begin
+         {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         [?assertEqual({Engine, P, {error, {bad_stub, Bad}}}, {Engine, P, cbench:stub(S, <<"/p">>, #{proxy => P})})
+          || {P, Bad} <- Cases],
+         ?assertEqual([], cbench:stubs(S)),
+         ok = cbench:stop_server(S)
+     end || Engine <- [nif, port, ehttpd]],
+    ok = file:delete(NoCert),
+    ok.
 
 %% @doc An upstream nobody listens on: 502 with the reason, journaled as `refused', on every engine.
 refused_502(_Config) ->
@@ -235,6 +306,9 @@ exchange(Port, Req) ->
     ok = gen_tcp:send(S, Req),
     Got = read_answer(S, <<>>),
     ok = gen_tcp:close(S),
+    mask(Got).
+
+mask(Got) ->
     re:replace(Got, <<"\r\ndate: [^\r]+\r\n">>, <<"\r\ndate: MASK\r\n">>, [{return, binary}]).
 
 read_answer(S, Acc) ->

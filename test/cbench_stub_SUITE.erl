@@ -548,10 +548,20 @@ fields_agree_with_c(Config) ->
     {ok, HOpts} = cbench_handler:opts(#{}),
     {ok, Px = #{proxy := PxOpts}} = cbench_spec:response(#{proxy => #{to => "http://127.0.0.1:1"},
                                                              fault => <<"reset">>}),
+    %% An https proxy's optional keys: ca_pem and ca_file never together, so two terms between them.
+    #{ca_pem := CaPem} = cbench_certs:tls_info(cbench_certs:new()),
+    CaFile = filename:join(proplists:get_value(priv_dir, Config), "ca.pem"),
+    ok = file:write_file(CaFile, CaPem),
+    {ok, #{proxy := PxPem}} = cbench_spec:response(#{proxy => #{to => "https://127.0.0.1:1", ca_pem => CaPem,
+                                                                server_name => "localhost"}}),
+    {ok, #{proxy := PxFile}} = cbench_spec:response(#{proxy => #{to => "https://127.0.0.1:1", ca_file => CaFile}}),
+    ?assertEqual({proxy, Keys(proxy)}, {proxy, lists:usort(maps:keys(PxPem) ++ maps:keys(PxFile))}),
     [?assertEqual({T, Keys(T)}, {T, lists:sort(maps:keys(Term))})
      || {T, Term} <- [{match, cbench_c_terms:match(M)}, {response, R}, {sequence, Sq},
                       {filter, cbench_c_terms:filter(F)}, {handler, HOpts},
-                      {proxy_response, Px}, {proxy, PxOpts}]],
+                      {proxy_response, Px}]],
+    %% An http one has the required keys alone.
+    ?assertEqual({proxy, lists:sort(element(1, cbench_fields:keys(proxy)))}, {proxy, lists:sort(maps:keys(PxOpts))}),
     ok = cbench:stop_server(Nif),
     ok = cbench:stop_server(Port).
 

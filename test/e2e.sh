@@ -306,7 +306,9 @@ wait "$OPTS_PID" || bad "SIGTERM of the options server: exit status $?"
 for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--threads -1" "--threads x" \
   "--threads 100000" "--cpus a,b" "--max-body-bytes" "--max-header-bytes 0" "--header-timeout-ms -5" \
   "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1" "--proxy-to" \
-  "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to"; do
+  "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to" "--proxy-ca" \
+  "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
+  "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
@@ -650,5 +652,50 @@ through "$work/rep5" "$PORT" -X POST --data-binary 'x=1'
 if cmp -s "$work/rec5" "$work/rep5"; then ok; else bad "replayed POST /api/made differs: $(diff "$work/rec5" "$work/rep5" | head -n 5)"; fi
 kill -TERM "$SPID"
 wait "$SPID" || bad "replay server: exit status $?"
+# ---- an https upstream (--proxy-to https://, --proxy-ca; docs/proxy.md "https upstreams") ----
+# A --tls server writes its made CA to a file (TMPDIR) and names it on its second line; a proxy verifying it with
+# --proxy-ca answers through it, one without it gets the 502 of a failed verification, one with a CA file that
+# holds no certificate does not start (exit 2, the field and why named).
+TMPDIR=$work "$SERVER" --tls --port 0 --threads 1 >"$work/tlsup.out" 2>"$work/tlsup.err" &
+TPID=$!
+pids+=("$TPID")
+for i in $(seq 1 200); do
+  [ "$(wc -l <"$work/tlsup.out" 2>/dev/null || echo 0)" -ge 2 ] && break
+  kill -0 "$TPID" 2>/dev/null || break
+  sleep 0.05
+done
+line=$(head -n 1 "$work/tlsup.out")
+if ! [[ "$line" =~ ^cbench-server\ listening\ on\ https://127\.0\.0\.1:([0-9]+)\ with ]]; then
+  echo "e2e: the TLS upstream did not start: $(cat "$work/tlsup.out" "$work/tlsup.err")" >&2
+  exit 1
+fi
+TPORT=${BASH_REMATCH[1]}
+TCA=$(sed -n 's/^cbench-server TLS CA in //p' "$work/tlsup.out")
+start_server httpsproxy --port 0 --threads 1 --proxy-to "https://127.0.0.1:$TPORT" --proxy-ca "$TCA"
+got=$(curl -s "http://127.0.0.1:$PORT/hello")
+if [ "$got" = "Hello, Joe!" ]; then ok; else bad "GET /hello through an https upstream: '$got'"; fi
+got=$(curl -s --data-binary 'over tls' "http://127.0.0.1:$PORT/echo")
+if [ "$got" = "over tls" ]; then ok; else bad "POST /echo through an https upstream: '$got'"; fi
+kill -TERM "$SPID"
+wait "$SPID" >/dev/null || bad "https proxy: exit status $?"
+if grep -q '^  proxy: requests 2, upstream connects 1, reused 1, 502 0, 504 0$' "$work/httpsproxy.out"; then ok; else
+  bad "https proxy's counts at exit: $(grep proxy: "$work/httpsproxy.out")"; fi
+start_server httpsnoca --port 0 --threads 1 --proxy-to "https://127.0.0.1:$TPORT"
+curl -s -o "$work/noca.body" -w '%{http_code}' "http://127.0.0.1:$PORT/hello" >"$work/noca.code" || true
+want="cbench proxy: tls handshake failed: certificate verify failed: unable to get local issuer certificate (https://127.0.0.1:$TPORT)"
+if [ "$(cat "$work/noca.code")" = 502 ] && [ "$(cat "$work/noca.body")" = "$want" ]; then ok; else
+  bad "https upstream without its CA: $(cat "$work/noca.code") '$(cat "$work/noca.body")'"; fi
+kill -TERM "$SPID"
+wait "$SPID" >/dev/null || bad "https proxy without the CA: exit status $?"
+printf 'not a certificate\n' >"$work/nocert.pem"
+set +e
+timeout 10 "$SERVER" --port 0 --proxy-to "https://127.0.0.1:$TPORT" --proxy-ca "$work/nocert.pem" >"$work/badca.out" 2>"$work/badca.err"
+rc=$?
+set -e
+if [ "$rc" = 2 ] && grep -qF "response.proxy: bad_ca \"$work/nocert.pem\"" "$work/badca.err"; then ok; else
+  bad "--proxy-ca without a certificate: exit status $rc, stderr: $(cat "$work/badca.err")"; fi
+kill -TERM "$TPID"
+wait "$TPID" || bad "TLS upstream: exit status $?"
+
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

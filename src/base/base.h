@@ -164,6 +164,7 @@ enum {
   CB__UPERR_TRUNCATED,    /* closed in the middle of the answer */
   CB__UPERR_CONNECT,      /* another connect or socket error */
   CB__UPERR_NO_MEMORY,
+  CB__UPERR_TLS,          /* an https upstream's handshake failed: verification, an alert, bytes that are not TLS */
   CB__UPERR_COUNT
 };
 /* Its name ("refused"; "none" for CB__UPERR_NONE) and its text for a 502 body ("connection refused"). */

@@ -57,6 +57,7 @@ static const char *const uperr_names[CB__UPERR_COUNT][2] = {
     [CB__UPERR_TRUNCATED] = {"truncated", "connection closed before the answer ended"},
     [CB__UPERR_CONNECT] = {"connect_failed", "connect failed"},
     [CB__UPERR_NO_MEMORY] = {"no_memory", "out of memory"},
+    [CB__UPERR_TLS] = {"tls", "tls handshake failed"},
 };
 
 const char *cb__uperr_name(int e) { return e >= 0 && e < CB__UPERR_COUNT ? uperr_names[e][0] : "none"; }
@@ -132,6 +133,7 @@ static const char *const why_names[CB_WHY_COUNT] = {
     [CB_WHY_BAD_REGEX] = "bad_regex",
     [CB_WHY_BAD_JSON] = "bad_json",
     [CB_WHY_BAD_URL] = "bad_url",
+    [CB_WHY_BAD_CA] = "bad_ca",
 };
 
 const char *cb_field_name(int field) {

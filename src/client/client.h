@@ -1,8 +1,9 @@
 /* client/: the HTTP/1.1 client side, shared by the engine's proxy kind and by cbench-load. An answer parser
- * (llhttp in response mode) and the request-head writer, with the hop-by-hop test a proxy needs.
+ * (llhttp in response mode), the request-head writer, with the hop-by-hop test a proxy needs, and a TLS client
+ * session over memory buffers (tls_client.c, on OpenSSL).
  *
- * The lowest layer: it includes nothing of the engine (only llhttp.h and libc), does no I/O and never
- * allocates. The caller owns the parser (embedded in its connection), gives it a buffer for the head at init,
+ * The lowest layer: it includes nothing of the engine (only llhttp.h, libc, and OpenSSL in tls_client.c), does
+ * no I/O and never allocates but through OpenSSL (a TLS context and session). The caller owns the parser (embedded in its connection), gives it a buffer for the head at init,
  * feeds it the bytes it reads and says when the peer closed. (docs/architecture.md: the layers) */
 #ifndef CB_CLIENT_H
 #define CB_CLIENT_H
@@ -166,5 +167,87 @@ int cb_chdr_hop_by_hop(const char *name, size_t len, const char *connection_valu
 /* RFC 9110 token characters (1 for each byte a field name may hold): the answer parser's, and the engine's
  * HTTP/1.1 request parser's (proto/http1.c), one table for both directions. */
 extern const uint8_t cb_ctoken[256];
+
+/* ---- tls_client.c: a TLS client session over memory buffers (OpenSSL) ---- */
+
+struct ssl_ctx_st;     /* OpenSSL's SSL_CTX */
+struct ssl_st;         /* SSL */
+struct ssl_session_st; /* SSL_SESSION */
+
+typedef struct {
+  int version;                /* 0: TLS 1.2 and 1.3; 12 or 13: that one only */
+  const char *ciphers;        /* OpenSSL's TLS 1.2 cipher list; NULL: its default */
+  const char *tls13_ciphers;  /* TLS 1.3 suites; NULL: the default */
+  const unsigned char *alpn;  /* the ALPN list in wire form ("\x08http/1.1"); NULL: none offered */
+  size_t alpn_len;
+  int insecure;               /* 1: the peer is not verified */
+  const char *ca_file;        /* a PEM file of CA certificates (NUL-terminated) */
+  int ca_strict;              /* 1: ca_file is read as PEM certificates here (a file that cannot be read and one
+                               * with no certificate are told apart); 0: OpenSSL's load_verify_locations */
+  const char *ca_pem;         /* PEM text of CA certificates; wins over ca_file. Neither: the system's CAs */
+  size_t ca_pem_len;
+  int resume;                 /* 1: each session the server gives goes to the session's keep slot */
+} cb_ctls_opts_t;
+
+enum {
+  CB_CTLS_E_SETUP = -1201,         /* OpenSSL refused a setting, or no memory */
+  CB_CTLS_E_CIPHERS = -1202,       /* a TLS 1.2 cipher list OpenSSL does not know */
+  CB_CTLS_E_TLS13_CIPHERS = -1203, /* a TLS 1.3 suite list it does not know */
+  CB_CTLS_E_CA = -1204,            /* the CAs: a file that cannot be read, no certificate in it or in the PEM */
+  CB_CTLS_E_HANDSHAKE = -1205,     /* the handshake failed (cb_ctls_why says why) */
+  CB_CTLS_E_PROTOCOL = -1206,      /* a record that does not decrypt, an alert, a failed write */
+  CB_CTLS_EOF = -1207              /* cb_ctls_read: the peer's close_notify */
+};
+
+/* A context for many sessions (any thread may start one on it). 0 with *out set, or CB_CTLS_E_* with the reason
+ * in why ("no certificate in it", "cannot be read", or OpenSSL's error string). */
+int cb_ctls_ctx_new(const cb_ctls_opts_t *o, struct ssl_ctx_st **out, char *why, size_t whyn);
+void cb_ctls_ctx_free(struct ssl_ctx_st *ctx);
+
+/* One session (one connection). Embed it; its fields are private but hs_pending. */
+typedef struct {
+  struct ssl_st *ssl;
+  struct ssl_session_st **keep; /* where the last session the server gave is kept (NULL: nowhere) */
+  int hs_pending;               /* 1 until the handshake completes */
+  int ssl_error;                /* a failed handshake's SSL_get_error */
+  long verify;                  /* and its verification result */
+  char reason[96];              /* and OpenSSL's reason, alone and as its whole error string */
+  char reason_full[160];
+} cb_ctls_t;
+
+/* 1 when host is an IPv4 or IPv6 literal (no SNI for it; verified against the certificate's IP entries). */
+int cb_ctls_is_ip(const char *host);
+/* Begins a client session on ctx: SNI `name` unless it is an IP literal or empty; with verify, the certificate
+ * checked against it. *keep (when keep and *keep) is offered for resumption, and each session the server gives
+ * replaces it (with a context made with resume). 0 or CB_CTLS_E_SETUP (then cb_ctls_free it). Nothing goes out
+ * until cb_ctls_handshake. */
+int cb_ctls_start(cb_ctls_t *t, struct ssl_ctx_st *ctx, const char *name, int verify, struct ssl_session_st **keep);
+/* A handshake step with what was put in: 1 complete (at once when it was), 0 wants more bytes, or
+ * CB_CTLS_E_HANDSHAKE. What it has to send waits in cb_ctls_out either way. */
+int cb_ctls_handshake(cb_ctls_t *t);
+/* Why the handshake failed, as text: "certificate verify failed: <X.509 reason>", else OpenSSL's reason (full:
+ * its whole error string; else the reason alone, "wrong version number"), else "connection closed". */
+void cb_ctls_why(const cb_ctls_t *t, int full, char *out, size_t n);
+/* Ciphertext that arrived: 0, or CB_CTLS_E_PROTOCOL. */
+int cb_ctls_put(cb_ctls_t *t, const char *p, size_t n);
+/* Plaintext of what was put in: bytes (> 0), 0 when a whole record is not in yet, CB_CTLS_EOF, or
+ * CB_CTLS_E_PROTOCOL. Call until 0. It may leave bytes to send (a KeyUpdate's answer). */
+ssize_t cb_ctls_read(cb_ctls_t *t, char *buf, size_t cap);
+/* Encrypts n bytes of plaintext into records waiting in cb_ctls_out: 0 or CB_CTLS_E_PROTOCOL. */
+int cb_ctls_write(cb_ctls_t *t, const char *p, size_t n);
+/* The ciphertext waiting to be sent (its length; *p valid until the next call on t), and its release once the
+ * caller has copied or sent it. */
+size_t cb_ctls_out(cb_ctls_t *t, const char **p);
+void cb_ctls_out_done(cb_ctls_t *t);
+/* Queues close_notify in cb_ctls_out (nothing before the handshake completed). */
+void cb_ctls_close_notify(cb_ctls_t *t);
+/* After the handshake: whether it resumed a session, and its version, cipher and ALPN choice. */
+int cb_ctls_resumed(const cb_ctls_t *t);
+void cb_ctls_params(const cb_ctls_t *t, const char **version, const char **cipher, const char **alpn,
+                    unsigned *alpn_len);
+/* Frees the session (keeping it resumable: see tls_client.c); t may be started again. */
+void cb_ctls_free(cb_ctls_t *t);
+/* Frees a kept session (a keep slot), leaving NULL. */
+void cb_ctls_session_free(struct ssl_session_st **s);
 
 #endif

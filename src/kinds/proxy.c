@@ -1,5 +1,6 @@
 /* The proxy route kind: a stub whose response is `proxy` forwards the request to an upstream HTTP/1.1 server on
- * the worker's loop and streams its answer back (docs/proxy.md).
+ * the worker's loop and streams its answer back (docs/proxy.md), in TLS for an https:// upstream (the client
+ * layer's session over memory buffers, src/client/tls_client.c, between the socket and the parser).
  *
  * Three things live here:
  * - the options (cb__proxy_t): checked and copied when the stub is added, the upstream's name resolved then, and
@@ -37,6 +38,7 @@
 #define PROXY_READ_BUF (64 * 1024)
 /* The fields a forwarded request head adds: x-forwarded-for, -proto, -host, and host itself. */
 #define PROXY_ADDED 3
+#define PROXY_MAX_SERVER_NAME 253
 
 /* ---- the options ---- */
 
@@ -57,25 +59,40 @@ struct cb__proxy_s {
   cb_str_t *rec_headers;        /* opts.record_headers' copies */
   int *rec_status;
   char *rec_bytes;
+  /* https:// upstreams: the TLS context (built when the stub is added, so that a CA that does not load is the
+   * stub's error; freed with the stub, or with the last connection made on it: OpenSSL counts its users), the
+   * name sent as SNI and verified, and what keys the pool beside the address (tls_key: the verification
+   * settings). */
+  int tls;
+  struct ssl_ctx_st *ctx;
+  char host[256];               /* the host of `to` (no brackets), or server_name */
+  uint64_t tls_key;
+  char *tls_bytes;              /* the copies of ca_file, ca_pem and server_name (opts points into them) */
 };
 
 static int bad_to(cb_str_t to) { return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_URL, to.ptr, to.len); }
 
-/* http://HOST[:PORT][/prefix]: HOST a name, an IPv4 literal or [IPv6]; resolved now (the add runs on the API's
- * thread, never on a worker). */
+/* http://HOST[:PORT][/prefix] or https://...: HOST a name, an IPv4 literal or [IPv6]; resolved now (the add runs
+ * on the API's thread, never on a worker). */
 static int parse_to(cb__proxy_t *p, cb_str_t to) {
-  static const char scheme[] = "http://";
+  static const char scheme[] = "http://", tls_scheme[] = "https://";
   if (to.ptr == NULL) return cb__bad_bytes(CB_FIELD_PROXY, -1, to.len ? CB_WHY_NULL_POINTER : CB_WHY_MISSING, NULL, 0);
   if (to.len == 0) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_EMPTY, to.ptr, 0);
   if (to.len > PROXY_MAX_TO) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_TOO_LONG, to.ptr, to.len);
   for (size_t i = 0; i < to.len; i++)
     if ((unsigned char)to.ptr[i] <= 0x20 || (unsigned char)to.ptr[i] >= 0x7f || to.ptr[i] == '?' || to.ptr[i] == '#')
       return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_CHAR, to.ptr, to.len);
-  if (to.len <= sizeof scheme - 1 || strncasecmp(to.ptr, scheme, sizeof scheme - 1) != 0) return bad_to(to);
+  size_t slen = sizeof scheme - 1;
+  if (to.len > sizeof tls_scheme - 1 && strncasecmp(to.ptr, tls_scheme, sizeof tls_scheme - 1) == 0) {
+    p->tls = 1;
+    slen = sizeof tls_scheme - 1;
+  } else if (to.len <= sizeof scheme - 1 || strncasecmp(to.ptr, scheme, sizeof scheme - 1) != 0) {
+    return bad_to(to);
+  }
   if ((p->to = malloc(to.len + 1)) == NULL) return UV_ENOMEM;
   memcpy(p->to, to.ptr, to.len);
   p->to[to.len] = '\0';
-  const char *a = p->to + sizeof scheme - 1, *end = p->to + to.len;
+  const char *a = p->to + slen, *end = p->to + to.len;
   const char *slash = memchr(a, '/', (size_t)(end - a));
   const char *aend = slash ? slash : end;
   p->authority = a;
@@ -84,7 +101,8 @@ static int parse_to(cb__proxy_t *p, cb_str_t to) {
   p->prefix_len = slash ? (size_t)(end - slash) : 0;
   if (p->prefix_len == 1) p->prefix_len = 0; /* "http://h:1/": no prefix */
   if (p->prefix_len > 0 && p->prefix[p->prefix_len - 1] == '/') p->prefix_len--; /* "/base/" is "/base" */
-  char host[256], port[8] = "80";
+  char host[256], port[8];
+  snprintf(port, sizeof port, "%s", p->tls ? "443" : "80");
   const char *h = a, *hend;
   if (a < aend && *a == '[') {
     hend = memchr(a, ']', (size_t)(aend - a));
@@ -117,6 +135,76 @@ static int parse_to(cb__proxy_t *p, cb_str_t to) {
   memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
   p->addr_len = res->ai_addrlen;
   freeaddrinfo(res);
+  memcpy(p->host, host, sizeof host);
+  return 0;
+}
+
+/* FNV-1a over bytes, continuing from h: the pool's key of an https upstream's verification settings. */
+static uint64_t fnv(uint64_t h, const void *b, size_t n) {
+  const unsigned char *q = b;
+  for (size_t i = 0; i < n; i++) h = (h ^ q[i]) * 1099511628211ull;
+  return h;
+}
+
+/* An https upstream's options: checked, copied (the listing reads them back from opts) and made into the TLS
+ * context. With http://, any of them is a conflict. */
+static int tls_options(cb__proxy_t *p, const cb_proxy_t *o) {
+  const cb_str_t *strs[3] = {&o->ca_file, &o->ca_pem, &o->server_name};
+  for (int i = 0; i < 3; i++)
+    if (strs[i]->ptr == NULL && strs[i]->len) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_NULL_POINTER, (long long)strs[i]->len);
+  if (o->insecure != 0 && o->insecure != 1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->insecure);
+  if (!p->tls) {
+    for (int i = 0; i < 3; i++)
+      if (strs[i]->len) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, strs[i]->ptr, strs[i]->len);
+    if (o->insecure) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, o->insecure);
+    return 0;
+  }
+  if (o->ca_file.len && o->ca_pem.len) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, o->ca_file.ptr, o->ca_file.len);
+  if (o->ca_file.len > 4096) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_TOO_LONG, o->ca_file.ptr, o->ca_file.len);
+  if (memchr(o->ca_file.ptr ? o->ca_file.ptr : "", '\0', o->ca_file.len))
+    return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_CHAR, o->ca_file.ptr, o->ca_file.len);
+  cb_str_t sn = o->server_name;
+  if (sn.len > PROXY_MAX_SERVER_NAME) return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_TOO_LONG, sn.ptr, sn.len);
+  for (size_t i = 0; i < sn.len; i++) {
+    char ch = sn.ptr[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+          ch == '-' || ch == ':'))
+      return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_CHAR, sn.ptr, sn.len);
+  }
+  size_t n = o->ca_file.len + o->ca_pem.len + sn.len + 3;
+  if ((p->tls_bytes = malloc(n)) == NULL) return UV_ENOMEM;
+  char *b = p->tls_bytes;
+  cb_str_t *outs[3] = {&p->opts.ca_file, &p->opts.ca_pem, &p->opts.server_name};
+  for (int i = 0; i < 3; i++) {
+    if (strs[i]->len) memcpy(b, strs[i]->ptr, strs[i]->len);
+    b[strs[i]->len] = '\0';
+    *outs[i] = (cb_str_t){strs[i]->len ? b : NULL, strs[i]->len};
+    b += strs[i]->len + 1;
+  }
+  if (sn.len) {
+    memcpy(p->host, sn.ptr, sn.len);
+    p->host[sn.len] = '\0';
+  }
+  /* ALPN offers http/1.1 alone: the upstream must not choose a protocol this connection does not speak. */
+  static const unsigned char alpn[] = "\x08http/1.1";
+  cb_ctls_opts_t to = {.alpn = alpn, .alpn_len = sizeof alpn - 1, .insecure = o->insecure,
+                       .ca_file = o->ca_file.len ? p->opts.ca_file.ptr : NULL, .ca_strict = 1,
+                       .ca_pem = o->ca_pem.len ? p->opts.ca_pem.ptr : NULL, .ca_pem_len = o->ca_pem.len,
+                       .resume = 1};
+  char why[256];
+  int err = cb_ctls_ctx_new(&to, &p->ctx, why, sizeof why);
+  if (err == CB_CTLS_E_CA) {
+    cb_str_t v = o->ca_pem.len ? o->ca_pem : o->ca_file;
+    return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_CA, v.ptr, v.len);
+  }
+  if (err) return UV_ENOMEM;
+  /* Connections are shared only by stubs that verify alike: the same insecure, name and CAs. */
+  uint64_t h = fnv(1469598103934665603ull, &o->insecure, sizeof o->insecure);
+  h = fnv(h, p->host, strlen(p->host) + 1);
+  h = fnv(h, o->ca_file.len ? "f" : o->ca_pem.len ? "p" : "s", 1);
+  h = fnv(h, o->ca_file.ptr ? o->ca_file.ptr : "", o->ca_file.len);
+  h = fnv(h, o->ca_pem.ptr ? o->ca_pem.ptr : "", o->ca_pem.len);
+  p->tls_key = h;
   return 0;
 }
 
@@ -169,6 +257,8 @@ void cb__proxy_free(cb__proxy_t *p) {
   free(p->rec_headers);
   free(p->rec_status);
   free(p->rec_bytes);
+  free(p->tls_bytes);
+  cb_ctls_ctx_free(p->ctx);
   free(p);
 }
 
@@ -183,6 +273,7 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   p->opts = *o;
   int err = parse_to(p, o->to);
   if (err == 0) err = copy_record(p, o);
+  if (err == 0) err = tls_options(p, o);
   if (err) {
     cb__proxy_free(p);
     return err;
@@ -211,6 +302,9 @@ struct upstream_s {
   upstream_t *next;
   struct sockaddr_storage addr;
   socklen_t addr_len;
+  int tls;
+  uint64_t tls_key;             /* the verification settings (cb__proxy_t.tls_key) */
+  struct ssl_session_st *sess;  /* https: the last TLS session the upstream gave, offered by new connections */
   upc_t *idle; /* most recently used first */
   int nidle;
 };
@@ -221,6 +315,7 @@ typedef struct {
   upc_t *all;   /* every open upstream connection of the worker */
   int closed;   /* the worker is stopping: no new connection */
   char rbuf[PROXY_READ_BUF]; /* one read buffer for every upstream connection of the worker */
+  char ptbuf[PROXY_READ_BUF]; /* https: the plaintext of a read */
 } pool_t;
 
 /* One upstream connection. Freed when both its handles have closed. */
@@ -242,6 +337,11 @@ struct upc_s {
   uint8_t extra;              /* bytes of another answer followed it: the connection is not reused */
   uint8_t got_bytes;          /* bytes of this exchange's answer arrived */
   uint8_t pending;            /* handles still to close */
+  uint8_t tls;                /* https: the session below is in use */
+  uint8_t tls_bad;            /* the session failed or the upstream closed it: no close_notify */
+  cb_ctls_t ssl;
+  char *pt;                   /* https: plaintext written before the handshake completed, sent after it */
+  size_t pt_len, pt_cap;
   cb_cres_t parser;
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
@@ -277,6 +377,7 @@ struct px_s {
   /* The answer's trailer fields (a chunked body's), passed on at its end: one block with their bytes. */
   cb__hdr_t *trs;
   int ntrs;
+  char *detail;        /* a failed TLS handshake's reason, for the 502's body (NULL: none) */
 };
 
 static void pool_close_all(cb__worker_t *w, void *state);
@@ -286,6 +387,7 @@ static void pool_free(cb__worker_t *w, void *state) {
   while (pl->ups) {
     upstream_t *u = pl->ups;
     pl->ups = u->next;
+    cb_ctls_session_free(&u->sess);
     free(u);
   }
   free(pl);
@@ -308,11 +410,15 @@ static pool_t *pool_of(cb__worker_t *w) {
 
 static upstream_t *upstream_of(pool_t *pl, const cb__proxy_t *p) {
   for (upstream_t *u = pl->ups; u; u = u->next)
-    if (u->addr_len == p->addr_len && memcmp(&u->addr, &p->addr, p->addr_len) == 0) return u;
+    if (u->addr_len == p->addr_len && memcmp(&u->addr, &p->addr, p->addr_len) == 0 && u->tls == p->tls &&
+        u->tls_key == p->tls_key)
+      return u;
   upstream_t *u = calloc(1, sizeof *u);
   if (u == NULL) return NULL;
   memcpy(&u->addr, &p->addr, p->addr_len);
   u->addr_len = p->addr_len;
+  u->tls = p->tls;
+  u->tls_key = p->tls_key;
   u->next = pl->ups;
   pl->ups = u;
   return u;
@@ -329,8 +435,15 @@ static void idle_remove(upc_t *c) {
 
 static void upc_closed(uv_handle_t *h) {
   upc_t *c = h->data;
-  if (--c->pending == 0) free(c);
+  if (--c->pending == 0) {
+    if (c->tls) cb_ctls_free(&c->ssl);
+    free(c->pt);
+    free(c);
+  }
 }
+
+/* https: sends what the session has written (handshake messages, records, close_notify). */
+static int tls_flush(upc_t *c);
 
 /* Closes an upstream connection: out of every list, its handles closed (it is freed once both are). */
 static void upc_close(upc_t *c) {
@@ -341,6 +454,12 @@ static void upc_close(upc_t *c) {
   if (c->next) c->next->prev = c->prev;
   if (c->px) c->px->c = NULL; /* the exchange must not reach a connection that is about to be freed */
   c->px = NULL;
+  if (c->tls && !c->tls_bad && !c->ssl.hs_pending) {
+    /* Best effort: close_notify goes if the socket takes it now (a write queued now would be cancelled by the
+     * close). */
+    cb_ctls_close_notify(&c->ssl);
+    (void)tls_flush(c);
+  }
   c->pending = 2;
   uv_close((uv_handle_t *)&c->tcp, upc_closed);
   uv_close((uv_handle_t *)&c->timer, upc_closed);
@@ -372,8 +491,8 @@ static void written(uv_write_t *req, int status) {
 /* Writes pieces to the upstream: at once with uv_try_write when nothing waits before them (the usual case: no
  * request object, no copy, and none of the epoll_ctl a completed uv_write costs in libuv's drain step), and
  * what the socket does not take now copied into one uv_write, which keeps the order behind earlier ones. */
-static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
-  uv_stream_t *s = (uv_stream_t *)&x->c->tcp;
+static int raw_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs) {
+  uv_stream_t *s = (uv_stream_t *)&c->tcp;
   size_t total = 0, done = 0;
   for (unsigned i = 0; i < nbufs; i++) total += bufs[i].len;
   int n = uv_try_write(s, bufs, nbufs);
@@ -398,6 +517,40 @@ static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
   int err = uv_write(&wr->req, s, &buf, 1, written);
   if (err) free(wr);
   return err;
+}
+
+static int tls_flush(upc_t *c) {
+  const char *p;
+  size_t n = cb_ctls_out(&c->ssl, &p);
+  if (n == 0) return 0;
+  uv_buf_t buf = uv_buf_init((char *)p, (unsigned)n);
+  int err = raw_send(c, &buf, 1);
+  cb_ctls_out_done(&c->ssl);
+  return err;
+}
+
+/* Writes request bytes to the upstream: as they are, or (https) encrypted, or kept until the handshake is done. */
+static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
+  upc_t *c = x->c;
+  if (!c->tls) return raw_send(c, bufs, nbufs);
+  for (unsigned i = 0; i < nbufs; i++) {
+    if (c->ssl.hs_pending) {
+      if (c->pt_len + bufs[i].len > c->pt_cap) {
+        size_t cap = c->pt_cap ? c->pt_cap : 4096;
+        while (cap < c->pt_len + bufs[i].len) cap *= 2;
+        char *b = realloc(c->pt, cap);
+        if (b == NULL) return UV_ENOMEM;
+        c->pt = b;
+        c->pt_cap = cap;
+      }
+      memcpy(c->pt + c->pt_len, bufs[i].base, bufs[i].len);
+      c->pt_len += bufs[i].len;
+    } else if (cb_ctls_write(&c->ssl, bufs[i].base, bufs[i].len) != 0) {
+      c->tls_bad = 1;
+      return UV_EPROTO;
+    }
+  }
+  return c->ssl.hs_pending ? 0 : tls_flush(c);
 }
 
 static int up_write(px_t *x, const char *a, size_t an, const char *b, size_t bn, const char *c3, size_t cn) {
@@ -682,9 +835,9 @@ static void px_fail(px_t *x, int why) {
   x->state = PX_ENDED;
   int status = why == CB__UPERR_TIMEOUT ? 504 : 502;
   if (status == 504) CB__STAT_INC(conn->w, proxy_504); else CB__STAT_INC(conn->w, proxy_502);
-  char body[PROXY_MAX_TO + 128];
-  int n = snprintf(body, sizeof body, "cbench proxy: %s (%.*s)\n", cb__uperr_text(why), (int)x->p->opts.to.len,
-                   x->p->to);
+  char body[PROXY_MAX_TO + 256];
+  int n = snprintf(body, sizeof body, "cbench proxy: %s%s%s (%.*s)\n", cb__uperr_text(why), x->detail ? ": " : "",
+                   x->detail ? x->detail : "", (int)x->p->opts.to.len, x->p->to);
   if (n < 0) n = 0;
   if ((size_t)n >= sizeof body) n = (int)sizeof body - 1;
   static const cb__hdr_t ctype = {STR("content-type"), STR("text/plain")};
@@ -709,52 +862,37 @@ static int uperr_of(int feed_err) {
   }
 }
 
-static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-  upc_t *c = (upc_t *)s;
-  px_t *x = c->px;
-  if (n == 0) return;
-  if (x == NULL) { /* idle: an upstream that closes or speaks out of turn is done with */
-    upc_close(c);
-    return;
-  }
-  if (n < 0) {
-    int err = n == UV_EOF ? cb_cres_eof(&c->parser) : 0;
-    if (c->done) { /* a body read until the close */
-      px_done(x, 0);
-      return;
-    }
-    /* Nothing of the answer yet on a kept-alive connection: the upstream closed it meanwhile. The request is
-     * sent again, once, on a new connection, when no byte of its body went yet. */
-    if (x->reused && !x->retried && !x->body_streamed && !c->got_bytes) {
-      x->retried = 1;
-      px_detach(x, 0);
-      x->state = PX_WAIT;
-      x->head_sent = 0;
-      start_forward(x);
-      return;
-    }
-    if (x->got_head || (c->got_bytes && err != 0))
-      px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : uperr_of(err));
-    else
-      px_fail(x, n == UV_ECONNREFUSED ? CB__UPERR_REFUSED : CB__UPERR_RESET);
-    return;
-  }
+/* An https upstream's handshake failed (or the upstream closed or reset it): 502, with the reason. */
+static void tls_fail(px_t *x, const char *why) {
+  size_t n = strlen(why);
+  if (x->detail == NULL && (x->detail = malloc(n + 1)) != NULL) memcpy(x->detail, why, n + 1);
+  px_fail(x, CB__UPERR_TLS);
+}
+
+/* Answer bytes (plaintext) for the parser: 0 to go on, 1 when the exchange let go of the connection (ended or
+ * failed: x may be freed). */
+static int up_bytes(upc_t *c, px_t *x, const char *p, size_t n) {
   c->got_bytes = 1;
-  int err = cb_cres_feed(&c->parser, buf->base, (size_t)n);
-  if (c->px == NULL) return; /* failed in a callback: answered there */
+  int err = cb_cres_feed(&c->parser, p, n);
+  if (c->px == NULL) return 1; /* failed in a callback: answered there */
   if (c->done) {
     /* Kept only when nothing followed the answer, and the request had ended (an upstream that answers early
      * may not have read all of it). */
     int keep = c->keep && !c->extra && err == 0 && cb_cres_idle(&c->parser) && x->req_ended;
     px_done(x, keep);
-    return;
+    return 1;
   }
   if (err) {
     px_fail(x, uperr_of(err));
-    return;
+    return 1;
   }
+  return 0;
+}
+
+/* After a read that left the exchange going: the client's output decides whether the upstream is read on. */
+static void up_after(upc_t *c, px_t *x) {
   if (x->blocked) { /* the client's output is full: the upstream waits, and is not timed meanwhile */
-    uv_read_stop(s);
+    uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
     uv_timer_stop(&c->timer);
   } else if (x->got_head) {
@@ -763,6 +901,103 @@ static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
     uv_timer_again(&c->timer);
   }
   if (x->state == PX_HEAD) cb__conn_after(x->r->conn);
+}
+
+static void up_eof(upc_t *c, px_t *x, ssize_t n);
+
+/* https: the read's ciphertext goes into the session; the handshake steps, then the plaintext goes to the
+ * parser as a plain read's bytes do. An idle connection reads too: a session ticket is taken in, anything else
+ * (plaintext, an alert, close_notify) ends it. */
+static void tls_read(upc_t *c, const char *p, size_t n) {
+  px_t *x = c->px;
+  char why[160];
+  if (cb_ctls_put(&c->ssl, p, n) != 0) {
+    c->tls_bad = 1;
+    if (x) px_fail(x, CB__UPERR_NO_MEMORY); else upc_close(c);
+    return;
+  }
+  if (c->ssl.hs_pending) {
+    int rc = cb_ctls_handshake(&c->ssl);
+    int ferr = tls_flush(c);
+    if (rc < 0) {
+      c->tls_bad = 1;
+      cb_ctls_why(&c->ssl, 0, why, sizeof why);
+      if (x) tls_fail(x, why); else upc_close(c);
+      return;
+    }
+    if (rc == 0 || x == NULL) {
+      if (ferr && x) px_fail(x, CB__UPERR_RESET);
+      return;
+    }
+    /* Done: the request bytes written meanwhile go now, in records. */
+    if (c->pt_len) {
+      uv_buf_t b = uv_buf_init(c->pt, (unsigned)c->pt_len);
+      c->pt_len = 0;
+      if (up_send(x, &b, 1) != 0) {
+        px_fail(x, CB__UPERR_RESET);
+        return;
+      }
+    }
+  }
+  for (;;) {
+    ssize_t k = cb_ctls_read(&c->ssl, c->pool->ptbuf, sizeof c->pool->ptbuf);
+    if (k == 0) break;
+    x = c->px;
+    if (k < 0 || x == NULL) {
+      c->tls_bad = 1;
+      if (x == NULL) upc_close(c);
+      else if (k == CB_CTLS_EOF) up_eof(c, x, UV_EOF); /* close_notify: the stream ended */
+      else px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : CB__UPERR_BAD_RESPONSE); /* an alert, a bad record */
+      return;
+    }
+    if (up_bytes(c, x, c->pool->ptbuf, (size_t)k)) return;
+  }
+  if (tls_flush(c) != 0) c->tls_bad = 1; /* a KeyUpdate's answer; a failed write shows on the read side */
+  if (c->px) up_after(c, c->px);
+}
+
+static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  upc_t *c = (upc_t *)s;
+  px_t *x = c->px;
+  if (n == 0) return;
+  if (n > 0 && c->tls) {
+    tls_read(c, buf->base, (size_t)n);
+    return;
+  }
+  if (x == NULL) { /* idle: an upstream that closes or speaks out of turn is done with */
+    upc_close(c);
+    return;
+  }
+  if (n < 0) up_eof(c, x, n);
+  else if (!up_bytes(c, x, buf->base, (size_t)n)) up_after(c, x);
+}
+
+/* The upstream closed (UV_EOF, or close_notify) or the socket failed (n). */
+static void up_eof(upc_t *c, px_t *x, ssize_t n) {
+  if (c->tls) c->tls_bad = 1;
+  if (c->tls && c->ssl.hs_pending) { /* closed or reset in the middle of the handshake */
+    tls_fail(x, n == UV_EOF ? "connection closed" : n == UV_ECONNRESET ? "connection reset" : uv_strerror((int)n));
+    return;
+  }
+  int err = n == UV_EOF ? cb_cres_eof(&c->parser) : 0;
+  if (c->done) { /* a body read until the close */
+    px_done(x, 0);
+    return;
+  }
+  /* Nothing of the answer yet on a kept-alive connection: the upstream closed it meanwhile. The request is
+   * sent again, once, on a new connection, when no byte of its body went yet. */
+  if (x->reused && !x->retried && !x->body_streamed && !c->got_bytes) {
+    x->retried = 1;
+    px_detach(x, 0);
+    x->state = PX_WAIT;
+    x->head_sent = 0;
+    start_forward(x);
+    return;
+  }
+  if (x->got_head || (c->got_bytes && err != 0))
+    px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : uperr_of(err));
+  else
+    px_fail(x, n == UV_ECONNREFUSED ? CB__UPERR_REFUSED : CB__UPERR_RESET);
 }
 
 static void up_timeout(uv_timer_t *t) {
@@ -820,6 +1055,15 @@ static int take_conn(px_t *x) {
     CB__STAT_INC(w, proxy_upstream_connects);
     uv_tcp_nodelay(&c->tcp, 1);
     int err = uv_tcp_connect(&c->connect, &c->tcp, (const struct sockaddr *)&u->addr, connected);
+    if (err == 0 && x->p->tls) {
+      /* The ClientHello is queued behind the connect; the request waits in c->pt for the handshake. The last
+       * session this upstream gave (u->sess, kept per worker) is offered for resumption. */
+      c->tls = 1;
+      err = cb_ctls_start(&c->ssl, x->p->ctx, x->p->host, !x->p->opts.insecure, &u->sess);
+      if (err == 0 && cb_ctls_handshake(&c->ssl) < 0) err = UV_EPROTO;
+      if (err == 0) err = tls_flush(c);
+      if (err) c->tls_bad = 1;
+    }
     if (err) {
       upc_close(c);
       return err;
@@ -1047,6 +1291,7 @@ static void proxy_free(cb__req_t *r) {
   free(x->hbuf);
   free(x->body);
   free(x->trs);
+  free(x->detail);
   free(x);
   r->stub = NULL;
 }

@@ -28,6 +28,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include "client/client.h"
 #include "hist.h"
 
 #define CBL_VERSION "1.0"
@@ -234,10 +235,10 @@ struct cbl_conn_s {
   bool in_dirty;
   bool done_clean; /* closing without an error (a connection per request, or the server's close) */
   void *p;         /* the protocol's state */
-  /* TLS (tls.c): the session (an SSL *), the last session the server gave (an SSL_SESSION *, offered on the
+  /* TLS (tls.c): the session (the client layer's), the last session the server gave (an SSL_SESSION *, offered on the
    * next connect), the handshake not complete yet (no request may be sent), and what the protocol wrote,
    * waiting to be encrypted (out then holds ciphertext). */
-  void *ssl;
+  cb_ctls_t tls;
   void *sess;
   bool hs_pending;
   cbl_buf_t pt;

@@ -178,7 +178,7 @@ void cbl_conn_end(cbl_conn_t *c) { c->done_clean = true; }
 
 /* Over TLS the protocol's bytes wait as plaintext and are encrypted once per flush (tls.c). */
 int cbl_conn_write(cbl_conn_t *c, const void *p, size_t n) {
-  return cbl_buf_append(c->ssl ? &c->pt : &c->out, p, n) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
+  return cbl_buf_append(c->tls.ssl ? &c->pt : &c->out, p, n) ? CBL_FAIL(CBL_ERR_PROTOCOL) : 0;
 }
 
 size_t cbl_conn_unsent(const cbl_conn_t *c) { return c->pt.len + c->out.len + c->wout.len; }
@@ -206,7 +206,7 @@ static void on_write(uv_write_t *req, int status) {
  * the socket does not take goes to uv_write from a second buffer while new bytes collect in the first. */
 static int conn_flush(cbl_conn_t *c) {
   if (c->state != CBL_CONN_OPEN) return 0;
-  if (c->ssl) {
+  if (c->tls.ssl) {
     int rc = cbl_tls_flush(c);
     if (rc) return rc;
   }
@@ -304,7 +304,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   t->now = cbl_now();
   if (nread > 0) {
     if (in_stats(t)) t->res.counts.bytes_read += (uint64_t)nread;
-    int rc = c->ssl ? cbl_tls_read(c, buf->base, (size_t)nread) : t->proto->read(c, buf->base, (size_t)nread);
+    int rc = c->tls.ssl ? cbl_tls_read(c, buf->base, (size_t)nread) : t->proto->read(c, buf->base, (size_t)nread);
     if (rc == CBL_TLS_EOF) conn_eof(c);
     else conn_step(c, rc);
   } else if (nread == UV_EOF) {
@@ -372,7 +372,7 @@ static void conn_close(cbl_conn_t *c, bool clean) {
   /* No close_notify: the handle closes at once, and the server's close_notify in answer would meet a closed
    * socket and draw the kernel's RST, which a server counts as a reset (cbench-server counted 83 of 420
    * connections per request so). With nothing in flight there is nothing a FIN alone could truncate. */
-  if (c->ssl) cbl_tls_drop(c);
+  if (c->tls.ssl) cbl_tls_drop(c);
   /* A connection that was never answered waits a little before the next try; a clean end (a connection per
    * request, the server's close after answering) reconnects at once. */
   c->retry_at = (clean || c->answered) ? 0 : t->now + RETRY_NS;
