@@ -53,7 +53,7 @@
                   | #{responses := [response()], 'after' => last | cycle | not_found,
                       times => pos_integer() | infinity}.
 %% docs/proxy.md.
--type proxy() :: #{to := iodata(), protocol => http1, timeout_ms => pos_integer(),
+-type proxy() :: #{to := iodata(), protocol => http1 | h2c, timeout_ms => pos_integer(),
                    max_body_bytes => pos_integer(), record => boolean(),
                    record_headers => [iodata() | atom()], record_body_file_bytes => non_neg_integer(),
                    record_status => [100..599]}.
@@ -75,7 +75,7 @@
                     | {json | json_subset, cbench_json:json()}.
 -type canon_response() :: canon_single() | canon_sequence() | canon_proxy().
 %% A proxy (docs/proxy.md): every key of its options there.
--type canon_proxy() :: #{proxy := #{to := binary(), protocol := http1, timeout_ms := pos_integer(),
+-type canon_proxy() :: #{proxy := #{to := binary(), protocol := http1 | h2c, timeout_ms := pos_integer(),
                                     max_body_bytes := pos_integer(), record := boolean(),
                                     record_headers := [binary()],
                                     record_body_file_bytes := non_neg_integer(),
@@ -308,6 +308,7 @@ proxy(P) when is_map(P) ->
          end,
     Protocol = case maps:get(protocol, P, http1) of
                    http1 -> http1;
+                   h2c -> h2c;
                    Pr when is_atom(Pr) -> fail({response, proxy, protocol}, Pr, out_of_range);
                    Pr -> fail({response, proxy, protocol}, Pr, wrong_type)
                end,

@@ -111,6 +111,7 @@ typedef struct cb_config_s {
                                 * fails with UV_EINVAL */
   const char *record_to;       /* NULL (default), or the stub file the admin API's POST /recorded/save writes
                                 * (cb_server_save_stubs()); cbench-server also writes it at stop */
+  int proxy_protocol;          /* with proxy_to: CB_PROXY_HTTP1 (default) or CB_PROXY_H2C, the catch-all's protocol */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
@@ -458,8 +459,8 @@ typedef enum {
 #define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
 /* A proxy response (cb_response_t.proxy, docs/proxy.md): the request is forwarded to an upstream server over
- * HTTP/1.1 and its answer streamed back. */
-enum { CB_PROXY_HTTP1 = 0 };
+ * HTTP/1.1 or h2c (prior knowledge) and its answer streamed back. */
+enum { CB_PROXY_HTTP1 = 0, CB_PROXY_H2C = 1 };
 #define CB_PROXY_MAX_TIMEOUT_MS 3600000u
 #define CB_PROXY_DEFAULT_TIMEOUT_MS 10000u
 #define CB_PROXY_DEFAULT_MAX_BODY (1ull << 30)
@@ -467,7 +468,7 @@ typedef struct cb_proxy_s {
   cb_str_t to;                 /* "http://HOST:PORT" or "http://HOST:PORT/prefix" (the prefix is put before every
                                 * forwarded target); HOST an IP literal ([::1] for IPv6) or a name, resolved when
                                 * the stub is added. At most 1024 bytes */
-  int protocol;                /* CB_PROXY_HTTP1 (the only one for now) */
+  int protocol;                /* CB_PROXY_HTTP1 or CB_PROXY_H2C (cleartext HTTP/2 with prior knowledge) */
   unsigned timeout_ms;         /* upstream connect plus the wait for its answer's head, and the longest pause
                                 * between two reads of its body; past it: 504 (or the answer is cut).
                                 * 0: CB_PROXY_DEFAULT_TIMEOUT_MS; at most CB_PROXY_MAX_TIMEOUT_MS */

@@ -15,6 +15,7 @@
 
 /* The names of tls_client_auth's values, in CB_TLS_CLIENT_AUTH_* order. */
 static const char *const client_auth_names[] = {"none", "request", "require", NULL};
+static const char *const proxy_protocol_names[] = {"http1", "h2c", NULL}; /* CB_PROXY_* */
 
 #define FIELD(f) .offset = offsetof(cb_config_t, f), .size = sizeof(((cb_config_t *)0)->f)
 
@@ -97,6 +98,10 @@ static const cb_option_t options[] = {
     {.name = "record_to", .flag = "--record-to", .type = CB_OPT_STRING, .min = 1, .max = 4095, .err = UV_EINVAL,
      .flags = CB_OPT_F_C_ONLY, FIELD(record_to),
      .doc = "with --proxy-to: record the exchanges as stubs, written to this file at stop (docs/record.md)"},
+    {.name = "proxy_protocol", .flag = "--proxy-protocol", .type = CB_OPT_ENUM, .min = 0, .max = 1,
+     .def = CB_PROXY_HTTP1, .err = UV_EINVAL, .names = proxy_protocol_names, .flags = CB_OPT_F_C_ONLY,
+     FIELD(proxy_protocol),
+     .doc = "with --proxy-to: the upstream's protocol, http1 or h2c (prior knowledge; docs/proxy.md)"},
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

@@ -175,8 +175,8 @@ static void free_server(cb_server_t *srv) {
 }
 
 /* cfg.proxy_to: the catch-all proxy stub, below every other stub (docs/record.md). */
-static int add_proxy_all(cb_server_t *srv, const char *url, int record) {
-  cb_proxy_t p = {.to = {url, strlen(url)}, .record = record};
+static int add_proxy_all(cb_server_t *srv, const char *url, int record, int protocol) {
+  cb_proxy_t p = {.to = {url, strlen(url)}, .record = record, .protocol = protocol};
   cb_stub_t st = {.name = CB_S("proxy_all"), .match = {.path = CB_S("/*"), .priority = -1000000},
                   .response = {.proxy = &p}};
   uint64_t id;
@@ -299,7 +299,7 @@ int cb_server_start(const cb_config_t *cfg, cb_server_t **out) {
     free_server(srv);
     return err;
   }
-  if (cfg->proxy_to != NULL && (err = add_proxy_all(srv, cfg->proxy_to, cfg->record_to != NULL)) != 0) {
+  if (cfg->proxy_to != NULL && (err = add_proxy_all(srv, cfg->proxy_to, cfg->record_to != NULL, cfg->proxy_protocol)) != 0) {
     cb_server_stop(srv);
     return err;
   }
