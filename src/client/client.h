@@ -224,6 +224,7 @@ typedef struct cb_ch2_s {
   int status;        /* the block's :status, 0 when none */
   int over;          /* the block went over a limit */
   int nstreams;      /* streams submitted and not yet closed */
+  uint32_t assumed;  /* the peer's stream limit until its SETTINGS come (cb_ch2_assume_max_streams) */
   uint8_t bad;       /* a connection error: the session is done */
   uint8_t goaway;    /* the peer sent GOAWAY: no new streams */
   uint8_t settings;  /* the peer's SETTINGS arrived */
@@ -258,8 +259,13 @@ int cb_ch2_feed(cb_ch2_t *c, const char *p, size_t n);
  * CB_CH2_E_BAD / CB_CH2_E_NOMEM. */
 ssize_t cb_ch2_pull(cb_ch2_t *c, const char **out);
 /* 1 when a new stream may be opened now: no GOAWAY either way, and fewer streams than the peer's
- * SETTINGS_MAX_CONCURRENT_STREAMS (100 until its SETTINGS came). */
+ * SETTINGS_MAX_CONCURRENT_STREAMS (until its SETTINGS came: 100, or what cb_ch2_assume_max_streams said). */
 int cb_ch2_can_submit(const cb_ch2_t *c);
+/* The peer's stream limit as the session knows it now (0 until its SETTINGS came). */
+uint32_t cb_ch2_max_streams(const cb_ch2_t *c);
+/* Until the peer's SETTINGS come, count on at most n streams (1..100): what another connection to the same
+ * peer was told, so that a new connection is not given more streams than the peer will take. */
+void cb_ch2_assume_max_streams(cb_ch2_t *c, uint32_t n);
 /* Opens a stream. Its id, or CB_CH2_E_NOMEM (over CB_CH2_MAX_REQ_FIELDS fields, or nghttp2 refused). */
 int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud);
 /* Body bytes are waiting for a stream whose read_body said none. */

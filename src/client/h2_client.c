@@ -148,7 +148,13 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
   if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR) c->bad = 1;
   /* A reset nghttp2 sent for a stream still attached: the peer broke the protocol on it (an invalid header
    * field, a wrong content-length, ...). The owner's own resets detach first. */
-  if (f->hd.type == NGHTTP2_RST_STREAM) tell_close(c, s, f->hd.stream_id, CB_CH2_E_BAD);
+  if (f->hd.type == NGHTTP2_RST_STREAM) {
+    tell_close(c, s, f->hd.stream_id, CB_CH2_E_BAD);
+    /* DATA past the window: a peer that ignores flow control would go on sending into the stream it lost
+     * (nghttp2 reads and drops DATA of a closed stream, giving the connection's window back), so the
+     * connection ends too. */
+    if (f->rst_stream.error_code == NGHTTP2_FLOW_CONTROL_ERROR) c->bad = 1;
+  }
   return 0;
 }
 
@@ -195,6 +201,7 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
   c->cb = cb;
   c->ud = ud;
   c->lim = *lim;
+  c->assumed = ASSUMED_MAX_STREAMS;
   if (c->lim.max_head == 0) c->lim.max_head = CB_CRES_MAX_HEAD_DEFAULT;
   if (c->lim.max_headers <= 0) c->lim.max_headers = CB_CRES_MAX_HEADERS_DEFAULT;
   size_t pad = (alignof(cb_chdr_t) - (uintptr_t)headbuf % alignof(cb_chdr_t)) % alignof(cb_chdr_t);
@@ -266,10 +273,17 @@ ssize_t cb_ch2_pull(cb_ch2_t *c, const char **out) {
 int cb_ch2_can_submit(const cb_ch2_t *c) {
   if (c->bad || c->goaway || c->session == NULL) return 0;
   if (!nghttp2_session_check_request_allowed(c->session)) return 0;
-  uint32_t max = c->settings ? nghttp2_session_get_remote_settings(c->session,
-                                                                    NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS)
-                             : ASSUMED_MAX_STREAMS;
+  uint32_t max = c->settings ? cb_ch2_max_streams(c) : c->assumed;
   return (uint32_t)c->nstreams < max;
+}
+
+uint32_t cb_ch2_max_streams(const cb_ch2_t *c) {
+  if (!c->settings || c->session == NULL) return 0;
+  return nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+}
+
+void cb_ch2_assume_max_streams(cb_ch2_t *c, uint32_t n) {
+  if (n >= 1 && n <= ASSUMED_MAX_STREAMS) c->assumed = n;
 }
 
 int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {

@@ -52,6 +52,7 @@ struct upstream_s {
   int nidle;
   h2c_t *h2;   /* its h2c connections, newest first */
   int nh2;
+  uint32_t h2_max; /* the stream limit its last SETTINGS said (0: none yet): assumed for a new connection */
 };
 
 typedef struct {

@@ -339,8 +339,12 @@ static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     h2c_end(hc, err == CB_CH2_E_NOMEM ? CB__UPERR_NO_MEMORY : CB__UPERR_BAD_RESPONSE);
     return;
   }
+  uint32_t max = cb_ch2_max_streams(&hc->s);
+  if (max != 0) hc->up->h2_max = max;
   h2c_flush(hc);
-  if (cb_ch2_done(&hc->s)) h2c_end(hc, CB__UPERR_RESET);
+  /* nghttp2 may find the upstream's frames wrong only as it writes (its GOAWAY for them): bad_response too. */
+  if (hc->s.bad) h2c_end(hc, CB__UPERR_BAD_RESPONSE);
+  else if (cb_ch2_done(&hc->s)) h2c_end(hc, CB__UPERR_RESET);
 }
 
 static void h2c_connected(uv_connect_t *req, int status) {
@@ -371,6 +375,7 @@ static h2c_t *h2c_open(pool_t *pl, upstream_t *u) {
     free(hc);
     return NULL;
   }
+  cb_ch2_assume_max_streams(&hc->s, u->h2_max);
   hc->pool = pl;
   hc->up = u;
   uv_tcp_init(&pl->w->loop, &hc->tcp);
