@@ -135,7 +135,8 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
         drop(s, id, NGHTTP2_CANCEL);
         return 0;
       }
-      if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) ended(c, s, id, sud);
+      /* The owner may have let go of the stream inside its callback (cb_ch2_cancel). */
+      if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && sud_of(s, id) == sud) ended(c, s, id, sud);
       return 0;
     }
     default:
