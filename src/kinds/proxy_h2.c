@@ -466,23 +466,27 @@ static void h2_forward(px_t *x) {
 
 static void h2_delay_done(cb__req_t *r) { h2_forward(PX(r)); }
 
+/* The stream opens once it is known whether the request has a body (a length, a first body byte, or its end),
+ * as the HTTP/1.1 upstream's head waits for its framing: a request without one ends with its HEADERS. */
 static void h2_head(cb__req_t *r) {
   px_t *x = cb__px_new(r);
   if (x == NULL) return;
   if (x->p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
-  h2_forward(x);
+  if (r->content_length >= 0) h2_forward(x);
 }
 
 static void h2_body(cb__req_t *r, const char *p, size_t n) {
   px_t *x = PX(r);
   if (x == NULL || x->state == PX_ENDED || n == 0) return;
-  if (x->p->delay_ms == 0 && x->h2 == NULL) return; /* failed, answered */
   if (cb__px_hold(x, p, n) != 0) {
     if (x->h2) h2x_release(x->h2);
     cb__px_fail(x, CB__UPERR_NO_MEMORY);
     return;
   }
-  if (x->h2 != NULL && x->h2->hc != NULL) {
+  if (x->p->delay_ms > 0) return;
+  if (x->state == PX_WAIT && x->h2 == NULL) {
+    h2_forward(x);
+  } else if (x->h2 != NULL && x->h2->hc != NULL) {
     cb_ch2_resume(&x->h2->hc->s, x->h2->id);
     h2c_flush(x->h2->hc);
   }
@@ -497,7 +501,9 @@ static void h2_end(cb__req_t *r) {
     if (cb__req_timer(r, x->p->delay_ms, h2_delay_done) != 0) cb__px_fail(x, CB__UPERR_NO_MEMORY);
     return;
   }
-  if (x->h2 != NULL && x->h2->hc != NULL) {
+  if (x->state == PX_WAIT && x->h2 == NULL) {
+    h2_forward(x);
+  } else if (x->h2 != NULL && x->h2->hc != NULL) {
     cb_ch2_resume(&x->h2->hc->s, x->h2->id);
     h2c_flush(x->h2->hc);
   }

@@ -185,6 +185,7 @@ struct fake_s {
   int stop;
   uint64_t sent;    /* DATA payload bytes written (endless DATA) */
   int64_t conn_window; /* the proxy's connection window as its WINDOW_UPDATEs on stream 0 opened it */
+  int end_stream;      /* the last request's HEADERS ended its stream (no body) */
   nghttp2_hd_deflater *def;
   pthread_mutex_t mu;
 };
@@ -285,7 +286,10 @@ static int32_t read_request(fake_t *f, int fd) {
   h2frame_t fr;
   f->conn_window = 65535;
   while (read_frame(f, fd, &fr, payload, sizeof payload, 5000)) {
-    if (fr.type == NGHTTP2_HEADERS) return fr.sid;
+    if (fr.type == NGHTTP2_HEADERS) {
+      f->end_stream = (fr.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+      return fr.sid;
+    }
     if (fr.type == NGHTTP2_WINDOW_UPDATE && fr.sid == 0 && fr.len == 4)
       f->conn_window += ((uint32_t)payload[0] << 24 | (uint32_t)payload[1] << 16 | (uint32_t)payload[2] << 8 |
                          payload[3]) & 0x7fffffff;
@@ -463,6 +467,7 @@ TEST(proxy_h2up_goaway_retried) {
                              "connection: close\r\n\r\nok";
   ASSERT_MEM_EQ(got.p, got.len, want, sizeof want - 1);
   ASSERT_EQ(__atomic_load_n(&f.conns, __ATOMIC_ACQUIRE), 2);
+  ASSERT_EQ(__atomic_load_n(&f.end_stream, __ATOMIC_ACQUIRE), 1); /* a GET: HEADERS with END_STREAM, no DATA */
   cb_stats_t st;
   ASSERT_EQ(cb_server_stats(px, &st), 0);
   ASSERT_EQ(st.proxy_upstream_connects, 2);
