@@ -711,3 +711,95 @@ TEST(proxy_h2up_options) {
   test_stop(srv);
   test_stop(up);
 }
+
+/* A stub's fault, delay_ms and record act on the h2c-proxied answer as on the HTTP/1.1 path: reset?at=head sends
+ * the upstream's head then resets; a delayed request (its chunked body held) goes with its length after the
+ * delay and is journaled with both sides; each complete exchange reaches the recorder once. */
+TEST(proxy_h2up_fault_delay_record) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  snprintf(to, sizeof to, "http://127.0.0.1:%d", cb_server_port(up));
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  cb_proxy_t p = {.to = {to, strlen(to)}, .protocol = CB_PROXY_H2C};
+  cb_proxy_t rec = {.to = {to, strlen(to)}, .protocol = CB_PROXY_H2C, .record = 1};
+  cb_stub_t st[3];
+  memset(st, 0, sizeof st);
+  st[0].match.path = CB_S("/hello");
+  st[0].response.proxy = &p;
+  st[0].response.fault = CB_S("reset?at=head");
+  st[1].match.path = CB_S("/echo");
+  st[1].response.proxy = &p;
+  st[1].response.delay_ms = 30;
+  st[2].match.path = CB_S("/json");
+  st[2].response.proxy = &rec;
+  uint64_t id;
+  for (int i = 0; i < 3; i++) ASSERT_EQ(cb_server_route_add(px, &st[i], &id), 0);
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_RESET);
+  mask_dates(got.p, got.len);
+  static const char head[] =
+      "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-type: text/plain\r\ncontent-length: 1024\r\n\r\n";
+  ASSERT_MEM_EQ(got.p, got.len, head, sizeof head - 1);
+  close(fd);
+  ASSERT_EQ(cb_server_requests_clear(px), 0);
+  fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  buf_adds(&exp, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK
+                 "\r\ncontent-type: application/octet-stream\r\ncontent-length: 5\r\n\r\nhello");
+  ROUNDTRIP_S(fd, "POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", &exp);
+  cb_request_list_t *l = wait_journal(px, NULL, 1, 5000);
+  ASSERT_EQ(l->count, 1);
+  ASSERT_EQ(l->items[0].status, 200);
+  ASSERT_EQ(l->items[0].delay_ms, 30);
+  ASSERT_EQ(l->items[0].upstream_status, 200);
+  ASSERT_MEM_EQ(l->items[0].upstream_to.ptr, l->items[0].upstream_to.len, to, strlen(to));
+  ASSERT_MEM_EQ(l->items[0].upstream_error.ptr, l->items[0].upstream_error.len, "none", (size_t)4);
+  cb_request_list_free(l);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/json", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  cb_stats_t s;
+  ASSERT_EQ(cb_server_stats(px, &s), 0);
+  ASSERT_EQ(s.faults, 1);
+  ASSERT_EQ(s.recorded, 1);
+  ASSERT_EQ(s.recorded_duplicates, 1);
+  close(fd);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* A client that goes mid-answer: its stream is reset (CANCEL), the upstream connection goes on carrying others. */
+TEST(proxy_h2up_client_gone_stream_reset) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /file/big HTTP/1.1\r\nhost: x\r\n\r\n");
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, 1000, 10000), CL_OK);
+  cl_reset(fd);
+  sleep_ms(200);
+  int fd2 = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd2, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  ASSERT_EQ(st.proxy_upstream_reused, 1);
+  cb_stats_t ust;
+  ASSERT_EQ(cb_server_stats(up, &ust), 0);
+  ASSERT_EQ(ust.conns_accepted, 1);
+  close(fd2);
+  buf_free(&got);
+  buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+}
