@@ -252,7 +252,9 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
                 size_t headcap);
 /* Frees the session (no callback runs). */
 void cb_ch2_free(cb_ch2_t *c);
-/* Bytes read from the peer: the callbacks run from inside. 0, or CB_CH2_E_BAD / CB_CH2_E_NOMEM: the
+/* cb_ch2_feed and cb_ch2_pull run the callbacks, and neither may be called again from inside one (nghttp2's
+ * session is not reentrant): an owner that wants output taken while a callback runs takes it afterwards.
+ * Bytes read from the peer: the callbacks run from inside. 0, or CB_CH2_E_BAD / CB_CH2_E_NOMEM: the
  * connection is done (what cb_ch2_pull still gives is its GOAWAY); its attached streams are not told. */
 int cb_ch2_feed(cb_ch2_t *c, const char *p, size_t n);
 /* The next bytes to write (*out valid until the next call into the session): n > 0, 0 when nothing is due, or

@@ -150,11 +150,11 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
   /* A reset nghttp2 sent for a stream still attached: the peer broke the protocol on it (an invalid header
    * field, a wrong content-length, ...). The owner's own resets detach first. */
   if (f->hd.type == NGHTTP2_RST_STREAM) {
-    tell_close(c, s, f->hd.stream_id, CB_CH2_E_BAD);
     /* DATA past the window: a peer that ignores flow control would go on sending into the stream it lost
      * (nghttp2 reads and drops DATA of a closed stream, giving the connection's window back), so the
-     * connection ends too. */
+     * connection ends too. (Read before the owner is told: f is nghttp2's, and the owner may call in.) */
     if (f->rst_stream.error_code == NGHTTP2_FLOW_CONTROL_ERROR) c->bad = 1;
+    tell_close(c, s, f->hd.stream_id, CB_CH2_E_BAD);
   }
   return 0;
 }

@@ -37,7 +37,7 @@ struct h2c_s {
   cb_ch2_t s;
   uint8_t connected;
   uint8_t closing;
-  uint8_t in_feed;    /* the session is running its callbacks: nothing may be taken from it now */
+  uint8_t busy;       /* the session is running its callbacks (feed or pull): it may not be called again now */
   uint8_t pending;    /* handles still to close */
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
@@ -52,6 +52,7 @@ struct h2x_s {
   int32_t id;
   uint8_t attached; /* the session still tells this stream's events */
   uint8_t released; /* h2x_release ran (a failure's answer may release the exchange, which releases it too) */
+  uint8_t dirty;    /* the feed passed answer bytes on: the client's connection writes them after the feed */
   size_t unconsumed; /* body passed on while the client's output was full: not yet given back to the windows */
   uint64_t got;      /* body bytes received */
 };
@@ -131,13 +132,12 @@ static int st_head(void *sud, int status, const cb_chdr_t *f, int n) {
   }
   int no_body = status == 204 || status == 304;
   uv_timer_again(&h->timer);
-  cb__conn_t *conn = x->r->conn;
   if (cb__px_head(x, status, f, n, no_body ? CB__NO_BODY : cl >= 0 ? cl : CB__STREAMED) != 0) {
     h->attached = 0;
     h2x_release(h); /* answered already (px_fail) */
     return 1;
   }
-  if (x->state == PX_HEAD) cb__conn_after(conn); /* the head goes out (this may release the exchange) */
+  h->dirty = 1;
   return 0;
 }
 
@@ -172,7 +172,7 @@ static int st_data(void *sud, const char *p, size_t n) {
     cb_ch2_consume(&h->hc->s, h->id, n);
     uv_timer_again(&h->timer);
   }
-  if (x->state == PX_HEAD) cb__conn_after(x->r->conn); /* written now (this may release the exchange) */
+  h->dirty = 1;
   return 0;
 }
 
@@ -293,12 +293,15 @@ static void h2c_written(uv_write_t *req, int status) {
 
 /* Takes frames from the session while the socket's queue is short: uv_try_write first, the rest copied. */
 static void h2c_flush(h2c_t *hc) {
-  if (!hc->connected || hc->closing || hc->in_feed) return;
+  if (!hc->connected || hc->closing || hc->busy) return;
   uv_stream_t *s = (uv_stream_t *)&hc->tcp;
   while (uv_stream_get_write_queue_size(s) < H2_OUT_HIGH) {
     const char *p;
+    /* What a callback inside the pull submits (a reset, a retried request) is taken by this same loop. */
+    hc->busy = 1;
     ssize_t n = cb_ch2_pull(&hc->s, &p);
-    if (n <= 0) return;
+    hc->busy = 0;
+    if (n <= 0 || hc->closing) return;
     size_t done = 0;
     if (uv_stream_get_write_queue_size(s) == 0) {
       uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
@@ -325,6 +328,19 @@ static void h2c_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   *buf = uv_buf_init(hc->pool->rbuf, sizeof hc->pool->rbuf);
 }
 
+/* What the feed passed on goes out now, stream by stream: after the feed, so that an answer is complete (and
+ * recorded, px_done) before its last bytes leave, as on the HTTP/1.1 path. A client connection's step may
+ * release exchanges of this connection (the list changes): the scan starts over after each. */
+static void h2c_write_clients(h2c_t *hc) {
+  for (;;) {
+    h2x_t *h = hc->xs;
+    while (h != NULL && !h->dirty) h = h->next;
+    if (h == NULL || hc->closing) return;
+    h->dirty = 0;
+    if (h->x != NULL && h->x->state == PX_HEAD) cb__conn_after(h->x->r->conn);
+  }
+}
+
 static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   h2c_t *hc = (h2c_t *)st;
   if (n == 0 || hc->closing) return;
@@ -332,9 +348,11 @@ static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     h2c_close(hc);
     return;
   }
-  hc->in_feed = 1;
+  hc->busy = 1;
   int err = cb_ch2_feed(&hc->s, buf->base, (size_t)n);
-  hc->in_feed = 0;
+  hc->busy = 0;
+  h2c_write_clients(hc);
+  if (hc->closing) return;
   if (err) {
     h2c_end(hc, err == CB_CH2_E_NOMEM ? CB__UPERR_NO_MEMORY : CB__UPERR_BAD_RESPONSE);
     return;
