@@ -3,8 +3,9 @@
  * session (nghttp2) for the proxy's h2c upstreams.
  *
  * The lowest layer: it includes nothing of the engine (only llhttp.h, nghttp2 in h2_client.c, and libc), does no
- * I/O and never allocates itself (nghttp2's session allocates inside the library). The caller owns the parser (embedded in its connection), gives it a buffer for the head at init,
- * feeds it the bytes it reads and says when the peer closed. (docs/architecture.md: the layers) */
+ * I/O and never allocates itself (nghttp2's session allocates inside the library). The caller owns the parser
+ * (embedded in its connection), gives it a buffer for the head at init, feeds it the bytes it reads and says when
+ * the peer closed. (docs/architecture.md: the layers) */
 #ifndef CB_CLIENT_H
 #define CB_CLIENT_H
 
@@ -174,9 +175,10 @@ extern const uint8_t cb_ctoken[256];
  * its owner with exactly one of on_end and on_close, or with the owner's own cb_ch2_cancel, or with a callback
  * that returned non-zero; nothing is told about it after that ("detached"). Any entry but read_body may be NULL. */
 typedef struct {
-  /* The final answer's head: status 200..599 (1xx heads are skipped, a 101 is an error), the fields in their
-   * order (pseudo-headers left out; names lowercase, as HTTP/2 sends them), valid during the call only.
-   * Non-zero: the owner is done with the stream (it is reset with CANCEL). */
+  /* The final answer's head: status 200..999 as received (1xx heads are skipped; a 101, or three digits below
+   * 100, end the stream with CB_CH2_E_BAD), the fields in their order (pseudo-headers left out; names lowercase,
+   * as HTTP/2 sends them), valid during the call only. Non-zero: the owner is done with the stream (it is reset
+   * with CANCEL). */
   int (*on_head)(void *sud, int status, const cb_chdr_t *h, int n);
   /* Answer body bytes. Each byte counts against the stream's and the connection's receive windows until the
    * owner gives it back with cb_ch2_consume (the owner's backpressure). Non-zero: done with the stream. */
@@ -221,7 +223,7 @@ typedef struct cb_ch2_s {
   char *text;
   size_t text_cap, text_len;
   int nfields;
-  int status;        /* the block's :status, 0 when none */
+  int status;        /* the block's :status (0..999), -1 when none */
   int over;          /* the block went over a limit */
   int nstreams;      /* streams submitted and not yet closed */
   uint32_t assumed;  /* the peer's stream limit until its SETTINGS come (cb_ch2_assume_max_streams) */

@@ -45,7 +45,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud
   cb_ch2_t *c = ud;
   c->nfields = 0;
   c->text_len = 0;
-  c->status = 0;
+  c->status = -1; /* none yet: a block without :status is trailers (nghttp2 refuses one elsewhere) */
   c->over = 0;
   return 0;
 }
@@ -120,9 +120,9 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
     case NGHTTP2_HEADERS: {
       void *sud = sud_of(s, id);
       if (sud == NULL) return 0;
-      if (c->status != 0) {
-        if (c->status < 200 && c->status != 101) return 0; /* an interim answer: the final one follows */
-        if (c->status == 101) { /* an upgrade has no place in HTTP/2 */
+      if (c->status >= 0) {
+        if (c->status >= 100 && c->status < 200 && c->status != 101) return 0; /* interim: the final follows */
+        if (c->status < 200) { /* a 101 (an upgrade has no place in HTTP/2), or three digits below 100 */
           drop(s, id, NGHTTP2_PROTOCOL_ERROR);
           if (c->cb->on_close) c->cb->on_close(sud, CB_CH2_E_BAD);
           return 0;

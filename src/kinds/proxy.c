@@ -152,7 +152,8 @@ void cb__proxy_free(cb__proxy_t *p) {
 
 int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   *out = NULL;
-  if (o->protocol != CB_PROXY_HTTP1 && o->protocol != CB_PROXY_H2C) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->protocol);
+  if (o->protocol != CB_PROXY_HTTP1 && o->protocol != CB_PROXY_H2C)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->protocol);
   if (o->timeout_ms > CB_PROXY_MAX_TIMEOUT_MS)
     return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->timeout_ms);
   if (o->record != 0 && o->record != 1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->record);

@@ -245,6 +245,11 @@ TEST(client_h2_early_ends) {
       {"rst refused", NGHTTP2_RST_STREAM, 0, {0, 0, 0, 7}, 4, "close stream refused|"},
       {"goaway 0", NGHTTP2_GOAWAY, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 8, "close stream refused|"},
       {"101", NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, {0x08, 0x03, '1', '0', '1'}, 5, "close bad response|"},
+      {"000", NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, {0x08, 0x03, '0', '0', '0'}, 5,
+       "close bad response|"},
+      /* three digits below 100: not an interim answer (nghttp2 takes it for a final one): refused */
+      {"051", NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, {0x08, 0x03, '0', '5', '1'}, 5,
+       "close bad response|"},
       /* x-a: a value of 7 bytes: 3 + 7 = 10 bytes of fields, the limit 9 */
       {"head 10 > 9", NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS,
        {0x88, 0x00, 0x03, 'x', '-', 'a', 0x07, 'a', 'b', 'c', 'd', 'e', 'f', 'g'}, 14, "close response head too big|"},

@@ -29,7 +29,8 @@ static uint64_t add_h2_proxy(cb_server_t *srv, const char *path, const char *to,
   st.response.proxy = &px;
   uint64_t id = 0;
   int err = cb_server_route_add(srv, &st, &id);
-  if (err) cbt_log("route_add: %s, %s %s", cb_err_name(err), cb_error_detail()->field_name, cb_error_detail()->why_name);
+  if (err)
+    cbt_log("route_add: %s, %s %s", cb_err_name(err), cb_error_detail()->field_name, cb_error_detail()->why_name);
   ASSERT_EQ(err, 0);
   return id;
 }
