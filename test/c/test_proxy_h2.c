@@ -445,6 +445,16 @@ static void s_no_status(fake_t *f, int fd, int conn) {
   drain(f, fd);
 }
 
+/* A :status below 100, ending the stream (nghttp2 lets three digits through). */
+static void s_status_051(fake_t *f, int fd, int conn) {
+  (void)conn;
+  int32_t sid = read_request(f, fd);
+  send_settings(fd);
+  nghttp2_nv nv[] = {NV(":status", "051")};
+  send_headers(f, fd, sid, nv, 1, 1);
+  drain(f, fd);
+}
+
 /* Failures before the head: each a 502 (or 504) with the reason, as over HTTP/1.1. */
 TEST_T(proxy_h2up_failures_before_head, 60000) {
   expect_fail_via(s_garbage, 0, 0, 502, "bad response", 1);
@@ -454,6 +464,7 @@ TEST_T(proxy_h2up_failures_before_head, 60000) {
   expect_fail_via(s_huge_head, 0, 0, 502, "response head too big", 1);
   expect_fail_via(s_declared_too_big, 0, 999, 502, "response body too big", 1);
   expect_fail_via(s_no_status, 0, 0, 502, "bad response", 1);
+  expect_fail_via(s_status_051, 0, 0, 502, "bad response", 1);
 }
 
 /* A GOAWAY that did not process the request: the request goes again on a new connection and is answered. */
