@@ -187,6 +187,7 @@ struct fake_s {
   uint64_t sent;    /* DATA payload bytes written (endless DATA) */
   int64_t conn_window; /* the proxy's connection window as its WINDOW_UPDATEs on stream 0 opened it */
   int end_stream;      /* the last request's HEADERS ended its stream (no body) */
+  char req[2048];      /* the last request's header block, decoded: "name: value\n" each */
   nghttp2_hd_deflater *def;
   pthread_mutex_t mu;
 };
@@ -274,6 +275,27 @@ static int read_frame(fake_t *f, int fd, h2frame_t *fr, uint8_t *payload, size_t
   return 1;
 }
 
+/* The request's header block (one HEADERS frame, no padding or priority: the proxy sends none) into f->req. */
+static void decode_block(fake_t *f, const uint8_t *in, size_t len) {
+  nghttp2_hd_inflater *inf;
+  size_t n = 0;
+  f->req[0] = '\0';
+  if (nghttp2_hd_inflate_new(&inf) != 0) return;
+  for (;;) {
+    nghttp2_nv nv;
+    int fl = 0;
+    ssize_t k = nghttp2_hd_inflate_hd2(inf, &nv, &fl, in, len, 1);
+    if (k < 0) break;
+    in += k;
+    len -= (size_t)k;
+    if ((fl & NGHTTP2_HD_INFLATE_EMIT) && n < sizeof f->req)
+      n += (size_t)snprintf(f->req + n, sizeof f->req - n, "%.*s: %.*s\n", (int)nv.namelen, nv.name,
+                            (int)nv.valuelen, nv.value);
+    if (fl & NGHTTP2_HD_INFLATE_FINAL) break;
+  }
+  nghttp2_hd_inflate_del(inf);
+}
+
 /* Reads the preface, then frames until a HEADERS frame (a request); returns its stream id, 0 when none came. */
 static int32_t read_request(fake_t *f, int fd) {
   char pre[H2_PREFACE_LEN];
@@ -289,6 +311,7 @@ static int32_t read_request(fake_t *f, int fd) {
   while (read_frame(f, fd, &fr, payload, sizeof payload, 5000)) {
     if (fr.type == NGHTTP2_HEADERS) {
       f->end_stream = (fr.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+      decode_block(f, payload, fr.len < sizeof payload ? fr.len : sizeof payload);
       return fr.sid;
     }
     if (fr.type == NGHTTP2_WINDOW_UPDATE && fr.sid == 0 && fr.len == 4)
@@ -813,5 +836,72 @@ TEST(proxy_h2up_client_gone_stream_reset) {
   buf_free(&got);
   buf_free(&exp);
   test_stop(px);
+  test_stop(up);
+}
+
+/* Answers 200 "ok" (with x-second: 1) to the first request. */
+static void s_ok(fake_t *f, int fd, int conn) {
+  (void)conn;
+  s_goaway_then_ok(f, fd, 2);
+}
+
+/* The forwarded request in HTTP/2 form: :method, :scheme http, :authority the upstream's, :path the prefix and
+ * the target as received; the fields with names lowercased, without host, the hop-by-hop ones (those the
+ * connection field lists too, and te), and the client's x-forwarded-*; content-length when declared; then the
+ * proxy's x-forwarded-for, -proto and -host. */
+TEST(proxy_h2up_forwarded_head) {
+  fake_t f;
+  fake_start(&f, s_ok);
+  char to[64];
+  snprintf(to, sizeof to, "http://127.0.0.1:%d/base", f.port);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  add_h2_proxy(px, "/*", to, 0, 0);
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "POST /a/b?x=1&y HTTP/1.1\r\nHost: front.example\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n"
+               "Keep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: foo\r\nProxy-Connection: x\r\nAccept: */*\r\n"
+               "X-Forwarded-For: 6.6.6.6\r\nX-Two: a\r\nX-Two: b\r\nContent-Length: 3\r\n\r\nabc");
+  buf_t got = {0};
+  static const char want_answer[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\nx-second: 1\r\ncontent-length: 2\r\n\r\nok";
+  ASSERT_EQ(cl_read_n(fd, &got, sizeof want_answer - 1, 10000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, want_answer, sizeof want_answer - 1);
+  char want[512];
+  snprintf(want, sizeof want,
+           ":method: POST\n:scheme: http\n:authority: 127.0.0.1:%d\n:path: /base/a/b?x=1&y\naccept: */*\n"
+           "x-two: a\nx-two: b\ncontent-length: 3\nx-forwarded-for: 127.0.0.1\nx-forwarded-proto: http\n"
+           "x-forwarded-host: front.example\n",
+           f.port);
+  ASSERT_STR_EQ(f.req, want);
+  ASSERT_EQ(f.end_stream, 0); /* a body follows */
+  close(fd);
+  buf_free(&got);
+  test_stop(px);
+  fake_stop(&f);
+}
+
+/* Stopping the proxy closes its h2c upstream connections. */
+TEST(proxy_h2up_stop_closes_upstream) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(up, &st), 0);
+  ASSERT_EQ(st.conns_open, 1); /* kept while idle */
+  test_stop(px);
+  for (int i = 0; i < 200; i++) {
+    ASSERT_EQ(cb_server_stats(up, &st), 0);
+    if (st.conns_open == 0) break;
+    sleep_ms(10);
+  }
+  ASSERT_EQ(st.conns_accepted, 1);
+  ASSERT_EQ(st.conns_open, 0);
+  buf_free(&exp);
   test_stop(up);
 }
