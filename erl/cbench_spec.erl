@@ -53,7 +53,7 @@
                   | #{responses := [response()], 'after' => last | cycle | not_found,
                       times => pos_integer() | infinity}.
 %% docs/proxy.md.
--type proxy() :: #{to := iodata(), protocol => http1, timeout_ms => pos_integer(),
+-type proxy() :: #{to := iodata(), protocol => http1 | h2c, timeout_ms => pos_integer(),
                    max_body_bytes => pos_integer(), record => boolean(),
                    record_headers => [iodata() | atom()], record_body_file_bytes => non_neg_integer(),
                    record_status => [100..599],
@@ -78,7 +78,7 @@
                     | {json | json_subset, cbench_json:json()}.
 -type canon_response() :: canon_single() | canon_sequence() | canon_proxy().
 %% A proxy (docs/proxy.md): every key of its options there.
--type canon_proxy() :: #{proxy := #{to := binary(), protocol := http1, timeout_ms := pos_integer(),
+-type canon_proxy() :: #{proxy := #{to := binary(), protocol := http1 | h2c, timeout_ms := pos_integer(),
                                     max_body_bytes := pos_integer(), record := boolean(),
                                     record_headers := [binary()],
                                     record_body_file_bytes := non_neg_integer(),
@@ -316,6 +316,7 @@ proxy(P) when is_map(P) ->
          end,
     Protocol = case maps:get(protocol, P, http1) of
                    http1 -> http1;
+                   h2c -> h2c;
                    Pr when is_atom(Pr) -> fail({response, proxy, protocol}, Pr, out_of_range);
                    Pr -> fail({response, proxy, protocol}, Pr, wrong_type)
                end,
@@ -324,6 +325,9 @@ proxy(P) when is_map(P) ->
                  Bool -> fail({response, proxy, record}, Bool, wrong_type)
              end,
     Tls = proxy_tls(To, P),
+    %% HTTP/2 to an https:// upstream (ALPN h2) is not built: src/kinds/proxy.c refuses it too.
+    Protocol =:= h2c andalso lower(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">> andalso
+        fail({response, proxy, protocol}, h2c, conflict),
     Tls#{to => To, protocol => Protocol,
       timeout_ms => int_in({response, proxy, timeout_ms}, maps:get(timeout_ms, P, 10000), 1,
                            ?MAX_DELAY_MS),

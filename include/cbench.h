@@ -114,6 +114,7 @@ typedef struct cb_config_s {
   const char *proxy_ca;        /* with an https:// proxy_to: the CA file its certificate is verified against (the
                                 * stub's ca_file); NULL: the system's CAs */
   int proxy_insecure;          /* with an https:// proxy_to: 1, its certificate is not verified (insecure) */
+  int proxy_protocol;          /* with proxy_to: CB_PROXY_HTTP1 (default) or CB_PROXY_H2C, the catch-all's protocol */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
@@ -461,8 +462,8 @@ typedef enum {
 #define CB_MAX_BODY_FILE (1ull << 40) /* 1 TiB: bytes of a CB_BODY_FILE body */
 
 /* A proxy response (cb_response_t.proxy, docs/proxy.md): the request is forwarded to an upstream server over
- * HTTP/1.1 (in TLS for an https:// upstream) and its answer streamed back. */
-enum { CB_PROXY_HTTP1 = 0 };
+ * HTTP/1.1 or h2c (prior knowledge), in TLS for an https:// upstream (HTTP/1.1 only), and its answer streamed back. */
+enum { CB_PROXY_HTTP1 = 0, CB_PROXY_H2C = 1 };
 #define CB_PROXY_MAX_TIMEOUT_MS 3600000u
 #define CB_PROXY_DEFAULT_TIMEOUT_MS 10000u
 #define CB_PROXY_DEFAULT_MAX_BODY (1ull << 30)
@@ -471,7 +472,7 @@ typedef struct cb_proxy_s {
                                 * forwarded target); HOST an IP literal ([::1] for IPv6) or a name, resolved when
                                 * the stub is added. At most 1024 bytes. "https://HOST[:PORT][/prefix]" (port 443
                                 * by default): the upstream is spoken to in TLS (the four fields at the end) */
-  int protocol;                /* CB_PROXY_HTTP1 (the only one for now) */
+  int protocol;                /* CB_PROXY_HTTP1 or CB_PROXY_H2C (cleartext HTTP/2 with prior knowledge) */
   unsigned timeout_ms;         /* upstream connect plus the wait for its answer's head, and the longest pause
                                 * between two reads of its body; past it: 504 (or the answer is cut).
                                 * 0: CB_PROXY_DEFAULT_TIMEOUT_MS; at most CB_PROXY_MAX_TIMEOUT_MS */

@@ -16,7 +16,7 @@ TEST_TARGETS += fuzz-h1-response-smoke
 .PHONY: fuzz-h1-response fuzz-h1-response-smoke
 
 $(FUZZ_DIR)/fuzz_h1_response: test/fuzz/fuzz_h1_response.c $(FUZZ_CLIENT_OBJS)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(FUZZ_CLIENT_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $< $(FUZZ_CLIENT_OBJS) $$(pkg-config --libs libnghttp2)
 
 # New inputs go to $(FUZZ_DIR)/corpus/h1_response; the seeds in test/fuzz/corpus/h1_response are only read.
 fuzz-h1-response: $(FUZZ_DIR)/fuzz_h1_response

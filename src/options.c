@@ -15,6 +15,7 @@
 
 /* The names of tls_client_auth's values, in CB_TLS_CLIENT_AUTH_* order. */
 static const char *const client_auth_names[] = {"none", "request", "require", NULL};
+static const char *const proxy_protocol_names[] = {"http1", "h2c", NULL}; /* CB_PROXY_* */
 
 #define FIELD(f) .offset = offsetof(cb_config_t, f), .size = sizeof(((cb_config_t *)0)->f)
 
@@ -103,6 +104,10 @@ static const cb_option_t options[] = {
     {.name = "proxy_insecure", .flag = "--proxy-insecure", .type = CB_OPT_BOOL, .min = 0, .max = 1, .def = 0,
      .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(proxy_insecure),
      .doc = "with an https:// --proxy-to: its certificate is not verified (docs/proxy.md)"},
+    {.name = "proxy_protocol", .flag = "--proxy-protocol", .type = CB_OPT_ENUM, .min = 0, .max = 1,
+     .def = CB_PROXY_HTTP1, .err = UV_EINVAL, .names = proxy_protocol_names, .flags = CB_OPT_F_C_ONLY,
+     FIELD(proxy_protocol),
+     .doc = "with --proxy-to: the upstream's protocol, http1 or h2c (prior knowledge; docs/proxy.md)"},
 };
 
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))

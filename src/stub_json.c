@@ -498,10 +498,10 @@ static void proxy_mem_free(proxy_mem_t *m) {
   free(m);
 }
 
-/* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1", "timeout_ms", "max_body_bytes", "record",
- * "record_headers": [...], "record_body_file_bytes", "record_status": [...], and for https://: "ca_file",
- * "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine (cb_error_detail,
- * response.proxy). */
+/* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1" | "h2c", "timeout_ms", "max_body_bytes",
+ * "record", "record_headers": [...], "record_body_file_bytes", "record_status": [...], and for https://:
+ * "ca_file", "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine
+ * (cb_error_detail, response.proxy). */
 static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t **out) {
   static const char *const keys[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record", "record_headers",
                                      "record_body_file_bytes", "record_status", "ca_file", "ca_pem", "insecure",
@@ -518,8 +518,9 @@ static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t
   m->p.to = (cb_str_t){json_string_value(to), json_string_length(to)};
   if ((x = json_object_get(v, "protocol")) != NULL) {
     f = sub(&w, "protocol", 0);
-    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be \"http1\"");
-    if (strcmp(json_string_value(x), "http1") != 0) return fail(c, &f, "out_of_range: must be \"http1\"");
+    if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be \"http1\" or \"h2c\"");
+    if (strcmp(json_string_value(x), "h2c") == 0) m->p.protocol = CB_PROXY_H2C;
+    else if (strcmp(json_string_value(x), "http1") != 0) return fail(c, &f, "out_of_range: must be \"http1\" or \"h2c\"");
   }
   uint64_t u = 0;
   if (get_uint(c, &w, v, "timeout_ms", CB_PROXY_MAX_TIMEOUT_MS, &u)) return -1;

@@ -386,18 +386,18 @@ static int get_sequence(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   return 0;
 }
 
-/* proxy: #{to, protocol => http1, timeout_ms, max_body_bytes, record, record_headers => [Bin],
+/* proxy: #{to, protocol => http1 | h2c, timeout_ms, max_body_bytes, record, record_headers => [Bin],
  * record_body_file_bytes, record_status => [Status], insecure} and, when given, ca_file, ca_pem and server_name
  * as binaries (cbench_spec's canonical form). */
 static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
-  static const char *const protocols[] = {"http1", NULL};
+  static const char *const protocols[] = {"http1", "h2c", NULL}; /* CB_PROXY_HTTP1, CB_PROXY_H2C */
   cb_term_t v[P_COUNT], item;
   cb_term_list_t it;
   unsigned present;
   cb_proxy_t *p = &s->proxy;
   uint64_t u;
   if (get_keys(in, t, &proxy_keys, v, &present) != 0 || in->ops->binary(in, v[P_TO], &p->to) != 0 ||
-      atom_of(in, v[P_PROTOCOL], protocols) != 0 || get_u32(in, v[P_TIMEOUT_MS], &p->timeout_ms) != 0 ||
+      (p->protocol = atom_of(in, v[P_PROTOCOL], protocols)) < 0 || get_u32(in, v[P_TIMEOUT_MS], &p->timeout_ms) != 0 ||
       get_uint(in, v[P_MAX_BODY_BYTES], UINT64_MAX, &p->max_body_bytes) != 0 ||
       cb_codec_bool(in, v[P_RECORD], &p->record) != 0 ||
       get_uint(in, v[P_RECORD_BODY_FILE_BYTES], UINT64_MAX, &p->record_body_file_bytes) != 0 ||
@@ -406,7 +406,6 @@ static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   cb_str_t *tls_strs[] = {&p->ca_file, &p->ca_pem, &p->server_name};
   for (int k = 0; k < 3; k++)
     if ((present & 1u << (P_CA_FILE + k)) && in->ops->binary(in, v[P_CA_FILE + k], tls_strs[k]) != 0) return -1;
-  p->protocol = CB_PROXY_HTTP1;
   long n = in->ops->list(in, v[P_RECORD_HEADERS], &it);
   if (n < 0 || n > CB_CODEC_MAX_RECORD_HEADERS) return -1;
   for (p->nrecord_headers = 0; in->ops->next(in, &it, &item); p->nrecord_headers++)

@@ -9,10 +9,12 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1,
-         https_nif/1, https_port/1, https_ehttpd/1, https_bad_terms/1, trailers/1]).
+         https_nif/1, https_port/1, https_ehttpd/1, https_bad_terms/1, trailers/1,
+         h2c_upstream_nif/1, h2c_upstream_port/1, h2c_upstream_ehttpd_refused/1]).
 
 all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream,
-          https_nif, https_port, https_ehttpd, https_bad_terms, trailers].
+          https_nif, https_port, https_ehttpd, https_bad_terms, trailers,
+          h2c_upstream_nif, h2c_upstream_port, h2c_upstream_ehttpd_refused].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -116,7 +118,8 @@ https_bad_terms(_Config) ->
              {#{to => T, server_name => 7}, {{response, proxy, server_name}, 7, wrong_type}},
              {#{to => <<"http://127.0.0.1:1">>, insecure => true}, {{response, proxy, insecure}, true, conflict}},
              {#{to => <<"http://127.0.0.1:1">>, ca_pem => <<"x">>}, {{response, proxy, ca_pem}, <<"x">>, conflict}},
-             {#{to => <<"https://">>}, {{response, proxy, to}, <<"https://">>, bad_url}}],
+             {#{to => <<"https://">>}, {{response, proxy, to}, <<"https://">>, bad_url}},
+             {#{to => T, protocol => h2c}, {{response, proxy, protocol}, h2c, conflict}}],
     [begin
          {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
          [?assertEqual({Engine, P, {error, {bad_stub, Bad}}}, {Engine, P, cbench:stub(S, <<"/p">>, #{proxy => P})})
@@ -285,6 +288,47 @@ bad_terms(_Config) ->
          ok = cbench:stop_server(S)
      end || Engine <- [nif, port, ehttpd]],
     ok.
+
+h2c_upstream_nif(_Config) -> h2c_upstream(nif).
+h2c_upstream_port(_Config) -> h2c_upstream(port).
+
+%% A proxy stub with `protocol => h2c': the upstream (a nif server) is spoken to over prior-knowledge
+%% HTTP/2, and the answers are what it answers over HTTP/1.1 itself (bytes compared, dates masked);
+%% the stub is listed back with its protocol, and the upstream counts h2c requests only.
+h2c_upstream(Engine) ->
+    {ok, Up} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+    To = <<"http://127.0.0.1:", (integer_to_binary(cbench:port(Up)))/binary>>,
+    {ok, Id} = cbench:stub(Px, #{path => <<"/*">>}, #{proxy => #{to => To, protocol => h2c}}),
+    {ok, _} = cbench:stub(Up, <<"/up">>, #{status => 201, headers => [{<<"x-up">>, <<"1">>}],
+                                          body => <<"from upstream">>}),
+    [Direct, Proxied] = [exchange(P, <<"GET /up?q=1 HTTP/1.1\r\nhost: x\r\n\r\n">>)
+                         || P <- [cbench:port(Up), cbench:port(Px)]],
+    ?assertEqual(<<"HTTP/1.1 201 Created\r\ndate: MASK\r\nx-up: 1\r\ncontent-length: 13\r\n\r\n"
+                   "from upstream">>, Proxied),
+    ?assertEqual(Direct, Proxied),
+    ?assertEqual(<<"HTTP/1.1 200 OK\r\ndate: MASK\r\ncontent-type: application/octet-stream\r\n"
+                   "content-length: 5\r\n\r\nhello">>,
+                 exchange(cbench:port(Px), <<"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\n"
+                                             "hello">>)),
+    [#{id := Id, response := #{proxy := #{protocol := h2c, to := To}}}] = cbench:stubs(Px),
+    [_, #{status := 200, upstream := #{to := To, status := 200, error := none}}] = wait_entries(Px, 2),
+    #{proxy_requests := 2, proxy_upstream_connects := 1, proxy_upstream_reused := 1,
+      proxy_502 := 0} = cbench:stats(Px),
+    #{requests_by_proto := #{h2c_prior := 2, http1 := 1}} = cbench:stats(Up),
+    ok = cbench:stop_server(Px),
+    ok = cbench:stop_server(Up).
+
+%% @doc ehttpd has no HTTP/2 client (OTP has none): a proxy stub to an h2c upstream is refused when
+%% it is added, naming the field; an http1 one is taken.
+h2c_upstream_ehttpd_refused(_Config) ->
+    {ok, S} = cbench:start_server(ehttpd, #{port => 0, threads => 1}),
+    To = <<"http://127.0.0.1:1">>,
+    ?assertEqual({error, {bad_stub, {{response, proxy, protocol}, h2c, not_supported}}},
+                 cbench:stub(S, <<"/p">>, #{proxy => #{to => To, protocol => h2c}})),
+    ?assertEqual([], cbench:stubs(S)),
+    {ok, _} = cbench:stub(S, <<"/p">>, #{proxy => #{to => To, protocol => http1}}),
+    ok = cbench:stop_server(S).
 
 %%% Helpers
 

@@ -308,7 +308,8 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   "--idle-timeout-ms 1x" "--host" "extra-argument" "--no-h1 --no-h2" "--no-h2 --no-h1" "--proxy-to" \
   "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to" "--proxy-ca" \
   "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
-  "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure"; do
+  "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure" "--proxy-protocol" \
+  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
@@ -697,5 +698,27 @@ if [ "$rc" = 2 ] && grep -qF "response.proxy: bad_ca \"$work/nocert.pem\"" "$wor
 kill -TERM "$TPID"
 wait "$TPID" || bad "TLS upstream: exit status $?"
 
+
+# ---- an h2c upstream (--proxy-protocol h2c; docs/proxy.md, "h2c upstreams") ----
+# The real service again, a proxy speaking prior-knowledge HTTP/2 to it; curl over HTTP/1.1 and over h2c to the
+# proxy gets what the service answers itself (head but date, body); both ride one upstream connection.
+start_server real2 --port 0 --threads 1 --stubs "$work/real_stubs.json"
+RPORT=$PORT
+RPID=$SPID
+start_server h2proxy --port 0 --threads 1 --proxy-to "http://127.0.0.1:$RPORT" --proxy-protocol h2c
+printf '%s' "api/user?id=7" >"$work/through_path"
+through "$work/h2d" "$RPORT"
+through "$work/h2p" "$PORT"
+if cmp -s "$work/h2d" "$work/h2p" && grep -q '^x-real: yes$' "$work/h2p"; then ok; else
+  bad "GET through the h2c upstream differs: $(diff "$work/h2d" "$work/h2p" | head -n 5)"; fi
+through "$work/h2q" "$PORT" --http2-prior-knowledge
+if head -n 1 "$work/h2q" | grep -q '^HTTP/2 200' && [ "$(cat "$work/h2q.b")" = '{"id":7}' ]; then ok; else
+  bad "h2c client through the h2c upstream: $(head -c 300 "$work/h2q")"; fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "h2c proxy: exit status $?"
+if grep -q '^  proxy: requests 2, upstream connects 1, reused 1, 502 0, 504 0$' "$work/h2proxy.out"; then ok; else
+  bad "h2c proxy counters: $(grep proxy: "$work/h2proxy.out")"; fi
+kill -TERM "$RPID"
+wait "$RPID" || bad "real service: exit status $?"
 echo "e2e: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,10 +1,13 @@
-/* client/: the HTTP/1.1 client side, shared by the engine's proxy kind and by cbench-load. An answer parser
- * (llhttp in response mode), the request-head writer, with the hop-by-hop test a proxy needs, and a TLS client
- * session over memory buffers (tls_client.c, on OpenSSL).
+/* client/: the client side, shared by the engine's proxy kind and by cbench-load. An HTTP/1.1 answer parser
+ * (llhttp in response mode) and the request-head writer, with the hop-by-hop test a proxy needs; an h2c client
+ * session (nghttp2, h2_client.c) for the proxy's h2c upstreams; a TLS client session over memory buffers
+ * (tls_client.c, on OpenSSL).
  *
- * The lowest layer: it includes nothing of the engine (only llhttp.h, libc, and OpenSSL in tls_client.c), does
- * no I/O and never allocates but through OpenSSL (a TLS context and session). The caller owns the parser (embedded in its connection), gives it a buffer for the head at init,
- * feeds it the bytes it reads and says when the peer closed. (docs/architecture.md: the layers) */
+ * The lowest layer: it includes nothing of the engine (only llhttp.h, nghttp2 in h2_client.c, OpenSSL in
+ * tls_client.c, and libc), does no I/O and never allocates itself (nghttp2's session and OpenSSL's context and
+ * sessions allocate inside their libraries). The caller owns the parser (embedded in its connection), gives it a
+ * buffer for the head at init, feeds it the bytes it reads and says when the peer closed. (docs/architecture.md:
+ * the layers) */
 #ifndef CB_CLIENT_H
 #define CB_CLIENT_H
 
@@ -249,5 +252,119 @@ void cb_ctls_params(const cb_ctls_t *t, const char **version, const char **ciphe
 void cb_ctls_free(cb_ctls_t *t);
 /* Frees a kept session (a keep slot), leaving NULL. */
 void cb_ctls_session_free(struct ssl_session_st **s);
+/* ---- h2_client.c: an h2c client session (prior knowledge, RFC 9113 3.3) ---- */
+
+/* What the session tells its owner about one stream (sud: what cb_ch2_submit was given). Each stream ends for
+ * its owner with exactly one of on_end and on_close, or with the owner's own cb_ch2_cancel, or with a callback
+ * that returned non-zero; nothing is told about it after that ("detached"). Any entry but read_body may be NULL. */
+typedef struct {
+  /* The final answer's head: status 200..999 as received (1xx heads are skipped; a 101, or three digits below
+   * 100, end the stream with CB_CH2_E_BAD), the fields in their order (pseudo-headers left out; names lowercase,
+   * as HTTP/2 sends them), valid during the call only. Non-zero: the owner is done with the stream (it is reset
+   * with CANCEL). */
+  int (*on_head)(void *sud, int status, const cb_chdr_t *h, int n);
+  /* Answer body bytes. Each byte counts against the stream's and the connection's receive windows until the
+   * owner gives it back with cb_ch2_consume (the owner's backpressure). Non-zero: done with the stream. */
+  int (*on_data)(void *sud, const char *p, size_t n);
+  /* The trailer fields (a HEADERS block after the body), before on_end. Non-zero: done with the stream. */
+  int (*on_trailers)(void *sud, const cb_chdr_t *t, int n);
+  /* The answer is complete (END_STREAM). A stream whose request had not ended is reset (NO_ERROR). */
+  void (*on_end)(void *sud);
+  /* The stream ended without a complete answer: CB_CH2_E_*. */
+  void (*on_close)(void *sud, int err);
+  /* Request body bytes for the stream, at most cap into buf: n > 0; 0 with *eof set at its end; 0 without: none
+   * waiting now (the stream waits for cb_ch2_resume). */
+  ssize_t (*read_body)(void *sud, char *buf, size_t cap, int *eof);
+  /* A request that never left: the peer's GOAWAY came before its HEADERS were written (cud, its stream id).
+   * It was not processed (as CB_CH2_E_REFUSED). */
+  void (*on_unsent)(void *cud, int32_t id);
+} cb_ch2_callbacks_t;
+
+typedef struct {
+  size_t max_head;      /* bytes of one header block's names and values; over it: CB_CH2_E_HEAD_TOO_BIG */
+  int max_headers;      /* fields of one header block; over it: CB_CH2_E_HEAD_TOO_BIG */
+  uint32_t conn_window; /* the connection's receive window (streams have HTTP/2's default 65,535 bytes each) */
+} cb_ch2_limits_t;
+
+enum {
+  CB_CH2_E_BAD = -1101,          /* the peer broke the protocol (a connection error, or this stream's frames) */
+  CB_CH2_E_RESET = -1102,        /* the peer reset the stream (RST_STREAM), or its GOAWAY ended it */
+  CB_CH2_E_REFUSED = -1103,      /* the peer did not process the request (REFUSED_STREAM, above a GOAWAY's last
+                                  * stream id): it may be sent again */
+  CB_CH2_E_HEAD_TOO_BIG = -1104, /* a header block over max_head or max_headers */
+  CB_CH2_E_NOMEM = -1105
+};
+
+/* The session. Embed it; its fields are private. */
+typedef struct cb_ch2_s {
+  void *session; /* nghttp2_session * */
+  const cb_ch2_callbacks_t *cb;
+  void *ud;      /* the connection's owner (on_unsent) */
+  cb_ch2_limits_t lim;
+  cb_chdr_t *fields; /* the header block being read, gathered in the caller's buffer as cb_cres_t does */
+  int max_fields;
+  char *text;
+  size_t text_cap, text_len;
+  int nfields;
+  int status;        /* the block's :status (0..999), -1 when none */
+  int over;          /* the block went over a limit */
+  int nstreams;      /* streams submitted and not yet closed */
+  uint32_t assumed;  /* the peer's stream limit until its SETTINGS come (cb_ch2_assume_max_streams) */
+  uint8_t bad;       /* a connection error: the session is done */
+  uint8_t goaway;    /* the peer sent GOAWAY: no new streams */
+  uint8_t settings;  /* the peer's SETTINGS arrived */
+} cb_ch2_t;
+
+/* A request: pseudo-headers from these, then fields (names lowercase, without connection-specific ones: the
+ * caller filters). has_body 0: the HEADERS frame ends the stream; 1: the body comes from read_body. */
+typedef struct {
+  const char *method;
+  size_t method_len;
+  const char *path;
+  size_t path_len;
+  const char *authority;
+  size_t authority_len;
+  const cb_chdr_t *headers;
+  int nheaders;
+  int has_body;
+} cb_ch2_req_t;
+
+#define CB_CH2_MAX_REQ_FIELDS 256 /* fields of a submitted request */
+
+/* Makes a client session and queues the connection preface and SETTINGS (push off). headbuf as for
+ * cb_cres_init (CB_CRES_HEADBUF_SIZE(max_head, max_headers)), outliving the session. 0 or CB_CH2_E_NOMEM. */
+int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch2_limits_t *lim, char *headbuf,
+                size_t headcap);
+/* Frees the session (no callback runs). */
+void cb_ch2_free(cb_ch2_t *c);
+/* cb_ch2_feed and cb_ch2_pull run the callbacks, and neither may be called again from inside one (nghttp2's
+ * session is not reentrant): an owner that wants output taken while a callback runs takes it afterwards.
+ * Bytes read from the peer: the callbacks run from inside. 0, or CB_CH2_E_BAD / CB_CH2_E_NOMEM: the
+ * connection is done (what cb_ch2_pull still gives is its GOAWAY); its attached streams are not told. */
+int cb_ch2_feed(cb_ch2_t *c, const char *p, size_t n);
+/* The next bytes to write (*out valid until the next call into the session): n > 0, 0 when nothing is due, or
+ * CB_CH2_E_BAD / CB_CH2_E_NOMEM. */
+ssize_t cb_ch2_pull(cb_ch2_t *c, const char **out);
+/* 1 when a new stream may be opened now: no GOAWAY either way, and fewer streams than the peer's
+ * SETTINGS_MAX_CONCURRENT_STREAMS (until its SETTINGS came: 100, or what cb_ch2_assume_max_streams said). */
+int cb_ch2_can_submit(const cb_ch2_t *c);
+/* The peer's stream limit as the session knows it now (0 until its SETTINGS came). */
+uint32_t cb_ch2_max_streams(const cb_ch2_t *c);
+/* Until the peer's SETTINGS come, count on at most n streams (1..100): what another connection to the same
+ * peer was told, so that a new connection is not given more streams than the peer will take. */
+void cb_ch2_assume_max_streams(cb_ch2_t *c, uint32_t n);
+/* Opens a stream. Its id, or CB_CH2_E_NOMEM (over CB_CH2_MAX_REQ_FIELDS fields, or nghttp2 refused). */
+int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud);
+/* Body bytes are waiting for a stream whose read_body said none. */
+void cb_ch2_resume(cb_ch2_t *c, int32_t id);
+/* The owner passed n bytes of the stream's body on: they go back into its windows (WINDOW_UPDATE when due). A
+ * stream already over (id 0, or closed) gives them back to the connection's window only. */
+void cb_ch2_consume(cb_ch2_t *c, int32_t id, size_t n);
+/* The owner is done with the stream: reset (CANCEL) when still open, and detached. */
+void cb_ch2_cancel(cb_ch2_t *c, int32_t id);
+/* 1 when the session is done: a connection error, or a GOAWAY either way with no stream left. */
+int cb_ch2_done(const cb_ch2_t *c);
+/* A CB_CH2_E_* as text. */
+const char *cb_ch2_strerror(int e);
 
 #endif

@@ -167,5 +167,7 @@ void cb__proxy_free(cb__proxy_t *p);
 /* The stub's delay and fault (which must outlive p), applied to the proxied answer. */
 void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t *fault);
 extern const cb__handler_t cb__h_proxy;
+/* The handler a proxy stub answers with: cb__h_proxy (HTTP/1.1 upstream) or proxy_h2.c's (h2c). */
+const cb__handler_t *cb__proxy_handler(const cb__proxy_t *p);
 
 #endif

@@ -26,49 +26,18 @@
 
 #include "client/client.h"
 #include "kinds/kinds.h"
+#include "kinds/proxy.h"
 #include "kinds/record.h"
 
 #define PROXY_MAX_TO 1024
-#define PROXY_MAX_HEAD (32 * 1024) /* an upstream answer's head (and trailers): over it, 502 */
-#define PROXY_MAX_HEADERS 128      /* header fields of an upstream answer: over it, 502 */
-#define PROXY_MAX_IDLE 1024        /* idle connections kept per upstream and worker */
-#define PROXY_IDLE_MS 30000        /* an idle upstream connection is closed after this long */
 #define PROXY_MAX_RECORD_HEADERS 32
 #define PROXY_MAX_RECORD_STATUS 64
-#define PROXY_READ_BUF (64 * 1024)
 /* The fields a forwarded request head adds: x-forwarded-for, -proto, -host, and host itself. */
 #define PROXY_ADDED 3
 #define PROXY_MAX_SERVER_NAME 253
 
 /* ---- the options ---- */
 
-struct cb__proxy_s {
-  cb_proxy_t opts;              /* a deep copy: the recorder reads it (cb__exchange_t.opts) */
-  char *to;                     /* opts.to's bytes */
-  const char *authority;        /* HOST[:PORT] as in `to`: the forwarded host header */
-  size_t authority_len;
-  const char *prefix;           /* the path prefix ("" when none) */
-  size_t prefix_len;
-  struct sockaddr_storage addr; /* the upstream, resolved when the stub was added */
-  socklen_t addr_len;
-  unsigned timeout_ms;
-  uint64_t max_body;
-  unsigned delay_ms;            /* the stub's: waits before forwarding */
-  const cb__fault_t *fault;     /* the stub's fault (NULL: none), applied to the proxied answer */
-  uint64_t draws;               /* atomic: the fault's rate draws */
-  cb_str_t *rec_headers;        /* opts.record_headers' copies */
-  int *rec_status;
-  char *rec_bytes;
-  /* https:// upstreams: the TLS context (built when the stub is added, so that a CA that does not load is the
-   * stub's error; freed with the stub, or with the last connection made on it: OpenSSL counts its users), the
-   * name sent as SNI and verified, and what keys the pool beside the address (tls_key: the verification
-   * settings). */
-  int tls;
-  struct ssl_ctx_st *ctx;
-  char host[256];               /* the host of `to` (no brackets), or server_name */
-  uint64_t tls_key;
-  char *tls_bytes;              /* the copies of ca_file, ca_pem and server_name (opts points into them) */
-};
 
 static int bad_to(cb_str_t to) { return cb__bad_bytes(CB_FIELD_PROXY, -1, CB_WHY_BAD_URL, to.ptr, to.len); }
 
@@ -264,7 +233,8 @@ void cb__proxy_free(cb__proxy_t *p) {
 
 int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   *out = NULL;
-  if (o->protocol != CB_PROXY_HTTP1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->protocol);
+  if (o->protocol != CB_PROXY_HTTP1 && o->protocol != CB_PROXY_H2C)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->protocol);
   if (o->timeout_ms > CB_PROXY_MAX_TIMEOUT_MS)
     return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->timeout_ms);
   if (o->record != 0 && o->record != 1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->record);
@@ -274,6 +244,9 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   int err = parse_to(p, o->to);
   if (err == 0) err = copy_record(p, o);
   if (err == 0) err = tls_options(p, o);
+  /* HTTP/2 over TLS to the upstream (ALPN h2) is not built: an https:// upstream is spoken to over HTTP/1.1. */
+  if (err == 0 && p->tls && o->protocol == CB_PROXY_H2C)
+    err = cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, o->protocol);
   if (err) {
     cb__proxy_free(p);
     return err;
@@ -287,6 +260,10 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   return 0;
 }
 
+const cb__handler_t *cb__proxy_handler(const cb__proxy_t *p) {
+  return p->opts.protocol == CB_PROXY_H2C ? &cb__h_proxy_h2 : &cb__h_proxy;
+}
+
 void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t *fault) {
   p->delay_ms = delay_ms;
   p->fault = fault != NULL && fault->kind != CB__FAULT_NONE ? fault : NULL;
@@ -294,29 +271,6 @@ void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t 
 
 /* ---- the pool (a worker part) ---- */
 
-typedef struct upc_s upc_t;
-typedef struct px_s px_t;
-typedef struct upstream_s upstream_t;
-
-struct upstream_s {
-  upstream_t *next;
-  struct sockaddr_storage addr;
-  socklen_t addr_len;
-  int tls;
-  uint64_t tls_key;             /* the verification settings (cb__proxy_t.tls_key) */
-  struct ssl_session_st *sess;  /* https: the last TLS session the upstream gave, offered by new connections */
-  upc_t *idle; /* most recently used first */
-  int nidle;
-};
-
-typedef struct {
-  cb__worker_t *w;
-  upstream_t *ups;
-  upc_t *all;   /* every open upstream connection of the worker */
-  int closed;   /* the worker is stopping: no new connection */
-  char rbuf[PROXY_READ_BUF]; /* one read buffer for every upstream connection of the worker */
-  char ptbuf[PROXY_READ_BUF]; /* https: the plaintext of a read */
-} pool_t;
 
 /* One upstream connection. Freed when both its handles have closed. */
 struct upc_s {
@@ -346,39 +300,6 @@ struct upc_s {
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
 
-enum { PX_WAIT, PX_SENT, PX_HEAD, PX_ENDED };
-
-struct px_s {
-  cb__req_t *r;
-  const cb__proxy_t *p;
-  upc_t *c;
-  uint8_t state;       /* PX_* */
-  uint8_t got_head;    /* the answer's head arrived */
-  uint8_t head_sent;   /* the request head went to the upstream */
-  uint8_t chunked;     /* the request body goes chunked */
-  uint8_t req_ended;   /* the client's request is complete */
-  uint8_t reused;      /* the connection came from the pool */
-  uint8_t gather;      /* the answer is gathered whole: a fault is applied to it */
-  uint8_t record;      /* the answer is also gathered for the recorder */
-  uint8_t retried;
-  uint8_t blocked;     /* reading stopped: the client's output is full */
-  uint8_t body_streamed; /* request body bytes went to the upstream (a failed reused connection cannot retry) */
-  /* The held request body (delay_ms: the forward begins after the delay; from the echo budget). */
-  char *hold;
-  size_t hold_len, hold_cap;
-  /* The gathered answer: status, headers (names lowercased) and body. */
-  int status;
-  cb__hdr_t *hdrs;
-  int nhdrs;
-  char *hbuf;
-  char *body;
-  size_t body_len, body_cap;
-  cb__fault_answer_t answer; /* a fault's departure point: the gathered answer */
-  /* The answer's trailer fields (a chunked body's), passed on at its end: one block with their bytes. */
-  cb__hdr_t *trs;
-  int ntrs;
-  char *detail;        /* a failed TLS handshake's reason, for the 502's body (NULL: none) */
-};
 
 static void pool_close_all(cb__worker_t *w, void *state);
 static void pool_free(cb__worker_t *w, void *state) {
@@ -469,13 +390,11 @@ static void pool_close_all(cb__worker_t *w, void *state) {
   (void)w;
   pool_t *pl = state;
   pl->closed = 1;
+  cb__proxy_h2_close_all(pl);
   while (pl->all) upc_close(pl->all); /* an exchange still holding one sees px->c cleared below */
 }
 
 /* ---- the exchange ---- */
-
-/* A proxied request's exchange: cb__req_t.stub, which a proxy stub does not use otherwise (no sequence). */
-#define PX(r) ((px_t *)(uintptr_t)(r)->stub)
 
 typedef struct {
   uv_write_t req;
@@ -647,6 +566,10 @@ static int lower_eq(const char *a, size_t n, const char *lit) {
 /* Stops a feed: the exchange is over (failed or given up), nothing more is to be read from this answer. */
 #define STOP_FEED (-2000)
 
+/* Inlined into the HTTP/1.1 path (its instruction count stays what it was before proxy_h2.c shared it). */
+static inline __attribute__((always_inline)) int pass_head(px_t *x, int status, const cb_chdr_t *hf, int nf,
+                                                           int64_t len);
+
 static int on_head(void *ud, const cb_cres_head_t *h) {
   upc_t *c = ud;
   px_t *x = c->px;
@@ -655,7 +578,6 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
     c->extra = 1;
     return STOP_FEED;
   }
-  cb__req_t *r = x->r;
   x->got_head = 1;
   if (h->status < 200) { /* 101: an upgrade the proxy does not carry */
     px_fail(x, CB__UPERR_BAD_RESPONSE);
@@ -665,20 +587,29 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
     px_fail(x, CB__UPERR_BODY_TOO_BIG);
     return STOP_FEED;
   }
-  /* The connection's own fields go (its connection header's names among them), and those the engine writes
-   * itself: date and the framing. Names are lowercased in the parser's head buffer, which is ours. */
+  int no_body = h->status == 204 || h->status == 304;
+  int64_t len = no_body ? CB__NO_BODY : (!h->chunked && h->content_length >= 0) ? h->content_length : CB__STREAMED;
+  return pass_head(x, h->status, h->headers, h->nheaders, len) ? STOP_FEED : 0;
+}
+
+/* The answer's head goes on (or is kept, for a fault's gathered answer). The connection's own fields go (its
+ * connection header's names among them), and those the engine writes itself: date and the framing. Names are
+ * lowercased in place: the fields are in the caller's head buffer, which is the proxy's. */
+static inline __attribute__((always_inline)) int pass_head(px_t *x, int status, const cb_chdr_t *hf, int nf,
+                                                           int64_t len) {
+  cb__req_t *r = x->r;
   const char *conn_v = NULL;
   size_t conn_n = 0;
-  for (int i = 0; i < h->nheaders; i++)
-    if (lower_eq(h->headers[i].name, h->headers[i].name_len, "connection")) {
-      conn_v = h->headers[i].value;
-      conn_n = h->headers[i].value_len;
+  for (int i = 0; i < nf; i++)
+    if (lower_eq(hf[i].name, hf[i].name_len, "connection")) {
+      conn_v = hf[i].value;
+      conn_n = hf[i].value_len;
       break; /* TODO(merge): several connection fields; the client layer may join them */
     }
   cb__hdr_t hs[PROXY_MAX_HEADERS];
   int n = 0;
-  for (int i = 0; i < h->nheaders && n < PROXY_MAX_HEADERS; i++) {
-    const cb_chdr_t *f = &h->headers[i];
+  for (int i = 0; i < nf && n < PROXY_MAX_HEADERS; i++) {
+    const cb_chdr_t *f = &hf[i];
     if (cb_chdr_hop_by_hop(f->name, f->name_len, conn_v, conn_n) || lower_eq(f->name, f->name_len, "date") ||
         lower_eq(f->name, f->name_len, "content-length") || lower_eq(f->name, f->name_len, "transfer-encoding"))
       continue;
@@ -687,20 +618,36 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
       if (name[k] >= 'A' && name[k] <= 'Z') name[k] = (char)(name[k] + 32);
     hs[n++] = (cb__hdr_t){f->name, f->name_len, f->value, f->value_len};
   }
-  x->status = h->status;
-  r->up_status = (uint16_t)h->status;
+  x->status = status;
+  r->up_status = (uint16_t)status;
   if (x->gather || x->record) {
     if (keep_head(x, hs, n) != 0) {
       px_fail(x, CB__UPERR_NO_MEMORY);
-      return STOP_FEED;
+      return CB__UPERR_NO_MEMORY;
     }
   }
   if (x->gather) return 0; /* the answer goes once it is whole (on_done) */
-  int no_body = h->status == 204 || h->status == 304;
-  int64_t len = no_body ? CB__NO_BODY : (!h->chunked && h->content_length >= 0) ? h->content_length : CB__STREAMED;
   x->state = PX_HEAD;
-  cb__res_head(r, h->status, NULL, hs, n, len);
+  cb__res_head(r, status, NULL, hs, n, len);
   return 0;
+}
+
+int cb__px_head(px_t *x, int status, const cb_chdr_t *h, int n, int64_t len) {
+  x->got_head = 1;
+  return pass_head(x, status, h, n, len);
+}
+
+int cb__px_body(px_t *x, const char *p, size_t n) {
+  if ((x->gather || x->record) && gather_body(x, p, n) != 0) {
+    px_fail(x, CB__UPERR_NO_MEMORY);
+    return -1;
+  }
+  if (x->gather) return 0;
+  if (cb__res_data(x->r, p, n, CB__DATA_COPY) && !x->blocked) {
+    x->blocked = 1;
+    x->r->blocked = 1;
+  }
+  return x->blocked;
 }
 
 static int on_body(void *ud, const char *p, size_t n) {
@@ -724,12 +671,16 @@ static int on_body(void *ud, const char *p, size_t n) {
  * give (the framing) left out. Kept in one block: the parser's fields live only during this call. */
 static int on_trailers(void *ud, const cb_chdr_t *t, int n) {
   upc_t *c = ud;
-  px_t *x = c->px;
-  if (x == NULL || x->trs != NULL || n <= 0) return 0;
+  if (c->px != NULL) cb__px_trailers(c->px, t, n);
+  return 0;
+}
+
+void cb__px_trailers(px_t *x, const cb_chdr_t *t, int n) {
+  if (x->trs != NULL || n <= 0) return;
   size_t bytes = 0;
   for (int i = 0; i < n; i++) bytes += t[i].name_len + t[i].value_len;
   cb__hdr_t *trs = malloc((size_t)n * sizeof *trs + bytes);
-  if (trs == NULL) return 0; /* without memory the trailers are dropped, the answer goes on */
+  if (trs == NULL) return; /* without memory the trailers are dropped, the answer goes on */
   char *o = (char *)(trs + n);
   int k = 0;
   for (int i = 0; i < n; i++) {
@@ -742,7 +693,6 @@ static int on_trailers(void *ud, const cb_chdr_t *t, int n) {
   }
   x->trs = trs;
   x->ntrs = k;
-  return 0;
 }
 
 /* The read callback decides what becomes of the connection once the feed returns: bytes after the answer are
@@ -1198,7 +1148,7 @@ static void delay_done(cb__req_t *r) { start_forward(PX(r)); }
 
 /* ---- the handler ---- */
 
-static void proxy_head(cb__req_t *r) {
+static inline __attribute__((always_inline)) px_t *px_new(cb__req_t *r) {
   const cb__proxy_t *p = cb__stub_proxy(r->route);
   cb__worker_t *w = r->conn->w;
   CB__STAT_INC(w, proxy_requests);
@@ -1208,39 +1158,50 @@ static void proxy_head(cb__req_t *r) {
   if (x == NULL) {
     cb__res_head(r, 503, NULL, NULL, 0, 0);
     cb__res_end(r);
-    return;
+    return NULL;
   }
   x->r = r;
   x->p = p;
   r->stub = x;
   x->record = (uint8_t)p->opts.record;
   x->gather = p->fault != NULL && cb__fault_fires(p->fault, (uint64_t *)&p->draws);
-  if (p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
+  return x;
+}
+
+px_t *cb__px_new(cb__req_t *r) { return px_new(r); }
+
+static void proxy_head(cb__req_t *r) {
+  px_t *x = px_new(r);
+  if (x == NULL) return;
+  if (x->p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
   start_forward(x);
+}
+
+int cb__px_hold(px_t *x, const char *p, size_t n) {
+  cb__req_t *r = x->r;
+  if (x->hold_off > 0 && x->hold_off == x->hold_len) x->hold_off = x->hold_len = 0; /* all taken: from the start */
+  if (x->hold_len + n > x->hold_cap) {
+    size_t cap = x->hold_cap ? x->hold_cap * 2 : 16384;
+    while (cap < x->hold_len + n) cap *= 2;
+    if (cb__echo_hold(r->conn, cap - x->hold_cap) != 0) return UV_ENOMEM;
+    char *b = realloc(x->hold, cap);
+    if (b == NULL) {
+      cb__echo_release(r->conn, cap - x->hold_cap);
+      return UV_ENOMEM;
+    }
+    x->hold = b;
+    x->hold_cap = cap;
+  }
+  memcpy(x->hold + x->hold_len, p, n);
+  x->hold_len += n;
+  return 0;
 }
 
 static void proxy_body(cb__req_t *r, const char *p, size_t n) {
   px_t *x = PX(r);
   if (x == NULL || x->state == PX_ENDED || n == 0) return;
   if (x->p->delay_ms > 0) {
-    if (x->hold_len + n > x->hold_cap) {
-      size_t cap = x->hold_cap ? x->hold_cap * 2 : 16384;
-      while (cap < x->hold_len + n) cap *= 2;
-      if (cb__echo_hold(r->conn, cap - x->hold_cap) != 0) {
-        px_fail(x, CB__UPERR_NO_MEMORY);
-        return;
-      }
-      char *b = realloc(x->hold, cap);
-      if (b == NULL) {
-        cb__echo_release(r->conn, cap - x->hold_cap);
-        px_fail(x, CB__UPERR_NO_MEMORY);
-        return;
-      }
-      x->hold = b;
-      x->hold_cap = cap;
-    }
-    memcpy(x->hold + x->hold_len, p, n);
-    x->hold_len += n;
+    if (cb__px_hold(x, p, n) != 0) px_fail(x, CB__UPERR_NO_MEMORY);
     return;
   }
   if (x->c == NULL) return;
@@ -1281,10 +1242,16 @@ static void proxy_writable(cb__req_t *r) {
 
 /* The request is released: a connection still carrying its exchange is closed (the answer was not read to
  * its end, so it cannot carry another). */
+static inline __attribute__((always_inline)) void px_free(px_t *x);
 static void proxy_free(cb__req_t *r) {
   px_t *x = PX(r);
   if (x == NULL) return;
   px_detach(x, 0);
+  px_free(x);
+}
+
+static inline __attribute__((always_inline)) void px_free(px_t *x) {
+  cb__req_t *r = x->r;
   if (x->hold_cap) cb__echo_release(r->conn, x->hold_cap);
   free(x->hold);
   free(x->hdrs);
@@ -1294,6 +1261,84 @@ static void proxy_free(cb__req_t *r) {
   free(x->detail);
   free(x);
   r->stub = NULL;
+}
+
+void cb__px_free(px_t *x) { px_free(x); }
+void cb__px_done(px_t *x) { px_done(x, 0); }
+void cb__px_fail(px_t *x, int why) { px_fail(x, why); }
+pool_t *cb__px_pool(cb__worker_t *w) { return pool_of(w); }
+upstream_t *cb__px_upstream(pool_t *pl, const cb__proxy_t *p) { return upstream_of(pl, p); }
+
+char *cb__px_target(px_t *x, size_t *n) {
+  const cb__proxy_t *p = x->p;
+  cb__req_t *r = x->r;
+  size_t tn = p->prefix_len + r->target_len;
+  char *target = malloc(tn ? tn : 1);
+  if (target == NULL) return NULL;
+  memcpy(target, p->prefix, p->prefix_len);
+  memcpy(target + p->prefix_len, r->path, r->target_len);
+  *n = tn;
+  return target;
+}
+
+/* The HTTP/2 form of send_head's fields: names lowercased (HTTP/2 allows no other), no host (the authority is
+ * :authority), te only as "trailers" (RFC 9113 8.2.2) and dropped here like every hop-by-hop field, and the
+ * body's content-length when the request declared one. */
+int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block) {
+  cb__req_t *r = x->r;
+  cb__conn_t *conn = r->conn;
+  const char *conn_v = NULL, *host = r->authority;
+  size_t conn_n = 0, host_n = r->authority_len, bytes = 24 + INET6_ADDRSTRLEN; /* a length and an address */
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *f = &r->headers[i];
+    if (lower_eq(f->name, f->name_len, "connection") && conn_v == NULL) {
+      conn_v = f->value;
+      conn_n = f->value_len;
+    } else if (lower_eq(f->name, f->name_len, "host") && host == NULL) {
+      host = f->value;
+      host_n = f->value_len;
+    }
+    bytes += f->name_len;
+  }
+  cb_chdr_t *hs = malloc(((size_t)r->nheaders + PROXY_ADDED + 1) * sizeof *hs);
+  char *b = malloc(bytes), *o = b;
+  if (hs == NULL || b == NULL) {
+    free(hs);
+    free(b);
+    return UV_ENOMEM;
+  }
+  int nh = 0;
+  for (int i = 0; i < r->nheaders; i++) {
+    const cb__hdr_t *f = &r->headers[i];
+    if (cb_chdr_hop_by_hop(f->name, f->name_len, conn_v, conn_n) || lower_eq(f->name, f->name_len, "host") ||
+        lower_eq(f->name, f->name_len, "expect") || lower_eq(f->name, f->name_len, "content-length") ||
+        lower_eq(f->name, f->name_len, "x-forwarded-for") ||
+        lower_eq(f->name, f->name_len, "x-forwarded-proto") || lower_eq(f->name, f->name_len, "x-forwarded-host"))
+      continue;
+    for (size_t k = 0; k < f->name_len; k++)
+      o[k] = (char)(f->name[k] >= 'A' && f->name[k] <= 'Z' ? f->name[k] + 32 : f->name[k]);
+    hs[nh++] = (cb_chdr_t){o, f->name_len, f->value, f->value_len};
+    o += f->name_len;
+  }
+  /* After a delay the body is held whole: its length; otherwise the declared one, if any. */
+  int64_t len = x->p->delay_ms > 0 && x->hold_len > 0 ? (int64_t)x->hold_len : r->content_length;
+  if (len >= 0) {
+    int n = snprintf(o, 24, "%lld", (long long)len);
+    hs[nh++] = (cb_chdr_t){STR("content-length"), o, (size_t)n};
+    o += n;
+  }
+  char peer[INET6_ADDRSTRLEN] = "";
+  if (conn->peer_family == AF_INET || conn->peer_family == AF_INET6)
+    inet_ntop(conn->peer_family, conn->peer_addr, peer, sizeof peer);
+  size_t pn = strlen(peer);
+  memcpy(o, peer, pn);
+  int tls = conn->proto_id == CB_PROTO_H1_TLS || conn->proto_id == CB_PROTO_H2_TLS;
+  hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), o, pn};
+  hs[nh++] = (cb_chdr_t){STR("x-forwarded-proto"), tls ? "https" : "http", tls ? 5 : 4};
+  if (host != NULL) hs[nh++] = (cb_chdr_t){STR("x-forwarded-host"), host, host_n};
+  *out = hs;
+  *block = b;
+  return nh;
 }
 
 const cb__handler_t cb__h_proxy = {

@@ -794,7 +794,7 @@ int cb__stub_append(cb__routes_t *reg, const cb_stub_t *stub, uint64_t *id) {
   cb__route_t *rt;
   int claims = st->times > 0 || st->nseq > 0 || st->scen != NULL;
   err = cb__route_new(&stub->match, name.ptr, name.len, claims ? &stub_claim_kind : &stub_kind,
-                      st->proxy ? &cb__h_proxy : uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
+                      st->proxy ? cb__proxy_handler(st->proxy) : uses_body(st) ? &stub_body_handler : &stub_handler, st, &rt);
   if (err) {
     stub_free(st);
     return err;

@@ -95,6 +95,7 @@ static cb_server_t *tls_upstream(void) {
 typedef struct {
   const char *ca_pem, *ca_file, *server_name;
   int insecure;
+  int protocol;
   unsigned timeout_ms;
   const char *path;
   const char *fault;
@@ -102,7 +103,8 @@ typedef struct {
 } tls_opts_t;
 
 static int add_tls_proxy(cb_server_t *srv, const char *to, const tls_opts_t *o) {
-  cb_proxy_t px = {.to = {to, strlen(to)}, .timeout_ms = o->timeout_ms, .insecure = o->insecure};
+  cb_proxy_t px = {.to = {to, strlen(to)}, .timeout_ms = o->timeout_ms, .insecure = o->insecure,
+                   .protocol = o->protocol};
   if (o->ca_pem) px.ca_pem = (cb_str_t){o->ca_pem, strlen(o->ca_pem)};
   if (o->ca_file) px.ca_file = (cb_str_t){o->ca_file, strlen(o->ca_file)};
   if (o->server_name) px.server_name = (cb_str_t){o->server_name, strlen(o->server_name)};
@@ -459,6 +461,8 @@ TEST(proxy_tls_bad_options) {
   expect_bad("http://127.0.0.1:1", &(tls_opts_t){.insecure = 1}, CB_WHY_CONFLICT);
   expect_bad("http://127.0.0.1:1", &(tls_opts_t){.server_name = "localhost"}, CB_WHY_CONFLICT);
   expect_bad("https://127.0.0.1:1", &(tls_opts_t){.insecure = 2}, CB_WHY_OUT_OF_RANGE);
+  /* HTTP/2 over TLS to the upstream is not built (docs/proxy.md). */
+  expect_bad("https://127.0.0.1:1", &(tls_opts_t){.protocol = CB_PROXY_H2C}, CB_WHY_CONFLICT);
   /* A CA file that holds the certificate works. */
   cb_server_t *up = tls_upstream();
   char path[64];

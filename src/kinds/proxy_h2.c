@@ -1,0 +1,561 @@
+/* The proxy kind's h2c upstream (docs/proxy.md, "h2c upstreams"): a proxy stub with `protocol => h2c` forwards
+ * its request as a stream on a prior-knowledge HTTP/2 connection to the upstream (RFC 9113 3.3), through the
+ * client layer's session (client/h2_client.c), and passes the answer on through the exchange proxy.c shares
+ * with the HTTP/1.1 upstream (head, body, trailers, a fault's gathered answer, the recorder, 502 and 504).
+ *
+ * Connections: per worker and upstream, streams go to the newest connection that can take one more (fewer than
+ * the peer's SETTINGS_MAX_CONCURRENT_STREAMS, 100 until its SETTINGS came, and no GOAWAY); when none can, a new
+ * one is opened, up to PROXY_MAX_H2 (past it the stream waits in the newest connection's session for a slot).
+ * Requests submitted while the connection is being made go out with its preface. A connection without streams
+ * is closed after PROXY_IDLE_MS, one the upstream ended (GOAWAY) once its last stream is over.
+ *
+ * Memory: the answer's body goes to the client as it comes, and each stream's receive window (65,535 bytes)
+ * opens again only for what the client's output took below its mark (cb_ch2_consume), so a slow client holds
+ * at most a window more than its own output queue. Frames are taken from the session only while less than
+ * H2_OUT_HIGH bytes wait for the upstream's socket: an upstream that never reads fills nghttp2's queue, which
+ * nghttp2 bounds (its flood limits end the session). The request body waits in the exchange (x->hold, from the
+ * echo budget) until the stream's data provider takes it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client.h"
+#include "kinds/kinds.h"
+#include "kinds/proxy.h"
+
+#define H2_OUT_HIGH (64 * 1024)          /* bytes queued for the upstream's socket before the session waits */
+#define H2_CONN_WINDOW (16 * 1024 * 1024) /* the connection's receive window: 256 streams' windows */
+
+/* One h2c upstream connection. Freed when both its handles have closed. */
+struct h2c_s {
+  uv_tcp_t tcp;     /* first member: callbacks cast back */
+  uv_timer_t timer; /* the idle timeout */
+  uv_connect_t connect;
+  pool_t *pool;
+  upstream_t *up;
+  h2c_t *prev, *next; /* up->h2 while open */
+  h2x_t *xs;          /* the streams it carries for exchanges */
+  cb_ch2_t s;
+  uint8_t connected;
+  uint8_t closing;
+  uint8_t busy;       /* the session is running its callbacks (feed or pull): it may not be called again now */
+  uint8_t pending;    /* handles still to close */
+  char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
+};
+
+/* An exchange's stream. Its own block, because its timer must outlive both the exchange (released by the
+ * client's side at any time) and the stream (ended by the upstream's): freed in the timer's close callback. */
+struct h2x_s {
+  uv_timer_t timer; /* first member: connect and head, then the pause allowed between two pieces of body */
+  px_t *x;          /* NULL once the exchange let go */
+  h2c_t *hc;        /* NULL once off its connection */
+  h2x_t *prev, *next;
+  int32_t id;
+  uint8_t attached; /* the session still tells this stream's events */
+  uint8_t released; /* h2x_release ran (a failure's answer may release the exchange, which releases it too) */
+  uint8_t dirty;    /* the feed passed answer bytes on: the client's connection writes them after the feed */
+  size_t unconsumed; /* body passed on while the client's output was full: not yet given back to the windows */
+  uint64_t got;      /* body bytes received */
+};
+
+static void h2c_flush(h2c_t *hc);
+static void h2c_close(h2c_t *hc);
+static void h2_forward(px_t *x);
+
+/* ---- the exchange's stream ---- */
+
+static void h2x_closed(uv_handle_t *h) { free(h->data); }
+
+/* The stream lets go of its exchange and connection: reset when the session still tells it (the exchange ended
+ * first), its unconsumed bytes given back to the connection's window, its timer closed (then it is freed). A
+ * connection left without streams waits PROXY_IDLE_MS for another. */
+static void idle_fire(uv_timer_t *t) { h2c_close(t->data); }
+
+static void h2x_release(h2x_t *h) {
+  if (h->released) return;
+  h->released = 1;
+  h2c_t *hc = h->hc;
+  if (h->x != NULL) h->x->h2 = NULL;
+  h->x = NULL;
+  if (hc != NULL) {
+    if (h->prev) h->prev->next = h->next; else hc->xs = h->next;
+    if (h->next) h->next->prev = h->prev;
+    h->hc = NULL;
+    if (!hc->closing) {
+      if (h->attached) cb_ch2_cancel(&hc->s, h->id);
+      cb_ch2_consume(&hc->s, 0, h->unconsumed);
+      if (hc->xs == NULL) uv_timer_start(&hc->timer, idle_fire, PROXY_IDLE_MS, 0);
+      h2c_flush(hc);
+    }
+  }
+  h->attached = 0;
+  uv_timer_stop(&h->timer);
+  uv_close((uv_handle_t *)&h->timer, h2x_closed);
+}
+
+static void h2x_timeout(uv_timer_t *t) {
+  h2x_t *h = t->data;
+  px_t *x = h->x;
+  h2x_release(h);
+  if (x != NULL) cb__px_fail(x, CB__UPERR_TIMEOUT);
+}
+
+/* The stream ended for the exchange with why (a CB__UPERR_*): before the head a 502, after it a cut answer. */
+static void h2x_fail(h2x_t *h, int why) {
+  px_t *x = h->x;
+  h2x_release(h);
+  if (x != NULL) cb__px_fail(x, why);
+}
+
+static int64_t content_length_of(const cb_chdr_t *h, int n) {
+  for (int i = 0; i < n; i++) {
+    if (h[i].name_len != 14 || memcmp(h[i].name, "content-length", 14) != 0) continue;
+    int64_t v = 0;
+    if (h[i].value_len == 0 || h[i].value_len > 18) return -1;
+    for (size_t k = 0; k < h[i].value_len; k++) {
+      if (h[i].value[k] < '0' || h[i].value[k] > '9') return -1;
+      v = v * 10 + (h[i].value[k] - '0');
+    }
+    return v;
+  }
+  return -1;
+}
+
+static int st_head(void *sud, int status, const cb_chdr_t *f, int n) {
+  h2x_t *h = sud;
+  px_t *x = h->x;
+  if (x == NULL) return 1;
+  int64_t cl = content_length_of(f, n);
+  if (cl > 0 && (uint64_t)cl > x->p->max_body) {
+    h->attached = 0; /* the session drops the stream on our non-zero */
+    h2x_fail(h, CB__UPERR_BODY_TOO_BIG);
+    return 1;
+  }
+  int no_body = status == 204 || status == 304;
+  uv_timer_again(&h->timer);
+  if (cb__px_head(x, status, f, n, no_body ? CB__NO_BODY : cl >= 0 ? cl : CB__STREAMED) != 0) {
+    h->attached = 0;
+    h2x_release(h); /* answered already (px_fail) */
+    return 1;
+  }
+  h->dirty = 1;
+  return 0;
+}
+
+static int st_data(void *sud, const char *p, size_t n) {
+  h2x_t *h = sud;
+  px_t *x = h->x;
+  if (x == NULL) return 1;
+  uint64_t max = x->p->max_body;
+  if (h->got + n > max) { /* exactly max_body bytes go on, then the answer is cut */
+    size_t room = (size_t)(max - h->got);
+    h->got = max;
+    if (room > 0 && cb__px_body(x, p, room) < 0) {
+      h->attached = 0;
+      h2x_release(h);
+      return 1;
+    }
+    h->attached = 0;
+    h2x_fail(h, CB__UPERR_BODY_TOO_BIG);
+    return 1;
+  }
+  h->got += n;
+  int blocked = cb__px_body(x, p, n);
+  if (blocked < 0) { /* answered already (px_fail) */
+    h->attached = 0;
+    h2x_release(h);
+    return 1;
+  }
+  if (blocked) { /* the client's output is full: the window stays closed by n and the stream is not timed */
+    h->unconsumed += n;
+    uv_timer_stop(&h->timer);
+  } else {
+    cb_ch2_consume(&h->hc->s, h->id, n);
+    uv_timer_again(&h->timer);
+  }
+  h->dirty = 1;
+  return 0;
+}
+
+static int st_trailers(void *sud, const cb_chdr_t *t, int n) {
+  h2x_t *h = sud;
+  if (h->x != NULL) cb__px_trailers(h->x, t, n);
+  return 0;
+}
+
+static void st_end(void *sud) {
+  h2x_t *h = sud;
+  px_t *x = h->x;
+  h->attached = 0;
+  h2x_release(h);
+  if (x != NULL) cb__px_done(x);
+}
+
+static void st_close(void *sud, int err) {
+  h2x_t *h = sud;
+  px_t *x = h->x;
+  h->attached = 0;
+  /* Not processed by the upstream (REFUSED_STREAM, or above its GOAWAY's last stream): sent again once, on
+   * another connection, when none of its body went. */
+  if (x != NULL && err == CB_CH2_E_REFUSED && !x->retried && !x->body_streamed) {
+    x->retried = 1;
+    h2x_release(h);
+    x->state = PX_WAIT;
+    x->head_sent = 0;
+    h2_forward(x);
+    return;
+  }
+  h2x_fail(h, err == CB_CH2_E_HEAD_TOO_BIG ? CB__UPERR_HEAD_TOO_BIG
+              : err == CB_CH2_E_BAD        ? CB__UPERR_BAD_RESPONSE
+              : err == CB_CH2_E_NOMEM      ? CB__UPERR_NO_MEMORY
+                                           : CB__UPERR_RESET);
+}
+
+/* The request body for the stream's data provider: what waits in x->hold. */
+static ssize_t st_read_body(void *sud, char *buf, size_t cap, int *eof) {
+  h2x_t *h = sud;
+  px_t *x = h->x;
+  if (x == NULL) return -1;
+  size_t n = x->hold_len - x->hold_off;
+  if (n > cap) n = cap;
+  if (n > 0) {
+    memcpy(buf, x->hold + x->hold_off, n);
+    x->hold_off += n;
+    x->body_streamed = 1;
+  }
+  if (x->req_ended && x->hold_off == x->hold_len) *eof = 1;
+  return (ssize_t)n;
+}
+
+static void st_unsent(void *cud, int32_t id) {
+  h2c_t *hc = cud;
+  for (h2x_t *h = hc->xs; h; h = h->next)
+    if (h->id == id) {
+      st_close(h, CB_CH2_E_REFUSED);
+      return;
+    }
+}
+
+static const cb_ch2_callbacks_t session_cb = {.on_head = st_head, .on_data = st_data, .on_trailers = st_trailers,
+                                              .on_end = st_end, .on_close = st_close,
+                                              .read_body = st_read_body, .on_unsent = st_unsent};
+
+/* ---- the connection ---- */
+
+static void h2c_handle_closed(uv_handle_t *h) {
+  h2c_t *hc = h->data;
+  if (--hc->pending == 0) free(hc);
+}
+
+/* Every stream of a connection that ended fails: why, or after the head a cut answer. */
+static void h2c_fail_all(h2c_t *hc, int why) {
+  h2x_t *h;
+  while ((h = hc->xs) != NULL) {
+    h->attached = 0;
+    h2x_fail(h, why);
+  }
+}
+
+static void h2c_close(h2c_t *hc) {
+  if (hc->closing) return;
+  hc->closing = 1;
+  upstream_t *u = hc->up;
+  if (hc->prev) hc->prev->next = hc->next; else u->h2 = hc->next;
+  if (hc->next) hc->next->prev = hc->prev;
+  u->nh2--;
+  h2c_fail_all(hc, CB__UPERR_RESET);
+  cb_ch2_free(&hc->s);
+  hc->pending = 2;
+  uv_close((uv_handle_t *)&hc->tcp, h2c_handle_closed);
+  uv_close((uv_handle_t *)&hc->timer, h2c_handle_closed);
+}
+
+/* Closes a connection whose session is over: after its last frames (a GOAWAY) went, as far as the socket takes
+ * them now. */
+static void h2c_end(h2c_t *hc, int why) {
+  if (hc->closing) return;
+  h2c_fail_all(hc, why);
+  h2c_flush(hc);
+  h2c_close(hc);
+}
+
+typedef struct {
+  uv_write_t req;
+  h2c_t *hc;
+  char data[];
+} h2w_t;
+
+static void h2c_written(uv_write_t *req, int status) {
+  h2w_t *w = (h2w_t *)req;
+  h2c_t *hc = w->hc;
+  free(w);
+  if (status == 0 && !hc->closing) h2c_flush(hc); /* the rest of what the session holds */
+}
+
+/* Takes frames from the session while the socket's queue is short: uv_try_write first, the rest copied. */
+static void h2c_flush(h2c_t *hc) {
+  if (!hc->connected || hc->closing || hc->busy) return;
+  uv_stream_t *s = (uv_stream_t *)&hc->tcp;
+  while (uv_stream_get_write_queue_size(s) < H2_OUT_HIGH) {
+    const char *p;
+    /* What a callback inside the pull submits (a reset, a retried request) is taken by this same loop. */
+    hc->busy = 1;
+    ssize_t n = cb_ch2_pull(&hc->s, &p);
+    hc->busy = 0;
+    if (n <= 0 || hc->closing) return;
+    size_t done = 0;
+    if (uv_stream_get_write_queue_size(s) == 0) {
+      uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+      int k = uv_try_write(s, &b, 1);
+      if (k == n) continue;
+      if (k > 0) done = (size_t)k;
+      else if (k != UV_EAGAIN && k != UV_ENOSYS) return; /* the read side sees the connection's end */
+    }
+    h2w_t *w = malloc(sizeof *w + ((size_t)n - done));
+    if (w == NULL) return;
+    w->hc = hc;
+    memcpy(w->data, p + done, (size_t)n - done);
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)((size_t)n - done));
+    if (uv_write(&w->req, s, &b, 1, h2c_written) != 0) {
+      free(w);
+      return;
+    }
+  }
+}
+
+static void h2c_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  h2c_t *hc = h->data;
+  *buf = uv_buf_init(hc->pool->rbuf, sizeof hc->pool->rbuf);
+}
+
+/* What the feed passed on goes out now, stream by stream: after the feed, so that an answer is complete (and
+ * recorded, px_done) before its last bytes leave, as on the HTTP/1.1 path. A client connection's step may
+ * release exchanges of this connection (the list changes): the scan starts over after each. */
+static void h2c_write_clients(h2c_t *hc) {
+  for (;;) {
+    h2x_t *h = hc->xs;
+    while (h != NULL && !h->dirty) h = h->next;
+    if (h == NULL || hc->closing) return;
+    h->dirty = 0;
+    if (h->x != NULL && h->x->state == PX_HEAD) cb__conn_after(h->x->r->conn);
+  }
+}
+
+static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+  h2c_t *hc = (h2c_t *)st;
+  if (n == 0 || hc->closing) return;
+  if (n < 0) { /* the upstream closed or reset: what was in flight is cut */
+    h2c_close(hc);
+    return;
+  }
+  hc->busy = 1;
+  int err = cb_ch2_feed(&hc->s, buf->base, (size_t)n);
+  hc->busy = 0;
+  h2c_write_clients(hc);
+  if (hc->closing) return;
+  if (err) {
+    h2c_end(hc, err == CB_CH2_E_NOMEM ? CB__UPERR_NO_MEMORY : CB__UPERR_BAD_RESPONSE);
+    return;
+  }
+  uint32_t max = cb_ch2_max_streams(&hc->s);
+  if (max != 0) hc->up->h2_max = max;
+  h2c_flush(hc);
+  /* nghttp2 may find the upstream's frames wrong only as it writes (its GOAWAY for them): bad_response too. */
+  if (hc->s.bad) h2c_end(hc, CB__UPERR_BAD_RESPONSE);
+  else if (cb_ch2_done(&hc->s)) h2c_end(hc, CB__UPERR_RESET);
+}
+
+static void h2c_connected(uv_connect_t *req, int status) {
+  h2c_t *hc = req->data;
+  if (hc->closing) return;
+  if (status != 0) {
+    h2c_fail_all(hc, status == UV_ECONNREFUSED ? CB__UPERR_REFUSED
+                     : status == UV_ETIMEDOUT  ? CB__UPERR_TIMEOUT
+                                               : CB__UPERR_CONNECT);
+    h2c_close(hc);
+    return;
+  }
+  hc->connected = 1;
+  if (uv_read_start((uv_stream_t *)&hc->tcp, h2c_alloc, h2c_read) != 0) {
+    h2c_close(hc);
+    return;
+  }
+  h2c_flush(hc);
+}
+
+static h2c_t *h2c_open(pool_t *pl, upstream_t *u) {
+  h2c_t *hc = malloc(sizeof *hc);
+  if (hc == NULL) return NULL;
+  memset(hc, 0, offsetof(h2c_t, head));
+  cb_ch2_limits_t lim = {.max_head = PROXY_MAX_HEAD, .max_headers = PROXY_MAX_HEADERS,
+                         .conn_window = H2_CONN_WINDOW};
+  if (cb_ch2_init(&hc->s, &session_cb, hc, &lim, hc->head, sizeof hc->head) != 0) {
+    free(hc);
+    return NULL;
+  }
+  cb_ch2_assume_max_streams(&hc->s, u->h2_max);
+  hc->pool = pl;
+  hc->up = u;
+  uv_tcp_init(&pl->w->loop, &hc->tcp);
+  uv_timer_init(&pl->w->loop, &hc->timer);
+  hc->tcp.data = hc;
+  hc->timer.data = hc;
+  hc->connect.data = hc;
+  hc->next = u->h2;
+  if (u->h2) u->h2->prev = hc;
+  u->h2 = hc;
+  u->nh2++;
+  CB__STAT_INC(pl->w, proxy_upstream_connects);
+  uv_tcp_nodelay(&hc->tcp, 1);
+  if (uv_tcp_connect(&hc->connect, &hc->tcp, (const struct sockaddr *)&u->addr, h2c_connected) != 0) {
+    h2c_close(hc);
+    return NULL;
+  }
+  return hc;
+}
+
+/* A connection for one more stream: the newest that can take it (not for a retry, which wants a fresh one),
+ * else a new one, else (PROXY_MAX_H2 open) the newest still taking streams, where it waits for a slot. */
+static h2c_t *h2c_for(pool_t *pl, upstream_t *u, int fresh) {
+  if (!fresh)
+    for (h2c_t *hc = u->h2; hc; hc = hc->next)
+      if (cb_ch2_can_submit(&hc->s)) {
+        CB__STAT_INC(pl->w, proxy_upstream_reused);
+        return hc;
+      }
+  if (u->nh2 < PROXY_MAX_H2) return h2c_open(pl, u);
+  for (h2c_t *hc = u->h2; hc; hc = hc->next)
+    if (!hc->s.goaway && !hc->s.bad) {
+      CB__STAT_INC(pl->w, proxy_upstream_reused);
+      return hc;
+    }
+  return NULL;
+}
+
+/* ---- the handler ---- */
+
+static void h2_forward(px_t *x) {
+  cb__req_t *r = x->r;
+  pool_t *pl = cb__px_pool(r->conn->w);
+  upstream_t *u = pl && !pl->closed ? cb__px_upstream(pl, x->p) : NULL;
+  h2c_t *hc = u ? h2c_for(pl, u, x->retried) : NULL;
+  h2x_t *h = hc ? calloc(1, sizeof *h) : NULL;
+  if (h == NULL) {
+    cb__px_fail(x, CB__UPERR_CONNECT);
+    return;
+  }
+  cb_chdr_t *fields = NULL;
+  char *block = NULL, *target = NULL;
+  size_t tn = 0;
+  int nf = cb__px_h2_fields(x, &fields, &block);
+  if (nf >= 0) target = cb__px_target(x, &tn);
+  int32_t id = -1;
+  if (nf >= 0 && target != NULL) {
+    cb_ch2_req_t q = {.method = r->method_str, .method_len = r->method_len, .path = target, .path_len = tn,
+                      .authority = x->p->authority, .authority_len = x->p->authority_len, .headers = fields,
+                      .nheaders = nf, .has_body = !x->req_ended || x->hold_len > x->hold_off};
+    id = cb_ch2_submit(&hc->s, &q, h);
+  }
+  free(fields);
+  free(block);
+  free(target);
+  if (id < 0) {
+    free(h);
+    if (hc->xs == NULL) uv_timer_start(&hc->timer, idle_fire, PROXY_IDLE_MS, 0);
+    cb__px_fail(x, CB__UPERR_CONNECT);
+    return;
+  }
+  uv_timer_init(&pl->w->loop, &h->timer);
+  h->timer.data = h;
+  h->x = x;
+  h->hc = hc;
+  h->id = id;
+  h->attached = 1;
+  h->next = hc->xs;
+  if (hc->xs) hc->xs->prev = h;
+  hc->xs = h;
+  x->h2 = h;
+  x->head_sent = 1;
+  x->state = PX_SENT;
+  uv_timer_stop(&hc->timer);
+  uv_timer_start(&h->timer, h2x_timeout, x->p->timeout_ms, x->p->timeout_ms);
+  h2c_flush(hc);
+}
+
+static void h2_delay_done(cb__req_t *r) { h2_forward(PX(r)); }
+
+/* The stream opens once it is known whether the request has a body (a length, a first body byte, or its end),
+ * as the HTTP/1.1 upstream's head waits for its framing: a request without one ends with its HEADERS. */
+static void h2_head(cb__req_t *r) {
+  px_t *x = cb__px_new(r);
+  if (x == NULL) return;
+  if (x->p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
+  if (r->content_length >= 0) h2_forward(x);
+}
+
+static void h2_body(cb__req_t *r, const char *p, size_t n) {
+  px_t *x = PX(r);
+  if (x == NULL || x->state == PX_ENDED || n == 0) return;
+  if (cb__px_hold(x, p, n) != 0) {
+    if (x->h2) h2x_release(x->h2);
+    cb__px_fail(x, CB__UPERR_NO_MEMORY);
+    return;
+  }
+  if (x->p->delay_ms > 0) return;
+  if (x->state == PX_WAIT && x->h2 == NULL) {
+    h2_forward(x);
+  } else if (x->h2 != NULL && x->h2->hc != NULL) {
+    cb_ch2_resume(&x->h2->hc->s, x->h2->id);
+    h2c_flush(x->h2->hc);
+  }
+}
+
+static void h2_end(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL || x->state == PX_ENDED) return;
+  x->req_ended = 1;
+  if (x->p->delay_ms > 0) {
+    r->delay_ms = x->p->delay_ms;
+    if (cb__req_timer(r, x->p->delay_ms, h2_delay_done) != 0) cb__px_fail(x, CB__UPERR_NO_MEMORY);
+    return;
+  }
+  if (x->state == PX_WAIT && x->h2 == NULL) {
+    h2_forward(x);
+  } else if (x->h2 != NULL && x->h2->hc != NULL) {
+    cb_ch2_resume(&x->h2->hc->s, x->h2->id);
+    h2c_flush(x->h2->hc);
+  }
+}
+
+static void h2_writable(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL) return;
+  if (x->state == PX_ENDED) {
+    if (cb__fault_pacing(r)) cb__fault_writable(r);
+    return;
+  }
+  r->blocked = 0;
+  x->blocked = 0;
+  h2x_t *h = x->h2;
+  if (h != NULL && h->hc != NULL) { /* the window opens again by what the client's output took */
+    cb_ch2_consume(&h->hc->s, h->id, h->unconsumed);
+    h->unconsumed = 0;
+    uv_timer_again(&h->timer);
+    h2c_flush(h->hc);
+  }
+}
+
+static void h2_free(cb__req_t *r) {
+  px_t *x = PX(r);
+  if (x == NULL) return;
+  if (x->h2 != NULL) h2x_release(x->h2);
+  cb__px_free(x);
+}
+
+const cb__handler_t cb__h_proxy_h2 = {
+    .on_head = h2_head, .on_body = h2_body, .on_end = h2_end, .on_writable = h2_writable, .on_free = h2_free};
+
+void cb__proxy_h2_close_all(pool_t *pl) {
+  for (upstream_t *u = pl->ups; u; u = u->next)
+    while (u->h2) h2c_close(u->h2);
+}
