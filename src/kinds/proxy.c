@@ -764,7 +764,9 @@ static void px_done(px_t *x, int keep) {
   } else {
     cb__res_end(r); /* may release r (and free x): nothing touches either after it */
   }
-  cb__conn_after(conn);
+  /* Written once the loop's events are through (cb__conn_after_soon): the answers that end in one iteration on
+   * several upstream connections, to the streams of one HTTP/2 client, leave in one write. */
+  cb__conn_after_soon(conn);
 }
 
 /* Failed: before the answer's head a 502 or 504 with a text body, after it a cut answer. */
@@ -794,7 +796,7 @@ static void px_fail(px_t *x, int why) {
   cb__res_head(r, status, NULL, &ctype, 1, n);
   if (r->method != CB_METHOD_HEAD) cb__res_data(r, body, (size_t)n, CB__DATA_COPY | CB__DATA_PIECE_END);
   cb__res_end(r);
-  cb__conn_after(conn);
+  cb__conn_after_soon(conn);
 }
 
 static void up_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
@@ -850,7 +852,7 @@ static void up_after(upc_t *c, px_t *x) {
      * upstream that sends it a byte at a time is not given timeout_ms per byte. */
     uv_timer_again(&c->timer);
   }
-  if (x->state == PX_HEAD) cb__conn_after(x->r->conn);
+  if (x->state == PX_HEAD) cb__conn_after_soon(x->r->conn);
 }
 
 static void up_eof(upc_t *c, px_t *x, ssize_t n);

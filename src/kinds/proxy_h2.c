@@ -328,16 +328,14 @@ static void h2c_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   *buf = uv_buf_init(hc->pool->rbuf, sizeof hc->pool->rbuf);
 }
 
-/* What the feed passed on goes out now, stream by stream: after the feed, so that an answer is complete (and
- * recorded, px_done) before its last bytes leave, as on the HTTP/1.1 path. A client connection's step may
- * release exchanges of this connection (the list changes): the scan starts over after each. */
+/* What the feed passed on goes out after the feed, so that an answer is complete (and recorded, px_done) before
+ * its last bytes leave, as on the HTTP/1.1 path: each client connection's step is asked for once the loop's
+ * events are through (cb__conn_after_soon), so the answers of many streams to one client leave together. */
 static void h2c_write_clients(h2c_t *hc) {
-  for (;;) {
-    h2x_t *h = hc->xs;
-    while (h != NULL && !h->dirty) h = h->next;
-    if (h == NULL || hc->closing) return;
+  for (h2x_t *h = hc->xs; h != NULL && !hc->closing; h = h->next) {
+    if (!h->dirty) continue;
     h->dirty = 0;
-    if (h->x != NULL && h->x->state == PX_HEAD) cb__conn_after(h->x->r->conn);
+    if (h->x != NULL && h->x->state == PX_HEAD) cb__conn_after_soon(h->x->r->conn);
   }
 }
 
