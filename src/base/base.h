@@ -191,6 +191,12 @@ int cb__check_name(cb_str_t name);
 size_t cb__url_decode(char *dst, const char *src, size_t n);
 /* Whether a response header name is one the engine writes itself (content-length...). */
 int cb__forbidden_header(const char *name, size_t n);
+/* A peer's address as text (AF_INET: "a.b.c.d", written here; AF_INET6: inet_ntop's form; another family: ""),
+ * NUL-terminated in buf (46 bytes, INET6_ADDRSTRLEN): its length. With port >= 0, ":port" follows, and an IPv6
+ * address is bracketed first ("[::1]:8080"; buf then 54 bytes). A request's x-forwarded-for and a handler's
+ * peer: printf and inet_ntop's IPv4 path cost 1,300 instructions per proxied request. */
+#define CB__PEER_TEXT_MAX 54
+size_t cb__peer_text(int family, const unsigned char *addr, int port, char *buf);
 
 /* ---- certs.c: the certificates a test needs, made in memory at start ---- */
 

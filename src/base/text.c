@@ -1,7 +1,9 @@
 /* The rules of HTTP's text that every layer checks against: methods and their names, tokens and field values
  * (RFC 9110), the header names the engine writes itself, and a route's name. */
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/base.h"
 
@@ -124,4 +126,41 @@ int cb__check_name(cb_str_t name) {
     if ((unsigned char)name.ptr[i] <= 0x20 || (unsigned char)name.ptr[i] >= 0x7f)
       return cb__bad_bytes(CB_FIELD_NAME, -1, CB_WHY_BAD_CHAR, name.ptr, name.len);
   return 0;
+}
+
+/* The decimal digits of v (below 100,000) at o: how many. */
+static size_t put_uint(char *o, unsigned v) {
+  char d[8];
+  size_t n = 0;
+  do {
+    d[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  for (size_t i = 0; i < n; i++) o[i] = d[n - 1 - i];
+  return n;
+}
+
+size_t cb__peer_text(int family, const unsigned char *addr, int port, char *buf) {
+  size_t n = 0;
+  if (family == AF_INET) {
+    for (int i = 0; i < 4; i++) {
+      if (i) buf[n++] = '.';
+      n += put_uint(buf + n, addr[i]);
+    }
+  } else if (family == AF_INET6) {
+    char a[INET6_ADDRSTRLEN];
+    if (inet_ntop(AF_INET6, addr, a, sizeof a) != NULL) {
+      size_t k = strlen(a);
+      if (port >= 0) buf[n++] = '[';
+      memcpy(buf + n, a, k);
+      n += k;
+      if (port >= 0) buf[n++] = ']';
+    }
+  }
+  if (port >= 0 && (family == AF_INET || family == AF_INET6)) {
+    buf[n++] = ':';
+    n += put_uint(buf + n, (unsigned)port);
+  }
+  buf[n] = '\0';
+  return n;
 }

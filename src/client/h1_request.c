@@ -4,17 +4,20 @@
 #include "client/client.h"
 
 /* A byte that could end a line or a string on the peer's side: never written inside a field. */
+/* The bytes that would break a head: 1 in a value (CR, LF, NUL), 2 in a name or method too (':', space, tab).
+ * One table look-up per byte: the proxy writes a head per request, and the checks were half its cost. */
+static const unsigned char breaks[256] = {['\0'] = 3, ['\r'] = 3, ['\n'] = 3, [':'] = 2, [' '] = 2, ['\t'] = 2};
+
 static int has_ctl(const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (s[i] == '\r' || s[i] == '\n' || s[i] == '\0') return 1;
-  return 0;
+  unsigned char any = 0;
+  for (size_t i = 0; i < n; i++) any |= breaks[(unsigned char)s[i]];
+  return any & 1;
 }
 
 static int bad_name(const char *s, size_t n) {
-  if (n == 0) return 1;
-  for (size_t i = 0; i < n; i++)
-    if (s[i] == ':' || s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n' || s[i] == '\0') return 1;
-  return 0;
+  unsigned char any = 0;
+  for (size_t i = 0; i < n; i++) any |= breaks[(unsigned char)s[i]];
+  return n == 0 || any != 0;
 }
 
 typedef struct {

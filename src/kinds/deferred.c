@@ -323,11 +323,11 @@ static const cb__handler_t defer_handler = {
     .on_head = defer_head, .on_body = defer_body, .on_end = defer_end, .on_free = defer_free};
 
 static size_t format_peer(const cb__conn_t *c, char *buf) {
-  char addr[INET6_ADDRSTRLEN] = "";
-  if (c->peer_family == AF_INET || c->peer_family == AF_INET6)
-    inet_ntop(c->peer_family, c->peer_addr, addr, sizeof addr);
-  int n = snprintf(buf, 64, c->peer_family == AF_INET6 ? "[%s]:%u" : "%s:%u", addr, c->peer_port);
-  return n < 0 ? 0 : n >= 64 ? 63 : (size_t)n;
+  if (c->peer_family != AF_INET && c->peer_family != AF_INET6) { /* a test connection: no address */
+    int n = snprintf(buf, 64, ":%u", c->peer_port);
+    return n < 0 ? 0 : (size_t)n;
+  }
+  return cb__peer_text(c->peer_family, c->peer_addr, c->peer_port, buf);
 }
 
 static int has_host(const cb__req_t *r) {

@@ -1066,11 +1066,10 @@ static int send_head(px_t *x, int64_t length) {
       continue;
     hs[nh++] = (cb_chdr_t){f->name, f->name_len, f->value, f->value_len};
   }
-  char peer[INET6_ADDRSTRLEN] = "";
-  if (conn->peer_family == AF_INET || conn->peer_family == AF_INET6)
-    inet_ntop(conn->peer_family, conn->peer_addr, peer, sizeof peer);
+  char peer[INET6_ADDRSTRLEN];
+  size_t pn = cb__peer_text(conn->peer_family, conn->peer_addr, -1, peer);
   int tls = conn->proto_id == CB_PROTO_H1_TLS || conn->proto_id == CB_PROTO_H2_TLS;
-  hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), peer, strlen(peer)};
+  hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), peer, pn};
   hs[nh++] = (cb_chdr_t){STR("x-forwarded-proto"), tls ? "https" : "http", tls ? 5 : 4};
   if (host != NULL) hs[nh++] = (cb_chdr_t){STR("x-forwarded-host"), host, host_n};
   /* The target: the prefix, then the request's as received. */
@@ -1329,11 +1328,7 @@ int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block) {
     hs[nh++] = (cb_chdr_t){STR("content-length"), o, (size_t)n};
     o += n;
   }
-  char peer[INET6_ADDRSTRLEN] = "";
-  if (conn->peer_family == AF_INET || conn->peer_family == AF_INET6)
-    inet_ntop(conn->peer_family, conn->peer_addr, peer, sizeof peer);
-  size_t pn = strlen(peer);
-  memcpy(o, peer, pn);
+  size_t pn = cb__peer_text(conn->peer_family, conn->peer_addr, -1, o);
   int tls = conn->proto_id == CB_PROTO_H1_TLS || conn->proto_id == CB_PROTO_H2_TLS;
   hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), o, pn};
   hs[nh++] = (cb_chdr_t){STR("x-forwarded-proto"), tls ? "https" : "http", tls ? 5 : 4};
