@@ -1,6 +1,7 @@
 /* Deferred routes (issue 14): requests handed to another thread and answered with cb_server_reply(), over
  * HTTP/1.1 and h2c, byte for byte; streaming; 503 (refused, target gone), 504; stale references. The Erlang
  * handlers built on this are tested in the CT suites (test/cbench_handler_SUITE.erl). */
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "common.h"
 #include "h2client.h"
 #include "testing.h"
+#include "base/base.h"
 
 /* The handler thread: takes what deliver queued and answers according to the path. */
 typedef struct item_s {
@@ -701,4 +703,25 @@ TEST(deferred_bad_fields_detail) {
   ASSERT_EQ(list->count, 0);
   cb_stub_list_free(list);
   test_stop(srv);
+}
+
+/* A handler's peer and a proxied request's x-forwarded-for: the address written by hand for IPv4, with the
+ * port after it when asked; IPv6 bracketed before a port; no address for another family. */
+TEST(peer_text_forms) {
+  char buf[CB__PEER_TEXT_MAX];
+  const unsigned char v4[4] = {192, 168, 0, 255}, zero[4] = {0, 0, 0, 0};
+  ASSERT_EQ(cb__peer_text(AF_INET, v4, -1, buf), 13);
+  ASSERT_STR_EQ(buf, "192.168.0.255");
+  ASSERT_EQ(cb__peer_text(AF_INET, v4, 65535, buf), 19);
+  ASSERT_STR_EQ(buf, "192.168.0.255:65535");
+  ASSERT_EQ(cb__peer_text(AF_INET, zero, 0, buf), 9);
+  ASSERT_STR_EQ(buf, "0.0.0.0:0");
+  unsigned char v6[16];
+  ASSERT_EQ(inet_pton(AF_INET6, "2001:db8::1", v6), 1);
+  ASSERT_EQ(cb__peer_text(AF_INET6, v6, -1, buf), 11);
+  ASSERT_STR_EQ(buf, "2001:db8::1");
+  ASSERT_EQ(cb__peer_text(AF_INET6, v6, 443, buf), 17);
+  ASSERT_STR_EQ(buf, "[2001:db8::1]:443");
+  ASSERT_EQ(cb__peer_text(0, v4, 80, buf), 0);
+  ASSERT_STR_EQ(buf, "");
 }
