@@ -309,7 +309,8 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to" "--proxy-ca" \
   "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
   "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure" "--proxy-protocol" \
-  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1"; do
+  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c" \
+  "--proxy-to https://127.0.0.1:1 --proxy-protocol h2c"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
