@@ -381,12 +381,6 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (https && cfg.proxy_protocol == CB_PROXY_H2C) {
-    fprintf(stderr, "cbench-server: --proxy-protocol h2c goes with an http:// --proxy-to (HTTP/2 over TLS to an "
-                    "upstream is not built: docs/proxy.md)\n");
-    usage(stderr);
-    return 2;
-  }
   if (cfg.proxy_to == NULL && cfg.proxy_protocol != CB_PROXY_HTTP1) {
     fprintf(stderr, "cbench-server: --proxy-protocol goes with --proxy-to\n");
     usage(stderr);

@@ -325,9 +325,6 @@ proxy(P) when is_map(P) ->
                  Bool -> fail({response, proxy, record}, Bool, wrong_type)
              end,
     Tls = proxy_tls(To, P),
-    %% HTTP/2 to an https:// upstream (ALPN h2) is not built: src/kinds/proxy.c refuses it too.
-    Protocol =:= h2c andalso lower(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">> andalso
-        fail({response, proxy, protocol}, h2c, conflict),
     Tls#{to => To, protocol => Protocol,
       timeout_ms => int_in({response, proxy, timeout_ms}, maps:get(timeout_ms, P, 10000), 1,
                            ?MAX_DELAY_MS),

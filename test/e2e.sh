@@ -309,8 +309,7 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to" "--proxy-ca" \
   "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
   "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure" "--proxy-protocol" \
-  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c" \
-  "--proxy-to https://127.0.0.1:1 --proxy-protocol h2c"; do
+  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
@@ -682,6 +681,16 @@ kill -TERM "$SPID"
 wait "$SPID" >/dev/null || bad "https proxy: exit status $?"
 if grep -q '^  proxy: requests 2, upstream connects 1, reused 1, 502 0, 504 0$' "$work/httpsproxy.out"; then ok; else
   bad "https proxy's counts at exit: $(grep proxy: "$work/httpsproxy.out")"; fi
+# h2 by ALPN to the same upstream (--proxy-protocol h2c with an https:// URL): one stream each, one connection.
+start_server httpsh2 --port 0 --threads 1 --proxy-to "https://127.0.0.1:$TPORT" --proxy-ca "$TCA" --proxy-protocol h2c
+got=$(curl -s "http://127.0.0.1:$PORT/hello")
+if [ "$got" = "Hello, Joe!" ]; then ok; else bad "GET /hello through an https upstream over h2: '$got'"; fi
+got=$(curl -s --data-binary 'over h2' "http://127.0.0.1:$PORT/echo")
+if [ "$got" = "over h2" ]; then ok; else bad "POST /echo through an https upstream over h2: '$got'"; fi
+kill -TERM "$SPID"
+wait "$SPID" >/dev/null || bad "https h2 proxy: exit status $?"
+if grep -q '^  proxy: requests 2, upstream connects 1, reused 1, 502 0, 504 0$' "$work/httpsh2.out"; then ok; else
+  bad "https h2 proxy's counts at exit: $(grep proxy: "$work/httpsh2.out")"; fi
 start_server httpsnoca --port 0 --threads 1 --proxy-to "https://127.0.0.1:$TPORT"
 curl -s -o "$work/noca.body" -w '%{http_code}' "http://127.0.0.1:$PORT/hello" >"$work/noca.code" || true
 want="cbench proxy: tls handshake failed: certificate verify failed: unable to get local issuer certificate (https://127.0.0.1:$TPORT)"

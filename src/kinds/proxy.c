@@ -154,9 +154,12 @@ static int tls_options(cb__proxy_t *p, const cb_proxy_t *o) {
     memcpy(p->host, sn.ptr, sn.len);
     p->host[sn.len] = '\0';
   }
-  /* ALPN offers http/1.1 alone: the upstream must not choose a protocol this connection does not speak. */
-  static const unsigned char alpn[] = "\x08http/1.1";
-  cb_ctls_opts_t to = {.alpn = alpn, .alpn_len = sizeof alpn - 1, .insecure = o->insecure,
+  /* ALPN offers the one protocol the stub speaks (h2 for protocol h2c, else http/1.1): the upstream must not
+   * choose one this connection does not speak. */
+  static const unsigned char alpn_h1[] = "\x08http/1.1", alpn_h2[] = "\x02h2";
+  int h2 = o->protocol == CB_PROXY_H2C;
+  cb_ctls_opts_t to = {.alpn = h2 ? alpn_h2 : alpn_h1, .alpn_len = h2 ? sizeof alpn_h2 - 1 : sizeof alpn_h1 - 1,
+                       .insecure = o->insecure,
                        .ca_file = o->ca_file.len ? p->opts.ca_file.ptr : NULL, .ca_strict = 1,
                        .ca_pem = o->ca_pem.len ? p->opts.ca_pem.ptr : NULL, .ca_pem_len = o->ca_pem.len,
                        .resume = 1};
@@ -244,9 +247,6 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   int err = parse_to(p, o->to);
   if (err == 0) err = copy_record(p, o);
   if (err == 0) err = tls_options(p, o);
-  /* HTTP/2 over TLS to the upstream (ALPN h2) is not built: an https:// upstream is spoken to over HTTP/1.1. */
-  if (err == 0 && p->tls && o->protocol == CB_PROXY_H2C)
-    err = cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, o->protocol);
   if (err) {
     cb__proxy_free(p);
     return err;

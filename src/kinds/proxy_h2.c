@@ -39,6 +39,9 @@ struct h2c_s {
   uint8_t closing;
   uint8_t busy;       /* the session is running its callbacks (feed or pull): it may not be called again now */
   uint8_t pending;    /* handles still to close */
+  uint8_t tls;        /* https: the TLS session below carries the frames (ALPN h2) */
+  uint8_t tls_bad;    /* it failed, or the upstream ended it: no close_notify */
+  cb_ctls_t ssl;
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
 
@@ -243,7 +246,21 @@ static const cb_ch2_callbacks_t session_cb = {.on_head = st_head, .on_data = st_
 
 static void h2c_handle_closed(uv_handle_t *h) {
   h2c_t *hc = h->data;
-  if (--hc->pending == 0) free(hc);
+  if (--hc->pending != 0) return;
+  if (hc->tls) cb_ctls_free(&hc->ssl);
+  free(hc);
+}
+
+static int h2c_send(h2c_t *hc, const char *p, size_t n);
+
+/* https: what the TLS session has to send (handshake messages, records, close_notify) goes to the socket. */
+static int h2c_tls_out(h2c_t *hc) {
+  const char *p;
+  size_t n = cb_ctls_out(&hc->ssl, &p);
+  if (n == 0) return 0;
+  int err = h2c_send(hc, p, n);
+  cb_ctls_out_done(&hc->ssl);
+  return err;
 }
 
 /* Every stream of a connection that ended fails: why, or after the head a cut answer. */
@@ -264,6 +281,10 @@ static void h2c_close(h2c_t *hc) {
   u->nh2--;
   h2c_fail_all(hc, CB__UPERR_RESET);
   cb_ch2_free(&hc->s);
+  if (hc->tls && hc->connected && !hc->tls_bad && !hc->ssl.hs_pending) { /* best effort, not waited for */
+    cb_ctls_close_notify(&hc->ssl);
+    (void)h2c_tls_out(hc);
+  }
   hc->pending = 2;
   uv_close((uv_handle_t *)&hc->tcp, h2c_handle_closed);
   uv_close((uv_handle_t *)&hc->timer, h2c_handle_closed);
@@ -291,9 +312,34 @@ static void h2c_written(uv_write_t *req, int status) {
   if (status == 0 && !hc->closing) h2c_flush(hc); /* the rest of what the session holds */
 }
 
-/* Takes frames from the session while the socket's queue is short: uv_try_write first, the rest copied. */
+/* Bytes to the socket: uv_try_write first, the rest copied into a write of its own. 0, or -1 when the socket
+ * failed (the read side sees the connection's end). */
+static int h2c_send(h2c_t *hc, const char *p, size_t n) {
+  uv_stream_t *s = (uv_stream_t *)&hc->tcp;
+  size_t done = 0;
+  if (uv_stream_get_write_queue_size(s) == 0) {
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    int k = uv_try_write(s, &b, 1);
+    if (k == (int)n) return 0;
+    if (k > 0) done = (size_t)k;
+    else if (k != UV_EAGAIN && k != UV_ENOSYS) return -1;
+  }
+  h2w_t *w = malloc(sizeof *w + (n - done));
+  if (w == NULL) return -1;
+  w->hc = hc;
+  memcpy(w->data, p + done, n - done);
+  uv_buf_t b = uv_buf_init(w->data, (unsigned)(n - done));
+  if (uv_write(&w->req, s, &b, 1, h2c_written) != 0) {
+    free(w);
+    return -1;
+  }
+  return 0;
+}
+
+/* Takes frames from the session while the socket's queue is short (over TLS: once the handshake is done, each
+ * piece encrypted into records). */
 static void h2c_flush(h2c_t *hc) {
-  if (!hc->connected || hc->closing || hc->busy) return;
+  if (!hc->connected || hc->closing || hc->busy || (hc->tls && hc->ssl.hs_pending)) return;
   uv_stream_t *s = (uv_stream_t *)&hc->tcp;
   while (uv_stream_get_write_queue_size(s) < H2_OUT_HIGH) {
     const char *p;
@@ -302,21 +348,12 @@ static void h2c_flush(h2c_t *hc) {
     ssize_t n = cb_ch2_pull(&hc->s, &p);
     hc->busy = 0;
     if (n <= 0 || hc->closing) return;
-    size_t done = 0;
-    if (uv_stream_get_write_queue_size(s) == 0) {
-      uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-      int k = uv_try_write(s, &b, 1);
-      if (k == n) continue;
-      if (k > 0) done = (size_t)k;
-      else if (k != UV_EAGAIN && k != UV_ENOSYS) return; /* the read side sees the connection's end */
-    }
-    h2w_t *w = malloc(sizeof *w + ((size_t)n - done));
-    if (w == NULL) return;
-    w->hc = hc;
-    memcpy(w->data, p + done, (size_t)n - done);
-    uv_buf_t b = uv_buf_init(w->data, (unsigned)((size_t)n - done));
-    if (uv_write(&w->req, s, &b, 1, h2c_written) != 0) {
-      free(w);
+    if (hc->tls) {
+      if (cb_ctls_write(&hc->ssl, p, (size_t)n) != 0 || h2c_tls_out(hc) != 0) {
+        hc->tls_bad = 1;
+        return;
+      }
+    } else if (h2c_send(hc, p, (size_t)n) != 0) {
       return;
     }
   }
@@ -339,16 +376,82 @@ static void h2c_write_clients(h2c_t *hc) {
   }
 }
 
+/* Every stream of a connection whose TLS handshake failed: 502 with the reason (as cb__px_fail words it). */
+static void h2c_tls_failed(h2c_t *hc, const char *why) {
+  size_t n = strlen(why);
+  for (h2x_t *h = hc->xs; h != NULL; h = h->next)
+    if (h->x != NULL && h->x->detail == NULL && (h->x->detail = malloc(n + 1)) != NULL) memcpy(h->x->detail, why, n + 1);
+  hc->tls_bad = 1;
+  h2c_fail_all(hc, CB__UPERR_TLS);
+  h2c_close(hc);
+}
+
+/* https: the ciphertext read goes into the session; the handshake steps (ALPN must have chosen h2), then the
+ * plaintext is fed as a cleartext read's bytes are. 0 to go on, 1 when the connection closed. */
+static int h2c_tls_read(h2c_t *hc, const char *p, size_t n, int *err) {
+  if (cb_ctls_put(&hc->ssl, p, n) != 0) {
+    h2c_tls_failed(hc, "out of memory");
+    return 1;
+  }
+  if (hc->ssl.hs_pending) {
+    int rc = cb_ctls_handshake(&hc->ssl);
+    int ferr = h2c_tls_out(hc);
+    if (rc < 0) {
+      char why[160];
+      cb_ctls_why(&hc->ssl, 0, why, sizeof why);
+      h2c_tls_failed(hc, why);
+      return 1;
+    }
+    if (ferr != 0) {
+      h2c_close(hc);
+      return 1;
+    }
+    if (rc == 0) return 0;
+    const char *version, *cipher, *alpn;
+    unsigned alpn_len = 0;
+    cb_ctls_params(&hc->ssl, &version, &cipher, &alpn, &alpn_len);
+    if (alpn == NULL || alpn_len != 2 || memcmp(alpn, "h2", 2) != 0) {
+      h2c_tls_failed(hc, "the upstream did not choose h2 by ALPN");
+      return 1;
+    }
+  }
+  for (;;) {
+    ssize_t k = cb_ctls_read(&hc->ssl, hc->pool->ptbuf, sizeof hc->pool->ptbuf);
+    if (k == 0) break;
+    if (k < 0) { /* close_notify, an alert, a record that does not decrypt: what was in flight is cut */
+      hc->tls_bad = 1;
+      h2c_close(hc);
+      return 1;
+    }
+    hc->busy = 1;
+    *err = cb_ch2_feed(&hc->s, hc->pool->ptbuf, (size_t)k);
+    hc->busy = 0;
+    if (*err || hc->closing) break;
+  }
+  if (!hc->closing && h2c_tls_out(hc) != 0) hc->tls_bad = 1; /* a KeyUpdate's answer */
+  return 0;
+}
+
 static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   h2c_t *hc = (h2c_t *)st;
   if (n == 0 || hc->closing) return;
   if (n < 0) { /* the upstream closed or reset: what was in flight is cut */
+    if (hc->tls && hc->ssl.hs_pending && hc->xs != NULL) {
+      h2c_tls_failed(hc, n == UV_EOF ? "connection closed" : "connection reset");
+      return;
+    }
+    hc->tls_bad = 1;
     h2c_close(hc);
     return;
   }
-  hc->busy = 1;
-  int err = cb_ch2_feed(&hc->s, buf->base, (size_t)n);
-  hc->busy = 0;
+  int err = 0;
+  if (hc->tls) {
+    if (h2c_tls_read(hc, buf->base, (size_t)n, &err)) return;
+  } else {
+    hc->busy = 1;
+    err = cb_ch2_feed(&hc->s, buf->base, (size_t)n);
+    hc->busy = 0;
+  }
   h2c_write_clients(hc);
   if (hc->closing) return;
   if (err) {
@@ -378,10 +481,18 @@ static void h2c_connected(uv_connect_t *req, int status) {
     h2c_close(hc);
     return;
   }
+  if (hc->tls) { /* the ClientHello; the session's preface waits for the handshake's end */
+    if (cb_ctls_handshake(&hc->ssl) < 0 || h2c_tls_out(hc) != 0) {
+      char why[160];
+      cb_ctls_why(&hc->ssl, 0, why, sizeof why);
+      h2c_tls_failed(hc, why);
+    }
+    return;
+  }
   h2c_flush(hc);
 }
 
-static h2c_t *h2c_open(pool_t *pl, upstream_t *u) {
+static h2c_t *h2c_open(pool_t *pl, upstream_t *u, const cb__proxy_t *p) {
   h2c_t *hc = malloc(sizeof *hc);
   if (hc == NULL) return NULL;
   memset(hc, 0, offsetof(h2c_t, head));
@@ -390,6 +501,15 @@ static h2c_t *h2c_open(pool_t *pl, upstream_t *u) {
   if (cb_ch2_init(&hc->s, &session_cb, hc, &lim, hc->head, sizeof hc->head) != 0) {
     free(hc);
     return NULL;
+  }
+  if (p->tls) { /* https: the stub's context (ALPN h2), the last session this upstream gave offered again */
+    if (cb_ctls_start(&hc->ssl, p->ctx, p->host, !p->opts.insecure, &u->sess) != 0) {
+      cb_ctls_free(&hc->ssl);
+      cb_ch2_free(&hc->s);
+      free(hc);
+      return NULL;
+    }
+    hc->tls = 1;
   }
   cb_ch2_assume_max_streams(&hc->s, u->h2_max);
   hc->pool = pl;
@@ -414,14 +534,14 @@ static h2c_t *h2c_open(pool_t *pl, upstream_t *u) {
 
 /* A connection for one more stream: the newest that can take it (not for a retry, which wants a fresh one),
  * else a new one, else (PROXY_MAX_H2 open) the newest still taking streams, where it waits for a slot. */
-static h2c_t *h2c_for(pool_t *pl, upstream_t *u, int fresh) {
+static h2c_t *h2c_for(pool_t *pl, upstream_t *u, const cb__proxy_t *p, int fresh) {
   if (!fresh)
     for (h2c_t *hc = u->h2; hc; hc = hc->next)
       if (cb_ch2_can_submit(&hc->s)) {
         CB__STAT_INC(pl->w, proxy_upstream_reused);
         return hc;
       }
-  if (u->nh2 < PROXY_MAX_H2) return h2c_open(pl, u);
+  if (u->nh2 < PROXY_MAX_H2) return h2c_open(pl, u, p);
   for (h2c_t *hc = u->h2; hc; hc = hc->next)
     if (!hc->s.goaway && !hc->s.bad) {
       CB__STAT_INC(pl->w, proxy_upstream_reused);
@@ -436,7 +556,7 @@ static void h2_forward(px_t *x) {
   cb__req_t *r = x->r;
   pool_t *pl = cb__px_pool(r->conn->w);
   upstream_t *u = pl && !pl->closed ? cb__px_upstream(pl, x->p) : NULL;
-  h2c_t *hc = u ? h2c_for(pl, u, x->retried) : NULL;
+  h2c_t *hc = u ? h2c_for(pl, u, x->p, x->retried) : NULL;
   h2x_t *h = hc ? calloc(1, sizeof *h) : NULL;
   if (h == NULL) {
     cb__px_fail(x, CB__UPERR_CONNECT);

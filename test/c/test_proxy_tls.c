@@ -336,6 +336,51 @@ TEST(proxy_tls_unknown_ca_502) {
   test_stop(up);
 }
 
+/* protocol h2c with https://: h2 by ALPN. Two requests ride one upstream TLS connection as two streams (the
+ * upstream counts them as h2 over TLS), the answers byte for byte as over HTTP/1.1; an upstream that does not
+ * speak h2 refuses the ALPN, and an unknown CA fails as for HTTP/1.1, each a 502 with the reason. */
+TEST(proxy_tls_h2_upstream) {
+  cb_server_t *up = tls_upstream();
+  char to[80];
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  cb_server_t *px = tls_proxy(to, &(tls_opts_t){.ca_pem = ca_pem, .protocol = CB_PROXY_H2C});
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  buf_adds(&exp, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK
+                 "\r\ncontent-type: application/octet-stream\r\ncontent-length: 5\r\n\r\nover2");
+  ROUNDTRIP_S(fd, "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nover2", &exp);
+  cb_stats_t st, ust;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_requests, 2);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  ASSERT_EQ(st.proxy_502, 0);
+  ASSERT_EQ(cb_server_stats(up, &ust), 0);
+  ASSERT_EQ(ust.conns_accepted, 1);
+  ASSERT_EQ(ust.requests_by_proto[CB_PROTO_H2_TLS], 2);
+  close(fd);
+  buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+  /* No h2 on the upstream: its no_application_protocol alert. */
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.tls_port = 0;
+  cfg.enable_h2 = 0;
+  up = test_start(&cfg);
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  expect_fail(to, &(tls_opts_t){.insecure = 1, .protocol = CB_PROXY_H2C}, 502,
+              "tls handshake failed: tlsv1 alert no application protocol", "tls");
+  test_stop(up);
+  up = tls_upstream();
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  expect_fail(to, &(tls_opts_t){.protocol = CB_PROXY_H2C}, 502,
+              "tls handshake failed: certificate verify failed: unable to get local issuer certificate", "tls");
+  test_stop(up);
+}
+
 /* insecure: the same upstream answers without a CA. */
 TEST(proxy_tls_insecure) {
   cb_server_t *up = tls_upstream();
@@ -461,8 +506,6 @@ TEST(proxy_tls_bad_options) {
   expect_bad("http://127.0.0.1:1", &(tls_opts_t){.insecure = 1}, CB_WHY_CONFLICT);
   expect_bad("http://127.0.0.1:1", &(tls_opts_t){.server_name = "localhost"}, CB_WHY_CONFLICT);
   expect_bad("https://127.0.0.1:1", &(tls_opts_t){.insecure = 2}, CB_WHY_OUT_OF_RANGE);
-  /* HTTP/2 over TLS to the upstream is not built (docs/proxy.md). */
-  expect_bad("https://127.0.0.1:1", &(tls_opts_t){.protocol = CB_PROXY_H2C}, CB_WHY_CONFLICT);
   /* A CA file that holds the certificate works. */
   cb_server_t *up = tls_upstream();
   char path[64];
