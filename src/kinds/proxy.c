@@ -1060,8 +1060,9 @@ static size_t fwd_scan(const cb__req_t *r, fwd_t *fw) {
   return names;
 }
 
-/* Whether field f goes on (inlined into both loops: a call per field cost 60 instructions a request): not hop-by-hop (nor named by the connection field), not host, expect (answered here
- * already), content-length (the proxy writes the framing) or an x-forwarded-* the proxy writes itself. */
+/* Whether field f goes on: not hop-by-hop (nor named by the connection field), not host, expect (answered here
+ * already), content-length (the proxy writes the framing) or an x-forwarded-* the proxy writes itself. Inlined
+ * into both loops: a call per field cost 60 instructions a request. */
 static inline __attribute__((always_inline)) int fwd_keeps(const fwd_t *fw, const cb__hdr_t *f) {
   return !(cb_chdr_hop_by_hop(f->name, f->name_len, fw->conn_v, fw->conn_n) || lower_eq(f->name, f->name_len, "host") ||
            lower_eq(f->name, f->name_len, "expect") || lower_eq(f->name, f->name_len, "content-length") ||
