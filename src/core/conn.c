@@ -259,13 +259,18 @@ static void update_timer(cb__conn_t *c) {
     if (c->timer_mode != mode || (mode == CB__TIMER_IDLE && c->rested)) {
       uint64_t wait = c->w->cfg->idle_timeout_ms;
       if (mode == CB__TIMER_IDLE && c->ops && c->ops->rest && wait > CB__REST_MS) wait = CB__REST_MS;
+      int held = c->timer_mode == CB__TIMER_HELD;
       c->timer_mode = (uint8_t)mode;
       c->rested = 0;
-      uv_timer_start(&c->timer, on_timer, wait, 0);
+      /* Back from a held request (an Erlang handler's, a proxy's or a delay's answer came): the timer left
+       * running when it was held fires early enough, and on_timer waits for the rest. */
+      if (!(held && uv_is_active((uv_handle_t *)&c->timer) && uv_timer_get_due_in(&c->timer) <= wait))
+        uv_timer_start(&c->timer, on_timer, wait, 0);
     }
   } else if (c->timer_mode != CB__TIMER_HELD) {
+    /* A request the handler holds is not timed. The timer is left to run (on_timer ignores it) rather than
+     * stopped: a deferred answer per request would otherwise stop and start it each time. */
     c->timer_mode = CB__TIMER_HELD;
-    uv_timer_stop(&c->timer);
   }
 }
 
@@ -388,6 +393,7 @@ static void on_timer(uv_timer_t *t) {
   cb__conn_t *c = t->data;
   if (c->closing) return;
   int mode = c->timer_mode;
+  if (mode == CB__TIMER_HELD) return; /* left running when the request was held (update_timer) */
   if (mode == CB__TIMER_LINGER) {
     cb__conn_close(c);
     return;

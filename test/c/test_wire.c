@@ -618,10 +618,22 @@ TEST(wire_idle_timeout) {
   /* Idle after a complete exchange: closed silently. */
   EXPECT_CLOSED(fd, 3000);
   close(fd);
-  /* A request that keeps the connection busy longer than the idle timeout is not cut short. */
+  /* A request that keeps the connection busy longer than the idle timeout is not cut short (the timer, left
+   * running while the answer is held, fires and is ignored), and the connection is timed again once idle. */
   fd = cl_connect(port);
   route_roundtrip(fd, "GET", "/delay/600");
   route_roundtrip(fd, "GET", "/hello");
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  /* A held answer shorter than the idle timeout: the timer still running from before it ends the idle
+   * connection after it (update_timer keeps it rather than starting another). */
+  fd = cl_connect(port);
+  route_roundtrip(fd, "GET", "/delay/50");
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  fd = cl_connect(port);
+  route_roundtrip(fd, "GET", "/delay/600");
+  EXPECT_CLOSED(fd, 3000);
   close(fd);
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
   ASSERT_GE(st.timeouts, 1);
