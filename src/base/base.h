@@ -6,7 +6,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 #include <uv.h>
 #include "cbench.h"
 
@@ -292,5 +295,22 @@ void cb__client_cert_free(cb__client_cert_t *cc);
 int cb__cert_identity(const void *x509, char *subject, size_t cap, char sha256[65]);
 /* The same for the first certificate of a PEM text: UV_EINVAL when it holds none. */
 int cb__cert_identity_pem(const char *pem, size_t len, char *subject, size_t cap, char sha256[65]);
+
+/* System calls made bare on the engine's hot paths (the plain transport, the proxy's upstream writes). glibc's
+ * read(2) and write(2) wrappers are cancellation points, which in a threaded process cost about 25 instructions
+ * each way per call to arm and disarm (the engine's threads are never cancelled), and its syscall(2) sets errno.
+ * On x86-64 Linux the instruction itself: the result, or -errno, which is the UV_E* code of that error. */
+#if defined(__x86_64__) && defined(__linux__)
+static inline ssize_t cb__sys3(long nr, long a, long b, long c) {
+  long ret;
+  __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  return ret;
+}
+#else
+static inline ssize_t cb__sys3(long nr, long a, long b, long c) {
+  long ret = syscall(nr, a, b, c);
+  return ret < 0 ? -errno : ret;
+}
+#endif
 
 #endif

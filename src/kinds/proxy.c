@@ -275,7 +275,9 @@ void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t 
 /* One upstream connection. Freed when both its handles have closed. */
 struct upc_s {
   uv_tcp_t tcp;      /* first member: callbacks cast back */
-  uv_timer_t timer;  /* connect and head timeout, the pause between body reads, the idle timeout */
+  uv_timer_t timer;  /* fires at or before the deadline below (upc_time) */
+  uint64_t deadline;          /* loop time: the connect and head timeout, a body pause's end, the idle end */
+  uint64_t due;               /* loop time the timer fires at; 0 when it is not running */
   pool_t *pool;
   upstream_t *up;
   upc_t *prev, *next;         /* pool->all */
@@ -291,6 +293,7 @@ struct upc_s {
   uint8_t extra;              /* bytes of another answer followed it: the connection is not reused */
   uint8_t got_bytes;          /* bytes of this exchange's answer arrived */
   uint8_t pending;            /* handles still to close */
+  uint8_t tmode;              /* what the deadline ends: UPC_T_NONE, UPC_T_EXCHANGE or UPC_T_IDLE */
   uint8_t tls;                /* https: the session below is in use */
   uint8_t tls_bad;            /* the session failed or the upstream closed it: no close_notify */
   cb_ctls_t ssl;
@@ -407,14 +410,27 @@ static void written(uv_write_t *req, int status) {
   free(req);
 }
 
-/* Writes pieces to the upstream: at once with uv_try_write when nothing waits before them (the usual case: no
+/* uv_try_write's rule (nothing queued, the connect done) with a bare writev(2) (cb__sys3, base.h): glibc's wrapper
+ * arms and disarms cancellation around each call. uv_buf_t is laid out as struct iovec on Unix. */
+static int try_write(upc_t *c, const uv_buf_t *bufs, unsigned nbufs) {
+  uv_stream_t *s = (uv_stream_t *)&c->tcp;
+  uv_os_fd_t fd;
+  if (!c->connected || uv_stream_get_write_queue_size(s) != 0 || uv_fileno((uv_handle_t *)s, &fd) != 0)
+    return UV_EAGAIN;
+  ssize_t n;
+  do n = cb__sys3(SYS_writev, fd, (long)bufs, (long)nbufs);
+  while (n == UV_EINTR);
+  return (int)n;
+}
+
+/* Writes pieces to the upstream: at once (try_write) when nothing waits before them (the usual case: no
  * request object, no copy, and none of the epoll_ctl a completed uv_write costs in libuv's drain step), and
  * what the socket does not take now copied into one uv_write, which keeps the order behind earlier ones. */
 static int raw_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs) {
   uv_stream_t *s = (uv_stream_t *)&c->tcp;
   size_t total = 0, done = 0;
   for (unsigned i = 0; i < nbufs; i++) total += bufs[i].len;
-  int n = uv_try_write(s, bufs, nbufs);
+  int n = try_write(c, bufs, nbufs);
   if (n == (int)total) return 0;
   if (n > 0) done = (size_t)n;
   else if (n != UV_EAGAIN && n != UV_ENOSYS) return n;
@@ -714,7 +730,28 @@ static const cb_cres_callbacks_t parser_cb = {
 
 /* ---- the connection's life ---- */
 
-static void idle_timeout(uv_timer_t *t) { upc_close(t->data); }
+/* The connection's one deadline. Each exchange used to stop and start the timer twice (the idle timeout off, the
+ * exchange's on, then the reverse), a third of the proxy's own instructions per request in the timer heap. Now
+ * a deadline that moves later only writes the time; the timer is started when none runs or when it would fire
+ * too late, and on firing re-arms for what is left (as core/conn.c's connection timer). */
+enum { UPC_T_NONE, UPC_T_EXCHANGE, UPC_T_IDLE };
+
+static void up_timer_fired(uv_timer_t *t);
+
+static void upc_time(upc_t *c, int mode, uint64_t ms) {
+  uint64_t now = uv_now(c->timer.loop);
+  c->tmode = (uint8_t)mode;
+  c->deadline = now + ms;
+  if (c->due == 0 || c->due > c->deadline) {
+    uv_timer_start(&c->timer, up_timer_fired, ms, 0);
+    c->due = c->deadline;
+  }
+}
+
+/* Nothing is timed (an idle connection being taken, a client that does not read): the timer, if it runs, fires
+ * and does nothing. */
+static void upc_untime(upc_t *c) { c->tmode = UPC_T_NONE; }
+
 static void start_reading(upc_t *c);
 
 /* The answer ended with nothing after it: the connection goes back to its upstream's idle list (the oldest
@@ -735,7 +772,7 @@ static void upc_park(upc_t *c) {
     while (last->inext) last = last->inext;
     upc_close(last);
   }
-  uv_timer_start(&c->timer, idle_timeout, PROXY_IDLE_MS, 0);
+  upc_time(c, UPC_T_IDLE, PROXY_IDLE_MS);
 }
 
 /* The exchange lets go of its connection: kept when the answer ended cleanly, closed otherwise. */
@@ -744,7 +781,7 @@ static void px_detach(px_t *x, int keep) {
   if (c == NULL) return;
   x->c = NULL;
   c->px = NULL;
-  uv_timer_stop(&c->timer);
+  upc_untime(c);
   if (keep && !c->pool->closed) upc_park(c); else upc_close(c);
 }
 
@@ -846,11 +883,11 @@ static void up_after(upc_t *c, px_t *x) {
   if (x->blocked) { /* the client's output is full: the upstream waits, and is not timed meanwhile */
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = 0;
-    uv_timer_stop(&c->timer);
+    upc_untime(c);
   } else if (x->got_head) {
     /* The pause allowed between two reads of the body. The head keeps its deadline from the request: an
      * upstream that sends it a byte at a time is not given timeout_ms per byte. */
-    uv_timer_again(&c->timer);
+    upc_time(c, UPC_T_EXCHANGE, x->p->timeout_ms);
   }
   if (x->state == PX_HEAD) cb__conn_after_soon(x->r->conn);
 }
@@ -952,10 +989,19 @@ static void up_eof(upc_t *c, px_t *x, ssize_t n) {
     px_fail(x, n == UV_ECONNREFUSED ? CB__UPERR_REFUSED : CB__UPERR_RESET);
 }
 
-static void up_timeout(uv_timer_t *t) {
+static void up_timer_fired(uv_timer_t *t) {
   upc_t *c = t->data;
-  if (c->px == NULL) return;
-  px_fail(c->px, CB__UPERR_TIMEOUT);
+  c->due = 0;
+  if (c->tmode == UPC_T_NONE) return;
+  uint64_t now = uv_now(t->loop);
+  if (now < c->deadline) { /* the deadline moved since the timer started: wait for the rest */
+    uv_timer_start(t, up_timer_fired, c->deadline - now, 0);
+    c->due = c->deadline;
+  } else if (c->tmode == UPC_T_IDLE) {
+    upc_close(c);
+  } else if (c->px != NULL) {
+    px_fail(c->px, CB__UPERR_TIMEOUT);
+  }
 }
 
 static void start_reading(upc_t *c) {
@@ -986,7 +1032,6 @@ static int take_conn(px_t *x) {
   upc_t *c = u->idle;
   if (c != NULL && !x->retried) {
     idle_remove(c);
-    uv_timer_stop(&c->timer);
     x->reused = 1;
     CB__STAT_INC(w, proxy_upstream_reused);
   } else {
@@ -1030,7 +1075,7 @@ static int take_conn(px_t *x) {
   c->got_bytes = 0;
   c->px = x;
   x->c = c;
-  uv_timer_start(&c->timer, up_timeout, x->p->timeout_ms, x->p->timeout_ms);
+  upc_time(c, UPC_T_EXCHANGE, x->p->timeout_ms);
   if (c->connected) start_reading(c);
   return 0;
 }
@@ -1091,7 +1136,11 @@ static int send_head(px_t *x, int64_t length) {
   fwd_t fw;
   fwd_scan(r, &fw);
   int nh = 0;
-  cb_chdr_t *hs = malloc(((size_t)r->nheaders + PROXY_ADDED) * sizeof *hs);
+  /* The field list and the target are made on the stack when they fit (the usual case), else in blocks of
+   * their own: two mallocs and frees per request were a tenth of the proxy's own instructions. */
+  cb_chdr_t stack_hs[64];
+  size_t nhs = (size_t)r->nheaders + PROXY_ADDED;
+  cb_chdr_t *hs = nhs <= sizeof stack_hs / sizeof *stack_hs ? stack_hs : malloc(nhs * sizeof *hs);
   if (hs == NULL) return UV_ENOMEM;
   for (int i = 0; i < r->nheaders; i++) {
     const cb__hdr_t *f = &r->headers[i];
@@ -1102,9 +1151,10 @@ static int send_head(px_t *x, int64_t length) {
   nh = fwd_add(&fw, conn, peer, hs, nh);
   /* The target: the prefix, then the request's as received. */
   size_t tn = p->prefix_len + r->target_len;
-  char *target = malloc(tn ? tn : 1);
+  char stack_target[1024];
+  char *target = tn <= sizeof stack_target ? stack_target : malloc(tn);
   if (target == NULL) {
-    free(hs);
+    if (hs != stack_hs) free(hs);
     return UV_ENOMEM;
   }
   memcpy(target, p->prefix, p->prefix_len);
@@ -1119,8 +1169,8 @@ static int send_head(px_t *x, int64_t length) {
   char stack_head[4096];
   char *head = cap <= sizeof stack_head ? stack_head : malloc(cap);
   ssize_t hn = head ? cb_creq_head(head, cap, &q) : -1;
-  free(hs);
-  free(target);
+  if (hs != stack_hs) free(hs);
+  if (target != stack_target) free(target);
   if (hn < 0) {
     if (head != stack_head) free(head);
     return UV_ENOMEM;
@@ -1265,7 +1315,7 @@ static void proxy_writable(cb__req_t *r) {
   x->blocked = 0;
   if (x->c != NULL) {
     start_reading(x->c);
-    uv_timer_again(&x->c->timer);
+    upc_time(x->c, UPC_T_EXCHANGE, x->p->timeout_ms);
   }
 }
 

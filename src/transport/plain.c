@@ -1,44 +1,26 @@
-/* The plain transport: a non-blocking TCP socket, read and written with system calls, file ranges sent with
- * sendfile(2). */
+/* The plain transport: a non-blocking TCP socket, read and written with bare system calls (base.h), file
+ * ranges sent with sendfile(2). */
 #include <errno.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "transport/transport.h"
 
-/* read(2) and write(2) as bare system calls: glibc's wrappers are cancellation points, which in a threaded
- * process cost about 25 instructions each way per call to arm and disarm (the engine's threads are never
- * cancelled), and its syscall(2) sets errno. On x86-64 Linux the instruction itself: the result, or -errno,
- * which is the UV_E* code of that error. */
-#if defined(__x86_64__) && defined(__linux__)
-static inline ssize_t sys3(long nr, long a, long b, long c) {
-  long ret;
-  __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
-  return ret;
-}
-#else
-static inline ssize_t sys3(long nr, long a, long b, long c) {
-  long ret = syscall(nr, a, b, c);
-  return ret < 0 ? -errno : ret;
-}
-#endif
-
 /* A failed call: EINTR is retried; anything else (UV_EAGAIN: "not now") is the answer. Out of the way of the
  * calls that succeed (one read and one write per request on a keep-alive connection). */
 static __attribute__((noinline)) ssize_t retry(cb__tport_t *t, long nr, char *p, size_t n, ssize_t r) {
-  while (r == UV_EINTR) r = sys3(nr, t->fd, (long)p, (long)n);
+  while (r == UV_EINTR) r = cb__sys3(nr, t->fd, (long)p, (long)n);
   return r;
 }
 
 static ssize_t plain_read(cb__tport_t *t, char *buf, size_t n) {
-  ssize_t r = sys3(SYS_read, t->fd, (long)buf, (long)n);
+  ssize_t r = cb__sys3(SYS_read, t->fd, (long)buf, (long)n);
   return __builtin_expect(r >= 0, 1) ? r : retry(t, SYS_read, buf, n, r);
 }
 
 static ssize_t plain_write(cb__tport_t *t, const char *p, size_t n) {
-  ssize_t r = sys3(SYS_write, t->fd, (long)p, (long)n);
+  ssize_t r = cb__sys3(SYS_write, t->fd, (long)p, (long)n);
   return __builtin_expect(r >= 0, 1) ? r : retry(t, SYS_write, (char *)p, n, r);
 }
 

@@ -19,8 +19,9 @@
 /* ---- a raw upstream: one thread, one connection at a time ---- */
 
 /* ANSWER: answer each request, keep the connection; SILENT: read, never answer; ANSWER_CLOSE: answer, then close;
- * DRIBBLE: a status line, then a header line every 50 ms (a head that never ends). */
-enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE, RAW_DRIBBLE };
+ * DRIBBLE: a status line, then a header line every 50 ms (a head that never ends); ANSWER_ONCE: answer a
+ * connection's first request, keep it, never answer another on it. */
+enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE, RAW_DRIBBLE, RAW_ANSWER_ONCE };
 
 typedef struct {
   int lfd, port;
@@ -65,6 +66,7 @@ static void *raw_main(void *arg) {
     pthread_mutex_unlock(&u->mu);
     char in[65536];
     size_t have = 0;
+    int answered = 0;
     for (;;) {
       struct pollfd pfd = {fd, POLLIN, 0};
       if (poll(&pfd, 1, 100) == 0) {
@@ -78,7 +80,8 @@ static void *raw_main(void *arg) {
       pthread_mutex_unlock(&u->mu);
       have += (size_t)n;
       size_t rl = request_len(in, have);
-      if (rl == 0 || u->mode == RAW_SILENT) continue;
+      if (rl == 0 || u->mode == RAW_SILENT || (u->mode == RAW_ANSWER_ONCE && answered)) continue;
+      answered = 1;
       if (u->mode == RAW_DRIBBLE) {
         static const char line[] = "HTTP/1.1 200 OK\r\n";
         int ok = write(fd, line, sizeof line - 1) > 0;
@@ -478,6 +481,39 @@ TEST(proxy_timeout_504) {
   ASSERT_EQ(cb_server_stats(px, &st), 0);
   ASSERT_EQ(st.proxy_504, 1);
   close(fd);
+  buf_free(&exp);
+  test_stop(px);
+  raw_stop(&u);
+}
+
+/* A kept connection's next exchange is timed from its own request: once right after the answer before it (the
+ * timer of the first exchange still running), once after the connection waited idle past timeout_ms (the timer
+ * re-armed for the idle timeout, which ends later than the exchange's deadline). */
+TEST(proxy_kept_connection_timeout_504) {
+  raw_t u;
+  raw_start(&u, RAW_ANSWER_ONCE, ok_answer, sizeof ok_answer - 1);
+  char to[64];
+  url_of(to, sizeof to, u.port, "");
+  cb_server_t *px = proxy_to(to, 300, 0);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t ok = {0}, exp = {0};
+  buf_adds(&ok, ok_proxied);
+  exp_fail(&exp, 504, "timeout", to);
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &ok);
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &ok);
+  sleep_ms(500);
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_504, 2);
+  ASSERT_EQ(st.proxy_upstream_connects, 2); /* a timed-out connection is closed: the third request opened one */
+  ASSERT_EQ(st.proxy_upstream_reused, 2);
+  pthread_mutex_lock(&u.mu);
+  ASSERT_EQ(u.conns, 2);
+  pthread_mutex_unlock(&u.mu);
+  close(fd);
+  buf_free(&ok);
   buf_free(&exp);
   test_stop(px);
   raw_stop(&u);
