@@ -705,6 +705,14 @@ rc=$?
 set -e
 if [ "$rc" = 2 ] && grep -qF "response.proxy: bad_ca \"$work/nocert.pem\"" "$work/badca.err"; then ok; else
   bad "--proxy-ca without a certificate: exit status $rc, stderr: $(cat "$work/badca.err")"; fi
+# h2 over TLS from curl, two transfers 2 s apart on one connection: between them the idle session is parked at
+# the rest step and made again by the second request (docs/tls.md "Idle connections").
+curl -s --http2 --cacert "$TCA" --rate 30/m -w '%{http_version} %{http_code} %{num_connects}\n' \
+  -o "$work/park1.body" "https://localhost:$TPORT/hello" -o "$work/park2.body" "https://localhost:$TPORT/json" \
+  >"$work/park.codes" 2>&1 || true
+if [ "$(tr '\n' ' ' <"$work/park.codes")" = "2 200 1 2 200 0 " ] && [ "$(cat "$work/park1.body")" = "Hello, Joe!" ] &&
+  [ "$(cat "$work/park2.body")" = '{"message":"Hello, Joe!"}' ]; then ok; else
+  bad "h2 over TLS across a parked session: $(cat "$work/park.codes") '$(cat "$work/park1.body")' '$(cat "$work/park2.body")'"; fi
 kill -TERM "$TPID"
 wait "$TPID" || bad "TLS upstream: exit status $?"
 

@@ -69,23 +69,105 @@ static int grow(void ***arr, uint32_t *cap, uint32_t need) {
   return 0;
 }
 
-static void *slot_alloc(cb__h2_mem_t *m) {
+/* Slot chunks are aligned to their size and kept sorted, each with a word saying which of its slots are free,
+ * so that a page whose slots are all free goes back to the kernel (a parked session's HPACK rings, docs/tls.md
+ * "Idle connections"). The words live apart from the chunks: a page of a chunk no slot ever used stays
+ * untouched. */
+#define CHUNK_BYTES ((size_t)CB__H2_SLOTS_PER_CHUNK * CB__H2_MEM_SLOT)
+
+static char *chunk_map(void) {
+  char *c = mmap(NULL, 2 * CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (c == MAP_FAILED) return NULL;
+  char *a = (char *)(((uintptr_t)c + CHUNK_BYTES - 1) & ~(uintptr_t)(CHUNK_BYTES - 1));
+  if (a > c) munmap(c, (size_t)(a - c));
+  munmap(a + CHUNK_BYTES, (size_t)(c + CHUNK_BYTES - a));
+  return a;
+}
+
+/* The index of the chunk holding p (a binary search of the sorted chunks). */
+static uint32_t chunk_index(const cb__h2_small_t *k, const void *p) {
+  uintptr_t base = (uintptr_t)p & ~(uintptr_t)(CHUNK_BYTES - 1);
+  uint32_t lo = 0, hi = k->nchunks;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if ((uintptr_t)k->chunks[mid] <= base) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+static int chunk_add(cb__h2_small_t *k, char *c) {
+  if (k->nchunks + 1 > k->chunks_cap) {
+    uint32_t cap = k->chunks_cap ? 2 * k->chunks_cap : 16;
+    void **a = realloc(k->chunks, cap * sizeof *a);
+    if (a == NULL) return -1;
+    k->chunks = a;
+    uint64_t *b = realloc(k->chunk_free, cap * sizeof *b);
+    if (b == NULL) return -1;
+    k->chunk_free = b;
+    k->chunks_cap = cap;
+  }
+  uint32_t i = k->nchunks;
+  while (i > 0 && (uintptr_t)k->chunks[i - 1] > (uintptr_t)c) {
+    k->chunks[i] = k->chunks[i - 1];
+    k->chunk_free[i] = k->chunk_free[i - 1];
+    i--;
+  }
+  k->chunks[i] = c;
+  k->chunk_free[i] = ~(uint64_t)0;
+  k->nchunks++;
+  return 0;
+}
+
+/* A new chunk, cut into single slots, or (triples) into one triple and one single slot per 4 KiB page. */
+static int chunk_new(cb__h2_small_t *k, int triples) {
+  if (grow(&k->slots, &k->slots_cap, k->nslots + CB__H2_SLOTS_PER_CHUNK) != 0 ||
+      grow(&k->triples, &k->triples_cap, k->ntriples + CB__H2_SLOTS_PER_CHUNK / 4) != 0)
+    return -1;
+  char *c = chunk_map();
+  if (c == NULL) return -1;
+  if (chunk_add(k, c) != 0) {
+    munmap(c, CHUNK_BYTES);
+    return -1;
+  }
+  for (int i = CB__H2_SLOTS_PER_CHUNK - 1; i >= 0; i--) {
+    char *p = c + (size_t)i * CB__H2_MEM_SLOT;
+    if (!triples || i % 4 == 3) k->slots[k->nslots++] = p;
+    else if (i % 4 == 0) k->triples[k->ntriples++] = p;
+  }
+  return 0;
+}
+
+/* Slots i .. i + n - 1 of p's chunk taken (used) or given back. */
+static uint64_t slot_bits(const cb__h2_small_t *k, uint32_t ci, const char *p, int n) {
+  size_t i = (size_t)(p - (char *)k->chunks[ci]) / CB__H2_MEM_SLOT;
+  return (((uint64_t)1 << n) - 1) << i;
+}
+
+static void *slot_take(cb__h2_mem_t *m, int triple) {
   cb__h2_small_t *k = m->small;
   cb__h2_big_t *e = find(m, NULL);
-  if (k == NULL || e == NULL) return NULL;
-  if (k->nslots == 0) {
-    size_t len = (size_t)CB__H2_SLOTS_PER_CHUNK * CB__H2_MEM_SLOT;
-    if (grow(&k->chunks, &k->chunks_cap, k->nchunks + 1) != 0 ||
-        grow(&k->slots, &k->slots_cap, CB__H2_SLOTS_PER_CHUNK) != 0)
-      return NULL;
-    char *c = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (c == MAP_FAILED) return NULL;
-    k->chunks[k->nchunks++] = c;
-    for (int i = CB__H2_SLOTS_PER_CHUNK - 1; i >= 0; i--) k->slots[k->nslots++] = c + (size_t)i * CB__H2_MEM_SLOT;
-  }
-  void *p = k->slots[--k->nslots];
-  *e = (cb__h2_big_t){.ptr = p, .len = 0, .size = CB__H2_MEM_SLOT};
+  if (k == NULL || e == NULL || (triple && page_size != 4 * CB__H2_MEM_SLOT)) return NULL;
+  if ((triple ? k->ntriples : k->nslots) == 0 && chunk_new(k, triple) != 0) return NULL;
+  char *p = triple ? k->triples[--k->ntriples] : k->slots[--k->nslots];
+  uint32_t ci = chunk_index(k, p);
+  k->chunk_free[ci] &= ~slot_bits(k, ci, p, triple ? 3 : 1);
+  *e = (cb__h2_big_t){.ptr = p, .len = 0, .size = triple ? CB__H2_MEM_TRIPLE : CB__H2_MEM_SLOT};
   return p;
+}
+
+static void *slot_alloc(cb__h2_mem_t *m) { return slot_take(m, 0); }
+
+/* A slot (or a triple: n 3) is free again: when every slot of its page is, the page goes back to the kernel (it
+ * reads as zeros when next used, and a slot's bytes mean nothing until nghttp2 writes them). */
+static void slot_release(cb__h2_small_t *k, char *p, int n) {
+  uint32_t ci = chunk_index(k, p);
+  char *c = k->chunks[ci];
+  size_t i = (size_t)(p - c) / CB__H2_MEM_SLOT, per_page = page_size / CB__H2_MEM_SLOT;
+  k->chunk_free[ci] |= slot_bits(k, ci, p, n);
+  if (per_page == 0 || per_page > CB__H2_SLOTS_PER_CHUNK) return;
+  size_t first = i - i % per_page;
+  uint64_t page = per_page == 64 ? ~(uint64_t)0 : (((uint64_t)1 << per_page) - 1) << first;
+  if ((k->chunk_free[ci] & page) == page) madvise(c + first * CB__H2_MEM_SLOT, page_size, MADV_DONTNEED);
 }
 
 /* Gives a mapping back to the kernel, or a slot back to the worker. */
@@ -93,8 +175,13 @@ static void big_free(cb__h2_mem_t *m, cb__h2_big_t *b) {
   if (b->len > 0 && b->size == CB__H2_MEM_FRAMEBUF) __atomic_sub_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
   if (b->len > 0)
     munmap(b->ptr, b->len);
-  else if (grow(&m->small->slots, &m->small->slots_cap, m->small->nslots + 1) == 0)
+  else if (b->size == CB__H2_MEM_TRIPLE && grow(&m->small->triples, &m->small->triples_cap, m->small->ntriples + 1) == 0) {
+    m->small->triples[m->small->ntriples++] = b->ptr;
+    slot_release(m->small, b->ptr, 3);
+  } else if (b->size != CB__H2_MEM_TRIPLE && grow(&m->small->slots, &m->small->slots_cap, m->small->nslots + 1) == 0) {
     m->small->slots[m->small->nslots++] = b->ptr;
+    slot_release(m->small, b->ptr, 1);
+  }
   /* else: the slot is lost until the worker ends (its chunk is unmapped then) */
   memset(b, 0, sizeof *b);
 }
@@ -128,7 +215,10 @@ static inline void heap_free(cb__h2_mem_t *m, void *p) {
 static size_t heap_room(const void *p) { return malloc_usable_size((void *)p); }
 
 static __attribute__((noinline)) void *mem_malloc_big(cb__h2_mem_t *m, size_t n) {
-  void *p = n == CB__H2_MEM_SLOT ? slot_alloc(m) : n >= CB__H2_MEM_BIG ? big_alloc(m, n) : NULL;
+  void *p = n == CB__H2_MEM_SLOT                              ? slot_alloc(m)
+            : n > 2 * CB__H2_MEM_SLOT && n <= CB__H2_MEM_TRIPLE ? slot_take(m, 1)
+            : n >= CB__H2_MEM_BIG                             ? big_alloc(m, n)
+                                                              : NULL;
   return p != NULL ? p : heap_alloc(m, n);
 }
 
@@ -168,6 +258,9 @@ static void *mem_calloc(size_t k, size_t n, void *ud) {
   if (len >= CB__H2_MEM_BIG) {
     void *p = big_alloc(m, len); /* fresh pages are zero */
     if (p != NULL) return p;
+  } else if (len > 2 * CB__H2_MEM_SLOT && len <= CB__H2_MEM_TRIPLE) {
+    void *p = slot_take(m, 1); /* the session itself: a reused triple may hold an old one's bytes */
+    if (p != NULL) return memset(p, 0, len);
   }
   void *p = heap_alloc(m, len);
   if (p != NULL) memset(p, 0, len);
@@ -198,9 +291,11 @@ void cb__h2_small_free(cb__h2_small_t *small) {
   for (int k = 0; k < CB__H2_SMALL_CLASSES; k++)
     while (small->n[k] > 0) free(small->free[k][--small->n[k]]);
   for (uint32_t i = 0; i < small->nchunks; i++)
-    munmap(small->chunks[i], (size_t)CB__H2_SLOTS_PER_CHUNK * CB__H2_MEM_SLOT);
+    munmap(small->chunks[i], CHUNK_BYTES);
   free(small->chunks);
+  free(small->chunk_free);
   free(small->slots);
+  free(small->triples);
   free(small);
 }
 

@@ -16,6 +16,10 @@
  * but writes only when a header is indexed) are slots of per-worker mappings, four to a page. */
 #define CB__H2_MEM_SLOT 1024
 #define CB__H2_SLOTS_PER_CHUNK 64
+/* Blocks of 2 to 3 KiB (nghttp2's session itself, about 2.9 KiB in 1.52) are three slots of one page, the
+ * page's fourth a single slot: a parked session's page then goes back whole (docs/tls.md "Idle connections"),
+ * where a heap block would leave a hole among the live connections' blocks. */
+#define CB__H2_MEM_TRIPLE (3 * CB__H2_MEM_SLOT)
 /* Mappings and slots a session may hold at once (more go to malloc). */
 #define CB__H2_MEM_SLOTS 5
 
@@ -38,7 +42,10 @@ typedef struct cb__h2_small_s {
    * the mappings they are carved from (unmapped when the worker ends). */
   void **slots;
   uint32_t nslots, slots_cap;
-  void **chunks;
+  void **triples; /* free triples (CB__H2_MEM_TRIPLE), each the first three slots of a page */
+  uint32_t ntriples, triples_cap;
+  void **chunks;     /* sorted by address, each CB__H2_SLOTS_PER_CHUNK slots, aligned to its size */
+  uint64_t *chunk_free; /* per chunk: bit i, slot i is free */
   uint32_t nchunks, chunks_cap;
 } cb__h2_small_t;
 

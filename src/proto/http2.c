@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "proto/h2_mem.h"
+#include "proto/h2_park.h"
 #include "proto/proto.h"
 
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
@@ -131,6 +132,15 @@ struct h2c {
   int32_t max_sid;     /* the highest stream id the client opened */
   uint8_t *opened;     /* 2 x OPENED_WINDOW bits (SID_OPENED, SID_CLOSED), made with the first stream (an idle
                         * connection holds none) */
+  /* Parking (h2_park.h, "parking an idle session" below): an idle connection gives its session back. */
+  uint8_t parked;      /* session is NULL; park holds what makes it again */
+  uint8_t table_asked; /* we asked the peer for a 0-byte HPACK table (SETTINGS_HEADER_TABLE_SIZE 0) */
+  uint8_t table_zero;  /* it acknowledged: its encoder indexes nothing until we raise the size again */
+  uint8_t park_soon;   /* that acknowledgement came in this event: park after it if still idle */
+  uint8_t no_park;     /* a fault changed our settings: this session is never made again */
+  uint16_t settings_owed; /* our SETTINGS frames not acknowledged yet */
+  int32_t park_last_sid;  /* the highest stream the client had opened when the session was parked */
+  cb__h2_park_t park;
 };
 
 static const cb__proto_t h2_proto;
@@ -628,6 +638,7 @@ static int ci_eq(const char *a, size_t n, const char *lit) {
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (h == NULL) return 0; /* a session being restored (wake): its frames are not the peer's */
   h->block_bytes = 0;
   h->block_over = 0;
   h->block_sid = frame->hd.stream_id;
@@ -677,7 +688,7 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
                      const uint8_t *value, size_t vlen, uint8_t flags, void *ud) {
   (void)flags;
   h2c_t *h = ud;
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  if (h == NULL || frame->hd.type != NGHTTP2_HEADERS) return 0;
   h2s_t *s = frame->hd.stream_id == h->block_sid ? h->block_s
                                                  : nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
   /* The same accounting as HTTP/1.1's header limit; 32 bytes per field as in SETTINGS_MAX_HEADER_LIST_SIZE.
@@ -805,7 +816,15 @@ static void request_done(h2s_t *s) {
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (h == NULL) return 0;
   if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK)) h->settings_seen = 1;
+  if (frame->hd.type == NGHTTP2_SETTINGS && (frame->hd.flags & NGHTTP2_FLAG_ACK) && h->settings_owed > 0 &&
+      --h->settings_owed == 0 && h->table_asked) {
+    /* The peer applied a 0-byte table: nghttp2 has emptied ours, and the idle session can go (h2_after). */
+    h->table_asked = 0;
+    h->table_zero = 1;
+    h->park_soon = 1;
+  }
   if (h->hold_data && frame->hd.type == NGHTTP2_SETTINGS) {
     /* The upgraded client has sent its preface: the response to the upgrade request may now flow. (curl
      * 7.88 fails when more than 32 KiB of DATA follow the 101 before it has sent its preface.) */
@@ -831,6 +850,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
 static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
                          void *ud) {
   h2c_t *h = ud;
+  if (h == NULL) return 0;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
   cb__conn_progress(h->c);
   /* Receive windows are given back by hand (no automatic WINDOW_UPDATE): at once for bytes nobody keeps,
@@ -862,6 +882,7 @@ static int sid_remembered(const h2c_t *h, int32_t sid);
 
 static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_code, void *ud) {
   h2c_t *h = ud;
+  if (h == NULL) return 0;
   h2s_t *s = nghttp2_session_get_stream_user_data(session, id);
   /* Closed after the client ended its side: later DATA or HEADERS on it get STREAM_CLOSED (track()). */
   if (sid_remembered(h, id) &&
@@ -879,6 +900,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
+  if (h == NULL) return 0;
   if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) cb__conn_progress(h->c);
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && h->nrst_after > 0) {
@@ -1044,10 +1066,14 @@ static int in_head(const h2c_t *h) {
          (h->payload_left > 0 && h->ftype != NGHTTP2_DATA);
 }
 
+static int wake(h2c_t *h);
+static int32_t last_sid(const h2c_t *h);
+
 static int h2_read(cb__conn_t *c, const char *data, size_t len) {
   h2c_t *h = c->proto_state;
   const uint8_t *p = (const uint8_t *)data;
   ssize_t rv;
+  if (h->session == NULL && wake(h) != 0) return UV_EPROTO;
   h->may_close = 0;
   for (;;) {
     size_t ok = track(h, p, len);
@@ -1069,7 +1095,7 @@ static int h2_read(cb__conn_t *c, const char *data, size_t len) {
     uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM
                     : h->closed_err                          ? NGHTTP2_STREAM_CLOSED
                                                              : NGHTTP2_PROTOCOL_ERROR;
-    nghttp2_session_terminate_session(h->session, code);
+    nghttp2_session_terminate_session2(h->session, last_sid(h), code);
   }
   return 0;
 }
@@ -1119,6 +1145,24 @@ static cb__h2_small_t *small_blocks(cb__worker_t *w) {
   return p->state;
 }
 
+#define OUR_SETTINGS 4
+
+/* The settings every session of ours sends first. */
+static size_t our_settings(const cb_config_t *cfg, nghttp2_settings_entry iv[OUR_SETTINGS]) {
+  /* nghttp2 1.52 makes a stream over an acknowledged limit a connection error (GOAWAY), where RFC 9113 5.1.2
+   * asks for a stream error. So nghttp2 is given a higher limit, send_cb writes the real one on the wire, and
+   * on_begin_headers refuses excess streams with REFUSED_STREAM itself. */
+  iv[0] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
+                                   nghttp2_stream_limit(cfg->h2_max_concurrent_streams)};
+  iv[1] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW};
+  iv[2] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes};
+  /* No RFC 7540 priority tree (RFC 9113 deprecates it): nghttp2 then neither keeps a dependency tree nor closed
+   * streams, and schedules streams by RFC 9218 urgency. The checks nghttp2 made with them are made here:
+   * track() (PRIORITY frames) and on_begin_frame (frames on closed streams). */
+  iv[3] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1};
+  return OUR_SETTINGS;
+}
+
 static h2c_t *session_new(cb__conn_t *c) {
   uv_once(&callbacks_once, init_callbacks);
   h2c_t *h = calloc(1, sizeof *h);
@@ -1133,20 +1177,9 @@ static h2c_t *session_new(cb__conn_t *c) {
     free(h);
     return NULL;
   }
-  const cb_config_t *cfg = c->w->cfg;
-  nghttp2_settings_entry iv[] = {
-      /* nghttp2 1.52 makes a stream over an acknowledged limit a connection error (GOAWAY), where RFC 9113
-       * 5.1.2 asks for a stream error. So nghttp2 is given a higher limit, send_cb writes the real one on the
-       * wire, and on_begin_headers refuses excess streams with REFUSED_STREAM itself. */
-      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, nghttp2_stream_limit(cfg->h2_max_concurrent_streams)},
-      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
-      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)cfg->max_header_bytes},
-      /* No RFC 7540 priority tree (RFC 9113 deprecates it): nghttp2 then neither keeps a dependency tree nor
-       * closed streams, and schedules streams by RFC 9218 urgency. The checks nghttp2 made with them are
-       * made here: track() (PRIORITY frames) and on_begin_frame (frames on closed streams). */
-      {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
-  };
-  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+  nghttp2_settings_entry iv[OUR_SETTINGS];
+  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, our_settings(c->w->cfg, iv));
+  h->settings_owed = 1;
   nghttp2_session_set_local_window_size(h->session, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW);
   return h;
 }
@@ -1251,9 +1284,15 @@ int cb__h2_upgrade(cb__conn_t *c, const cb__req_t *r, const char *settings, size
   return 0;
 }
 
+static void try_park(h2c_t *h);
+
 static void h2_after(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
   h->would_block = 0;
+  if (h->session == NULL) { /* parked */
+    if (h->peer_eof) cb__conn_close_linger(c);
+    return;
+  }
   if (nghttp2_session_send(h->session) != 0) {
     cb__conn_close(c);
     return;
@@ -1268,6 +1307,10 @@ static void h2_after(cb__conn_t *c) {
     cb__conn_close_linger(c);
   else if ((h->stopping || h->peer_eof) && h->nstreams == 0 && !nghttp2_session_want_write(h->session))
     cb__conn_close_linger(c);
+  else if (h->park_soon) {
+    h->park_soon = 0;
+    try_park(h);
+  }
 }
 
 static int h2_writable(cb__conn_t *c, int produce) {
@@ -1289,6 +1332,7 @@ static void h2_eof(cb__conn_t *c) {
    * never complete and are reset. */
   h2c_t *h = c->proto_state;
   h->peer_eof = 1;
+  if (h->session == NULL) return; /* parked: no stream (h2_after closes) */
   for (h2s_t *s = h->streams; s != NULL; s = s->next)
     if (!s->req.req_done) nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
 }
@@ -1316,16 +1360,23 @@ static void h2_timeout(cb__conn_t *c, int mode) {
     return;
   }
   h->timed_out = 1;
-  nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
+  if (h->session == NULL && wake(h) != 0) { /* parked: the GOAWAY needs a session */
+    cb__conn_close(c);
+    return;
+  }
+  nghttp2_session_terminate_session2(h->session, last_sid(h), NGHTTP2_NO_ERROR);
   h->stopping = 1;
 }
 
 static void h2_stop(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
   h->stopping = 1;
+  if (h->session == NULL && wake(h) != 0) {
+    cb__conn_close(c);
+    return;
+  }
   /* GOAWAY names the last stream we took: those finish within the stop bound, no new ones start. */
-  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->session),
-                        NGHTTP2_NO_ERROR, NULL, 0);
+  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, last_sid(h), NGHTTP2_NO_ERROR, NULL, 0);
 }
 
 static void free_spare_streams(h2c_t *h) {
@@ -1344,12 +1395,76 @@ static void free_spare_streams(h2c_t *h) {
  * nothing is being sent (nghttp2 resets that buffer before each frame, so no byte of it is still needed). */
 static void h2_rest(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
-  if (h == NULL || h->nstreams > 0) return;
+  if (h == NULL || h->session == NULL || h->nstreams > 0) return;
   free_spare_streams(h);
   if (!h->would_block && !nghttp2_session_want_write(h->session))
     cb__h2_mem_rest(&h->mem);
   else
     cb__h2_mem_rest_skipped();
+  try_park(h);
+}
+
+/* ---- parking an idle session (h2_park.h; docs/tls.md "Idle connections") ----
+ * At rest, a connection with no stream and nothing half-received or unsent gives its nghttp2 session back.
+ * If the peer's encoder has indexed fields, it is first asked for a 0-byte table (RFC 7541 4.2: it empties
+ * its table and indexes nothing more) and the session goes once that is acknowledged; the first bytes from
+ * the peer, a timeout or a stop make a new session, and a peer told 0 bytes is offered the usual table again.
+ * Not parked: an upgraded connection (stream 1 was the upgrade's), one a fault has changed the settings of. */
+
+static int park_ready(const h2c_t *h) {
+  return h->session != NULL && h->nstreams == 0 && !h->upgraded && !h->no_park && !h->stopping &&
+         !h->peer_eof && !h->timed_out && !h->calm && !h->closed_err && !h->violation && !h->would_block &&
+         h->nrst_after == 0 && !in_head(h) && h->payload_left == 0 && !nghttp2_session_want_write(h->session) &&
+         nghttp2_session_want_read(h->session);
+}
+
+static void try_park(h2c_t *h) {
+  if (!park_ready(h)) return;
+  if (!h->table_zero && nghttp2_session_get_hd_inflate_dynamic_table_size(h->session) > 0) {
+    static const nghttp2_settings_entry zero = {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 0};
+    if (h->table_asked || nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, &zero, 1) != 0) return;
+    h->table_asked = 1;
+    h->settings_owed++;
+    cb__conn_after_soon(h->c); /* sends it (rest runs from the connection's timer, outside any event) */
+    return;
+  }
+  if (h->settings_owed > 0 || cb__h2_park_save(&h->park, h->session) != 0) return;
+  h->park_last_sid = h->max_sid > 0 ? h->max_sid : 0;
+  nghttp2_session_del(h->session);
+  h->session = NULL;
+  cb__h2_mem_free(&h->mem);
+  h->parked = 1;
+  h->c->w->trim_parked = 1;
+  cb__h2_park_count(0);
+}
+
+/* A new session in the parked one's place. 0, or an error: the connection is closed. */
+static int wake(h2c_t *h) {
+  cb__h2_mem_init(&h->mem, small_blocks(h->c->w));
+  if (nghttp2_session_server_new3(&h->session, callbacks, NULL, options, &h->mem.mem) != 0) {
+    h->session = NULL;
+    return UV_ENOMEM;
+  }
+  nghttp2_settings_entry iv[OUR_SETTINGS];
+  int err = cb__h2_park_restore(&h->park, h->session, iv, our_settings(h->c->w->cfg, iv));
+  nghttp2_session_set_user_data(h->session, h);
+  if (err) return err;
+  h->parked = 0;
+  cb__h2_park_count(1);
+  if (h->table_zero) { /* the peer may index again */
+    static const nghttp2_settings_entry usual = {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096};
+    if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, &usual, 1) == 0) {
+      h->settings_owed++;
+      h->table_zero = 0;
+    }
+  }
+  return 0;
+}
+
+/* The last stream a GOAWAY names: nghttp2's, or, after a wake, the streams the parked session had taken. */
+static int32_t last_sid(const h2c_t *h) {
+  int32_t last = nghttp2_session_get_last_proc_stream_id(h->session);
+  return last > h->park_last_sid ? last : h->park_last_sid;
 }
 
 static void h2_destroy(cb__conn_t *c) {
@@ -1414,7 +1529,8 @@ static void h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
   size_t n = 0;
   if (max_frame >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)max_frame};
   if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
-  nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n);
+  if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n) == 0) h->settings_owed++;
+  h->no_park = 1; /* a restored session would start from the configuration's settings */
 }
 
 static void h2_violation(cb__req_t *r) { ((h2c_t *)r->conn->proto_state)->violation = 1; }

@@ -39,6 +39,7 @@ void h2_adopt(h2cl_t *cl, int fd, int port, const void *already, size_t len) {
   cl->goaway_code = H2_NO_RST;
   cl->srv_initial_window = 65535;
   cl->srv_max_frame = 16384;
+  cl->srv_header_table = 4096;
   buf_add(&cl->in, already, len);
   if (nghttp2_hd_deflate_new(&cl->def, 4096) != 0) FAIL("nghttp2_hd_deflate_new");
   if (nghttp2_hd_inflate_new(&cl->inf) != 0) FAIL("nghttp2_hd_inflate_new");
@@ -362,6 +363,10 @@ static void process(h2cl_t *cl, const h2frame_t *f) {
       if (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE) cl->srv_max_frame = v;
       if (id == NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE) cl->srv_max_header_list = v;
       if (id == NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES) cl->srv_no_rfc7540_priorities = v;
+      if (id == NGHTTP2_SETTINGS_HEADER_TABLE_SIZE) { /* RFC 7541 4.2: the encoder's table follows it */
+        cl->srv_header_table = v;
+        if (nghttp2_hd_deflate_change_table_size(cl->def, v) != 0) FAIL("HPACK table size %u refused", v);
+      }
     }
     cl->settings++;
     if (!cl->no_auto_ack) h2_send_frame(cl, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);

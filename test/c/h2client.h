@@ -59,6 +59,7 @@ typedef struct {
   int settings_acks;    /* ACKs of our SETTINGS */
   uint32_t srv_max_streams, srv_initial_window, srv_max_frame, srv_max_header_list;
   uint32_t srv_no_rfc7540_priorities;
+  uint32_t srv_header_table; /* the server's SETTINGS_HEADER_TABLE_SIZE (4096 until it says): our encoder's bound */
   int goaway;           /* GOAWAY frames received */
   uint32_t goaway_code;
   int32_t goaway_last;

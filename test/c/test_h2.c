@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "h2client.h"
+#include "proto/h2_park.h"
 
 static cb_server_t *start_with(unsigned max_streams, size_t max_header, size_t max_body, unsigned idle_ms) {
   cb_config_t cfg;
@@ -1049,6 +1050,81 @@ TEST(h2_idle_timeout) {
   cl_send(cl->fd, H2_PREFACE, H2_PREFACE_LEN);
   r = h2_wait_closed(cl, 10000);
   ASSERT(r == CL_EOF || r == CL_RESET);
+  h2_free(cl);
+  test_stop(srv);
+}
+
+/* ---- parking an idle session (issue 24, proto/h2_park.c) ---- */
+
+static int settings_at_least(h2cl_t *cl, const void *arg) { return cl->settings >= *(const int *)arg; }
+
+static int never_done(h2cl_t *cl, const void *arg) {
+  (void)cl;
+  (void)arg;
+  return 0;
+}
+
+/* Reads (and answers) the server's frames until it has parked n sessions since the process started. */
+static int parked_at_least(h2cl_t *cl, const void *arg) {
+  (void)cl;
+  uint64_t parked, woken;
+  cb__h2_park_counts(&parked, &woken);
+  return parked >= *(const uint64_t *)arg;
+}
+
+/* An idle connection's session is given back and made again when the client speaks: the client, which had
+ * indexed a field, is asked for a 0-byte table first (SETTINGS), and the session goes once it acknowledged.
+ * The new session agrees with the client on everything: its HPACK state (the client's blocks decode, ours
+ * decode), its window for our data (this client never opens the connection window, so the second 40,000-byte
+ * echo stops at exactly what the first left of 65,535 until a WINDOW_UPDATE), the table offered again (4096),
+ * and the GOAWAY of the idle timeout names the streams the parked session had taken. */
+TEST_T(h2_idle_session_parks_and_wakes, 60000) {
+  cb_server_t *srv = start_with(0, 0, 0, 4000);
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}, {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 100000}};
+  cl_send(cl->fd, H2_PREFACE, H2_PREFACE_LEN);
+  h2_send_settings(cl, iv, 2);
+  int one = 1, two = 2, three = 3;
+  ASSERT_EQ(h2_run(cl, settings_at_least, &one, 10000), CL_OK);
+  uint64_t parked0, woken0, parked, woken;
+  cb__h2_park_counts(&parked0, &woken0);
+  static char body[40000];
+  memset(body, 'e', sizeof body);
+  const char *extra[] = {"x-park", "indexed-by-the-client"};
+  h2resp_t *r = h2_request(cl, 1, "POST", "/echo", extra, 1, body, sizeof body);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, body, sizeof body);
+
+  /* At rest: SETTINGS_HEADER_TABLE_SIZE 0, acknowledged by the client (automatically), then parked. */
+  ASSERT_EQ(h2_run(cl, settings_at_least, &two, 10000), CL_OK);
+  ASSERT_EQ(cl->srv_header_table, 0);
+  uint64_t want = parked0 + 1;
+  ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
+
+  /* The client speaks: a new session answers, the window for our data as the parked one left it. */
+  r = h2_request(cl, 3, "POST", "/echo", extra, 1, body, sizeof body);
+  ASSERT_EQ(h2_run(cl, settings_at_least, &three, 10000), CL_OK); /* the usual table offered again */
+  ASSERT_EQ(cl->srv_header_table, 4096);
+  ASSERT_EQ(h2_run(cl, never_done, r, 500), CL_TIMEOUT);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->body.len, (size_t)(65535 - 40000));
+  ASSERT(!r->ended);
+  h2_send_window_update(cl, 0, 40000);
+  h2_wait1(cl, r, 10000);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, body, sizeof body);
+  cb__h2_park_counts(&parked, &woken);
+  ASSERT_EQ(woken - woken0, 1);
+  route_check(cl, 5, "GET", "/hello"); /* the client indexes again; both tables in step */
+
+  /* Idle again: parked again, then the idle timeout wakes it for its GOAWAY, which names stream 5. */
+  want = parked0 + 2;
+  ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
+  int rc = h2_wait_closed(cl, 20000);
+  ASSERT(rc == CL_EOF || rc == CL_RESET);
+  ASSERT_EQ(cl->goaway, 1);
+  ASSERT_EQ(cl->goaway_code, NGHTTP2_NO_ERROR);
+  ASSERT_EQ(cl->goaway_last, 5);
   h2_free(cl);
   test_stop(srv);
 }
