@@ -3,7 +3,7 @@
 # reverse proxies, all forwarding GET /hello to one cbench-server upstream over kept-alive HTTP/1.1, and against
 # cbench-server answering /hello itself.
 #
-#   bench/proxy.sh [--rounds R] [--seconds S] [--warmup S] [--conns C] [--servers cbench,nginx,h2o]
+#   bench/proxy.sh [--rounds R] [--seconds S] [--warmup S] [--conns C] [--servers cbench,nginx,h2o,floor]
 #                  [--protos h1,h2c] [--out FILE] [--smoke]
 #
 # Rows: `direct` is cbench-server answering /hello (its fixture route) with no upstream; `proxy` is each server
@@ -19,6 +19,11 @@
 # two ratios: cbench's proxy against each peer's proxy (issue 26: below 1), and cbench's proxy against cbench
 # answering directly (issue 26: within 2).
 #
+# `floor` (HTTP/1.1 only; make bench-floor): bench/floor.c answering /hello itself (direct) and bench/floor_proxy.c
+# forwarding bytes blindly over one upstream connection per client connection (proxy), the least a server and a
+# proxy can do per request. Their ratio, printed under the table, is what proxying costs at the floor (two reads
+# and two writes per request where answering takes one of each), to set cbench's proxy / direct beside.
+#
 # --smoke: 1 round of 1 s without warm-up on 4 connections, the results in a temporary file unless --out (make
 # bench-smoke runs it to prove the script works; nothing it prints is a figure to keep).
 set -euo pipefail
@@ -31,7 +36,9 @@ ROUNDS=3
 SECS=5
 WARM=2
 CONNS=50
-SERVERS=cbench,nginx,h2o
+SERVERS=cbench,nginx,h2o,floor
+FLOOR=${CBENCH_FLOOR:-build/bench-floor}
+FLOOR_PROXY=${CBENCH_FLOOR_PROXY:-build/bench-floor-proxy}
 PROTOS=h1,h2c
 OUT=
 SMOKE=0
@@ -56,14 +63,16 @@ for v in "$ROUNDS" "$SECS" "$CONNS"; do [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ]
 [[ "$WARM" =~ ^[0-9]+$ ]] || usage
 IFS=, read -r -a servers <<<"$SERVERS"
 IFS=, read -r -a protos <<<"$PROTOS"
-for s in "${servers[@]}"; do case $s in cbench|nginx|h2o) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
+for s in "${servers[@]}"; do case $s in cbench|nginx|h2o|floor) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
 for p in "${protos[@]}"; do case $p in h1|h2c) ;; *) echo "$ME: unknown protocol $p" >&2; exit 2 ;; esac; done
 [ -x "$SERVER" ] || { echo "$ME: $SERVER is not built (make)" >&2; exit 1; }
 command -v h2load >/dev/null || { echo "$ME: h2load is not installed (nghttp2-client)" >&2; exit 1; }
 notes=()
 peers=()
 for s in "${servers[@]}"; do
-  if [ "$s" != cbench ] && ! command -v "$s" >/dev/null; then
+  if [ "$s" = floor ] && ! { [ -x "$FLOOR" ] && [ -x "$FLOOR_PROXY" ]; }; then
+    notes+=("the floor is not built (make bench-floor): its rows are skipped")
+  elif [ "$s" != cbench ] && [ "$s" != floor ] && ! command -v "$s" >/dev/null; then
     notes+=("$s is not installed: its rows are skipped")
   else
     peers+=("$s")
@@ -134,6 +143,8 @@ hosts:
 CONF
       chmod -R a+rX "$work"
       cmd=("$(command -v h2o)" -c "$work/h2o/h2o.conf") ;;
+    floor)
+      if [ "$mode" = proxy ]; then cmd=("$FLOOR_PROXY" "$PORT" "$UPORT"); else cmd=("$FLOOR" "$PORT"); fi ;;
   esac
   setsid taskset -c "$SCPU" "${cmd[@]}" >"$work/$name.out" 2>&1 &
   spid=$!
@@ -172,7 +183,11 @@ measure() {
 runs=()
 for p in "${protos[@]}"; do
   runs+=("cbench direct $p")
-  for s in "${peers[@]}"; do runs+=("$s proxy $p"); done
+  for s in "${peers[@]}"; do
+    [ "$s" = floor ] && [ "$p" != h1 ] && continue
+    [ "$s" = floor ] && runs+=("floor direct $p")
+    runs+=("$s proxy $p")
+  done
 done
 declare -A vals
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -220,6 +235,16 @@ fi
       [ "$run" != "cbench proxy $p" ] && rat=$(ratio "$cb" "$m")
       echo "| $p | $mode | $name | $m | ${vals[$run]} | $rat |"
     done
+  done
+  echo
+  for p in "${protos[@]}"; do
+    cbd=$(echo "${vals[cbench direct $p]:-}" | median)
+    cbp=$(echo "${vals[cbench proxy $p]:-}" | median)
+    line="proxy / direct, $p: cbench $(ratio "$cbp" "$cbd")"
+    if [ -n "${vals[floor proxy $p]:-}" ]; then
+      line+=", floor $(ratio "$(echo "${vals[floor proxy $p]}" | median)" "$(echo "${vals[floor direct $p]}" | median)")"
+    fi
+    echo "$line"
   done
 } >"$OUT"
 cat "$OUT"

@@ -125,7 +125,13 @@ $(BUILD)/bench-floor-client: bench/floor_client.c
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(OPT) $(WARN) -o $@ $<
 
-bench-floor: $(BUILD)/bench-floor $(BUILD)/bench-floor-client
+# Issue 26: the HTTP/1.1 proxy floor (bench/floor_proxy.c), the least a reverse proxy can do per request;
+# bench/proxy.sh measures it beside cbench's proxy.
+$(BUILD)/bench-floor-proxy: bench/floor_proxy.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(OPT) $(WARN) -o $@ $<
+
+bench-floor: $(BUILD)/bench-floor $(BUILD)/bench-floor-client $(BUILD)/bench-floor-proxy
 
 # Issue 25: near-miss scoring of 100 stubs for one 404 (bench/near_miss.c, socket-less, the internal library).
 $(BUILD)/bench-near-miss: bench/near_miss.c $(BUILD)/libcbench-internal.a src/testing.h
