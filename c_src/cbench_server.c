@@ -258,6 +258,9 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
     printf(" %s %llu/%llu", cb_proto_name(i), (unsigned long long)s->conns_by_proto[i],
            (unsigned long long)s->requests_by_proto[i]);
   printf(" (connections/requests)\n");
+  if (s->h2_parked + s->h2_woken > 0)
+    printf("  h2 sessions: parked %llu, woken %llu\n", (unsigned long long)s->h2_parked,
+           (unsigned long long)s->h2_woken);
   printf("  errors: 400 %llu, 404 %llu, 405 %llu, 413 %llu, 431 %llu, timeouts %llu, resets %llu, h2 %llu, "
          "accept backoffs %llu, faults %llu, handler 503 %llu, handler 504 %llu\n",
          (unsigned long long)s->status_400, (unsigned long long)s->status_404,

@@ -49,6 +49,7 @@
                    status_405 := non_neg_integer(), status_413 := non_neg_integer(),
                    status_431 := non_neg_integer(), timeouts := non_neg_integer(),
                    resets := non_neg_integer(), h2_errors := non_neg_integer(),
+                   h2_parked := non_neg_integer(), h2_woken := non_neg_integer(),
                    accept_backoffs := non_neg_integer(), faults := non_neg_integer(),
                    handler_unavailable := non_neg_integer(),
                    handler_timeouts := non_neg_integer(),

@@ -322,6 +322,9 @@ stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt, cfg = #cfg{recorder = Rec}}
                   requests_by_proto => #{http1 => Reqs, h2c_prior => 0, h2c_upgrade => 0, h1_tls => 0,
                                          h2_tls => 0},
                   h2_errors => 0,
+                  %% No HTTP/2 here: no session to park.
+                  h2_parked => 0,
+                  h2_woken => 0,
                   %% OTP ssl keeps the record layer: no kernel TLS.
                   tls_ktls => 0},
     %% recorded, recorded_duplicates, record_skipped (docs/record.md).

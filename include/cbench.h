@@ -151,6 +151,8 @@ typedef struct cb_stats_s {
   uint64_t timeouts;       /* connections closed by the header or idle timeout */
   uint64_t resets;         /* connections reset or closed by the peer with a request or response unfinished */
   uint64_t h2_errors;      /* HTTP/2 connection errors (GOAWAY sent with an error) and streams reset by us */
+  uint64_t h2_parked;      /* idle HTTP/2 sessions given back until their client speaks again (docs/tls.md) */
+  uint64_t h2_woken;       /* parked sessions made again: their client spoke, or a timeout or a stop */
   uint64_t accept_backoffs; /* times accept(2) ran out of descriptors (EMFILE/ENFILE) and backed off */
   uint64_t faults;         /* requests answered with a fault (docs/faults.md); not counted in resets */
   uint64_t handler_unavailable; /* deferred requests answered 503: no target, or it went away (or reset) */

@@ -115,6 +115,12 @@ int cb__testconn_holds(cb__testconn_t *tc) {
   return (tc->c->proto_state != NULL ? 1 : 0) | (tc->c->out.block != NULL ? 2 : 0);
 }
 
+int cb__testconn_rest(cb__testconn_t *tc) {
+  if (is_closed(tc)) return 1;
+  cb__conn_rest_now(tc->c);
+  return is_closed(tc);
+}
+
 int cb__testconn_eof(cb__testconn_t *tc) {
   if (is_closed(tc)) return 1;
   cb__conn_input_eof(tc->c);

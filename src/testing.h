@@ -34,6 +34,10 @@ int cb__testconn_feed(cb__testconn_t *tc, const char *data, size_t len);
 /* Signals end of input (the peer closed its sending side). Returns like cb__testconn_feed(). */
 int cb__testconn_eof(cb__testconn_t *tc);
 
+/* The connection's rest step now, as after a second without an event (an idle h2 session parks there), then
+ * its after-event step. Returns like cb__testconn_feed(). */
+int cb__testconn_rest(cb__testconn_t *tc);
+
 /* Runs the worker's loop once without blocking (uv_run NOWAIT), or until no timer is pending when
  * `until_idle` is non-zero, so that /delay responses and timeouts fire. Returns like cb__testconn_feed(). */
 int cb__testconn_run(cb__testconn_t *tc, int until_idle);

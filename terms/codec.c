@@ -80,10 +80,11 @@ static const cb_codec_keys_t info_keys = {"stub_info", info_names, I_COUNT};
 /* The counters: cb_stats_t's scalar fields by their own names, then the three maps. */
 #define STATS_SCALARS(X)                                                                                          \
   X(conns_accepted) X(conns_open) X(conns_closed) X(requests) X(bytes_read) X(bytes_written) X(status_400)     \
-  X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(accept_backoffs) \
-  X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) X(tls_handshakes_refused)        \
-  X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(proxy_requests) X(proxy_upstream_connects)     \
-  X(proxy_upstream_reused) X(proxy_502) X(proxy_504) X(recorded) X(recorded_duplicates) X(record_skipped)
+  X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(h2_parked)      \
+  X(h2_woken) X(accept_backoffs) X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) \
+  X(tls_handshakes_refused) X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(proxy_requests)     \
+  X(proxy_upstream_connects) X(proxy_upstream_reused) X(proxy_502) X(proxy_504) X(recorded)                    \
+  X(recorded_duplicates) X(record_skipped)
 #define STATS_NAME(f) #f,
 #define STATS_OFFSET(f) offsetof(cb_stats_t, f),
 static const char *const stats_names[] = {STATS_SCALARS(STATS_NAME) "requests_by_route", "conns_by_proto",

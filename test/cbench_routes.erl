@@ -457,7 +457,7 @@ stats_keys(Config) ->
     S = exchange(port(Config), get("/hello", ""), ok200(?TEXT, <<"Hello, Joe!">>)),
     gen_tcp:close(S),
     Keys = [accept_backoffs, bytes_read, bytes_written, conns_accepted, conns_by_proto,
-            conns_closed, conns_open, faults, h2_errors, handler_timeouts, handler_unavailable,
+            conns_closed, conns_open, faults, h2_errors, h2_parked, h2_woken, handler_timeouts, handler_unavailable,
             proxy_502, proxy_504, proxy_requests, proxy_upstream_connects, proxy_upstream_reused,
             record_skipped, recorded, recorded_duplicates,
             requests, requests_by_proto, requests_by_route, resets, status_400, status_404, status_405,

@@ -389,6 +389,12 @@ static void rest(cb__conn_t *c) {
   cb__outq_rest(&c->out);
 }
 
+void cb__conn_rest_now(cb__conn_t *c) {
+  if (c->closing || c->lingering) return;
+  rest(c);
+  cb__conn_after(c);
+}
+
 static void on_timer(uv_timer_t *t) {
   cb__conn_t *c = t->data;
   if (c->closing) return;

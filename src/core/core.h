@@ -231,6 +231,9 @@ void cb__conn_after(cb__conn_t *c);
  * iteration: for work that touches one connection many times in one event (the replies to a batch of HTTP/2
  * streams), so that its protocol serializes and writes them together. */
 void cb__conn_after_soon(cb__conn_t *c);
+/* The rest step now, as after CB__REST_MS without an event, then the after-event step (tests and fuzz targets:
+ * testing.c). */
+void cb__conn_rest_now(cb__conn_t *c);
 /* Runs the after-steps cb__conn_after_soon asked for (the worker's command drain and its check handle). */
 void cb__worker_run_afters(cb__worker_t *w);
 /* Closes now, dropping what is queued. The memory is freed later, from the handles' close callbacks. */

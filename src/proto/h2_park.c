@@ -7,15 +7,6 @@
 #define DEFAULT_WINDOW 65535 /* a new connection's windows, both ways (RFC 9113 6.9.2) */
 #define SYNTHETIC_SID 1      /* the stream a restore spends a window deficit on */
 
-static uint64_t n_parked, n_woken;
-
-void cb__h2_park_count(int woken) { __atomic_add_fetch(woken ? &n_woken : &n_parked, 1, __ATOMIC_RELAXED); }
-
-void cb__h2_park_counts(uint64_t *parked, uint64_t *woken) {
-  *parked = __atomic_load_n(&n_parked, __ATOMIC_RELAXED);
-  *woken = __atomic_load_n(&n_woken, __ATOMIC_RELAXED);
-}
-
 /* The settings a peer may have changed, with the value a new session assumes until it does. nghttp2 answers
  * UINT32_MAX for NO_RFC7540_PRIORITIES never received. */
 static const struct {

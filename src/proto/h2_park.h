@@ -36,8 +36,4 @@ int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s);
 int cb__h2_park_restore(const cb__h2_park_t *pk, nghttp2_session *s, const nghttp2_settings_entry *ours,
                         size_t nours);
 
-/* Sessions parked and made again since the process started (tests). */
-void cb__h2_park_counts(uint64_t *parked, uint64_t *woken);
-void cb__h2_park_count(int woken);
-
 #endif

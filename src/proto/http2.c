@@ -1435,7 +1435,7 @@ static void try_park(h2c_t *h) {
   cb__h2_mem_free(&h->mem);
   h->parked = 1;
   h->c->w->trim_parked = 1;
-  cb__h2_park_count(0);
+  CB__STAT_INC(h->c->w, h2_parked);
 }
 
 /* A new session in the parked one's place. 0, or an error: the connection is closed. */
@@ -1450,7 +1450,7 @@ static int wake(h2c_t *h) {
   nghttp2_session_set_user_data(h->session, h);
   if (err) return err;
   h->parked = 0;
-  cb__h2_park_count(1);
+  CB__STAT_INC(h->c->w, h2_woken);
   if (h->table_zero) { /* the peer may index again */
     static const nghttp2_settings_entry usual = {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096};
     if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, &usual, 1) == 0) {

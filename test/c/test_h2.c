@@ -14,7 +14,6 @@
 
 #include "common.h"
 #include "h2client.h"
-#include "proto/h2_park.h"
 
 static cb_server_t *start_with(unsigned max_streams, size_t max_header, size_t max_body, unsigned idle_ms) {
   cb_config_t cfg;
@@ -1064,12 +1063,17 @@ static int never_done(h2cl_t *cl, const void *arg) {
   return 0;
 }
 
-/* Reads (and answers) the server's frames until it has parked n sessions since the process started. */
+/* Reads (and answers) the server's frames until the server has parked n sessions (its h2_parked counter). */
+typedef struct {
+  cb_server_t *srv;
+  uint64_t n;
+} parked_arg_t;
+
 static int parked_at_least(h2cl_t *cl, const void *arg) {
   (void)cl;
-  uint64_t parked, woken;
-  cb__h2_park_counts(&parked, &woken);
-  return parked >= *(const uint64_t *)arg;
+  const parked_arg_t *a = arg;
+  cb_stats_t st;
+  return cb_server_stats(a->srv, &st) == 0 && st.h2_parked >= a->n;
 }
 
 /* An idle connection's session is given back and made again when the client speaks: the client, which had
@@ -1086,8 +1090,7 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   h2_send_settings(cl, iv, 2);
   int one = 1, two = 2, three = 3;
   ASSERT_EQ(h2_run(cl, settings_at_least, &one, 10000), CL_OK);
-  uint64_t parked0, woken0, parked, woken;
-  cb__h2_park_counts(&parked0, &woken0);
+  cb_stats_t st;
   static char body[40000];
   memset(body, 'e', sizeof body);
   const char *extra[] = {"x-park", "indexed-by-the-client"};
@@ -1099,8 +1102,10 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   /* At rest: SETTINGS_HEADER_TABLE_SIZE 0, acknowledged by the client (automatically), then parked. */
   ASSERT_EQ(h2_run(cl, settings_at_least, &two, 10000), CL_OK);
   ASSERT_EQ(cl->srv_header_table, 0);
-  uint64_t want = parked0 + 1;
+  parked_arg_t want = {srv, 1};
   ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.h2_woken, 0);
 
   /* The client speaks: a new session answers, the window for our data as the parked one left it. */
   r = h2_request(cl, 3, "POST", "/echo", extra, 1, body, sizeof body);
@@ -1113,12 +1118,13 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   h2_send_window_update(cl, 0, 40000);
   h2_wait1(cl, r, 10000);
   ASSERT_MEM_EQ(r->body.p, r->body.len, body, sizeof body);
-  cb__h2_park_counts(&parked, &woken);
-  ASSERT_EQ(woken - woken0, 1);
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.h2_parked, 1);
+  ASSERT_EQ(st.h2_woken, 1);
   route_check(cl, 5, "GET", "/hello"); /* the client indexes again; both tables in step */
 
   /* Idle again: parked again, then the idle timeout wakes it for its GOAWAY, which names stream 5. */
-  want = parked0 + 2;
+  want.n = 2;
   ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
   int rc = h2_wait_closed(cl, 20000);
   ASSERT(rc == CL_EOF || rc == CL_RESET);
@@ -1126,6 +1132,9 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   ASSERT_EQ(cl->goaway_code, NGHTTP2_NO_ERROR);
   ASSERT_EQ(cl->goaway_last, 5);
   h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.h2_parked, 2);
+  ASSERT_EQ(st.h2_woken, 2); /* the second by the idle timeout, for its GOAWAY */
   test_stop(srv);
 }
 

@@ -6,7 +6,8 @@
  *   bits 0-3  the number of reads the rest is split into (1 to 16), at offsets drawn from a small PRNG seeded
  *             with the whole first byte;
  *   bit 4     run the loop (without blocking) after every read: /delay timers, deferred data and resumed
- *             generators interleave with the input;
+ *             generators interleave with the input; and the connection's rest step after it, as after a second
+ *             without input, where an idle session is parked (proto/h2_park.c) and the next read wakes it;
  *   bit 5     signal end of input (the peer closed its side) after the last read;
  *   bit 6     small limits: header 256 bytes, body 64 bytes, 4 concurrent streams;
  *   bit 7     feed the preface and the first piece in one read (otherwise the preface is a read of its own).
@@ -75,7 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (closed != 0) goto done;
     pos += n;
-    if ((ctl & 0x10) && cb__testconn_run(tc, 0) != 0) goto done;
+    if ((ctl & 0x10) && (cb__testconn_run(tc, 0) != 0 || cb__testconn_rest(tc) != 0 || cb__testconn_run(tc, 0) != 0))
+      goto done;
   }
   if ((ctl & 0x80) && size == 0 && cb__testconn_feed(tc, preface, sizeof preface) != 0) goto done;
   if (ctl & 0x20) cb__testconn_eof(tc);
