@@ -254,8 +254,11 @@ more(C = #c{sock = Sock, buf = Buf}, S) ->
 
 deadline(Timeout) -> erlang:monotonic_time(millisecond) + Timeout.
 
+%% A failure of the stream: thrown to stream/5, which closes the connection with GOAWAY(Code).
+-spec fail(cbench_ehttpd_proxy:why(), non_neg_integer()) -> no_return().
 fail(Why, Code) -> fail(502, Why, Code).
 
+-spec fail(502 | 504, cbench_ehttpd_proxy:why(), non_neg_integer()) -> no_return().
 fail(Status, Why, Code) -> throw({fail, Status, Why, Code}).
 
 send(#c{sock = Sock}, Data) ->
@@ -306,7 +309,7 @@ data(Flags, Id, Payload, C, S = #s{id = Id, phase = body}) ->
         S#s.bodyless, Data =/= <<>> -> fail(bad_response, ?PROTOCOL_ERROR);
         Size > S#s.max_body -> fail(body_too_big, ?NO_ERROR);
         true ->
-            S1 = S#s{body = [S#s.body | Data], size = Size, recv_win = S#s.recv_win - N,
+            S1 = S#s{body = [S#s.body, Data], size = Size, recv_win = S#s.recv_win - N,
                      unacked = S#s.unacked + N, deadline = deadline(S#s.timeout), began = true},
             C1 = C#c{recv_win = C#c.recv_win - N, unacked = C#c.unacked + N},
             give_back(Flags band ?END_STREAM =/= 0, C1, ended(Flags, S1))
@@ -363,8 +366,8 @@ fragment(HeadersFlags, Flags, Acc, Size, Frag, C, S) ->
     Size1 = Size + byte_size(Frag),
     if
         Size1 > ?MAX_HEAD -> fail(head_too_big, ?NO_ERROR);
-        Flags band ?END_HEADERS =:= 0 -> {C, S#s{block = {HeadersFlags, [Acc | Frag], Size1}, began = true}};
-        true -> block(HeadersFlags, iolist_to_binary([Acc | Frag]), C, S#s{began = true})
+        Flags band ?END_HEADERS =:= 0 -> {C, S#s{block = {HeadersFlags, [Acc, Frag], Size1}, began = true}};
+        true -> block(HeadersFlags, iolist_to_binary([Acc, Frag]), C, S#s{began = true})
     end.
 
 %% A whole header block, decoded (a bad one is a COMPRESSION_ERROR for the connection, RFC 9113
@@ -411,9 +414,10 @@ final(Flags, Status, Fields, C, S) ->
 
 content_length([]) -> none;
 content_length([V | More]) ->
-    case lists:all(fun(X) -> X =:= V end, More) andalso string:to_integer(V) of
-        {N, <<>>} when N >= 0 -> N;
-        _ -> fail(bad_response, ?PROTOCOL_ERROR)
+    Digits = V =/= <<>> andalso lists:all(fun(B) -> B >= $0 andalso B =< $9 end, binary_to_list(V)),
+    case Digits andalso lists:all(fun(X) -> X =:= V end, More) of
+        true -> binary_to_integer(V);
+        false -> fail(bad_response, ?PROTOCOL_ERROR)
     end.
 
 %% RFC 9113 8.2: names lowercase tokens and never pseudo-fields here, no connection-specific

@@ -11,12 +11,12 @@
 -export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1,
          https_nif/1, https_port/1, https_ehttpd/1, https_bad_terms/1, trailers/1,
          h2c_upstream_nif/1, h2c_upstream_port/1, h2c_upstream_ehttpd/1, h2c_hostile_upstream_ehttpd/1,
-         h2c_goaway_ehttpd/1]).
+         h2c_goaway_ehttpd/1, h2_alpn_refused/1]).
 
 all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream,
           https_nif, https_port, https_ehttpd, https_bad_terms, trailers,
           h2c_upstream_nif, h2c_upstream_port, h2c_upstream_ehttpd, h2c_hostile_upstream_ehttpd,
-          h2c_goaway_ehttpd].
+          h2c_goaway_ehttpd, h2_alpn_refused].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -482,6 +482,55 @@ h2c_goaway_ehttpd(_Config) ->
     Up ! stop,
     ok = cbench:stop_server(Px),
     ok = gen_tcp:close(L).
+
+%% @doc protocol h2c to an https:// upstream that does not choose h2 by ALPN, on every engine: one
+%% that speaks HTTP/1.1 only refuses the offer (its no_application_protocol alert: OpenSSL's words
+%% on nif and port, OTP's alert name on ehttpd), one without ALPN completes the handshake without
+%% choosing; each a 502 journaled as `tls'.
+h2_alpn_refused(_Config) ->
+    Certs = cbench_certs:new(),
+    #{ca_pem := Ca} = cbench_certs:tls_info(Certs),
+    Base = cbench_certs:ssl_opts(Certs, none, none, [<<"http/1.1">>]),
+    Ups = [begin
+               {ok, L} = ssl:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}, {reuseaddr, true} | Opts]),
+               {ok, {_, P}} = ssl:sockname(L),
+               Pid = spawn_link(fun() -> tls_acceptor(L, []) end),
+               {Name, L, Pid, <<"https://localhost:", (integer_to_binary(P))/binary>>}
+           end || {Name, Opts} <- [{h1_only, Base}, {no_alpn, lists:keydelete(alpn_preferred_protocols, 1, Base)}]],
+    [begin
+         {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+         [begin
+              {ok, _} = cbench:stub(Px, #{path => <<"/", (atom_to_binary(Name))/binary>>},
+                                    #{proxy => #{to => To, ca_pem => Ca, protocol => h2c, timeout_ms => 5000}}),
+              Why = case {Name, Engine} of
+                        {h1_only, ehttpd} -> <<"no_application_protocol">>;
+                        {h1_only, _} -> <<"tlsv1 alert no application protocol">>;
+                        {no_alpn, _} -> <<"the upstream did not choose h2 by ALPN">>
+                    end,
+              Body = <<"cbench proxy: tls handshake failed: ", Why/binary, " (", To/binary, ")\n">>,
+              ?assertEqual({Engine, Name, <<"HTTP/1.1 502 Bad Gateway\r\ndate: MASK\r\ncontent-type: text/plain\r\n"
+                                            "content-length: ", (integer_to_binary(byte_size(Body)))/binary,
+                                            "\r\n\r\n", Body/binary>>},
+                           {Engine, Name, exchange(cbench:port(Px), <<"GET /", (atom_to_binary(Name))/binary,
+                                                                      " HTTP/1.1\r\nhost: x\r\n\r\n">>)}),
+              [#{status := 502, upstream := #{to := To, status := 0, error := tls}} | _] =
+                  lists:reverse(wait_entries(Px, length(cbench:requests(Px))))
+          end || {Name, _, _, To} <- Ups],
+         ok = cbench:stop_server(Px)
+     end || Engine <- [nif, port, ehttpd]],
+    [begin unlink(Pid), exit(Pid, kill), ssl:close(L) end || {_, L, Pid, _} <- Ups],
+    ok.
+
+%% Accepts TLS connections on L and tries their handshakes one after another, holding the sockets.
+tls_acceptor(L, Held) ->
+    case ssl:transport_accept(L, 30000) of
+        {ok, T} ->
+            case ssl:handshake(T, 5000) of
+                {ok, S} -> tls_acceptor(L, [S | Held]);
+                _ -> tls_acceptor(L, Held)
+            end;
+        _ -> ok
+    end.
 
 %% An HTTP/2 frame (RFC 9113 4.1).
 h2f(Type, Flags, Id, Payload) ->
