@@ -105,7 +105,7 @@ request(Key, Connect, Req, Lim) ->
     case erase(Key) of
         undefined -> fresh(Key, Connect, Req, Lim, 1);
         C ->
-            case exchange(C, Req, Lim) of
+            case stream(C, [], Req, Lim, false) of
                 %% A kept connection the upstream had closed, or a stream it did not process:
                 %% the request never ran, so it goes once more on a new connection.
                 retry -> fresh(Key, Connect, Req, Lim, 0);
@@ -118,7 +118,8 @@ request(Key, Connect, Req, Lim) ->
 fresh(Key, Connect, Req, Lim, Retries) ->
     case Connect() of
         {ok, Sock} ->
-            case exchange(preface(Sock), Req, Lim) of
+            C = #c{sock = Sock, dec = cbench_hpack:new_decoder(?TABLE_SIZE)},
+            case stream(C, preface(), Req, Lim, true) of
                 retry when Retries > 0 -> fresh(Key, Connect, Req, Lim, Retries - 1);
                 retry -> {error, 502, reset};
                 Result -> keep(Key, Result, connected)
@@ -139,30 +140,24 @@ keep(_Key, Error, _How) -> Error.
 %% Our side of the preface (RFC 9113 3.4): the magic, SETTINGS (no push, our table size, our
 %% initial window) and the connection's window raised to ours. Sent with the first request; the
 %% peer's SETTINGS are read as its first frame.
-preface(Sock) ->
+preface() ->
     Settings = <<2:16, 0:32, 1:16, ?TABLE_SIZE:32, 4:16, ?WINDOW:32>>,
-    {preface, Sock, [?PREFACE, frame(?SETTINGS, 0, 0, Settings),
-                     frame(?WINDOW_UPDATE, 0, 0, <<0:1, (?WINDOW - 65535):31>>)]}.
+    [?PREFACE, frame(?SETTINGS, 0, 0, Settings), frame(?WINDOW_UPDATE, 0, 0, <<0:1, (?WINDOW - 65535):31>>)].
 
-%% One stream on C: {ok, Status, Headers, Body, Trailers, C} with C ready for the next, `retry'
-%% when the request never ran, or the failure (the connection closed).
-exchange({preface, Sock, Preface}, Req, Lim) ->
-    C = #c{sock = Sock, dec = cbench_hpack:new_decoder(?TABLE_SIZE)},
-    stream(C, Preface, Req, Lim, true);
-exchange(C, Req, Lim) ->
-    stream(C, [], Req, Lim, false).
-
+%% One stream on C, after Preface on a new connection (Fresh): {ok, Status, Headers, Body,
+%% Trailers, C} with C ready for the next, `retry' when the request never ran, or the failure (the
+%% connection closed). Failures deep in the frames are thrown to here.
 stream(C, Preface, Req = #{body := Body}, Lim = #{timeout := Timeout}, Fresh) ->
     Id = C#c.next,
-    S = #s{id = Id, left = Body, send_win = C#c.peer_init, bodyless = maps:get(method, Req) =:= <<"HEAD">>,
-           deadline = deadline(Timeout), timeout = Timeout, max_body = maps:get(max_body, Lim)},
+    S = #s{id = Id, left = case Body of <<>> -> sent; _ -> Body end, send_win = C#c.peer_init,
+           bodyless = maps:get(method, Req) =:= <<"HEAD">>, deadline = deadline(Timeout), timeout = Timeout,
+           max_body = maps:get(max_body, Lim)},
     Head = headers_frames(Id, cbench_hpack:encode(fields(Req)), Body =:= <<>>, C#c.peer_frame),
     try
         send(C, [Preface, Head]),
-        S1 = case Body of <<>> -> S#s{left = sent}; _ -> S end,
-        {C1, S2} = loop(C#c{next = Id + 2}, S1),
-        C2 = cancel_rest(C1, S2),
-        {ok, S2#s.status, S2#s.headers, iolist_to_binary(S2#s.body), S2#s.trailers, C2}
+        {C1, S1} = loop(C#c{next = Id + 2}, S),
+        C2 = cancel_rest(C1, S1),
+        {ok, S1#s.status, S1#s.headers, iolist_to_binary(S1#s.body), S1#s.trailers, C2}
     catch
         throw:retry -> close(C, ?NO_ERROR), retry;
         throw:stale when Fresh -> close(C, ?NO_ERROR), {error, 502, reset};

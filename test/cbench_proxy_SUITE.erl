@@ -1,8 +1,9 @@
 %%% @doc Proxy stubs (docs/proxy.md) through the Erlang API: a nif or port server proxying to a
 %%% second cbench server answers what that server answers (bytes compared, dates masked), lists the
 %%% stub back, journals the upstream and counts it, on nif, port and ehttpd (whose proxy is
-%%% cbench_ehttpd_proxy, reading the answer whole); a bad proxy term gets the same
-%%% `{error, {bad_stub, ...}}' on every engine.
+%%% cbench_ehttpd_proxy, reading the answer whole, and for h2c upstreams cbench_h2_upstream, tried
+%%% here against exact frames too); a bad proxy term gets the same `{error, {bad_stub, ...}}' on
+%%% every engine.
 -module(cbench_proxy_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
