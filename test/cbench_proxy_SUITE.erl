@@ -430,7 +430,8 @@ h2c_hostile_upstream_ehttpd(_Config) ->
 %% as stream 3 on the same upstream connection; a GOAWAY whose last stream id (1) is below it means
 %% the upstream did not process it, so it goes once more as stream 1 on a new connection. On a new
 %% connection too, a GOAWAY (last stream 0) sends the request once more on another; a second
-%% GOAWAY there is a 502 reset. Each answer that came is counted as one connect.
+%% GOAWAY there is a 502 reset. RST_STREAM with REFUSED_STREAM before any answer is retried the
+%% same way. Each answer that came is counted as one connect.
 h2c_goaway_ehttpd(_Config) ->
     {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}, {reuseaddr, true}]),
     {ok, UpPort} = inet:port(L),
@@ -454,7 +455,7 @@ h2c_goaway_ehttpd(_Config) ->
                                 ok = gen_tcp:send(B, Send),
                                 Got
                             end || Send <- [[S, Answer(<<"two">>)], GoAway0, [S, Answer(<<"three">>)], GoAway0,
-                                            GoAway0]],
+                                            GoAway0, [S, h2f(3, 0, 1, <<7:32>>)], [S, Answer(<<"four">>)]]],
                    Self ! {streams, [Second | Again]},
                    receive stop -> ok end
            end),
@@ -471,15 +472,17 @@ h2c_goaway_ehttpd(_Config) ->
     ?assertEqual(<<"HTTP/1.1 502 Bad Gateway\r\ndate: MASK\r\ncontent-type: text/plain\r\ncontent-length: ",
                    (integer_to_binary(byte_size(Body)))/binary, "\r\n\r\n", Body/binary>>,
                  exchange(cbench:port(Px), <<"GET /d HTTP/1.1\r\nhost: x\r\n\r\n">>)),
+    %% RST_STREAM REFUSED_STREAM before any answer: not processed either, so sent once more.
+    ?assertEqual(Ok(<<"four">>), exchange(cbench:port(Px), <<"GET /e HTTP/1.1\r\nhost: x\r\n\r\n">>)),
     %% The streams the upstream saw after the first: /b as stream 3, then as 1 on a new connection.
     receive {streams, Streams} ->
-            ?assertEqual([{3, <<"/b">>}, {1, <<"/b">>}, {1, <<"/c">>}, {1, <<"/c">>}, {1, <<"/d">>}, {1, <<"/d">>}],
-                         Streams)
+            ?assertEqual([{3, <<"/b">>}, {1, <<"/b">>}, {1, <<"/c">>}, {1, <<"/c">>}, {1, <<"/d">>}, {1, <<"/d">>},
+                          {1, <<"/e">>}, {1, <<"/e">>}], Streams)
     after 5000 -> ct:fail(no_upstream_report)
     end,
-    [#{status := 200}, #{status := 200}, #{status := 200}, #{status := 502, upstream := #{error := reset}}] =
-        wait_entries(Px, 4),
-    #{proxy_upstream_connects := 3, proxy_upstream_reused := 0, proxy_502 := 1} = cbench:stats(Px),
+    [#{status := 200}, #{status := 200}, #{status := 200}, #{status := 502, upstream := #{error := reset}},
+     #{status := 200}] = wait_entries(Px, 5),
+    #{proxy_upstream_connects := 4, proxy_upstream_reused := 0, proxy_502 := 1} = cbench:stats(Px),
     Up ! stop,
     ok = cbench:stop_server(Px),
     ok = gen_tcp:close(L).
