@@ -378,10 +378,8 @@ route_add(H, Match, Response) ->
     add(H, Match, prepare(Response)).
 
 %% A single response as the connections serve it: a body file's size, the fault parsed, and the
-%% counter of its drawn delays. A proxy to an h2c upstream is refused: OTP has no HTTP/2 client
-%% and this engine speaks HTTP/1.1 to its upstreams only (docs/proxy.md, "On the ehttpd engine").
-prepare(#{proxy := #{protocol := h2c}}) ->
-    {error, {bad_stub, {{response, proxy, protocol}, h2c, not_supported}}};
+%% counter of its drawn delays. A proxy stub needs nothing more: an h2c one is spoken to by
+%% cbench_h2_upstream, an HTTP/1.1 one by cbench_ehttpd_proxy (docs/proxy.md, "On the ehttpd engine").
 prepare(Response) ->
     Response1 = case Response of
                     #{body := {file, Path}, chunks := Chunks} ->

@@ -1,5 +1,8 @@
 %%% @doc The ehttpd engine's proxy (docs/proxy.md): forwards one request to an HTTP/1.1 upstream on
-%%% a plain gen_tcp socket and reads the whole answer, within the proxy's limits.
+%%% a plain gen_tcp socket and reads the whole answer, within the proxy's limits. With
+%%% `protocol => h2c' the request goes as a stream of cbench_h2_upstream's HTTP/2 client instead
+%%% (h2 by ALPN for an https:// upstream), with the same fields in HTTP/2's form, the same limits
+%%% and failures, and its answer filtered as an HTTP/1.1 one is.
 %%%
 %%% The C engine streams a proxied answer as it arrives; ehttpd reads it whole first (its stub answers
 %%% are whole binaries), so an answer costs its body's size in the connection's process, bounded by
@@ -26,9 +29,10 @@
 -module(cbench_ehttpd_proxy).
 
 -export([forward/3, upstream/1, request_head/2, forwarded_headers/3, answer_headers/1, why_text/1,
-         journal_why/1]).
+         journal_why/1, h2_fields/2, to_authority/1]).
 %% The pure pieces of forward/3, exported for their unit tests (test/cbench_ehttpd_proxy_tests.erl).
--ignore_xref([{upstream, 1}, {request_head, 2}, {forwarded_headers, 3}, {answer_headers, 1}]).
+-ignore_xref([{upstream, 1}, {request_head, 2}, {forwarded_headers, 3}, {answer_headers, 1},
+              {h2_fields, 2}, {to_authority, 1}]).
 
 -define(MAX_HEAD, 65536).
 -define(MAX_HEADERS, 128).
@@ -50,6 +54,8 @@
           {ok, pos_integer(), [{binary(), binary()}], binary(), [{binary(), binary()}],
            reused | connected}
           | {error, 502 | 504, why()}.
+forward(Proxy = #{protocol := h2c}, Req, Tls) ->
+    h2_forward(Proxy, Req, Tls);
 forward(Proxy, Req, Tls) ->
     {Host, Port, Prefix} = upstream(maps:get(to, Proxy)),
     Timeout = maps:get(timeout_ms, Proxy, ?DEFAULT_TIMEOUT),
@@ -72,23 +78,81 @@ forward(Proxy, Req, Tls) ->
     end.
 
 fresh(Key, Proxy, Host, Port, Data, Head, Timeout, MaxBody) ->
-    Opts = [binary, {active, false}, {nodelay, true}, {packet, raw}],
-    Https = https(Proxy),
-    Connected = case Https of
-                    true -> ssl:connect(binary_to_list(Host), Port, Opts ++ tls_opts(Proxy, Host), Timeout);
-                    false -> gen_tcp:connect(binary_to_list(Host), Port, Opts, Timeout)
-                end,
-    case Connected of
+    case connect(Proxy, Host, Port, Timeout, <<"http/1.1">>) of
         {ok, Sock} ->
             case exchange(Sock, Data, Head, Timeout, MaxBody) of
                 {error, stale} -> close(Sock), {error, 502, reset};
                 Result -> keep(Key, Sock, Result, connected)
             end;
+        Error -> Error
+    end.
+
+%% A connection to the upstream: gen_tcp, or ssl offering Alpn alone (docs/proxy.md "https
+%% upstreams"); over ssl, h2 must have been chosen (an upstream that ignored the offer speaks
+%% something else).
+connect(Proxy, Host, Port, Timeout, Alpn) ->
+    Opts = [binary, {active, false}, {nodelay, true}, {packet, raw}],
+    Https = https(Proxy),
+    Connected = case Https of
+                    true -> ssl:connect(binary_to_list(Host), Port, Opts ++ tls_opts(Proxy, Host, Alpn), Timeout);
+                    false -> gen_tcp:connect(binary_to_list(Host), Port, Opts, Timeout)
+                end,
+    case Connected of
+        {ok, Sock} when Https, Alpn =:= <<"h2">> ->
+            case ssl:negotiated_protocol(Sock) of
+                {ok, <<"h2">>} -> {ok, Sock};
+                _ ->
+                    ssl:close(Sock),
+                    {error, 502, {tls, <<"the upstream did not choose h2 by ALPN">>}}
+            end;
+        {ok, Sock} -> {ok, Sock};
         {error, timeout} -> {error, 504, timeout};
         {error, econnrefused} -> {error, 502, refused};
         {error, Why} when Https -> {error, 502, {tls, tls_reason(Why)}};
         {error, _} -> {error, 502, refused}
     end.
+
+%% The h2c path (cbench_h2_upstream): the same forwarded fields in HTTP/2's form (h2_fields/2),
+%% the connection kept under a key of its own so that it never meets an HTTP/1.1 socket to the
+%% same upstream; the answer's fields and trailer fields filtered as an HTTP/1.1 answer's are.
+h2_forward(Proxy, Req, Tls) ->
+    To = iolist_to_binary(maps:get(to, Proxy)),
+    {Host, Port, Prefix} = upstream(To),
+    Timeout = maps:get(timeout_ms, Proxy, ?DEFAULT_TIMEOUT),
+    Body = iolist_to_binary(maps:get(body, Req)),
+    H2Req = #{method => maps:get(method, Req), path => <<Prefix/binary, (maps:get(target, Req))/binary>>,
+              scheme => case https(Proxy) of true -> <<"https">>; false -> <<"http">> end,
+              authority => to_authority(To), fields => h2_fields(Req#{body := Body}, Tls), body => Body},
+    Connect = fun() -> connect(Proxy, Host, Port, Timeout, <<"h2">>) end,
+    Key = {cbench_h2_upstream, Host, Port, tls_key(Proxy)},
+    Lim = #{timeout => Timeout, max_body => maps:get(max_body_bytes, Proxy, ?DEFAULT_MAX_BODY)},
+    case cbench_h2_upstream:request(Key, Connect, H2Req, Lim) of
+        {ok, Status, Headers, Answer, Trailers, How} ->
+            Drop = [<<"content-length">>, <<"date">> | hop_by_hop()],
+            {ok, Status, answer_headers(Headers), Answer,
+             [{N, V} || {N, V} <- Trailers, not lists:member(N, Drop)], How};
+        Error -> Error
+    end.
+
+%% @doc The request's fields as an h2c upstream gets them (src/kinds/proxy.c cb__px_h2_fields):
+%% those forwarded_headers/3 keeps (no hop-by-hop field, so no `te' either, no `host': the
+%% authority is `:authority'), names lowercase as HTTP/2 wants them, then `content-length' when
+%% the request had a body or declared one (ehttpd has it whole), then the x-forwarded-* fields.
+-spec h2_fields(req(), boolean()) -> [{binary(), binary()}].
+h2_fields(Req = #{headers := Headers, body := Body}, Tls) ->
+    Fwd = [{string:lowercase(N), V} || {N, V} <- forwarded_headers(Headers, Req, Tls)],
+    {Kept, Added} = lists:split(length(Fwd) - 3, Fwd),
+    Framed = lists:keymember(<<"content-length">>, 1, Headers)
+        orelse lists:keymember(<<"transfer-encoding">>, 1, Headers) orelse iolist_size(Body) > 0,
+    Length = [{<<"content-length">>, integer_to_binary(iolist_size(Body))} || Framed],
+    Kept ++ Length ++ Added.
+
+%% @doc The authority of `to' as written (`host:port', `[v6]:port' or `host'): the C engine's
+%% `:authority' for an h2c upstream.
+-spec to_authority(binary()) -> binary().
+to_authority(To) ->
+    [_Scheme, Rest] = binary:split(To, <<"://">>),
+    hd(binary:split(Rest, <<"/">>)).
 
 https(Proxy) ->
     To = iolist_to_binary(maps:get(to, Proxy)),
@@ -101,8 +165,9 @@ tls_key(Proxy) ->
         true -> maps:with([insecure, server_name, ca_file, ca_pem], Proxy)
     end.
 
-%% ssl:connect/4's options for an https:// upstream (docs/proxy.md "https upstreams").
-tls_opts(Proxy, Host) ->
+%% ssl:connect/4's options for an https:// upstream (docs/proxy.md "https upstreams"), offering
+%% the one protocol the stub speaks by ALPN.
+tls_opts(Proxy, Host, Alpn) ->
     Name = binary_to_list(iolist_to_binary(maps:get(server_name, Proxy, Host))),
     Sni = case inet:parse_address(Name) of
               {ok, _} -> [{server_name_indication, disable}];
@@ -122,7 +187,7 @@ tls_opts(Proxy, Host) ->
                       {customize_hostname_check,
                        [{match_fun, public_key:pkix_verify_hostname_match_fun(https)}]}]
              end,
-    Sni ++ Verify ++ [{versions, ['tlsv1.3', 'tlsv1.2']}, {alpn_advertised_protocols, [<<"http/1.1">>]}].
+    Sni ++ Verify ++ [{versions, ['tlsv1.3', 'tlsv1.2']}, {alpn_advertised_protocols, [Alpn]}].
 
 tls_reason({tls_alert, {Alert, _}}) when is_atom(Alert) -> atom_to_binary(Alert);
 tls_reason(closed) -> <<"connection closed">>;

@@ -60,9 +60,11 @@ test-beam: $(BEAM_PRIV)
 	$(REBAR3) ct --dir test --readable true || { test/ct_failures.sh; exit 1; }
 
 # The EUnit modules of test/ (rebar3 compiles test/ in the test profile): issue 25's features on every engine
-# as a user's EUnit module uses them (test/cbench_features_tests.erl, under a second).
+# as a user's EUnit module uses them (test/cbench_features_tests.erl, under a second); the ehttpd proxy's pure
+# parts; HPACK against RFC 7541's examples, with a PropEr property that no input crashes the decoder; ehttpd's
+# HTTP/2 client against random frames (PropEr: an answer or a failure, never an exception).
 beam-eunit: $(BEAM_PRIV)
-	$(REBAR3) eunit --module=cbench_features_tests,cbench_ehttpd_proxy_tests
+	$(REBAR3) eunit --module=cbench_features_tests,cbench_ehttpd_proxy_tests,cbench_hpack_tests,cbench_h2_upstream_tests
 
 # The API contract as a property (test/cbench_api_statem.erl), long and with a random seed; `make test` runs
 # the same suite with a fixed seed and PROPER_NUMTESTS's default. PROPER_SEED=A,B,C repeats a run.

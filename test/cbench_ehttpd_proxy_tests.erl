@@ -48,3 +48,28 @@ why_text_test() ->
                   <<"connection closed before the answer ended">>],
                  [cbench_ehttpd_proxy:why_text(W)
                   || W <- [refused, reset, timeout, bad_response, head_too_big, body_too_big, truncated]]).
+
+%% The h2c form of the forwarded fields (src/kinds/proxy.c cb__px_h2_fields): hop-by-hop ones (te
+%% too) and host gone, names lowercase, content-length when the request had a body or declared
+%% one, then the x-forwarded-* fields.
+h2_fields_test() ->
+    Req = #{method => <<"POST">>, target => <<"/in">>, body => <<"abc">>, peer => <<"10.0.0.7">>,
+            headers => [{<<"host">>, <<"front.example">>}, {<<"te">>, <<"trailers">>}, {<<"X-Keep">>, <<"2">>},
+                        {<<"transfer-encoding">>, <<"chunked">>}]},
+    ?assertEqual([{<<"x-keep">>, <<"2">>}, {<<"content-length">>, <<"3">>}, {<<"x-forwarded-for">>, <<"10.0.0.7">>},
+                  {<<"x-forwarded-proto">>, <<"https">>}, {<<"x-forwarded-host">>, <<"front.example">>}],
+                 cbench_ehttpd_proxy:h2_fields(Req, true)),
+    ?assertEqual([{<<"x-forwarded-for">>, <<"p">>}, {<<"x-forwarded-proto">>, <<"http">>},
+                  {<<"x-forwarded-host">>, <<"h">>}],
+                 cbench_ehttpd_proxy:h2_fields(#{method => <<"GET">>, target => <<"/">>, body => <<>>, peer => <<"p">>,
+                                                 headers => [{<<"host">>, <<"h">>}]}, false)),
+    ?assertEqual([{<<"content-length">>, <<"0">>}, {<<"x-forwarded-for">>, <<"p">>},
+                  {<<"x-forwarded-proto">>, <<"http">>}, {<<"x-forwarded-host">>, <<>>}],
+                 cbench_ehttpd_proxy:h2_fields(#{method => <<"POST">>, target => <<"/">>, body => <<>>, peer => <<"p">>,
+                                                 headers => [{<<"content-length">>, <<"0">>}]}, false)).
+
+%% :authority is the authority of `to' as written, as the C engine sends it.
+to_authority_test() ->
+    ?assertEqual([<<"127.0.0.1:8080">>, <<"[::1]:8443">>, <<"example.test">>],
+                 [cbench_ehttpd_proxy:to_authority(T)
+                  || T <- [<<"http://127.0.0.1:8080/base">>, <<"https://[::1]:8443">>, <<"http://example.test/">>]]).
