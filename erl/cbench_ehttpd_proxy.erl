@@ -140,8 +140,8 @@ h2_forward(Proxy, Req, Tls) ->
 %% the request had a body or declared one (ehttpd has it whole), then the x-forwarded-* fields.
 -spec h2_fields(req(), boolean()) -> [{binary(), binary()}].
 h2_fields(Req = #{headers := Headers, body := Body}, Tls) ->
-    Fwd = [{string:lowercase(N), V} || {N, V} <- forwarded_headers(Headers, Req, Tls)],
-    {Kept, Added} = lists:split(length(Fwd) - 3, Fwd),
+    {Kept0, Added} = forwarded(Headers, Req, Tls),
+    Kept = [{string:lowercase(N), V} || {N, V} <- Kept0],
     Framed = lists:keymember(<<"content-length">>, 1, Headers)
         orelse lists:keymember(<<"transfer-encoding">>, 1, Headers) orelse iolist_size(Body) > 0,
     Length = [{<<"content-length">>, integer_to_binary(iolist_size(Body))} || Framed],
@@ -467,9 +467,14 @@ request_head(Req = #{method := Method, target := Target, headers := Headers, bod
 
 %% @doc The client's headers as forwarded: hop-by-hop ones (RFC 9110 7.6.1, and those its
 %% `connection' names), `host', `content-length' and `expect' dropped; then x-forwarded-for,
-%% x-forwarded-proto and x-forwarded-host.
+%% x-forwarded-proto and, when the request named a host, x-forwarded-host (as the C engines).
 -spec forwarded_headers([{binary(), binary()}], map(), boolean()) -> [{binary(), binary()}].
 forwarded_headers(Headers, Req, Tls) ->
+    {Kept, Added} = forwarded(Headers, Req, Tls),
+    Kept ++ Added.
+
+%% The forwarded fields in two parts: the client's kept ones, and the x-forwarded-* ones added.
+forwarded(Headers, Req, Tls) ->
     Named = [string:lowercase(string:trim(T))
              || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
     Drop = [<<"host">>, <<"content-length">>, <<"expect">> | hop_by_hop()] ++ Named,
@@ -477,10 +482,10 @@ forwarded_headers(Headers, Req, Tls) ->
                undefined -> maps:get(host, Req, <<>>);
                H -> H
            end,
-    [{N, V} || {N, V} <- Headers, not lists:member(N, Drop)]
-        ++ [{<<"x-forwarded-for">>, maps:get(peer, Req)},
-            {<<"x-forwarded-proto">>, case Tls of true -> <<"https">>; false -> <<"http">> end},
-            {<<"x-forwarded-host">>, Host}].
+    {[{N, V} || {N, V} <- Headers, not lists:member(N, Drop)],
+     [{<<"x-forwarded-for">>, maps:get(peer, Req)},
+      {<<"x-forwarded-proto">>, case Tls of true -> <<"https">>; false -> <<"http">> end}
+      | [{<<"x-forwarded-host">>, Host} || Host =/= <<>> orelse header(<<"host">>, Headers) =/= undefined]]}.
 
 %% @doc The upstream's header fields as answered on: without hop-by-hop ones and without `date',
 %% `content-length' and `transfer-encoding' (the engine writes its own).

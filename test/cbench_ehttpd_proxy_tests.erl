@@ -20,9 +20,9 @@ request_head_test() ->
                    "content-length: 3\r\n\r\n">>,
                  iolist_to_binary(cbench_ehttpd_proxy:request_head(Req, #{authority => <<"127.0.0.1:8080">>,
                                                                           tls => true}))),
-    %% A GET without a body has no content-length.
+    %% A GET without a body has no content-length; without a host, no x-forwarded-host.
     ?assertEqual(<<"GET / HTTP/1.1\r\nhost: up\r\nx-forwarded-for: 1\r\nx-forwarded-proto: http\r\n"
-                   "x-forwarded-host: \r\n\r\n">>,
+                   "\r\n">>,
                  iolist_to_binary(cbench_ehttpd_proxy:request_head(
                                     #{method => <<"GET">>, target => <<"/">>, body => <<>>, peer => <<"1">>,
                                       headers => []}, #{authority => <<"up">>, tls => false}))).
@@ -32,7 +32,13 @@ forwarded_headers_test() ->
                   {<<"x-forwarded-proto">>, <<"http">>}, {<<"x-forwarded-host">>, <<"h">>}],
                  cbench_ehttpd_proxy:forwarded_headers([{<<"host">>, <<"h">>}, {<<"accept">>, <<"*/*">>},
                                                         {<<"upgrade">>, <<"websocket">>}],
-                                                       #{peer => <<"p">>}, false)).
+                                                       #{peer => <<"p">>}, false)),
+    %% No host at all (HTTP/1.0): no x-forwarded-host, as the C engines; an empty host field is passed on.
+    ?assertEqual([{<<"x-forwarded-for">>, <<"p">>}, {<<"x-forwarded-proto">>, <<"https">>}],
+                 cbench_ehttpd_proxy:forwarded_headers([], #{peer => <<"p">>}, true)),
+    ?assertEqual([{<<"x-forwarded-for">>, <<"p">>}, {<<"x-forwarded-proto">>, <<"http">>},
+                  {<<"x-forwarded-host">>, <<>>}],
+                 cbench_ehttpd_proxy:forwarded_headers([{<<"host">>, <<>>}], #{peer => <<"p">>}, false)).
 
 answer_headers_test() ->
     ?assertEqual([{<<"content-type">>, <<"text/plain">>}, {<<"x-a">>, <<"1">>}],
@@ -64,7 +70,7 @@ h2_fields_test() ->
                  cbench_ehttpd_proxy:h2_fields(#{method => <<"GET">>, target => <<"/">>, body => <<>>, peer => <<"p">>,
                                                  headers => [{<<"host">>, <<"h">>}]}, false)),
     ?assertEqual([{<<"content-length">>, <<"0">>}, {<<"x-forwarded-for">>, <<"p">>},
-                  {<<"x-forwarded-proto">>, <<"http">>}, {<<"x-forwarded-host">>, <<>>}],
+                  {<<"x-forwarded-proto">>, <<"http">>}],
                  cbench_ehttpd_proxy:h2_fields(#{method => <<"POST">>, target => <<"/">>, body => <<>>, peer => <<"p">>,
                                                  headers => [{<<"content-length">>, <<"0">>}]}, false)).
 

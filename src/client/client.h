@@ -327,6 +327,7 @@ typedef struct {
   const cb_chdr_t *headers;
   int nheaders;
   int has_body;
+  int https; /* :scheme https (the connection is TLS), else http (RFC 9113 8.3.1: the target URI's scheme) */
 } cb_ch2_req_t;
 
 #define CB_CH2_MAX_REQ_FIELDS 256 /* fields of a submitted request */

@@ -293,7 +293,8 @@ int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   static const uint8_t flags = NGHTTP2_NV_FLAG_NO_COPY_NAME;
   int n = 0;
   nv[n++] = (nghttp2_nv){(uint8_t *)":method", (uint8_t *)q->method, 7, q->method_len, flags};
-  nv[n++] = (nghttp2_nv){(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, flags | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
+  nv[n++] = q->https ? (nghttp2_nv){(uint8_t *)":scheme", (uint8_t *)"https", 7, 5, flags | NGHTTP2_NV_FLAG_NO_COPY_VALUE}
+                     : (nghttp2_nv){(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, flags | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
   nv[n++] = (nghttp2_nv){(uint8_t *)":authority", (uint8_t *)q->authority, 10, q->authority_len, flags};
   nv[n++] = (nghttp2_nv){(uint8_t *)":path", (uint8_t *)q->path, 5, q->path_len, flags};
   for (int i = 0; i < q->nheaders; i++)

@@ -571,7 +571,7 @@ static void h2_forward(px_t *x) {
   if (nf >= 0 && target != NULL) {
     cb_ch2_req_t q = {.method = r->method_str, .method_len = r->method_len, .path = target, .path_len = tn,
                       .authority = x->p->authority, .authority_len = x->p->authority_len, .headers = fields,
-                      .nheaders = nf, .has_body = !x->req_ended || x->hold_len > x->hold_off};
+                      .nheaders = nf, .has_body = !x->req_ended || x->hold_len > x->hold_off, .https = x->p->tls};
     id = cb_ch2_submit(&hc->s, &q, h);
   }
   free(fields);

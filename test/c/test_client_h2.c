@@ -99,24 +99,28 @@ static size_t fr(uint8_t *o, uint8_t type, uint8_t flags, int32_t sid, const voi
   return 9 + len;
 }
 
-static void start(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int has_body) {
+static void start_q(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int has_body, int https) {
   memset(s, 0, sizeof *s);
   s->c = c;
   cb_ch2_limits_t lim = {.max_head = max_head, .max_headers = max_headers, .conn_window = 1 << 20};
   ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb), 0);
   static const cb_chdr_t f[] = {{"x-q", 3, "1", 1}};
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p?q=1", .path_len = 6, .authority = "h:1",
-                    .authority_len = 3, .headers = f, .nheaders = 1, .has_body = has_body};
+                    .authority_len = 3, .headers = f, .nheaders = 1, .has_body = has_body, .https = https};
   s->id = cb_ch2_submit(c, &q, s);
   ASSERT_EQ(s->id, 1);
 }
 
+static void start(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int has_body) {
+  start_q(c, s, max_head, max_headers, has_body, 0);
+}
+
 /* The first bytes: the preface, SETTINGS (ENABLE_PUSH 0, MAX_HEADER_LIST_SIZE), the connection window opened to
  * conn_window, then the request's HEADERS ending the stream (no body), its fields after the pseudo-headers. */
-TEST(client_h2_preface_and_request) {
+static void preface_and_request(int https, const char *want) {
   cb_ch2_t c;
   sx_t s;
-  start(&c, &s, 1024, 8, 0);
+  start_q(&c, &s, 1024, 8, 0, https);
   uint8_t out[1024], exp[1024];
   size_t n = pull_all(&c, out, sizeof out), e = 0;
   memcpy(exp, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
@@ -152,8 +156,17 @@ TEST(client_h2_preface_and_request) {
     if (fl & NGHTTP2_HD_INFLATE_FINAL) break;
   }
   nghttp2_hd_inflate_del(inf);
-  ASSERT_STR_EQ(got, ":method: GET\n:scheme: http\n:authority: h:1\n:path: /p?q=1\nx-q: 1\n");
+  ASSERT_STR_EQ(got, want);
   cb_ch2_free(&c);
+}
+
+TEST(client_h2_preface_and_request) {
+  preface_and_request(0, ":method: GET\n:scheme: http\n:authority: h:1\n:path: /p?q=1\nx-q: 1\n");
+}
+
+/* Over TLS (an https:// upstream) the request's scheme is https (RFC 9113 8.3.1). */
+TEST(client_h2_request_over_tls_scheme) {
+  preface_and_request(1, ":method: GET\n:scheme: https\n:authority: h:1\n:path: /p?q=1\nx-q: 1\n");
 }
 
 /* A server's SETTINGS, a 103 (skipped), the head, DATA in two frames, trailers: the events in order; the
