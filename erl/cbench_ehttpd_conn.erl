@@ -1215,7 +1215,14 @@ proxy(S, Cfg, Req0, R, P) ->
             To = iolist_to_binary(maps:get(to, P)),
             bump(Cfg, ?PROXY_REQUESTS),
             case cbench_ehttpd_proxy:forward(P, Fwd, Cfg#cfg.tls =/= false) of
-                {ok, Status, Headers, Answer, Trailers, How} ->
+                {ok, Status, Headers, Answer0, Trailers, How} ->
+                    %% A HEAD answer: the length the upstream declared, told the client as the head of
+                    %% a generated body of that length (docs/proxy.md, "On the ehttpd engine").
+                    {Answer, AnswerBody} = case Answer0 of
+                                               {head_length, none} -> {<<>>, {data, <<>>}};
+                                               {head_length, N} -> {<<>>, {bytes, N}};
+                                               _ -> {Answer0, {data, Answer0}}
+                                           end,
                     bump(Cfg, case How of reused -> ?PROXY_REUSED; connected -> ?PROXY_CONNECTS end),
                     Up = Req#req{upstream = #{to => To, status => Status, error => none}},
                     _ = maps:get(record, P, false) andalso
@@ -1224,7 +1231,7 @@ proxy(S, Cfg, Req0, R, P) ->
                                                       req_headers => Req#req.headers, status => Status,
                                                       res_headers => Headers, body => Answer}),
                     Own = maps:with([fault_run, fault_draws], R),
-                    stub(S, Cfg, Up, Own#{status => Status, headers => Headers, body => {data, Answer},
+                    stub(S, Cfg, Up, Own#{status => Status, headers => Headers, body => AnswerBody,
                                           chunks => none, delay_ms => Delay, delay_waited => Delay,
                                           trailers => Trailers});
                 {error, Status, Why} ->

@@ -49,10 +49,12 @@
 %% @doc Forwards Req to the proxy's upstream: the answer's status, headers (without hop-by-hop
 %% and framing ones), body and trailer fields (of a chunked answer, without hop-by-hop and framing
 %% ones), and whether it came on a kept connection (`reused') or a new one (`connected'); or the
-%% status a failure is answered with and why.
+%% status a failure is answered with and why. A HEAD request's answer has no body: in its place
+%% the length the upstream declared (`{head_length, N}', `none' without a valid content-length),
+%% which the client is told as the C engines tell it.
 -spec forward(map(), req(), boolean()) ->
-          {ok, pos_integer(), [{binary(), binary()}], binary(), [{binary(), binary()}],
-           reused | connected}
+          {ok, pos_integer(), [{binary(), binary()}], binary() | {head_length, non_neg_integer() | none},
+           [{binary(), binary()}], reused | connected}
           | {error, 502 | 504, why()}.
 forward(Proxy = #{protocol := h2c}, Req, Tls) ->
     h2_forward(Proxy, Req, Tls);
@@ -127,8 +129,12 @@ h2_forward(Proxy, Req, Tls) ->
     Key = {cbench_h2_upstream, Host, Port, tls_key(Proxy)},
     Lim = #{timeout => Timeout, max_body => maps:get(max_body_bytes, Proxy, ?DEFAULT_MAX_BODY)},
     case cbench_h2_upstream:request(Key, Connect, H2Req, Lim) of
-        {ok, Status, Headers, Answer, Trailers, How} ->
+        {ok, Status, Headers, Answer0, Trailers, How} ->
             Drop = [<<"content-length">>, <<"date">> | hop_by_hop()],
+            Answer = case maps:get(method, Req) of
+                         <<"HEAD">> -> {head_length, head_length(header(<<"content-length">>, Headers))};
+                         _ -> Answer0
+                     end,
             {ok, Status, answer_headers(Headers), Answer,
              [{N, V} || {N, V} <- Trailers, not lists:member(N, Drop)], How};
         Error -> Error
@@ -287,7 +293,9 @@ body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
     TE = header(<<"transfer-encoding">>, Headers),
     CL = header(<<"content-length">>, Headers),
     if
-        Head; Status =:= 204; Status =:= 304 ->
+        Head ->
+            {ok, Status, Out, {head_length, head_length(CL)}, [], Keep andalso Rest =:= <<>>};
+        Status =:= 204; Status =:= 304 ->
             {ok, Status, Out, <<>>, [], Keep andalso Rest =:= <<>>};
         TE =/= undefined ->
             case string:lowercase(TE) of
@@ -486,6 +494,14 @@ forwarded(Headers, Req, Tls) ->
      [{<<"x-forwarded-for">>, maps:get(peer, Req)},
       {<<"x-forwarded-proto">>, case Tls of true -> <<"https">>; false -> <<"http">> end}
       | [{<<"x-forwarded-host">>, Host} || Host =/= <<>> orelse header(<<"host">>, Headers) =/= undefined]]}.
+
+%% A declared content-length: digits only, else none.
+head_length(undefined) -> none;
+head_length(V) ->
+    case re:run(V, <<"^[0-9]{1,18}$">>, [{capture, none}]) of
+        match -> binary_to_integer(V);
+        nomatch -> none
+    end.
 
 %% @doc The upstream's header fields as answered on: without hop-by-hop ones and without `date',
 %% `content-length' and `transfer-encoding' (the engine writes its own).

@@ -59,8 +59,24 @@ proxy(Engine) ->
     #{proxy_requests := 2, proxy_upstream_connects := C, proxy_upstream_reused := R,
       proxy_502 := 0, proxy_504 := 0} = cbench:stats(Px),
     ?assertEqual(2, C + R),
+    head_as_upstream(Engine, Up, Px),
     ok = cbench:stop_server(Px),
     ok = cbench:stop_server(Up).
+
+%% A proxied HEAD is answered as the upstream answers it: its head, the length it declared, no body
+%% (on every engine and over both upstream protocols).
+head_as_upstream(Engine, Up, Px) ->
+    Req = <<"HEAD /up HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n">>,
+    [Direct, Proxied] = [head_exchange(P, Req) || P <- [cbench:port(Up), cbench:port(Px)]],
+    ?assertMatch(<<"HTTP/1.1 201 Created\r\ndate: MASK\r\nx-up: 1\r\n", _/binary>>, Direct),
+    ?assertEqual({Engine, Direct}, {Engine, Proxied}).
+
+head_exchange(Port, Req) ->
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+    ok = gen_tcp:send(S, Req),
+    Got = read_to_close(S, <<>>),
+    ok = gen_tcp:close(S),
+    mask(Got).
 
 https_nif(_Config) -> https(nif).
 https_port(_Config) -> https(port).
@@ -337,6 +353,7 @@ h2c_upstream(Engine) ->
     ?assertMatch({Engine, #{proxy_requests := 4, proxy_upstream_connects := Connects,
                             proxy_upstream_reused := Reused, proxy_502 := 0}}, {Engine, cbench:stats(Px)}),
     #{requests_by_proto := #{h2c_prior := 4, http1 := 1}} = cbench:stats(Up),
+    head_as_upstream(Engine, Up, Px),
     ok = cbench:stop_server(Px),
     ok = cbench:stop_server(Up).
 
