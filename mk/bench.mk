@@ -75,7 +75,7 @@ bench: deps bench-build bench-engines
 	$(if $(filter 0 no false,$(TLS)),,$(MAKE) --no-print-directory bench-tls \
 	  TLS_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(TLS_ARGS)")
 	$(if $(filter 0 no false,$(PROXY)),,$(MAKE) --no-print-directory bench-proxy \
-	  PROXY_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(PROXY_ARGS)")
+	  PROXY_ARGS="$(if $(filter 0 no false,$(PEERS)),--servers cbench$(comma)floor )$(if $(filter full,$(BENCH_PROFILE)),--rounds 5 --seconds 10 --warmup 3,--rounds 3 --seconds 5 --warmup 2) $(PROXY_ARGS)")
 
 bench-h1: deps bench-build bench-engines
 	$(BENCH_NO_FIXTURE_NODE)
@@ -101,7 +101,8 @@ bench-unit: bench-build $(BENCH_TEST_BEAMS)
 	erl -noshell -pa bench/ebin -pa bench/test/ebin -eval \
 	  'case eunit:test(cbench_bench_tests) of ok -> halt(0); _ -> halt(1) end.'
 
-bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load $(BUILD)/bench-floor $(BUILD)/bench-floor-client
+bench-smoke: bench-build $(BENCH_TEST_BEAMS) $(BUILD)/cbench-server $(BUILD)/cbench-load $(BUILD)/bench-floor $(BUILD)/bench-floor-client \
+  $(BUILD)/bench-floor-proxy
 	bench/test/smoke.sh
 
 bench-test: bench-unit bench-smoke
@@ -157,5 +158,5 @@ bench-tls: deps $(BUILD)/cbench-server $(BUILD)/cbench-load
 # Issue 26: the proxy cases (bench/proxy.sh; docs/bench.md "Proxy").
 PROXY ?=
 PROXY_ARGS ?=
-bench-proxy: deps $(BUILD)/cbench-server
+bench-proxy: deps $(BUILD)/cbench-server $(BUILD)/bench-floor $(BUILD)/bench-floor-proxy
 	bench/proxy.sh $(PROXY_ARGS)

@@ -199,7 +199,12 @@ for p in h1 h2c; do
         fi
     done
 done
-echo "bench-smoke: bench/proxy.sh measured cbench-server direct and as a proxy over HTTP/1.1 and h2c"
+for row in "direct | floor" "proxy | floor"; do
+    grep -Eq "^\| h1 \| $row \| [0-9.]+ " "$WORK/proxy.md" || { cat "$WORK/proxy.md"; fail "bench/proxy.sh measured no h1 $row"; }
+done
+grep -Eq '^proxy / direct, h1: cbench [0-9.]+, floor [0-9.]+$' "$WORK/proxy.md" \
+    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh printed no proxy / direct line for cbench and the floor"; }
+echo "bench-smoke: bench/proxy.sh measured cbench-server and the floor, direct and as a proxy, over HTTP/1.1 (and cbench over h2c)"
 # 8. The client floor (build/bench-floor-client, bench/floor_client.c): bad arguments exit 2 with the usage line;
 # 1 s against a cbench-server counts answers (more than 0) and prints its CPU time.
 for args in "" "1 1" "0 1 1" "x 1 1" "1 0 1" "1 1 0" "1 1 1 nope" "1 1 1 /a b"; do
