@@ -1,9 +1,9 @@
-%%% @doc Recordings from Erlang (docs/record.md) on the nif and port engines: load_stubs/2 of a file as
+%%% @doc Recordings from Erlang (docs/record.md) on the nif, port and ehttpd engines: load_stubs/2 of a file as
 %%% the recorder writes it (a query, a chosen header, a base64 body, a body file, repeated response
 %%% headers) answers byte for byte; recorded/1 of a server that recorded nothing; save_stubs/2 and
 %%% clear_recorded/1; the same stubs through cbench_stub_json and stub/3; bad arguments. Recording
-%%% itself needs the proxy kind (issue 26's part 2): the C tests record_* drive the recorder, and the
-%%% whole record-replay suite comes with the proxy. The ehttpd engine answers not_supported for now.
+%%% itself is driven by the C tests record_* and, record then replay on every engine, by
+%%% cbench_record_replay_SUITE and test/e2e.sh.
 -module(cbench_record_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
@@ -136,7 +136,7 @@ nothing_recorded(Config) ->
     ok = cbench:stop_server(S).
 
 %% The saved file through cbench_stub_json: terms that stub/3 takes as they are, giving the same
-%% answers (on this engine, and on ehttpd, which has no load_stubs/2 yet).
+%% answers (on this engine, and on ehttpd).
 via_terms(Config) ->
     File = saved_file(proplists:get_value(dir, Config)),
     {ok, Text} = file:read_file(File),
