@@ -1076,6 +1076,15 @@ static int parked_at_least(h2cl_t *cl, const void *arg) {
   return cb_server_stats(a->srv, &st) == 0 && st.h2_parked >= a->n;
 }
 
+/* Reads in slices of 50 ms (the server sends nothing once it has parked) until n sessions were parked: CL_OK,
+ * or what ended the wait after 10 s. */
+static int wait_parked(h2cl_t *cl, cb_server_t *srv, uint64_t n) {
+  parked_arg_t want = {srv, n};
+  int r = CL_TIMEOUT;
+  for (int i = 0; i < 200 && r == CL_TIMEOUT; i++) r = h2_run(cl, parked_at_least, &want, 50);
+  return r;
+}
+
 /* An idle connection's session is given back and made again when the client speaks: the client, which had
  * indexed a field, is asked for a 0-byte table first (SETTINGS), and the session goes once it acknowledged.
  * The new session agrees with the client on everything: its HPACK state (the client's blocks decode, ours
@@ -1102,8 +1111,7 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   /* At rest: SETTINGS_HEADER_TABLE_SIZE 0, acknowledged by the client (automatically), then parked. */
   ASSERT_EQ(h2_run(cl, settings_at_least, &two, 10000), CL_OK);
   ASSERT_EQ(cl->srv_header_table, 0);
-  parked_arg_t want = {srv, 1};
-  ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
+  ASSERT_EQ(wait_parked(cl, srv, 1), CL_OK);
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
   ASSERT_EQ(st.h2_woken, 0);
 
@@ -1124,8 +1132,7 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   route_check(cl, 5, "GET", "/hello"); /* the client indexes again; both tables in step */
 
   /* Idle again: parked again, then the idle timeout wakes it for its GOAWAY, which names stream 5. */
-  want.n = 2;
-  ASSERT_EQ(h2_run(cl, parked_at_least, &want, 10000), CL_OK);
+  ASSERT_EQ(wait_parked(cl, srv, 2), CL_OK);
   int rc = h2_wait_closed(cl, 20000);
   ASSERT(rc == CL_EOF || rc == CL_RESET);
   ASSERT_EQ(cl->goaway, 1);
@@ -1136,6 +1143,31 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   ASSERT_EQ(st.h2_parked, 2);
   ASSERT_EQ(st.h2_woken, 2); /* the second by the idle timeout, for its GOAWAY */
   test_stop(srv);
+}
+
+/* A stop reaches a parked session too: it is made again for its GOAWAY (NO_ERROR), which names the last stream
+ * the parked session had taken, then the connection closes. */
+TEST(h2_graceful_stop_while_parked) {
+  cb_server_t *srv = start_default();
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  cb_stats_t st;
+  pthread_t th;
+  void *rc;
+  h2_handshake(cl);
+  route_check(cl, 1, "GET", "/hello");
+  route_check(cl, 3, "GET", "/json");
+  ASSERT_EQ(wait_parked(cl, srv, 1), CL_OK);
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.h2_woken, 0);
+  ASSERT_EQ(pthread_create(&th, NULL, stop_thread, srv), 0);
+  ASSERT_EQ(h2_wait_goaway(cl, 10000), CL_OK);
+  ASSERT_EQ(cl->goaway_code, NGHTTP2_NO_ERROR);
+  ASSERT_EQ(cl->goaway_last, 3);
+  int c = h2_wait_closed(cl, 10000);
+  ASSERT(c == CL_EOF || c == CL_RESET);
+  h2_free(cl);
+  ASSERT_EQ(pthread_join(th, &rc), 0); /* the server is freed by its stop */
+  ASSERT_EQ((intptr_t)rc, 0);
 }
 
 /* ---- Upgrade: h2c ---- */
