@@ -5,7 +5,6 @@
 #include "proto/h2_park.h"
 
 #define DEFAULT_WINDOW 65535 /* a new connection's windows, both ways (RFC 9113 6.9.2) */
-#define SYNTHETIC_SID 1      /* the stream a restore spends a window deficit on */
 
 /* The settings a peer may have changed, with the value a new session assumes until it does. nghttp2 answers
  * UINT32_MAX for NO_RFC7540_PRIORITIES never received. */
@@ -19,8 +18,9 @@ static const struct {
     {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 0},     {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, UINT32_MAX},
 };
 
-int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s) {
+int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s, int32_t last_sid) {
   memset(pk, 0, sizeof *pk);
+  pk->last_sid = last_sid > 0 ? last_sid : 0;
   for (int i = 0; i < CB__H2_PARK_SETTINGS; i++) {
     uint32_t v = nghttp2_session_get_remote_settings(s, (nghttp2_settings_id)peer_settings[i].id);
     if (v != peer_settings[i].dflt) pk->peer[pk->npeer++] = (nghttp2_settings_entry){peer_settings[i].id, v};
@@ -30,7 +30,8 @@ int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s) {
   pk->recv_full = nghttp2_session_get_effective_local_window_size(s);
   uint32_t stream_window = nghttp2_session_get_remote_settings(s, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE);
   if (pk->send_window < 0 || pk->recv_window < 0 ||
-      (pk->send_window < DEFAULT_WINDOW && (uint32_t)(DEFAULT_WINDOW - pk->send_window) > stream_window))
+      (pk->send_window < DEFAULT_WINDOW &&
+       (pk->last_sid == 0 || (uint32_t)(DEFAULT_WINDOW - pk->send_window) > stream_window)))
     return UV_EBUSY;
   return 0;
 }
@@ -104,20 +105,22 @@ int cb__h2_park_restore(const cb__h2_park_t *pk, nghttp2_session *s, const nghtt
     in[n++] = (uint8_t)pk->peer[i].settings_id;
     n += put32(in + n, pk->peer[i].value);
   }
-  /* Our data the peer has not yet made room for: spent on a stream of the new session's own, whose answer is
-   * dropped, so that the new session's window for our data is the peer's. */
+  /* The peer's last stream, opened again and answered: the new session then takes the streams below it for
+   * closed ones (a late WINDOW_UPDATE or RST_STREAM on one is ignored, as the parked session ignored it, not a
+   * frame on an idle stream). The answer spends our data the peer has not yet made room for (the answer is
+   * dropped), so that the new session's window for our data is the peer's. */
   size_t deficit = pk->send_window < DEFAULT_WINDOW ? (size_t)(DEFAULT_WINDOW - pk->send_window) : 0;
-  if (deficit > 0) {
+  if (pk->last_sid > 0) {
     n += frame_head(in + n, sizeof request_block, NGHTTP2_HEADERS,
-                    NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS, SYNTHETIC_SID);
+                    NGHTTP2_FLAG_END_STREAM | NGHTTP2_FLAG_END_HEADERS, pk->last_sid);
     memcpy(in + n, request_block, sizeof request_block);
     n += sizeof request_block;
   }
   int err = feed(s, in, n);
-  if (err == 0 && deficit > 0) {
+  if (err == 0 && pk->last_sid > 0) {
     static const nghttp2_nv status[] = {{(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE}};
     nghttp2_data_provider prd = {.source.ptr = &deficit, .read_callback = zeros};
-    if (nghttp2_submit_response(s, SYNTHETIC_SID, status, 1, &prd) != 0) err = UV_EPROTO;
+    if (nghttp2_submit_response(s, pk->last_sid, status, 1, deficit > 0 ? &prd : NULL) != 0) err = UV_EPROTO;
   }
   if (err == 0) err = drain(s);
   if (err == 0 && deficit > 0) err = UV_EPROTO; /* not all of it could be sent */
@@ -130,7 +133,9 @@ int cb__h2_park_restore(const cb__h2_park_t *pk, nghttp2_session *s, const nghtt
   if (err == 0) err = feed(s, in, n);
   if (err == 0) err = drain(s);
   if (err == 0 && (nghttp2_session_get_remote_window_size(s) != pk->send_window ||
-                   nghttp2_session_get_local_window_size(s) != pk->recv_window))
+                   nghttp2_session_get_local_window_size(s) != pk->recv_window ||
+                   nghttp2_session_get_last_proc_stream_id(s) != pk->last_sid ||
+                   (pk->last_sid > 0 && nghttp2_session_find_stream(s, pk->last_sid) != NULL)))
     err = UV_EPROTO;
   if (err == 0 && pk->recv_full > pk->recv_window &&
       nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, pk->recv_full) != 0)

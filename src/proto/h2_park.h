@@ -21,16 +21,18 @@ typedef struct {
   int32_t send_window; /* what we may still send on the connection (the peer's receive window) */
   int32_t recv_window; /* what the peer may still send us */
   int32_t recv_full;   /* the window we advertised: what the peer may send once what it sent is given back */
+  int32_t last_sid;    /* the highest stream the peer opened (0: none) */
 } cb__h2_park_t;
 
-/* Saves what s needs to be made again. UV_EBUSY when it cannot be: the peer's window for our data is lower
- * than a new session's by more than one stream's initial window (the new session spends the difference on a
- * stream of its own). */
-int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s);
+/* Saves what s needs to be made again; last_sid: the highest stream id the peer opened (0: none). UV_EBUSY
+ * when it cannot be: the peer's window for our data is lower than a new session's by more than one stream's
+ * initial window (the new session spends the difference on a stream of its own). */
+int cb__h2_park_save(cb__h2_park_t *pk, nghttp2_session *s, int32_t last_sid);
 
 /* Brings a new server session s (user data NULL, so that the caller's callbacks ignore what happens here) to
  * the saved state: our settings `ours` submitted and taken as acknowledged, the peer's preface and settings
- * fed in, the windows set, everything it would send dropped. Then the data the peer sent since our last
+ * fed in, the peer's last stream opened and closed again (so that frames on its older streams are frames on
+ * closed streams, not on idle ones), the windows set, everything it would send dropped. Then the data the peer sent since our last
  * WINDOW_UPDATE is given back, by a WINDOW_UPDATE that s sends for real. 0, or UV_EPROTO when the session did
  * not come out as saved (the caller closes the connection). */
 int cb__h2_park_restore(const cb__h2_park_t *pk, nghttp2_session *s, const nghttp2_settings_entry *ours,

@@ -1428,7 +1428,7 @@ static void try_park(h2c_t *h) {
     cb__conn_after_soon(h->c); /* sends it (rest runs from the connection's timer, outside any event) */
     return;
   }
-  if (h->settings_owed > 0 || cb__h2_park_save(&h->park, h->session) != 0) return;
+  if (h->settings_owed > 0 || cb__h2_park_save(&h->park, h->session, h->max_sid) != 0) return;
   h->park_last_sid = h->max_sid > 0 ? h->max_sid : 0;
   nghttp2_session_del(h->session);
   h->session = NULL;

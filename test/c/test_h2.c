@@ -1115,7 +1115,10 @@ TEST_T(h2_idle_session_parks_and_wakes, 60000) {
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
   ASSERT_EQ(st.h2_woken, 0);
 
-  /* The client speaks: a new session answers, the window for our data as the parked one left it. */
+  /* The client speaks: a new session answers, the window for our data as the parked one left it. First a late
+   * WINDOW_UPDATE and a RST_STREAM on stream 1, closed: ignored, as the parked session would have. */
+  h2_send_window_update(cl, 1, 1000);
+  h2_send_rst(cl, 1, NGHTTP2_CANCEL);
   r = h2_request(cl, 3, "POST", "/echo", extra, 1, body, sizeof body);
   ASSERT_EQ(h2_run(cl, settings_at_least, &three, 10000), CL_OK); /* the usual table offered again */
   ASSERT_EQ(cl->srv_header_table, 4096);
@@ -1168,6 +1171,35 @@ TEST(h2_graceful_stop_while_parked) {
   h2_free(cl);
   ASSERT_EQ(pthread_join(th, &rc), 0); /* the server is freed by its stop */
   ASSERT_EQ((intptr_t)rc, 0);
+}
+
+/* Frames a client may send late on streams that closed before the session was parked (a WINDOW_UPDATE, a
+ * RST_STREAM) are ignored by the new session, as the parked one ignored them: the new session has the client's
+ * last stream as closed, not idle (a frame on an idle stream would end the connection, PROTOCOL_ERROR). */
+static int got_pings(h2cl_t *cl, const void *arg) { return cl->pings >= *(const int *)arg; }
+
+TEST(h2_late_frames_after_park) {
+  cb_server_t *srv = start_default();
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  h2_handshake(cl);
+  route_check(cl, 1, "GET", "/hello");
+  route_check(cl, 3, "GET", "/json");
+  ASSERT_EQ(wait_parked(cl, srv, 1), CL_OK);
+  h2_send_window_update(cl, 3, 1000);
+  h2_send_rst(cl, 3, NGHTTP2_CANCEL);
+  static const uint8_t ping[8] = "parked!";
+  h2_send_ping(cl, ping);
+  int one = 1;
+  ASSERT_EQ(h2_run(cl, got_pings, &one, 10000), CL_OK);
+  route_check(cl, 5, "GET", "/hello");
+  ASSERT_EQ(cl->goaway, 0);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.h2_parked, 1);
+  ASSERT_EQ(st.h2_woken, 1);
+  ASSERT_EQ(st.h2_errors, 0);
+  h2_free(cl);
+  test_stop(srv);
 }
 
 /* ---- Upgrade: h2c ---- */
