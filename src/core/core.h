@@ -363,7 +363,6 @@ struct cb__worker_s {
   uint64_t *echo_total; /* the server's echo bytes (or echo_own for a test worker), see cb__echo_hold */
   uint64_t echo_own;
   int trim_pending;     /* the last connection closed: return free memory to the system (worker.c) */
-  int trim_parked;      /* an idle HTTP/2 session was given back (proto/http2.c): the same, at the next tick */
   struct cb__rtable_s *table; /* the route table requests are dispatched under (routes/: only looked into there) */
   uint64_t **counters;   /* the worker's counter chunks, indexed by route slot (routes/route_table.c) */
   uint64_t *conn_ids;    /* the server's connection counter (atomic) */

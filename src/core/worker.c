@@ -65,11 +65,6 @@ static void on_date_timer(uv_timer_t *t) {
       if (p->state != NULL && p->ops->trim != NULL && p->ops->trim(w, p->state)) p->state = NULL;
     }
     if (CB__SYSTEM_ALLOCATOR) malloc_trim(0);
-  } else if (w->trim_parked) {
-    /* Parked sessions freed their blocks among the live connections' (docs/tls.md "Idle connections"): the
-     * whole pages among them go back. Once a tick however many were parked. */
-    w->trim_parked = 0;
-    if (CB__SYSTEM_ALLOCATOR) malloc_trim(0);
   }
 }
 

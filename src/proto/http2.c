@@ -132,14 +132,13 @@ struct h2c {
   int32_t max_sid;     /* the highest stream id the client opened */
   uint8_t *opened;     /* 2 x OPENED_WINDOW bits (SID_OPENED, SID_CLOSED), made with the first stream (an idle
                         * connection holds none) */
-  /* Parking (h2_park.h, "parking an idle session" below): an idle connection gives its session back. */
-  uint8_t parked;      /* session is NULL; park holds what makes it again */
+  /* Parking (h2_park.h, "parking an idle session" below): an idle connection gives its session back (session
+   * NULL, park holding what makes it again). */
   uint8_t table_asked; /* we asked the peer for a 0-byte HPACK table (SETTINGS_HEADER_TABLE_SIZE 0) */
   uint8_t table_zero;  /* it acknowledged: its encoder indexes nothing until we raise the size again */
   uint8_t park_soon;   /* that acknowledgement came in this event: park after it if still idle */
   uint8_t no_park;     /* a fault changed our settings: this session is never made again */
   uint16_t settings_owed; /* our SETTINGS frames not acknowledged yet */
-  int32_t park_last_sid;  /* the highest stream the client had opened when the session was parked */
   cb__h2_park_t park;
 };
 
@@ -1067,7 +1066,6 @@ static int in_head(const h2c_t *h) {
 }
 
 static int wake(h2c_t *h);
-static int32_t last_sid(const h2c_t *h);
 
 static int h2_read(cb__conn_t *c, const char *data, size_t len) {
   h2c_t *h = c->proto_state;
@@ -1095,7 +1093,7 @@ static int h2_read(cb__conn_t *c, const char *data, size_t len) {
     uint32_t code = rv == NGHTTP2_ERR_FLOODED || h->calm ? NGHTTP2_ENHANCE_YOUR_CALM
                     : h->closed_err                          ? NGHTTP2_STREAM_CLOSED
                                                              : NGHTTP2_PROTOCOL_ERROR;
-    nghttp2_session_terminate_session2(h->session, last_sid(h), code);
+    nghttp2_session_terminate_session(h->session, code);
   }
   return 0;
 }
@@ -1364,7 +1362,7 @@ static void h2_timeout(cb__conn_t *c, int mode) {
     cb__conn_close(c);
     return;
   }
-  nghttp2_session_terminate_session2(h->session, last_sid(h), NGHTTP2_NO_ERROR);
+  nghttp2_session_terminate_session(h->session, NGHTTP2_NO_ERROR);
   h->stopping = 1;
 }
 
@@ -1376,7 +1374,8 @@ static void h2_stop(cb__conn_t *c) {
     return;
   }
   /* GOAWAY names the last stream we took: those finish within the stop bound, no new ones start. */
-  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, last_sid(h), NGHTTP2_NO_ERROR, NULL, 0);
+  nghttp2_submit_goaway(h->session, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->session),
+                        NGHTTP2_NO_ERROR, NULL, 0);
 }
 
 static void free_spare_streams(h2c_t *h) {
@@ -1429,12 +1428,9 @@ static void try_park(h2c_t *h) {
     return;
   }
   if (h->settings_owed > 0 || cb__h2_park_save(&h->park, h->session, h->max_sid) != 0) return;
-  h->park_last_sid = h->max_sid > 0 ? h->max_sid : 0;
   nghttp2_session_del(h->session);
   h->session = NULL;
   cb__h2_mem_free(&h->mem);
-  h->parked = 1;
-  h->c->w->trim_parked = 1;
   CB__STAT_INC(h->c->w, h2_parked);
 }
 
@@ -1449,7 +1445,6 @@ static int wake(h2c_t *h) {
   int err = cb__h2_park_restore(&h->park, h->session, iv, our_settings(h->c->w->cfg, iv));
   nghttp2_session_set_user_data(h->session, h);
   if (err) return err;
-  h->parked = 0;
   CB__STAT_INC(h->c->w, h2_woken);
   if (h->table_zero) { /* the peer may index again */
     static const nghttp2_settings_entry usual = {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096};
@@ -1461,11 +1456,6 @@ static int wake(h2c_t *h) {
   return 0;
 }
 
-/* The last stream a GOAWAY names: nghttp2's, or, after a wake, the streams the parked session had taken. */
-static int32_t last_sid(const h2c_t *h) {
-  int32_t last = nghttp2_session_get_last_proc_stream_id(h->session);
-  return last > h->park_last_sid ? last : h->park_last_sid;
-}
 
 static void h2_destroy(cb__conn_t *c) {
   h2c_t *h = c->proto_state;
