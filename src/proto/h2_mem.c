@@ -155,7 +155,8 @@ static void *slot_take(cb__h2_mem_t *m, int triple) {
   return p;
 }
 
-static void *slot_alloc(cb__h2_mem_t *m) { return slot_take(m, 0); }
+/* The blocks a triple holds (CB__H2_MEM_TRIPLE): more than two slots, at most three. */
+static inline int triple_size(size_t n) { return n > 2 * CB__H2_MEM_SLOT && n <= CB__H2_MEM_TRIPLE; }
 
 /* A slot (or a triple: n 3) is free again: when every slot of its page is, the page goes back to the kernel (it
  * reads as zeros when next used, and a slot's bytes mean nothing until nghttp2 writes them). */
@@ -215,10 +216,10 @@ static inline void heap_free(cb__h2_mem_t *m, void *p) {
 static size_t heap_room(const void *p) { return malloc_usable_size((void *)p); }
 
 static __attribute__((noinline)) void *mem_malloc_big(cb__h2_mem_t *m, size_t n) {
-  void *p = n == CB__H2_MEM_SLOT                              ? slot_alloc(m)
-            : n > 2 * CB__H2_MEM_SLOT && n <= CB__H2_MEM_TRIPLE ? slot_take(m, 1)
-            : n >= CB__H2_MEM_BIG                             ? big_alloc(m, n)
-                                                              : NULL;
+  void *p = n == CB__H2_MEM_SLOT ? slot_take(m, 0)
+            : triple_size(n)       ? slot_take(m, 1)
+            : n >= CB__H2_MEM_BIG  ? big_alloc(m, n)
+                                   : NULL;
   return p != NULL ? p : heap_alloc(m, n);
 }
 
@@ -258,7 +259,7 @@ static void *mem_calloc(size_t k, size_t n, void *ud) {
   if (len >= CB__H2_MEM_BIG) {
     void *p = big_alloc(m, len); /* fresh pages are zero */
     if (p != NULL) return p;
-  } else if (len > 2 * CB__H2_MEM_SLOT && len <= CB__H2_MEM_TRIPLE) {
+  } else if (triple_size(len)) {
     void *p = slot_take(m, 1); /* the session itself: a reused triple may hold an old one's bytes */
     if (p != NULL) return memset(p, 0, len);
   }
