@@ -151,6 +151,9 @@ typedef struct {
   const cb_chdr_t *headers; /* already filtered by the caller (no host, no hop-by-hop, no framing) */
   int nheaders;
   int64_t content_length; /* >= 0: content-length; CB_CREQ_CHUNKED: transfer-encoding chunked; CB_CREQ_NO_BODY */
+  /* 1: the caller vouches that every name is a token and no value holds CR, LF or NUL (fields a request parser
+   * of the engine has checked already), and they are not checked again; the method, target and host still are. */
+  int fields_checked;
 } cb_creq_t;
 
 #define CB_CREQ_CHUNKED (-1)
@@ -166,6 +169,34 @@ ssize_t cb_creq_head(char *buf, size_t cap, const cb_creq_t *r);
  * te, trailer, transfer-encoding, upgrade, and the names listed in connection_value (the message's connection
  * field, several joined with ','; NULL/0 when none). Names compare without case. */
 int cb_chdr_hop_by_hop(const char *name, size_t len, const char *connection_value, size_t cv_len);
+
+/* The field names a proxy treats apart, as cb_chdr_name tells them: the hop-by-hop ones first (from
+ * CB_CHDR_CONNECTION to CB_CHDR_UPGRADE), then those it replaces or answers itself. */
+enum {
+  CB_CHDR_OTHER = 0,
+  CB_CHDR_CONNECTION,
+  CB_CHDR_KEEP_ALIVE,
+  CB_CHDR_PROXY_CONNECTION,
+  CB_CHDR_TE,
+  CB_CHDR_TRAILER,
+  CB_CHDR_TRANSFER_ENCODING,
+  CB_CHDR_UPGRADE,
+  CB_CHDR_HOST,
+  CB_CHDR_EXPECT,
+  CB_CHDR_CONTENT_LENGTH,
+  CB_CHDR_DATE,
+  CB_CHDR_X_FORWARDED_FOR,
+  CB_CHDR_X_FORWARDED_PROTO,
+  CB_CHDR_X_FORWARDED_HOST,
+};
+#define CB_CHDR_IS_HOP_BY_HOP(id) ((id) >= CB_CHDR_CONNECTION && (id) <= CB_CHDR_UPGRADE)
+
+/* Which of the names above `name` is (without case), CB_CHDR_OTHER for any other: one look at the length, then
+ * at most two comparisons, where testing each name in turn cost a proxied request hundreds of instructions. */
+int cb_chdr_name(const char *name, size_t len);
+
+/* 1 when connection_value (a connection field's list, as cb_chdr_hop_by_hop takes it) names `name`. */
+int cb_chdr_listed(const char *name, size_t len, const char *connection_value, size_t cv_len);
 
 /* RFC 9110 token characters (1 for each byte a field name may hold): the answer parser's, and the engine's
  * HTTP/1.1 request parser's (proto/http1.c), one table for both directions. */

@@ -69,7 +69,7 @@ ssize_t cb_creq_head(char *buf, size_t cap, const cb_creq_t *r) {
   size_t need = r->method_len + 1 + r->target_len + sizeof " HTTP/1.1\r\nhost: " - 1 + r->host_len + 2 + 2;
   for (int i = 0; i < r->nheaders; i++) {
     const cb_chdr_t *h = &r->headers[i];
-    if (bad_name(h->name, h->name_len) || has_ctl(h->value, h->value_len)) return -2;
+    if (!r->fields_checked && (bad_name(h->name, h->name_len) || has_ctl(h->value, h->value_len))) return -2;
     need += h->name_len + 2 + h->value_len + 2;
   }
   /* The digits written backwards from the end of a small buffer (no printf on a proxy's hot path). */
@@ -112,16 +112,6 @@ ssize_t cb_creq_head(char *buf, size_t cap, const cb_creq_t *r) {
 
 /* ---- hop-by-hop fields ---- */
 
-static int lower_eq(const char *a, size_t n, const char *lit, size_t m) {
-  if (n != m) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = a[i];
-    if (c >= 'A' && c <= 'Z') c = (char)(c + 32);
-    if (c != lit[i]) return 0;
-  }
-  return 1;
-}
-
 static int ci_eq(const char *a, const char *b, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char x = a[i], y = b[i];
@@ -132,13 +122,56 @@ static int ci_eq(const char *a, const char *b, size_t n) {
   return 1;
 }
 
-#define IS(name, len, lit) lower_eq(name, len, lit, sizeof(lit) - 1)
+/* Up to 8 bytes of s as a word (zero above n), ASCII letters lowercased: a byte gets 0x20 when it lies in
+ * 'A'..'Z' (the sums stay inside each byte: the high bits are masked first). n is a constant where it is used,
+ * so the load is one move. */
+static inline uint64_t lower_word(const char *s, size_t n) {
+  uint64_t v = 0;
+  memcpy(&v, s, n);
+  uint64_t x = v & ~HIGHS;
+  uint64_t upper = (x + ONES * (0x80 - 'A')) & ~(x + ONES * (0x80 - 'Z' - 1)) & ~v & HIGHS;
+  return v | upper >> 2;
+}
+
+static inline uint64_t lit_word(const char *lit, size_t n) {
+  uint64_t v = 0;
+  memcpy(&v, lit, n);
+  return v;
+}
+
+/* name (len bytes, len the literal's) equals the lowercase literal, without case: one word up to 8 bytes; above,
+ * the words at 0 and at len - 8, and for 17 bytes the one at 8 too (the other two leave its middle byte out). */
+#define SHORT_IS(lit) (lower_word(name, sizeof(lit) - 1) == lit_word(lit, sizeof(lit) - 1))
+#define WORD_IS(lit, at) (lower_word(name + (at), 8) == lit_word((lit) + (at), 8))
+#define LONG_IS(lit) (WORD_IS(lit, 0) && WORD_IS(lit, sizeof(lit) - 9) && (sizeof(lit) - 1 <= 16 || WORD_IS(lit, 8)))
+
+int cb_chdr_name(const char *name, size_t len) {
+  switch (len) {
+    case 2: return SHORT_IS("te") ? CB_CHDR_TE : CB_CHDR_OTHER;
+    case 4: return SHORT_IS("host") ? CB_CHDR_HOST : SHORT_IS("date") ? CB_CHDR_DATE : CB_CHDR_OTHER;
+    case 6: return SHORT_IS("expect") ? CB_CHDR_EXPECT : CB_CHDR_OTHER;
+    case 7: return SHORT_IS("trailer") ? CB_CHDR_TRAILER : SHORT_IS("upgrade") ? CB_CHDR_UPGRADE : CB_CHDR_OTHER;
+    case 10:
+      return LONG_IS("connection") ? CB_CHDR_CONNECTION : LONG_IS("keep-alive") ? CB_CHDR_KEEP_ALIVE : CB_CHDR_OTHER;
+    case 14: return LONG_IS("content-length") ? CB_CHDR_CONTENT_LENGTH : CB_CHDR_OTHER;
+    case 15: return LONG_IS("x-forwarded-for") ? CB_CHDR_X_FORWARDED_FOR : CB_CHDR_OTHER;
+    case 16:
+      return LONG_IS("proxy-connection")   ? CB_CHDR_PROXY_CONNECTION
+             : LONG_IS("x-forwarded-host") ? CB_CHDR_X_FORWARDED_HOST
+                                           : CB_CHDR_OTHER;
+    case 17:
+      return LONG_IS("transfer-encoding")   ? CB_CHDR_TRANSFER_ENCODING
+             : LONG_IS("x-forwarded-proto") ? CB_CHDR_X_FORWARDED_PROTO
+                                            : CB_CHDR_OTHER;
+    default: return CB_CHDR_OTHER;
+  }
+}
 
 int cb_chdr_hop_by_hop(const char *name, size_t len, const char *connection_value, size_t cv_len) {
-  if (IS(name, len, "connection") || IS(name, len, "keep-alive") || IS(name, len, "proxy-connection") ||
-      IS(name, len, "te") || IS(name, len, "trailer") || IS(name, len, "transfer-encoding") ||
-      IS(name, len, "upgrade"))
-    return 1;
+  return CB_CHDR_IS_HOP_BY_HOP(cb_chdr_name(name, len)) || cb_chdr_listed(name, len, connection_value, cv_len);
+}
+
+int cb_chdr_listed(const char *name, size_t len, const char *connection_value, size_t cv_len) {
   /* The connection field's value: a list of names separated by commas, with optional spaces and tabs. */
   size_t i = 0;
   while (connection_value && i < cv_len) {

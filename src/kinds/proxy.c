@@ -305,9 +305,34 @@ struct upc_s {
 
 
 static void pool_close_all(cb__worker_t *w, void *state);
+/* At most this many freed exchanges are kept per worker; none under ASan, which then sees every exchange's
+ * memory freed (a kept one would hide a use after its end). */
+#if defined(__SANITIZE_ADDRESS__)
+#define PX_SPARE_MAX 0
+#else
+#define PX_SPARE_MAX 64
+#endif
+
+static void free_spares(pool_t *pl) {
+  while (pl->spare) {
+    px_t *x = pl->spare;
+    pl->spare = x->spare_next;
+    free(x);
+  }
+  pl->nspare = 0;
+}
+
+/* The worker's last connection closed: the spare exchanges go (the kept upstream connections stay). */
+static int pool_trim(cb__worker_t *w, void *state) {
+  (void)w;
+  free_spares(state);
+  return 0;
+}
+
 static void pool_free(cb__worker_t *w, void *state) {
   (void)w;
   pool_t *pl = state;
+  free_spares(pl);
   while (pl->ups) {
     upstream_t *u = pl->ups;
     pl->ups = u->next;
@@ -318,7 +343,7 @@ static void pool_free(cb__worker_t *w, void *state) {
 }
 /* The upstream connections outlive the worker's client connections on purpose: a client that opens a connection
  * per request still finds the upstream's kept alive. */
-static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = NULL};
+static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = pool_trim};
 
 static pool_t *pool_of(cb__worker_t *w) {
   cb__part_t *part = &w->parts[CB__PART_PROXY];
@@ -568,17 +593,6 @@ static int keep_head(px_t *x, const cb__hdr_t *hs, int n) {
 
 /* ---- the answer: the parser's callbacks ---- */
 
-static int lower_eq(const char *a, size_t n, const char *lit) {
-  size_t k = strlen(lit);
-  if (n != k) return 0;
-  for (size_t i = 0; i < n; i++) {
-    char ch = a[i];
-    if (ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
-    if (ch != lit[i]) return 0;
-  }
-  return 1;
-}
-
 /* Stops a feed: the exchange is over (failed or given up), nothing more is to be read from this answer. */
 #define STOP_FEED (-2000)
 
@@ -614,25 +628,30 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
 static inline __attribute__((always_inline)) int pass_head(px_t *x, int status, const cb_chdr_t *hf, int nf,
                                                            int64_t len) {
   cb__req_t *r = x->r;
+  /* Dropped: hop-by-hop fields (and, once the whole head is seen, those its connection field names), date and
+   * the framing. Each name is classified once. */
   const char *conn_v = NULL;
   size_t conn_n = 0;
-  for (int i = 0; i < nf; i++)
-    if (lower_eq(hf[i].name, hf[i].name_len, "connection")) {
-      conn_v = hf[i].value;
-      conn_n = hf[i].value_len;
-      break; /* TODO(merge): several connection fields; the client layer may join them */
-    }
   cb__hdr_t hs[PROXY_MAX_HEADERS];
   int n = 0;
   for (int i = 0; i < nf && n < PROXY_MAX_HEADERS; i++) {
     const cb_chdr_t *f = &hf[i];
-    if (cb_chdr_hop_by_hop(f->name, f->name_len, conn_v, conn_n) || lower_eq(f->name, f->name_len, "date") ||
-        lower_eq(f->name, f->name_len, "content-length") || lower_eq(f->name, f->name_len, "transfer-encoding"))
-      continue;
+    int id = cb_chdr_name(f->name, f->name_len);
+    if (id == CB_CHDR_CONNECTION && conn_v == NULL) {
+      conn_v = f->value;
+      conn_n = f->value_len; /* TODO(merge): several connection fields; the client layer may join them */
+    }
+    if (CB_CHDR_IS_HOP_BY_HOP(id) || id == CB_CHDR_DATE || id == CB_CHDR_CONTENT_LENGTH) continue;
     char *name = (char *)f->name;
     for (size_t k = 0; k < f->name_len; k++)
       if (name[k] >= 'A' && name[k] <= 'Z') name[k] = (char)(name[k] + 32);
     hs[n++] = (cb__hdr_t){f->name, f->name_len, f->value, f->value_len};
+  }
+  if (conn_v != NULL) { /* rare: a connection field that names others */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (!cb_chdr_listed(hs[i].name, hs[i].name_len, conn_v, conn_n)) hs[k++] = hs[i];
+    n = k;
   }
   x->status = status;
   r->up_status = (uint16_t)status;
@@ -1087,38 +1106,51 @@ typedef struct {
   size_t conn_n, host_n;
 } fwd_t;
 
-/* Fills fw from r's fields; returns the bytes of their names (what lowercased copies of them take). */
-static size_t fwd_scan(const cb__req_t *r, fwd_t *fw) {
+/* Fills fw from r's fields, and hs (room for r->nheaders) with those that go on: not hop-by-hop (nor named by
+ * the connection field), not host, expect (answered here already), content-length (the proxy writes the
+ * framing) or an x-forwarded-* the proxy writes itself. Returns their count. Each name is classified once: a
+ * comparison per name and field was a tenth of a proxied request's instructions. */
+static int fwd_collect(const cb__req_t *r, fwd_t *fw, cb_chdr_t *hs) {
   *fw = (fwd_t){NULL, r->authority, 0, r->authority_len};
-  size_t names = 0;
+  int nh = 0;
   for (int i = 0; i < r->nheaders; i++) {
     const cb__hdr_t *f = &r->headers[i];
-    if (lower_eq(f->name, f->name_len, "connection") && fw->conn_v == NULL) {
+    int id = cb_chdr_name(f->name, f->name_len);
+    if (id == CB_CHDR_OTHER || id == CB_CHDR_DATE) {
+      hs[nh++] = (cb_chdr_t){f->name, f->name_len, f->value, f->value_len};
+    } else if (id == CB_CHDR_CONNECTION && fw->conn_v == NULL) {
       fw->conn_v = f->value;
       fw->conn_n = f->value_len;
-    } else if (lower_eq(f->name, f->name_len, "host") && fw->host == NULL) {
+    } else if (id == CB_CHDR_HOST && fw->host == NULL) {
       fw->host = f->value;
       fw->host_n = f->value_len;
     }
-    names += f->name_len;
   }
-  return names;
-}
-
-/* Whether field f goes on: not hop-by-hop (nor named by the connection field), not host, expect (answered here
- * already), content-length (the proxy writes the framing) or an x-forwarded-* the proxy writes itself. Inlined
- * into both loops: a call per field cost 60 instructions a request. */
-static inline __attribute__((always_inline)) int fwd_keeps(const fwd_t *fw, const cb__hdr_t *f) {
-  return !(cb_chdr_hop_by_hop(f->name, f->name_len, fw->conn_v, fw->conn_n) || lower_eq(f->name, f->name_len, "host") ||
-           lower_eq(f->name, f->name_len, "expect") || lower_eq(f->name, f->name_len, "content-length") ||
-           lower_eq(f->name, f->name_len, "x-forwarded-for") ||
-           lower_eq(f->name, f->name_len, "x-forwarded-proto") || lower_eq(f->name, f->name_len, "x-forwarded-host"));
+  if (fw->conn_v == NULL) return nh;
+  int k = 0; /* rare: a connection field that names others */
+  for (int i = 0; i < nh; i++)
+    if (!cb_chdr_listed(hs[i].name, hs[i].name_len, fw->conn_v, fw->conn_n)) hs[k++] = hs[i];
+  return k;
 }
 
 /* Appends x-forwarded-for (the client's address, written at peer: INET6_ADDRSTRLEN bytes), -proto and -host to
  * hs after its nh fields; returns the new count. */
 static int fwd_add(const fwd_t *fw, const cb__conn_t *conn, char *peer, cb_chdr_t *hs, int nh) {
-  size_t pn = cb__peer_text(conn->peer_family, conn->peer_addr, -1, peer);
+  size_t pn;
+  pool_t *pl = pool_of(conn->w);
+  if (pl != NULL && pl->peer_len > 0 && pl->peer_family == conn->peer_family &&
+      memcmp(pl->peer_addr, conn->peer_addr, sizeof pl->peer_addr) == 0) {
+    pn = pl->peer_len;
+    memcpy(peer, pl->peer_text, pn);
+  } else {
+    pn = cb__peer_text(conn->peer_family, conn->peer_addr, -1, peer);
+    if (pl != NULL && pn > 0 && pn < sizeof pl->peer_text) {
+      pl->peer_family = conn->peer_family;
+      memcpy(pl->peer_addr, conn->peer_addr, sizeof pl->peer_addr);
+      memcpy(pl->peer_text, peer, pn);
+      pl->peer_len = (uint8_t)pn;
+    }
+  }
   int tls = conn->proto_id == CB_PROTO_H1_TLS || conn->proto_id == CB_PROTO_H2_TLS;
   hs[nh++] = (cb_chdr_t){STR("x-forwarded-for"), peer, pn};
   hs[nh++] = (cb_chdr_t){STR("x-forwarded-proto"), tls ? "https" : "http", tls ? 5 : 4};
@@ -1134,19 +1166,13 @@ static int send_head(px_t *x, int64_t length) {
   const cb__proxy_t *p = x->p;
   cb__conn_t *conn = r->conn;
   fwd_t fw;
-  fwd_scan(r, &fw);
-  int nh = 0;
   /* The field list and the target are made on the stack when they fit (the usual case), else in blocks of
    * their own: two mallocs and frees per request were a tenth of the proxy's own instructions. */
   cb_chdr_t stack_hs[64];
   size_t nhs = (size_t)r->nheaders + PROXY_ADDED;
   cb_chdr_t *hs = nhs <= sizeof stack_hs / sizeof *stack_hs ? stack_hs : malloc(nhs * sizeof *hs);
   if (hs == NULL) return UV_ENOMEM;
-  for (int i = 0; i < r->nheaders; i++) {
-    const cb__hdr_t *f = &r->headers[i];
-    if (!fwd_keeps(&fw, f)) continue;
-    hs[nh++] = (cb_chdr_t){f->name, f->name_len, f->value, f->value_len};
-  }
+  int nh = fwd_collect(r, &fw, hs);
   char peer[INET6_ADDRSTRLEN];
   nh = fwd_add(&fw, conn, peer, hs, nh);
   /* The target: the prefix, then the request's as received. */
@@ -1159,8 +1185,12 @@ static int send_head(px_t *x, int64_t length) {
   }
   memcpy(target, p->prefix, p->prefix_len);
   memcpy(target + p->prefix_len, r->path, r->target_len);
+  /* The fields are not checked again: the request's came through the engine's parsers (llhttp in strict mode and
+   * http1.c's token check, or nghttp2's HTTP messaging: token names, values without controls; the wire tests
+   * proxy_fields_parsed_* hold them to it), the added ones are an address, a constant and the host's value. */
   cb_creq_t q = {.method = r->method_str, .method_len = r->method_len, .target = target, .target_len = tn,
                  .host = p->authority, .host_len = p->authority_len, .headers = hs, .nheaders = nh,
+                 .fields_checked = 1,
                  .content_length = length == CB__STREAMED ? CB_CREQ_CHUNKED
                                    : length == CB__NO_BODY ? CB_CREQ_NO_BODY : length};
   size_t cap = 256 + tn + p->authority_len + r->method_len;
@@ -1233,7 +1263,15 @@ static inline __attribute__((always_inline)) px_t *px_new(cb__req_t *r) {
   CB__STAT_INC(w, proxy_requests);
   r->up_to = p->to;
   r->up_to_len = (uint16_t)p->opts.to.len;
-  px_t *x = calloc(1, sizeof *x);
+  pool_t *pl = pool_of(w);
+  px_t *x = pl != NULL ? pl->spare : NULL;
+  if (x != NULL) {
+    pl->spare = x->spare_next;
+    pl->nspare--;
+    memset(x, 0, sizeof *x);
+  } else {
+    x = calloc(1, sizeof *x);
+  }
   if (x == NULL) {
     cb__res_head(r, 503, NULL, NULL, 0, 0);
     cb__res_end(r);
@@ -1338,8 +1376,15 @@ static inline __attribute__((always_inline)) void px_free(px_t *x) {
   free(x->body);
   free(x->trs);
   free(x->detail);
-  free(x);
   r->stub = NULL;
+  pool_t *pl = pool_of(r->conn->w);
+  if (pl != NULL && pl->nspare < PX_SPARE_MAX) {
+    x->spare_next = pl->spare;
+    pl->spare = x;
+    pl->nspare++;
+  } else {
+    free(x);
+  }
 }
 
 void cb__px_free(px_t *x) { px_free(x); }
@@ -1367,22 +1412,21 @@ int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block) {
   cb__req_t *r = x->r;
   cb__conn_t *conn = r->conn;
   fwd_t fw;
-  size_t bytes = 24 + INET6_ADDRSTRLEN + fwd_scan(r, &fw); /* a length, an address and the names */
   cb_chdr_t *hs = malloc(((size_t)r->nheaders + PROXY_ADDED + 1) * sizeof *hs);
+  if (hs == NULL) return UV_ENOMEM;
+  int nh = fwd_collect(r, &fw, hs);
+  size_t bytes = 24 + INET6_ADDRSTRLEN; /* a length, an address and the names */
+  for (int i = 0; i < nh; i++) bytes += hs[i].name_len;
   char *b = malloc(bytes), *o = b;
-  if (hs == NULL || b == NULL) {
+  if (b == NULL) {
     free(hs);
-    free(b);
     return UV_ENOMEM;
   }
-  int nh = 0;
-  for (int i = 0; i < r->nheaders; i++) {
-    const cb__hdr_t *f = &r->headers[i];
-    if (!fwd_keeps(&fw, f)) continue;
-    for (size_t k = 0; k < f->name_len; k++)
-      o[k] = (char)(f->name[k] >= 'A' && f->name[k] <= 'Z' ? f->name[k] + 32 : f->name[k]);
-    hs[nh++] = (cb_chdr_t){o, f->name_len, f->value, f->value_len};
-    o += f->name_len;
+  for (int i = 0; i < nh; i++) { /* the names lowercased into the block */
+    for (size_t k = 0; k < hs[i].name_len; k++)
+      o[k] = (char)(hs[i].name[k] >= 'A' && hs[i].name[k] <= 'Z' ? hs[i].name[k] + 32 : hs[i].name[k]);
+    hs[i].name = o;
+    o += hs[i].name_len;
   }
   /* After a delay the body is held whole: its length; otherwise the declared one, if any. */
   int64_t len = x->p->delay_ms > 0 && x->hold_len > 0 ? (int64_t)x->hold_len : r->content_length;

@@ -72,6 +72,13 @@ typedef struct {
   upstream_t *ups;
   upc_t *all;   /* every open HTTP/1.1 upstream connection of the worker */
   int closed;   /* the worker is stopping: no new connection */
+  px_t *spare; /* freed exchanges kept for the next requests (a calloc and a free per request otherwise) */
+  int nspare;
+  /* The last client address written as x-forwarded-for, as text: a worker's clients often share one. */
+  uint8_t peer_family;
+  uint8_t peer_addr[16];
+  uint8_t peer_len;
+  char peer_text[INET6_ADDRSTRLEN];
   char rbuf[PROXY_READ_BUF]; /* one read buffer for every upstream connection of the worker */
   char ptbuf[PROXY_READ_BUF]; /* https: the plaintext of a read */
 } pool_t;
@@ -110,6 +117,7 @@ struct px_s {
   cb__hdr_t *trs;
   int ntrs;
   char *detail;        /* a failed TLS handshake's reason, for the 502's body (NULL: none) */
+  px_t *spare_next;    /* in pool_t.spare's list, once freed */
 };
 
 /* A proxied request's exchange: cb__req_t.stub, which a proxy stub does not use otherwise (no sequence). */

@@ -542,6 +542,44 @@ TEST(client_request_head_refuses_injection) {
 
 /* ---- hop-by-hop ---- */
 
+/* Every name cb_chdr_name knows, in any case, and nothing else: each byte of each name replaced by each of the
+ * 256 values gives CB_CHDR_OTHER unless the value is that letter in the other case (the word compare lowercases
+ * only 'A'..'Z': '@', '[', a CR where a '-' stands and the bytes above 0x7f stay what they are). */
+TEST(client_field_names) {
+  static const struct {
+    const char *name;
+    int id;
+  } known[] = {{"connection", CB_CHDR_CONNECTION}, {"keep-alive", CB_CHDR_KEEP_ALIVE},
+               {"proxy-connection", CB_CHDR_PROXY_CONNECTION}, {"te", CB_CHDR_TE}, {"trailer", CB_CHDR_TRAILER},
+               {"transfer-encoding", CB_CHDR_TRANSFER_ENCODING}, {"upgrade", CB_CHDR_UPGRADE},
+               {"host", CB_CHDR_HOST}, {"expect", CB_CHDR_EXPECT}, {"content-length", CB_CHDR_CONTENT_LENGTH},
+               {"date", CB_CHDR_DATE}, {"x-forwarded-for", CB_CHDR_X_FORWARDED_FOR},
+               {"x-forwarded-proto", CB_CHDR_X_FORWARDED_PROTO}, {"x-forwarded-host", CB_CHDR_X_FORWARDED_HOST}};
+  char b[32];
+  for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) {
+    size_t n = strlen(known[k].name);
+    memcpy(b, known[k].name, n);
+    ASSERT_EQ(cb_chdr_name(b, n), known[k].id);
+    for (size_t i = 0; i < n; i++) b[i] = (char)(b[i] >= 'a' && b[i] <= 'z' ? b[i] - 32 : b[i]);
+    ASSERT_EQ(cb_chdr_name(b, n), known[k].id); /* all upper case */
+    ASSERT_EQ(cb_chdr_name(b, n - 1), CB_CHDR_OTHER);
+    memcpy(b, known[k].name, n);
+    for (size_t i = 0; i < n; i++) {
+      char keep = b[i];
+      for (int v = 0; v < 256; v++) {
+        b[i] = (char)v;
+        int same = v == keep || (keep >= 'a' && keep <= 'z' && v == keep - 32);
+        int want = same ? known[k].id : CB_CHDR_OTHER;
+        ASSERT_EQ(cb_chdr_name(b, n), want);
+      }
+      b[i] = keep;
+    }
+  }
+  ASSERT_EQ(cb_chdr_name("", 0), CB_CHDR_OTHER);
+  ASSERT_EQ(cb_chdr_name("user-agent", 10), CB_CHDR_OTHER);
+  ASSERT_EQ(cb_chdr_name("content-type", 12), CB_CHDR_OTHER);
+}
+
 TEST(client_hop_by_hop) {
   static const char *const hop[] = {"connection", "Keep-Alive", "PROXY-CONNECTION", "te", "Trailer",
                                     "transfer-encoding", "Upgrade"};
