@@ -480,7 +480,7 @@ TEST(client_strerror) {
 TEST(client_request_head) {
   char buf[512];
   cb_chdr_t hs[] = {{S("accept"), S("*/*")}, {S("X-Forwarded-For"), S("127.0.0.1")}, {S("x-empty"), S("")}};
-  cb_creq_t r = {S("GET"), S("/a/b?c=d"), S("127.0.0.1:8080"), hs, 3, CB_CREQ_NO_BODY};
+  cb_creq_t r = {S("GET"), S("/a/b?c=d"), S("127.0.0.1:8080"), hs, 3, CB_CREQ_NO_BODY, 0};
   static const char want[] = "GET /a/b?c=d HTTP/1.1\r\nhost: 127.0.0.1:8080\r\naccept: */*\r\n"
                              "X-Forwarded-For: 127.0.0.1\r\nx-empty: \r\n\r\n";
   ssize_t n = cb_creq_head(buf, sizeof buf, &r);
@@ -489,7 +489,7 @@ TEST(client_request_head) {
   ASSERT_EQ(cb_creq_head(buf, sizeof want - 1, &r), (ssize_t)sizeof want - 1);
   for (size_t cap = 0; cap < sizeof want - 1; cap++) ASSERT_EQ(cb_creq_head(buf, cap, &r), -1);
 
-  cb_creq_t post = {S("POST"), S("/up"), S("h"), NULL, 0, 12345};
+  cb_creq_t post = {S("POST"), S("/up"), S("h"), NULL, 0, 12345, 0};
   static const char want_post[] = "POST /up HTTP/1.1\r\nhost: h\r\ncontent-length: 12345\r\n\r\n";
   n = cb_creq_head(buf, sizeof buf, &post);
   ASSERT_MEM_EQ(buf, (size_t)n, want_post, sizeof want_post - 1);
@@ -512,7 +512,7 @@ TEST(client_request_head_refuses_injection) {
   cb_chdr_t bad_name_colon = {S("a:b"), S("c")};
   cb_chdr_t bad_name_space = {S("a b"), S("c")};
   cb_chdr_t empty_name = {S(""), S("c")};
-  cb_creq_t r = {S("GET"), S("/"), S("h"), &ok, 1, CB_CREQ_NO_BODY};
+  cb_creq_t r = {S("GET"), S("/"), S("h"), &ok, 1, CB_CREQ_NO_BODY, 0};
   ASSERT_GT(cb_creq_head(buf, sizeof buf, &r), 0);
   const cb_chdr_t *bad[] = {&bad_value, &bad_value_lf, &bad_value_nul, &bad_name_colon, &bad_name_space, &empty_name};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
