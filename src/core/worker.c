@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -214,7 +213,6 @@ static void close_worker_handles(cb__worker_t *w) {
   if (!uv_is_closing((uv_handle_t *)&w->date_timer)) uv_close((uv_handle_t *)&w->date_timer, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->aux_timer)) uv_close((uv_handle_t *)&w->aux_timer, NULL);
   if (!uv_is_closing((uv_handle_t *)&w->clock_check)) uv_close((uv_handle_t *)&w->clock_check, NULL);
-  if (!uv_is_closing((uv_handle_t *)&w->ep_poll)) uv_close((uv_handle_t *)&w->ep_poll, NULL);
 }
 
 void cb__worker_conn_gone(cb__worker_t *w) {
@@ -299,26 +297,9 @@ static void on_clock_check(uv_check_t *h) {
   w->now_valid = 0;
 }
 
-static void on_conns_ready(uv_poll_t *h, int status, int events) {
-  (void)status; /* an epoll descriptor reports no error of its own */
-  (void)events;
-  cb__conns_ready(h->data);
-}
-
 static int init_loop(cb__worker_t *w) {
-  w->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (w->epfd < 0) return uv_translate_sys_error(errno);
   int err = uv_loop_init(&w->loop);
-  if (err) {
-    close(w->epfd);
-    return err;
-  }
-  /* Unreferenced: the connections' timers and the listeners keep the loop running, as their own poll handles
-   * did (conn.c, "Readiness"). */
-  uv_poll_init(&w->loop, &w->ep_poll, w->epfd);
-  w->ep_poll.data = w;
-  uv_poll_start(&w->ep_poll, UV_READABLE, on_conns_ready);
-  uv_unref((uv_handle_t *)&w->ep_poll);
+  if (err) return err;
   w->loop.data = w;
   cb__caches_init(&w->caches, CB__OUTQ_BLOCK);
   uv_timer_init(&w->loop, &w->date_timer);
@@ -394,7 +375,6 @@ static void worker_main(void *arg) {
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
   (void)rc;
-  close(w->epfd);
   free_parts(w);
   cb__caches_drain(&w->caches);
   /* Every connection is gone, and with it every use of a table: let go of the current one. */
@@ -443,11 +423,9 @@ int cb__worker_close_test(cb__worker_t *w) {
   uv_close((uv_handle_t *)&w->date_timer, NULL);
   uv_close((uv_handle_t *)&w->aux_timer, NULL);
   uv_close((uv_handle_t *)&w->clock_check, NULL);
-  uv_close((uv_handle_t *)&w->ep_poll, NULL);
   close_parts(w);
   uv_run(&w->loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&w->loop);
-  close(w->epfd);
   free_parts(w);
   cb__caches_drain(&w->caches);
   return rc;
