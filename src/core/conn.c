@@ -229,7 +229,7 @@ static void update_poll(cb__conn_t *c) {
   int ev = reading(c) ? UV_READABLE : 0;
   /* Input the transport holds (TLS records read ahead of a full buffer) is read at the next turn of the loop:
    * the socket is writable at once, as for a generator's next round (cb__conn_after). */
-  if (c->write_blocked || c->tr.want_write || (ev && c->tr.buffered)) ev |= UV_WRITABLE;
+  if (c->write_blocked || c->tr.want_write || c->tr.held || (ev && c->tr.buffered)) ev |= UV_WRITABLE;
   if (ev == c->poll_events) return;
   c->poll_events = (uint8_t)ev;
   if (ev == 0)
@@ -301,6 +301,13 @@ void cb__conn_after(cb__conn_t *c) {
   if (c->close_after_flush && c->out.bytes == 0 && !c->lingering) {
     start_linger(c);
     if (c->closing) return;
+  }
+  /* What the transport gathered in this event (TLS records: the handshake's last messages, the response, the
+   * close_notify) leaves in one write. */
+  if (c->tr.ops->push != NULL && c->tr.ops->push(&c->tr) != 0) {
+    if (!c->lingering) CB__STAT_INC(c->w, resets);
+    cb__conn_close(c);
+    return;
   }
   update_poll(c);
   update_timer(c);

@@ -1,6 +1,7 @@
 /* The TLS transport: TLS 1.2 and 1.3 over a non-blocking TCP socket, with OpenSSL 3 (Debian's libssl).
  *
- * The session reads and writes the socket itself (a socket BIO). Nothing waits: a handshake step or a record that
+ * The session reads the socket itself (a socket BIO) and writes the records of one event into a batch that
+ * goes out in one write at the event's end (tls_batch.c, tls_push). Nothing waits: a handshake step or a record that
  * cannot go on now answers UV_EAGAIN, and the loop's next event for the socket goes on with it. A handshake
  * message that could not be written sets want_write, and the connection then polls for writable and reads again
  * (core/conn.c). The protocols above see plaintext only, after the handshake: the first read that returns bytes
@@ -23,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "transport/tls_batch.h"
 #include "transport/tls_fault.h"
 #include "transport/transport.h"
 
@@ -187,7 +189,7 @@ int cb__tls_info(const cb__tport_t *t, cb__tls_info_t *out) {
 static const cb__tport_ops_t refused_ops;
 
 static void refuse(cb__tport_t *t) {
-  shutdown(t->fd, SHUT_WR);
+  if (!cb__tls_batch_fin(SSL_get_wbio(t->state))) shutdown(t->fd, SHUT_WR); /* else after the alert, at the push */
   t->ops = &refused_ops;
 }
 
@@ -321,14 +323,21 @@ static ssize_t tls_writev(cb__tport_t *t, const struct iovec *iov, int n) {
   return total;
 }
 
-/* close_notify, then the FIN; a close_notify that cannot be written now is not waited for. */
+/* close_notify, then the FIN: both go out with the event's batch (tls_push), after the last response. A
+ * close_notify that cannot be written now is not waited for. */
 static void tls_shutdown(cb__tport_t *t) {
   if (cb__tls_fault_shutdown(t)) return; /* an after-handshake fault ends it instead (tls_fault.c) */
   if (t->ready) {
     (void)SSL_shutdown(t->state);
     ERR_clear_error();
   }
-  shutdown(t->fd, SHUT_WR);
+  if (!cb__tls_batch_fin(SSL_get_wbio(t->state))) shutdown(t->fd, SHUT_WR);
+}
+
+static int tls_push(cb__tport_t *t) {
+  int r = cb__tls_batch_push(SSL_get_wbio(t->state), 0);
+  t->held = r > 0;
+  return r < 0 ? r : 0;
 }
 
 static void tls_close(cb__tport_t *t, int reset) {
@@ -342,6 +351,9 @@ static void tls_close(cb__tport_t *t, int reset) {
    * TLS 1.1 and later allow it (RFC 4346 7.2.1). A reset (a fault) drops it. */
   if (!reset && t->ready && t->ops != &refused_ops)
     SSL_set_shutdown(t->state, SSL_get_shutdown(t->state) | SSL_SENT_SHUTDOWN);
+  /* What the last event gathered (a response, a close_notify, an alert) goes before the FIN of close(2), as far
+   * as the socket takes it: nothing is waited for. */
+  if (!reset) (void)cb__tls_batch_push(SSL_get_wbio(t->state), 1);
   cb__tls_fault_close(t);
   SSL_free(t->state);
   ERR_clear_error();
@@ -358,6 +370,7 @@ static const cb__tport_ops_t tls_ops = {
     .shutdown = tls_shutdown,
     .close = tls_close,
     .fault = cb__tls_fault_after,
+    .push = tls_push,
 };
 
 static const cb__tport_ops_t refused_ops = {
@@ -367,14 +380,27 @@ static const cb__tport_ops_t refused_ops = {
     .sendfile = NULL,
     .shutdown = refused_shutdown,
     .close = tls_close,
+    .push = tls_push,
 };
+
+/* The session's socket: read through a socket BIO, written through a batch (tls_batch.c); or both through the
+ * socket BIO when the session may go to the kernel (kTLS writes through the BIO OpenSSL gave its keys to). */
+static int attach(SSL *ssl, int fd, int ktls) {
+  if (ktls) return SSL_set_fd(ssl, fd) == 1;
+  if (SSL_set_rfd(ssl, fd) != 1) return 0;
+  BIO *w = cb__tls_batch_new(ssl, fd);
+  if (w == NULL) return 0;
+  SSL_set0_wbio(ssl, w);
+  return 1;
+}
 
 int cb__tport_tls(int fd, cb__tls_ctx_t *ctx, cb__tls_budget_t *budget, cb__tport_t *out) {
   /* A client that opens connections and never finishes their handshakes holds a session each (tens of KiB with
    * its buffers) until the header timeout: the budget bounds how many a worker holds. */
   if (budget != NULL && budget->pending >= budget->max) return UV_EBUSY;
   SSL *ssl = SSL_new(ctx->ctx[CB__CERT_DEFAULT]);
-  if (ssl == NULL || SSL_set_fd(ssl, fd) != 1 || (budget != NULL && SSL_set_ex_data(ssl, budget_slot, budget) != 1)) {
+  if (ssl == NULL || !attach(ssl, fd, ctx->ktls) ||
+      (budget != NULL && SSL_set_ex_data(ssl, budget_slot, budget) != 1)) {
     SSL_free(ssl);
     ERR_clear_error();
     return UV_ENOMEM;

@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "transport/tls_batch.h"
 #include "transport/tls_fault.h"
 
 typedef struct {
@@ -210,6 +211,7 @@ int cb__tls_fault_after(cb__tport_t *t, int kind) {
 int cb__tls_fault_shutdown(cb__tport_t *t) {
   fault_state_t *st = t->state != NULL ? state_of(t->state) : NULL;
   if (st == NULL || st->after == 0) return 0;
+  (void)cb__tls_batch_push(SSL_get_wbio(t->state), 1); /* what the session wrote before goes first */
   if (st->after == CB__FAULT_TLS_BAD_RECORD) {
     /* An application_data record (TLS 1.3 and 1.2 alike on the wire) of 32 bytes that no key decrypts: the
      * client's AEAD (or MAC) check fails, and it answers with the bad_record_mac alert. 32 bytes: at least a

@@ -35,6 +35,11 @@ typedef struct {
    * or CB__FAULT_TLS_TRUNCATE: the connection ends with it when it shuts down, after what was written before
    * (transport/tls_fault.c). 0, or UV_ENOMEM. */
   int (*fault)(cb__tport_t *t, int kind);
+  /* Optional: writes what the transport gathered during the event (TLS records, transport/tls_batch.c), as far
+   * as the socket takes it; the connection calls it once its event's output is all handed over (core/conn.c).
+   * Sets held when bytes still wait for the socket to be writable. 0, or a negative UV_E* error of the socket.
+   * NULL: every write went to the socket at once. */
+  int (*push)(cb__tport_t *t);
 } cb__tport_ops_t;
 
 /* The application protocol a transport negotiated (TLS's ALPN): detection follows it before the preface rule. */
@@ -52,6 +57,7 @@ struct cb__tport_s {
   uint8_t buffered;    /* tls: the last read filled the buffer and OpenSSL holds more of what it read from the
                           socket: the connection reads again without waiting for the socket (core/conn.c) */
   uint8_t tls;         /* 1: the tls transport (the protocols name the connection h1_tls / h2_tls) */
+  uint8_t held;        /* tls: the last push left bytes for the socket: the connection polls for writable */
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */
   void *sink_arg;
   void *state;         /* tls: the session (an OpenSSL SSL) */
