@@ -130,7 +130,7 @@ int cb__testconn_eof(cb__testconn_t *tc) {
 int cb__testconn_run(cb__testconn_t *tc, int until_idle) {
   if (is_closed(tc)) return 1;
   if (!until_idle) {
-    uv_run(&tc->w->loop, UV_RUN_NOWAIT);
+    cb__worker_turn(tc->w, 1); /* a TLS connection's socket is in the worker's set, not libuv's */
   } else {
     /* Run while the connection is open and a timer other than its own timeout is pending. The date timer
      * is unreferenced; the connection's timer is referenced, so stop at its turn. */

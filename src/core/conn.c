@@ -6,12 +6,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/core.h"
 
-static void on_poll(uv_poll_t *h, int status, int events);
+static void on_ready(cb__conn_t *c, int status, int events);
 static void on_timer(uv_timer_t *t);
 static void update_poll(cb__conn_t *c);
 
@@ -23,13 +24,6 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, const cb__tport_t *tr) {
   c->tr = *tr;
   c->proto = CB__PROTO_DETECT;
   c->ops = w->first_ops;
-  if (tr->fd >= 0) {
-    if (uv_poll_init(&w->loop, &c->poll, tr->fd) != 0) {
-      free(c);
-      return NULL;
-    }
-    c->poll.data = c;
-  }
   uv_timer_init(&w->loop, &c->timer);
   c->timer.data = c;
   c->head_start = uv_now(&w->loop);
@@ -112,20 +106,19 @@ static void free_conn(cb__conn_t *c) {
   cb__worker_conn_gone(w);
 }
 
-static void on_handle_closed(uv_handle_t *h) {
-  cb__conn_t *c = h->data;
-  if (--c->pending_close == 0) free_conn(c);
-}
+static void on_handle_closed(uv_handle_t *h) { free_conn(h->data); }
 
 void cb__conn_close(cb__conn_t *c) {
   if (c->closing) return;
   c->closing = 1;
-  c->pending_close = 1;
-  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-  if (c->tr.fd >= 0) {
-    c->pending_close++;
-    uv_close((uv_handle_t *)&c->poll, on_handle_closed);
+  /* Out of the epoll set before close(2) (free_conn, after this iteration's events): an event for it could
+   * otherwise outlive the connection, should its socket still be open elsewhere (a fork's copy). Events of
+   * this iteration already read are skipped (on_ready: closing). */
+  if (c->poll_events != 0) {
+    epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->tr.fd, NULL);
+    c->poll_events = 0;
   }
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
 /* The sending side is shut down once everything queued is written; the peer then reads our last response
@@ -231,11 +224,15 @@ static void update_poll(cb__conn_t *c) {
    * the socket is writable at once, as for a generator's next round (cb__conn_after). */
   if (c->write_blocked || c->tr.want_write || c->tr.held || (ev && c->tr.buffered)) ev |= UV_WRITABLE;
   if (ev == c->poll_events) return;
+  /* Nothing to watch: out of the set (an empty mask would still report a hang-up, again and again). */
+  int op = ev == 0 ? EPOLL_CTL_DEL : c->poll_events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  struct epoll_event e = {.events = (ev & UV_READABLE ? EPOLLIN : 0u) | (ev & UV_WRITABLE ? EPOLLOUT : 0u),
+                          .data.ptr = c};
+  if (epoll_ctl(c->w->epfd, op, c->tr.fd, &e) != 0) { /* ENOMEM or ENOSPC (max_user_watches): no events */
+    cb__conn_close(c);
+    return;
+  }
   c->poll_events = (uint8_t)ev;
-  if (ev == 0)
-    uv_poll_stop(&c->poll);
-  else
-    uv_poll_start(&c->poll, ev, on_poll);
 }
 
 static void update_timer(cb__conn_t *c) {
@@ -359,11 +356,28 @@ void cb__conn_input_eof(cb__conn_t *c) {
   cb__conn_after(c);
 }
 
-static void on_poll(uv_poll_t *h, int status, int events) {
-  cb__conn_t *c = h->data;
+/* ---- Readiness ----
+ *
+ * The worker's epoll set holds every connection that waits for something (update_poll), with the connection as
+ * the event's data, level-triggered as libuv's own. The worker's loop waits on it (worker.c, cb__worker_turn)
+ * and hands each event here. A connection closed by an earlier event of the same wait is skipped (closing): its
+ * memory stays until libuv's close callbacks, which run after the wait's events. */
+void cb__conn_ready(cb__conn_t *c, uint32_t e) {
+  if (c->closing) return;
+  /* As libuv's uv_poll_t: an error is UV_EBADF; a hang-up reports what the connection waits for. */
+  if (e & EPOLLERR) {
+    on_ready(c, UV_EBADF, 0);
+    return;
+  }
+  int events = (e & EPOLLIN ? UV_READABLE : 0) | (e & EPOLLOUT ? UV_WRITABLE : 0);
+  if (e & EPOLLHUP) events |= c->poll_events;
+  on_ready(c, 0, events);
+}
+
+static void on_ready(cb__conn_t *c, int status, int events) {
   if (c->closing) return;
   if (status < 0) {
-    /* libuv says UV_EBADF for POLLERR: the peer's reset. After the peer's end (lingering) it is no reset of an
+    /* UV_EBADF for EPOLLERR: the peer's reset. After the peer's end (lingering) it is no reset of an
      * exchange: a TLS client that sent close_notify and closed resets the connection when our close_notify
      * reaches its closed socket. */
     if (!(c->proto == CB__PROTO_DETECT || c->lingering)) CB__STAT_INC(c->w, resets);

@@ -174,7 +174,6 @@ typedef struct {
 enum { CB__PROTO_DETECT, CB__PROTO_H1, CB__PROTO_H2 };
 
 struct cb__conn_s {
-  uv_poll_t poll; /* first member: callbacks cast back */
   uv_timer_t timer;
   cb__worker_t *w;
   cb__conn_t *prev, *next; /* the worker's list */
@@ -186,14 +185,13 @@ struct cb__conn_s {
   uint8_t proto;       /* CB__PROTO_* */
   uint8_t proto_id;    /* cb_proto_id, set by the protocol when it takes the connection (the journal's proto) */
   uint8_t timer_mode;  /* armed mode */
-  uint8_t poll_events; /* events the poll handle is started with */
+  uint8_t poll_events; /* UV_READABLE | UV_WRITABLE: what the worker's epoll set watches for (0: not in it) */
   uint8_t closing;     /* uv_close has been called */
   uint8_t close_after_flush;
   uint8_t lingering;   /* sending side shut down, draining input */
   uint8_t read_paused; /* by the protocol (input buffer full) */
   uint8_t write_blocked; /* the last flush left bytes queued */
   uint8_t eof;         /* the peer closed its sending side */
-  uint8_t pending_close; /* handles to wait for before freeing */
   uint8_t abort_after_flush; /* a fault: reset (RST) once what is queued has been written (fault.c) */
   uint8_t reset_on_close;    /* cb__conn_abort: the transport's close sends RST */
   uint8_t rested;        /* the rest step ran since the last event */
@@ -225,6 +223,16 @@ cb__conn_t *cb__conn_new(cb__worker_t *w, const cb__tport_t *tr);
 /* Feeds bytes as if read from the socket, then runs the after-event work (flush, timers). */
 void cb__conn_input(cb__conn_t *c, const char *data, size_t len);
 void cb__conn_input_eof(cb__conn_t *c);
+/* An event of the worker's epoll set for c (EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP): reads, writes or closes
+ * (conn.c, "Readiness"). */
+void cb__conn_ready(cb__conn_t *c, uint32_t events);
+/* One turn of the worker's loop (worker.c): waits for the connections' sockets and libuv's own descriptors (not
+ * at all with nowait), runs what is ready, then libuv's phases when something of libuv's is due. 0 once nothing
+ * is left to wait for (no active libuv handle and no connection), else 1. */
+int cb__worker_turn(cb__worker_t *w, int nowait);
+/* A prepare handle was started on w's loop (kinds/deferred.c): libuv's phases run before the worker's next wait,
+ * as they would in uv_run's next iteration. */
+void cb__worker_want_uv_turn(cb__worker_t *w);
 /* Runs after any event that may have produced output (handler timers): deferred work, flush, timers. */
 void cb__conn_after(cb__conn_t *c);
 /* cb__conn_after, once, when the worker has run the commands it was woken for or at the end of the loop's
@@ -371,6 +379,12 @@ struct cb__worker_s {
   const cb__router_t *router;       /* the route table's side of dispatch (routes/) */
   cb__caches_t caches;    /* base/pool.c */
   cb__part_t parts[CB__WORKER_PARTS]; /* upper layers' per-worker state (CB__PART_*) */
+  /* The connections' sockets are watched in an epoll set of the worker's own, which also holds libuv's own
+   * epoll descriptor (worker.c, cb__worker_turn): a uv_poll_t per connection cost four more system calls per
+   * connection (libuv probes each descriptor with an ADD and a DEL, sets it non-blocking again, and deletes it
+   * before its first ADD) and 160 bytes. */
+  int epfd;
+  uint8_t uv_turn_wanted; /* cb__worker_want_uv_turn */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 

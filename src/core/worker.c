@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -291,15 +292,28 @@ static void init_budget(cb__worker_t *w, const cb_config_t *cfg) {
 
 /* The end of a loop iteration: the after-steps asked for during it run (cb__conn_after_soon), and the journal's
  * clock is stale (journal.c, worker_now_us). */
-static void on_clock_check(uv_check_t *h) {
-  cb__worker_t *w = h->data;
-  if (w->after_soon != NULL) cb__worker_run_afters(w);
-  w->now_valid = 0;
-}
+static void end_of_turn(cb__worker_t *w);
+static void on_clock_check(uv_check_t *h) { end_of_turn(h->data); }
 
 static int init_loop(cb__worker_t *w) {
+  w->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (w->epfd < 0) return uv_translate_sys_error(errno);
   int err = uv_loop_init(&w->loop);
-  if (err) return err;
+  if (err) {
+    close(w->epfd);
+    w->epfd = -1;
+    return err;
+  }
+  /* libuv's own descriptor (its listeners, the command queue's wake-up) is one member of the worker's set, with
+   * no data: cb__worker_turn runs libuv's phases when it is readable. */
+  struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+  if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, uv_backend_fd(&w->loop), &e) != 0) {
+    err = uv_translate_sys_error(errno);
+    uv_loop_close(&w->loop);
+    close(w->epfd);
+    w->epfd = -1;
+    return err;
+  }
   w->loop.data = w;
   cb__caches_init(&w->caches, CB__OUTQ_BLOCK);
   uv_timer_init(&w->loop, &w->date_timer);
@@ -319,6 +333,7 @@ static int init_loop(cb__worker_t *w) {
 int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, const cb__fixtures_t *fx,
                     int index, int cpu, const cb__conn_ops_t *first_ops, const cb__router_t *router) {
   memset(w, 0, sizeof *w);
+  w->epfd = -1;
   w->first_ops = first_ops;
   w->router = router;
   w->srv = srv;
@@ -346,6 +361,8 @@ int cb__worker_init(cb__worker_t *w, cb_server_t *srv, const cb_config_t *cfg, c
 }
 
 void cb__worker_destroy_sync(cb__worker_t *w) {
+  if (w->epfd >= 0) close(w->epfd); /* the loop's wait set goes with the loop's last use (join, or a failed start) */
+  w->epfd = -1;
   uv_sem_destroy(&w->ready);
   uv_mutex_destroy(&w->cmd_mutex);
 }
@@ -365,13 +382,77 @@ static int pin(cb__worker_t *w) {
   return 0;
 }
 
+/* ---- the loop ----
+ * The worker's loop is an epoll wait of its own, on the set of its connections' sockets, which holds libuv's
+ * descriptor too (init_loop). A wait that reports only connections runs them and the end-of-iteration step, and
+ * nothing of libuv's: one epoll_wait per turn, as uv_run made, and no handle per connection (conn.c,
+ * "Readiness"). libuv's phases (timers, the command queue, listeners, close callbacks) run when its descriptor
+ * is readable, when the wait ended at libuv's next timer, or when libuv has work that is due at once (a
+ * closed handle's callback). */
+#define READY_BATCH 256
+
+/* Whether libuv holds changes to its own epoll set that it makes only in its poll phase: a watcher started or
+ * stopped since (a proxy's upstream stream read or written, a listener paused), kept in loop->watcher_queue. That
+ * list is a field of uv.h's uv_loop_t (UV_LOOP_PRIVATE_FIELDS): two pointers, the next one first, whose head
+ * points to itself when the list is empty, in every libuv 1.x (an array before 1.46, a struct uv__queue since).
+ * Without this, a socket libuv was asked to watch during a turn would not be in the set the worker then waits
+ * on. */
+static int uv_changes_pending(const uv_loop_t *loop) {
+  _Static_assert(sizeof loop->watcher_queue == 2 * sizeof(void *), "libuv's watcher queue: two pointers");
+  void *const *head = (void *const *)&loop->watcher_queue;
+  return head[0] != (const void *)head;
+}
+
+/* What libuv's check phase does at the end of each iteration (on_clock_check), for a turn without libuv. */
+static void end_of_turn(cb__worker_t *w) {
+  if (w->after_soon != NULL) cb__worker_run_afters(w);
+  w->now_valid = 0;
+}
+
+int cb__worker_turn(cb__worker_t *w, int nowait) {
+  uv_loop_t *loop = &w->loop;
+  int alive = uv_loop_alive(loop);
+  if (!alive && w->nconns == 0) return 0;
+  /* libuv's work that is due now first: close callbacks, timers, its callbacks pending, changes to its set. */
+  if (alive && !nowait && (w->uv_turn_wanted || uv_backend_timeout(loop) == 0 || uv_changes_pending(loop))) {
+    w->uv_turn_wanted = 0;
+    uv_run(loop, UV_RUN_NOWAIT);
+    alive = uv_loop_alive(loop);
+    if (!alive && w->nconns == 0) return 0;
+  }
+  /* Connections with no libuv handle left active (a held request whose timer ran out, while the worker stops)
+   * are waited for a second at a time, so that libuv's unreferenced timers (the Date line) still run. */
+  int timeout = nowait ? 0 : alive ? uv_backend_timeout(loop) : 1000;
+  struct epoll_event evs[READY_BATCH];
+  int n = epoll_wait(w->epfd, evs, READY_BATCH, timeout);
+  if (n < 0) n = 0; /* EINTR: a signal for another thread of the process */
+  uv_update_time(loop);
+  int uv_due = nowait || (n == 0 && timeout != 0); /* the wait ran to libuv's next timer */
+  for (int i = 0; i < n; i++) {
+    if (evs[i].data.ptr == NULL)
+      uv_due = 1;
+    else
+      cb__conn_ready(evs[i].data.ptr, evs[i].events);
+  }
+  if (uv_due) {
+    w->uv_turn_wanted = 0; /* this run has its prepare phase */
+    uv_run(loop, UV_RUN_NOWAIT); /* its check phase ends the iteration (on_clock_check) */
+  } else {
+    end_of_turn(w);
+  }
+  return 1;
+}
+
+void cb__worker_want_uv_turn(cb__worker_t *w) { w->uv_turn_wanted = 1; }
+
 static void worker_main(void *arg) {
   cb__worker_t *w = arg;
   cb__worker_mark_thread();
   w->pin_err = pin(w);
   uv_sem_post(&w->ready);
   /* After a failed pin the starter posts a stop, which this loop runs like any other. */
-  uv_run(&w->loop, UV_RUN_DEFAULT);
+  while (cb__worker_turn(w, 0)) {
+  }
   /* Every handle was closed by the stop sequence; a non-zero result here would be a leaked handle. */
   int rc = uv_loop_close(&w->loop);
   (void)rc;
@@ -402,6 +483,7 @@ void cb__worker_join(cb__worker_t *w) {
 int cb__worker_init_test(cb__worker_t *w, const cb_config_t *cfg, const cb__fixtures_t *fx,
                          const cb__conn_ops_t *first_ops, const cb__router_t *router) {
   memset(w, 0, sizeof *w);
+  w->epfd = -1;
   w->first_ops = first_ops;
   w->router = router;
   w->echo_total = &w->echo_own;
@@ -426,6 +508,8 @@ int cb__worker_close_test(cb__worker_t *w) {
   close_parts(w);
   uv_run(&w->loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&w->loop);
+  close(w->epfd);
+  w->epfd = -1;
   free_parts(w);
   cb__caches_drain(&w->caches);
   return rc;

@@ -260,6 +260,7 @@ static void start_prepare(defer_w_t *d) {
   if (!d->prepare_on) {
     d->prepare_on = 1;
     uv_prepare_start(&d->prepare, on_prepare);
+    cb__worker_want_uv_turn(d->prepare.data); /* the worker runs libuv's phases before it waits again */
   }
 }
 
