@@ -531,142 +531,128 @@ static int client_read(client_t *c, const buf_t *wire, buf_t *got) {
   return r;
 }
 
+/* A server transport on one end of a SOCK_SEQPACKET pair and a client session for the other, handshake done. */
+typedef struct {
+  tls_env_t e;
+  int sv[2];
+  cb__tport_t t;
+  SSL_CTX *cctx;
+  client_t c;
+  buf_t wire, got;
+} batch_fx_t;
+
+static void batch_open(batch_fx_t *f, const char *req, int (*on_ticket)(SSL *, SSL_SESSION *)) {
+  memset(f, 0, sizeof *f);
+  env_new(&f->e);
+  seqpair(f->sv);
+  ASSERT_EQ(cb__tport_tls(f->sv[0], f->e.ctx, NULL, &f->t), 0);
+  f->cctx = client_ctx(f->e.ca, "\x08http/1.1", 9);
+  if (on_ticket != NULL) {
+    SSL_CTX_set_session_cache_mode(f->cctx, SSL_SESS_CACHE_CLIENT);
+    SSL_CTX_sess_set_new_cb(f->cctx, on_ticket);
+  }
+  client_new(&f->c, f->cctx, "localhost");
+  batch_handshake(&f->t, f->sv[1], &f->c, req);
+}
+
+static void batch_close(batch_fx_t *f) {
+  f->t.ops->close(&f->t, 0);
+  close(f->sv[1]);
+  buf_free(&f->wire);
+  buf_free(&f->got);
+  SSL_free(f->c.ssl);
+  SSL_CTX_free(f->cctx);
+  env_free(&f->e);
+}
+
 /* The session tickets, a response in two pieces and the close_notify leave in one write, and the FIN after them at
  * the push: three writes before the batch. */
 TEST(tls_batch_one_write) {
-  tls_env_t e;
-  env_new(&e);
-  int sv[2];
-  seqpair(sv);
-  cb__tport_t t;
-  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
-  SSL_CTX *cctx = client_ctx(e.ca, "\x08http/1.1", 9);
-  SSL_CTX_set_session_cache_mode(cctx, SSL_SESS_CACHE_CLIENT);
-  SSL_CTX_sess_set_new_cb(cctx, count_ticket);
+  batch_fx_t f;
   tickets_seen = 0;
-  client_t c;
-  client_new(&c, cctx, "localhost");
-  batch_handshake(&t, sv[1], &c, "GET / HTTP/1.1\r\nconnection: close\r\n\r\n");
-  buf_t wire = {0}, got = {0};
-  ASSERT_EQ(packets(sv[1], &wire), 0); /* the tickets wait for the response */
+  batch_open(&f, "GET / HTTP/1.1\r\nconnection: close\r\n\r\n", count_ticket);
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 0); /* the tickets wait for the response */
   struct iovec iov[2] = {{"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", 38}, {"hello", 5}};
-  ASSERT_EQ(t.ops->writev(&t, iov, 2), 43);
-  ASSERT_EQ(packets(sv[1], &wire), 0); /* the response waits with the tickets */
-  t.ops->shutdown(&t); /* OpenSSL flushes its alert: the close_notify goes, and all that waited with it */
-  ASSERT_EQ(packets(sv[1], &wire), 1);
+  ASSERT_EQ(f.t.ops->writev(&f.t, iov, 2), 43);
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 0); /* the response waits with the tickets */
+  f.t.ops->shutdown(&f.t); /* OpenSSL flushes its alert: the close_notify goes, and all that waited with it */
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 1);
   char eof;
-  ASSERT_EQ(recv(sv[1], &eof, 1, MSG_DONTWAIT), -1); /* no FIN before the push */
+  ASSERT_EQ(recv(f.sv[1], &eof, 1, MSG_DONTWAIT), -1); /* no FIN before the push */
   ASSERT_EQ(errno, EAGAIN);
-  ASSERT_EQ(t.ops->push(&t), 0);
-  ASSERT_EQ(t.held, 0);
-  ASSERT_EQ(recv(sv[1], &eof, 1, MSG_DONTWAIT), 0); /* the FIN, after the packet */
-  ASSERT_EQ(client_read(&c, &wire, &got), 0);
-  ASSERT_EQ(SSL_get_error(c.ssl, 0), SSL_ERROR_ZERO_RETURN); /* close_notify */
-  ASSERT_MEM_EQ(got.p, got.len, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", 43);
+  ASSERT_EQ(f.t.ops->push(&f.t), 0);
+  ASSERT_EQ(f.t.held, 0);
+  ASSERT_EQ(recv(f.sv[1], &eof, 1, MSG_DONTWAIT), 0); /* the FIN, after the packet */
+  ASSERT_EQ(client_read(&f.c, &f.wire, &f.got), 0);
+  ASSERT_EQ(SSL_get_error(f.c.ssl, 0), SSL_ERROR_ZERO_RETURN); /* close_notify */
+  ASSERT_MEM_EQ(f.got.p, f.got.len, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", 43);
   ASSERT_EQ(tickets_seen, 2); /* a full handshake's two tickets were in the packet */
-  t.ops->close(&t, 0);
-  close(sv[1]);
-  buf_free(&wire);
-  buf_free(&got);
-  SSL_free(c.ssl);
-  SSL_CTX_free(cctx);
-  env_free(&e);
+  batch_close(&f);
 }
 
 /* A record too big to copy goes out with what the batch holds, in one writev(2), uncopied: a head and a 40,000-byte
  * body are three writes (head and first 16 KiB record, second record, the rest), in order. */
 TEST(tls_batch_big_records) {
-  tls_env_t e;
-  env_new(&e);
-  int sv[2];
-  seqpair(sv);
-  cb__tport_t t;
-  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
-  SSL_CTX *cctx = client_ctx(e.ca, "\x08http/1.1", 9);
-  client_t c;
-  client_new(&c, cctx, "localhost");
-  batch_handshake(&t, sv[1], &c, "GET /big HTTP/1.1\r\n\r\n");
+  batch_fx_t f;
+  batch_open(&f, "GET /big HTTP/1.1\r\n\r\n", NULL);
   static char body[40000];
   for (size_t i = 0; i < sizeof body; i++) body[i] = (char)('a' + i % 26);
-  ASSERT_EQ(t.ops->write(&t, "HTTP/1.1 200 OK\r\n\r\n", 19), 19); /* into the batch */
+  ASSERT_EQ(f.t.ops->write(&f.t, "HTTP/1.1 200 OK\r\n\r\n", 19), 19); /* into the batch */
   size_t sent = 0;
   while (sent < sizeof body) { /* a record per call (partial writes) */
-    ssize_t r = t.ops->write(&t, body + sent, sizeof body - sent);
+    ssize_t r = f.t.ops->write(&f.t, body + sent, sizeof body - sent);
     ASSERT_GT(r, 0);
     sent += (size_t)r;
   }
-  buf_t wire = {0}, got = {0};
-  ASSERT_EQ(packets(sv[1], &wire), 3);
-  ASSERT_EQ(t.ops->push(&t), 0);
-  ASSERT_EQ(packets(sv[1], &wire), 0);
-  ASSERT_EQ(client_read(&c, &wire, &got), -1);
-  ASSERT_EQ(got.len, 19 + sizeof body);
-  ASSERT_MEM_EQ(got.p, 19, "HTTP/1.1 200 OK\r\n\r\n", 19);
-  ASSERT_MEM_EQ(got.p + 19, sizeof body, body, sizeof body);
-  t.ops->close(&t, 0);
-  close(sv[1]);
-  buf_free(&wire);
-  buf_free(&got);
-  SSL_free(c.ssl);
-  SSL_CTX_free(cctx);
-  env_free(&e);
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 3);
+  ASSERT_EQ(f.t.ops->push(&f.t), 0);
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 0);
+  ASSERT_EQ(client_read(&f.c, &f.wire, &f.got), -1);
+  ASSERT_EQ(f.got.len, 19 + sizeof body);
+  ASSERT_MEM_EQ(f.got.p, 19, "HTTP/1.1 200 OK\r\n\r\n", 19);
+  ASSERT_MEM_EQ(f.got.p + 19, sizeof body, body, sizeof body);
+  batch_close(&f);
 }
 
 /* A socket that takes nothing: the push keeps the batch (held, so the connection polls for writable), a big record
  * waits behind it (the write answers UV_EAGAIN, as with a socket BIO), and once the client has read, the push and
  * the repeated write send both, in order. */
 TEST(tls_batch_socket_full) {
-  tls_env_t e;
-  env_new(&e);
-  int sv[2];
-  seqpair(sv);
-  cb__tport_t t;
-  ASSERT_EQ(cb__tport_tls(sv[0], e.ctx, NULL, &t), 0);
-  SSL_CTX *cctx = client_ctx(e.ca, "\x08http/1.1", 9);
-  client_t c;
-  client_new(&c, cctx, "localhost");
-  batch_handshake(&t, sv[1], &c, "GET / HTTP/1.1\r\n\r\n");
-  buf_t wire = {0}, got = {0}, filler = {0};
-  ASSERT_EQ(t.ops->push(&t), 0); /* the tickets */
-  ASSERT_EQ(packets(sv[1], &wire), 1);
-  ASSERT_EQ(client_read(&c, &wire, &got), -1);
-  ASSERT_EQ(got.len, 0);
-  buf_reset(&wire);
+  batch_fx_t f;
+  batch_open(&f, "GET / HTTP/1.1\r\n\r\n", NULL);
+  ASSERT_EQ(f.t.ops->push(&f.t), 0); /* the tickets */
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 1);
+  ASSERT_EQ(client_read(&f.c, &f.wire, &f.got), -1);
+  ASSERT_EQ(f.got.len, 0);
+  buf_reset(&f.wire);
   char fill[1000];
   memset(fill, 'F', sizeof fill);
   int filled = 0;
-  while (send(sv[0], fill, sizeof fill, MSG_DONTWAIT) == (ssize_t)sizeof fill) filled++;
+  while (send(f.sv[0], fill, sizeof fill, MSG_DONTWAIT) == (ssize_t)sizeof fill) filled++;
   ASSERT_EQ(errno, EAGAIN);
-  ASSERT_EQ(t.ops->write(&t, "small", 5), 5); /* into the batch */
-  ASSERT_EQ(t.ops->push(&t), 0);
-  ASSERT_EQ(t.held, 1);
+  ASSERT_EQ(f.t.ops->write(&f.t, "small", 5), 5); /* into the batch */
+  ASSERT_EQ(f.t.ops->push(&f.t), 0);
+  ASSERT_EQ(f.t.held, 1);
   static char big[20000];
   memset(big, 'B', sizeof big);
-  ASSERT_EQ(t.ops->write(&t, big, sizeof big), UV_EAGAIN);
+  ASSERT_EQ(f.t.ops->write(&f.t, big, sizeof big), UV_EAGAIN);
   int n = 0;
   static char tmp[65536];
-  while (recv(sv[1], tmp, sizeof tmp, MSG_DONTWAIT) == (ssize_t)sizeof fill) n++; /* the filler, dropped */
+  while (recv(f.sv[1], tmp, sizeof tmp, MSG_DONTWAIT) == (ssize_t)sizeof fill) n++; /* the filler, dropped */
   ASSERT_EQ(n, filled);
-  ASSERT_EQ(t.ops->push(&t), 0); /* the small record: one packet */
-  ASSERT_EQ(t.held, 0);
+  ASSERT_EQ(f.t.ops->push(&f.t), 0); /* the small record: one packet */
+  ASSERT_EQ(f.t.held, 0);
   size_t sent = 0;
   while (sent < sizeof big) { /* the same bytes again, as OpenSSL asks */
-    ssize_t r = t.ops->write(&t, big + sent, sizeof big - sent);
+    ssize_t r = f.t.ops->write(&f.t, big + sent, sizeof big - sent);
     ASSERT_GT(r, 0);
     sent += (size_t)r;
   }
-  ASSERT_EQ(t.ops->push(&t), 0); /* the last record, 3,616 bytes, was small enough to wait */
-  ASSERT_EQ(packets(sv[1], &wire), 3); /* the small record, the first big one alone, the last one */
-  ASSERT_EQ(client_read(&c, &wire, &got), -1);
-  ASSERT_EQ(got.len, 5 + sizeof big);
-  ASSERT_MEM_EQ(got.p, 5, "small", 5);
-  ASSERT_MEM_EQ(got.p + 5, sizeof big, big, sizeof big);
-  t.ops->close(&t, 0);
-  close(sv[1]);
-  buf_free(&wire);
-  buf_free(&got);
-  buf_free(&filler);
-  SSL_free(c.ssl);
-  SSL_CTX_free(cctx);
-  env_free(&e);
+  ASSERT_EQ(f.t.ops->push(&f.t), 0); /* the last record, 3,616 bytes, was small enough to wait */
+  ASSERT_EQ(packets(f.sv[1], &f.wire), 3); /* the small record, the first big one alone, the last one */
+  ASSERT_EQ(client_read(&f.c, &f.wire, &f.got), -1);
+  ASSERT_EQ(f.got.len, 5 + sizeof big);
+  ASSERT_MEM_EQ(f.got.p, 5, "small", 5);
+  ASSERT_MEM_EQ(f.got.p + 5, sizeof big, big, sizeof big);
+  batch_close(&f);
 }
