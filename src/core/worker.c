@@ -387,8 +387,9 @@ static int pin(cb__worker_t *w) {
  * descriptor too (init_loop). A wait that reports only connections runs them and the end-of-iteration step, and
  * nothing of libuv's: one epoll_wait per turn, as uv_run made, and no handle per connection (conn.c,
  * "Readiness"). libuv's phases (timers, the command queue, listeners, close callbacks) run when its descriptor
- * is readable, when the wait ended at libuv's next timer, or when libuv has work that is due at once (a
- * closed handle's callback). */
+ * is readable, when the wait ended at libuv's next timer, or when libuv has work that is due at once: a closed
+ * handle's callback, a pending callback, a prepare handle a kind started (cb__worker_want_uv_turn), or changes
+ * to its own set that it makes only in its poll phase (uv_changes_pending). */
 #define READY_BATCH 256
 
 /* Whether libuv holds changes to its own epoll set that it makes only in its poll phase: a watcher started or
