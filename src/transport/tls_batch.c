@@ -5,7 +5,7 @@
  * first flight: the session ticket, the response, and the close_notify of a `connection: close`. Each write on
  * TCP runs the stack's whole send path, the costliest system call of the exchange on loopback. This BIO holds
  * small records in the connection's batch instead, and the connection writes the batch once its event is
- * over (cb__tls_push, from the after step of core/conn.c): one write for all three.
+ * over (the transport's push, tls_push in tls.c, from the after step of core/conn.c): one write for all three.
  *
  * Big records (a body's 16 KiB records) are not copied: one writev(2) sends the batch and the record together,
  * as a socket BIO would have sent the record. A batch never holds more than BATCH_MAX bytes: past it, the BIO
