@@ -63,12 +63,16 @@ typedef struct {
 /* ---- worker parts: state an upper layer keeps per worker ----
  * Made by its owner on first use (a protocol's caches, the parked requests of deferred routes) in the slot its
  * header numbers (CB__PART_*, each below CB__WORKER_PARTS). The worker closes parts with its handles (stop),
- * frees them after its loop, and trims them when its last connection has closed (the owner may free all then). */
+ * frees them after its loop, and trims them when its last connection has closed (the owner may free all then).
+ * A part that asked for it (cb__worker_part_due) has its turn_end run once the loop's events are through, with
+ * the connections' after-steps: what it gathered during the turn goes out together (the proxy's h2c upstream
+ * connections write the streams of many client requests in one write). */
 #define CB__WORKER_PARTS 4
 typedef struct {
   void (*close)(cb__worker_t *w, void *state); /* optional */
   void (*free)(cb__worker_t *w, void *state);
   int (*trim)(cb__worker_t *w, void *state);   /* optional; returns 1 when it freed the state */
+  void (*turn_end)(cb__worker_t *w, void *state); /* optional: run at the end of a turn that asked for it */
 } cb__part_ops_t;
 typedef struct {
   void *state;
@@ -233,6 +237,8 @@ int cb__worker_turn(cb__worker_t *w, int nowait);
 /* A prepare handle was started on w's loop (kinds/deferred.c): libuv's phases run before the worker's next wait,
  * as they would in uv_run's next iteration. */
 void cb__worker_want_uv_turn(cb__worker_t *w);
+/* Part `part` (a CB__PART_*, its ops with turn_end) asks for its turn_end at the end of this turn. */
+void cb__worker_part_due(cb__worker_t *w, int part);
 /* Runs after any event that may have produced output (handler timers): deferred work, flush, timers. */
 void cb__conn_after(cb__conn_t *c);
 /* cb__conn_after, once, when the worker has run the commands it was woken for or at the end of the loop's
@@ -385,6 +391,7 @@ struct cb__worker_s {
    * before its first ADD) and 160 bytes. */
   int epfd;
   uint8_t uv_turn_wanted; /* cb__worker_want_uv_turn */
+  uint8_t parts_due;      /* a bit per part whose turn_end this turn asked for (cb__worker_part_due) */
   char rbuf[CB__READ_BUF_SIZE]; /* one read buffer for every connection of the worker */
 };
 

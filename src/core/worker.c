@@ -404,9 +404,19 @@ static int uv_changes_pending(const uv_loop_t *loop) {
   return head[0] != (const void *)head;
 }
 
-/* What libuv's check phase does at the end of each iteration (on_clock_check), for a turn without libuv. */
+/* What libuv's check phase does at the end of each iteration (on_clock_check), for a turn without libuv: the
+ * parts' end-of-turn steps asked for (their output, which may end exchanges and so ask for after-steps), then
+ * the connections' after-steps (which may give a part more to send), until neither has anything left. */
 static void end_of_turn(cb__worker_t *w) {
-  if (w->after_soon != NULL) cb__worker_run_afters(w);
+  _Static_assert(CB__WORKER_PARTS <= 8, "parts_due: a bit per part");
+  while (w->parts_due != 0 || w->after_soon != NULL) {
+    unsigned due = w->parts_due;
+    w->parts_due = 0;
+    for (int i = 0; i < CB__WORKER_PARTS; i++)
+      if ((due & (1u << i)) && w->parts[i].state != NULL && w->parts[i].ops->turn_end != NULL)
+        w->parts[i].ops->turn_end(w, w->parts[i].state);
+    if (w->after_soon != NULL) cb__worker_run_afters(w);
+  }
   w->now_valid = 0;
 }
 
@@ -445,6 +455,8 @@ int cb__worker_turn(cb__worker_t *w, int nowait) {
 }
 
 void cb__worker_want_uv_turn(cb__worker_t *w) { w->uv_turn_wanted = 1; }
+
+void cb__worker_part_due(cb__worker_t *w, int part) { w->parts_due |= (uint8_t)(1u << part); }
 
 static void worker_main(void *arg) {
   cb__worker_t *w = arg;

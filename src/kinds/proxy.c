@@ -343,7 +343,13 @@ static void pool_free(cb__worker_t *w, void *state) {
 }
 /* The upstream connections outlive the worker's client connections on purpose: a client that opens a connection
  * per request still finds the upstream's kept alive. */
-static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = pool_trim};
+static void pool_turn_end(cb__worker_t *w, void *state) {
+  (void)w;
+  cb__proxy_h2_turn_end(state);
+}
+
+static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = pool_trim,
+                                        .turn_end = pool_turn_end};
 
 static pool_t *pool_of(cb__worker_t *w) {
   cb__part_t *part = &w->parts[CB__PART_PROXY];

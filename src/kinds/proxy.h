@@ -71,6 +71,7 @@ typedef struct {
   cb__worker_t *w;
   upstream_t *ups;
   upc_t *all;   /* every open HTTP/1.1 upstream connection of the worker */
+  h2c_t *h2_due; /* h2c connections whose frames go at the end of the turn (proxy_h2.c, h2c_flush_soon) */
   int closed;   /* the worker is stopping: no new connection */
   px_t *spare; /* freed exchanges kept for the next requests (a calloc and a free per request otherwise) */
   int nspare;
@@ -155,5 +156,8 @@ char *cb__px_target(px_t *x, size_t *n);
 extern const cb__handler_t cb__h_proxy_h2;
 /* The worker stops: every h2c connection of pl closes. */
 void cb__proxy_h2_close_all(pool_t *pl);
+/* The end of the worker's turn (the pool's turn_end): the h2c connections asked for write what their sessions
+ * hold, each in one write. */
+void cb__proxy_h2_turn_end(pool_t *pl);
 
 #endif

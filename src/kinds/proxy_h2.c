@@ -24,6 +24,7 @@
 
 #define H2_OUT_HIGH (64 * 1024)          /* bytes queued for the upstream's socket before the session waits */
 #define H2_CONN_WINDOW (16 * 1024 * 1024) /* the connection's receive window: 256 streams' windows */
+#define H2_GATHER (16 * 1024)             /* frames gathered for one write (h2c_flush) */
 
 /* One h2c upstream connection. Freed when both its handles have closed. */
 struct h2c_s {
@@ -41,6 +42,8 @@ struct h2c_s {
   uint8_t pending;    /* handles still to close */
   uint8_t tls;        /* https: the TLS session below carries the frames (ALPN h2) */
   uint8_t tls_bad;    /* it failed, or the upstream ended it: no close_notify */
+  uint8_t due;        /* on the pool's h2_due list: its frames go at the end of the turn (h2c_flush_soon) */
+  h2c_t *due_next;
   cb_ctls_t ssl;
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
@@ -61,6 +64,7 @@ struct h2x_s {
 };
 
 static void h2c_flush(h2c_t *hc);
+static void h2c_flush_soon(h2c_t *hc);
 static void h2c_close(h2c_t *hc);
 static void h2_forward(px_t *x);
 
@@ -87,7 +91,7 @@ static void h2x_release(h2x_t *h) {
       if (h->attached) cb_ch2_cancel(&hc->s, h->id);
       cb_ch2_consume(&hc->s, 0, h->unconsumed);
       if (hc->xs == NULL) uv_timer_start(&hc->timer, idle_fire, PROXY_IDLE_MS, 0);
-      h2c_flush(hc);
+      h2c_flush_soon(hc);
     }
   }
   h->attached = 0;
@@ -275,6 +279,12 @@ static void h2c_fail_all(h2c_t *hc, int why) {
 static void h2c_close(h2c_t *hc) {
   if (hc->closing) return;
   hc->closing = 1;
+  if (hc->due) { /* off the pool's list before it can be freed */
+    h2c_t **pp = &hc->pool->h2_due;
+    while (*pp != hc) pp = &(*pp)->due_next;
+    *pp = hc->due_next;
+    hc->due = 0;
+  }
   upstream_t *u = hc->up;
   if (hc->prev) hc->prev->next = hc->next; else u->h2 = hc->next;
   if (hc->next) hc->next->prev = hc->prev;
@@ -336,26 +346,65 @@ static int h2c_send(h2c_t *hc, const char *p, size_t n) {
   return 0;
 }
 
-/* Takes frames from the session while the socket's queue is short (over TLS: once the handshake is done, each
- * piece encrypted into records). */
+/* The bytes gathered from the session, to the socket (over TLS: encrypted into records first). 0, or -1 when
+ * the connection failed. */
+static int h2c_out(h2c_t *hc, const char *p, size_t n) {
+  if (!hc->tls) return h2c_send(hc, p, n);
+  if (cb_ctls_write(&hc->ssl, p, n) != 0 || h2c_tls_out(hc) != 0) {
+    hc->tls_bad = 1;
+    return -1;
+  }
+  return 0;
+}
+
+/* Takes frames from the session while the socket's queue is short, and writes them together: nghttp2 hands
+ * out one frame per call, and a write per frame cost one system call (and, over loopback, one TCP segment
+ * through both stacks) per forwarded request. Frames are copied into a buffer on the stack (the pointer the
+ * session gives is good only until its next call); one bigger than the buffer goes out by itself. */
 static void h2c_flush(h2c_t *hc) {
   if (!hc->connected || hc->closing || hc->busy || (hc->tls && hc->ssl.hs_pending)) return;
   uv_stream_t *s = (uv_stream_t *)&hc->tcp;
-  while (uv_stream_get_write_queue_size(s) < H2_OUT_HIGH) {
+  char out[H2_GATHER];
+  size_t len = 0;
+  while (uv_stream_get_write_queue_size(s) + len < H2_OUT_HIGH) {
     const char *p;
     /* What a callback inside the pull submits (a reset, a retried request) is taken by this same loop. */
     hc->busy = 1;
     ssize_t n = cb_ch2_pull(&hc->s, &p);
     hc->busy = 0;
-    if (n <= 0 || hc->closing) return;
-    if (hc->tls) {
-      if (cb_ctls_write(&hc->ssl, p, (size_t)n) != 0 || h2c_tls_out(hc) != 0) {
-        hc->tls_bad = 1;
-        return;
-      }
-    } else if (h2c_send(hc, p, (size_t)n) != 0) {
-      return;
+    if (hc->closing) return;
+    if (n <= 0) break;
+    if (len + (size_t)n > sizeof out) {
+      if (h2c_out(hc, out, len) != 0) return;
+      len = 0;
     }
+    if ((size_t)n > sizeof out) {
+      if (h2c_out(hc, p, (size_t)n) != 0) return;
+      continue;
+    }
+    memcpy(out + len, p, (size_t)n);
+    len += (size_t)n;
+  }
+  if (len > 0) (void)h2c_out(hc, out, len);
+}
+
+/* The connection's frames go at the end of this turn of the worker's loop (the pool's turn_end), with those of
+ * every other stream submitted in the turn: for frames that answer the client's side (a request, its body, a
+ * window opened again, a reset). */
+static void h2c_flush_soon(h2c_t *hc) {
+  if (hc->due || hc->closing) return;
+  hc->due = 1;
+  hc->due_next = hc->pool->h2_due;
+  hc->pool->h2_due = hc;
+  cb__worker_part_due(hc->pool->w, CB__PART_PROXY);
+}
+
+void cb__proxy_h2_turn_end(pool_t *pl) {
+  h2c_t *hc;
+  while ((hc = pl->h2_due) != NULL) { /* a flush may put connections on the list again: taken from its head */
+    pl->h2_due = hc->due_next;
+    hc->due = 0;
+    h2c_flush(hc);
   }
 }
 
@@ -597,7 +646,7 @@ static void h2_forward(px_t *x) {
   x->state = PX_SENT;
   uv_timer_stop(&hc->timer);
   uv_timer_start(&h->timer, h2x_timeout, x->p->timeout_ms, x->p->timeout_ms);
-  h2c_flush(hc);
+  h2c_flush_soon(hc);
 }
 
 static void h2_delay_done(cb__req_t *r) { h2_forward(PX(r)); }
@@ -624,7 +673,7 @@ static void h2_body(cb__req_t *r, const char *p, size_t n) {
     h2_forward(x);
   } else if (x->h2 != NULL && x->h2->hc != NULL) {
     cb_ch2_resume(&x->h2->hc->s, x->h2->id);
-    h2c_flush(x->h2->hc);
+    h2c_flush_soon(x->h2->hc);
   }
 }
 
@@ -641,7 +690,7 @@ static void h2_end(cb__req_t *r) {
     h2_forward(x);
   } else if (x->h2 != NULL && x->h2->hc != NULL) {
     cb_ch2_resume(&x->h2->hc->s, x->h2->id);
-    h2c_flush(x->h2->hc);
+    h2c_flush_soon(x->h2->hc);
   }
 }
 
@@ -659,7 +708,7 @@ static void h2_writable(cb__req_t *r) {
     cb_ch2_consume(&h->hc->s, h->id, h->unconsumed);
     h->unconsumed = 0;
     uv_timer_again(&h->timer);
-    h2c_flush(h->hc);
+    h2c_flush_soon(h->hc);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_data_segs_in (glibc's netinet/tcp.h has not the field) */
 
 #include "common.h"
 #include "h2client.h"
@@ -188,6 +189,8 @@ struct fake_s {
   int64_t conn_window; /* the proxy's connection window as its WINDOW_UPDATEs on stream 0 opened it */
   int end_stream;      /* the last request's HEADERS ended its stream (no body) */
   char req[2048];      /* the last request's header block, decoded: "name: value\n" each */
+  int ready;           /* s_batch: the first exchange is over, the batch may come */
+  int64_t segs;        /* s_batch: the TCP segments with data the batch's requests came in (-1: not known) */
   nghttp2_hd_deflater *def;
   pthread_mutex_t mu;
 };
@@ -877,6 +880,95 @@ TEST(proxy_h2up_forwarded_head) {
   ASSERT_EQ(f.end_stream, 0); /* a body follows */
   close(fd);
   buf_free(&got);
+  test_stop(px);
+  fake_stop(&f);
+}
+
+/* Segments with data the socket has received (TCP_INFO), or -1 where the kernel does not say (before 4.6). */
+static int64_t data_segs_in(int fd) {
+  struct tcp_info ti;
+  socklen_t n = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &n) != 0 ||
+      n < offsetof(struct tcp_info, tcpi_data_segs_in) + sizeof ti.tcpi_data_segs_in)
+    return -1;
+  return ti.tcpi_data_segs_in;
+}
+
+enum { BATCH = 8 };
+
+static void answer_ok(fake_t *f, int fd, int32_t sid) {
+  nghttp2_nv nv[] = {NV(":status", "200"), NV("content-length", "2")};
+  send_headers(f, fd, sid, nv, 2, 0);
+  frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
+}
+
+/* Answers a first request, waits for the proxy's SETTINGS acknowledgement (after it, nothing more is due from
+ * the proxy), then reads BATCH requests and counts the segments with data they came in before answering them. */
+static void s_batch(fake_t *f, int fd, int conn) {
+  (void)conn;
+  int32_t sid = read_request(f, fd);
+  if (sid == 0) return;
+  send_settings(fd);
+  answer_ok(f, fd, sid);
+  static uint8_t payload[65536];
+  h2frame_t fr;
+  while (read_frame(f, fd, &fr, payload, sizeof payload, 5000))
+    if (fr.type == NGHTTP2_SETTINGS && (fr.flags & NGHTTP2_FLAG_ACK)) break;
+  int64_t before = data_segs_in(fd);
+  __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+  int32_t sids[BATCH];
+  int n = 0;
+  while (n < BATCH && read_frame(f, fd, &fr, payload, sizeof payload, 5000))
+    if (fr.type == NGHTTP2_HEADERS) sids[n++] = fr.sid;
+  int64_t after = data_segs_in(fd);
+  __atomic_store_n(&f->segs, before < 0 || after < 0 ? -1 : after - before, __ATOMIC_RELEASE);
+  for (int i = 0; i < n; i++) answer_ok(f, fd, sids[i]);
+  drain(f, fd);
+}
+
+/* Streams forwarded in one turn of the worker's loop leave in one write: BATCH requests that reach the proxy in
+ * one read of an h2c client reach the upstream in one TCP segment (nghttp2 hands out a frame at a time; written
+ * as they came, they were BATCH segments). */
+TEST(proxy_h2up_streams_of_a_turn_in_one_write) {
+  fake_t f;
+  fake_start(&f, s_batch);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(f.port, 0, 0, to, sizeof to);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *first = h2_request(cl, 1, "GET", "/first", NULL, 0, NULL, 0);
+  h2_wait1(cl, first, 10000);
+  ASSERT_EQ(first->status, 200);
+  for (int i = 0; i < 500 && !__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE); i++) sleep_ms(10);
+  ASSERT_EQ(__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE), 1);
+  buf_t all = {0};
+  h2resp_t *rs[BATCH];
+  for (int i = 0; i < BATCH; i++) { /* every HEADERS frame in one send */
+    buf_t blk = {0};
+    h2_encode_request(cl, "GET", "/batch", NULL, 0, &blk);
+    uint8_t hd[9];
+    h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3 + 2 * i);
+    buf_add(&all, hd, sizeof hd);
+    buf_add(&all, blk.p, blk.len);
+    buf_free(&blk);
+    rs[i] = h2_stream(cl, 3 + 2 * i);
+  }
+  ASSERT_EQ(h2_send_raw(cl, all.p, all.len), 0);
+  h2_wait(cl, rs, BATCH, 10000);
+  for (int i = 0; i < BATCH; i++) {
+    ASSERT_EQ(rs[i]->status, 200);
+    ASSERT_MEM_EQ(rs[i]->body.p, rs[i]->body.len, "ok", (size_t)2);
+  }
+  int64_t segs = __atomic_load_n(&f.segs, __ATOMIC_ACQUIRE);
+  if (segs < 0) cbt_log("TCP_INFO has no tcpi_data_segs_in on this kernel (before 4.6): the write count is not checked");
+  else ASSERT_EQ(segs, 1);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_requests, BATCH + 1);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  buf_free(&all);
+  h2_free(cl);
   test_stop(px);
   fake_stop(&f);
 }
