@@ -3,14 +3,16 @@
 # reverse proxies, all forwarding GET /hello to one cbench-server upstream over kept-alive HTTP/1.1, and against
 # cbench-server answering /hello itself.
 #
-#   bench/proxy.sh [--rounds R] [--seconds S] [--warmup S] [--conns C] [--servers cbench,nginx,h2o,floor]
-#                  [--protos h1,h2c] [--out FILE] [--smoke]
+#   bench/proxy.sh [--rounds R] [--seconds S] [--warmup S] [--conns C]
+#                  [--servers cbench,cbench-h2up,nginx,h2o,floor] [--protos h1,h2c] [--out FILE] [--smoke]
 #
 # Rows: `direct` is cbench-server answering /hello (its fixture route) with no upstream; `proxy` is each server
 # forwarding every request to the upstream: cbench-server with a catch-all proxy stub (docs/proxy.md), nginx with
 # proxy_pass to an upstream block holding a keepalive pool, h2o with proxy.reverse.url (it keeps upstream
 # connections alive by itself). The client side is HTTP/1.1 (h2load --h1, -m 1) or h2c with prior knowledge
-# (h2load -m 10); the upstream side is HTTP/1.1 for every proxy (neither nginx 1.22 nor h2o 2.2.5 proxies to h2c).
+# (h2load -m 10); the upstream side is HTTP/1.1 for every proxy (neither nginx 1.22 nor h2o 2.2.5 proxies to h2c),
+# except `cbench-h2up`: cbench-server's proxy stub with protocol h2c, every request a stream on the upstream's
+# h2c connections (the same upstream server, which speaks both). With an h2c client that is the "h2c to h2c" case.
 #
 # Measurement, as bench/ab.sh: the measured server is started fresh for each run, pinned to CPU 0, one worker or
 # thread; the upstream (one cbench-server, --journal 0, kept across runs) and h2load (one thread) share CPU 1. The
@@ -36,7 +38,7 @@ ROUNDS=3
 SECS=5
 WARM=2
 CONNS=50
-SERVERS=cbench,nginx,h2o,floor
+SERVERS=cbench,cbench-h2up,nginx,h2o,floor
 FLOOR=${CBENCH_FLOOR:-build/bench-floor}
 FLOOR_PROXY=${CBENCH_FLOOR_PROXY:-build/bench-floor-proxy}
 PROTOS=h1,h2c
@@ -63,7 +65,7 @@ for v in "$ROUNDS" "$SECS" "$CONNS"; do [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ]
 [[ "$WARM" =~ ^[0-9]+$ ]] || usage
 IFS=, read -r -a servers <<<"$SERVERS"
 IFS=, read -r -a protos <<<"$PROTOS"
-for s in "${servers[@]}"; do case $s in cbench|nginx|h2o|floor) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
+for s in "${servers[@]}"; do case $s in cbench|cbench-h2up|nginx|h2o|floor) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
 for p in "${protos[@]}"; do case $p in h1|h2c) ;; *) echo "$ME: unknown protocol $p" >&2; exit 2 ;; esac; done
 [ -x "$SERVER" ] || { echo "$ME: $SERVER is not built (make)" >&2; exit 1; }
 command -v h2load >/dev/null || { echo "$ME: h2load is not installed (nghttp2-client)" >&2; exit 1; }
@@ -72,7 +74,7 @@ peers=()
 for s in "${servers[@]}"; do
   if [ "$s" = floor ] && ! { [ -x "$FLOOR" ] && [ -x "$FLOOR_PROXY" ]; }; then
     notes+=("the floor is not built (make bench-floor): its rows are skipped")
-  elif [ "$s" != cbench ] && [ "$s" != floor ] && ! command -v "$s" >/dev/null; then
+  elif [ "$s" = nginx ] || [ "$s" = h2o ] && ! command -v "$s" >/dev/null; then
     notes+=("$s is not installed: its rows are skipped")
   else
     peers+=("$s")
@@ -105,11 +107,13 @@ start() {
   local name=$1 mode=$2 proto=$3 cmd=()
   PORT=$(free_port)
   case $name in
-    cbench)
+    cbench|cbench-h2up)
       cmd=("$SERVER" --port "$PORT" --threads 1)
       if [ "$mode" = proxy ]; then
-        printf '[{"name": "proxy", "match": {"path": "/*", "method": "any"}, "response": {"proxy": {"to": "http://127.0.0.1:%s"}}}]\n' \
-          "$UPORT" >"$work/proxy.json"
+        local upproto=http1
+        [ "$name" = cbench-h2up ] && upproto=h2c
+        printf '[{"name": "proxy", "match": {"path": "/*", "method": "any"}, "response": {"proxy": {"to": "http://127.0.0.1:%s", "protocol": "%s"}}}]\n' \
+          "$UPORT" "$upproto" >"$work/proxy.json"
         cmd+=(--stubs "$work/proxy.json")
       fi ;;
     nginx)
@@ -241,6 +245,9 @@ fi
     cbd=$(echo "${vals[cbench direct $p]:-}" | median)
     cbp=$(echo "${vals[cbench proxy $p]:-}" | median)
     line="proxy / direct, $p: cbench $(ratio "$cbp" "$cbd")"
+    if [ -n "${vals[cbench-h2up proxy $p]:-}" ]; then
+      line+=", cbench-h2up $(ratio "$(echo "${vals[cbench-h2up proxy $p]}" | median)" "$cbd")"
+    fi
     if [ -n "${vals[floor proxy $p]:-}" ]; then
       line+=", floor $(ratio "$(echo "${vals[floor proxy $p]}" | median)" "$(echo "${vals[floor direct $p]}" | median)")"
     fi
