@@ -22,7 +22,7 @@
 #                           HTTP/1.1+TLS and h2+TLS, full and resumed handshakes per CPU-second, bytes per idle
 #                           TLS connection (bench/tls.sh, bench/tls_idle.py, TLS_ARGS); make bench runs it after
 #                           the harness unless TLS=0
-#   make bench-proxy        the proxy (issue 26): cbench-server, nginx and h2o as reverse proxies to one cbench-server
+#   make bench-proxy        the proxy (issue 26): cbench-server (HTTP/1.1 and h2c upstream), nginx and h2o as reverse proxies to one cbench-server
 #                           upstream, and cbench-server answering directly, over HTTP/1.1 and h2c (bench/proxy.sh,
 #                           PROXY_ARGS); make bench runs it after the TLS cases unless PROXY=0
 #   make soak               the mixed soak (issue 22): HTTP/1.1, h2c, WebSocket, faults, stub churn and journal
