@@ -1399,11 +1399,11 @@ void cb__px_fail(px_t *x, int why) { px_fail(x, why); }
 pool_t *cb__px_pool(cb__worker_t *w) { return pool_of(w); }
 upstream_t *cb__px_upstream(pool_t *pl, const cb__proxy_t *p) { return upstream_of(pl, p); }
 
-char *cb__px_target(px_t *x, size_t *n) {
+char *cb__px_target(px_t *x, char *stack, size_t cap, size_t *n) {
   const cb__proxy_t *p = x->p;
   cb__req_t *r = x->r;
   size_t tn = p->prefix_len + r->target_len;
-  char *target = malloc(tn ? tn : 1);
+  char *target = tn <= cap ? stack : malloc(tn ? tn : 1);
   if (target == NULL) return NULL;
   memcpy(target, p->prefix, p->prefix_len);
   memcpy(target + p->prefix_len, r->path, r->target_len);
@@ -1414,20 +1414,23 @@ char *cb__px_target(px_t *x, size_t *n) {
 /* The HTTP/2 form of send_head's fields: names lowercased (HTTP/2 allows no other), no host (the authority is
  * :authority), te only as "trailers" (RFC 9113 8.2.2) and dropped here like every hop-by-hop field, and the
  * body's content-length when the request declared one. */
-int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block) {
+int cb__px_h2_fields(px_t *x, cb__px_h2_fields_t *f) {
   cb__req_t *r = x->r;
   cb__conn_t *conn = r->conn;
   fwd_t fw;
-  cb_chdr_t *hs = malloc(((size_t)r->nheaders + PROXY_ADDED + 1) * sizeof *hs);
+  size_t nhs = (size_t)r->nheaders + PROXY_ADDED + 1;
+  cb_chdr_t *hs = nhs <= CB__PX_STACK_FIELDS ? f->stack_hs : malloc(nhs * sizeof *hs);
   if (hs == NULL) return UV_ENOMEM;
   int nh = fwd_collect(r, &fw, hs);
   size_t bytes = 24 + INET6_ADDRSTRLEN; /* a length, an address and the names */
   for (int i = 0; i < nh; i++) bytes += hs[i].name_len;
-  char *b = malloc(bytes), *o = b;
+  char *b = bytes <= sizeof f->stack_block ? f->stack_block : malloc(bytes), *o = b;
   if (b == NULL) {
-    free(hs);
+    if (hs != f->stack_hs) free(hs);
     return UV_ENOMEM;
   }
+  f->fields = hs;
+  f->block = b;
   for (int i = 0; i < nh; i++) { /* the names lowercased into the block */
     for (size_t k = 0; k < hs[i].name_len; k++)
       o[k] = (char)(hs[i].name[k] >= 'A' && hs[i].name[k] <= 'Z' ? hs[i].name[k] + 32 : hs[i].name[k]);
@@ -1441,10 +1444,12 @@ int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block) {
     hs[nh++] = (cb_chdr_t){STR("content-length"), o, (size_t)n};
     o += n;
   }
-  nh = fwd_add(&fw, conn, o, hs, nh);
-  *out = hs;
-  *block = b;
-  return nh;
+  return fwd_add(&fw, conn, o, hs, nh);
+}
+
+void cb__px_h2_fields_free(cb__px_h2_fields_t *f) {
+  if (f->fields != f->stack_hs) free(f->fields);
+  if (f->block != f->stack_block) free(f->block);
 }
 
 const cb__handler_t cb__h_proxy = {

@@ -145,12 +145,23 @@ void cb__px_done(px_t *x);
 void cb__px_fail(px_t *x, int why);
 /* Frees what the exchange holds (on_free), but its stream. */
 void cb__px_free(px_t *x);
-/* The forwarded request's fields for HTTP/2: names lowercased into one block (*block, to free), the request's
- * but connection-specific ones, host, expect and x-forwarded-*, then content-length when known and the three
- * x-forwarded-*. Returns the count (fields in *out, to free), or UV_ENOMEM. */
-int cb__px_h2_fields(px_t *x, cb_chdr_t **out, char **block);
-/* The request's target after the stub's prefix (to free), its length in *n. */
-char *cb__px_target(px_t *x, size_t *n);
+/* The forwarded request's fields for HTTP/2, made on the caller's stack when they fit (the usual case), else in
+ * blocks of their own: a malloc and a free each per request otherwise. */
+#define CB__PX_STACK_FIELDS 64
+typedef struct {
+  cb_chdr_t *fields; /* stack_hs or a block of its own */
+  char *block;       /* the names lowercased, the length's digits, the address: stack_block or a block */
+  cb_chdr_t stack_hs[CB__PX_STACK_FIELDS];
+  char stack_block[2048];
+} cb__px_h2_fields_t;
+/* The request's fields but connection-specific ones, host, expect and x-forwarded-*, then content-length when
+ * known and the three x-forwarded-*, into f (f->fields). Returns the count, or UV_ENOMEM; after a count,
+ * cb__px_h2_fields_free(f) lets go of what did not fit on the stack. */
+int cb__px_h2_fields(px_t *x, cb__px_h2_fields_t *f);
+void cb__px_h2_fields_free(cb__px_h2_fields_t *f);
+/* The request's target after the stub's prefix, its length in *n: in stack when it fits in cap bytes, else in
+ * a block of its own (to free when it is not stack). NULL when out of memory. */
+char *cb__px_target(px_t *x, char *stack, size_t cap, size_t *n);
 
 /* ---- proxy_h2.c ---- */
 extern const cb__handler_t cb__h_proxy_h2;

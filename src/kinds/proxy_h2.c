@@ -59,6 +59,9 @@ struct h2x_s {
   uint8_t attached; /* the session still tells this stream's events */
   uint8_t released; /* h2x_release ran (a failure's answer may release the exchange, which releases it too) */
   uint8_t dirty;    /* the feed passed answer bytes on: the client's connection writes them after the feed */
+  uint8_t timed;    /* deadline counts (not while the client's output is full) */
+  uint64_t deadline; /* loop time (ms) the stream times out at, moved later by each piece of the answer */
+  uint64_t due;      /* when the timer, if it runs, fires (0: it does not) */
   size_t unconsumed; /* body passed on while the client's output was full: not yet given back to the windows */
   uint64_t got;      /* body bytes received */
 };
@@ -99,8 +102,30 @@ static void h2x_release(h2x_t *h) {
   uv_close((uv_handle_t *)&h->timer, h2x_closed);
 }
 
+/* The stream's deadline, as the HTTP/1.1 connection's (proxy.c, upc_time): a deadline that moves later only
+ * writes the time, and the timer, on firing, waits for what is left. Restarting the timer at the head and at
+ * each piece of body took two timer-heap removals and insertions per request. */
+static void h2x_timeout(uv_timer_t *t);
+
+static void h2x_time(h2x_t *h, uint64_t ms) {
+  h->timed = 1;
+  h->deadline = uv_now(h->timer.loop) + ms;
+  if (h->due == 0 || h->due > h->deadline) {
+    uv_timer_start(&h->timer, h2x_timeout, ms, 0);
+    h->due = h->deadline;
+  }
+}
+
 static void h2x_timeout(uv_timer_t *t) {
   h2x_t *h = t->data;
+  h->due = 0;
+  if (!h->timed) return;
+  uint64_t now = uv_now(t->loop);
+  if (now < h->deadline) {
+    uv_timer_start(t, h2x_timeout, h->deadline - now, 0);
+    h->due = h->deadline;
+    return;
+  }
   px_t *x = h->x;
   h2x_release(h);
   if (x != NULL) cb__px_fail(x, CB__UPERR_TIMEOUT);
@@ -138,7 +163,7 @@ static int st_head(void *sud, int status, const cb_chdr_t *f, int n) {
     return 1;
   }
   int no_body = status == 204 || status == 304;
-  uv_timer_again(&h->timer);
+  h2x_time(h, x->p->timeout_ms);
   if (cb__px_head(x, status, f, n, no_body ? CB__NO_BODY : cl >= 0 ? cl : CB__STREAMED) != 0) {
     h->attached = 0;
     h2x_release(h); /* answered already (px_fail) */
@@ -174,10 +199,10 @@ static int st_data(void *sud, const char *p, size_t n) {
   }
   if (blocked) { /* the client's output is full: the window stays closed by n and the stream is not timed */
     h->unconsumed += n;
-    uv_timer_stop(&h->timer);
+    h->timed = 0;
   } else {
     cb_ch2_consume(&h->hc->s, h->id, n);
-    uv_timer_again(&h->timer);
+    h2x_time(h, x->p->timeout_ms);
   }
   h->dirty = 1;
   return 0;
@@ -611,21 +636,20 @@ static void h2_forward(px_t *x) {
     cb__px_fail(x, CB__UPERR_CONNECT);
     return;
   }
-  cb_chdr_t *fields = NULL;
-  char *block = NULL, *target = NULL;
+  cb__px_h2_fields_t f;
+  char stack_target[1024], *target = NULL;
   size_t tn = 0;
-  int nf = cb__px_h2_fields(x, &fields, &block);
-  if (nf >= 0) target = cb__px_target(x, &tn);
+  int nf = cb__px_h2_fields(x, &f);
+  if (nf >= 0) target = cb__px_target(x, stack_target, sizeof stack_target, &tn);
   int32_t id = -1;
   if (nf >= 0 && target != NULL) {
     cb_ch2_req_t q = {.method = r->method_str, .method_len = r->method_len, .path = target, .path_len = tn,
-                      .authority = x->p->authority, .authority_len = x->p->authority_len, .headers = fields,
+                      .authority = x->p->authority, .authority_len = x->p->authority_len, .headers = f.fields,
                       .nheaders = nf, .has_body = !x->req_ended || x->hold_len > x->hold_off, .https = x->p->tls};
     id = cb_ch2_submit(&hc->s, &q, h);
   }
-  free(fields);
-  free(block);
-  free(target);
+  if (nf >= 0) cb__px_h2_fields_free(&f);
+  if (target != stack_target) free(target);
   if (id < 0) {
     free(h);
     if (hc->xs == NULL) uv_timer_start(&hc->timer, idle_fire, PROXY_IDLE_MS, 0);
@@ -645,7 +669,7 @@ static void h2_forward(px_t *x) {
   x->head_sent = 1;
   x->state = PX_SENT;
   uv_timer_stop(&hc->timer);
-  uv_timer_start(&h->timer, h2x_timeout, x->p->timeout_ms, x->p->timeout_ms);
+  h2x_time(h, x->p->timeout_ms);
   h2c_flush_soon(hc);
 }
 
@@ -707,7 +731,7 @@ static void h2_writable(cb__req_t *r) {
   if (h != NULL && h->hc != NULL) { /* the window opens again by what the client's output took */
     cb_ch2_consume(&h->hc->s, h->id, h->unconsumed);
     h->unconsumed = 0;
-    uv_timer_again(&h->timer);
+    h2x_time(h, x->p->timeout_ms);
     h2c_flush_soon(h->hc);
   }
 }

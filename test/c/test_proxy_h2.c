@@ -190,6 +190,7 @@ struct fake_s {
   int end_stream;      /* the last request's HEADERS ended its stream (no body) */
   char req[2048];      /* the last request's header block, decoded: "name: value\n" each */
   int ready;           /* s_batch: the first exchange is over, the batch may come */
+  int pace_cut;        /* s_paced: after the last piece, silence instead of the stream's end */
   int64_t segs;        /* s_batch: the TCP segments with data the batch's requests came in (-1: not known) */
   nghttp2_hd_deflater *def;
   pthread_mutex_t mu;
@@ -882,6 +883,51 @@ TEST(proxy_h2up_forwarded_head) {
   buf_free(&got);
   test_stop(px);
   fake_stop(&f);
+}
+
+/* An answer in five pieces 300 ms apart, ending its stream after the last, or silent after it (pace_cut). */
+static void s_paced(fake_t *f, int fd, int conn) {
+  (void)conn;
+  int32_t sid = read_request(f, fd);
+  if (sid == 0) return;
+  send_settings(fd);
+  nghttp2_nv nv[] = {NV(":status", "200")};
+  send_headers(f, fd, sid, nv, 1, 0);
+  int cut = __atomic_load_n(&f->pace_cut, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < 5; i++) {
+    sleep_ms(300);
+    frame(fd, NGHTTP2_DATA, (uint8_t)(i == 4 && !cut ? NGHTTP2_FLAG_END_STREAM : 0), sid, "abcde" + i, 1);
+  }
+  drain(f, fd);
+}
+
+/* timeout_ms bounds each pause of the answer, not the whole: with 1,000 ms, five pieces 300 ms apart (1.5 s in
+ * all) come through whole (a deadline not moved by each piece would cut them); silence after the last piece cuts
+ * the answer (no last chunk, the connection closed) once 1,000 ms passed. */
+TEST_T(proxy_h2up_timeout_is_per_pause, 30000) {
+  for (int cut = 0; cut < 2; cut++) {
+    fake_t f;
+    fake_start(&f, s_paced);
+    __atomic_store_n(&f.pace_cut, cut, __ATOMIC_RELEASE);
+    char to[64];
+    cb_server_t *px = h2_proxy_to(f.port, 1000, 0, to, sizeof to);
+    buf_t got = {0};
+    get_via(cb_server_port(px), &got);
+    static const char head[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ntransfer-encoding: chunked\r\n"
+                               "connection: close\r\n\r\n1\r\na\r\n1\r\nb\r\n1\r\nc\r\n1\r\nd\r\n1\r\ne\r\n";
+    buf_t want = {0};
+    buf_adds(&want, head);
+    if (!cut) buf_adds(&want, "0\r\n\r\n");
+    ASSERT_MEM_EQ(got.p, got.len, want.p, want.len);
+    cb_stats_t st;
+    ASSERT_EQ(cb_server_stats(px, &st), 0);
+    ASSERT_EQ(st.proxy_requests, 1);
+    ASSERT_EQ(st.proxy_504 + st.proxy_502, 0); /* they count answers the proxy gave; a cut one is the upstream's */
+    buf_free(&got);
+    buf_free(&want);
+    test_stop(px);
+    fake_stop(&f);
+  }
 }
 
 /* Segments with data the socket has received (TCP_INFO), or -1 where the kernel does not say (before 4.6). */
