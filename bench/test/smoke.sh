@@ -181,7 +181,8 @@ for peer in nginx h2o; do
 done
 echo "bench-smoke: bench/tls.sh measured the 8 TLS cases on cbench-server"
 # 7. The proxy benchmark (bench/proxy.sh, make bench-proxy): bad input exits 2; a smoke run measures cbench-server
-# direct and as a proxy over HTTP/1.1 and h2c, and each installed peer as a proxy (or names it as not installed).
+# direct and as a proxy (to HTTP/1.1 and to h2c upstreams) over HTTP/1.1 and h2c, and each installed peer as a proxy
+# (or names it as not installed).
 bench/proxy.sh --protos nope >"$WORK/proxy-bad.out" 2>&1
 rc=$?
 [ "$rc" = 2 ] || { cat "$WORK/proxy-bad.out"; fail "bench/proxy.sh --protos nope exited $rc, expected 2"; }
@@ -202,9 +203,11 @@ done
 for row in "direct | floor" "proxy | floor"; do
     grep -Eq "^\| h1 \| $row \| [0-9.]+ " "$WORK/proxy.md" || { cat "$WORK/proxy.md"; fail "bench/proxy.sh measured no h1 $row"; }
 done
-grep -Eq '^proxy / direct, h1: cbench [0-9.]+, floor [0-9.]+$' "$WORK/proxy.md" \
-    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh printed no proxy / direct line for cbench and the floor"; }
-echo "bench-smoke: bench/proxy.sh measured cbench-server and the floor, direct and as a proxy, over HTTP/1.1 (and cbench over h2c)"
+grep -Eq '^\| (h1|h2c) \| proxy \| cbench-h2up \| [0-9.]+ ' "$WORK/proxy.md" \
+    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh measured no proxy to an h2c upstream (cbench-h2up)"; }
+grep -Eq '^proxy / direct, h1: cbench [0-9.]+, cbench-h2up [0-9.]+, floor [0-9.]+$' "$WORK/proxy.md" \
+    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh printed no proxy / direct line for cbench, cbench-h2up and the floor"; }
+echo "bench-smoke: bench/proxy.sh measured cbench-server (HTTP/1.1 and h2c upstream) and the floor, direct and as a proxy, over HTTP/1.1 (and cbench over h2c)"
 # 8. The client floor (build/bench-floor-client, bench/floor_client.c): bad arguments exit 2 with the usage line;
 # 1 s against a cbench-server counts answers (more than 0) and prints its CPU time.
 for args in "" "1 1" "0 1 1" "x 1 1" "1 0 1" "1 1 0" "1 1 1 nope" "1 1 1 /a b"; do
