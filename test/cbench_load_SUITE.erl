@@ -18,7 +18,8 @@
 
 -export([all/0, groups/0, init_per_suite/1, end_per_suite/1]).
 -export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h2c_new_conn/1, h1_paths_round_robin/1,
-         echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, open_loop_schedule/1,
+         echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, h2c_server_stream_limit/1,
+         h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
          ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
@@ -33,14 +34,15 @@ all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coor
 
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h2c_new_conn, h1_paths_round_robin,
-                   echo_with_headers, h2c_streams, h2c_head_and_echo, open_loop_schedule,
+                   echo_with_headers, h2c_streams, h2c_head_and_echo, h2c_server_stream_limit, h2c_big_body,
+                   open_loop_schedule,
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]},
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
-                    endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood]}].
+                    endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(cbench),
@@ -219,6 +221,56 @@ h2c_head_and_echo(Config) ->
                          end),
     #{requests := #{completed := N}, bytes := #{body := B}} = no_errors(R2),
     ?assertEqual(N * 1024, B).
+
+%% A server that allows 3 streams at once, 10 in flight per connection: the requests past its limit
+%% wait in the client for a stream to end (a stream over it would be refused: a protocol error).
+h2c_server_stream_limit(_Config) ->
+    {ok, S} = cbench:start_server(nif, #{port => 0, threads => 1, h2_max_concurrent_streams => 3}),
+    try
+        R = load(cbench:url(S, "/hello"), #{proto => h2c, connections => 1, depth => 10, duration => 0.3}),
+        #{requests := #{completed := N}, connects := 1} = no_errors(R),
+        ?assert(N > 10, R)
+    after
+        ok = cbench:stop_server(S)
+    end.
+
+%% Bodies larger than the server's windows (1 MiB each, 2 streams): DATA goes as the server's
+%% WINDOW_UPDATEs open them, and every echo comes back whole.
+h2c_big_body(Config) ->
+    Body = binary:copy(<<"0123456789abcdef">>, 65536),
+    R = counted(Config, fun() ->
+                                load(url(Config, "/echo"), #{proto => h2c, body => Body, connections => 1,
+                                                             depth => 2, duration => 0.5})
+                        end),
+    #{requests := #{completed := N}, bytes := #{body := B}} = no_errors(R),
+    ?assertEqual(N * byte_size(Body), B).
+
+%% h2c: each connection's first request answered, then GOAWAY with that stream as the last: no new
+%% stream starts on it, and once its last stream is done the connection is opened again. With one
+%% request in flight nothing fails.
+h2_goaway_reconnects(_Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _} = gen_tcp:recv(S, 24, 5000),
+                                        ok = gen_tcp:send(S, h2_frame(4, 0, 0, <<>>)),
+                                        h2_answer_then_goaway(S, <<>>)
+                                end),
+    R = load(url_of(Port, "/hello"), #{proto => h2c, connections => 1, depth => 1, duration => 0.3}),
+    Stop(),
+    #{requests := #{ok := Ok}, connects := Connects} = no_errors(R),
+    ?assert(Ok >= 2 andalso Connects >= Ok, R).
+
+h2_answer_then_goaway(S, <<Len:24, Type, Flags, _:1, Sid:31, _:Len/binary, Rest/binary>>) ->
+    case {Type, Flags band 1} of
+        {4, 0} -> ok = gen_tcp:send(S, h2_frame(4, 1, 0, <<>>));
+        {1, 1} -> ok = gen_tcp:send(S, [h2_frame(1, 5, Sid, <<16#88>>), h2_frame(7, 0, 0, <<0:1, Sid:31, 0:32>>)]);
+        _ -> ok
+    end,
+    h2_answer_then_goaway(S, Rest);
+h2_answer_then_goaway(S, Buf) ->
+    case gen_tcp:recv(S, 0) of
+        {ok, D} -> h2_answer_then_goaway(S, <<Buf/binary, D/binary>>);
+        {error, _} -> ok
+    end.
 
 %% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
 %% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)

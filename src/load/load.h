@@ -10,7 +10,8 @@
  *   thread.c    one thread, one uv_loop_t: its connections (connect, read, write, close, reconnect), the
  *               open-loop schedule (a timerfd in the loop), timeouts, the measured window, the accounting
  *   h1.c        HTTP/1.1 over llhttp in response mode: keep-alive, pipelining, a connection per request, HEAD
- *   h2.c        h2c with prior knowledge over an nghttp2 client session: N streams per connection
+ *   h2.c        h2c with prior knowledge (h2 below tls.c): N streams per connection, framed here, answers'
+ *               header blocks decoded by nghttp2's HPACK decoder when they change its table
  *   ws.c        WebSocket echo: the upgrade, then frames both ways through wslay's frame layer
  *   tls.c       https:// and wss://: an OpenSSL client session between the socket and the protocol (memory
  *               BIOs on the connection's libuv reads and writes), ALPN, SNI, verification, resumption
@@ -39,8 +40,8 @@
 #define CBL_MAX_STATUS 600
 /* What a hostile server can make the generator hold, per connection. An answer's head (or the WebSocket
  * handshake's) longer than CBL_MAX_HEAD is a protocol error; bodies are counted, never kept. Output that reading
- * makes (h2 frames nghttp2 answers with, WebSocket pongs) is produced only while less than CBL_OUT_HIGH bytes
- * wait for the socket: nghttp2 keeps the rest and fails a session that floods it, and pings are coalesced into
+ * makes (h2 acknowledgements, WebSocket pongs) is produced only while less than CBL_OUT_HIGH bytes wait for the
+ * socket: h2 fails a connection that floods acknowledgements past it, and pings are coalesced into
  * one pending pong (RFC 6455 section 5.5.3), so a server that never reads cannot grow the generator's memory. */
 #define CBL_MAX_HEAD (1024 * 1024)
 #define CBL_OUT_HIGH (256 * 1024)
@@ -126,9 +127,10 @@ typedef struct {
   /* HTTP/1.1: the whole request (head and body) per path. */
   char **h1;
   size_t *h1_len;
-  /* h2: the header list per path (pseudo-headers first, then -H headers lowercased, then content-length). */
-  void **h2_nva; /* nghttp2_nv arrays */
-  size_t h2_nvlen;
+  /* h2: the HEADERS payload per path (pseudo-headers first, then -H headers lowercased, then content-length),
+   * HPACK with no dynamic table (request.c). */
+  char **h2_block;
+  size_t *h2_block_len;
   /* WebSocket: the upgrade request, and the message each echo carries. */
   char *ws_handshake;
   size_t ws_handshake_len;

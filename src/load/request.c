@@ -1,8 +1,7 @@
 /* What goes on the wire, made once per run and shared read-only by every thread: the HTTP/1.1 request bytes of
- * each path, the h2 header list of each path, the WebSocket upgrade request and the message every echo carries.
+ * each path, the h2 header block of each path (HPACK that touches no table: sent as it is on every stream), the WebSocket upgrade request and the message every echo carries.
  * Per request the connections only copy or reference these. */
 #include <ctype.h>
-#include <nghttp2/nghttp2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,22 +49,56 @@ static int build_h1(cbl_wire_t *w, const cbl_config_t *cfg, int i) {
   return 0;
 }
 
-static nghttp2_nv nv(const char *name, const char *value) {
-  return (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, strlen(name), strlen(value),
-                      NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
+/* HPACK (RFC 7541) without the dynamic table: every field a literal "without indexing" (section 6.2.2), its
+ * name by static-table index where it has one, strings without Huffman coding, and :method GET or POST, :scheme
+ * and :path "/" fully indexed. Such a block changes no table on either side, so one made here is sent as it is
+ * on every stream of every connection. */
+static int hp_int(cbl_buf_t *b, uint8_t first, int prefix, size_t v) {
+  size_t max = ((size_t)1 << prefix) - 1;
+  uint8_t out[12];
+  size_t n = 0;
+  if (v < max) {
+    out[n++] = (uint8_t)(first | v);
+  } else {
+    out[n++] = (uint8_t)(first | max);
+    v -= max;
+    while (v >= 128) {
+      out[n++] = (uint8_t)(0x80 | (v & 0x7f));
+      v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+  }
+  return cbl_buf_append(b, out, n);
 }
 
-static int build_h2(cbl_wire_t *w, const cbl_config_t *cfg, int i, char *content_length) {
-  nghttp2_nv *a = calloc((size_t)cfg->nheaders + 5, sizeof *a);
-  if (!a) return -1;
-  size_t n = 0;
+static int hp_str(cbl_buf_t *b, const char *s) {
+  size_t n = strlen(s);
+  return hp_int(b, 0x00, 7, n) | cbl_buf_append(b, s, n);
+}
+
+/* A literal without indexing: the name by static index (1..61), or given (index 0). */
+static int hp_literal(cbl_buf_t *b, int name_index, const char *name, const char *value) {
+  int bad = hp_int(b, 0x00, 4, (size_t)name_index);
+  if (name_index == 0) bad |= hp_str(b, name);
+  return bad | hp_str(b, value);
+}
+
+static int hp_indexed(cbl_buf_t *b, int index) { return hp_int(b, 0x80, 7, (size_t)index); }
+
+static int build_h2(cbl_wire_t *w, const cbl_config_t *cfg, int i, const char *content_length) {
   const char *authority = cfg->authority;
   for (int h = 0; h < cfg->nheaders; h++)
     if (strcasecmp(cfg->headers[h].name, "host") == 0) authority = cfg->headers[h].value;
-  a[n++] = nv(":method", cfg->method);
-  a[n++] = nv(":scheme", "http");
-  a[n++] = nv(":authority", authority);
-  a[n++] = nv(":path", cfg->paths[i]);
+  cbl_buf_t b = {0};
+  int bad = 0;
+  /* Static table: 1 :authority, 2 :method GET, 3 :method POST, 4 :path /, 6 :scheme http. */
+  if (!strcmp(cfg->method, "GET")) bad |= hp_indexed(&b, 2);
+  else if (!strcmp(cfg->method, "POST")) bad |= hp_indexed(&b, 3);
+  else bad |= hp_literal(&b, 2, NULL, cfg->method);
+  bad |= hp_indexed(&b, 6);
+  bad |= hp_literal(&b, 1, NULL, authority);
+  if (!strcmp(cfg->paths[i], "/")) bad |= hp_indexed(&b, 4);
+  else bad |= hp_literal(&b, 4, NULL, cfg->paths[i]);
   /* HTTP/2 field names are lowercase (RFC 9113 8.2.1); config.c keeps the names as given, lowercased here in
    * place (they were strdup'ed for this). Host and connection-specific fields do not travel over h2. */
   for (int h = 0; h < cfg->nheaders; h++) {
@@ -74,11 +107,15 @@ static int build_h2(cbl_wire_t *w, const cbl_config_t *cfg, int i, char *content
     if (!strcmp(name, "host") || !strcmp(name, "connection") || !strcmp(name, "keep-alive") ||
         !strcmp(name, "transfer-encoding") || !strcmp(name, "upgrade"))
       continue;
-    a[n++] = nv(name, cfg->headers[h].value);
+    bad |= hp_literal(&b, 0, name, cfg->headers[h].value);
   }
-  if (cfg->body && !has_header(cfg, "content-length")) a[n++] = nv("content-length", content_length);
-  w->h2_nva[i] = a;
-  w->h2_nvlen = n;
+  if (cfg->body && !has_header(cfg, "content-length")) bad |= hp_literal(&b, 28, NULL, content_length);
+  if (bad) {
+    free(b.p);
+    return -1;
+  }
+  w->h2_block[i] = b.p;
+  w->h2_block_len[i] = b.len;
   return 0;
 }
 
@@ -88,8 +125,9 @@ int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg) {
   int np = cfg->npaths;
   w->h1 = calloc((size_t)np, sizeof *w->h1);
   w->h1_len = calloc((size_t)np, sizeof *w->h1_len);
-  w->h2_nva = calloc((size_t)np, sizeof *w->h2_nva);
-  if (!w->h1 || !w->h1_len || !w->h2_nva) return -1;
+  w->h2_block = calloc((size_t)np, sizeof *w->h2_block);
+  w->h2_block_len = calloc((size_t)np, sizeof *w->h2_block_len);
+  if (!w->h1 || !w->h1_len || !w->h2_block || !w->h2_block_len) return -1;
   static char content_length[24];
   snprintf(content_length, sizeof content_length, "%zu", cfg->body_len);
   for (int i = 0; i < np; i++) {
@@ -127,11 +165,12 @@ int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg) {
 void cbl_wire_free(cbl_wire_t *w, const cbl_config_t *cfg) {
   for (int i = 0; i < cfg->npaths; i++) {
     if (w->h1) free(w->h1[i]);
-    if (w->h2_nva) free(w->h2_nva[i]);
+    if (w->h2_block) free(w->h2_block[i]);
   }
   free(w->h1);
   free(w->h1_len);
-  free(w->h2_nva);
+  free(w->h2_block);
+  free(w->h2_block_len);
   free(w->ws_handshake);
   free(w->ws_msg);
 }

@@ -49,6 +49,7 @@ uint64_t cbl_now(void) {
 }
 
 int cbl_buf_append(cbl_buf_t *b, const void *p, size_t n) {
+  if (n == 0) return 0; /* an empty buffer has no block yet to point into */
   if (b->len + n > b->cap) {
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + n) cap *= 2;
@@ -262,15 +263,24 @@ static int conn_pump(cbl_conn_t *c) {
 
 /* After anything happened on c: send what may be sent, write it out, or close on an error. */
 static void conn_step(cbl_conn_t *c, int rc) {
+  if (rc == 0 && !c->done_clean) rc = conn_pump(c);
+  if (rc == 0 && !c->done_clean) rc = c->t->proto->flush(c);
+  if (rc == 0 && !c->done_clean) rc = conn_flush(c);
+  /* A protocol holds output back once CBL_OUT_HIGH bytes wait (an h2 request body, frames it queued). When the
+   * socket took all of it at once, no write completion comes to ask for the rest: ask now, until the protocol
+   * has nothing more or the socket stops taking it all (then on_write asks). */
+  while (rc == 0 && !c->done_clean && c->state == CBL_CONN_OPEN && !c->writing && cbl_conn_unsent(c) == 0) {
+    rc = c->t->proto->flush(c);
+    if (rc || cbl_conn_unsent(c) == 0) break;
+    rc = conn_flush(c);
+  }
+  /* Ended cleanly, by a read (a connection per request, the server's close) or by the protocol's flush (h2:
+   * the last stream after a GOAWAY): whatever else the server sent on this socket is not ours to wait for. */
   if (rc == 0 && c->done_clean) {
-    /* Whatever else the server sent on this socket is not ours to wait for. */
     if (c->inflight) fail_inflight(c, CBL_ERR_RESET);
     conn_close(c, true);
     return;
   }
-  if (rc == 0) rc = conn_pump(c);
-  if (rc == 0) rc = c->t->proto->flush(c);
-  if (rc == 0) rc = conn_flush(c);
   if (rc < 0) conn_fail(c, (cbl_err_t)(-1 - rc));
 }
 
