@@ -17,8 +17,8 @@
 -export_type([req/0, handle/0, status/0, headers/0, reply_error/0]).
 
 -type handle() :: {cbench_nif, reference(), pos_integer()}
-                | {cbench_ehttpd, pid(), reference(), atomics:atomics_ref()}
-                | {cbench_port, pid(), pos_integer(), atomics:atomics_ref()}.
+                | {cbench_ehttpd, pid(), reference(), cbench_handler_state:state()}
+                | {cbench_port, pid(), pos_integer(), cbench_handler_state:state()}.
 -type req() :: #{method := binary(), path := binary(), query := binary(),
                  headers := [{binary(), binary()}], peer := binary(),
                  proto := cbench:proto(), body := binary(), handle := handle()}.
@@ -100,9 +100,9 @@ replies(Answers) when is_list(Answers) ->
     N = length(Answers),
     Items = [{handle(R), {reply, S, H, B}} || {R, S, H, B} <- Answers],
     length(Items) =:= N orelse error(badarg),
-    [measured(Op) || {_, Op} <- Items],
     case Items of
         [{{cbench_nif, Server, _}, _} | _] ->
+            [measured(Op) || {_, Op} <- Items],
             case lists:all(fun({{cbench_nif, Sv, _}, _}) -> Sv =:= Server;
                               (_) -> false
                            end, Items) of
@@ -110,16 +110,16 @@ replies(Answers) when is_list(Answers) ->
                 false -> [one(H, Op) || {H, Op} <- Items]
             end;
         _ ->
-            %% Port answers are claimed one by one here, then sent to their owners one message each.
+            %% Every answer is checked before any is given (a wrong type raises badarg first); port
+            %% answers are then claimed one by one and sent to their owners one message each, ehttpd
+            %% ones given one by one, and nif ones among them (a mixed list) given as by reply/4.
             cbench_port_handler:post(
-              [case H of
-                   {cbench_port, _, _, _} ->
-                       case checked(Op) of
-                           {ok, Op1} -> cbench_port_handler:claim(H, Op1);
-                           Error -> Error
-                       end;
-                   _ -> one(H, Op)
-               end || {H, Op} <- Items])
+              [case {H, Checked} of
+                   {{cbench_port, _, _, _}, {ok, Op1}} -> cbench_port_handler:claim(H, Op1);
+                   {{cbench_ehttpd, _, _, _}, {ok, Op1}} -> cbench_ehttpd_handler:answer(H, Op1);
+                   {{cbench_nif, _, _}, _} -> one(H, Op);
+                   {_, Error} -> Error
+               end || {{H, Op}, Checked} <- lists:zip(Items, checked_list(Items, none))])
     end;
 replies(_) ->
     error(badarg).
@@ -177,6 +177,31 @@ checked(Op) ->
         measure(Op),
         {ok, values(Op)}
     catch throw:{reply_error, Reason} -> {error, Reason}
+    end.
+
+%% checked/1 of each answer of a replies/1 call. A run of answers that give the same header list
+%% (a handler's literal list is one term in every answer, so the comparison is one pointer's) has
+%% its headers checked once: Memo is the last list that passed and what it became.
+checked_list([{_, Op} | T], Memo) ->
+    {Checked, Memo1} = checked_memo(Op, Memo),
+    [Checked | checked_list(T, Memo1)];
+checked_list([], _) ->
+    [].
+
+checked_memo({reply, S, H, B}, Memo = {H, Headers}) ->
+    try
+        is_integer(S) orelse error(badarg),
+        status(S),
+        within(body, iolist_size(B), ?MAX_BODY),
+        Body = iolist_to_binary(B),
+        no_body(S, Body =/= <<>>),
+        {{ok, {reply, S, Headers, Body}}, Memo}
+    catch throw:{reply_error, Reason} -> {{error, Reason}, Memo}
+    end;
+checked_memo(Op, _) ->
+    case checked(Op) of
+        {ok, {reply, _, Headers, _}} = Ok -> {Ok, {element(3, Op), Headers}};
+        Other -> {Other, none}
     end.
 
 %% Types, the status and sizes only (the nif engine checks the rest itself).

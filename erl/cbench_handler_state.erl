@@ -1,15 +1,16 @@
-%%% @doc The state word of a request waiting for an Erlang handler on the ehttpd and port engines: an
-%%% atomics array of one slot that the handler's process and the engine's side (the ehttpd connection,
-%%% the port's owner) both change. One compare-and-swap makes an answer the only one, as the C
+%%% @doc The state word of a request waiting for an Erlang handler on the ehttpd and port engines: a
+%%% slot of an atomics array that the handler's process and the engine's side (the ehttpd connection,
+%%% the port's owner) both change. The requests of one port frame share one array (new/1: one
+%%% allocation per batch, not per request); an ehttpd request has an array of its own. One compare-and-swap makes an answer the only one, as the C
 %%% engine's state word does for the nif engine (src/deferred.c): whoever moves the word first wins,
 %%% and the other side then reads {error, gone} (a late answer) or finds the request answered.
 -module(cbench_handler_state).
 
--export([new/0, answer/3, is_open/1, take_back/1, done/1]).
+-export([new/0, new/1, answer/3, is_open/1, take_back/1, done/1]).
 
 -export_type([state/0, op/0]).
 
--type state() :: atomics:atomics_ref().
+-type state() :: {atomics:atomics_ref(), pos_integer()}.
 %% A checked answer (cbench_handler): a whole one, the head of a streamed one, a piece, the end.
 -type op() :: {reply, cbench_handler:status(), [{binary(), binary()}], binary()} |
               {stream, cbench_handler:status(), [{binary(), binary()}]} |
@@ -24,7 +25,13 @@
 
 %% @doc A new request's state word: waiting for its answer.
 -spec new() -> state().
-new() -> atomics:new(1, []).
+new() -> {atomics:new(1, []), 1}.
+
+%% @doc N new state words (N >= 1), one array for them all.
+-spec new(pos_integer()) -> [state()].
+new(N) ->
+    A = atomics:new(N, []),
+    [{A, I} || I <- lists:seq(1, N)].
 
 %% @doc Moves the word for one answer and, when that succeeds, calls Send with it (so that no answer
 %% is sent that lost the race). {error, not_streaming} for a piece or an end before the head,
@@ -32,16 +39,16 @@ new() -> atomics:new(1, []).
 -spec answer(state(), op(), fun((op()) -> term())) -> ok | {error, gone | not_streaming}.
 answer(A, Op = {reply, _, _, _}, Send) -> claim(A, ?PARKED, ?REPLIED, Op, Send);
 answer(A, Op = {stream, _, _}, Send) -> claim(A, ?PARKED, ?STREAMING, Op, Send);
-answer(A, Op = {send, _}, Send) ->
-    case atomics:get(A, 1) of
+answer({A, I}, Op = {send, _}, Send) ->
+    case atomics:get(A, I) of
         ?STREAMING -> Send(Op), ok;
         ?PARKED -> {error, not_streaming};
         _ -> {error, gone}
     end;
 answer(A, finish, Send) -> claim(A, ?STREAMING, ?FINISHED, finish, Send).
 
-claim(A, From, To, Op, Send) ->
-    case atomics:compare_exchange(A, 1, From, To) of
+claim({A, I}, From, To, Op, Send) ->
+    case atomics:compare_exchange(A, I, From, To) of
         ok -> Send(Op), ok;
         %% A piece or an end before the head: the request still waits for its answer.
         ?PARKED when From =:= ?STREAMING -> {error, not_streaming};
@@ -50,18 +57,18 @@ claim(A, From, To, Op, Send) ->
 
 %% @doc Whether the request still takes pieces of its body: waiting, or its answer streaming.
 -spec is_open(state()) -> boolean().
-is_open(A) ->
-    S = atomics:get(A, 1),
+is_open({A, I}) ->
+    S = atomics:get(A, I),
     S =:= ?PARKED orelse S =:= ?STREAMING.
 
 %% @doc The engine's side takes the request back (for its 503 or 504): true when it did, false
 %% when an answer won the race.
 -spec take_back(state()) -> boolean().
-take_back(A) ->
-    Now = atomics:get(A, 1),
+take_back({A, I}) ->
+    Now = atomics:get(A, I),
     (Now =:= ?PARKED orelse Now =:= ?STREAMING) andalso
-        atomics:compare_exchange(A, 1, Now, ?DONE) =:= ok.
+        atomics:compare_exchange(A, I, Now, ?DONE) =:= ok.
 
 %% @doc The request is over: every later answer is {error, gone}.
 -spec done(state()) -> ok.
-done(A) -> atomics:put(A, 1, ?DONE).
+done({A, I}) -> atomics:put(A, I, ?DONE).

@@ -11,8 +11,10 @@
 %%%
 %%% The owner keeps, in its process dictionary, each handler route's target
 %%% ({?ROUTE, Id} => {Target, Batch, Body}) and each request in flight's state word and process
-%%% ({?REQ, Ref} => {State, Pid}), so that the program's {cbench_gone, Ref} reaches the request's
-%%% state word and {cbench_body, ...} its process.
+%%% (Ref => {State, Pid}), so that the program's {cbench_gone, Ref} reaches the request's state word
+%%% and {cbench_body, ...} its process. A request's key is its Ref alone, an integer (every other key
+%%% of the owner's dictionary is an atom or a tuple): it is put and erased once per request, and an
+%%% integer hashes and compares for less than a tuple around it.
 -module(cbench_port_handler).
 
 -export([route_added/4, route_removed/1, routes_reset/0, frame/2, queue/2, flush/1]).
@@ -21,7 +23,6 @@
 -export_type([frame/0, claimed/0]).
 
 -define(ROUTE, cbench_port_route).
--define(REQ, cbench_port_req).
 %% A frame of answers is sent at the latest when it holds this many answers or body bytes (the
 %% program takes frames of 65 MiB at most).
 -define(REPLY_BURST, 4096).
@@ -74,13 +75,7 @@ frame(Port, {cbench_requests, Id, Reqs}) ->
             ok;
         true ->
             Owner = self(),
-            Maps = [begin
-                        A = cbench_handler_state:new(),
-                        put({?REQ, Ref}, {A, Pid}),
-                        #{method => M, path => P, query => Q, headers => Hs, peer => Peer,
-                          proto => Proto, body => case Stream of true -> stream; false -> Body end,
-                          handle => {cbench_port, Owner, Ref, A}}
-                    end || {Ref, M, P, Q, Hs, Peer, Proto, Body} <- Reqs],
+            Maps = requests(Reqs, cbench_handler_state:new(length(Reqs)), Owner, Pid, Stream),
             case Batch of
                 true -> Pid ! {cbench_requests, Maps};
                 false -> [Pid ! {cbench_request, R} || R <- Maps]
@@ -88,7 +83,7 @@ frame(Port, {cbench_requests, Id, Reqs}) ->
             ok
     end;
 frame(_Port, {cbench_body, Ref, Data, End}) ->
-    case get({?REQ, Ref}) of
+    case get(Ref) of
         undefined -> ok;  % answered or gone: the rest of the body is dropped
         {A, Pid} ->
             Handle = {cbench_port, self(), Ref, A},
@@ -97,23 +92,33 @@ frame(_Port, {cbench_body, Ref, Data, End}) ->
             ok
     end;
 frame(_Port, {cbench_gone, Ref}) ->
-    case erase({?REQ, Ref}) of
+    case erase(Ref) of
         undefined -> ok;
         {A, _} -> cbench_handler_state:done(A)
     end.
+
+%% The handler's request maps of one frame, each request kept in flight (its state word, from the
+%% frame's one array, and its handler's process).
+requests([{Ref, M, P, Q, Hs, Peer, Proto, Body} | T], [A | As], Owner, Pid, Stream) ->
+    put(Ref, {A, Pid}),
+    [#{method => M, path => P, query => Q, headers => Hs, peer => Peer, proto => Proto,
+       body => case Stream of true -> stream; false -> Body end,
+       handle => {cbench_port, Owner, Ref, A}} | requests(T, As, Owner, Pid, Stream)];
+requests([], [], _, _, _) ->
+    [].
 
 %% @doc Answers from handlers (the `{cbench_port_reply, Items}' message, claimed and checked
 %% already): the first of a burst sends this process a flush message, so every answer that reaches
 %% the mailbox before that message goes to the program in the same frame; no mailbox scan.
 -spec queue(port(), [cbench_c_terms:reply_item()]) -> ok.
 queue(Port, Items) ->
-    Bytes = lists:sum([item_bytes(I) || I <- Items]),
-    {Out, N, B} = case get(?OUT) of
-                      undefined -> self() ! {cbench_port_flush, Port}, {[], 0, 0};
-                      Acc -> Acc
-                  end,
-    put(?OUT, {[Items | Out], N + length(Items), B + Bytes}),
-    case N + length(Items) >= ?REPLY_BURST orelse B + Bytes >= ?REPLY_BYTES of
+    {Out, N0, B0} = case get(?OUT) of
+                        undefined -> self() ! {cbench_port_flush, Port}, {[], 0, 0};
+                        Acc -> Acc
+                    end,
+    {N, B} = count(Items, N0, B0),
+    put(?OUT, {[Items | Out], N, B}),
+    case N >= ?REPLY_BURST orelse B >= ?REPLY_BYTES of
         true -> flush(Port);
         false -> ok
     end.
@@ -127,9 +132,20 @@ flush(Port) ->
         undefined -> ok;  % flushed early: the flush message finds nothing
         {Out, _, _} ->
             All = lists:append(lists:reverse(Out)),
-            [erase({?REQ, element(1, Item)}) || Item <- All, final(Item)],
+            forget(All),
             to_program(Port, All)
     end.
+
+%% The answers and their bytes, added to N and B.
+count([I | T], N, B) -> count(T, N + 1, B + item_bytes(I));
+count([], N, B) -> {N, B}.
+
+%% The requests whose answer is final are no longer in flight.
+forget([{Ref, reply, _, _, _} | T]) -> erase(Ref), forget(T);
+forget([{Ref, finish} | T]) -> erase(Ref), forget(T);
+forget([{Ref, unavailable} | T]) -> erase(Ref), forget(T);
+forget([_ | T]) -> forget(T);
+forget([]) -> ok.
 
 %% Headers count too: 4096 answers with big headers must not make a frame the program refuses.
 item_bytes({_, reply, _, Hs, Body}) -> header_bytes(Hs) + byte_size(Body);
@@ -137,9 +153,10 @@ item_bytes({_, stream, _, Hs}) -> header_bytes(Hs);
 item_bytes({_, send, Data}) -> byte_size(Data);
 item_bytes(_) -> 0.
 
-header_bytes(Hs) -> lists:sum([byte_size(N) + byte_size(V) || {N, V} <- Hs]).
+header_bytes(Hs) -> header_bytes(Hs, 0).
 
-final(Item) -> lists:member(element(2, Item), [reply, finish, unavailable]).
+header_bytes([{N, V} | T], B) -> header_bytes(T, B + byte_size(N) + byte_size(V));
+header_bytes([], B) -> B.
 
 %% A port that is closed (the program exited) is found by the exit_status message.
 to_program(Port, Items) ->
