@@ -27,8 +27,10 @@
 -spec new() -> state().
 new() -> {atomics:new(1, []), 1}.
 
-%% @doc N new state words (N >= 1), one array for them all.
--spec new(pos_integer()) -> [state()].
+%% @doc N new state words, one array for them all.
+-spec new(non_neg_integer()) -> [state()].
+new(0) ->
+    [];
 new(N) ->
     A = atomics:new(N, []),
     [{A, I} || I <- lists:seq(1, N)].
