@@ -1,9 +1,10 @@
 %%% @doc The state word of a request waiting for an Erlang handler on the ehttpd and port engines: a
 %%% slot of an atomics array that the handler's process and the engine's side (the ehttpd connection,
 %%% the port's owner) both change. The requests of one port frame share one array (new/1: one
-%%% allocation per batch, not per request); an ehttpd request has an array of its own. One compare-and-swap makes an answer the only one, as the C
-%%% engine's state word does for the nif engine (src/deferred.c): whoever moves the word first wins,
-%%% and the other side then reads {error, gone} (a late answer) or finds the request answered.
+%%% allocation per frame, not per request); an ehttpd request has an array of its own. One
+%%% compare-and-swap makes an answer the only one, as the C engine's state word does for the nif
+%%% engine (src/deferred.c): whoever moves the word first wins, and the other side then reads
+%%% {error, gone} (a late answer) or finds the request answered.
 -module(cbench_handler_state).
 
 -export([new/0, new/1, answer/3, is_open/1, take_back/1, done/1]).
