@@ -2,7 +2,8 @@
 %%% engines. Every reply form is compared byte for byte with a stub that answers the same
 %%% (HTTP/1.1 on every engine, h2c on the nif and port engines with curl); streaming;
 %%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream (HTTP/1.1 and h2c); many
-%%% concurrent requests answered out of order in one batch.
+%%% concurrent requests answered out of order in one batch; one batch's answers checked each on its own where
+%%% they share a header list.
 -module(cbench_handler_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
