@@ -48,10 +48,10 @@ void port_die(int status) {
 static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One frame, length and term, written whole: 0, or -1 when stdout is gone. */
-static int write_frame(ei_x_buff *x) {
-  unsigned char len[4] = {(unsigned char)(x->index >> 24), (unsigned char)(x->index >> 16),
-                          (unsigned char)(x->index >> 8), (unsigned char)x->index};
-  struct iovec iov[2] = {{len, 4}, {x->buff, (size_t)x->index}};
+static int write_bytes(const char *bytes, size_t n_bytes) {
+  unsigned char len[4] = {(unsigned char)(n_bytes >> 24), (unsigned char)(n_bytes >> 16),
+                          (unsigned char)(n_bytes >> 8), (unsigned char)n_bytes};
+  struct iovec iov[2] = {{len, 4}, {(void *)bytes, n_bytes}};
   int n = 2, rc = 0;
   pthread_mutex_lock(&write_lock);
   while (n > 0) {
@@ -72,6 +72,11 @@ static int write_frame(ei_x_buff *x) {
     }
   }
   pthread_mutex_unlock(&write_lock);
+  return rc;
+}
+
+static int write_frame(ei_x_buff *x) {
+  int rc = write_bytes(x->buff, (size_t)x->index);
   ei_x_free(x);
   return rc;
 }
@@ -81,6 +86,11 @@ void port_send(ei_x_buff *x) {
 }
 
 void port_send_from_worker(ei_x_buff *x) { (void)write_frame(x); }
+
+void port_send_bytes_from_worker(char *bytes, size_t n) {
+  (void)write_bytes(bytes, n);
+  free(bytes);
+}
 
 void port_new(ei_x_buff *x) {
   if (ei_x_new_with_version(x) != 0) port_die(EXIT_NOMEM);
@@ -483,6 +493,8 @@ static void dispatch(const char *buf, int len) {
   if (ei_decode_tuple_header(buf, &idx, &arity) != 0 || arity < 2 || ei_decode_atom(buf, &idx, cmd) != 0)
     port_die(EXIT_MALFORMED);
   int args = idx;
+  /* The frames of answers come at the rate of requests: most are read in one pass (port_reply_frame.c). */
+  if (arity == 2 && port_server != NULL && strcmp(cmd, "reply") == 0 && port_reply_fast(buf, args, len)) return;
   for (int i = 1; i < arity; i++)
     if (ei_skip_term(buf, &idx) != 0) port_die(EXIT_MALFORMED);
   if (idx != len) port_die(EXIT_MALFORMED);

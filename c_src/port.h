@@ -6,6 +6,7 @@
  *                   scenario and journal commands, {handler_add, ...}, {handler_fail, Id}, {reply, Items}
  *   port_deliver.c  the unsolicited frames worker threads write: {cbench_journal, Seq}, {cbench_requests, ...},
  *                   {cbench_body, ...} and {cbench_gone, Ref}
+ *   port_reply_frame.c  the {reply, Items} frames of whole answers, read in one pass
  */
 #ifndef CBENCH_PORT_H
 #define CBENCH_PORT_H
@@ -36,6 +37,9 @@ void port_send(ei_x_buff *x);
 
 /* Like port_send for a worker thread: a failed write is left for the main thread to find (it reads EOF). */
 void port_send_from_worker(ei_x_buff *x);
+
+/* The same for a frame's bytes written without ei (malloc'd: freed here). */
+void port_send_bytes_from_worker(char *bytes, size_t n);
 
 /* A reply written by the codec into a frame: w is initialised on a new buffer; port_answer() sends it (exiting
  * EXIT_NOMEM when the codec ran out of memory). */
@@ -69,6 +73,14 @@ void port_journal_listen(const char *buf, int args);
 void port_handler_add(const char *buf, int args);
 void port_handler_fail(const char *buf, int args);
 void port_reply(const char *buf, int args);
+/* {reply, Items} by port_reply_frame when it takes the frame (answered: 1), else 0 and nothing was done: the
+ * caller checks the frame and gives it to port_reply. len: the frame's end. */
+int port_reply_fast(const char *buf, int args, int len);
+
+/* Reads the list of items at buf[at..end) when each is {Ref, reply, Status, [{Name, Value}], Body} of binaries
+ * and the list ends at end: 1, with *items (the reader's own array, good until the next call) and *n; 0 for
+ * anything else (nothing read: the codec then reads it). Main thread only. */
+int port_reply_frame(const char *buf, int at, int end, cb_reply_t **items, size_t *n);
 
 /* The engine callbacks of port_deliver.c, on worker threads. */
 void port_journal_wake(void *ud, const cb_request_t *req);

@@ -221,6 +221,14 @@ void port_reply(const char *buf, int args) {
   cb_ei_in_free(&r);
 }
 
+int port_reply_fast(const char *buf, int args, int len) {
+  cb_reply_t *items;
+  size_t n;
+  if (!port_reply_frame(buf, args, len, &items, &n)) return 0;
+  (void)cb_server_reply(port_server, items, n);
+  return 1;
+}
+
 /* ---- TLS client certificates (docs/tls.md) ---- */
 
 /* client_ca -> {ok, Pem} | {error, no_tls}. */

@@ -45,7 +45,7 @@ priv/cbench_nif.so: $(NIF_SRCS) nif/nif.h $(CODEC_HDRS) terms/term_enif.h includ
 	$(CC) $(BEAM_CFLAGS) -fPIC -shared -Iterms -I$(ERTS_INCLUDE) -o $@ $(NIF_SRCS) $(BUILD)/libcbench.a $(DEP_LIBS) \
 	  $(LDFLAGS_EXTRA)
 
-PORT_SRCS := c_src/cbench_port.c c_src/port_calls.c c_src/port_deliver.c $(CODEC_SRCS) terms/term_ei.c
+PORT_SRCS := c_src/cbench_port.c c_src/port_calls.c c_src/port_deliver.c c_src/port_reply_frame.c $(CODEC_SRCS) terms/term_ei.c
 
 priv/cbench_port: $(PORT_SRCS) c_src/port.h $(CODEC_HDRS) terms/term_ei.h include/cbench.h $(BUILD)/libcbench.a | priv
 	$(CC) $(BEAM_CFLAGS) -Iterms -I$(EI_DIR)/include -o $@ $(PORT_SRCS) -L$(EI_DIR)/lib -lei $(BUILD)/libcbench.a \

@@ -3,14 +3,14 @@
 %%% (HTTP/1.1 on every engine, h2c on the nif and port engines with curl); streaming;
 %%% {error, gone}; 503 (no process, death before the answer); 504; a crash mid-stream (HTTP/1.1 and h2c); many
 %%% concurrent requests answered out of order in one batch; one batch's answers checked each on its own where
-%%% they share a header list.
+%%% they share a header list; every field of a request as the handler gets it.
 -module(cbench_handler_SUITE).
 
 -include_lib("stdlib/include/assert.hrl").
 -include_lib("common_test/include/ct.hrl").
 
 -export([all/0, groups/0, init_per_group/2, end_per_group/2]).
--export([reply_forms/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
+-export([reply_forms/1, request_fields/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
          crash_mid_stream/1, crash_mid_stream_h2c/1, concurrent_out_of_order/1,
          body_stream/1, body_stream_h2c/1, pool/1, batch_checks/1]).
 -export([pool_answer/1]).
@@ -18,7 +18,7 @@
 all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
-    Cases = [reply_forms, gone_and_badarg, unavailable, timeout, crash_mid_stream,
+    Cases = [reply_forms, request_fields, gone_and_badarg, unavailable, timeout, crash_mid_stream,
              concurrent_out_of_order, batch_checks, body_stream, pool],
     H2c = [reply_forms_h2c, crash_mid_stream_h2c, body_stream_h2c],
     [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c},
@@ -113,6 +113,53 @@ reply_forms(Config) ->
     ?assertMatch({match, _}, re:run(Full, "^HTTP/1.1 201 Created\r\n")),
     ?assertEqual(<<"POST a=1 x 12345">>, body(raw(Config, "POST", "/h/echo?a=1", <<"12345">>))),
     H ! stop.
+
+%% Every field of a request reaches the handler whole, and each answer its own request, whatever
+%% size the numbers take on the way (in the port's frames a route id above 255 is a 32-bit integer,
+%% and a request's Ref beyond 32 bits a bignum): headers in order, a query, a body of every byte
+%% value, 40 requests in flight at once on two workers.
+request_fields(Config) ->
+    S = ?config(server, Config),
+    Pads = [stub(Config, "/pad/" ++ integer_to_list(N), #{status => 200}) || N <- lists:seq(1, 260)],
+    Self = self(),
+    H = handler(fun(Req = #{path := P}) ->
+                        Self ! {got, P, maps:remove(handle, Req)},
+                        ok = cbench:reply(Req, 200, [], P)
+                end),
+    Id = handle(Config, "/f/*", H, #{batch => true}),
+    ?assert(Id > 255),
+    Body = list_to_binary(lists:seq(0, 255)),
+    Ks = lists:seq(1, 40),
+    Socks = [begin
+                 {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+                 K1 = integer_to_list(K),
+                 ok = gen_tcp:send(Sock, ["POST /f/", K1, "?a=1&b=", K1, " HTTP/1.1\r\nhost: x\r\n"
+                                          "x-one: 1\r\nx-two: ", K1, "\r\nconnection: close\r\n"
+                                          "content-length: 256\r\n\r\n", Body]),
+                 {K, Sock}
+             end || K <- Ks],
+    [begin
+         Resp = read_all(Sock, <<>>),
+         gen_tcp:close(Sock),
+         ?assertEqual(list_to_binary(["/f/", integer_to_list(K)]), body(Resp))
+     end || {K, Sock} <- Socks],
+    Got = maps:from_list([receive {got, P, R} -> {P, R} after 10000 -> error(no_request) end
+                          || _ <- Ks]),
+    [begin
+         K1 = integer_to_binary(K),
+         #{peer := Peer} = Req = maps:get(<<"/f/", K1/binary>>, Got),
+         ?assertMatch(<<"127.0.0.1:", _/binary>>, Peer),
+         ?assertEqual(#{method => <<"POST">>, path => <<"/f/", K1/binary>>,
+                        query => <<"a=1&b=", K1/binary>>,
+                        headers => [{<<"host">>, <<"x">>}, {<<"x-one">>, <<"1">>},
+                                    {<<"x-two">>, K1}, {<<"connection">>, <<"close">>},
+                                    {<<"content-length">>, <<"256">>}],
+                        peer => Peer, proto => http1, body => Body}, Req)
+     end || K <- Ks],
+    H ! stop,
+    cbench:unstub(S, Id),
+    [cbench:unstub(S, P) || P <- Pads],
+    ok.
 
 body(Response) ->
     [_, Body] = binary:split(Response, <<"\r\n\r\n">>),
