@@ -106,6 +106,7 @@ int port_deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
     for (size_t i = 0; i < q->nheaders; i++)
       cap += 2 + 2 * BIN_HEAD + q->headers[i].name.len + q->headers[i].value.len;
   }
+  if (cap > UINT32_MAX) return -1; /* beyond what {packet, 4} frames a length for: answered 503 */
   unsigned char *buf = malloc(cap);
   if (buf == NULL) return -1;
   wr_t w = {buf};
