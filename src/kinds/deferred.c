@@ -49,7 +49,8 @@ typedef struct {
   uint64_t word; /* atomic: generation << 8 | state */
   cb__req_t *r;  /* the worker's: the parked request, NULL when free */
   uint32_t next_free;
-  uv_timer_t timer; /* 504: no answer (or no piece while streaming) within the route's timeout */
+  uint64_t deadline; /* the loop's time (ms) of the 504: no answer (or no piece while streaming); 0: none */
+  uv_timer_t timer;  /* fires at the deadline at the latest (see arm) */
 } slot_t;
 
 typedef struct cb__defer_w_s {
@@ -180,8 +181,28 @@ static int body_wanted(const cb__req_t *r) {
 static void on_timeout(uv_timer_t *t) {
   cb__worker_t *w = t->data;
   slot_t *s = (slot_t *)((char *)t - offsetof(slot_t, timer));
-  if (s->r != NULL) take_back(w, s, 504);
+  if (s->r == NULL || s->deadline == 0) return; /* the slot is free, or its request answered */
+  uint64_t now = uv_now(&w->loop);
+  if (now < s->deadline) { /* moved on since the timer was started: wait for the rest */
+    uv_timer_start(&s->timer, on_timeout, s->deadline - now, 0);
+    return;
+  }
+  take_back(w, s, 504);
 }
+
+/* The request in slot s gets its 504 timeout_ms from now. A lazy deadline, as the proxy's: the slot's timer is
+ * left running when it fires no later than the new deadline (on_timeout then waits for the rest), and a
+ * request answered in time leaves it running too. Starting and stopping it for every request, a heap
+ * operation each in libuv, cost about 320 instructions per request (callgrind, the port engine's erl_hello);
+ * under load a slot's timer now fires about once per timeout. */
+static void arm(cb__worker_t *w, slot_t *s, unsigned timeout_ms) {
+  s->deadline = uv_now(&w->loop) + timeout_ms;
+  if (!uv_is_active((uv_handle_t *)&s->timer) || uv_timer_get_due_in(&s->timer) > timeout_ms)
+    uv_timer_start(&s->timer, on_timeout, timeout_ms, 0);
+}
+
+/* No 504 for the request in slot s any more (answered whole, or finished): its timer may still fire, for nothing. */
+static void disarm(slot_t *s) { s->deadline = 0; }
 
 static void start_prepare(defer_w_t *d);
 static void park(cb__req_t *r);
@@ -251,7 +272,7 @@ static void park(cb__req_t *r) {
   uint32_t gen = GEN(__atomic_load_n(&s->word, __ATOMIC_RELAXED));
   __atomic_store_n(&s->word, WORD(gen, ST_PARKED), __ATOMIC_RELEASE);
   DEFER(r)->slot = i + 1;
-  uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
+  arm(w, s, droute(r)->timeout_ms);
   d->pending[d->npending++] = (uint64_t)gen << 32 | i;
   start_prepare(d);
 }
@@ -299,7 +320,7 @@ static void defer_free(cb__req_t *r) {
   if (DEFER(r)->slot != 0 && d != NULL) {
     uint32_t i = DEFER(r)->slot - 1;
     slot_t *s = slot_at(d, i);
-    uv_timer_stop(&s->timer);
+    disarm(s);
     s->r = NULL;
     uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
     /* Gone before its answer completed: PARKED or STREAMING (DONE was reported by take_back). A replier may
@@ -448,7 +469,7 @@ static void flush_bodies(cb__worker_t *w, defer_w_t *d) {
     DEFER(r)->end_sent = (uint8_t)end;
     const droute_t *dr = droute(r);
     if (STATE(__atomic_load_n(&s->word, __ATOMIC_ACQUIRE)) == ST_PARKED)
-      uv_timer_start(&s->timer, on_timeout, dr->timeout_ms, 0); /* timeout_ms runs from the last piece */
+      arm(w, s, dr->timeout_ms); /* timeout_ms runs from the last piece */
     dr->body(dr->ud, ref_of(w, i, gen), DEFER(r)->buf ? DEFER(r)->buf : "", len, end);
   }
   free(dirty);
@@ -558,7 +579,7 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
   switch (it->op) {
     case CB_REPLY_FULL: {
       int no_body = it->status == 204 || it->status == 304;
-      uv_timer_stop(&s->timer);
+      disarm(s);
       cb__res_head(r, it->status, NULL, it->headers, it->nheaders, no_body ? CB__NO_BODY : (int64_t)it->len);
       if (it->len > 0 && !head_only)
         cb__res_data(r, it->body, it->len, CB__DATA_FREE);
@@ -569,7 +590,7 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
     }
     case CB_REPLY_STREAM:
       cb__res_head(r, it->status, NULL, it->headers, it->nheaders, CB__STREAMED);
-      uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
+      arm(w, s, droute(r)->timeout_ms);
       break;
     case CB_REPLY_SEND:
       if (r->res_state != CB__RES_HEAD) { /* a send that outran its reply_stream cannot happen: one queue */
@@ -580,14 +601,14 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
         cb__res_data(r, it->body, it->len, CB__DATA_FREE | CB__DATA_PIECE_END);
       else
         free(it->body);
-      uv_timer_start(&s->timer, on_timeout, droute(r)->timeout_ms, 0);
+      arm(w, s, droute(r)->timeout_ms);
       break;
     case CB_REPLY_UNAVAILABLE:
       take_back(w, s, 503);
       free(it->body);
       return; /* take_back ran the connection's follow-up */
     default: /* FINISH */
-      uv_timer_stop(&s->timer);
+      disarm(s);
       if (r->res_state == CB__RES_HEAD) cb__res_end(r);
       break;
   }

@@ -577,6 +577,61 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   test_stop(srv);
 }
 
+/* Reads one answer from fd within wait_ms and compares it, dates masked, with exp. */
+static void expect_answer(int fd, const buf_t *exp, int wait_ms) {
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, exp->len, wait_ms), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp->len && memcmp(got.p, exp->p, exp->len) == 0);
+  buf_free(&got);
+}
+
+/* Each request's 504 comes at its own deadline although a slot's timer outlives the request it was started for
+ * (deferred.c, arm): on one connection each request takes the slot the one before freed. A request parked where
+ * a shorter timer still runs lets it fire early and waits for its own deadline; a request of a route with a
+ * shorter timeout restarts a timer due later. The waits leave a wide margin: 200 ms against 5 s. */
+TEST_T(deferred_timeout_lazy_deadline, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  add_deferred(srv, NULL, "/short/*", deliver, 200, 0);
+  add_deferred(srv, NULL, "/long/*", deliver, 5000, 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int fd = cl_connect(port);
+  buf_t ok = {0}, late = {0};
+  exp_head(&ok, 200, NULL, NULL, 2, CONN_NONE);
+  buf_adds(&ok, "ok");
+  exp_head(&late, 504, NULL, NULL, 0, CONN_NONE);
+  /* 1: answered at once; the slot's timer stays due in 200 ms. */
+  cl_sends(fd, "GET /short/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  ASSERT_ERR(reply1(pop_ref(), CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  expect_answer(fd, &ok, 10000);
+  /* 2: a 5 s request in that slot: the timer fires at 200 ms and waits on; answered after 1 s. */
+  cl_sends(fd, "GET /long/2 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(2);
+  cb_reqref_t r2 = pop_ref();
+  sleep_ms(1000);
+  ASSERT_ERR(reply1(r2, CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  expect_answer(fd, &ok, 10000);
+  /* 3: a 200 ms request in the slot whose timer is now due in about 4 s: 504 well before that. */
+  cl_sends(fd, "GET /short/3 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(3);
+  (void)pop_ref();
+  expect_answer(fd, &late, 2500);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_timeouts - st0.handler_timeouts, 1);
+  close(fd);
+  buf_free(&ok);
+  buf_free(&late);
+  test_stop(srv);
+}
+
 /* A streamed body (cb_deferred_t.body): the request comes at its head with an empty body, then the body's
  * bytes in pieces and one end; the answer echoes them byte for byte, over a keep-alive connection. */
 static struct {
