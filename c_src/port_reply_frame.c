@@ -125,30 +125,29 @@ static int nil_tail(rd_t *r) {
 
 /* The reader's arrays, kept from frame to frame (only the main thread reads frames). */
 static cb_reply_t *items;
-static cb_header_t *headers;
-static uint32_t *first_header; /* each item's first header in headers, set into the item once headers stop moving */
-static size_t items_cap, first_cap, headers_cap;
+static cb_header_t *headers; /* every item's headers, in the items' order */
+static size_t items_cap, headers_cap;
 
-static int grow(void **a, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return 0;
+/* p grown to hold need (at least 1) elements of size bytes, doubling from 64 (*cap updated): the block, or NULL
+ * when memory ran out (p is then as it was). */
+static void *grow(void *p, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap) return p;
   size_t cap2 = *cap ? *cap : 64;
   while (cap2 < need) cap2 *= 2;
-  void *a2 = realloc(*a, cap2 * size);
-  if (a2 == NULL) return -1;
-  *a = a2;
-  *cap = cap2;
-  return 0;
+  void *p2 = realloc(p, cap2 * size);
+  if (p2 != NULL) *cap = cap2;
+  return p2;
 }
 
 int port_reply_frame(const char *buf, int at, int end, cb_reply_t **out, size_t *n) {
   rd_t r = {(const unsigned char *)buf + at, (const unsigned char *)buf + end};
   uint32_t count, nh = 0;
-  /* An item takes 19 bytes at least ({0, reply, 0, [], <<>>}, a small atom): a count the rest of the frame could not hold is
-   * not one to size the arrays by. */
+  /* An item takes 19 bytes at least ({0, reply, 0, [], <<>>} with a small atom): a count that the rest of the
+   * frame could not hold is not one to size the arrays by. */
   if (list_head(&r, &count) != 0 || count == 0 || count > (size_t)(r.end - r.p) / 19) return 0;
-  if (grow((void **)&items, &items_cap, count, sizeof *items) != 0 ||
-      grow((void **)&first_header, &first_cap, count, sizeof *first_header) != 0)
-    return 0;
+  cb_reply_t *items2 = grow(items, &items_cap, count, sizeof *items);
+  if (items2 == NULL) return 0; /* the codec then reads the frame, and meets the same shortage */
+  items = items2;
   for (uint32_t k = 0; k < count; k++) {
     cb_reply_t *x = &items[k];
     uint32_t hn;
@@ -157,8 +156,11 @@ int port_reply_frame(const char *buf, int at, int end, cb_reply_t **out, size_t 
     if (tuple_of(&r, 5) != 0 || ref_term(&r, &x->ref) != 0 || reply_atom(&r) != 0 || int_term(&r, &x->status) != 0 ||
         list_head(&r, &hn) != 0 || hn > CB_MAX_HEADERS)
       return 0;
-    if (grow((void **)&headers, &headers_cap, (size_t)nh + hn, sizeof *headers) != 0) return 0;
-    first_header[k] = nh;
+    if (hn > 0) {
+      cb_header_t *headers2 = grow(headers, &headers_cap, (size_t)nh + hn, sizeof *headers);
+      if (headers2 == NULL) return 0;
+      headers = headers2;
+    }
     x->nheaders = hn;
     for (uint32_t i = 0; i < hn; i++, nh++)
       if (tuple_of(&r, 2) != 0 || bin_term(&r, &headers[nh].name) != 0 || bin_term(&r, &headers[nh].value) != 0)
@@ -166,7 +168,9 @@ int port_reply_frame(const char *buf, int at, int end, cb_reply_t **out, size_t 
     if ((hn > 0 && nil_tail(&r) != 0) || bin_term(&r, &x->body) != 0) return 0;
   }
   if (nil_tail(&r) != 0 || r.p != r.end) return 0;
-  for (uint32_t k = 0; k < count; k++) items[k].headers = items[k].nheaders ? headers + first_header[k] : NULL;
+  /* The headers stopped moving: each item's are where the items before it left off. */
+  for (uint32_t k = 0, first = 0; k < count; first += (uint32_t)items[k].nheaders, k++)
+    items[k].headers = items[k].nheaders ? headers + first : NULL;
   *out = items;
   *n = count;
   return 1;
