@@ -502,6 +502,15 @@ static cb_reqref_t pop_ref(void) {
   return ref;
 }
 
+/* Reads one answer from fd within wait_ms and compares it, dates masked, with exp. */
+static void expect_answer(int fd, const buf_t *exp, int wait_ms) {
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, exp->len, wait_ms), 0);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT(got.len == exp->len && memcmp(got.p, exp->p, exp->len) == 0);
+  buf_free(&got);
+}
+
 TEST_T(deferred_gone_hook_unavailable, 60000) {
   cb_config_t cfg;
   test_config(&cfg);
@@ -521,7 +530,7 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   cb_stats_t st0, st1;
   ASSERT_ERR(cb_server_stats(srv, &st0), 0);
   int fd = cl_connect(port);
-  buf_t exp = {0}, got = {0};
+  buf_t exp = {0};
   /* 1: the caller has no target: 503, reported gone. */
   cl_sends(fd, "GET /g/1 HTTP/1.1\r\nhost: x\r\n\r\n");
   wait_delivered(1);
@@ -530,9 +539,7 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   ASSERT_ERR(cb_server_reply(srv, &u, 1), 0);
   ASSERT_ERR(u.result, 0);
   exp_head(&exp, 503, NULL, NULL, 0, CONN_NONE);
-  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
-  ASSERT_EQ(mask_dates(got.p, got.len), 1);
-  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  expect_answer(fd, &exp, 10000);
   ASSERT_EQ(gone_count(), 1);
   ASSERT(gone_log.refs[0] == r1);
   u.result = 0;
@@ -543,22 +550,16 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   wait_delivered(2);
   ASSERT_ERR(reply1(pop_ref(), CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
   buf_reset(&exp);
-  buf_reset(&got);
   exp_head(&exp, 200, NULL, NULL, 2, CONN_NONE);
   buf_adds(&exp, "ok");
-  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
-  ASSERT_EQ(mask_dates(got.p, got.len), 1);
-  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  expect_answer(fd, &exp, 10000);
   /* 3: no answer within 300 ms: 504, reported gone. */
   cl_sends(fd, "GET /g/3 HTTP/1.1\r\nhost: x\r\n\r\n");
   wait_delivered(3);
   cb_reqref_t r3 = pop_ref();
   buf_reset(&exp);
-  buf_reset(&got);
   exp_head(&exp, 504, NULL, NULL, 0, CONN_NONE);
-  ASSERT_EQ(cl_read_n(fd, &got, exp.len, 10000), 0);
-  ASSERT_EQ(mask_dates(got.p, got.len), 1);
-  ASSERT(got.len == exp.len && memcmp(got.p, exp.p, exp.len) == 0);
+  expect_answer(fd, &exp, 10000);
   ASSERT_EQ(gone_count(), 2);
   ASSERT(gone_log.refs[1] == r3);
   ASSERT_ERR(cb_server_stats(srv, &st1), 0);
@@ -573,17 +574,7 @@ TEST_T(deferred_gone_hook_unavailable, 60000) {
   ASSERT_EQ(gone_count(), 3);
   ASSERT(gone_log.refs[2] == r4);
   buf_free(&exp);
-  buf_free(&got);
   test_stop(srv);
-}
-
-/* Reads one answer from fd within wait_ms and compares it, dates masked, with exp. */
-static void expect_answer(int fd, const buf_t *exp, int wait_ms) {
-  buf_t got = {0};
-  ASSERT_EQ(cl_read_n(fd, &got, exp->len, wait_ms), 0);
-  ASSERT_EQ(mask_dates(got.p, got.len), 1);
-  ASSERT(got.len == exp->len && memcmp(got.p, exp->p, exp->len) == 0);
-  buf_free(&got);
 }
 
 /* Each request's 504 comes at its own deadline although a slot's timer outlives the request it was started for
