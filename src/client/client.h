@@ -364,9 +364,11 @@ typedef struct {
 #define CB_CH2_MAX_REQ_FIELDS 256 /* fields of a submitted request */
 
 /* Makes a client session and queues the connection preface and SETTINGS (push off). headbuf as for
- * cb_cres_init (CB_CRES_HEADBUF_SIZE(max_head, max_headers)), outliving the session. 0 or CB_CH2_E_NOMEM. */
+ * cb_cres_init (CB_CRES_HEADBUF_SIZE(max_head, max_headers)), outliving the session. mem: the nghttp2_mem the
+ * session allocates with (the proxy's: a worker's small-block cache, proto/h2_mem.c), outliving the session; NULL
+ * for nghttp2's own (malloc). 0 or CB_CH2_E_NOMEM. */
 int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch2_limits_t *lim, char *headbuf,
-                size_t headcap);
+                size_t headcap, void *mem);
 /* Frees the session (no callback runs). */
 void cb_ch2_free(cb_ch2_t *c);
 /* cb_ch2_feed and cb_ch2_pull run the callbacks, and neither may be called again from inside one (nghttp2's

@@ -197,7 +197,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
 }
 
 int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch2_limits_t *lim, char *headbuf,
-                size_t headcap) {
+                size_t headcap, void *mem) {
   memset(c, 0, sizeof *c);
   c->cb = cb;
   c->ud = ud;
@@ -231,7 +231,7 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
   nghttp2_option_set_no_auto_window_update(opt, 1);
   nghttp2_option_set_peer_max_concurrent_streams(opt, ASSUMED_MAX_STREAMS);
   nghttp2_session *s = NULL;
-  int rv = nghttp2_session_client_new2(&s, cbs, c, opt);
+  int rv = nghttp2_session_client_new3(&s, cbs, c, opt, mem);
   nghttp2_session_callbacks_del(cbs);
   nghttp2_option_del(opt);
   if (rv != 0) return CB_CH2_E_NOMEM;

@@ -322,10 +322,17 @@ static void free_spares(pool_t *pl) {
   pl->nspare = 0;
 }
 
-/* The worker's last connection closed: the spare exchanges go (the kept upstream connections stay). */
+/* The worker's last connection closed: the spare exchanges and streams go, and the h2c sessions' small blocks
+ * when no session is left (the kept upstream connections stay). */
 static int pool_trim(cb__worker_t *w, void *state) {
   (void)w;
-  free_spares(state);
+  pool_t *pl = state;
+  free_spares(pl);
+  cb__proxy_h2_trim(pl);
+  if (pl->h2_sessions == 0) {
+    cb__h2_small_free(pl->h2_small);
+    pl->h2_small = NULL;
+  }
   return 0;
 }
 
@@ -333,6 +340,7 @@ static void pool_free(cb__worker_t *w, void *state) {
   (void)w;
   pool_t *pl = state;
   free_spares(pl);
+  cb__h2_small_free(pl->h2_small); /* after the loop: every session was freed with its connection */
   while (pl->ups) {
     upstream_t *u = pl->ups;
     pl->ups = u->next;

@@ -75,6 +75,16 @@ typedef struct {
   int closed;   /* the worker is stopping: no new connection */
   px_t *spare; /* freed exchanges kept for the next requests (a calloc and a free per request otherwise) */
   int nspare;
+  /* The h2c upstream sessions' small-block cache (proto/h2_mem.c, as a server session's): nghttp2's blocks for a
+   * stream cost a pointer pop and push, not malloc and free. Made with the first session, freed by the trim or
+   * the pool's end once no session is left (its slots hold live sessions' blocks). */
+  cb__h2_small_t *h2_small;
+  int h2_sessions; /* sessions alive on it */
+  /* Released h2c exchanges' streams (proxy_h2.c, h2x_t) kept with their timers for the next ones: a calloc, a
+   * timer's init, stop and close, and a free per request otherwise. Released ones wait a turn in h2x_limbo (a
+   * session may still be inside the callback that released one); turn_end makes them spares. */
+  h2x_t *h2x_limbo, *h2x_spare;
+  int nh2x_spare;
   /* The last client address written as x-forwarded-for, as text: a worker's clients often share one. */
   uint8_t peer_family;
   uint8_t peer_addr[16];
@@ -167,6 +177,8 @@ char *cb__px_target(px_t *x, char *stack, size_t cap, size_t *n);
 extern const cb__handler_t cb__h_proxy_h2;
 /* The worker stops: every h2c connection of pl closes. */
 void cb__proxy_h2_close_all(pool_t *pl);
+/* The worker's last client connection closed: the spare streams go (their timers closed, then freed). */
+void cb__proxy_h2_trim(pool_t *pl);
 /* The end of the worker's turn (the pool's turn_end): the h2c connections asked for write what their sessions
  * hold, each in one write. */
 void cb__proxy_h2_turn_end(pool_t *pl);

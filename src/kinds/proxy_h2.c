@@ -36,6 +36,7 @@ struct h2c_s {
   h2c_t *prev, *next; /* up->h2 while open */
   h2x_t *xs;          /* the streams it carries for exchanges */
   cb_ch2_t s;
+  cb__h2_mem_t mem; /* the session's memory, from the pool's small-block cache */
   uint8_t connected;
   uint8_t closing;
   uint8_t busy;       /* the session is running its callbacks (feed or pull): it may not be called again now */
@@ -75,6 +76,13 @@ static void h2_forward(px_t *x);
 
 static void h2x_closed(uv_handle_t *h) { free(h->data); }
 
+/* Released streams kept per worker (pool_t.h2x_spare); none under ASan, which then sees each one freed. */
+#if defined(__SANITIZE_ADDRESS__)
+#define H2X_SPARE_MAX 0
+#else
+#define H2X_SPARE_MAX 1024
+#endif
+
 /* The stream lets go of its exchange and connection: reset when the session still tells it (the exchange ended
  * first), its unconsumed bytes given back to the connection's window, its timer closed (then it is freed). A
  * connection left without streams waits PROXY_IDLE_MS for another. */
@@ -98,8 +106,48 @@ static void h2x_release(h2x_t *h) {
     }
   }
   h->attached = 0;
+  h->timed = 0; /* a running timer fires for nothing (h2x_timeout), or for the block's next stream */
+  pool_t *pl = cb__px_pool(h->timer.loop->data); /* the loop's data is its worker (core/worker.c) */
+  if (pl != NULL && !pl->closed && pl->nh2x_spare < H2X_SPARE_MAX) {
+    pl->nh2x_spare++; /* counted from now: the limbo's become spares */
+    h->next = pl->h2x_limbo;
+    pl->h2x_limbo = h;
+    cb__worker_part_due(pl->w, CB__PART_PROXY);
+    return;
+  }
   uv_timer_stop(&h->timer);
   uv_close((uv_handle_t *)&h->timer, h2x_closed);
+}
+
+/* A stream for a new exchange: a spare one (its timer may run, due at h->due), or a new block. */
+static h2x_t *h2x_take(pool_t *pl) {
+  h2x_t *h = pl->h2x_spare;
+  if (h != NULL) {
+    pl->h2x_spare = h->next;
+    pl->nh2x_spare--;
+    uint64_t due = h->due;
+    memset((char *)h + sizeof h->timer, 0, sizeof *h - sizeof h->timer);
+    h->due = due;
+    return h;
+  }
+  h = calloc(1, sizeof *h);
+  if (h == NULL) return NULL;
+  uv_timer_init(&pl->w->loop, &h->timer);
+  h->timer.data = h;
+  return h;
+}
+
+/* A stream taken and not used (its request was not submitted). */
+static void h2x_drop(pool_t *pl, h2x_t *h) {
+  h->released = 1;
+  h->next = pl->h2x_spare;
+  pl->h2x_spare = h;
+  pl->nh2x_spare++;
+  if (pl->nh2x_spare > H2X_SPARE_MAX) {
+    pl->h2x_spare = h->next;
+    pl->nh2x_spare--;
+    uv_close((uv_handle_t *)&h->timer, h2x_closed);
+  }
 }
 
 /* The stream's deadline, as the HTTP/1.1 connection's (proxy.c, upc_time): a deadline that moves later only
@@ -301,6 +349,13 @@ static void h2c_fail_all(h2c_t *hc, int why) {
   }
 }
 
+/* The session and what it left of its memory. */
+static void h2c_session_free(h2c_t *hc) {
+  cb_ch2_free(&hc->s);
+  cb__h2_mem_free(&hc->mem);
+  hc->pool->h2_sessions--;
+}
+
 static void h2c_close(h2c_t *hc) {
   if (hc->closing) return;
   hc->closing = 1;
@@ -315,7 +370,7 @@ static void h2c_close(h2c_t *hc) {
   if (hc->next) hc->next->prev = hc->prev;
   u->nh2--;
   h2c_fail_all(hc, CB__UPERR_RESET);
-  cb_ch2_free(&hc->s);
+  h2c_session_free(hc);
   if (hc->tls && hc->connected && !hc->tls_bad && !hc->ssl.hs_pending) { /* best effort, not waited for */
     cb_ctls_close_notify(&hc->ssl);
     (void)h2c_tls_out(hc);
@@ -425,6 +480,12 @@ static void h2c_flush_soon(h2c_t *hc) {
 }
 
 void cb__proxy_h2_turn_end(pool_t *pl) {
+  while (pl->h2x_limbo != NULL) { /* released in this turn: no session can still name them */
+    h2x_t *h = pl->h2x_limbo;
+    pl->h2x_limbo = h->next;
+    h->next = pl->h2x_spare;
+    pl->h2x_spare = h;
+  }
   h2c_t *hc;
   while ((hc = pl->h2_due) != NULL) { /* a flush may put connections on the list again: taken from its head */
     pl->h2_due = hc->due_next;
@@ -572,21 +633,25 @@ static h2c_t *h2c_open(pool_t *pl, upstream_t *u, const cb__proxy_t *p) {
   memset(hc, 0, offsetof(h2c_t, head));
   cb_ch2_limits_t lim = {.max_head = PROXY_MAX_HEAD, .max_headers = PROXY_MAX_HEADERS,
                          .conn_window = H2_CONN_WINDOW};
-  if (cb_ch2_init(&hc->s, &session_cb, hc, &lim, hc->head, sizeof hc->head) != 0) {
+  if (pl->h2_small == NULL) pl->h2_small = cb__h2_small_new(); /* NULL (out of memory): blocks from malloc */
+  cb__h2_mem_init(&hc->mem, pl->h2_small);
+  hc->pool = pl;
+  if (cb_ch2_init(&hc->s, &session_cb, hc, &lim, hc->head, sizeof hc->head, &hc->mem.mem) != 0) {
+    cb__h2_mem_free(&hc->mem);
     free(hc);
     return NULL;
   }
+  pl->h2_sessions++;
   if (p->tls) { /* https: the stub's context (ALPN h2), the last session this upstream gave offered again */
     if (cb_ctls_start(&hc->ssl, p->ctx, p->host, !p->opts.insecure, &u->sess) != 0) {
       cb_ctls_free(&hc->ssl);
-      cb_ch2_free(&hc->s);
+      h2c_session_free(hc);
       free(hc);
       return NULL;
     }
     hc->tls = 1;
   }
   cb_ch2_assume_max_streams(&hc->s, u->h2_max);
-  hc->pool = pl;
   hc->up = u;
   uv_tcp_init(&pl->w->loop, &hc->tcp);
   uv_timer_init(&pl->w->loop, &hc->timer);
@@ -631,7 +696,7 @@ static void h2_forward(px_t *x) {
   pool_t *pl = cb__px_pool(r->conn->w);
   upstream_t *u = pl && !pl->closed ? cb__px_upstream(pl, x->p) : NULL;
   h2c_t *hc = u ? h2c_for(pl, u, x->p, x->retried) : NULL;
-  h2x_t *h = hc ? calloc(1, sizeof *h) : NULL;
+  h2x_t *h = hc ? h2x_take(pl) : NULL;
   if (h == NULL) {
     cb__px_fail(x, CB__UPERR_CONNECT);
     return;
@@ -651,13 +716,11 @@ static void h2_forward(px_t *x) {
   if (nf >= 0) cb__px_h2_fields_free(&f);
   if (target != stack_target) free(target);
   if (id < 0) {
-    free(h);
+    h2x_drop(pl, h);
     if (hc->xs == NULL) uv_timer_start(&hc->timer, idle_fire, PROXY_IDLE_MS, 0);
     cb__px_fail(x, CB__UPERR_CONNECT);
     return;
   }
-  uv_timer_init(&pl->w->loop, &h->timer);
-  h->timer.data = h;
   h->x = x;
   h->hc = hc;
   h->id = id;
@@ -749,4 +812,20 @@ const cb__handler_t cb__h_proxy_h2 = {
 void cb__proxy_h2_close_all(pool_t *pl) {
   for (upstream_t *u = pl->ups; u; u = u->next)
     while (u->h2) h2c_close(u->h2);
+  cb__proxy_h2_turn_end(pl); /* the limbo's streams join the spares, whose timers close (then they are freed) */
+  while (pl->h2x_spare != NULL) {
+    h2x_t *h = pl->h2x_spare;
+    pl->h2x_spare = h->next;
+    uv_close((uv_handle_t *)&h->timer, h2x_closed);
+  }
+  pl->nh2x_spare = 0;
+}
+
+void cb__proxy_h2_trim(pool_t *pl) {
+  while (pl->h2x_spare != NULL) {
+    h2x_t *h = pl->h2x_spare;
+    pl->h2x_spare = h->next;
+    pl->nh2x_spare--;
+    uv_close((uv_handle_t *)&h->timer, h2x_closed);
+  }
 }

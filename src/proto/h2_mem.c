@@ -196,7 +196,10 @@ static inline size_t class_size(int k) { return 16 * (size_t)k + 8; }
 static inline void *heap_alloc(cb__h2_mem_t *m, size_t n) {
   if (n > CB__H2_SMALL_MAX) return malloc(n);
   int k = size_class(n);
-  if (m->small != NULL && m->small->n[k] > 0) return m->small->free[k][--m->small->n[k]];
+  if (m->small != NULL && m->small->n[k] > 0) {
+    m->small->kept -= class_size(k);
+    return m->small->free[k][--m->small->n[k]];
+  }
   return malloc(class_size(k));
 }
 
@@ -204,7 +207,8 @@ static inline void heap_free(cb__h2_mem_t *m, void *p) {
   size_t u = malloc_usable_size(p);
   if (u >= 8 && u <= class_size(CB__H2_SMALL_CLASSES - 1) && m->small != NULL) {
     int k = (int)((u - 8) / 16);
-    if (m->small->n[k] < CB__H2_SMALL_KEEP) {
+    if (m->small->n[k] < CB__H2_SMALL_KEEP && m->small->kept + class_size(k) <= CB__H2_SMALL_KEEP_BYTES) {
+      m->small->kept += class_size(k);
       m->small->free[k][m->small->n[k]++] = p;
       return;
     }
@@ -229,7 +233,10 @@ static void *mem_malloc(size_t n, void *ud) {
   cb__h2_small_t *k = m->small;
   if (__builtin_expect(n <= CB__H2_SMALL_MAX && k != NULL, 1)) {
     int c = size_class(n);
-    if (k->n[c] > 0) return k->free[c][--k->n[c]];
+    if (k->n[c] > 0) {
+      k->kept -= class_size(c);
+      return k->free[c][--k->n[c]];
+    }
     return malloc(class_size(c));
   }
   return mem_malloc_big(m, n);

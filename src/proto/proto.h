@@ -6,6 +6,7 @@
 #define CB_PROTO_H
 
 #include "core/core.h"
+#include "proto/h2_mem.h" /* also the memory of kinds/proxy_h2.c's client sessions */
 
 /* Worker parts (core.h) that the protocols own. */
 #define CB__PART_H2 0 /* nghttp2's small blocks (h2_mem.c), made with the worker's first session */

@@ -103,7 +103,7 @@ static void start_q(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int 
   memset(s, 0, sizeof *s);
   s->c = c;
   cb_ch2_limits_t lim = {.max_head = max_head, .max_headers = max_headers, .conn_window = 1 << 20};
-  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb), 0);
+  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, NULL), 0);
   static const cb_chdr_t f[] = {{"x-q", 3, "1", 1}};
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p?q=1", .path_len = 6, .authority = "h:1",
                     .authority_len = 3, .headers = f, .nheaders = 1, .has_body = has_body, .https = https};

@@ -137,6 +137,74 @@ TEST(proxy_h2up_h2c_client) {
   test_stop(up);
 }
 
+/* The h2c sessions' small blocks belong to the worker's proxy pool, not to its client connections: when the last
+ * client leaves (the trim, at the next tick of the worker's one-second timer) the upstream session stays open, and
+ * its blocks with it; the next client's request rides the same session (under make asan, a cache freed under it
+ * would be a use after free). */
+TEST_T(proxy_h2up_session_outlives_trim, 30000) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  for (int client = 0; client < 3; client++) {
+    int fd = cl_connect(cb_server_port(px));
+    ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+    close(fd);
+    if (client < 2) sleep_ms(1500); /* no client connection past a tick: the worker trims */
+  }
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_requests, 3);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  ASSERT_EQ(st.proxy_upstream_reused, 2);
+  buf_free(&exp);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* A released stream's block is kept with its timer running for the next stream (H2X_SPARE_MAX; none under ASan),
+ * so a deadline must never come from the block's last use. Three requests in turn through three stubs with
+ * their own timeouts, each stream the block of the one before: /delay/100 within 200 ms answers; /delay/400
+ * within 5 s answers, though the block's timer (due 200 ms after the first request) fires while it waits;
+ * /delay/1000 within 300 ms gets its 504, though the block's timer is due 5 s after the second. */
+TEST_T(proxy_h2up_reused_stream_deadlines, 30000) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  snprintf(to, sizeof to, "http://127.0.0.1:%d", cb_server_port(up));
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  add_h2_proxy(px, "/delay/100", to, 200, 0);
+  add_h2_proxy(px, "/delay/400", to, 5000, 0);
+  add_h2_proxy(px, "/delay/1000", to, 300, 0);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  static const char *const paths[] = {"/delay/100", "/delay/400", "/delay/1000"};
+  for (int i = 0; i < 3; i++) {
+    h2resp_t *r = h2_request(cl, 1 + 2 * i, "GET", paths[i], NULL, 0, NULL, 0);
+    h2_wait1(cl, r, 15000);
+    if (i < 2) {
+      ASSERT_EQ(r->status, 200);
+      ASSERT_MEM_EQ(r->body.p, r->body.len, "ok", (size_t)2);
+    } else {
+      char body[128];
+      int n = snprintf(body, sizeof body, "cbench proxy: timeout (%s)\n", to);
+      ASSERT_EQ(r->status, 504);
+      ASSERT_MEM_EQ(r->body.p, r->body.len, body, (size_t)n);
+    }
+  }
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_requests, 3);
+  ASSERT_EQ(st.proxy_504, 1);
+  ASSERT_EQ(st.proxy_502, 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  h2_free(cl);
+  test_stop(px);
+  test_stop(up);
+}
+
 /* Streams in flight at once share one upstream connection while they are below its stream limit; past it
  * (here the upstream allows 4) more connections open, each given what the limit allows. */
 TEST_T(proxy_h2up_streams_share_connections, 30000) {
