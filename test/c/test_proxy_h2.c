@@ -147,17 +147,17 @@ TEST_T(proxy_h2up_session_outlives_trim, 30000) {
   cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
   buf_t exp = {0};
   exp_route(&exp, "GET", "/hello", CONN_NONE);
-  for (int client = 0; client < 3; client++) {
+  for (int client = 0; client < 2; client++) {
     int fd = cl_connect(cb_server_port(px));
     ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
     close(fd);
-    if (client < 2) sleep_ms(1500); /* no client connection past a tick: the worker trims */
+    if (client == 0) sleep_ms(1500); /* no client connection past a tick: the worker trims */
   }
   cb_stats_t st;
   ASSERT_EQ(cb_server_stats(px, &st), 0);
-  ASSERT_EQ(st.proxy_requests, 3);
+  ASSERT_EQ(st.proxy_requests, 2);
   ASSERT_EQ(st.proxy_upstream_connects, 1);
-  ASSERT_EQ(st.proxy_upstream_reused, 2);
+  ASSERT_EQ(st.proxy_upstream_reused, 1);
   buf_free(&exp);
   test_stop(px);
   test_stop(up);
