@@ -193,13 +193,26 @@ static void big_free(cb__h2_mem_t *m, cb__h2_big_t *b) {
 static inline int size_class(size_t n) { return (int)((n + 7) / 16); }
 static inline size_t class_size(int k) { return 16 * (size_t)k + 8; }
 
+/* A kept block of class c taken (the class has one), and a block put back. */
+static inline void *kept_pop(cb__h2_small_t *k, int c) {
+  void *p = k->free[c];
+  memcpy(&k->free[c], p, sizeof(void *));
+  k->n[c]--;
+  k->kept -= class_size(c);
+  return p;
+}
+
+static inline void kept_push(cb__h2_small_t *k, int c, void *p) {
+  memcpy(p, &k->free[c], sizeof(void *));
+  k->free[c] = p;
+  k->n[c]++;
+  k->kept += class_size(c);
+}
+
 static inline void *heap_alloc(cb__h2_mem_t *m, size_t n) {
   if (n > CB__H2_SMALL_MAX) return malloc(n);
   int k = size_class(n);
-  if (m->small != NULL && m->small->n[k] > 0) {
-    m->small->kept -= class_size(k);
-    return m->small->free[k][--m->small->n[k]];
-  }
+  if (m->small != NULL && m->small->n[k] > 0) return kept_pop(m->small, k);
   return malloc(class_size(k));
 }
 
@@ -208,8 +221,7 @@ static inline void heap_free(cb__h2_mem_t *m, void *p) {
   if (u >= 8 && u <= class_size(CB__H2_SMALL_CLASSES - 1) && m->small != NULL) {
     int k = (int)((u - 8) / 16);
     if (m->small->n[k] < CB__H2_SMALL_KEEP && m->small->kept + class_size(k) <= CB__H2_SMALL_KEEP_BYTES) {
-      m->small->kept += class_size(k);
-      m->small->free[k][m->small->n[k]++] = p;
+      kept_push(m->small, k, p);
       return;
     }
   }
@@ -233,10 +245,7 @@ static void *mem_malloc(size_t n, void *ud) {
   cb__h2_small_t *k = m->small;
   if (__builtin_expect(n <= CB__H2_SMALL_MAX && k != NULL, 1)) {
     int c = size_class(n);
-    if (k->n[c] > 0) {
-      k->kept -= class_size(c);
-      return k->free[c][--k->n[c]];
-    }
+    if (k->n[c] > 0) return kept_pop(k, c);
     return malloc(class_size(c));
   }
   return mem_malloc_big(m, n);
@@ -297,7 +306,7 @@ cb__h2_small_t *cb__h2_small_new(void) { return calloc(1, sizeof(cb__h2_small_t)
 void cb__h2_small_free(cb__h2_small_t *small) {
   if (small == NULL) return;
   for (int k = 0; k < CB__H2_SMALL_CLASSES; k++)
-    while (small->n[k] > 0) free(small->free[k][--small->n[k]]);
+    while (small->n[k] > 0) free(kept_pop(small, k));
   for (uint32_t i = 0; i < small->nchunks; i++)
     munmap(small->chunks[i], CHUNK_BYTES);
   free(small->chunks);

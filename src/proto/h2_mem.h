@@ -30,7 +30,9 @@ typedef struct {
 } cb__h2_big_t;
 
 /* Small blocks (up to CB__H2_SMALL_MAX bytes) in size classes 16 bytes apart (h2_mem.c), kept per worker once
- * freed: nghttp2 allocates and frees several per stream (the stream, its frames, header buffers). */
+ * freed: nghttp2 allocates and frees several per stream (the stream, its frames, header buffers). A class's kept
+ * blocks are a list linked through their first word (every class holds a pointer), so keeping more costs no
+ * array. */
 #define CB__H2_SMALL_CLASSES 64 /* 8, 24, 40, ... 1016 bytes */
 #define CB__H2_SMALL_MAX 1016
 /* Blocks kept per class, and in all. A worker's streams in flight (50 connections of 10 streams each in `make
@@ -42,8 +44,8 @@ typedef struct {
 
 typedef struct cb__h2_small_s {
   uint32_t n[CB__H2_SMALL_CLASSES];
-  size_t kept; /* bytes of the blocks in free[] */
-  void *free[CB__H2_SMALL_CLASSES][CB__H2_SMALL_KEEP];
+  size_t kept; /* bytes of the blocks kept, by their classes' sizes */
+  void *free[CB__H2_SMALL_CLASSES]; /* each class's kept blocks: the first, whose first word is the next */
   /* The 1 KiB slots: free ones (a stack kept apart from them, so a slot never handed out stays untouched) and
    * the mappings they are carved from (unmapped when the worker ends). */
   void **slots;
