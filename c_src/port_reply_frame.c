@@ -104,7 +104,9 @@ static int reply_atom(rd_t *r) {
   return 0;
 }
 
-/* A proper list's length: [] is 0, a LIST_EXT its count (its tail, [], is read by nil_tail after the elements). */
+/* A proper list's length: [] is 0, a LIST_EXT its count (its tail, [], is read by nil_tail after the elements).
+ * A LIST_EXT of no elements is its tail alone, whatever that is (`l 0 m 1 ","` is the binary <<",">>), and
+ * term_to_binary never writes one: not taken (the codec reads it), so that 0 always means [] with no tail. */
 static int list_head(rd_t *r, uint32_t *n) {
   if (has(r, 1) && r->p[0] == ERL_NIL_EXT) {
     r->p += 1;
@@ -113,6 +115,7 @@ static int list_head(rd_t *r, uint32_t *n) {
   }
   if (!has(r, 5) || r->p[0] != ERL_LIST_EXT) return -1;
   *n = be32(r->p + 1);
+  if (*n == 0) return -1;
   r->p += 5;
   return 0;
 }
