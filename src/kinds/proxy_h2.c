@@ -812,13 +812,8 @@ const cb__handler_t cb__h_proxy_h2 = {
 void cb__proxy_h2_close_all(pool_t *pl) {
   for (upstream_t *u = pl->ups; u; u = u->next)
     while (u->h2) h2c_close(u->h2);
-  cb__proxy_h2_turn_end(pl); /* the limbo's streams join the spares, whose timers close (then they are freed) */
-  while (pl->h2x_spare != NULL) {
-    h2x_t *h = pl->h2x_spare;
-    pl->h2x_spare = h->next;
-    uv_close((uv_handle_t *)&h->timer, h2x_closed);
-  }
-  pl->nh2x_spare = 0;
+  cb__proxy_h2_turn_end(pl); /* the limbo's streams join the spares */
+  cb__proxy_h2_trim(pl);     /* whose timers close (then they are freed) */
 }
 
 void cb__proxy_h2_trim(pool_t *pl) {

@@ -37,7 +37,7 @@ typedef struct {
 #define CB__H2_SMALL_MAX 1016
 /* Blocks kept per class, and in all. A worker's streams in flight (50 connections of 10 streams each in `make
  * bench`, 500 proxied streams on its h2c upstreams) each hold a few blocks of the same classes: with 64 kept per
- * class, the blocks of the streams past the 64th went to malloc and free (about 2,200 instructions per proxied
+ * class, the blocks of the streams past the 64th went to malloc and free (about 1,900 instructions per proxied
  * h2c request). The byte bound keeps what a burst leaves behind small until the trim gives it back. */
 #define CB__H2_SMALL_KEEP 512
 #define CB__H2_SMALL_KEEP_BYTES (2u << 20)
