@@ -27,9 +27,19 @@ static void detach(nghttp2_session *s, int32_t id) { nghttp2_session_set_stream_
 
 /* The owner is done with a stream: the rest of its answer is not wanted. */
 static void drop(nghttp2_session *s, int32_t id, uint32_t code) {
+  if (nghttp2_session_find_stream(s, id) == NULL) {
+    /* Not open: a client session opens a request's stream when it sends the HEADERS, which may still wait in
+     * the session (before the connection is up, or in a turn's batch). Setting the user data finds the waiting
+     * request (it fails for a stream closed already), and the reset cancels it: it never goes, and nghttp2
+     * tells on_frame_not_send instead of a stream close. Left alone, it went out later bound to the owner's
+     * pointer, which the owner had freed or given to another request. */
+    if (nghttp2_session_set_stream_user_data(s, id, NULL) == 0)
+      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
+    return;
+  }
   if (sud_of(s, id) == NULL) return; /* let go of already (the owner's callback may cancel it itself) */
   detach(s, id);
-  if (nghttp2_session_find_stream(s, id) != NULL) nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
+  nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
 }
 
 static void tell_close(cb_ch2_t *c, nghttp2_session *s, int32_t id, int err) {

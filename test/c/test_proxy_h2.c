@@ -1111,3 +1111,56 @@ TEST(proxy_h2up_stop_closes_upstream) {
   buf_free(&exp);
   test_stop(up);
 }
+
+/* A request reset by its client before the proxy sent it upstream: its upstream stream is cancelled while its
+ * HEADERS still waits in the session (the first request of a connection not yet connected), so the upstream's
+ * answer to it, if it is sent at all, must reach nobody. Before, the cancel looked the stream up, found none (a
+ * client session opens it when it sends the HEADERS) and left the request to go out later still bound to the
+ * exchange's block: under ASan the answer read the freed block; otherwise a later request on the same block got
+ * the first one's answer ("first" where "second" was due). */
+TEST_T(proxy_h2up_reset_before_sent, 30000) {
+  cb_server_t *up = upstream_server(0);
+  cb_stub_t st[2];
+  const char *paths[2] = {"/first", "/second"};
+  unsigned delays[2] = {300, 900};
+  for (int i = 0; i < 2; i++) {
+    memset(&st[i], 0, sizeof st[i]);
+    st[i].match.path = (cb_str_t){paths[i], strlen(paths[i])};
+    st[i].response.status = 200;
+    st[i].response.body_kind = CB_BODY_BYTES;
+    st[i].response.body = (cb_str_t){paths[i] + 1, strlen(paths[i] + 1)};
+    st[i].response.delay_ms = delays[i];
+    uint64_t id;
+    ASSERT_EQ(cb_server_route_add(up, &st[i], &id), 0);
+  }
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  /* HEADERS and RST_STREAM in one write: the proxy submits and cancels in the same read. */
+  buf_t blk = {0}, wire = {0};
+  h2_encode_request(cl, "GET", "/first", NULL, 0, &blk);
+  uint8_t hd[9];
+  h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, blk.p, blk.len);
+  uint8_t code[4] = {0, 0, 0, NGHTTP2_CANCEL};
+  h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, 1);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, code, 4);
+  ASSERT_EQ(h2_send_raw(cl, wire.p, wire.len), 0);
+  sleep_ms(50); /* the first request's block released; the second takes it (as a spare) */
+  h2resp_t *second = h2_request(cl, 3, "GET", "/second", NULL, 0, NULL, 0);
+  h2_wait1(cl, second, 10000);
+  ASSERT_EQ(second->status, 200);
+  ASSERT_MEM_EQ(second->body.p, second->body.len, "second", (size_t)6);
+  sleep_ms(100);
+  cb_stats_t ust;
+  ASSERT_EQ(cb_server_stats(up, &ust), 0);
+  ASSERT_EQ(ust.requests, 1); /* /first never went up */
+  buf_free(&blk);
+  buf_free(&wire);
+  h2_free(cl);
+  test_stop(px);
+  test_stop(up);
+}
