@@ -1164,3 +1164,87 @@ TEST_T(proxy_h2up_reset_before_sent, 30000) {
   test_stop(px);
   test_stop(up);
 }
+
+/* Clients that reset streams and leave while their requests wait in the upstream sessions, at random (a fixed
+ * seed): the upstream allows 2 streams per connection, which a new connection learns only from its SETTINGS,
+ * so the requests above 2 first wait in the session, and some of those waiting are reset, some go, some are
+ * reset after they went; a client of every fourth round closes its connection instead of reading. Every
+ * stream not reset gets its own path's answer ("a" or "b"), exactly; under ASan none of it touches a freed
+ * block. */
+TEST_T(proxy_h2up_resets_while_waiting, 60000) {
+  cb_server_t *up = upstream_server(2);
+  static const char *const paths[2] = {"/a", "/b"};
+  for (int i = 0; i < 2; i++) {
+    cb_stub_t st;
+    memset(&st, 0, sizeof st);
+    st.match.path = (cb_str_t){paths[i], 2};
+    st.response.status = 200;
+    st.response.body_kind = CB_BODY_BYTES;
+    st.response.body = (cb_str_t){paths[i] + 1, 1};
+    st.response.delay_ms = i == 0 ? 0 : 20;
+    uint64_t id;
+    ASSERT_EQ(cb_server_route_add(up, &st, &id), 0);
+  }
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  uint32_t seed = 12345;
+#define RNG() (seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff)
+  enum { ROUNDS = 24, N = 16 };
+  for (int round = 0; round < ROUNDS; round++) {
+    h2cl_t *cl = h2_open(cb_server_port(px));
+    h2_handshake(cl);
+    buf_t wire = {0};
+    int reset[N], late[N];
+    h2resp_t *rs[N];
+    for (int i = 0; i < N; i++) {
+      int32_t sid = 1 + 2 * i;
+      rs[i] = h2_stream(cl, sid);
+      buf_t blk = {0};
+      h2_encode_request(cl, "GET", paths[i % 2], NULL, 0, &blk);
+      uint8_t hd[9];
+      h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, sid);
+      buf_add(&wire, hd, 9);
+      buf_add(&wire, blk.p, blk.len);
+      buf_free(&blk);
+      unsigned r = RNG() % 4;
+      reset[i] = r == 0; /* in the same write */
+      late[i] = r == 1;  /* after a pause */
+      if (reset[i]) {
+        uint8_t code[4] = {0, 0, 0, NGHTTP2_CANCEL};
+        h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, sid);
+        buf_add(&wire, hd, 9);
+        buf_add(&wire, code, 4);
+      }
+    }
+    ASSERT_EQ(h2_send_raw(cl, wire.p, wire.len), 0);
+    buf_free(&wire);
+    sleep_ms((int)(RNG() % 15));
+    for (int i = 0; i < N; i++)
+      if (late[i]) h2_send_rst(cl, 1 + 2 * i, NGHTTP2_CANCEL);
+    if (round % 4 == 3) { /* gone with everything in flight */
+      h2_free(cl);
+      continue;
+    }
+    h2resp_t *wait[N];
+    int nw = 0;
+    for (int i = 0; i < N; i++)
+      if (!reset[i] && !late[i]) wait[nw++] = rs[i];
+    h2_wait(cl, wait, (size_t)nw, 20000);
+    for (int i = 0; i < nw; i++) {
+      ASSERT_EQ(wait[i]->status, 200);
+      int k = (int)((wait[i]->sid - 1) / 2) % 2;
+      ASSERT_MEM_EQ(wait[i]->body.p, wait[i]->body.len, paths[k] + 1, (size_t)1);
+    }
+    h2_free(cl);
+  }
+#undef RNG
+  sleep_ms(200); /* the answers to what the last clients left */
+  h2cl_t *cl = h2_open(cb_server_port(px)); /* the proxy still answers */
+  h2_handshake(cl);
+  h2resp_t *last = h2_request(cl, 1, "GET", "/b", NULL, 0, NULL, 0);
+  h2_wait1(cl, last, 10000);
+  ASSERT_MEM_EQ(last->body.p, last->body.len, "b", (size_t)1);
+  h2_free(cl);
+  test_stop(px);
+  test_stop(up);
+}
