@@ -307,7 +307,8 @@ typedef struct {
    * waiting now (the stream waits for cb_ch2_resume). */
   ssize_t (*read_body)(void *sud, char *buf, size_t cap, int *eof);
   /* A request that never left: the peer's GOAWAY came before its HEADERS were written (cud, its stream id).
-   * It was not processed (as CB_CH2_E_REFUSED). */
+   * It was not processed (as CB_CH2_E_REFUSED). Not told for a request its owner cancelled while it waited:
+   * cb_ch2_cancel takes it out of the session. */
   void (*on_unsent)(void *cud, int32_t id);
 } cb_ch2_callbacks_t;
 

@@ -170,10 +170,10 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
 }
 
 static int on_frame_not_send(nghttp2_session *s, const nghttp2_frame *f, int lib_error, void *ud) {
-  (void)lib_error;
   cb_ch2_t *c = ud;
   if (f->hd.type != NGHTTP2_HEADERS) return 0;
   c->nstreams--; /* a request never opened: no stream close follows */
+  if (lib_error == NGHTTP2_ERR_STREAM_CLOSING) return 0; /* cancelled by its owner while it waited (drop) */
   void *sud = sud_of(s, f->hd.stream_id);
   if (sud != NULL) {
     tell_close(c, s, f->hd.stream_id, CB_CH2_E_REFUSED);
