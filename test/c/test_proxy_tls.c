@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "h2client.h"
 #include "stub_json.h"
 
 /* OpenSSL 3's reason for a ServerHello that is not TLS at all (an HTTP answer). */
@@ -604,4 +605,57 @@ TEST(proxy_tls_stub_json) {
   }
   test_stop(px);
   test_stop(up);
+}
+
+/* Clients that leave while the proxy's connection to an https upstream is still in its handshake, their
+ * requests waiting for it (over h2, as HEADERS in the session), for an HTTP/1.1 and an h2 upstream: 3 rounds of
+ * an h2c client whose 6 requests each go with their RST_STREAM in one write (read and cancelled in the same
+ * read), 6 HTTP/1.1 clients that reset right after sending, then a request that reads; each reader gets exactly
+ * its answer, and under ASan nothing touches a freed exchange (before the h2 client's fix: a use after free). */
+TEST_T(proxy_tls_clients_leave_in_handshake, 60000) {
+  for (int proto = 0; proto < 2; proto++) {
+    cb_server_t *up = tls_upstream();
+    char to[80];
+    snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+    cb_server_t *px =
+        tls_proxy(to, &(tls_opts_t){.ca_pem = ca_pem, .protocol = proto ? CB_PROXY_H2C : CB_PROXY_HTTP1});
+    buf_t exp = {0};
+    exp_route(&exp, "GET", "/hello", CONN_NONE);
+    for (int round = 0; round < 3; round++) {
+      h2cl_t *cl = h2_open(cb_server_port(px));
+      h2_handshake(cl);
+      buf_t wire = {0};
+      for (int i = 0; i < 6; i++) {
+        buf_t blk = {0};
+        h2_encode_request(cl, "GET", i % 2 ? "/delay/20" : "/hello", NULL, 0, &blk);
+        uint8_t hd[9], code[4] = {0, 0, 0, NGHTTP2_CANCEL};
+        h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM,
+                    1 + 2 * i);
+        buf_add(&wire, hd, 9);
+        buf_add(&wire, blk.p, blk.len);
+        h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, 1 + 2 * i);
+        buf_add(&wire, hd, 9);
+        buf_add(&wire, code, 4);
+        buf_free(&blk);
+      }
+      ASSERT_EQ(h2_send_raw(cl, wire.p, wire.len), 0);
+      buf_free(&wire);
+      for (int i = 0; i < 6; i++) {
+        int fd = cl_connect(cb_server_port(px));
+        cl_sends(fd, i % 2 ? "GET /delay/20 HTTP/1.1\r\nhost: x\r\n\r\n" : "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n");
+        cl_reset(fd);
+      }
+      h2resp_t *r = h2_request(cl, 13, "GET", "/hello", NULL, 0, NULL, 0);
+      h2_wait1(cl, r, 10000);
+      h2_assert_route(r, "GET", "/hello");
+      int fd = cl_connect(cb_server_port(px));
+      ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+      close(fd);
+      h2_free(cl);
+      sleep_ms(30); /* the upstream's answers to what the others left */
+    }
+    buf_free(&exp);
+    test_stop(px);
+    test_stop(up);
+  }
 }
