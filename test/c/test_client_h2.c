@@ -341,3 +341,56 @@ TEST(client_h2_body_deferred) {
   ASSERT_MEM_EQ(out, n, exp, (size_t)12);
   cb_ch2_free(&c);
 }
+
+static int unsent_calls;
+static void x_unsent(void *cud, int32_t id) {
+  (void)cud;
+  (void)id;
+  unsent_calls++;
+}
+
+/* A request its owner cancels before the session wrote it (its HEADERS still queued): nothing of it is written,
+ * not even a RST_STREAM, nothing is told (no on_close, no on_unsent), and its slot is free again: the next
+ * request takes stream 3 and is the only HEADERS written. Before, the cancel found no open stream and did
+ * nothing: the HEADERS went out with the next write, bound to the owner's pointer. */
+TEST(client_h2_cancel_before_sent) {
+  cb_ch2_t c;
+  sx_t s, s2;
+  memset(&s, 0, sizeof s);
+  memset(&s2, 0, sizeof s2);
+  s.c = s2.c = &c;
+  cb_ch2_callbacks_t cbs = xcb;
+  cbs.on_unsent = x_unsent;
+  unsent_calls = 0;
+  cb_ch2_limits_t lim = {.max_head = 1024, .max_headers = 8, .conn_window = 1 << 20};
+  ASSERT_EQ(cb_ch2_init(&c, &cbs, NULL, &lim, hb, sizeof hb, NULL), 0);
+  cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p", .path_len = 2, .authority = "h:1",
+                    .authority_len = 3};
+  s.id = cb_ch2_submit(&c, &q, &s);
+  ASSERT_EQ(s.id, 1);
+  cb_ch2_cancel(&c, s.id);
+  uint8_t out[1024];
+  size_t n = pull_all(&c, out, sizeof out);
+  /* the preface (24), SETTINGS (9 + 12), WINDOW_UPDATE (9 + 4): no frame after them */
+  ASSERT_EQ(n, 24 + 21 + 13);
+  ASSERT_EQ(out[24 + 21 + 3], NGHTTP2_WINDOW_UPDATE);
+  ASSERT_EQ(unsent_calls, 0);
+  s2.id = cb_ch2_submit(&c, &q, &s2);
+  ASSERT_EQ(s2.id, 3);
+  n = pull_all(&c, out, sizeof out);
+  ASSERT_GE(n, 9);
+  ASSERT_EQ(out[3], NGHTTP2_HEADERS);
+  ASSERT_EQ(out[8], 3);
+  ASSERT_EQ(n, 9 + ((size_t)out[0] << 16 | (size_t)out[1] << 8 | out[2]));
+  /* The server answers stream 3 only; stream 1's owner hears nothing. */
+  uint8_t in[128];
+  static const uint8_t h[] = {0x88};
+  size_t k = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  k += fr(in + k, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, h, sizeof h);
+  ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, k), 0);
+  s.log[s.len] = s2.log[s2.len] = '\0';
+  ASSERT_STR_EQ(s.log, "");
+  ASSERT_STR_EQ(s2.log, "head 200|end|");
+  ASSERT_EQ(unsent_calls, 0);
+  cb_ch2_free(&c);
+}
