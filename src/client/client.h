@@ -307,8 +307,9 @@ typedef struct {
    * waiting now (the stream waits for cb_ch2_resume). */
   ssize_t (*read_body)(void *sud, char *buf, size_t cap, int *eof);
   /* A request that never left: the peer's GOAWAY came before its HEADERS were written (cud, its stream id).
-   * It was not processed (as CB_CH2_E_REFUSED). Not told for a request its owner cancelled while it waited:
-   * cb_ch2_cancel takes it out of the session. */
+   * It was not processed (as CB_CH2_E_REFUSED). nghttp2 1.52 opens the stream before it finds that out, and
+   * tells it as the stream's close instead: on_close with CB_CH2_E_REFUSED. Not told for a request its owner
+   * cancelled while it waited: cb_ch2_cancel takes it out of the session. */
   void (*on_unsent)(void *cud, int32_t id);
 } cb_ch2_callbacks_t;
 

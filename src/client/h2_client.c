@@ -30,9 +30,9 @@ static void drop(nghttp2_session *s, int32_t id, uint32_t code) {
   if (nghttp2_session_find_stream(s, id) == NULL) {
     /* Not open: a client session opens a request's stream when it sends the HEADERS, which may still wait in
      * the session (before the connection is up, or in a turn's batch). Setting the user data finds the waiting
-     * request (it fails for a stream closed already), and the reset cancels it: it never goes, and nghttp2
-     * tells on_frame_not_send instead of a stream close. Left alone, it went out later bound to the owner's
-     * pointer, which the owner had freed or given to another request. */
+     * request (it fails for a stream closed already), and the reset cancels it: it never goes (nghttp2 opens
+     * its stream as it takes it from the queue, tells on_frame_not_send, then closes the stream). Left alone,
+     * it went out later bound to the owner's pointer, which the owner had freed or given to another request. */
     if (nghttp2_session_set_stream_user_data(s, id, NULL) == 0)
       nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
     return;
@@ -171,15 +171,16 @@ static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
 
 static int on_frame_not_send(nghttp2_session *s, const nghttp2_frame *f, int lib_error, void *ud) {
   cb_ch2_t *c = ud;
+  int32_t id = f->hd.stream_id;
   if (f->hd.type != NGHTTP2_HEADERS) return 0;
-  c->nstreams--; /* a request never opened: no stream close follows */
-  if (lib_error == NGHTTP2_ERR_STREAM_CLOSING) return 0; /* cancelled by its owner while it waited (drop) */
-  void *sud = sud_of(s, f->hd.stream_id);
-  if (sud != NULL) {
-    tell_close(c, s, f->hd.stream_id, CB_CH2_E_REFUSED);
-  } else if (c->cb->on_unsent) {
-    c->cb->on_unsent(c->ud, f->hd.stream_id);
-  }
+  /* nghttp2 (1.52) opens a request's stream as it takes the HEADERS from its queue, before it checks that they
+   * may go (not cancelled, no GOAWAY received): then the stream's close follows at once (the cancel's code, or
+   * REFUSED_STREAM), and on_stream_close counts it and tells its owner. Counted here as well, the count fell
+   * below the streams open: at -1 the connection took no stream again, and with one open a GOAWAY ended it. */
+  if (nghttp2_session_find_stream(s, id) != NULL) return 0;
+  c->nstreams--; /* never opened: no stream close follows */
+  /* Told by id (nghttp2 keeps no user data for a stream it never opened); not one its owner cancelled. */
+  if (lib_error != NGHTTP2_ERR_STREAM_CLOSING && c->cb->on_unsent) c->cb->on_unsent(c->ud, id);
   return 0;
 }
 

@@ -275,8 +275,9 @@ static void st_close(void *sud, int err) {
   px_t *x = h->x;
   h->attached = 0;
   /* Not processed by the upstream (REFUSED_STREAM, or above its GOAWAY's last stream): sent again once, on
-   * another connection, when none of its body went. */
-  if (x != NULL && err == CB_CH2_E_REFUSED && !x->retried && !x->body_streamed) {
+   * another connection, when none of its body went and none of its answer came (an upstream that refuses a
+   * stream it answered in part: a second answer would follow the first's head and body). */
+  if (x != NULL && err == CB_CH2_E_REFUSED && !x->retried && !x->body_streamed && !x->got_head) {
     x->retried = 1;
     h2x_release(h);
     x->state = PX_WAIT;

@@ -350,8 +350,8 @@ static void x_unsent(void *cud, int32_t id) {
 }
 
 /* A request its owner cancels before the session wrote it (its HEADERS still queued): nothing of it is written,
- * not even a RST_STREAM, nothing is told (no on_close, no on_unsent), and its slot is free again: the next
- * request takes stream 3 and is the only HEADERS written. Before, the cancel found no open stream and did
+ * not even a RST_STREAM, nothing is told (no on_close, no on_unsent), and its slot is free again, counted once:
+ * with a limit of 1 the next request may go, takes stream 3 and is the only HEADERS written. Before, the cancel found no open stream and did
  * nothing: the HEADERS went out with the next write, bound to the owner's pointer. */
 TEST(client_h2_cancel_before_sent) {
   cb_ch2_t c;
@@ -375,8 +375,11 @@ TEST(client_h2_cancel_before_sent) {
   ASSERT_EQ(n, 24 + 21 + 13);
   ASSERT_EQ(out[24 + 21 + 3], NGHTTP2_WINDOW_UPDATE);
   ASSERT_EQ(unsent_calls, 0);
+  cb_ch2_assume_max_streams(&c, 1); /* the count is back at 0 (it once fell to -1: no stream could go again) */
+  ASSERT_EQ(cb_ch2_can_submit(&c), 1);
   s2.id = cb_ch2_submit(&c, &q, &s2);
   ASSERT_EQ(s2.id, 3);
+  ASSERT_EQ(cb_ch2_can_submit(&c), 0);
   n = pull_all(&c, out, sizeof out);
   ASSERT_GE(n, 9);
   ASSERT_EQ(out[3], NGHTTP2_HEADERS);

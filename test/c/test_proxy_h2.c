@@ -257,8 +257,8 @@ struct fake_s {
   int64_t conn_window; /* the proxy's connection window as its WINDOW_UPDATEs on stream 0 opened it */
   int end_stream;      /* the last request's HEADERS ended its stream (no body) */
   char req[2048];      /* the last request's header block, decoded: "name: value\n" each */
-  int ready;           /* s_batch: the first exchange is over, the batch may come */
-  int pace_cut;        /* s_paced: after the last piece, silence instead of the stream's end */
+  int ready;           /* s_batch: the first exchange is over, the batch may come; s_goaway_keeps: a request read */
+  int pace_cut;        /* s_paced: after the last piece, silence instead of the stream's end; s_goaway_keeps: go on */
   int64_t segs;        /* s_batch: the TCP segments with data the batch's requests came in (-1: not known) */
   nghttp2_hd_deflater *def;
   pthread_mutex_t mu;
@@ -1247,4 +1247,166 @@ TEST_T(proxy_h2up_resets_while_waiting, 60000) {
   h2_free(cl);
   test_stop(px);
   test_stop(up);
+}
+
+/* A request its client resets while its HEADERS wait in the session (HEADERS and RST_STREAM in one read): the
+ * connection's stream count stays right, so it goes on taking streams. nghttp2 opens a waiting request's
+ * stream as it takes it from its queue, tells on_frame_not_send, then closes the stream; both were counted,
+ * and the count went to -1: every later request opened a connection of its own. */
+TEST_T(proxy_h2up_cancel_while_waiting_keeps_count, 30000) {
+  cb_server_t *up = upstream_server(0);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(cb_server_port(up), 0, 0, to, sizeof to);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *first = h2_request(cl, 1, "GET", "/hello", NULL, 0, NULL, 0);
+  h2_wait1(cl, first, 10000);
+  ASSERT_EQ(first->status, 200);
+  buf_t blk = {0}, wire = {0};
+  h2_encode_request(cl, "GET", "/hello", NULL, 0, &blk);
+  uint8_t hd[9];
+  h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, blk.p, blk.len);
+  uint8_t code[4] = {0, 0, 0, NGHTTP2_CANCEL};
+  h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, 3);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, code, 4);
+  ASSERT_EQ(h2_send_raw(cl, wire.p, wire.len), 0);
+  sleep_ms(100);
+  h2resp_t *third = h2_request(cl, 5, "GET", "/hello", NULL, 0, NULL, 0);
+  h2_wait1(cl, third, 10000);
+  h2_assert_route(third, "GET", "/hello");
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 1); /* the connection still takes streams */
+  cb_stats_t ust;
+  ASSERT_EQ(cb_server_stats(up, &ust), 0);
+  ASSERT_EQ(ust.conns_accepted, 1);
+  buf_free(&blk);
+  buf_free(&wire);
+  h2_free(cl);
+  test_stop(px);
+  test_stop(up);
+}
+
+/* Reads a request, then, once the test says so (f->pace_cut), sends a graceful GOAWAY that keeps it (last
+ * stream id its id) and answers it. */
+static void s_goaway_keeps(fake_t *f, int fd, int conn) {
+  (void)conn;
+  int32_t sid = read_request(f, fd);
+  if (sid == 0) return;
+  send_settings(fd);
+  __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 500 && !__atomic_load_n(&f->pace_cut, __ATOMIC_ACQUIRE); i++) sleep_ms(10);
+  uint8_t ga[8] = {(uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8), (uint8_t)sid, 0, 0, 0, 0};
+  frame(fd, NGHTTP2_GOAWAY, 0, 0, ga, 8);
+  sleep_ms(200);
+  answer_ok(f, fd, sid);
+  drain(f, fd);
+}
+
+/* The same count gone wrong ended a connection early: with a stream open and one cancelled while it waited,
+ * the count said 0, so a graceful GOAWAY that keeps the open stream closed the connection at once and its
+ * client got a 502 for a request the upstream answers. */
+TEST_T(proxy_h2up_cancel_while_waiting_then_goaway, 30000) {
+  fake_t f;
+  fake_start(&f, s_goaway_keeps);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(f.port, 0, 0, to, sizeof to);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *first = h2_request(cl, 1, "GET", "/a", NULL, 0, NULL, 0);
+  for (int i = 0; i < 500 && !__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE); i++) sleep_ms(10);
+  ASSERT_EQ(__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE), 1);
+  buf_t blk = {0}, wire = {0};
+  h2_encode_request(cl, "GET", "/b", NULL, 0, &blk);
+  uint8_t hd[9];
+  h2_frame_hd(hd, (uint32_t)blk.len, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, blk.p, blk.len);
+  uint8_t code[4] = {0, 0, 0, NGHTTP2_CANCEL};
+  h2_frame_hd(hd, 4, NGHTTP2_RST_STREAM, 0, 3);
+  buf_add(&wire, hd, 9);
+  buf_add(&wire, code, 4);
+  ASSERT_EQ(h2_send_raw(cl, wire.p, wire.len), 0);
+  sleep_ms(100);
+  __atomic_store_n(&f.pace_cut, 1, __ATOMIC_RELEASE);
+  h2_wait1(cl, first, 10000);
+  ASSERT_EQ(first->status, 200);
+  ASSERT_MEM_EQ(first->body.p, first->body.len, "ok", (size_t)2);
+  buf_free(&blk);
+  buf_free(&wire);
+  h2_free(cl);
+  test_stop(px);
+  fake_stop(&f);
+}
+
+/* The first connection answers a head and a piece of body, then resets the stream with REFUSED_STREAM; any
+ * other connection answers 200 "ok". */
+static void s_head_then_refused(fake_t *f, int fd, int conn) {
+  int32_t sid = read_request(f, fd);
+  if (sid == 0) return;
+  send_settings(fd);
+  if (conn != 1) {
+    nghttp2_nv nv[] = {NV(":status", "200"), NV("x-second", "1"), NV("content-length", "2")};
+    send_headers(f, fd, sid, nv, 3, 0);
+    frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
+    drain(f, fd);
+    return;
+  }
+  nghttp2_nv nv[] = {NV(":status", "200"), NV("x-first", "1")};
+  send_headers(f, fd, sid, nv, 2, 0);
+  frame(fd, NGHTTP2_DATA, 0, sid, "ab", 2);
+  sleep_ms(100);
+  uint8_t code[4] = {0, 0, 0, NGHTTP2_REFUSED_STREAM};
+  frame(fd, NGHTTP2_RST_STREAM, 0, sid, code, 4);
+  drain(f, fd);
+}
+
+/* REFUSED_STREAM after part of the answer came: the request is not sent again (its answer began); the client
+ * sees the answer cut. It was sent again: a second status line and head went in the middle of the HTTP/1.1
+ * answer ("ab" then "HTTP/1.1 200 OK ... ok"), an h2c client got the body "abok", and with the recorder the
+ * first head's copy leaked (keep_head ran twice). */
+TEST_T(proxy_h2up_refused_after_head_not_retried, 30000) {
+  static const char want[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\nx-first: 1\r\ntransfer-encoding: chunked\r\n"
+                             "connection: close\r\n\r\n2\r\nab\r\n";
+  for (int record = 0; record < 2; record++) { /* HTTP/1.1 client, without and with the recorder */
+    fake_t f;
+    fake_start(&f, s_head_then_refused);
+    char to[64];
+    snprintf(to, sizeof to, "http://127.0.0.1:%d", f.port);
+    cb_config_t cfg;
+    test_config(&cfg);
+    cb_server_t *px = test_start(&cfg);
+    cb_proxy_t pxo = {.to = {to, strlen(to)}, .protocol = CB_PROXY_H2C, .record = record};
+    cb_stub_t st;
+    memset(&st, 0, sizeof st);
+    st.match.path = (cb_str_t){"/*", 2};
+    st.response.proxy = &pxo;
+    uint64_t id;
+    ASSERT_EQ(cb_server_route_add(px, &st, &id), 0);
+    buf_t got = {0};
+    get_via(cb_server_port(px), &got);
+    ASSERT_MEM_EQ(got.p, got.len, want, sizeof want - 1);
+    ASSERT_EQ(__atomic_load_n(&f.conns, __ATOMIC_ACQUIRE), 1);
+    buf_free(&got);
+    test_stop(px);
+    fake_stop(&f);
+  }
+  fake_t f; /* an h2c client: "ab", then the stream reset */
+  fake_start(&f, s_head_then_refused);
+  char to[64];
+  cb_server_t *px = h2_proxy_to(f.port, 0, 0, to, sizeof to);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *r = h2_request(cl, 1, "GET", "/x", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, "ab", (size_t)2);
+  ASSERT_EQ(r->rst, NGHTTP2_INTERNAL_ERROR);
+  ASSERT_EQ(__atomic_load_n(&f.conns, __ATOMIC_ACQUIRE), 1);
+  h2_free(cl);
+  test_stop(px);
+  fake_stop(&f);
 }
