@@ -35,6 +35,9 @@
 /* The fields a forwarded request head adds: x-forwarded-for, -proto, -host, and host itself. */
 #define PROXY_ADDED 3
 #define PROXY_MAX_SERVER_NAME 253
+/* The idempotent methods (RFC 9110 9.2.2): the only ones sent again after a kept connection closed. */
+#define PROXY_IDEMPOTENT \
+  (CB_METHOD_GET | CB_METHOD_HEAD | CB_METHOD_PUT | CB_METHOD_DELETE | CB_METHOD_OPTIONS | CB_METHOD_TRACE)
 
 /* ---- the options ---- */
 
@@ -972,7 +975,10 @@ static void tls_read(upc_t *c, const char *p, size_t n) {
       else px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : CB__UPERR_BAD_RESPONSE); /* an alert, a bad record */
       return;
     }
-    if (up_bytes(c, x, c->pool->ptbuf, (size_t)k)) return;
+    /* The exchange let go of the connection. Parked, it must hold nothing more: a TLS read gives one record at a
+     * time, so records after the answer's (in the same read) are still in the session. They are read now, and
+     * plaintext among them ends the connection (x == NULL above), as bytes after an answer do over cleartext. */
+    if (up_bytes(c, x, c->pool->ptbuf, (size_t)k) && !c->idle) return;
   }
   if (tls_flush(c) != 0) c->tls_bad = 1; /* a KeyUpdate's answer; a failed write shows on the read side */
   if (c->px) up_after(c, c->px);
@@ -1007,8 +1013,11 @@ static void up_eof(upc_t *c, px_t *x, ssize_t n) {
     return;
   }
   /* Nothing of the answer yet on a kept-alive connection: the upstream closed it meanwhile. The request is
-   * sent again, once, on a new connection, when no byte of its body went yet. */
-  if (x->reused && !x->retried && !x->body_streamed && !c->got_bytes) {
+   * sent again, once, on a new connection, when no byte of its body went yet, and only when its method is
+   * idempotent or its head had not gone either (a proxy must not retry another on its own, RFC 9112 9.3.1: the
+   * upstream may have acted on it). */
+  if (x->reused && !x->retried && !x->body_streamed && !c->got_bytes &&
+      (!x->head_sent || (x->r->method & PROXY_IDEMPOTENT))) {
     x->retried = 1;
     px_detach(x, 0);
     x->state = PX_WAIT;

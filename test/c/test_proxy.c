@@ -1223,3 +1223,115 @@ TEST_T(proxy_clients_leave_at_random, 60000) {
   test_stop(px);
   test_stop(up);
 }
+
+/* ---- a cleartext raw upstream: each connection answers its first request, then closes on reading the
+ * second without answering it (an upstream that took the request and went away) ---- */
+
+typedef struct {
+  int lfd, port, stop;
+  pthread_t th;
+  const char *answer;
+  pthread_mutex_t mu;
+  int conns, requests;
+  buf_t got;
+} craw_t;
+
+static void *craw_main(void *arg) {
+  craw_t *u = arg;
+  for (;;) {
+    int fd = accept(u->lfd, NULL, NULL);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return NULL;
+    }
+    pthread_mutex_lock(&u->mu);
+    u->conns++;
+    pthread_mutex_unlock(&u->mu);
+    char in[65536];
+    size_t have = 0;
+    int seen = 0;
+    for (;;) {
+      struct pollfd pfd = {fd, POLLIN, 0};
+      if (poll(&pfd, 1, 100) == 0) {
+        if (__atomic_load_n(&u->stop, __ATOMIC_ACQUIRE)) break;
+        continue;
+      }
+      ssize_t n = read(fd, in + have, sizeof in - have);
+      if (n <= 0) break;
+      pthread_mutex_lock(&u->mu);
+      buf_add(&u->got, in + have, (size_t)n);
+      pthread_mutex_unlock(&u->mu);
+      have += (size_t)n;
+      size_t rl = request_len(in, have);
+      if (rl == 0) continue;
+      memmove(in, in + rl, have - rl);
+      have -= rl;
+      pthread_mutex_lock(&u->mu);
+      u->requests++;
+      pthread_mutex_unlock(&u->mu);
+      if (++seen == 2) break; /* the second request: taken, never answered */
+      (void)!write(fd, u->answer, strlen(u->answer));
+    }
+    close(fd);
+  }
+}
+
+static void craw_start(craw_t *u, const char *answer) {
+  memset(u, 0, sizeof *u);
+  u->answer = answer;
+  pthread_mutex_init(&u->mu, NULL);
+  u->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ASSERT_EQ(bind(u->lfd, (struct sockaddr *)&a, sizeof a), 0);
+  ASSERT_EQ(listen(u->lfd, 16), 0);
+  socklen_t al = sizeof a;
+  getsockname(u->lfd, (struct sockaddr *)&a, &al);
+  u->port = ntohs(a.sin_port);
+  ASSERT_EQ(pthread_create(&u->th, NULL, craw_main, u), 0);
+}
+
+static void craw_stop(craw_t *u) {
+  __atomic_store_n(&u->stop, 1, __ATOMIC_RELEASE);
+  shutdown(u->lfd, SHUT_RDWR);
+  pthread_join(u->th, NULL);
+  close(u->lfd);
+  buf_free(&u->got);
+}
+
+static int craw_requests(craw_t *u) {
+  pthread_mutex_lock(&u->mu);
+  int n = u->requests;
+  pthread_mutex_unlock(&u->mu);
+  return n;
+}
+
+/* A POST (no body) on a kept-alive upstream connection that the upstream closes after reading it, without a
+ * byte of answer: the upstream may have acted on it, and a proxy MUST NOT retry a non-idempotent request on its
+ * own (RFC 9112 9.3.1). The client gets 502 reset; the upstream saw the POST once. A GET in the same place is
+ * sent again (docs/proxy.md's retry rule). */
+TEST(proxy_post_not_retried_on_closed_kept_connection) {
+  static const char answer[] = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  craw_t u;
+  craw_start(&u, answer);
+  char to[64];
+  snprintf(to, sizeof to, "http://127.0.0.1:%d", u.port);
+  cb_server_t *px = proxy_to(to, 3000, 0);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t ok = {0}, fail = {0};
+  buf_adds(&ok, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-length: 2\r\n\r\nok");
+  exp_fail(&fail, 502, "connection reset", to);
+  ROUNDTRIP_S(fd, "POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", &ok); /* connection 1 */
+  ROUNDTRIP_S(fd, "POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n", &fail); /* on it again: closed */
+  ASSERT_EQ(craw_requests(&u), 2);
+  /* A GET: connection 2 answers it, then is reused for the next GET, closed, and that GET goes again on a new
+   * connection (3). */
+  ROUNDTRIP_S(fd, "GET /c HTTP/1.1\r\nhost: x\r\n\r\n", &ok);
+  ROUNDTRIP_S(fd, "GET /d HTTP/1.1\r\nhost: x\r\n\r\n", &ok);
+  ASSERT_EQ(craw_requests(&u), 5);
+  close(fd);
+  buf_free(&ok);
+  buf_free(&fail);
+  test_stop(px);
+  craw_stop(&u);
+}
+

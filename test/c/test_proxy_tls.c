@@ -5,6 +5,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -658,4 +661,264 @@ TEST_T(proxy_tls_clients_leave_in_handshake, 60000) {
     test_stop(px);
     test_stop(up);
   }
+}
+
+/* ---- a raw TLS upstream: one thread, one connection at a time; each whole request gets `nparts` answers,
+ * each written by an SSL_write of its own (one TLS record each), all in one TCP segment (TCP_CORK) ---- */
+
+typedef struct {
+  int lfd, port, stop;
+  pthread_t th;
+  SSL_CTX *ctx;
+  const char *parts[4];
+  int nparts;
+  pthread_mutex_t mu;
+  int conns, requests;
+} traw_t;
+
+static size_t tls_request_len(const char *p, size_t len) {
+  const char *e = memmem(p, len, "\r\n\r\n", 4);
+  if (e == NULL) return 0;
+  size_t head = (size_t)(e - p) + 4;
+  const char *cl = memmem(p, head, "content-length: ", 16);
+  if (cl != NULL) {
+    size_t n = strtoul(cl + 16, NULL, 10);
+    return len >= head + n ? head + n : 0;
+  }
+  if (memmem(p, head, "chunked", 7) != NULL) {
+    const char *z = memmem(p + head, len - head, "0\r\n\r\n", 5);
+    return z ? (size_t)(z - p) + 5 : 0;
+  }
+  return head;
+}
+
+static SSL_CTX *self_signed_ctx(void) {
+  EVP_PKEY *key = EVP_EC_gen("P-256");
+  X509 *x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME *nm = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(nm, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1, 0);
+  X509_set_issuer_name(x, nm);
+  X509_sign(x, key, EVP_sha256());
+  SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+  SSL_CTX_use_certificate(ctx, x);
+  SSL_CTX_use_PrivateKey(ctx, key);
+  SSL_CTX_set_num_tickets(ctx, 0);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return ctx;
+}
+
+static void *traw_main(void *arg) {
+  traw_t *u = arg;
+  for (;;) {
+    int fd = accept(u->lfd, NULL, NULL);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      return NULL;
+    }
+    pthread_mutex_lock(&u->mu);
+    u->conns++;
+    pthread_mutex_unlock(&u->mu);
+    SSL *s = SSL_new(u->ctx);
+    SSL_set_fd(s, fd);
+    if (SSL_accept(s) != 1) goto done;
+    char in[65536];
+    size_t have = 0;
+    for (;;) {
+      struct pollfd pfd = {fd, POLLIN, 0};
+      if (SSL_pending(s) == 0 && poll(&pfd, 1, 100) == 0) {
+        if (__atomic_load_n(&u->stop, __ATOMIC_ACQUIRE)) break;
+        continue;
+      }
+      int n = SSL_read(s, in + have, (int)(sizeof in - have));
+      if (n <= 0) break;
+      have += (size_t)n;
+      size_t rl = tls_request_len(in, have);
+      if (rl == 0) continue;
+      memmove(in, in + rl, have - rl);
+      have -= rl;
+      pthread_mutex_lock(&u->mu);
+      int req = ++u->requests;
+      pthread_mutex_unlock(&u->mu);
+      (void)req;
+      int one = 1, zero = 0;
+      setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+      for (int i = 0; i < u->nparts; i++) SSL_write(s, u->parts[i], (int)strlen(u->parts[i]));
+      setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof zero);
+    }
+  done:
+    SSL_free(s);
+    close(fd);
+  }
+}
+
+static void traw_start(traw_t *u) {
+  u->ctx = self_signed_ctx();
+  pthread_mutex_init(&u->mu, NULL);
+  u->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ASSERT_EQ(bind(u->lfd, (struct sockaddr *)&a, sizeof a), 0);
+  ASSERT_EQ(listen(u->lfd, 16), 0);
+  socklen_t al = sizeof a;
+  getsockname(u->lfd, (struct sockaddr *)&a, &al);
+  u->port = ntohs(a.sin_port);
+  ASSERT_EQ(pthread_create(&u->th, NULL, traw_main, u), 0);
+}
+
+static void traw_stop(traw_t *u) {
+  __atomic_store_n(&u->stop, 1, __ATOMIC_RELEASE);
+  shutdown(u->lfd, SHUT_RDWR);
+  pthread_join(u->th, NULL);
+  close(u->lfd);
+  SSL_CTX_free(u->ctx);
+}
+
+/* An https upstream answers each request with its answer, then (in a TLS record of its own, in the same TCP
+ * segment) a second answer no request asked for. Over cleartext the bytes after the answer close the upstream
+ * connection; over TLS the same must hold: the next client gets the upstream's answer to its own request, never
+ * the stale second answer. */
+TEST(proxy_tls_record_after_answer_not_parked) {
+  traw_t u;
+  memset(&u, 0, sizeof u);
+  u.parts[0] = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst";
+  u.parts[1] = "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nSTALE";
+  u.nparts = 2;
+  traw_start(&u);
+  char to[64];
+  snprintf(to, sizeof to, "https://127.0.0.1:%d", u.port);
+  cb_server_t *px = tls_proxy(to, &(tls_opts_t){.insecure = 1, .timeout_ms = 3000});
+  static const char exp[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-length: 5\r\n\r\nfirst";
+  buf_t e = {0};
+  buf_adds(&e, exp);
+  for (int i = 0; i < 3; i++) {
+    int fd = cl_connect(cb_server_port(px));
+    ROUNDTRIP_S(fd, "GET /a HTTP/1.1\r\nhost: x\r\n\r\n", &e);
+    close(fd);
+    sleep_ms(50);
+  }
+  buf_free(&e);
+  test_stop(px);
+  traw_stop(&u);
+}
+
+
+/* Clients that leave at random through an https upstream (a cbench server's TLS port), HTTP/1.1 upstream
+ * connections: 25 rounds of 8 clients, each request (GET, HEAD of a 1 MB file, a delayed route behind a stub
+ * delay, 204, a POST with a length, a chunked POST) and each fate drawn with a fixed seed (read the answer and ask
+ * again, reset at once, after part of the request, during the delay, or mid-answer). Every answer read whole is
+ * byte for byte what the upstream answers itself. */
+static int read_answer_tls(int fd, buf_t *b, int head_req, int timeout_ms) {
+  for (;;) {
+    long n = cl_response_len(b->p, b->len, head_req);
+    if (n > 0) return 0;
+    if (cl_read_n(fd, b, b->len + 1, timeout_ms) != CL_OK) return -1;
+  }
+}
+
+TEST_T(proxy_tls_clients_leave_at_random, 120000) {
+  static char capem[8192];
+  cb_config_t ucfg;
+  test_config(&ucfg);
+  ucfg.tls_port = 0;
+  cb_server_t *up = test_start(&ucfg);
+  ASSERT_GT(cb_server_tls_ca(up, capem, sizeof capem), 0);
+  static const char *const reqs[] = {
+      "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+      "HEAD /file/big HTTP/1.1\r\nhost: x\r\n\r\n",
+      "GET /delay/10 HTTP/1.1\r\nhost: x\r\n\r\n",
+      "GET /file/big HTTP/1.1\r\nhost: x\r\n\r\n",
+      "GET /status/204 HTTP/1.1\r\nhost: x\r\n\r\n",
+      "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 11\r\n\r\nhello world",
+      "POST /echo/chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+  };
+  enum { NP = sizeof reqs / sizeof *reqs, K = 8, ROUNDS = 25 };
+  buf_t exp[NP];
+  for (int p = 0; p < NP; p++) {
+    memset(&exp[p], 0, sizeof exp[p]);
+    int fd = cl_connect(cb_server_port(up));
+    cl_sends(fd, reqs[p]);
+    ASSERT_EQ(read_answer_tls(fd, &exp[p], p == 1, 10000), 0);
+    mask_dates(exp[p].p, exp[p].len);
+    close(fd);
+  }
+  char to[80];
+  snprintf(to, sizeof to, "https://localhost:%d", cb_server_tls_port(up));
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  for (int i = 0; i < 2; i++) {
+    cb_proxy_t pr = {.to = {to, strlen(to)}, .ca_pem = {capem, strlen(capem)}, .timeout_ms = 5000};
+    cb_stub_t st;
+    memset(&st, 0, sizeof st);
+    st.match.path = i == 0 ? CB_S("/delay/*") : CB_S("/*");
+    st.response.proxy = &pr;
+    st.response.delay_ms = i == 0 ? 20 : 0;
+    uint64_t id;
+    ASSERT_EQ(cb_server_route_add(px, &st, &id), 0);
+  }
+  uint32_t seed = 4242;
+#define RNG() (seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff)
+  int whole = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    int fds[K], path[K], act[K];
+    for (int i = 0; i < K; i++) {
+      fds[i] = cl_connect(cb_server_port(px));
+      path[i] = (int)(RNG() % NP);
+      act[i] = (int)(RNG() % 5);
+      const char *rq = reqs[path[i]];
+      if (act[i] == 4) { /* part of the request, then gone */
+        cl_send(fds[i], rq, 1 + RNG() % strlen(rq));
+        if (RNG() % 2) sleep_ms((int)(RNG() % 5));
+        cl_reset(fds[i]);
+        continue;
+      }
+      cl_sends(fds[i], rq);
+      if (act[i] == 1) cl_reset(fds[i]);
+    }
+    sleep_ms((int)(RNG() % 15));
+    for (int i = 0; i < K; i++) {
+      if (act[i] == 1 || act[i] == 4) continue;
+      if (act[i] == 2) {
+        cl_reset(fds[i]);
+        continue;
+      }
+      buf_t got = {0};
+      if (act[i] == 3) {
+        uint64_t t0 = now_ms();
+        size_t want = 1 + RNG() % 200;
+        if (want > exp[path[i]].len) want = exp[path[i]].len;
+        int r3 = cl_read_n(fds[i], &got, want, 10000);
+        if (r3 != CL_OK) cbt_log("round %d client %d path %d act 3: %s after %llu ms, %zu bytes", round, i, path[i], cl_status_name(r3), (unsigned long long)(now_ms() - t0), got.len);
+        cl_reset(fds[i]);
+        buf_free(&got);
+        continue;
+      }
+      for (int again = 0; again < 2; again++) {
+        buf_reset(&got);
+        if (again) cl_sends(fds[i], reqs[path[i]]);
+        int rr = read_answer_tls(fds[i], &got, path[i] == 1, 10000);
+        if (rr != 0) cbt_log("round %d client %d path %d act %d again %d: got %zu bytes", round, i, path[i], act[i], again, got.len);
+        ASSERT_EQ(rr, 0);
+        mask_dates(got.p, got.len);
+        ASSERT_MEM_EQ(got.p, got.len, exp[path[i]].p, exp[path[i]].len);
+        whole++;
+      }
+      buf_free(&got);
+      close(fds[i]);
+    }
+  }
+#undef RNG
+  ASSERT(whole > 0);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  cbt_log("whole %d reused %llu connects %llu 502 %llu", whole, (unsigned long long)st.proxy_upstream_reused,
+          (unsigned long long)st.proxy_upstream_connects, (unsigned long long)st.proxy_502);
+  for (int p = 0; p < NP; p++) buf_free(&exp[p]);
+  test_stop(px);
+  test_stop(up);
 }
