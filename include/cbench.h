@@ -1052,7 +1052,7 @@ typedef struct cb_reply_s {
   cb_reply_op op;
   int status;                 /* FULL and STREAM: 200..599 (204 and 304: no body, and FULL only) */
   const cb_header_t *headers; /* FULL and STREAM: as a stub's response headers; copied */
-  size_t nheaders;
+  size_t nheaders;            /* FULL and STREAM; the other ops do not read headers or nheaders */
   cb_str_t body; /* FULL and SEND; copied */
   int result;    /* out: 0, CB_EGONE (nothing happens), CB_ENOTSTREAMING (SEND or FINISH before STREAM: nothing
                     happens, the request still waits for its answer), UV_EINVAL (a bad field: nothing happens) */

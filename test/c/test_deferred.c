@@ -99,6 +99,17 @@ static void answer(item_t *it) {
     ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 99, NULL, 0, NULL), CB_EINVAL);
     ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 204, NULL, 0, "x"), CB_EINVAL);
     ASSERT_ERR(reply1(it->ref, CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  } else if (strcmp(it->path, "/h/batch") == 0) {
+    /* A SEND whose header count is garbage (SEND carries no headers), then the FULL answer, in one call. The
+     * count was summed into the command's size anyway: this one wraps the sum to 2 header entries short, and
+     * the FULL item's headers were written past the end (ASan: heap-buffer-overflow in cb_server_reply). */
+    cb_reply_t rs[2] = {
+        {.ref = it->ref, .op = CB_REPLY_SEND, .headers = NULL,
+         .nheaders = ((size_t)0 - 2 * sizeof(cb__hdr_t)) / sizeof(cb__hdr_t), .body = CB_S("x")},
+        {.ref = it->ref, .op = CB_REPLY_FULL, .status = 200, .headers = hdrs, .nheaders = 2, .body = CB_S("ok")}};
+    ASSERT_ERR(cb_server_reply(hq.srv, rs, 2), 0);
+    ASSERT_ERR(rs[0].result, CB_ENOTSTREAMING); /* the request was not streaming yet */
+    ASSERT_ERR(rs[1].result, 0);
   } else if (strcmp(it->path, "/h/late") == 0) {
     sleep_ms(300); /* the client has closed by now (the test waits for that before it releases the request) */
     hq.gone_after_close = reply1(it->ref, CB_REPLY_FULL, 200, NULL, 0, "late");
@@ -234,6 +245,10 @@ TEST_T(deferred_reply_forms, 60000) {
   exp_head(&exp, 200, NULL, NULL, 2, CONN_NONE);
   buf_adds(&exp, "ok");
   both(port, "GET", "/h/bad", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "content-type: text/plain\r\nx-a: 1\r\n", 2, CONN_NONE);
+  buf_adds(&exp, "ok");
+  both(port, "GET", "/h/batch", &exp); /* the header count of an op without headers is not counted */
   buf_reset(&exp);
   exp_head(&exp, 200, NULL, NULL, 5, CONN_NONE);
   buf_adds(&exp, "12345");
