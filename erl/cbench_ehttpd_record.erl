@@ -64,7 +64,9 @@ record_ok(#{items := Items, keys := Keys, cnt := Cnt}, Proxy,
                         N <- [string:lowercase(iolist_to_binary(N0))],
                         {_, V} <- [lists:keyfind(N, 1, ReqHs)], V =/= false],
     Kept = [{N, V} || {N, V} <- ResHs, not lists:member(string:lowercase(N), ?FORBIDDEN)],
-    Ok = literal_path(Path) andalso Status >= 200 andalso Status =< 599
+    %% HEAD: skipped, as by the C recorder (a stub answers HEAD with its own body's length; the GET
+    %% recording answers it).
+    Ok = Method =/= <<"HEAD">> andalso literal_path(Path) andalso Status >= 200 andalso Status =< 599
         andalso length(Params) =< ?MAX_MATCHERS andalso length(Chosen) =< ?MAX_MATCHERS
         andalso lists:all(fun json_text/1, [V || {_, V} <- Params ++ Chosen])
         andalso lists:all(fun({N, V}) -> json_text(N) andalso json_text(V) end, Kept)
@@ -122,7 +124,7 @@ text(Stubs) ->
 stub(Pos, {_Seq, {Method, Path, Params, Chosen}, Status, Headers, Body, _FileBytes}, BodyAs) ->
     N = length(Params) + length(Chosen),
     Match = [{<<"method">>, Method}, {<<"path">>, Path}]
-        ++ [{<<"query">>, {obj, Params}} || Params =/= []]
+        ++ [{<<"query">>, {obj, [{matcher_text(K), matcher_text(V)} || {K, V} <- Params]}} || Params =/= []]
         ++ [{<<"headers">>, {obj, Chosen}} || Chosen =/= []]
         ++ [{<<"priority">>, N} || N > 0],
     BodyField = case {BodyAs, Body} of
@@ -139,6 +141,14 @@ stub(Pos, {_Seq, {Method, Path, Params, Chosen}, Status, Headers, Body, _FileByt
         ++ BodyField,
     enc({obj, [{<<"name">>, <<"rec_", (integer_to_binary(Pos))/binary>>},
                {<<"match">>, {obj, Match}}, {<<"response">>, {obj, Response}}]}).
+
+%% A decoded query name or value as a matcher: the loader percent-decodes matchers once more, so `%'
+%% and `+' go as %25 and %2B (the C recorder's query_text).
+matcher_text(B) -> << <<(matcher_byte(C))/binary>> || <<C>> <= B >>.
+
+matcher_byte($%) -> <<"%25">>;
+matcher_byte($+) -> <<"%2B">>;
+matcher_byte(C) -> <<C>>.
 
 %% JSON as jansson writes it without JSON_COMPACT: objects in the order given.
 enc({obj, Fields}) ->

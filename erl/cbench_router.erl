@@ -73,7 +73,11 @@ compile(Stubs, Fixture) ->
     index(StubRoutes ++ FixtureRoutes).
 
 route(Order, M = #{methods := Ms, path := P, headers := H, query := Q}, Target, Left) ->
-    #route{order = Order, methods = Ms, path = P, headers = H, query = Q,
+    %% Query matchers are percent-decoded once, as the C engines' route compiler decodes them
+    %% (src/routes/route.c), and compared with the request's decoded fields: `a%2Bb' matches `?q=a%2Bb'
+    %% on every engine, and a recording's `%2B' replays its `+'.
+    Query = [{decode(N), case V of present -> present; {equal, X} -> {equal, decode(X)} end} || {N, V} <- Q],
+    #route{order = Order, methods = Ms, path = P, headers = H, query = Query,
            body = compile_body(maps:get(body, M, any)), target = Target, left = Left}.
 
 %% A regex is compiled once, here (PCRE read as POSIX ERE reads the subset cbench_spec lets in:
@@ -263,7 +267,7 @@ near_score(R, Method, Path, Query, Headers, Body) ->
     Parts = [<<"method">> || R#route.methods =/= any, not method_matches(R#route.methods, Method)]
         ++ [<<"path">> || not path_matches(R#route.path, Path)]
         ++ [{<<"header ">>, N} || M = {N, _} <- R#route.headers, not all_present([M], Headers)]
-        ++ [{<<"query ">>, decode(N)} || M = {N, _} <- R#route.query,
+        ++ [{<<"query ">>, N} || M = {N, _} <- R#route.query,
                                          not all_present([M], Fields)]
         ++ case {R#route.body, Body} of
                {any, _} -> [];

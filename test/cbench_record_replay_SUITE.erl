@@ -1,6 +1,7 @@
 %%% @doc Record and replay end to end (issue 26, docs/record.md): a session is recorded through a
 %%% proxy stub against a second cbench server acting as the "real" service (stubs, an Erlang
-%%% handler, a streamed answer, a binary body, queries and a chosen header), saved, the real
+%%% handler, a streamed answer, a binary body, queries (one holding `+') and a chosen header, a HEAD
+%%% that is not recorded), saved, the real
 %%% service stopped, the file loaded into a fresh server, and every answer compared with the one
 %%% the recording server gave: status, header fields in order and body bytes, the `date' field
 %%% masked and the framing fields (`content-length', `transfer-encoding') left out, since a
@@ -37,6 +38,10 @@ session() ->
      {<<"GET">>, <<"/api/users/42">>, [{<<"accept">>, <<"text/plain">>}], <<>>},
      {<<"GET">>, <<"/api/search?q=erlang&page=1">>, [], <<>>},
      {<<"GET">>, <<"/api/search?q=elixir&page=1">>, [], <<>>},
+     %% A value holding `+' once decoded: recorded as %2B, which the loader decodes back to `+'.
+     {<<"GET">>, <<"/api/search?q=a%2Bb&page=1">>, [], <<>>},
+     %% Not recorded: a HEAD recording would replay its stub's own length (0); the GET's answers it.
+     {<<"HEAD">>, <<"/api/users/42">>, [{<<"accept">>, <<"text/plain">>}], <<>>},
      {<<"GET">>, <<"/api/bin">>, [], <<>>},
      {<<"GET">>, <<"/api/stream">>, [], <<>>},
      {<<"POST">>, <<"/api/handled">>, [{<<"content-type">>, <<"text/plain">>}], <<"ping">>},
@@ -55,6 +60,9 @@ real_service() ->
                           #{body => <<"results for erlang">>}),
     {ok, _} = cbench:stub(Real, #{path => <<"/api/search">>, query => #{<<"q">> => <<"elixir">>}},
                           #{status => 203, body => <<"results for elixir">>}),
+    %% Matchers are percent-decoded: this one matches the decoded value "a+b".
+    {ok, _} = cbench:stub(Real, #{path => <<"/api/search">>, query => #{<<"q">> => <<"a%2Bb">>}},
+                          #{body => <<"results for a+b">>}),
     {ok, _} = cbench:stub(Real, <<"/api/bin">>,
                           #{headers => [{<<"content-type">>, <<"application/octet-stream">>}],
                             body => list_to_binary(lists:seq(0, 255))}),
@@ -84,12 +92,14 @@ record_replay(Engine, Config) ->
     Recorded = [ask(cbench:port(Rec), R) || R <- session()],
     %% The proxy answered what the real service answers.
     [{200, _, <<"{\"id\":42,\"name\":\"Joe\"}">>} | _] = Recorded,
-    ?assertMatch({201, _, <<"got ping">>}, lists:nth(8, Recorded)),
+    ?assertMatch({201, _, <<"got ping">>}, lists:nth(10, Recorded)),
     ?assertMatch({203, _, <<"results for elixir">>}, lists:nth(5, Recorded)),
-    ?assertEqual(40000, byte_size(element(3, lists:nth(7, Recorded)))),
-    %% Eight distinct exchanges (the repeated GET is one), in the order they came.
+    ?assertMatch({200, _, <<"results for a+b">>}, lists:nth(6, Recorded)),
+    ?assertMatch({200, _, <<>>}, lists:nth(7, Recorded)),
+    ?assertEqual(40000, byte_size(element(3, lists:nth(9, Recorded)))),
+    %% Nine distinct exchanges (the repeated GET is one, the HEAD is skipped), in the order they came.
     Stubs = cbench:recorded(Rec),
-    ?assertEqual(8, length(Stubs)),
+    ?assertEqual(9, length(Stubs)),
     ok = cbench:save_stubs(Rec, File),
     ok = cbench:stop_server(Rec),
     ok = cbench:stop_server(Real),
@@ -97,7 +107,7 @@ record_replay(Engine, Config) ->
     %% Offline: the real service is gone, the file answers.
     {ok, Replay} = cbench:start_server(Engine, #{port => 0}),
     {ok, Ids} = cbench:load_stubs(Replay, File),
-    ?assertEqual(8, length(Ids)),
+    ?assertEqual(9, length(Ids)),
     Replayed = [ask(cbench:port(Replay), R) || R <- session()],
     [?assertEqual({Req, A}, {Req, B}) || {Req, A, B} <- lists:zip3(session(), Recorded, Replayed)],
     ok = cbench:stop_server(Replay).

@@ -572,18 +572,22 @@ static int gather_body(px_t *x, const char *p, size_t n) {
   return 0;
 }
 
-/* The gathered answer as a fault departs from it (cb__fault_answer_t): normal() sends it whole, body() paces it. */
+/* The gathered answer as a fault departs from it (cb__fault_answer_t): normal() sends it whole, body() paces it.
+ * Copied, not referenced: x->body is freed with the request, which cb__res_end may release before the output
+ * queued so far has left. */
 static void gathered_normal(cb__req_t *r) {
   px_t *x = PX(r);
   int no_body = x->status == 204 || x->status == 304 || (x->status >= 100 && x->status < 200);
-  cb__res_head(r, x->status, NULL, x->hdrs, x->nhdrs, no_body ? CB__NO_BODY : (int64_t)x->body_len);
+  /* A HEAD answer has no body to measure: it goes with the length the upstream declared, as unfaulted. */
+  int64_t len = no_body ? CB__NO_BODY : r->method == CB_METHOD_HEAD ? x->head_len : (int64_t)x->body_len;
+  cb__res_head(r, x->status, NULL, x->hdrs, x->nhdrs, len);
   if (!no_body && x->body_len && r->method != CB_METHOD_HEAD)
-    cb__res_data(r, x->body, x->body_len, CB__DATA_STATIC | CB__DATA_PIECE_END);
+    cb__res_data(r, x->body, x->body_len, CB__DATA_COPY | CB__DATA_PIECE_END);
   cb__res_end(r);
 }
 
 static int gathered_body(cb__req_t *r, uint64_t from, uint64_t to) {
-  return cb__res_data(r, PX(r)->body + from, (size_t)(to - from), CB__DATA_STATIC | CB__DATA_PIECE_END);
+  return cb__res_data(r, PX(r)->body + from, (size_t)(to - from), CB__DATA_COPY | CB__DATA_PIECE_END);
 }
 
 /* Keeps the head's fields (for a fault's answer and the recorder): names lowercased, in one block. */
@@ -630,11 +634,13 @@ static int on_head(void *ud, const cb_cres_head_t *h) {
     px_fail(x, CB__UPERR_BAD_RESPONSE);
     return STOP_FEED;
   }
-  if (h->content_length > 0 && (uint64_t)h->content_length > x->p->max_body) {
+  int no_body = h->status == 204 || h->status == 304;
+  /* The declared length of a body that comes: a HEAD's (or a 304's) describes one that does not. */
+  if (h->content_length > 0 && (uint64_t)h->content_length > x->p->max_body && !no_body &&
+      x->r->method != CB_METHOD_HEAD) {
     px_fail(x, CB__UPERR_BODY_TOO_BIG);
     return STOP_FEED;
   }
-  int no_body = h->status == 204 || h->status == 304;
   int64_t len = no_body ? CB__NO_BODY : (!h->chunked && h->content_length >= 0) ? h->content_length : CB__STREAMED;
   return pass_head(x, h->status, h->headers, h->nheaders, len) ? STOP_FEED : 0;
 }
@@ -673,6 +679,7 @@ static inline __attribute__((always_inline)) int pass_head(px_t *x, int status, 
   x->status = status;
   r->up_status = (uint16_t)status;
   if (x->gather || x->record) {
+    x->head_len = len;
     if (keep_head(x, hs, n) != 0) {
       px_fail(x, CB__UPERR_NO_MEMORY);
       return CB__UPERR_NO_MEMORY;

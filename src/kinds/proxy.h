@@ -123,6 +123,7 @@ struct px_s {
   char *hbuf;
   char *body;
   size_t body_len, body_cap;
+  int64_t head_len;          /* the length pass_head announced (a HEAD answer's declared one), for normal() */
   cb__fault_answer_t answer; /* a fault's departure point: the gathered answer */
   /* The answer's trailer fields (a chunked body's), passed on at its end: one block with their bytes. */
   cb__hdr_t *trs;

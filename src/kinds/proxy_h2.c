@@ -205,12 +205,13 @@ static int st_head(void *sud, int status, const cb_chdr_t *f, int n) {
   px_t *x = h->x;
   if (x == NULL) return 1;
   int64_t cl = content_length_of(f, n);
-  if (cl > 0 && (uint64_t)cl > x->p->max_body) {
+  int no_body = status == 204 || status == 304;
+  /* The declared length of a body that comes: a HEAD's (or a 304's) describes one that does not. */
+  if (cl > 0 && (uint64_t)cl > x->p->max_body && !no_body && x->r->method != CB_METHOD_HEAD) {
     h->attached = 0; /* the session drops the stream on our non-zero */
     h2x_fail(h, CB__UPERR_BODY_TOO_BIG);
     return 1;
   }
-  int no_body = status == 204 || status == 304;
   h2x_time(h, x->p->timeout_ms);
   if (cb__px_head(x, status, f, n, no_body ? CB__NO_BODY : cl >= 0 ? cl : CB__STREAMED) != 0) {
     h->attached = 0;

@@ -276,7 +276,10 @@ int cb__record_exchange(cb_server_t *srv, const cb__exchange_t *x) {
   const char *q = x->target_len ? memchr(x->target, '?', x->target_len) : NULL;
   size_t path_len = q ? (size_t)(q - x->target) : x->target_len;
   size_t query_len = q ? x->target_len - path_len - 1 : 0;
-  int ok = cb_method_bit((cb_str_t){x->method, x->method_len}) != 0 && x->status >= 200 && x->status <= 599 &&
+  /* HEAD: the answer's content-length is the only trace of its body, and a stub's is its own body's (0), so a
+   * HEAD recording would replay another head; the GET recording answers HEAD. */
+  int head = x->method_len == 4 && memcmp(x->method, "HEAD", 4) == 0;
+  int ok = !head && cb_method_bit((cb_str_t){x->method, x->method_len}) != 0 && x->status >= 200 && x->status <= 599 &&
            literal_path(x->target, path_len) && nrh <= CB_MAX_MATCHERS &&
            !((x->status == 204 || x->status == 304) && x->body_len > 0) && x->nres_headers >= 0 &&
            x->body_len <= UINT32_MAX; /* the proxy's body limit is 1 GiB at most; a span holds 4 GiB */
@@ -439,6 +442,29 @@ int cb__record_exchange(cb_server_t *srv, const cb__exchange_t *x) {
 
 static json_t *text(const span_t *s) { return json_stringn(s->p, s->n); }
 
+/* A decoded query name or value as a matcher: the loader percent-decodes matchers (routes.md), so '%' and '+'
+ * are written %25 and %2B, which decode back to themselves; every other byte as it is. */
+static json_t *query_text(const span_t *s) {
+  size_t extra = 0;
+  for (uint32_t i = 0; i < s->n; i++) extra += s->p[i] == '%' || s->p[i] == '+';
+  if (extra == 0) return text(s);
+  char *b = malloc(s->n + 2 * extra + 1), *o = b;
+  if (b == NULL) return NULL;
+  for (uint32_t i = 0; i < s->n; i++) {
+    char c = s->p[i];
+    if (c == '%' || c == '+') {
+      memcpy(o, c == '%' ? "%25" : "%2B", 3);
+      o += 3;
+    } else {
+      *o++ = c;
+    }
+  }
+  *o = '\0';
+  json_t *j = json_stringn(b, (size_t)(o - b));
+  free(b);
+  return j;
+}
+
 /* One recording as a stub object. file: the body file's name relative to the stub file, or NULL (inline). */
 static json_t *rec_json(const rec_t *x, size_t pos, const char *file) {
   char name[32];
@@ -451,9 +477,9 @@ static json_t *rec_json(const rec_t *x, size_t pos, const char *file) {
   if (x->nq) {
     json_t *qo = json_object();
     for (uint32_t i = 0; i < x->nq; i++) {
-      char *n = strndup(x->q[2 * i].p, x->q[2 * i].n);
-      if (n) json_object_set_new(qo, n, text(&x->q[2 * i + 1]));
-      free(n);
+      json_t *nj = query_text(&x->q[2 * i]);
+      if (nj) json_object_set_new(qo, json_string_value(nj), query_text(&x->q[2 * i + 1]));
+      json_decref(nj);
     }
     json_object_set_new(m, "query", qo);
   }
