@@ -708,7 +708,8 @@ int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n) {
     }
     count[wi]++;
     /* Only the ops that carry a head have headers: another op's count is not read (nor checked) at all. */
-    if (x->op == CB_REPLY_FULL || x->op == CB_REPLY_STREAM) bytes[wi] += HDR_ALIGN(hb) + x->nheaders * sizeof(cb__hdr_t);
+    if (x->op == CB_REPLY_FULL || x->op == CB_REPLY_STREAM)
+      bytes[wi] += HDR_ALIGN(hb) + x->nheaders * sizeof(cb__hdr_t);
   }
   for (int wi = 0; wi < nw && err == 0; wi++) {
     if (count[wi] == 0) continue;

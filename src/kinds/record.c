@@ -278,8 +278,8 @@ int cb__record_exchange(cb_server_t *srv, const cb__exchange_t *x) {
   size_t query_len = q ? x->target_len - path_len - 1 : 0;
   /* HEAD: the answer's content-length is the only trace of its body, and a stub's is its own body's (0), so a
    * HEAD recording would replay another head; the GET recording answers HEAD. */
-  int head = x->method_len == 4 && memcmp(x->method, "HEAD", 4) == 0;
-  int ok = !head && cb_method_bit((cb_str_t){x->method, x->method_len}) != 0 && x->status >= 200 && x->status <= 599 &&
+  int method = cb_method_bit((cb_str_t){x->method, x->method_len});
+  int ok = method != 0 && method != CB_METHOD_HEAD && x->status >= 200 && x->status <= 599 &&
            literal_path(x->target, path_len) && nrh <= CB_MAX_MATCHERS &&
            !((x->status == 204 || x->status == 304) && x->body_len > 0) && x->nres_headers >= 0 &&
            x->body_len <= UINT32_MAX; /* the proxy's body limit is 1 GiB at most; a span holds 4 GiB */

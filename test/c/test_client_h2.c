@@ -351,8 +351,8 @@ static void x_unsent(void *cud, int32_t id) {
 
 /* A request its owner cancels before the session wrote it (its HEADERS still queued): nothing of it is written,
  * not even a RST_STREAM, nothing is told (no on_close, no on_unsent), and its slot is free again, counted once:
- * with a limit of 1 the next request may go, takes stream 3 and is the only HEADERS written. Before, the cancel found no open stream and did
- * nothing: the HEADERS went out with the next write, bound to the owner's pointer. */
+ * with a limit of 1 the next request may go, takes stream 3 and is the only HEADERS written. Before, the cancel
+ * found no open stream and did nothing: the HEADERS went out with the next write, bound to the owner's pointer. */
 TEST(client_h2_cancel_before_sent) {
   cb_ch2_t c;
   sx_t s, s2;

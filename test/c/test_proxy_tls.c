@@ -893,7 +893,9 @@ TEST_T(proxy_tls_clients_leave_at_random, 120000) {
         size_t want = 1 + RNG() % 200;
         if (want > exp[path[i]].len) want = exp[path[i]].len;
         int r3 = cl_read_n(fds[i], &got, want, 10000);
-        if (r3 != CL_OK) cbt_log("round %d client %d path %d act 3: %s after %llu ms, %zu bytes", round, i, path[i], cl_status_name(r3), (unsigned long long)(now_ms() - t0), got.len);
+        if (r3 != CL_OK)
+          cbt_log("round %d client %d path %d act 3: %s after %llu ms, %zu bytes", round, i, path[i],
+                  cl_status_name(r3), (unsigned long long)(now_ms() - t0), got.len);
         cl_reset(fds[i]);
         buf_free(&got);
         continue;
@@ -902,7 +904,9 @@ TEST_T(proxy_tls_clients_leave_at_random, 120000) {
         buf_reset(&got);
         if (again) cl_sends(fds[i], reqs[path[i]]);
         int rr = read_answer_tls(fds[i], &got, path[i] == 1, 10000);
-        if (rr != 0) cbt_log("round %d client %d path %d act %d again %d: got %zu bytes", round, i, path[i], act[i], again, got.len);
+        if (rr != 0)
+          cbt_log("round %d client %d path %d act %d again %d: got %zu bytes", round, i, path[i], act[i], again,
+                  got.len);
         ASSERT_EQ(rr, 0);
         mask_dates(got.p, got.len);
         ASSERT_MEM_EQ(got.p, got.len, exp[path[i]].p, exp[path[i]].len);
