@@ -537,3 +537,20 @@ uint64_t route_count(cb_server_t *srv, const char *name) {
   cb_route_counts_free(rc);
   return n;
 }
+
+size_t cl_request_len(const char *p, size_t len) {
+  const char *e = memmem(p, len, "\r\n\r\n", 4);
+  if (e == NULL) return 0;
+  size_t head = (size_t)(e - p) + 4;
+  const char *cl = memmem(p, head, "content-length: ", 16);
+  if (cl == NULL) cl = memmem(p, head, "Content-Length: ", 16);
+  if (cl != NULL) {
+    size_t n = strtoul(cl + 16, NULL, 10);
+    return len >= head + n ? head + n : 0;
+  }
+  if (memmem(p, head, "chunked", 7) != NULL) {
+    const char *z = memmem(p + head, len - head, "0\r\n\r\n", 5);
+    return z ? (size_t)(z - p) + 5 : 0;
+  }
+  return head;
+}

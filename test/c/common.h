@@ -87,6 +87,9 @@ void cl_reset(int fd);
 /* Reads one response of a request `method` from b's start: returns its total length once complete in b, 0 while
  * incomplete, -1 when malformed. Understands content-length, chunked and close-delimited (at EOF only). */
 long cl_response_len(const char *p, size_t len, int head_request);
+/* The length of the whole request at p's start (head, then its content-length body or a chunked body to its
+ * end), 0 while incomplete: what a raw upstream in a test reads before it answers. */
+size_t cl_request_len(const char *p, size_t len);
 
 /* Sends req, reads exactly exp->len bytes, masks dates and compares them byte for byte. */
 #define ROUNDTRIP(fd, req, reqlen, exp)                                                                    \

@@ -676,22 +676,6 @@ typedef struct {
   int conns, requests;
 } traw_t;
 
-static size_t tls_request_len(const char *p, size_t len) {
-  const char *e = memmem(p, len, "\r\n\r\n", 4);
-  if (e == NULL) return 0;
-  size_t head = (size_t)(e - p) + 4;
-  const char *cl = memmem(p, head, "content-length: ", 16);
-  if (cl != NULL) {
-    size_t n = strtoul(cl + 16, NULL, 10);
-    return len >= head + n ? head + n : 0;
-  }
-  if (memmem(p, head, "chunked", 7) != NULL) {
-    const char *z = memmem(p + head, len - head, "0\r\n\r\n", 5);
-    return z ? (size_t)(z - p) + 5 : 0;
-  }
-  return head;
-}
-
 static SSL_CTX *self_signed_ctx(void) {
   EVP_PKEY *key = EVP_EC_gen("P-256");
   X509 *x = X509_new();
@@ -738,7 +722,7 @@ static void *traw_main(void *arg) {
       int n = SSL_read(s, in + have, (int)(sizeof in - have));
       if (n <= 0) break;
       have += (size_t)n;
-      size_t rl = tls_request_len(in, have);
+      size_t rl = cl_request_len(in, have);
       if (rl == 0) continue;
       memmove(in, in + rl, have - rl);
       have -= rl;
