@@ -400,6 +400,10 @@ void cb_ch2_consume(cb_ch2_t *c, int32_t id, size_t n);
 void cb_ch2_cancel(cb_ch2_t *c, int32_t id);
 /* 1 when the session is done: a connection error, or a GOAWAY either way with no stream left. */
 int cb_ch2_done(const cb_ch2_t *c);
+/* For a stream its owner still holds (submitted, and neither ended, closed nor cancelled for it): 1 when its
+ * HEADERS still wait in the session (cb_ch2_pull has handed out nothing of the request), so the peer cannot
+ * have seen it. */
+int cb_ch2_waiting(const cb_ch2_t *c, int32_t id);
 /* A CB_CH2_E_* as text. */
 const char *cb_ch2_strerror(int e);
 

@@ -336,6 +336,12 @@ int cb_ch2_done(const cb_ch2_t *c) {
   return !nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session);
 }
 
+int cb_ch2_waiting(const cb_ch2_t *c, int32_t id) {
+  /* nghttp2 opens a request's stream as it takes the HEADERS from its queue to write them (drop() above); an
+   * attached stream that closed was told to its owner, which let go of it */
+  return c->session != NULL && id > 0 && nghttp2_session_find_stream(c->session, id) == NULL;
+}
+
 const char *cb_ch2_strerror(int e) {
   switch (e) {
     case CB_CH2_E_BAD: return "bad response";

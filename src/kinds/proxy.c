@@ -1256,6 +1256,16 @@ static int send_body(px_t *x, const char *p, size_t n) {
 
 static int send_end(px_t *x) { return x->chunked ? up_write(x, STR("0\r\n\r\n"), NULL, 0, NULL, 0) : 0; }
 
+/* A write of the request failed with err. The socket's reset or close (the upstream dropped a kept-alive
+ * connection, and the write found it before the read did: both came in one loop turn) is the upstream's end,
+ * and goes where the read's would (up_eof: sent again on a new connection when nothing of it can have been
+ * acted on); any other failure is the request's. */
+static void send_failed(px_t *x, int err, int why) {
+  upc_t *c = x->c;
+  if (c != NULL && (err == UV_ECONNRESET || err == UV_EPIPE)) up_eof(c, x, UV_ECONNRESET);
+  else px_fail(x, why);
+}
+
 /* What length the head announces: the request's content-length when it had one, none when it is complete with
  * no body, else chunked (an HTTP/1.1 chunked body, an h2 body without content-length). */
 static int64_t req_length(const px_t *x) {
@@ -1280,7 +1290,7 @@ static void start_forward(px_t *x) {
   } else if (x->r->content_length >= 0 || x->req_ended) {
     err = send_head(x, req_length(x));
   }
-  if (err) px_fail(x, CB__UPERR_CONNECT);
+  if (err) send_failed(x, err, CB__UPERR_CONNECT);
 }
 
 static void delay_done(cb__req_t *r) { start_forward(PX(r)); }
@@ -1355,7 +1365,7 @@ static void proxy_body(cb__req_t *r, const char *p, size_t n) {
   int err = 0;
   if (!x->head_sent) err = send_head(x, CB__STREAMED);
   if (err == 0) err = send_body(x, p, n);
-  if (err) px_fail(x, CB__UPERR_RESET);
+  if (err) send_failed(x, err, CB__UPERR_RESET);
 }
 
 static void proxy_end(cb__req_t *r) {
@@ -1369,7 +1379,7 @@ static void proxy_end(cb__req_t *r) {
   }
   if (x->c == NULL) return;
   int err = x->head_sent ? send_end(x) : send_head(x, CB__NO_BODY);
-  if (err) px_fail(x, CB__UPERR_RESET);
+  if (err) send_failed(x, err, CB__UPERR_RESET);
 }
 
 static void proxy_writable(cb__req_t *r) {

@@ -569,6 +569,18 @@ static int h2c_tls_read(h2c_t *hc, const char *p, size_t n, int *err) {
   return 0;
 }
 
+/* The upstream closed the connection (no GOAWAY told which streams it saw): a request whose HEADERS still
+ * waited in the session never reached it (the turn's batch had not gone out, or the socket's queue was full),
+ * so it goes again on a new connection, once, as a refused one does (st_close); the others are cut. */
+static void h2c_retry_waiting(h2c_t *hc) {
+  for (;;) {
+    h2x_t *h = hc->xs;
+    while (h != NULL && !(h->attached && cb_ch2_waiting(&hc->s, h->id))) h = h->next;
+    if (h == NULL) return;
+    st_close(h, CB_CH2_E_REFUSED); /* takes h off hc->xs */
+  }
+}
+
 static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
   h2c_t *hc = (h2c_t *)st;
   if (n == 0 || hc->closing) return;
@@ -578,6 +590,7 @@ static void h2c_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
       return;
     }
     hc->tls_bad = 1;
+    h2c_retry_waiting(hc);
     h2c_close(hc);
     return;
   }

@@ -474,6 +474,21 @@ void sleep_ms(int ms) {
   }
 }
 
+void worker_hold_listener(void *ud, const cb_request_t *r) {
+  worker_hold_t *h = ud;
+  if (r->path.len != 6 || memcmp(r->path.ptr, "/block", 6) != 0) return;
+  __atomic_store_n(&h->holding, 1, __ATOMIC_RELEASE);
+  sleep_ms(300);
+}
+
+int worker_hold(cb_server_t *srv, worker_hold_t *h) {
+  int fd = cl_connect(cb_server_port(srv));
+  cl_sends(fd, "GET /block HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  for (int i = 0; i < 1000 && !__atomic_load_n(&h->holding, __ATOMIC_ACQUIRE); i++) sleep_ms(5);
+  ASSERT_EQ(__atomic_load_n(&h->holding, __ATOMIC_ACQUIRE), 1);
+  return fd;
+}
+
 uint64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -148,6 +148,17 @@ cb_request_list_t *wait_journal(cb_server_t *srv, const cb_request_filter_t *f, 
 void sleep_ms(int ms);
 uint64_t now_ms(void);
 
+/* Holds a server's only worker: set as its journal listener (cfg.journal on), it sleeps 300 ms when the worker
+ * journals a request for /block, after setting `holding`. What arrives meanwhile is read in the worker's next
+ * loop turn, in the order it came (epoll's ready list), so a test can put a client's request and an upstream's
+ * close into one turn. */
+typedef struct {
+  int holding; /* atomic */
+} worker_hold_t;
+void worker_hold_listener(void *ud, const cb_request_t *r);
+/* Sends GET /block on a new connection (returned) and waits until the worker holds. */
+int worker_hold(cb_server_t *srv, worker_hold_t *h);
+
 /* The number of threads and of open file descriptors of this process (from /proc/self). */
 int count_threads(void);
 int count_fds(void);

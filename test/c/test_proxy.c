@@ -21,8 +21,10 @@
 /* ANSWER: answer each request, keep the connection; SILENT: read, never answer; ANSWER_CLOSE: answer, then close;
  * DRIBBLE: a status line, then a header line every 50 ms (a head that never ends); ANSWER_ONCE: answer a
  * connection's first request, keep it, never answer another on it; ONCE_THEN_CLOSE: answer a connection's first
- * request, close on reading its second, without a byte of answer (an upstream that took a request and went). */
-enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE, RAW_DRIBBLE, RAW_ANSWER_ONCE, RAW_ONCE_THEN_CLOSE };
+ * request, close on reading its second, without a byte of answer (an upstream that took a request and went);
+ * ONCE_THEN_RESET: answer a connection's first request, then close it with a reset once the test sets `cut`
+ * (an upstream dropping an idle kept connection). */
+enum { RAW_ANSWER, RAW_SILENT, RAW_ANSWER_CLOSE, RAW_DRIBBLE, RAW_ANSWER_ONCE, RAW_ONCE_THEN_CLOSE, RAW_ONCE_THEN_RESET };
 
 typedef struct {
   int lfd, port;
@@ -34,6 +36,7 @@ typedef struct {
   buf_t got;  /* every byte received, all connections */
   int conns;    /* connections accepted */
   int requests; /* whole requests read, all connections (ANSWER, ANSWER_CLOSE, ONCE_THEN_CLOSE) */
+  int cut;      /* ONCE_THEN_RESET: reset the first connection now (atomic) */
   int stop;
 } raw_t;
 
@@ -53,6 +56,13 @@ static void *raw_main(void *arg) {
     int answered = 0;
     for (;;) {
       struct pollfd pfd = {fd, POLLIN, 0};
+      if (u->mode == RAW_ONCE_THEN_RESET && answered && u->conns == 1) {
+        while (!__atomic_load_n(&u->cut, __ATOMIC_ACQUIRE) && !__atomic_load_n(&u->stop, __ATOMIC_ACQUIRE))
+          sleep_ms(5);
+        cl_reset(fd);
+        fd = -1;
+        break;
+      }
       if (poll(&pfd, 1, 100) == 0) {
         if (__atomic_load_n(&u->stop, __ATOMIC_ACQUIRE)) break;
         continue;
@@ -64,7 +74,8 @@ static void *raw_main(void *arg) {
       pthread_mutex_unlock(&u->mu);
       have += (size_t)n;
       size_t rl = cl_request_len(in, have);
-      if (rl > 0 && (u->mode == RAW_ANSWER || u->mode == RAW_ANSWER_CLOSE || u->mode == RAW_ONCE_THEN_CLOSE)) {
+      if (rl > 0 && (u->mode == RAW_ANSWER || u->mode == RAW_ANSWER_CLOSE || u->mode == RAW_ONCE_THEN_CLOSE ||
+                     u->mode == RAW_ONCE_THEN_RESET)) {
         pthread_mutex_lock(&u->mu);
         u->requests++; /* these modes take each request out of `in` (or close), so it counts once */
         pthread_mutex_unlock(&u->mu);
@@ -91,7 +102,7 @@ static void *raw_main(void *arg) {
       }
       if (u->mode == RAW_ANSWER_CLOSE) break;
     }
-    close(fd);
+    if (fd >= 0) close(fd);
   }
 }
 
@@ -1253,3 +1264,52 @@ TEST(proxy_post_not_retried_on_closed_kept_connection) {
   raw_stop(&u);
 }
 
+
+/* The upstream resets an idle kept connection in the loop turn that gives it a GET: the write of the request
+ * fails at once (ECONNRESET), before a byte went, so the GET goes again on a new connection, as when the
+ * upstream's close is read first. It was answered 502 "connect failed". */
+TEST_T(proxy_get_retried_when_kept_connection_reset_in_turn, 30000) {
+  static const char answer[] = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+  raw_t u;
+  raw_start(&u, RAW_ONCE_THEN_RESET, answer, sizeof answer - 1);
+  char to[64];
+  url_of(to, sizeof to, u.port, "");
+  cb_config_t cfg;
+  test_config(&cfg); /* one worker: the client and the upstream connection are read in the same turns */
+  cfg.journal = 100;
+  cb_server_t *px = test_start(&cfg);
+  cb_proxy_t pxo = {.to = {to, strlen(to)}, .timeout_ms = 3000};
+  cb_stub_t st;
+  memset(&st, 0, sizeof st);
+  st.match.path = CB_S("/x"); /* /block is not proxied */
+  st.response.proxy = &pxo;
+  uint64_t id;
+  ASSERT_EQ(cb_server_route_add(px, &st, &id), 0);
+  worker_hold_t hold = {0};
+  ASSERT_ERR(cb_server_set_journal_listener(px, worker_hold_listener, &hold), 0);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t ok = {0};
+  buf_adds(&ok, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-length: 2\r\n\r\nok");
+  ROUNDTRIP_S(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n", &ok); /* connection 1, kept */
+  int blocker = worker_hold(px, &hold);
+  /* While the worker is held: the request first, then the upstream's reset. */
+  cl_sends(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
+  sleep_ms(20);
+  __atomic_store_n(&u.cut, 1, __ATOMIC_RELEASE);
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, ok.len, 10000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, ok.p, ok.len);
+  ASSERT_EQ(raw_requests(&u), 2);
+  ASSERT_EQ(u.conns, 2);
+  cb_stats_t stats;
+  ASSERT_EQ(cb_server_stats(px, &stats), 0);
+  ASSERT_EQ(stats.proxy_502, 0);
+  ASSERT_ERR(cb_server_set_journal_listener(px, NULL, NULL), 0);
+  close(blocker);
+  close(fd);
+  buf_free(&ok);
+  buf_free(&got);
+  test_stop(px);
+  raw_stop(&u);
+}

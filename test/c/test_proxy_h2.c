@@ -1410,3 +1410,69 @@ TEST_T(proxy_h2up_refused_after_head_not_retried, 30000) {
   test_stop(px);
   fake_stop(&f);
 }
+
+/* The first connection answers one request, then (once the test says so: f->pace_cut) closes without a GOAWAY;
+ * any other answers "ok" with x-second. */
+static void s_close_kept(fake_t *f, int fd, int conn) {
+  int32_t sid = read_request(f, fd);
+  if (sid == 0) return;
+  send_settings(fd);
+  if (conn != 1) {
+    nghttp2_nv nv[] = {NV(":status", "200"), NV("x-second", "1"), NV("content-length", "2")};
+    send_headers(f, fd, sid, nv, 3, 0);
+    frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
+    drain(f, fd);
+    return;
+  }
+  answer_ok(f, fd, sid);
+  __atomic_store_n(&f->ready, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 1000 && !__atomic_load_n(&f->pace_cut, __ATOMIC_ACQUIRE); i++) sleep_ms(5);
+} /* fake_main closes the socket */
+
+/* The upstream closes a kept connection (no GOAWAY) in the loop turn that gave it a request: the request's
+ * HEADERS still waited for the turn's end, so the upstream never saw it, and it goes again on a new connection
+ * (one 200 from the second connection, no 502). It was answered 502 "connection reset". */
+TEST_T(proxy_h2up_closed_with_request_waiting_retried, 30000) {
+  fake_t f;
+  fake_start(&f, s_close_kept);
+  char to[64];
+  snprintf(to, sizeof to, "http://127.0.0.1:%d", f.port);
+  cb_config_t cfg;
+  test_config(&cfg); /* one worker: the client and the upstream connection are read in the same turns */
+  cfg.journal = 100;
+  cb_server_t *px = test_start(&cfg);
+  add_h2_proxy(px, "/x", to, 0, 0);
+  worker_hold_t hold = {0};
+  ASSERT_ERR(cb_server_set_journal_listener(px, worker_hold_listener, &hold), 0);
+  int fd = cl_connect(cb_server_port(px));
+  cl_sends(fd, "GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
+  static const char first[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-length: 2\r\n\r\nok";
+  buf_t got = {0};
+  ASSERT_EQ(cl_read_n(fd, &got, sizeof first - 1, 10000), CL_OK);
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, first, sizeof first - 1);
+  for (int i = 0; i < 1000 && !__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE); i++) sleep_ms(5);
+  ASSERT_EQ(__atomic_load_n(&f.ready, __ATOMIC_ACQUIRE), 1);
+  int blocker = worker_hold(px, &hold);
+  /* While the worker is held: the request first, then the upstream's close. */
+  cl_sends(fd, "GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  sleep_ms(20);
+  __atomic_store_n(&f.pace_cut, 1, __ATOMIC_RELEASE);
+  buf_reset(&got);
+  ASSERT_EQ(cl_read_close(fd, &got, 10000), CL_EOF);
+  mask_dates(got.p, got.len);
+  static const char want[] = "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\nx-second: 1\r\ncontent-length: 2\r\n"
+                             "connection: close\r\n\r\nok";
+  ASSERT_MEM_EQ(got.p, got.len, want, sizeof want - 1);
+  ASSERT_EQ(__atomic_load_n(&f.conns, __ATOMIC_ACQUIRE), 2);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_502, 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 2);
+  ASSERT_ERR(cb_server_set_journal_listener(px, NULL, NULL), 0);
+  close(blocker);
+  close(fd);
+  buf_free(&got);
+  test_stop(px);
+  fake_stop(&f);
+}
