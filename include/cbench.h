@@ -987,8 +987,10 @@ CB_EXTERN int cb_server_up(cb_server_t *srv);
  * Failure: deliver returns non-zero (no target): those requests get 503. cb_server_deferred_fail(): every
  * request of the route not answered yet gets 503, and a streamed answer in progress is cut (HTTP/1.1: the
  * connection is closed; h2c: RST_STREAM(INTERNAL_ERROR), the connection goes on). No answer within
- * timeout_ms (no piece within timeout_ms while streaming): 504 (cut when streaming). All are journaled with
- * their status and counted in cb_stats_t (handler_unavailable, handler_timeouts). */
+ * timeout_ms (no piece within timeout_ms while streaming): 504 (cut when streaming). "Streaming" means the
+ * streamed answer's head was sent: a CB_REPLY_STREAM claimed but not yet run by the worker when the 503 or
+ * 504 comes is dropped, and the client gets the status. All are journaled with their status and counted in
+ * cb_stats_t (handler_unavailable, handler_timeouts). */
 
 typedef uint64_t cb_reqref_t; /* worker << 56 | slot << 32 | generation; never 0 */
 

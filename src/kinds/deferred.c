@@ -161,7 +161,11 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
     CB__STAT_INC(w, handler_unavailable);
   else
     CB__STAT_INC(w, handler_timeouts);
-  if (st == ST_PARKED) {
+  /* Whether the answer began is the request's to say, not the state's: a replier claims STREAMING on its own
+   * thread, and the 504 (or a 503) may come due before the worker has run that head. Nothing was sent then,
+   * so the client gets the status, not a cut with no head at all; the head on its way meets DONE and is
+   * dropped. */
+  if (r->res_state == CB__RES_NONE) {
     answer_empty(r, status);
   } else {
     cut(r);

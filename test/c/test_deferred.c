@@ -520,7 +520,9 @@ static cb_reqref_t pop_ref(void) {
 /* Reads one answer from fd within wait_ms and compares it, dates masked, with exp. */
 static void expect_answer(int fd, const buf_t *exp, int wait_ms) {
   buf_t got = {0};
-  ASSERT_EQ(cl_read_n(fd, &got, exp->len, wait_ms), 0);
+  int rc = cl_read_n(fd, &got, exp->len, wait_ms);
+  if (rc != 0) cbt_log("got %zu bytes: %.*s", got.len, (int)got.len, got.p);
+  ASSERT_EQ(rc, 0);
   ASSERT_EQ(mask_dates(got.p, got.len), 1);
   ASSERT(got.len == exp->len && memcmp(got.p, exp->p, exp->len) == 0);
   buf_free(&got);
@@ -785,4 +787,130 @@ TEST(peer_text_forms) {
   ASSERT_STR_EQ(buf, "[2001:db8::1]:443");
   ASSERT_EQ(cb__peer_text(0, v4, 80, buf), 0);
   ASSERT_STR_EQ(buf, "");
+}
+
+/* The 504 comes due after a handler claimed a streamed answer (CB_REPLY_STREAM returned 0) but before the
+ * worker ran that head: nothing of the answer was sent, so the client gets the 504 (and the connection goes
+ * on), not a cut answer with no head at all (HTTP/1.1: a close; h2c: RST_STREAM before any HEADERS). Under
+ * load this is a worker busy with other connections when the deadline passes while the handler's head is
+ * posted: at its next libuv turn the timer runs before the command queue. Made certain here by another
+ * request's gone hook, which runs on the worker while it serves a connection's events (an h2c client that
+ * resets its connection): it claims the stream of the waiting request, then holds the worker past that
+ * request's deadline. */
+static struct {
+  pthread_mutex_t mu;
+  cb_reqref_t target; /* the request to claim, 0: none */
+  int result;         /* the claim's result */
+  int claimed;
+} race = {PTHREAD_MUTEX_INITIALIZER, 0, -1, 0};
+
+static void gone_claims_stream(void *ud, cb_reqref_t ref) {
+  (void)ud;
+  pthread_mutex_lock(&race.mu);
+  cb_reqref_t target = race.target;
+  if (target == 0 || target == ref) { /* the target's own gone (its 504) */
+    pthread_mutex_unlock(&race.mu);
+    return;
+  }
+  race.target = 0;
+  pthread_mutex_unlock(&race.mu);
+  cb_reply_t r = {.ref = target, .op = CB_REPLY_STREAM, .status = 200};
+  ASSERT_ERR(cb_server_reply(hq.srv, &r, 1), 0);
+  sleep_ms(1500); /* the target's timeout is 1000 ms */
+  pthread_mutex_lock(&race.mu);
+  race.result = r.result;
+  race.claimed++;
+  pthread_mutex_unlock(&race.mu);
+}
+
+/* One round: the target request is parked (its client's), then another client's h2c request on the gone hook's
+ * route is delivered and its connection reset. */
+static cb_reqref_t race_round(int port, int *claimed) {
+  cb_reqref_t target = pop_ref();
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  int before = delivered();
+  h2_request(cl, 1, "GET", "/g/1", NULL, 0, NULL, 0);
+  wait_delivered(before + 1);
+  (void)pop_ref();
+  pthread_mutex_lock(&race.mu);
+  race.target = target;
+  race.result = -1;
+  pthread_mutex_unlock(&race.mu);
+  struct linger lg = {1, 0};
+  setsockopt(cl->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  h2_free(cl);
+  for (int i = 0; i < 1000; i++) {
+    pthread_mutex_lock(&race.mu);
+    int n = race.claimed;
+    pthread_mutex_unlock(&race.mu);
+    if (n > *claimed) break;
+    sleep_ms(10);
+  }
+  (*claimed)++;
+  ASSERT_EQ(race.claimed, *claimed);
+  ASSERT_ERR(race.result, 0); /* the stream was claimed before the deadline */
+  return target;
+}
+
+TEST_T(deferred_timeout_before_stream_head, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  add_deferred(srv, NULL, "/s/*", deliver, 1000, 0);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/g/*");
+  d.deliver = deliver;
+  d.gone = gone_claims_stream;
+  d.timeout_ms = 30000;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int claimed = 0;
+  buf_t exp = {0};
+  exp_head(&exp, 504, NULL, NULL, 0, CONN_NONE);
+  /* HTTP/1.1: the 504, and the connection serves the next request. */
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /s/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  cb_reqref_t ref = race_round(port, &claimed);
+  expect_answer(fd, &exp, 10000);
+  ASSERT_ERR(reply1(ref, CB_REPLY_SEND, 0, NULL, 0, "abc"), CB_EGONE); /* the request is over */
+  cl_sends(fd, "GET /s/2 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(delivered() + 1);
+  ASSERT_ERR(reply1(pop_ref(), CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  buf_t ok = {0};
+  exp_head(&ok, 200, NULL, NULL, 2, CONN_NONE);
+  buf_adds(&ok, "ok");
+  expect_answer(fd, &ok, 10000);
+  close(fd);
+  /* h2c: the 504 as a whole answer, no reset. */
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  int before = delivered();
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/s/3", NULL, 0, NULL, 0);
+  wait_delivered(before + 1);
+  (void)race_round(port, &claimed);
+  h2_wait1(cl, r1, 10000);
+  ASSERT_EQ(r1->status, 504);
+  ASSERT_EQ(r1->rst, H2_NO_RST);
+  ASSERT_EQ(r1->body.len, 0);
+  h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_timeouts - st0.handler_timeouts, 2);
+  cb_request_filter_t f = {.path = CB_S("/s/1")};
+  cb_request_list_t *list;
+  ASSERT_ERR(cb_server_requests(srv, &f, &list), 0);
+  ASSERT_EQ(list->count, 1);
+  ASSERT_EQ(list->items[0].status, 504);
+  cb_request_list_free(list);
+  buf_free(&exp);
+  buf_free(&ok);
+  test_stop(srv);
 }
