@@ -262,12 +262,13 @@ static void print_stats(const cb_stats_t *s, const cb_route_counts_t *rc) {
     printf("  h2 sessions: parked %llu, woken %llu\n", (unsigned long long)s->h2_parked,
            (unsigned long long)s->h2_woken);
   printf("  errors: 400 %llu, 404 %llu, 405 %llu, 413 %llu, 431 %llu, timeouts %llu, resets %llu, h2 %llu, "
-         "accept backoffs %llu, faults %llu, handler 503 %llu, handler 504 %llu\n",
+         "accept backoffs %llu, faults %llu, handler 503 %llu, handler 504 %llu, handler overflows %llu\n",
          (unsigned long long)s->status_400, (unsigned long long)s->status_404,
          (unsigned long long)s->status_405, (unsigned long long)s->status_413,
          (unsigned long long)s->status_431, (unsigned long long)s->timeouts, (unsigned long long)s->resets,
          (unsigned long long)s->h2_errors, (unsigned long long)s->accept_backoffs, (unsigned long long)s->faults,
-         (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts);
+         (unsigned long long)s->handler_unavailable, (unsigned long long)s->handler_timeouts,
+         (unsigned long long)s->handler_overflows);
   if (s->recorded + s->recorded_duplicates + s->record_skipped > 0)
     printf("  recorded: %llu stubs, %llu duplicates, %llu skipped\n", (unsigned long long)s->recorded,
            (unsigned long long)s->recorded_duplicates, (unsigned long long)s->record_skipped);

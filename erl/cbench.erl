@@ -53,6 +53,7 @@
                    accept_backoffs := non_neg_integer(), faults := non_neg_integer(),
                    handler_unavailable := non_neg_integer(),
                    handler_timeouts := non_neg_integer(),
+                   handler_overflows := non_neg_integer(),
                    tls_handshakes_failed := non_neg_integer(),
                    tls_handshakes_refused := non_neg_integer(),
                    tls_ktls := non_neg_integer(),

@@ -30,7 +30,8 @@
                   tls_port => 0..65535 | undefined,
                   tls_max_handshakes => 1..65535,
                   client_auth => none | request | require,
-                  close => boolean()}.
+                  close => boolean(),
+                  max_queued_reply_bytes => 1..4611686018427387904}.
 
 -type option() :: #{key := atom(), name := atom(), type := integer | boolean | address | string | cpus |
                             enum,
@@ -136,4 +137,8 @@ options() ->
      #{key => close, name => close, type => boolean, min => 0, max => 1,
        default => false, allowed => boolean,
        engines => [ehttpd],
-       doc => "ehttpd only: the original ehttpd (one canned answer, then close)"}].
+       doc => "ehttpd only: the original ehttpd (one canned answer, then close)"},
+     #{key => max_queued_reply_bytes, name => max_queued_reply_bytes, type => integer, min => 1, max => 4611686018427387904,
+       default => 16777216, allowed => {integer, 1, 4611686018427387904},
+       engines => [nif, port],
+       doc => "a handler's streamed answer is cut when this many of its bytes wait for a client that does not read"}].

@@ -115,6 +115,9 @@ typedef struct cb_config_s {
                                 * stub's ca_file); NULL: the system's CAs */
   int proxy_insecure;          /* with an https:// proxy_to: 1, its certificate is not verified (insecure) */
   int proxy_protocol;          /* with proxy_to: CB_PROXY_HTTP1 (default) or CB_PROXY_H2C, the catch-all's protocol */
+  size_t max_queued_reply_bytes; /* a deferred route's streamed answer whose bytes not yet written (the client
+                                  * does not read) are this many or more when a CB_REPLY_SEND runs is cut, and
+                                  * counted in cb_stats_t.handler_overflows. Default 16777216 (16 MiB) */
 } cb_config_t;
 
 /* cfg.tls_client_auth (the option's names: "none", "request", "require"). */
@@ -157,6 +160,8 @@ typedef struct cb_stats_s {
   uint64_t faults;         /* requests answered with a fault (docs/faults.md); not counted in resets */
   uint64_t handler_unavailable; /* deferred requests answered 503: no target, or it went away (or reset) */
   uint64_t handler_timeouts;    /* deferred requests answered 504 (or reset mid-stream) after timeout_ms */
+  uint64_t handler_overflows;   /* deferred streamed answers cut: cfg.max_queued_reply_bytes were waiting for a
+                                 * client that did not read */
   uint64_t tls_handshakes_failed;  /* TLS connections that closed before their handshake completed: an error, the
                                     * peer's close, the header timeout (which bounds a handshake) */
   uint64_t tls_handshakes_refused; /* TLS connections closed at accept: cfg.tls_max_handshakes were in progress */
@@ -990,7 +995,9 @@ CB_EXTERN int cb_server_up(cb_server_t *srv);
  * timeout_ms (no piece within timeout_ms while streaming): 504 (cut when streaming). "Streaming" means the
  * streamed answer's head was sent: a CB_REPLY_STREAM claimed but not yet run by the worker when the 503 or
  * 504 comes is dropped, and the client gets the status. All are journaled with their status and counted in
- * cb_stats_t (handler_unavailable, handler_timeouts). */
+ * cb_stats_t (handler_unavailable, handler_timeouts). A CB_REPLY_SEND that finds cfg.max_queued_reply_bytes of
+ * its answer not yet written (a client that does not read) cuts the answer the same way instead of queueing
+ * the piece: the request is over (gone; later replies CB_EGONE), counted in handler_overflows. */
 
 typedef uint64_t cb_reqref_t; /* worker << 56 | slot << 32 | generation; never 0 */
 

@@ -466,6 +466,7 @@ static answer_t get_stats(cb__admin_t *a) {
   U(conns_accepted); U(conns_open); U(conns_closed); U(requests); U(bytes_read); U(bytes_written);
   U(status_400); U(status_404); U(status_405); U(status_413); U(status_431); U(timeouts); U(resets);
   U(h2_errors); U(h2_parked); U(h2_woken); U(accept_backoffs); U(faults); U(handler_unavailable); U(handler_timeouts);
+  U(handler_overflows);
   U(tls_handshakes_failed); U(tls_handshakes_refused); U(tls_ktls);
   U(tls_handshakes_full); U(tls_handshakes_resumed);
   U(proxy_requests); U(proxy_upstream_connects); U(proxy_upstream_reused); U(proxy_502); U(proxy_504);

@@ -169,6 +169,24 @@ uint64_t cb__server_flushes(cb_server_t *srv) {
   return n;
 }
 
+static void reply_queued_call(cb__worker_t *w, cb__call_t *call) {
+  cb_reqref_t ref = *(const cb_reqref_t *)call->arg;
+  if ((int)(ref >> 56) == w->index) call->out = (void *)(uintptr_t)cb__deferred_queued(w, ref);
+  cb__call_done(call);
+}
+
+size_t cb__server_reply_queued(cb_server_t *srv, cb_reqref_t ref) {
+  if ((int)(ref >> 56) >= srv->nworkers) return SIZE_MAX;
+  cb__call_t *calls = calloc((size_t)srv->nworkers, sizeof *calls);
+  if (calls == NULL || cb__call_all(srv, reply_queued_call, &ref, calls) != 0) {
+    free(calls);
+    return SIZE_MAX;
+  }
+  size_t n = (size_t)(uintptr_t)calls[ref >> 56].out;
+  free(calls);
+  return n;
+}
+
 static void longest_timer(uv_handle_t *h, void *arg) {
   if (h->type != UV_TIMER || !uv_is_active(h)) return;
   uint64_t due = uv_timer_get_due_in((uv_timer_t *)h);

@@ -81,6 +81,11 @@ int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target
  * more after a short one). Read while the server is quiet. */
 uint64_t cb__server_flushes(cb_server_t *srv);
 
+/* The bytes of deferred request ref's answer the server holds, not written yet (HTTP/1.1: its connection's
+ * output queue; h2c: its stream's pieces), read on its worker after every reply posted before this call has
+ * run; SIZE_MAX when the request is over. */
+size_t cb__server_reply_queued(cb_server_t *srv, cb_reqref_t ref);
+
 /* Closes the connection, closes every handle, checks that the loop closes cleanly, frees everything.
  * Returns 0, or a negative code when the loop still had handles (a leak). */
 int cb__testconn_free(cb__testconn_t *tc);

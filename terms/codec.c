@@ -81,8 +81,8 @@ static const cb_codec_keys_t info_keys = {"stub_info", info_names, I_COUNT};
 #define STATS_SCALARS(X)                                                                                          \
   X(conns_accepted) X(conns_open) X(conns_closed) X(requests) X(bytes_read) X(bytes_written) X(status_400)     \
   X(status_404) X(status_405) X(status_413) X(status_431) X(timeouts) X(resets) X(h2_errors) X(h2_parked)      \
-  X(h2_woken) X(accept_backoffs) X(faults) X(handler_unavailable) X(handler_timeouts) X(tls_handshakes_failed) \
-  X(tls_handshakes_refused) X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(proxy_requests)     \
+  X(h2_woken) X(accept_backoffs) X(faults) X(handler_unavailable) X(handler_timeouts) X(handler_overflows)    \
+  X(tls_handshakes_failed) X(tls_handshakes_refused) X(tls_ktls) X(tls_handshakes_full) X(tls_handshakes_resumed) X(proxy_requests)     \
   X(proxy_upstream_connects) X(proxy_upstream_reused) X(proxy_502) X(proxy_504) X(recorded)                    \
   X(recorded_duplicates) X(record_skipped)
 #define STATS_NAME(f) #f,

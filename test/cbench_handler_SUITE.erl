@@ -12,7 +12,7 @@
 -export([all/0, groups/0, init_per_group/2, end_per_group/2]).
 -export([reply_forms/1, request_fields/1, reply_forms_h2c/1, gone_and_badarg/1, unavailable/1, timeout/1,
          crash_mid_stream/1, crash_mid_stream_h2c/1, concurrent_out_of_order/1,
-         body_stream/1, body_stream_h2c/1, pool/1, batch_checks/1]).
+         body_stream/1, body_stream_h2c/1, pool/1, batch_checks/1, stream_overflow/1]).
 -export([pool_answer/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}].
@@ -21,7 +21,9 @@ groups() ->
     Cases = [reply_forms, request_fields, gone_and_badarg, unavailable, timeout, crash_mid_stream,
              concurrent_out_of_order, batch_checks, body_stream, pool],
     H2c = [reply_forms_h2c, crash_mid_stream_h2c, body_stream_h2c],
-    [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c},
+    %% max_queued_reply_bytes is the C engines' (ehttpd's send_timeout bounds a client that does not read).
+    C = [stream_overflow],
+    [{nif, [], Cases ++ H2c ++ C}, {port, [], Cases ++ H2c ++ C},
      {ehttpd, [], Cases}].
 
 init_per_group(Engine, Config) ->
@@ -333,6 +335,41 @@ timeout(Config) ->
 %% know at once).
 wait_gone(#{handle := {cbench_port, _, _, A}}) -> wait_until(fun() -> not cbench_handler_state:is_open(A) end);
 wait_gone(_) -> ok.
+
+%% A streamed answer to a client that reads nothing: once max_queued_reply_bytes of it wait in the
+%% engine, the answer is cut (the connection closes without the last chunk), counted in
+%% handler_overflows, and the handler's sends are {error, gone} from then on. Before, every piece
+%% was kept. Each send is followed by a stats call so that the handler does not run far ahead of
+%% the engine (on port a send is a message).
+stream_overflow(Config) ->
+    {ok, S} = cbench:start_server(?config(engine, Config),
+                                  #{port => 0, threads => 1, max_queued_reply_bytes => 1048576}),
+    Self = self(),
+    Piece = binary:copy(<<"0123456789abcdef">>, 4096),
+    Send = fun Send(Req, N) when N < 4096 ->
+                   case cbench:send(Req, Piece) of
+                       ok -> _ = cbench:stats(S), Send(Req, N + 1);
+                       {error, gone} -> N
+                   end
+           end,
+    H = handler(fun(Req) ->
+                        ok = cbench:reply_stream(Req, 200, []),
+                        Self ! {sent, Send(Req, 0)}
+                end),
+    {ok, _} = cbench:handle(S, "/ovf", H, #{timeout_ms => 30000}),
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}, {recbuf, 4096}]),
+    ok = gen_tcp:send(Sock, "GET /ovf HTTP/1.1\r\nhost: x\r\n\r\n"),
+    N = receive {sent, N0} -> N0 after 60000 -> error(no_gone) end,
+    ?assert(N < 4096),
+    Got = read_all(Sock, <<>>),
+    gen_tcp:close(Sock),
+    ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 200 OK\r\n")),
+    ?assertNotEqual(<<"\r\n0\r\n\r\n">>, binary:part(Got, byte_size(Got), -7)),
+    ?assert(byte_size(Got) < (N + 1) * byte_size(Piece)),
+    ?assertMatch(#{handler_overflows := 1, handler_timeouts := 0, handler_unavailable := 0},
+                 cbench:stats(S)),
+    H ! stop,
+    ok = cbench:stop_server(S).
 
 %% The handler crashes after the head and one piece: the HTTP/1.1 connection is closed without
 %% the last chunk (the answer is visibly cut).

@@ -498,6 +498,10 @@ typedef struct {
    * stream (RST_STREAM code), HTTP/1.1 closes the connection. */
   void (*abort)(cb__req_t *r, uint32_t code);
   const cb__proto_faults_t *faults;
+  /* Bytes of r's answer the server holds, not written yet: what a peer that does not read makes it keep
+   * (HTTP/1.1: the connection's output queue; HTTP/2: the stream's pieces waiting for the flow-control window
+   * or the socket). A producer that is not paced by the peer (a deferred stream) bounds itself with it. */
+  size_t (*queued)(const cb__req_t *r);
 } cb__proto_t;
 
 /* A fixture handler. Callbacks run on the worker's thread; each is optional except on_end. */

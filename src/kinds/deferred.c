@@ -144,12 +144,16 @@ static void answer_empty(cb__req_t *r, int status) {
 /* Cuts an answer that began and cannot end well. */
 static void cut(cb__req_t *r) { r->proto->abort(r, 2 /* HTTP/2's INTERNAL_ERROR */); }
 
+/* What take_back's status 0 means: a streamed answer whose client does not read it (run_item's SEND). */
+#define OVERFLOW 0
+
 /* The worker takes a parked request back (from PARKED or STREAMING) to answer it itself: 503 or 504, or a cut
- * when its answer had begun. Returns 0 when a replier got there first (its command is on the way). */
+ * when its answer had begun. Returns 0 when a replier got there first (its command is on the way). OVERFLOW
+ * cuts a streamed answer, from FINISHED too: the pieces before the end are still in the command queue. */
 static int take_back(cb__worker_t *w, slot_t *s, int status) {
   uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
   unsigned st = STATE(word);
-  if (st != ST_PARKED && st != ST_STREAMING) return 0;
+  if (st != ST_PARKED && st != ST_STREAMING && !(status == OVERFLOW && st == ST_FINISHED)) return 0;
   if (!__atomic_compare_exchange_n(&s->word, &word, WORD(GEN(word), ST_DONE), 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE))
     return 0;
@@ -159,6 +163,8 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
   if (dr->gone) dr->gone(dr->ud, ref_of(w, DEFER(r)->slot - 1, GEN(word)));
   if (status == 503)
     CB__STAT_INC(w, handler_unavailable);
+  else if (status == OVERFLOW)
+    CB__STAT_INC(w, handler_overflows);
   else
     CB__STAT_INC(w, handler_timeouts);
   /* Whether the answer began is the request's to say, not the state's: a replier claims STREAMING on its own
@@ -601,6 +607,14 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
         free(it->body);
         break;
       }
+      /* Nothing paces a handler's pieces but this: a client that does not read would have the server keep
+       * them all (HTTP/1.1's output queue, an h2c stream's pieces behind its window). At the bound the answer is
+       * cut, the request ends (gone: further replies are CB_EGONE) and the cut is counted. */
+      if (it->len > 0 && !head_only && r->proto->queued(r) >= c->w->cfg->max_queued_reply_bytes) {
+        free(it->body);
+        take_back(w, s, OVERFLOW);
+        return; /* take_back ran the connection's follow-up */
+      }
       if (it->len > 0 && !head_only)
         cb__res_data(r, it->body, it->len, CB__DATA_FREE | CB__DATA_PIECE_END);
       else
@@ -780,6 +794,17 @@ int cb_server_reply(cb_server_t *srv, cb_reply_t *replies, size_t n) {
   free(cmds);
   free(hcur);
   return err;
+}
+
+/* Tests (testing.h): the bytes of ref's answer queued and not written, on ref's worker; SIZE_MAX when the
+ * request is over. */
+size_t cb__deferred_queued(cb__worker_t *w, cb_reqref_t ref) {
+  defer_w_t *d = (defer_w_t *)w->parts[CB__PART_DEFERRED].state;
+  uint32_t i = (uint32_t)(ref >> 32) & 0xffffff;
+  slot_t *s = d != NULL && i / CHUNK_SLOTS < d->nchunks ? slot_at(d, i) : NULL;
+  uint64_t word = s != NULL ? __atomic_load_n(&s->word, __ATOMIC_ACQUIRE) : 0;
+  if (s == NULL || s->r == NULL || GEN(word) != (uint32_t)ref || STATE(word) == ST_DONE) return SIZE_MAX;
+  return s->r->proto->queued(s->r);
 }
 
 /* ---- the target went away ---- */

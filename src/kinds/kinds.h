@@ -17,6 +17,9 @@
 
 /* The worker part (core.h) deferred routes own: the parked requests, made with the first. */
 #define CB__PART_DEFERRED 2
+/* Tests: the bytes of a deferred request's answer queued and not written (SIZE_MAX when it is over), on its
+ * worker's thread (testing.c). */
+size_t cb__deferred_queued(cb__worker_t *w, cb_reqref_t ref);
 
 /* ---- fixture_routes.c: the fixture routes (built into reg: cb__routes_new's fixtures) and the 404 ---- */
 int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);

@@ -1134,8 +1134,12 @@ static void h1_raw(cb__req_t *r, const char *p, size_t n) { cb__outq_copy(&r->co
 
 static const cb__proto_faults_t h1_faults = {.raw = h1_raw};
 
+/* One answer at a time leaves a connection: its output queue is that answer's (and the ends of those before it). */
+static size_t h1_queued(const cb__req_t *r) { return r->conn->out.bytes; }
+
 static const cb__proto_t h1_proto = {.head = h1_head, .data = h1_data, .file = h1_file, .end = h1_end, .end_trailers = h1_end_trailers,
-                                     .fixed = h1_fixed, .abort = h1_abort, .faults = &h1_faults};
+                                     .fixed = h1_fixed, .abort = h1_abort, .faults = &h1_faults,
+                                     .queued = h1_queued};
 
 /* ---- errors ---- */
 

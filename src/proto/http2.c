@@ -474,9 +474,14 @@ static void h2_abort(cb__req_t *r, uint32_t code) {
   nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, code);
 }
 
+/* The stream's pieces nghttp2 has not framed yet: what waits for the windows (the connection's output queue
+ * takes frames only up to its high-water mark, shared by the streams). */
+static size_t h2_queued(const cb__req_t *r) { return ((const h2s_t *)r->stream)->queued; }
+
 static const cb__proto_faults_t h2_faults;
 static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h2_file, .end = h2_end,
-                                     .end_trailers = h2_end_trailers, .abort = h2_abort, .faults = &h2_faults};
+                                     .end_trailers = h2_end_trailers, .abort = h2_abort, .faults = &h2_faults,
+                                     .queued = h2_queued};
 
 /* ---- the data provider and the send callbacks ---- */
 

@@ -914,3 +914,112 @@ TEST_T(deferred_timeout_before_stream_head, 60000) {
   buf_free(&ok);
   test_stop(srv);
 }
+
+/* A streamed answer to a client that does not read: nothing paces the handler's pieces, so the server kept
+ * every one (16 MiB and more, queued on the connection or the h2c stream). Now a CB_REPLY_SEND that finds
+ * cfg.max_queued_reply_bytes of the answer still unwritten cuts it (HTTP/1.1: the connection closes; h2c:
+ * RST_STREAM(INTERNAL_ERROR), the connection goes on), counted in handler_overflows, reported gone; the
+ * handler's next reply is CB_EGONE. What is queued never passes the bound by more than one piece. */
+#define OVF_LIMIT (1u << 20)
+#define OVF_PIECE (64u << 10)
+#define OVF_MAX_PIECES 512 /* 32 MiB: far more than the socket buffers and the bound hold */
+
+static char ovf_piece[OVF_PIECE];
+
+/* Streams pieces of ovf_piece to ref until a reply is refused; returns the number taken. */
+static int stream_until_cut(cb_server_t *srv, cb_reqref_t ref) {
+  ASSERT_ERR(reply1(ref, CB_REPLY_STREAM, 200, NULL, 0, NULL), 0);
+  int k = 0;
+  for (; k < OVF_MAX_PIECES; k++) {
+    cb_reply_t r = {.ref = ref, .op = CB_REPLY_SEND, .body = {ovf_piece, sizeof ovf_piece}};
+    ASSERT_ERR(cb_server_reply(srv, &r, 1), 0);
+    if (r.result != 0) {
+      ASSERT_ERR(r.result, CB_EGONE);
+      break;
+    }
+    size_t q = cb__server_reply_queued(srv, ref); /* after that piece ran on the worker */
+    if (q == SIZE_MAX) continue;                  /* cut by this piece: the next reply is refused */
+    ASSERT_LT(q, (size_t)OVF_LIMIT + OVF_PIECE + 16); /* 16: a chunk's size line and CRLF */
+  }
+  ASSERT_LT(k, OVF_MAX_PIECES);
+  ASSERT(cb__server_reply_queued(srv, ref) == SIZE_MAX);
+  return k;
+}
+
+TEST_T(deferred_stream_overflow_cut, 60000) {
+  for (size_t i = 0; i < sizeof ovf_piece; i++) ovf_piece[i] = (char)('a' + i % 26);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cfg.max_queued_reply_bytes = OVF_LIMIT;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/o/*");
+  d.deliver = deliver;
+  d.gone = on_gone;
+  d.timeout_ms = 30000;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  pthread_mutex_lock(&gone_log.mu);
+  gone_log.n = 0;
+  pthread_mutex_unlock(&gone_log.mu);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  /* HTTP/1.1, a client that reads nothing (a small receive buffer keeps the kernel's share small). */
+  int fd = cl_socket();
+  int rcv = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+  ASSERT_EQ(cl_connect_fd(fd, port), fd);
+  cl_sends(fd, "GET /o/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  cb_reqref_t ref = pop_ref();
+  int taken = stream_until_cut(srv, ref);
+  cbt_log("HTTP/1.1: %d pieces taken before the cut", taken);
+  ASSERT_ERR(reply1(ref, CB_REPLY_FINISH, 0, NULL, 0, NULL), CB_EGONE);
+  ASSERT_EQ(gone_count(), 1);
+  ASSERT(gone_log.refs[0] == ref);
+  /* What the client reads is the answer's beginning, then the close: no last chunk. */
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  for (int k = 0; k < taken; k++) exp_chunk(&exp, ovf_piece, sizeof ovf_piece);
+  ASSERT_EQ(cl_read_close(fd, &got, 20000), CL_EOF);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT_LT(got.len, exp.len);
+  ASSERT_GT(got.len, 0);
+  ASSERT(memcmp(got.p, exp.p, got.len) == 0);
+  close(fd);
+  /* h2c: the stream is reset, the connection serves the next one. */
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/o/2", NULL, 0, NULL, 0);
+  wait_delivered(2);
+  ref = pop_ref();
+  (void)stream_until_cut(srv, ref);
+  ASSERT_EQ(gone_count(), 2);
+  h2_wait1(cl, r1, 20000);
+  ASSERT_EQ(r1->status, 200);
+  ASSERT_EQ(r1->rst, 2); /* INTERNAL_ERROR */
+  ASSERT_EQ(r1->ended, 0);
+  for (size_t off = 0; off < r1->body.len; off += OVF_PIECE) {
+    size_t n = r1->body.len - off < OVF_PIECE ? r1->body.len - off : OVF_PIECE;
+    ASSERT(memcmp(r1->body.p + off, ovf_piece, n) == 0);
+  }
+  h2resp_t *r3 = h2_request(cl, 3, "GET", "/o/3", NULL, 0, NULL, 0);
+  wait_delivered(3);
+  ASSERT_ERR(reply1(pop_ref(), CB_REPLY_FULL, 200, NULL, 0, "ok"), 0);
+  h2_wait1(cl, r3, 10000);
+  ASSERT_EQ(r3->status, 200);
+  ASSERT_MEM_EQ(r3->body.p, r3->body.len, "ok", (size_t)2);
+  h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_overflows - st0.handler_overflows, 2);
+  ASSERT_EQ(st1.handler_timeouts - st0.handler_timeouts, 0);
+  ASSERT_EQ(st1.handler_unavailable - st0.handler_unavailable, 0);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
