@@ -274,7 +274,13 @@ static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
       continue;
     }
     ssize_t err = failed(t, ssl, rc);
-    if (got > 0) break; /* what was read first; the end or the error comes with the next read */
+    if (got > 0) {
+      /* What was read first; the end or the error comes with the next read, which OpenSSL answers the same
+       * way again. The socket may have nothing more to say (a close_notify that came with the request, from a
+       * client waiting for ours): the connection reads again without waiting for it, as for read-ahead. */
+      if (err != UV_EAGAIN) t->buffered = 1;
+      return (ssize_t)got;
+    }
     return err == UV_EOF ? 0 : err;
   }
   /* A full buffer with records (or plaintext) still in OpenSSL: the socket may have nothing more to say, so no

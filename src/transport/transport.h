@@ -55,7 +55,8 @@ struct cb__tport_s {
   uint8_t alpn;        /* CB__ALPN_*, once the transport knows it */
   uint8_t ready;       /* tls: the handshake is done */
   uint8_t buffered;    /* tls: the last read filled the buffer and OpenSSL holds more of what it read from the
-                          socket: the connection reads again without waiting for the socket (core/conn.c) */
+                          socket, or OpenSSL met the end (a close_notify) or an error after the bytes it returned:
+                          the connection reads again without waiting for the socket (core/conn.c) */
   uint8_t tls;         /* 1: the tls transport (the protocols name the connection h1_tls / h2_tls) */
   uint8_t held;        /* tls: the last push left bytes for the socket: the connection polls for writable */
   cb__sink_fn_t sink;  /* sink: where written bytes go (NULL: dropped) */

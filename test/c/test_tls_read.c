@@ -135,3 +135,62 @@ TEST(tls_read_ahead_of_a_full_buffer) {
   cb__tls_ctx_free(ctx);
   cb__certs_free(certs);
 }
+
+/* A client that sends its request and its close_notify together (one write: both records reach the server in
+ * one recv) and keeps its socket open, waiting for the server's close_notify (a bidirectional shutdown, as
+ * SSL_shutdown() callers and Python's unwrap() do). The read that returns the request has already taken the
+ * close_notify into OpenSSL; the socket has nothing more to say. The server answers, then sends its own
+ * close_notify and FIN: over plain TCP a request and its FIN in one read are answered and closed alike. Before
+ * the fix the end was lost with that read, and the connection waited for the idle timeout. */
+TEST(tls_close_notify_with_the_request) {
+  cb__certs_t *certs;
+  cb__tls_ctx_t *ctx;
+  ASSERT_EQ(cb__certs_new(NULL, &certs), 0);
+  ASSERT_EQ(cb__tls_ctx_new(certs, 1, 1, &ctx), 0);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb__testconn_t *tc = cb__testconn_new_tls(&cfg, sv[0], ctx);
+  ASSERT_NOT_NULL(tc);
+  client_t c;
+  client_new(&c, cb__certs_ca_pem(certs, CB__CA_SERVER).ptr);
+  int rc, turns = 0;
+  while ((rc = SSL_do_handshake(c.ssl)) != 1) {
+    ASSERT_EQ(SSL_get_error(c.ssl, rc), SSL_ERROR_WANT_READ);
+    ASSERT_LT(turns++, 20);
+    client_flush(&c, sv[1]);
+    cb__testconn_run(tc, 0);
+    client_take(&c, sv[1]);
+  }
+
+  static const char req[] = "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n";
+  ASSERT_EQ(SSL_write(c.ssl, req, (int)sizeof req - 1), (int)sizeof req - 1);
+  ASSERT_EQ(SSL_shutdown(c.ssl), 0); /* close_notify sent; the server's is awaited */
+  client_flush(&c, sv[1]);
+
+  buf_t got = {0};
+  char tmp[4096];
+  int closed = 0;
+  for (turns = 0; turns < 50 && !(SSL_get_shutdown(c.ssl) & SSL_RECEIVED_SHUTDOWN); turns++) {
+    closed = cb__testconn_run(tc, 0);
+    client_take(&c, sv[1]);
+    int n;
+    while ((n = SSL_read(c.ssl, tmp, sizeof tmp)) > 0) buf_add(&got, tmp, (size_t)n);
+  }
+  cbt_log("%d turns, %zu bytes of answer, closed %d", turns, got.len, closed);
+  ASSERT_GT(got.len, 12);
+  ASSERT_MEM_EQ(got.p, 12, "HTTP/1.1 200", 12);
+  ASSERT(SSL_get_shutdown(c.ssl) & SSL_RECEIVED_SHUTDOWN); /* the server's close_notify came */
+  for (int i = 0; i < 10 && !closed; i++) closed = cb__testconn_run(tc, 0);
+  ASSERT_EQ(closed, 1); /* and the connection closed */
+  char b;
+  ASSERT_EQ(recv(sv[1], &b, 1, MSG_DONTWAIT), 0); /* its FIN */
+
+  buf_free(&got);
+  cb__testconn_free(tc);
+  close(sv[1]);
+  client_free(&c);
+  cb__tls_ctx_free(ctx);
+  cb__certs_free(certs);
+}
