@@ -1,11 +1,12 @@
 /* The TLS transport: TLS 1.2 and 1.3 over a non-blocking TCP socket, with OpenSSL 3 (Debian's libssl).
  *
- * The session reads the socket itself (a socket BIO) and writes the records of one event into a batch that
- * goes out in one write at the event's end (tls_batch.c, tls_push). Nothing waits: a handshake step or a record that
- * cannot go on now answers UV_EAGAIN, and the loop's next event for the socket goes on with it. A handshake
- * message that could not be written sets want_write, and the connection then polls for writable and reads again
- * (core/conn.c). The protocols above see plaintext only, after the handshake: the first read that returns bytes
- * has the peer's first application data, and by then `alpn` says what ALPN chose (proto/detect.c follows it).
+ * The session reads the socket itself (a BIO that takes a bounded share of it per event) and writes the records of
+ * one event into a batch that goes out in one write at the event's end (tls_batch.c, tls_push). Nothing waits: a
+ * handshake step or a record that cannot go on now answers UV_EAGAIN, and the loop's next event for the socket goes
+ * on with it. A handshake message that could not be written sets want_write, and the connection then polls for
+ * writable and reads again (core/conn.c). The protocols above see plaintext only, after the handshake: the first
+ * read that returns bytes has the peer's first application data, and by then `alpn` says what ALPN chose
+ * (proto/detect.c follows it).
  *
  * What the context allows: TLS 1.2 and 1.3, no renegotiation, no compression; ALPN h2 and http/1.1 (a client
  * that offers neither gets the no_application_protocol alert; one that offers no ALPN gets the preface rule).
@@ -244,6 +245,10 @@ static void handshake_done(cb__tport_t *t, SSL *ssl) {
 static ssize_t tls_read(cb__tport_t *t, char *buf, size_t n) {
   SSL *ssl = t->state;
   t->want_write = 0;
+  /* What this event may take from the socket (tls_batch.c, the reader): a buffer of plaintext and the records'
+   * overhead, twice the buffer. Records that are not data would otherwise be read for as long as the client
+   * sends them, in this one call. */
+  cb__tls_reader_budget(SSL_get_rbio(ssl), n > SIZE_MAX / 2 ? SIZE_MAX : 2 * n);
   if (!t->ready) {
     ERR_clear_error();
     int rc = SSL_do_handshake(ssl);
@@ -393,7 +398,9 @@ static const cb__tport_ops_t refused_ops = {
  * socket BIO when the session may go to the kernel (kTLS writes through the BIO OpenSSL gave its keys to). */
 static int attach(SSL *ssl, int fd, int ktls) {
   if (ktls) return SSL_set_fd(ssl, fd) == 1;
-  if (SSL_set_rfd(ssl, fd) != 1) return 0;
+  BIO *r = cb__tls_reader_new(fd);
+  if (r == NULL) return 0;
+  SSL_set0_rbio(ssl, r);
   BIO *w = cb__tls_batch_new(ssl, fd);
   if (w == NULL) return 0;
   SSL_set0_wbio(ssl, w);

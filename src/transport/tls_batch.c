@@ -10,10 +10,11 @@
  * Big records (a body's 16 KiB records) are not copied: one writev(2) sends the batch and the record together,
  * as a socket BIO would have sent the record. A batch never holds more than BATCH_MAX bytes: past it, the BIO
  * writes first, and a socket that takes nothing makes OpenSSL wait (retry), so output stays bounded by the
- * socket, as with a socket BIO. Reads stay the socket BIO's.
+ * socket, as with a socket BIO.
  *
  * Kernel TLS needs a socket BIO to write through (OpenSSL hands it the keys), so a session that may go to the
- * kernel keeps the socket BIO (tls.c). */
+ * kernel keeps the socket BIO (tls.c). The read side, at the end of this file, bounds what one event takes from the
+ * socket. */
 #include <errno.h>
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
@@ -191,4 +192,102 @@ int cb__tls_batch_fin(BIO *bio) {
   if (b == NULL) return 0;
   b->fin = 1;
   return 1;
+}
+
+/* ---- the read side: the socket, with a budget per event ----
+ * OpenSSL handles the records that are not data (a TLS 1.3 KeyUpdate) inside one SSL_read, and reads the socket
+ * again for the next one, for as long as the socket has bytes: a client that streams such records kept its worker in
+ * one read, and every other connection of the worker waited. This BIO reads the socket as a socket BIO does, but
+ * only `left` bytes per event (tls.c sets it at each read): past it, a read asks to be retried, SSL_read answers
+ * "want read", and the poll, level-triggered, brings the rest at the next turn of the loop, as a cleartext
+ * connection reads one buffer per event. */
+
+typedef struct {
+  int fd;
+  uint8_t eof; /* recv(2) read the end: BIO_eof() says so (OpenSSL's unexpected-EOF rule asks) */
+  size_t left; /* bytes this event may still take from the socket */
+} reader_t;
+
+static BIO_METHOD *reader_method;
+static int reader_type;
+static pthread_once_t reader_once = PTHREAD_ONCE_INIT;
+
+static int reader_read(BIO *bio, char *p, int n) {
+  reader_t *r = BIO_get_data(bio);
+  BIO_clear_retry_flags(bio);
+  if (n <= 0) return 0;
+  if (r->left == 0) { /* this event's share is taken: the rest waits in the socket for the next turn */
+    BIO_set_retry_read(bio);
+    return -1;
+  }
+  size_t want = (size_t)n < r->left ? (size_t)n : r->left;
+  ssize_t k;
+  do k = recv(r->fd, p, want, 0);
+  while (k < 0 && errno == EINTR);
+  if (k > 0) {
+    r->left -= (size_t)k;
+    return (int)k;
+  }
+  if (k == 0) {
+    r->eof = 1;
+    return 0;
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(bio);
+  return -1; /* errno says why, as from a socket BIO */
+}
+
+static long reader_ctrl(BIO *bio, int cmd, long num, void *ptr) {
+  (void)num;
+  reader_t *r = BIO_get_data(bio);
+  switch (cmd) {
+    case BIO_CTRL_EOF: return r != NULL && r->eof;
+    case BIO_C_GET_FD: /* SSL_get_fd() (the TLS faults' sends) */
+      if (r == NULL) return -1;
+      if (ptr != NULL) *(int *)ptr = r->fd;
+      return r->fd;
+    case BIO_CTRL_FLUSH: return 1;
+    case BIO_CTRL_DUP: return 1;
+    default: return 0;
+  }
+}
+
+static int reader_destroy(BIO *bio) {
+  free(BIO_get_data(bio));
+  BIO_set_data(bio, NULL);
+  return 1;
+}
+
+static void reader_method_new(void) {
+  int type = BIO_get_new_index();
+  if (type == -1) return;
+  /* A descriptor type, so that SSL_get_fd() finds the socket through it. */
+  type |= BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+  BIO_METHOD *m = BIO_meth_new(type, "cbench TLS reader");
+  if (m == NULL) return;
+  if (BIO_meth_set_read(m, reader_read) != 1 || BIO_meth_set_ctrl(m, reader_ctrl) != 1 ||
+      BIO_meth_set_create(m, batch_create) != 1 || BIO_meth_set_destroy(m, reader_destroy) != 1) {
+    BIO_meth_free(m);
+    return;
+  }
+  reader_method = m;
+  reader_type = type;
+}
+
+BIO *cb__tls_reader_new(int fd) {
+  pthread_once(&reader_once, reader_method_new);
+  if (reader_method == NULL) return NULL;
+  reader_t *r = calloc(1, sizeof *r);
+  BIO *bio = r != NULL ? BIO_new(reader_method) : NULL;
+  if (bio == NULL) {
+    free(r);
+    return NULL;
+  }
+  r->fd = fd;
+  BIO_set_data(bio, r);
+  return bio;
+}
+
+void cb__tls_reader_budget(BIO *bio, size_t n) {
+  if (bio == NULL || reader_type == 0 || BIO_method_type(bio) != reader_type) return; /* a socket BIO (kTLS) */
+  ((reader_t *)BIO_get_data(bio))->left = n;
 }

@@ -1,5 +1,5 @@
-/* tls_batch.c: a TLS session's write BIO that gathers the records of one event into one write(2). Used by tls.c
- * only. */
+/* tls_batch.c: a TLS session's write BIO that gathers the records of one event into one write(2), and its read BIO
+ * that takes a bounded share of the socket per event. Used by tls.c only. */
 #ifndef CB_TLS_BATCH_H
 #define CB_TLS_BATCH_H
 
@@ -16,5 +16,11 @@ int cb__tls_batch_push(BIO *bio, int closing);
 /* The sending side is shut down once what bio holds is out (at a push). 1, or 0 when bio is no batch: the caller
  * shuts the socket down itself. */
 int cb__tls_batch_fin(BIO *bio);
+
+/* A read BIO over the socket fd that takes at most the budget it was last given (cb__tls_reader_budget) from the
+ * socket, then asks to be retried. NULL: no memory. */
+BIO *cb__tls_reader_new(int fd);
+/* This event may take n bytes from the socket through bio (nothing happens when bio is no reader). */
+void cb__tls_reader_budget(BIO *bio, size_t n);
 
 #endif

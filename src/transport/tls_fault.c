@@ -164,8 +164,8 @@ static ssize_t slow_step(cb__tport_t *t, fault_state_t *st, int rc) {
     /* A few hundred bytes (tickets, or TLS 1.2's last flight) into a socket that has taken the whole first
      * flight: a socket that cannot take them now ends the connection rather than reorder bytes. */
     if (held_send(st, SIZE_MAX) != 0 || BIO_pending(st->held) > 0) return UV_EPROTO;
-    BIO *sock = SSL_get_rbio(ssl);
-    if (!BIO_up_ref(sock)) return UV_ENOMEM;
+    BIO *sock = BIO_new_socket(st->fd, BIO_NOCLOSE); /* the read BIO (tls_batch.c's reader) does not write */
+    if (sock == NULL) return UV_ENOMEM;
     st->held = NULL;
     SSL_set0_wbio(ssl, sock); /* frees the memory BIO */
     return 0;

@@ -5,6 +5,7 @@
  * nothing more until it has its answer. Before `buffered`, that request waited for the header timeout. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -188,6 +189,105 @@ TEST(tls_close_notify_with_the_request) {
   ASSERT_EQ(recv(sv[1], &b, 1, MSG_DONTWAIT), 0); /* its FIN */
 
   buf_free(&got);
+  cb__testconn_free(tc);
+  close(sv[1]);
+  client_free(&c);
+  cb__tls_ctx_free(ctx);
+  cb__certs_free(certs);
+}
+
+/* Records that are not data, streamed by a client: TLS 1.3 KeyUpdates (27 bytes each) as fast as it can write
+ * them. OpenSSL handles them inside one SSL_read and reads the socket again for the next, for as long as the
+ * socket has bytes: before the fix one event of the connection took everything the client had sent (here the
+ * whole socket buffer, 200 KiB and more; over TCP, from a client that keeps sending, without end), and every
+ * other connection of the worker waited. An event now takes at most two read buffers (128 KiB) from the socket,
+ * as a cleartext connection takes one; the rest comes at the next turns, and the connection still serves. */
+TEST(tls_keyupdate_stream_bounded_per_event) {
+  cb__certs_t *certs;
+  cb__tls_ctx_t *ctx;
+  ASSERT_EQ(cb__certs_new(NULL, &certs), 0);
+  ASSERT_EQ(cb__tls_ctx_new(certs, 1, 1, &ctx), 0);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  int big = 4 << 20;
+  ASSERT_EQ(setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big), 0);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb__testconn_t *tc = cb__testconn_new_tls(&cfg, sv[0], ctx);
+  ASSERT_NOT_NULL(tc);
+  client_t c;
+  client_new(&c, cb__certs_ca_pem(certs, CB__CA_SERVER).ptr);
+  ASSERT_EQ(SSL_set_min_proto_version(c.ssl, TLS1_3_VERSION), 1);
+  int rc, turns = 0;
+  while ((rc = SSL_do_handshake(c.ssl)) != 1) {
+    ASSERT_EQ(SSL_get_error(c.ssl, rc), SSL_ERROR_WANT_READ);
+    ASSERT_LT(turns++, 20);
+    client_flush(&c, sv[1]);
+    cb__testconn_run(tc, 0);
+    client_take(&c, sv[1]);
+  }
+
+  /* KeyUpdates until the socket takes no more; what of the last did not fit is sent at the end. */
+  size_t sent = 0;
+  char *last = NULL;
+  long last_len = 0;
+  for (;;) {
+    ASSERT_EQ(SSL_key_update(c.ssl, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+    ASSERT_EQ(SSL_do_handshake(c.ssl), 1);
+    char *p;
+    long n = BIO_get_mem_data(c.cout, &p);
+    ASSERT_GT(n, 0);
+    ssize_t w = send(sv[1], p, (size_t)n, MSG_DONTWAIT);
+    if (w != n) {
+      size_t done = w > 0 ? (size_t)w : 0;
+      sent += done;
+      last_len = n - (long)done;
+      last = malloc((size_t)last_len);
+      ASSERT_NOT_NULL(last);
+      memcpy(last, p + done, (size_t)last_len);
+      (void)BIO_reset(c.cout);
+      break;
+    }
+    sent += (size_t)n;
+    (void)BIO_reset(c.cout);
+  }
+  int queued = 0;
+  ASSERT_EQ(ioctl(sv[0], FIONREAD, &queued), 0);
+  ASSERT_EQ((size_t)queued, sent);
+  ASSERT_GT(sent, 2 * 65536);
+
+  cb__testconn_run(tc, 0); /* one event */
+  ASSERT_EQ(ioctl(sv[0], FIONREAD, &queued), 0);
+  cbt_log("%zu bytes of KeyUpdates; one event took %zu", sent, sent - (size_t)queued);
+  ASSERT_LE(sent - (size_t)queued, 2 * 65536);
+  ASSERT_GT(sent - (size_t)queued, 0);
+
+  /* The rest, the last KeyUpdate and a request: the answer comes back under the client's newest keys. */
+  static const char req[] = "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n";
+  ASSERT_EQ(SSL_write(c.ssl, req, (int)sizeof req - 1), (int)sizeof req - 1);
+  buf_t got = {0};
+  char tmp[4096];
+  int pending_sent = 0;
+  for (turns = 0; turns < 200 && (got.len == 0 || memmem(got.p, got.len, "\r\n\r\n", 4) == NULL); turns++) {
+    if (!pending_sent) {
+      ASSERT_EQ(ioctl(sv[0], FIONREAD, &queued), 0);
+      if (queued < 65536) { /* room again: the last KeyUpdate, then the request */
+        cl_send(sv[1], last, (size_t)last_len);
+        client_flush(&c, sv[1]);
+        pending_sent = 1;
+      }
+    }
+    ASSERT_EQ(cb__testconn_run(tc, 0), 0);
+    client_take(&c, sv[1]);
+    int n;
+    while ((n = SSL_read(c.ssl, tmp, sizeof tmp)) > 0) buf_add(&got, tmp, (size_t)n);
+  }
+  cbt_log("%d more turns", turns);
+  ASSERT_GT(got.len, 12);
+  ASSERT_MEM_EQ(got.p, 12, "HTTP/1.1 200", 12);
+
+  buf_free(&got);
+  free(last);
   cb__testconn_free(tc);
   close(sv[1]);
   client_free(&c);
