@@ -371,8 +371,13 @@ static int push_piece(h2s_t *s, piece_t p) {
   return 0;
 }
 
+/* What a stream's unsent answer costs: its bytes and a piece_t per piece. A generator's pieces may be tiny (a
+ * drip's single bytes): counted by their bytes alone, a stream that flow control holds (window 0) took all
+ * 100,000 pieces of a drip, 4.8 MB of piece_t for 100 kB of body, and a connection that many per stream. */
+static size_t stream_cost(const h2s_t *s) { return s->queued + (size_t)(s->ptail - s->phead) * sizeof(piece_t); }
+
 static int stream_full(const h2s_t *s) {
-  return s->queued >= CB__OUT_HIGH_WATER || s->h->c->out.bytes >= CB__OUT_HIGH_WATER;
+  return stream_cost(s) >= CB__OUT_HIGH_WATER || s->h->c->out.bytes >= CB__OUT_HIGH_WATER;
 }
 
 static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
@@ -1322,7 +1327,7 @@ static int h2_writable(cb__conn_t *c, int produce) {
   for (h2s_t *s = h->streams; s != NULL; s = s->next) {
     cb__req_t *r = &s->req;
     if (!(r->blocked && r->res_state == CB__RES_HEAD && r->handler && r->handler->on_writable)) continue;
-    if (s->queued >= CB__OUT_LOW_WATER) continue;
+    if (stream_cost(s) >= CB__OUT_LOW_WATER) continue;
     waiting = 1;
     if (produce) r->handler->on_writable(r);
   }
