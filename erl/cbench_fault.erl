@@ -226,6 +226,11 @@ finish(Kind, F = #{bytes := Bytes, length := Len}, Seen, Data) ->
         hang ->
             maps:get(at, F) =/= 2 orelse throw(bad),
             F;
+        goaway ->
+            %% A GOAWAY names a stream of the client's (odd) or 0: nghttp2 refuses an even one (fault.c).
+            L = maps:get(last, F),
+            (L =< 0 orelse L rem 2 =:= 1) orelse throw(bad),
+            F;
         settings ->
             (Has(max_frame) orelse Has(window)) orelse throw(bad),
             F;

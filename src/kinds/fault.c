@@ -283,6 +283,11 @@ static int parse_parts(const char *kind, size_t kn, const char *q, size_t qn, cb
       case CB__FAULT_HANG:
         if (f->at == 2) err = UV_EINVAL; /* before or head */
         break;
+      case CB__FAULT_GOAWAY:
+        /* A GOAWAY names a stream of the client's (odd) or 0: nghttp2 refuses an even one, and the fault then
+         * sent nothing and never answered (its stream held, without a timer, as long as the client stayed). */
+        if (f->last > 0 && f->last % 2 == 0) err = UV_EINVAL;
+        break;
       case CB__FAULT_SETTINGS:
         if (f->max_frame < 0 && f->window < 0) err = UV_EINVAL;
         break;
