@@ -63,6 +63,7 @@ struct h2s {
   uint8_t have_path, have_method, have_authority, too_large, refused, dispatched, head_only;
   uint8_t res_ended, deferred, provider;
   uint8_t in_body;    /* inside the handler's on_body: copies made now hold request-body bytes */
+  uint8_t over_budget; /* such a copy would have gone over the echo budget: the stream is cut after on_body */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
   nghttp2_nv *tnv;    /* end_trailers: the trailer block (names lowercased; one block with its bytes), or NULL */
@@ -391,15 +392,26 @@ static int h2_data(cb__req_t *r, const char *p, size_t n, int flags) {
   }
   piece_t piece = {.kind = PIECE_STATIC, .piece_end = (uint8_t)piece_end, .fd = -1, .base = p, .off = 0, .len = n};
   if (flags == CB__DATA_COPY) { /* the caller's bytes are transient: keep a copy until it is sent */
+    /* A copy of request body (a streamed echo) is held from the echo budget, as /echo's body: the receive
+     * window alone held a peer that sends without reading to 16 MiB a connection, any number of connections.
+     * Over the budget the piece is dropped and the stream cut (on_data_chunk: the answer has begun). */
+    if (s->in_body && cb__echo_hold(s->h->c, n) != 0) {
+      s->over_budget = 1;
+      return 1;
+    }
     char *b = malloc(n);
-    if (b == NULL) return 1;
+    if (b == NULL) {
+      if (s->in_body) cb__echo_release(s->h->c, n);
+      return 1;
+    }
     memcpy(b, p, n);
     piece.base = b;
     piece.kind = PIECE_FREE;
     if (s->in_body) {
-      /* A copy of request body (a streamed echo): its receive window comes back only when the copy has
-       * been sent, so a peer that sends without reading is held to one window per stream. */
+      /* Its receive window comes back only when the copy has been sent, so a peer that sends without reading
+       * is held to one window per stream; its budget when the copy is freed. */
       piece.credit = (uint32_t)n;
+      piece.held = n;
       s->body_held += n;
     }
   } else if (flags == CB__DATA_FREE || flags == CB__DATA_HELD) {
@@ -878,6 +890,7 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
         r->handler->on_body(r, (const char *)data, len);
         s->in_body = 0;
         held = s->body_held < len ? s->body_held : len;
+        if (s->over_budget) refuse(s, 503, flags & NGHTTP2_FLAG_END_STREAM); /* a piece of the echo is missing */
       }
     }
   }

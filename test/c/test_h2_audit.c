@@ -115,3 +115,60 @@ TEST_T(h2_goaway_fault_even_last, 30000) {
   h2_free(cl);
   test_stop(srv);
 }
+
+/* /echo/chunked over h2c copies each piece of the body into its answer, and a copy stays until it is sent: to a
+ * client whose window is 0, until the window opens. Only the stream's receive window bounded those copies (1 MiB
+ * a stream, 16 MiB a connection), outside the echo budgets that bound /echo's bodies: any number of connections
+ * held 16 MiB each. The copies now come from the echo budget too; a piece that would take the connection's
+ * (two body limits, 200 kB here) over it cuts its stream (RST_STREAM CANCEL: the 200 has gone), and the
+ * connection goes on. */
+TEST_T(h2_echo_chunked_budget, 30000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.max_body_bytes = 100000;
+  cb_server_t *srv = test_start(&cfg);
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  static char body[100000];
+  memset(body, 'c', sizeof body);
+  enum { N = 4 };
+  h2resp_t *rs[N];
+  buf_t block = {0};
+  h2_handshake(cl);
+  stream_window(cl, 0);
+  for (int i = 0; i < N; i++) {
+    int32_t sid = 1 + 2 * i;
+    buf_reset(&block);
+    h2_encode_request(cl, "POST", "/echo/chunked", NULL, 0, &block);
+    rs[i] = h2_stream(cl, sid);
+    h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, sid, block.p, block.len);
+    range_t one = {sid, 1};
+    ASSERT_EQ(h2_run(cl, heads_in, &one, 10000), CL_OK); /* the 200, before any of the body */
+    h2_send_body(cl, sid, body, sizeof body, 1);
+  }
+  /* The cut streams' resets come at once; the served ones wait for the window. */
+  for (int i = 2; i < N; i++) h2_wait1(cl, rs[i], 10000);
+  stream_window(cl, H2_WINDOW_MAX);
+  h2_wait(cl, rs, 2, 10000);
+  for (int i = 0; i < N; i++) {
+    cbt_log("stream %d: status %d, %zu body bytes, RST_STREAM %s", rs[i]->sid, rs[i]->status, rs[i]->body.len,
+            h2_err_name(rs[i]->rst));
+    ASSERT_EQ(rs[i]->status, 200);
+    if (i < 2) {
+      ASSERT_EQ(rs[i]->rst, H2_NO_RST);
+      ASSERT_MEM_EQ(rs[i]->body.p, rs[i]->body.len, body, sizeof body);
+    } else {
+      ASSERT_EQ(rs[i]->rst, NGHTTP2_CANCEL);
+      ASSERT_EQ(rs[i]->body.len, 0);
+    }
+  }
+  ASSERT_EQ(cl->goaway, 0);
+  /* The budget came back with the sent copies: a fifth stream is served whole. */
+  h2resp_t *r = h2_request(cl, 9, "POST", "/echo/chunked", NULL, 0, body, sizeof body);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_EQ(r->rst, H2_NO_RST);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, body, sizeof body);
+  buf_free(&block);
+  h2_free(cl);
+  test_stop(srv);
+}
