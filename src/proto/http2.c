@@ -491,9 +491,9 @@ static void h2_abort(cb__req_t *r, uint32_t code) {
   nghttp2_submit_rst_stream(s->h->session, NGHTTP2_FLAG_NONE, s->id, code);
 }
 
-/* The stream's pieces nghttp2 has not framed yet: what waits for the windows (the connection's output queue
- * takes frames only up to its high-water mark, shared by the streams). */
-static size_t h2_queued(const cb__req_t *r) { return ((const h2s_t *)r->stream)->queued; }
+/* The stream's pieces nghttp2 has not framed yet, with what each piece costs (stream_cost): what waits for the
+ * windows (the connection's output queue takes frames only up to its high-water mark, shared by the streams). */
+static size_t h2_queued(const cb__req_t *r) { return stream_cost((const h2s_t *)r->stream); }
 
 static const cb__proto_faults_t h2_faults;
 static const cb__proto_t h2_proto = {.head = h2_head, .data = h2_data, .file = h2_file, .end = h2_end,
