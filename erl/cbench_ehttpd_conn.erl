@@ -411,7 +411,7 @@ is_digits(<<>>) -> false;
 is_digits(B) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(B)).
 
 tokens(Value) ->
-    [cbench_http:lower(string:trim(T)) || T <- binary:split(Value, <<",">>, [global])].
+    [cbench_http:lower(cbench_http:trim_ows(T)) || T <- binary:split(Value, <<",">>, [global])].
 
 %% How the response ends the connection: docs/wire.md, "connection" header rule.
 conn_mode(#req{keep = false}) -> close;
@@ -1289,7 +1289,7 @@ value(P, {Req, Params, Query, Seq}, Kind) ->
 cut(<<V:8192/binary, _/binary>>) -> V;
 cut(V) -> V.
 
-edge_trim(V) -> string:trim(V, both, " \t").
+edge_trim(V) -> cbench_http:trim_ows(V).
 
 %% A stub's delay: delay_ms, or the n-th draw of its distribution (the n-th answer of this
 %% response, over every connection), as the delay fault draws (cbench_fault:delay_ms/3) and as

@@ -420,7 +420,7 @@ line(Sock, Buf, Timeout) ->
     end.
 
 keep_alive(Version, Headers) ->
-    Conn = [string:lowercase(string:trim(T))
+    Conn = [cbench_http:lower(cbench_http:trim_ows(T))
             || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
     case Version of
         {1, 0} -> lists:member(<<"keep-alive">>, Conn);
@@ -483,7 +483,7 @@ forwarded_headers(Headers, Req, Tls) ->
 
 %% The forwarded fields in two parts: the client's kept ones, and the x-forwarded-* ones added.
 forwarded(Headers, Req, Tls) ->
-    Named = [string:lowercase(string:trim(T))
+    Named = [cbench_http:lower(cbench_http:trim_ows(T))
              || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
     Drop = [<<"host">>, <<"content-length">>, <<"expect">> | hop_by_hop()] ++ Named,
     Host = case header(<<"host">>, Headers) of
@@ -507,7 +507,7 @@ head_length(V) ->
 %% `content-length' and `transfer-encoding' (the engine writes its own).
 -spec answer_headers([{binary(), binary()}]) -> [{binary(), binary()}].
 answer_headers(Headers) ->
-    Named = [string:lowercase(string:trim(T))
+    Named = [cbench_http:lower(cbench_http:trim_ows(T))
              || V <- values(<<"connection">>, Headers), T <- binary:split(V, <<",">>, [global])],
     Drop = [<<"date">>, <<"content-length">> | hop_by_hop()] ++ Named,
     [{N, V} || {N, V} <- Headers, not lists:member(N, Drop)].

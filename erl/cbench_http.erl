@@ -6,7 +6,7 @@
 -module(cbench_http).
 
 -export([date_value/1, head/4, chunk/1, last_chunk/0, line/0, bigline/0, sse_event/1,
-         headers_json/1, status_param/1, delay_param/1, lower/1, reason/1]).
+         headers_json/1, status_param/1, delay_param/1, lower/1, trim_ows/1, reason/1]).
 
 -define(CLOCK_TAB, cbench_clock).
 
@@ -173,6 +173,20 @@ escape_byte(C) -> <<C>>.
 %% @doc ASCII lowercase of a binary (header names and hex digits; nothing else is decoded).
 -spec lower(binary()) -> binary().
 lower(Bin) -> << <<(if C >= $A, C =< $Z -> C + 32; true -> C end)>> || <<C>> <= Bin >>.
+
+%% @doc A field value (or one token of a list) without the spaces and tabs at its ends, byte by
+%% byte. Not string:trim/1: it reads the bytes as UTF-8 and raises badarg on obs-text (0x80-0xFF),
+%% which any client may send in a field value (RFC 9110 5.5).
+-spec trim_ows(binary()) -> binary().
+trim_ows(<<C, Rest/binary>>) when C =:= $\s; C =:= $\t -> trim_ows(Rest);
+trim_ows(V) -> trim_ows_end(V, byte_size(V)).
+
+trim_ows_end(V, N) when N > 0 ->
+    case binary:at(V, N - 1) of
+        C when C =:= $\s; C =:= $\t -> trim_ows_end(V, N - 1);
+        _ -> binary:part(V, 0, N)
+    end;
+trim_ows_end(_V, 0) -> <<>>.
 
 %% @doc The milliseconds of a /delay/{ms} target: 1 to 5 digits, at most 60000.
 -spec delay_param(binary()) -> {ok, 0..60000} | error.

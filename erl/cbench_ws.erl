@@ -40,7 +40,7 @@ key_ok(_) -> 400.
 
 has_token(undefined, _) -> false;
 has_token(V, Token) ->
-    lists:any(fun(T) -> cbench_http:lower(string:trim(T, both, " \t")) =:= Token end,
+    lists:any(fun(T) -> cbench_http:lower(cbench_http:trim_ows(T)) =:= Token end,
               binary:split(V, <<",">>, [global])).
 
 %% @doc Sec-WebSocket-Accept: base64 of the SHA-1 of the key and the RFC's GUID.

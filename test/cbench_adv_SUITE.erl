@@ -7,9 +7,9 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
--export([wire_table/1, ws_server_budget/1, stub_file_fifo/1]).
+-export([wire_table/1, ws_server_budget/1, stub_file_fifo/1, template_obs_text/1]).
 
-all() -> [wire_table, ws_server_budget, stub_file_fifo].
+all() -> [wire_table, ws_server_budget, stub_file_fifo, template_obs_text].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -41,6 +41,7 @@ handshake() ->
 -define(CLOSE_REQ, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").
 -define(CLOSE_ANS, "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 12\r\nconnection: close\r\n\r\nhello world!").
 -define(E413, "HTTP/1.1 413 Content Too Large\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").
+-define(E400, "HTTP/1.1 400 Bad Request\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").
 
 %% {Name, request bytes, the answer}: each case ends with the server's close, so the answer is all
 %% that comes back until then.
@@ -76,7 +77,16 @@ cases() ->
        ?WS_101, ?CLOSE_ANSWER]},
      {ws_behind_delay, ["GET /delay/100 HTTP/1.1\r\nHost: x\r\n\r\n", handshake(), ?CLOSE],
       ["HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok",
-       ?WS_101, ?CLOSE_ANSWER]}].
+       ?WS_101, ?CLOSE_ANSWER]},
+     %% obs-text (bytes 0x80-0xFF, RFC 9110 5.5) in the token lists of connection, transfer-encoding
+     %% and upgrade: bytes like any other, not UTF-8 (ehttpd closed without an answer).
+     {connection_obs_text, "GET / HTTP/1.1\r\nHost: x\r\nConnection: \xff, close\r\n\r\n", ?CLOSE_ANS},
+     {transfer_encoding_obs_text,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \xff\r\n\r\n", ?E400},
+     {upgrade_obs_text,
+      ["GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: \xff, websocket\r\nConnection: Upgrade\r\n"
+       "Sec-WebSocket-Key: " ?KEY "\r\nSec-WebSocket-Version: 13\r\n\r\n", ?CLOSE],
+      [?WS_101, ?CLOSE_ANSWER]}].
 
 %% @doc Every case on every engine: the same exact bytes, those of docs/wire.md.
 wire_table(_Config) ->
@@ -185,6 +195,22 @@ stub_file_fifo(Config) ->
                       {E, mask_date(exchange(P, "GET /d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))}),
          ok = cbench:stop_server(S),
          ok = file:delete(Path)
+     end || E <- ?ENGINES],
+    ok.
+
+%% @doc A template inserts a request header's obs-text bytes (0x80-0xFF) as they came, in a
+%% header value (trimmed of spaces and tabs) and in the body, on every engine (ehttpd closed
+%% without an answer: its trim read the value as UTF-8).
+template_obs_text(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0}),
+         {ok, _} = cbench:stub(S, "/t", #{template => true, headers => [{"x-v", "{{header.x-a}}"}],
+                                          body => <<"[{{header.x-a}}]">>}),
+         ?assertEqual({E, <<"HTTP/1.1 200 OK\r\ndate: *\r\nx-v: \xff\xfe\r\ncontent-length: 4\r\n"
+                            "connection: close\r\n\r\n[\xff\xfe]">>},
+                      {E, mask_date(exchange(cbench:port(S), "GET /t HTTP/1.1\r\nHost: x\r\n"
+                                             "x-a: \xff\xfe\r\nConnection: close\r\n\r\n"))}),
+         ok = cbench:stop_server(S)
      end || E <- ?ENGINES],
     ok.
 

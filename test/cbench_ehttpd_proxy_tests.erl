@@ -48,6 +48,19 @@ answer_headers_test() ->
                                                      {<<"transfer-encoding">>, <<"chunked">>},
                                                      {<<"x-a">>, <<"1">>}])).
 
+%% A `connection' field whose token list holds obs-text (bytes 0x80-0xFF): bytes like any other,
+%% the tokens after them still dropped (string:trim/1 raised badarg on them, so the client's
+%% connection, or the upstream's answer, ended without an answer).
+obs_text_connection_test() ->
+    ?assertEqual([{<<"x-keep">>, <<"\xff">>}, {<<"x-forwarded-for">>, <<"p">>},
+                  {<<"x-forwarded-proto">>, <<"http">>}],
+                 cbench_ehttpd_proxy:forwarded_headers([{<<"connection">>, <<"\xff, x-hop">>},
+                                                        {<<"x-hop">>, <<"1">>}, {<<"x-keep">>, <<"\xff">>}],
+                                                       #{peer => <<"p">>}, false)),
+    ?assertEqual([{<<"x-a">>, <<"\xfe">>}],
+                 cbench_ehttpd_proxy:answer_headers([{<<"connection">>, <<"\xff, x-b">>}, {<<"x-b">>, <<"2">>},
+                                                     {<<"x-a">>, <<"\xfe">>}])).
+
 why_text_test() ->
     ?assertEqual([<<"connection refused">>, <<"connection reset">>, <<"timeout">>, <<"bad response">>,
                   <<"response head too big">>, <<"response body too big">>,
