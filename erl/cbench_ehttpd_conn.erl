@@ -381,9 +381,9 @@ frame([], Req, CL, TE, Minor) ->
 frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
     case Name of
         <<"content-length">> when CL =:= undefined ->
-            case is_digits(Value) of
-                true -> frame(Rest, Req, binary_to_integer(Value), TE, Minor);
-                false -> error
+            case content_length(Value, 0) of
+                N when is_integer(N) -> frame(Rest, Req, N, TE, Minor);
+                error -> error
             end;
         <<"content-length">> -> error;
         <<"transfer-encoding">> ->
@@ -407,8 +407,19 @@ frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
             frame(Rest, Req, CL, TE, Minor)
     end.
 
-is_digits(<<>>) -> false;
-is_digits(B) -> lists:all(fun(C) -> C >= $0 andalso C =< $9 end, binary_to_list(B)).
+%% A content-length as llhttp reads it, digit by digit: past 2^64-1 it is malformed (400, where
+%% a smaller value over max_body_bytes is a 413). binary_to_integer/1 would take the whole digit
+%% string, up to max_header_bytes of it, in time quadratic in its length without yielding.
+content_length(<<>>, _) -> error;
+content_length(V, N) -> content_length_digits(V, N).
+
+content_length_digits(<<C, Rest/binary>>, N) when C >= $0, C =< $9 ->
+    case N * 10 + (C - $0) of
+        N1 when N1 > 16#FFFFFFFFFFFFFFFF -> error;
+        N1 -> content_length_digits(Rest, N1)
+    end;
+content_length_digits(<<>>, N) -> N;
+content_length_digits(_, _) -> error.
 
 tokens(Value) ->
     [cbench_http:lower(cbench_http:trim_ows(T)) || T <- binary:split(Value, <<",">>, [global])].

@@ -16,9 +16,10 @@
 check(Method, Headers) ->
     Get = fun(N) -> proplists:get_value(N, Headers) end,
     Get2 = fun(N, D) -> proplists:get_value(N, Headers, D) end,
-    %% The engine has checked content-length's digits already.
+    %% The engine has checked content-length's digits already: a digit other than 0 is a body
+    %% (not binary_to_integer/1, quadratic in the digits: leading zeros may fill a head).
     Body = Get(<<"transfer-encoding">>) =/= undefined orelse
-        binary_to_integer(Get2(<<"content-length">>, <<"0">>)) > 0,
+        lists:any(fun(C) -> C =/= $0 end, binary_to_list(Get2(<<"content-length">>, <<"0">>))),
     case Method =:= <<"GET">> andalso has_token(Get(<<"upgrade">>), <<"websocket">>)
         andalso has_token(Get(<<"connection">>), <<"upgrade">>) andalso not Body of
         false -> 400;

@@ -78,6 +78,18 @@ cases() ->
      {ws_behind_delay, ["GET /delay/100 HTTP/1.1\r\nHost: x\r\n\r\n", handshake(), ?CLOSE],
       ["HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok",
        ?WS_101, ?CLOSE_ANSWER]},
+     %% A content-length past 2^64-1 is malformed (400), as llhttp reads it, digit by digit (ehttpd
+     %% answered 413, and converted the whole digit string: quadratic in its length); 2^64-1 itself
+     %% is only too large (413); leading zeros do not count.
+     {content_length_over_64_bits,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551616\r\n\r\n", ?E400},
+     {content_length_64_bits,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 18446744073709551615\r\n\r\n", ?E413},
+     {content_length_leading_zeros,
+      ["POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: ", lists:duplicate(1000, $0),
+       "2\r\nConnection: close\r\n\r\nab"],
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 2\r\n"
+      "connection: close\r\n\r\nab"},
      %% obs-text (bytes 0x80-0xFF, RFC 9110 5.5) in the token lists of connection, transfer-encoding
      %% and upgrade: bytes like any other, not UTF-8 (ehttpd closed without an answer).
      {connection_obs_text, "GET / HTTP/1.1\r\nHost: x\r\nConnection: \xff, close\r\n\r\n", ?CLOSE_ANS},
