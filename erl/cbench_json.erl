@@ -225,6 +225,9 @@ number(B) ->
                 end,
     case {Frac, Exp} of
         {none, none} ->
+            %% More than 19 digits is past 64 bits (no leading zeros): refused before
+            %% list_to_integer/1, which is quadratic in the digits and does not yield.
+            length(Int) =< 19 orelse throw(bad),
             I = list_to_integer(Sign ++ Int),
             (I >= ?INT_MIN andalso I =< ?INT_MAX) orelse throw(bad),
             {I, B4};

@@ -9,11 +9,11 @@
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
 -export([body_kinds_every_engine/1, body_kinds_h2c/1, falls_through_with_the_body/1,
-         bad_body_matchers/1, json_decoder/1, regex_subset/1, near_miss_404/1,
+         bad_body_matchers/1, json_decoder/1, json_long_integer/1, regex_subset/1, near_miss_404/1,
          verify_pairs_nearest/1, near_misses_listed/1]).
 
 all() -> [body_kinds_every_engine, body_kinds_h2c, falls_through_with_the_body, bad_body_matchers,
-          json_decoder, regex_subset, near_miss_404, verify_pairs_nearest, near_misses_listed].
+          json_decoder, json_long_integer, regex_subset, near_miss_404, verify_pairs_nearest, near_misses_listed].
 
 init_per_suite(Config) ->
     Config.
@@ -191,6 +191,34 @@ json_decoder(_Config) ->
     ?assert(cbench_json:holds(#{<<"a">> => #{<<"b">> => 1, <<"c">> => 2}}, #{<<"a">> => #{<<"b">> => 1}})),
     ?assertNot(cbench_json:holds(#{<<"a">> => 1.0}, #{<<"a">> => 1})),
     ok.
+
+%% @doc An integer of more than 19 digits is past 64 bits: refused, as jansson refuses it, without
+%% converting its digits. list_to_integer/1 is quadratic in them and does not yield, so a request
+%% body of digits sent to a stub with a JSON matcher held the connection's scheduler (and every
+%% connection bound to it) for minutes: 10 MB of digits, half an hour. The conversions are traced.
+json_long_integer(_Config) ->
+    Digits = binary:copy(<<"7">>, 100000),
+    Self = self(),
+    Tracer = spawn_link(fun() -> trace_collect(Self, []) end),
+    erlang:trace_pattern({erlang, list_to_integer, 1}, true, [global]),
+    erlang:trace(self(), true, [call, {tracer, Tracer}]),
+    Results = [cbench_json:decode(T) || T <- [Digits, <<"[-", Digits/binary, "]">>,
+                                              <<"12345678901234567890">>, <<"1234567890123456789">>]],
+    erlang:trace(self(), false, [call]),
+    erlang:trace_pattern({erlang, list_to_integer, 1}, false, [global]),
+    Delivered = erlang:trace_delivered(self()),
+    receive {trace_delivered, _, Delivered} -> ok end,
+    Tracer ! {done, self()},
+    Converted = receive {traced, Lens} -> Lens end,
+    ?assertEqual([error, error, error, {ok, 1234567890123456789}], Results),
+    ?assertEqual([], [L || L <- Converted, L > 20]),
+    ok.
+
+trace_collect(Test, Lens) ->
+    receive
+        {trace, Test, call, {erlang, list_to_integer, [Arg]}} -> trace_collect(Test, [length(Arg) | Lens]);
+        {done, Test} -> Test ! {traced, Lens}
+    end.
 
 %% @doc The regex subset (the same list as test/c/test_body_match.c).
 regex_subset(_Config) ->
