@@ -254,9 +254,14 @@ read_headers(S, Cfg, Req, Bytes, Deadline) ->
     case cbench_ehttpd_sock:recv(S, 0, Left) of
         {ok, {http_header, _, _Field, Name, Value}} ->
             Bytes1 = Bytes + byte_size(Name) + byte_size(Value) + 4,
+            Bad = bad_value(Value),
             if
                 Bytes1 > Cfg#cfg.max_header ->
                     error_close(S, Cfg, 431);
+                Bad ->
+                    %% http_bin takes any byte but LF in a value (a lone CR too, which the proxy
+                    %% would pass on as a line end to its upstream); llhttp's strict mode does not.
+                    error_close(S, Cfg, 400);
                 true ->
                     %% Names lowercased once, here: framing, routing and the journal compare them.
                     Hs = [{cbench_http:lower(Name), trim(Value)} | Req#req.headers],
@@ -273,6 +278,12 @@ read_headers(S, Cfg, Req, Bytes, Deadline) ->
         {error, emsgsize} -> error_close(S, Cfg, 431);
         {error, _} -> bump(Cfg, ?RESETS)
     end.
+
+%% A field value may hold visible bytes, obs-text, spaces and tabs (RFC 9110 5.5): any other
+%% control byte (CR, NUL, DEL, ...) makes it malformed.
+bad_value(<<C, _/binary>>) when C < 16#20, C =/= $\t; C =:= 16#7f -> true;
+bad_value(<<_, Rest/binary>>) -> bad_value(Rest);
+bad_value(<<>>) -> false.
 
 %% A timed-out head: 408 if any of it arrived, a silent close otherwise.
 head_timeout(S, Cfg) ->

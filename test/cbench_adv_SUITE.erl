@@ -90,6 +90,12 @@ cases() ->
        "2\r\nConnection: close\r\n\r\nab"],
       "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 2\r\n"
       "connection: close\r\n\r\nab"},
+     %% A control byte but HTAB in a field value (RFC 9110 5.5): 400, as llhttp's strict mode. ehttpd
+     %% took them, and its proxy passed a lone CR on to the upstream (`x: a<CR>injected: 1').
+     {value_control_byte, "GET / HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\nConnection: close\r\n\r\n", ?E400},
+     {value_del, "GET / HTTP/1.1\r\nHost: x\r\nX: a\x7fb\r\nConnection: close\r\n\r\n", ?E400},
+     {value_lone_cr, "GET /headers HTTP/1.1\r\nHost: x\r\nX: a\rinjected: 1\r\nConnection: close\r\n\r\n",
+      ?E400},
      %% obs-text (bytes 0x80-0xFF, RFC 9110 5.5) in the token lists of connection, transfer-encoding
      %% and upgrade: bytes like any other, not UTF-8 (ehttpd closed without an answer).
      {connection_obs_text, "GET / HTTP/1.1\r\nHost: x\r\nConnection: \xff, close\r\n\r\n", ?CLOSE_ANS},
