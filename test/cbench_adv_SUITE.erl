@@ -96,6 +96,17 @@ cases() ->
      {value_del, "GET / HTTP/1.1\r\nHost: x\r\nX: a\x7fb\r\nConnection: close\r\n\r\n", ?E400},
      {value_lone_cr, "GET /headers HTTP/1.1\r\nHost: x\r\nX: a\rinjected: 1\r\nConnection: close\r\n\r\n",
       ?E400},
+     %% llhttp 8.1's limit (docs/wire.md): a tab after a content-length or transfer-encoding value
+     %% is a 400, a space is not (ehttpd took both).
+     {content_length_tab_after,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \t\r\nConnection: close\r\n\r\nab", ?E400},
+     {transfer_encoding_tab_after,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\t\r\nConnection: close\r\n\r\n0\r\n\r\n",
+      ?E400},
+     {content_length_space_after,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2 \r\nConnection: close\r\n\r\nab",
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 2\r\n"
+      "connection: close\r\n\r\nab"},
      %% obs-text (bytes 0x80-0xFF, RFC 9110 5.5) in the token lists of connection, transfer-encoding
      %% and upgrade: bytes like any other, not UTF-8 (ehttpd closed without an answer).
      {connection_obs_text, "GET / HTTP/1.1\r\nHost: x\r\nConnection: \xff, close\r\n\r\n", ?CLOSE_ANS},
