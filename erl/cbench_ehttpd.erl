@@ -109,6 +109,7 @@ start(Opts, ListenOpts0, Tls, Threads) ->
                                max_body = maps:get(max_body_bytes, Opts),
                                header_timeout = maps:get(header_timeout_ms, Opts),
                                idle_timeout = maps:get(idle_timeout_ms, Opts),
+                               max_queued_reply = maps:get(max_queued_reply_bytes, Opts),
                                close_mode = maps:get(close, Opts, false),
                                table = make_ref(),
                                not_found_stat = length(?STAT_KEYS) + length(Fixture) + 1,
@@ -326,10 +327,7 @@ stats(#h{cnt = Cnt, stubs = Stubs, tls_cnt = TlsCnt, cfg = #cfg{recorder = Rec}}
                   h2_parked => 0,
                   h2_woken => 0,
                   %% OTP ssl keeps the record layer: no kernel TLS.
-                  tls_ktls => 0,
-                  %% A handler's stream to a client that does not read waits in gen_tcp:send, which
-                  %% send_timeout (idle_timeout_ms) ends: no queue bound of the C engines' kind.
-                  handler_overflows => 0},
+                  tls_ktls => 0},
     %% recorded, recorded_duplicates, record_skipped (docs/record.md).
     tls_stats(maps:merge(Stats, cbench_ehttpd_record:counts(Rec)), TlsCnt).
 

@@ -7,7 +7,7 @@
                     accept_backoffs, faults, handler_unavailable, handler_timeouts,
                     tls_handshakes_full, tls_handshakes_resumed, tls_handshakes_failed,
                     tls_handshakes_refused, proxy_requests, proxy_upstream_connects,
-                    proxy_upstream_reused, proxy_502, proxy_504]).
+                    proxy_upstream_reused, proxy_502, proxy_504, handler_overflows]).
 -define(CONNS_ACCEPTED, 1).
 -define(CONNS_CLOSED, 2).
 -define(REQUESTS, 3).
@@ -33,6 +33,7 @@
 -define(PROXY_REUSED, 23).
 -define(PROXY_502, 24).
 -define(PROXY_504, 25).
+-define(HANDLER_OVERFLOWS, 26).
 
 %% What a TLS listener's connections need (docs/tls.md): the handshake's bound, the pending
 %% handshakes of each acceptor (an atomics slot per acceptor, at most max_pending in each), and
@@ -50,6 +51,7 @@
               max_body :: pos_integer(),
               header_timeout :: pos_integer(),
               idle_timeout :: pos_integer(),
+              max_queued_reply :: pos_integer(),
               close_mode :: boolean(),
               %% The key of the server's route table (cbench_router:table/1).
               table :: reference(),

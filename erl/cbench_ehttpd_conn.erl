@@ -691,7 +691,7 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts = #{body := stream}) ->
     %% The body in pieces: the request goes first, then each piece as it is read.
     Info = #{method => Req#req.method, path => Path, query => Query,
              headers => Req#req.headers, peer => peer(S), proto => proto(Cfg), body => stream},
-    case cbench_ehttpd_handler:send(Target, HOpts, Info) of
+    case cbench_ehttpd_handler:send(Target, handler_opts(Cfg, HOpts), Info) of
         {ok, Ctx, To} ->
             case body(S, Cfg, Req, fun(Piece, Acc) -> cbench_ehttpd_handler:body(Ctx, To, Piece),
                                                       {ok, Acc} end, ok) of
@@ -711,9 +711,11 @@ handler(S, Cfg, Req, Path, Query, Target, HOpts) ->
             Info = #{method => Req#req.method, path => Path, query => Query,
                      headers => Req#req.headers, peer => peer(S), proto => proto(Cfg),
                      body => iolist_to_binary(Body)},
-            handler_answer(S, Cfg, Req, cbench_ehttpd_handler:await(Target, HOpts, Info));
+            handler_answer(S, Cfg, Req, cbench_ehttpd_handler:await(Target, handler_opts(Cfg, HOpts), Info));
         Error -> Error
     end.
+
+handler_opts(Cfg, HOpts) -> HOpts#{max_queued_reply_bytes => Cfg#cfg.max_queued_reply}.
 
 handler_answer(S, Cfg, Req, Answer) ->
     case Answer of
@@ -750,11 +752,14 @@ handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
     case cbench_ehttpd_handler:next(Ctx) of
         {send, <<>>} ->
             handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
-        {send, _} when Head ->
+        {send, Data} when Head ->
+            cbench_ehttpd_handler:written(Ctx, byte_size(Data)),
             handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent);
         {send, Data} ->
             case send(S, case Chunked of true -> cbench_http:chunk(Data); false -> Data end) of
-                ok -> handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent + byte_size(Data));
+                ok ->
+                    cbench_ehttpd_handler:written(Ctx, byte_size(Data)),
+                    handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent + byte_size(Data));
                 Error -> Error
             end;
         finish when Chunked, not Head ->
@@ -765,6 +770,11 @@ handler_pieces(S, Cfg, Req, Status, Chunked, Ctx, Sent) ->
         {cut, Why} ->
             %% The answer began: it cannot end well, so the connection is closed.
             bump(Cfg, handler_fail_stat(Why)),
+            journal(Cfg, Req, Status, Sent),
+            close;
+        overflow ->
+            %% max_queued_reply_bytes of the answer waited for a client that does not read.
+            bump(Cfg, ?HANDLER_OVERFLOWS),
             journal(Cfg, Req, Status, Sent),
             close
     end.

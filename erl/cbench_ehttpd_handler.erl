@@ -5,18 +5,26 @@
 %%%
 %%% The request's handle is `{cbench_ehttpd, Conn, Ref, State}': State is its state word
 %%% (cbench_handler_state), so that one answer wins against another and against the connection
-%%% taking the request back for a 503 or 504.
+%%% taking the request back for a 503 or 504. The word's array holds two more slots: the bytes of a
+%%% streamed answer sent by the handler and not yet written by the connection, and the server's
+%%% max_queued_reply_bytes. The pieces wait in the connection's mailbox while gen_tcp:send waits for
+%%% a client that does not read; a send/2 that finds that many waiting cuts the answer, as the C
+%%% engines do (docs/erlang.md, "Failure statuses").
 -module(cbench_ehttpd_handler).
 
 -export([answer/2]).
--export([await/3, send/3, body/3, wait/1, next/1, done/1]).
+-export([await/3, send/3, body/3, wait/1, next/1, written/2, done/1]).
 
 -export_type([ctx/0]).
 
 %% What the connection keeps of a request it sent: the reference of its answers, its state word,
 %% the monitor of the handler's process and the handler's timeout_ms.
 -opaque ctx() :: {reference(), cbench_handler_state:state(), reference(), pos_integer()}.
--type handler_opts() :: #{timeout_ms := pos_integer(), batch := boolean(), _ => _}.
+-type handler_opts() :: #{timeout_ms := pos_integer(), batch := boolean(),
+                          max_queued_reply_bytes := pos_integer(), _ => _}.
+-define(QUEUED, 2). %% the slot after the state word: bytes sent by the handler, not yet written
+-define(MAX_QUEUED, 3).
+
 -type answer() :: {reply, cbench_handler:status(), [{binary(), binary()}], binary(), ctx()} |
                   {stream, cbench_handler:status(), [{binary(), binary()}], ctx()} |
                   {fail, 503 | 504}.
@@ -27,6 +35,21 @@
 %% sent to the connection that waits for it.
 -spec answer({cbench_ehttpd, pid(), reference(), cbench_handler_state:state()},
              cbench_handler_state:op()) -> ok | {error, gone | not_streaming}.
+answer({cbench_ehttpd, Pid, Ref, A = {Arr, I}}, Op = {send, Data}) ->
+    Size = byte_size(Data),
+    case atomics:add_get(Arr, I + ?QUEUED - 1, Size) - Size >= atomics:get(Arr, I + ?MAX_QUEUED - 1) of
+        false ->
+            case cbench_handler_state:answer(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end) of
+                ok -> ok;
+                Error -> atomics:sub(Arr, I + ?QUEUED - 1, Size), Error
+            end;
+        true ->
+            atomics:sub(Arr, I + ?QUEUED - 1, Size),
+            case cbench_handler_state:cut(A) of
+                true -> Pid ! {cbench_reply, Ref, overflow}, {error, gone};
+                false -> cbench_handler_state:answer(A, Op, fun(_) -> ok end)
+            end
+    end;
 answer({cbench_ehttpd, Pid, Ref, A}, Op) ->
     cbench_handler_state:answer(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
 
@@ -45,14 +68,16 @@ await(Target, HOpts, Info) ->
 %% with body/3): {ok, Ctx, To}, or {fail, 503} when there is no process.
 -spec send(pid() | atom(), handler_opts(), map()) ->
           {ok, ctx(), {pid(), cbench_handler:handle()}} | {fail, 503}.
-send(Target, #{timeout_ms := Timeout, batch := Batch}, Info) ->
+send(Target, #{timeout_ms := Timeout, batch := Batch, max_queued_reply_bytes := Max}, Info) ->
     case target_pid(Target) of
         undefined ->
             {fail, 503};
         Pid ->
             Mon = erlang:monitor(process, Pid),
             Ref = make_ref(),
-            A = cbench_handler_state:new(),
+            Arr = atomics:new(?MAX_QUEUED, []),
+            atomics:put(Arr, ?MAX_QUEUED, Max),
+            A = {Arr, 1},
             Handle = {cbench_ehttpd, self(), Ref, A},
             Req = Info#{handle => Handle},
             Pid ! case Batch of
@@ -82,14 +107,22 @@ wait(Ctx) ->
     case receive_op(Ctx) of
         {reply, S, H, B} -> {reply, S, H, B, Ctx};
         {stream, S, H} -> {stream, S, H, Ctx};
-        {cut, Status} -> done(Ctx), {fail, Status}
+        {cut, Status} -> done(Ctx), {fail, Status};
+        %% A cut that overtook its stream's head (two processes answering): nothing began.
+        overflow -> done(Ctx), {fail, 503}
     end.
 
-%% @doc The next piece of a streamed answer: {send, Data}, finish, or {cut, 503 | 504} (the
-%% handler died, or sent nothing for timeout_ms).
--spec next(ctx()) -> {send, binary()} | finish | {cut, 503 | 504}.
+%% @doc The next piece of a streamed answer: {send, Data}, finish, {cut, 503 | 504} (the
+%% handler died, or sent nothing for timeout_ms), or overflow (a send/2 found
+%% max_queued_reply_bytes waiting: the request is over).
+-spec next(ctx()) -> {send, binary()} | finish | {cut, 503 | 504} | overflow.
 next(Ctx) ->
     receive_op(Ctx).
+
+%% @doc Size bytes of a piece left the connection (written, or dropped for a HEAD request).
+-spec written(ctx(), non_neg_integer()) -> ok.
+written(_Ctx, 0) -> ok;
+written({_, {Arr, I}, _, _}, Size) -> atomics:sub(Arr, I + ?QUEUED - 1, Size).
 
 %% @doc The request is over: later answers get {error, gone}.
 -spec done(ctx()) -> ok.

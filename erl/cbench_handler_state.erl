@@ -7,7 +7,7 @@
 %%% {error, gone} (a late answer) or finds the request answered.
 -module(cbench_handler_state).
 
--export([new/0, new/1, answer/3, is_open/1, take_back/1, done/1]).
+-export([new/0, new/1, answer/3, is_open/1, take_back/1, cut/1, done/1]).
 
 -export_type([state/0, op/0]).
 
@@ -71,6 +71,11 @@ take_back({A, I}) ->
     Now = atomics:get(A, I),
     (Now =:= ?PARKED orelse Now =:= ?STREAMING) andalso
         atomics:compare_exchange(A, I, Now, ?DONE) =:= ok.
+
+%% @doc A streamed answer is cut by its own side (ehttpd's max_queued_reply_bytes): true when the
+%% answer was streaming and is now over, false when it had ended or was taken back meanwhile.
+-spec cut(state()) -> boolean().
+cut({A, I}) -> atomics:compare_exchange(A, I, ?STREAMING, ?DONE) =:= ok.
 
 %% @doc The request is over: every later answer is {error, gone}.
 -spec done(state()) -> ok.

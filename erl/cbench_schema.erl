@@ -140,5 +140,5 @@ options() ->
        doc => "ehttpd only: the original ehttpd (one canned answer, then close)"},
      #{key => max_queued_reply_bytes, name => max_queued_reply_bytes, type => integer, min => 1, max => 4611686018427387904,
        default => 16777216, allowed => {integer, 1, 4611686018427387904},
-       engines => [nif, port],
+       engines => [nif, port, ehttpd],
        doc => "a handler's streamed answer is cut when this many of its bytes wait for a client that does not read"}].

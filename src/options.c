@@ -109,7 +109,7 @@ static const cb_option_t options[] = {
      FIELD(proxy_protocol),
      .doc = "with --proxy-to: the upstream's protocol, http1 or h2c (prior knowledge; docs/proxy.md)"},
     {.name = "max_queued_reply_bytes", .flag = "--max-queued-reply-bytes", .type = CB_OPT_UINT, .min = 1,
-     .max = (uint64_t)1 << 62, .def = 16u << 20, .err = CB_ELIMIT, .flags = CB_OPT_F_C_ENGINES,
+     .max = (uint64_t)1 << 62, .def = 16u << 20, .err = CB_ELIMIT,
      FIELD(max_queued_reply_bytes),
      .doc = "a handler's streamed answer is cut when this many of its bytes wait for a client that does not read"},
 };

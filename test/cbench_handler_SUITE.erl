@@ -19,12 +19,9 @@ all() -> [{group, nif}, {group, port}, {group, ehttpd}].
 
 groups() ->
     Cases = [reply_forms, request_fields, gone_and_badarg, unavailable, timeout, crash_mid_stream,
-             concurrent_out_of_order, batch_checks, body_stream, pool],
+             concurrent_out_of_order, batch_checks, body_stream, pool, stream_overflow],
     H2c = [reply_forms_h2c, crash_mid_stream_h2c, body_stream_h2c],
-    %% max_queued_reply_bytes is the C engines' (ehttpd's send_timeout bounds a client that does not read).
-    C = [stream_overflow],
-    [{nif, [], Cases ++ H2c ++ C}, {port, [], Cases ++ H2c ++ C},
-     {ehttpd, [], Cases}].
+    [{nif, [], Cases ++ H2c}, {port, [], Cases ++ H2c}, {ehttpd, [], Cases}].
 
 init_per_group(Engine, Config) ->
     {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 2}),
