@@ -416,10 +416,14 @@ frame([{Name, Value} | Rest], Req, CL, TE, Minor) ->
             end;
         <<"content-length">> -> error;
         <<"transfer-encoding">> ->
+            %% As llhttp reads them: the codings of every such field, in order, must end with
+            %% chunked, which comes once (RFC 9112 6.1); the others are not undone.
             Codings = tokens(Value),
-            case lists:last([<<>> | Codings]) of
-                <<"chunked">> when length(Codings) =:= 1, TE =:= undefined ->
-                    frame(Rest, Req, CL, chunked, Minor);
+            Chunked = [C || C <- Codings, C =:= <<"chunked">>],
+            case {TE, Chunked, lists:last([<<>> | Codings])} of
+                {chunked, _, _} -> error;
+                {_, [], _} -> frame(Rest, Req, CL, coded, Minor);
+                {_, [_], <<"chunked">>} -> frame(Rest, Req, CL, chunked, Minor);
                 _ -> error
             end;
         <<"connection">> ->
