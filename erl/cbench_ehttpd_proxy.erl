@@ -283,8 +283,9 @@ more(Sock, Buf, Timeout, Then) ->
         {error, _} -> {error, 502, reset}
     end.
 
-lower(Name) when is_atom(Name) -> string:lowercase(atom_to_binary(Name, latin1));
-lower(Name) -> string:lowercase(Name).
+%% Byte by byte (cbench_http): string:lowercase/1 reads UTF-8 and raises badarg on obs-text.
+lower(Name) when is_atom(Name) -> cbench_http:lower(atom_to_binary(Name, latin1));
+lower(Name) -> cbench_http:lower(Name).
 
 %% The body by its framing: none (HEAD, 1xx, 204, 304), chunked, content-length, or to the close.
 body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
@@ -298,7 +299,7 @@ body(Sock, Status, Version, Headers, Rest, Head, Timeout, MaxBody) ->
         Status =:= 204; Status =:= 304 ->
             {ok, Status, Out, <<>>, [], Keep andalso Rest =:= <<>>};
         TE =/= undefined ->
-            case string:lowercase(TE) of
+            case lower(TE) of
                 <<"chunked">> ->
                     case chunks(Sock, Rest, Timeout, MaxBody, []) of
                         {ok, Body, Trailers, <<>>} -> {ok, Status, Out, Body, Trailers, Keep};
@@ -380,14 +381,14 @@ trailers(Sock, Buf, Timeout, Body, Acc) ->
         {ok, <<>>, Rest} ->
             Drop = [<<"content-length">>, <<"date">> | hop_by_hop()],
             {ok, Body, [{N, V} || {N, V} <- lists:reverse(Acc),
-                                  not lists:member(string:lowercase(N), Drop)], Rest};
+                                  not lists:member(lower(N), Drop)], Rest};
         {ok, Line, Rest} ->
             case binary:split(Line, <<":">>) of
                 [Name, Value] ->
                     case token(Name) andalso field_value(Value) of
                         true ->
                             trailers(Sock, Rest, Timeout, Body,
-                                     [{Name, string:trim(Value, both, " \t")} | Acc]);
+                                     [{Name, cbench_http:trim_ows(Value)} | Acc]);
                         false -> {error, 502, bad_response}
                     end;
                 _ -> {error, 502, bad_response}

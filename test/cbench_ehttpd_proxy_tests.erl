@@ -92,3 +92,34 @@ to_authority_test() ->
     ?assertEqual([<<"127.0.0.1:8080">>, <<"[::1]:8443">>, <<"example.test">>],
                  [cbench_ehttpd_proxy:to_authority(T)
                   || T <- [<<"http://127.0.0.1:8080/base">>, <<"https://[::1]:8443">>, <<"http://example.test/">>]]).
+
+%% An upstream's obs-text (bytes 0x80-0xFF, RFC 9110 5.5) where OTP's string functions read UTF-8:
+%% a trailer field's value is a value like any other, and a transfer-encoding of such bytes is not
+%% chunked (bad_response). Both crashed the client's connection process (badarg from string:trim/3
+%% and string:lowercase/1) instead of passing the trailer on or answering 502.
+upstream_obs_text_test() ->
+    ?assertMatch({ok, 200, _, <<"abc">>, [{<<"x-t">>, <<"\xff">>}], connected},
+                 forward_to(<<"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                              "3\r\nabc\r\n0\r\nx-t: \xff \r\n\r\n">>)),
+    ?assertEqual({error, 502, bad_response},
+                 forward_to(<<"HTTP/1.1 200 OK\r\ntransfer-encoding: \xff\r\n\r\n">>)).
+
+%% GET / forwarded to a one-shot upstream that reads the request and writes Answer.
+forward_to(Answer) ->
+    {ok, L} = gen_tcp:listen(0, [binary, {active, false}, {ip, {127, 0, 0, 1}}]),
+    {ok, Port} = inet:port(L),
+    Up = spawn(fun() ->
+                       {ok, S} = gen_tcp:accept(L),
+                       {ok, _} = gen_tcp:recv(S, 0),
+                       ok = gen_tcp:send(S, Answer),
+                       receive stop -> gen_tcp:close(S) end
+               end),
+    To = iolist_to_binary(["http://127.0.0.1:", integer_to_list(Port)]),
+    Req = #{method => <<"GET">>, target => <<"/">>, headers => [], body => <<>>, peer => <<"p">>,
+            host => <<"h">>},
+    Result = cbench_ehttpd_proxy:forward(#{to => To, timeout_ms => 5000}, Req, false),
+    Up ! stop,
+    gen_tcp:close(L),
+    [gen_tcp:close(Sock) || {{cbench_ehttpd_proxy, _, _, _}, Sock} <- get()],
+    [erase(K) || {K = {cbench_ehttpd_proxy, _, _, _}, _} <- get()],
+    Result.
