@@ -27,7 +27,7 @@ launch() {
   SPID=$!
   pids+=("$SPID")
   for i in $(seq 1 200); do
-    [ "$(wc -l <"$work/$label.out" 2>/dev/null || echo 0)" -ge "$lines" ] && break
+    [ "$( { wc -l <"$work/$label.out"; } 2>/dev/null || echo 0)" -ge "$lines" ] && break
     kill -0 "$SPID" 2>/dev/null || break
     sleep 0.05
   done
