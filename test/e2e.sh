@@ -661,7 +661,7 @@ TMPDIR=$work "$SERVER" --tls --port 0 --threads 1 >"$work/tlsup.out" 2>"$work/tl
 TPID=$!
 pids+=("$TPID")
 for i in $(seq 1 200); do
-  [ "$(wc -l <"$work/tlsup.out" 2>/dev/null || echo 0)" -ge 2 ] && break
+  [ "$( { wc -l <"$work/tlsup.out"; } 2>/dev/null || echo 0)" -ge 2 ] && break
   kill -0 "$TPID" 2>/dev/null || break
   sleep 0.05
 done
