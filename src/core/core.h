@@ -565,6 +565,7 @@ struct cb__req_s {
   uint8_t body_wait;  /* the lookup met a route with a body matcher: choose once the body is complete */
   uint8_t body_known; /* the lookup runs with the body (cb__rtable_dispatch_body): body matchers are tried */
   uint8_t mjson_state; /* mjson: 0 not parsed yet, 1 parsed, 2 the body is not JSON */
+  uint64_t mre_steps;  /* steps the regex matchers took on this body so far (body_match.c bounds them) */
   uint8_t mbody_refused; /* the held body went over the echo budget: answered 503 */
   char *mbody;        /* the body held for body matchers (cb__h_body_wait), mbody_cap bytes from the echo budget
                          and a NUL after mbody_len (for sanitizers' regexec interceptors) */

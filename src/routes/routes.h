@@ -84,6 +84,15 @@ int cb__body_match_new(const cb_body_match_t *in, cb__body_match_t **out);
 int cb__body_match(const cb__body_match_t *m, cb__req_t *r);
 void cb__body_match_free(cb__body_match_t *m);
 int cb__regex_subset_ok(const char *p, size_t n);
+/* The regex matcher's bounds (docs/routes.md, "Body matchers"): the steps one request's regex matchers may take
+ * in all, CB__REGEX_STEPS and CB__REGEX_STEPS_PER_BYTE of the body (past them a regex does not match; about 6 ns
+ * a step: 0.6 s for a 10 MB body at most), and the instructions of a compiled regex (past them: bad_regex). */
+#define CB__REGEX_STEPS 10000000u
+#define CB__REGEX_STEPS_PER_BYTE 8u
+#define CB__REGEX_PROG 16384
+/* Whether p[0..n) has a match of m's regex (a CB_MATCH_BODY_REGEX matcher); *steps: the request's steps so far,
+ * added to. */
+int cb__regex_run(const cb__body_match_t *m, const char *p, size_t n, uint64_t *steps);
 void cb__req_body_json_free(cb__req_t *r);
 /* Frees the held body and its JSON (cb__req_release, when r->mbody or r->mjson is set). */
 void cb__req_body_free(cb__req_t *r);
