@@ -821,8 +821,55 @@ body_matcher(B) when is_map(B), map_size(B) =:= 1 ->
     end;
 body_matcher(B) -> fail({match, body}, B, wrong_type).
 
+-define(REGEX_PROG, 16384).
+
 regex_compiles(Re) ->
-    regex_ok(Re) andalso element(1, re:compile(Re, [dotall, dollar_endonly])) =:= ok.
+    regex_ok(Re) andalso rx_size(Re) =< ?REGEX_PROG
+        andalso element(1, re:compile(Re, [dotall, dollar_endonly])) =:= ok.
+
+%% What the C engine's matcher (src/routes/body_match.c, re_size) makes of a pattern regex_ok/1
+%% took: its instructions, counted repetitions written out, plus the final match. Over
+%% ?REGEX_PROG the C engines refuse it (bad_regex), and so do the others: the same patterns
+%% everywhere.
+rx_size(Re) ->
+    {Size, <<>>} = rx_alt(Re),
+    Size + 1.
+
+rx_alt(R0) ->
+    {S, R} = rx_cat(R0, 0),
+    case R of
+        <<$|, R1/binary>> -> {S2, R2} = rx_alt(R1), {S + S2 + 2, R2};
+        _ -> {S, R}
+    end.
+
+rx_cat(<<>>, S) -> {S, <<>>};
+rx_cat(R = <<C, _/binary>>, S) when C =:= $|; C =:= $) -> {S, R};
+rx_cat(R0, S) ->
+    {T, R1} = rx_atom(R0),
+    {P, R2} = rx_quant(R1, T),
+    rx_cat(R2, S + P).
+
+rx_atom(<<$(, R0/binary>>) -> {S, <<$), R/binary>>} = rx_alt(R0), {S, R};
+rx_atom(<<$[, R0/binary>>) ->
+    R1 = case R0 of <<$^, X/binary>> -> X; _ -> R0 end,
+    R2 = case R1 of <<$], X2/binary>> -> X2; _ -> R1 end,
+    {ok, R} = bracket(R2),
+    {1, R};
+rx_atom(<<$\\, _, R/binary>>) -> {1, R};
+rx_atom(<<_, R/binary>>) -> {1, R}.
+
+rx_quant(<<$*, R/binary>>, T) -> {T + 2, R};
+rx_quant(<<$+, R/binary>>, T) -> {T + 1, R};
+rx_quant(<<$?, R/binary>>, T) -> {T + 1, R};
+rx_quant(<<${, R0/binary>>, T) ->
+    {_, M, R1} = rx_digits(R0, 0, 0),
+    case R1 of
+        <<$}, R/binary>> -> {M * T, R};
+        <<$,, $}, R/binary>> when M > 0 -> {M * T + 1, R};
+        <<$,, $}, R/binary>> -> {T + 2, R};
+        <<$,, R2/binary>> -> {_, N, <<$}, R/binary>>} = rx_digits(R2, 0, 0), {M * T + (N - M) * (T + 1), R}
+    end;
+rx_quant(R, T) -> {T, R}.
 
 %% An iodata() value as a binary, or error.
 iodata_bin(V) ->

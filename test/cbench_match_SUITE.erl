@@ -151,6 +151,10 @@ bad_body_matchers(_Config) ->
              {#{regex => "(a"}, {F, "(a", bad_regex}},
              {#{regex => "a{2,1}"}, {F, "a{2,1}", bad_regex}},
              {#{regex => "[[:word:]]"}, {F, "[[:word:]]", bad_regex}},
+             %% Over the C matcher's 16,384 instructions with its counted repetitions written out
+             %% ("(a{255}){64}" is 16,321 of them and is taken, below).
+             {#{regex => "(a{255}){65}"}, {F, "(a{255}){65}", bad_regex}},
+             {#{regex => "((a|b){255}){40}"}, {F, "((a|b){255}){40}", bad_regex}},
              {#{regex => Long}, {F, Long, too_long}},
              {#{regex => 42}, {F, 42, wrong_type}},
              {#{equal => {x}}, {F, {x}, wrong_type}},
@@ -168,6 +172,7 @@ bad_body_matchers(_Config) ->
                        {E, B, cbench:stub(S, #{path => "/x", body => B}, #{})})
           || {B, Bad} <- Cases],
          ?assertEqual({E, []}, {E, cbench:stubs(S)}),
+         ?assertMatch({E, {ok, _}}, {E, cbench:stub(S, #{path => "/x", body => #{regex => "(a{255}){64}"}}, #{})}),
          ok = cbench:stop_server(S)
      end || E <- engines()],
     ok.
