@@ -3,6 +3,7 @@
  * handlers built on this are tested in the CT suites (test/cbench_handler_SUITE.erl). */
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1022,4 +1023,316 @@ TEST_T(deferred_stream_overflow_cut, 60000) {
   buf_free(&exp);
   buf_free(&got);
   test_stop(srv);
+}
+
+/* ---- deferred routes churned while repliers answer (the audit of races between the API and the workers): the
+ * route is replaced, failed and removed while requests are parked on it and replies are on their way. Every
+ * request gets the reply or a 503 (a route for its path is always there); no callback reaches a route's ud once
+ * its free_ud ran. ---- */
+
+#define DCHURN_REQS 200
+#define DCHURN_ROUTES 120
+
+typedef struct {
+  int freed;   /* atomic: free_ud ran */
+  int late;    /* atomic: a callback came after it */
+} dchurn_ud_t;
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  cb_reqref_t *refs;
+  size_t n, cap;
+  int stop;
+  cb_server_t *srv;
+  long replied, egone, gone_calls;
+} dq = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, NULL, 0, 0, 0};
+
+static void dchurn_check(dchurn_ud_t *u) {
+  if (__atomic_load_n(&u->freed, __ATOMIC_ACQUIRE)) __atomic_store_n(&u->late, 1, __ATOMIC_RELEASE);
+}
+
+static int dchurn_deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
+  dchurn_check(ud);
+  pthread_mutex_lock(&dq.mu);
+  for (size_t k = 0; k < n; k++) {
+    if (dq.n == dq.cap) {
+      dq.cap = dq.cap ? 2 * dq.cap : 256;
+      dq.refs = realloc(dq.refs, dq.cap * sizeof *dq.refs);
+      ASSERT_NOT_NULL(dq.refs);
+    }
+    dq.refs[dq.n++] = reqs[k].ref;
+  }
+  pthread_cond_broadcast(&dq.cv);
+  pthread_mutex_unlock(&dq.mu);
+  return 0;
+}
+
+static void dchurn_gone(void *ud, cb_reqref_t ref) {
+  (void)ref;
+  dchurn_check(ud);
+  __atomic_add_fetch(&dq.gone_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void dchurn_free(void *ud) {
+  dchurn_ud_t *u = ud;
+  ASSERT_EQ(__atomic_exchange_n(&u->freed, 1, __ATOMIC_ACQ_REL), 0); /* once */
+}
+
+static void *dchurn_replier(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&dq.mu);
+  for (;;) {
+    while (dq.n == 0 && !dq.stop) pthread_cond_wait(&dq.cv, &dq.mu);
+    if (dq.n == 0) break;
+    cb_reqref_t ref = dq.refs[--dq.n];
+    pthread_mutex_unlock(&dq.mu);
+    cb_reply_t r = {.ref = ref, .op = CB_REPLY_FULL, .status = 200, .body = CB_S("R")};
+    ASSERT_ERR(cb_server_reply(dq.srv, &r, 1), 0);
+    if (r.result != 0) ASSERT_ERR(r.result, CB_EGONE); /* failed (503) meanwhile */
+    __atomic_add_fetch(r.result == 0 ? &dq.replied : &dq.egone, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&dq.mu);
+  }
+  pthread_mutex_unlock(&dq.mu);
+  return NULL;
+}
+
+typedef struct {
+  int port, h2;
+  long ok, unavailable, wrong;
+} dchurn_cl_t;
+
+static void dchurn_judge(dchurn_cl_t *ck, int status, const char *body, size_t len) {
+  if (status == 200 && len == 1 && body[0] == 'R')
+    ck->ok++;
+  else if (status == 503)
+    ck->unavailable++;
+  else {
+    cbt_log("wrong answer: status %d, %zu bytes of body", status, len);
+    ck->wrong++;
+  }
+}
+
+static void *dchurn_client(void *arg) {
+  dchurn_cl_t *ck = arg;
+  if (ck->h2) {
+    h2cl_t *cl = h2_open(ck->port);
+    h2_handshake(cl);
+    for (int i = 0; i < DCHURN_REQS; i += 4) {
+      h2resp_t *rs[4];
+      for (int k = 0; k < 4; k++) rs[k] = h2_request(cl, 2 * (i + k) + 1, "GET", "/dchurn", NULL, 0, NULL, 0);
+      h2_wait(cl, rs, 4, 15000);
+      for (int k = 0; k < 4; k++) {
+        dchurn_judge(ck, rs[k]->rst == H2_NO_RST ? rs[k]->status : -1, rs[k]->body.p, rs[k]->body.len);
+        h2_forget(cl, 2 * (i + k) + 1);
+      }
+    }
+    h2_free(cl);
+    return NULL;
+  }
+  int fd = cl_connect(ck->port);
+  static const char req[] = "GET /dchurn HTTP/1.1\r\nhost: x\r\n\r\n";
+  for (int i = 0; i < DCHURN_REQS; i++) {
+    buf_t got = {0};
+    cl_send(fd, req, sizeof req - 1);
+    long n;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0)
+      if (cl_read_n(fd, &got, got.len + 1, 15000) != CL_OK) break;
+    int status = 0;
+    const char *body = n > 0 ? memmem(got.p, (size_t)n, "\r\n\r\n", 4) : NULL;
+    if (body == NULL || sscanf(got.p, "HTTP/1.1 %d", &status) != 1) {
+      cbt_log("h1: no complete answer (%zu bytes)", got.len);
+      ck->wrong++;
+      buf_free(&got);
+      break;
+    }
+    body += 4;
+    dchurn_judge(ck, status, body, (size_t)(got.p + n - body));
+    ASSERT_EQ((size_t)n, got.len);
+    buf_free(&got);
+  }
+  close(fd);
+  return NULL;
+}
+
+TEST_T(deferred_churn_fail_remove_reply, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 2;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  dq.srv = srv;
+  dq.stop = 0;
+  pthread_t rep[3];
+  for (int i = 0; i < 3; i++) ASSERT_EQ(pthread_create(&rep[i], NULL, dchurn_replier, NULL), 0);
+  static dchurn_ud_t uds[DCHURN_ROUTES];
+  memset(uds, 0, sizeof uds);
+  uint64_t cur = 0;
+  dchurn_cl_t cls[4] = {{.port = port}, {.port = port}, {.port = port, .h2 = 1}, {.port = port, .h2 = 1}};
+  pthread_t th[4];
+  for (int i = 0; i < DCHURN_ROUTES; i++) {
+    cb_deferred_t d;
+    memset(&d, 0, sizeof d);
+    d.match.path = CB_S("/dchurn");
+    d.deliver = dchurn_deliver;
+    d.gone = dchurn_gone;
+    d.free_ud = dchurn_free;
+    d.ud = &uds[i];
+    d.timeout_ms = 10000;
+    d.batch = i % 2;
+    uint64_t id;
+    ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+    if (cur != 0) ASSERT_ERR(cb_server_route_remove(srv, cur), 0);
+    cur = id;
+    if (i == 0) /* the clients begin once a route is there: a 404 is then a table without one */
+      for (int k = 0; k < 4; k++) ASSERT_EQ(pthread_create(&th[k], NULL, dchurn_client, &cls[k]), 0);
+    if (i % 5 == 0) ASSERT_ERR(cb_server_deferred_fail(srv, cur), 0);
+    if (i % 3 == 0) sched_yield();
+  }
+  long ok = 0, unavailable = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    cbt_log("client %d (%s): %ld replied, %ld 503, %ld wrong", i, cls[i].h2 ? "h2c" : "h1", cls[i].ok,
+            cls[i].unavailable, cls[i].wrong);
+    ASSERT_EQ(cls[i].wrong, 0);
+    ASSERT_EQ(cls[i].ok + cls[i].unavailable, DCHURN_REQS);
+    ok += cls[i].ok;
+    unavailable += cls[i].unavailable;
+  }
+  pthread_mutex_lock(&dq.mu);
+  dq.stop = 1;
+  pthread_cond_broadcast(&dq.cv);
+  pthread_mutex_unlock(&dq.mu);
+  for (int i = 0; i < 3; i++) pthread_join(rep[i], NULL);
+  cbt_log("%ld replied, %ld CB_EGONE, %ld gone calls", dq.replied, dq.egone, dq.gone_calls);
+  ASSERT_EQ(dq.replied, ok);
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.handler_unavailable, (uint64_t)unavailable);
+  ASSERT_EQ(st.handler_timeouts, 0);
+  test_stop(srv);
+  for (int i = 0; i < DCHURN_ROUTES; i++) {
+    ASSERT_EQ(uds[i].freed, 1);
+    ASSERT_EQ(uds[i].late, 0);
+  }
+  free(dq.refs);
+  dq.refs = NULL;
+  dq.n = dq.cap = 0;
+}
+
+/* ---- down and up while requests are parked and replies are on their way: a parked request whose connection
+ * the down closed is gone (its replies CB_EGONE), every other one gets its reply; nothing times out. ---- */
+
+#define DDOWN_CYCLES 20
+#define DDOWN_REQS 150
+
+typedef struct {
+  int port;
+  long ok, cut, wrong;
+} ddown_cl_t;
+
+static void *ddown_client(void *arg) {
+  ddown_cl_t *ck = arg;
+  static const char req[] = "GET /dchurn HTTP/1.1\r\nhost: x\r\n\r\n";
+  int fd = -1;
+  for (int i = 0; i < DDOWN_REQS; i++) {
+    if (fd < 0) {
+      fd = cl_socket();
+      struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)ck->port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+      if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { /* down: try again in a moment */
+        close(fd);
+        fd = -1;
+        ck->cut++;
+        sleep_ms(2);
+        continue;
+      }
+    }
+    buf_t got = {0};
+    if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1)) {
+      ck->cut++;
+      close(fd);
+      fd = -1;
+      continue;
+    }
+    long n;
+    int rr = CL_OK;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0)
+      if ((rr = cl_read_n(fd, &got, got.len + 1, 15000)) != CL_OK) break;
+    if (n > 0 && got.len >= 15 && memcmp(got.p, "HTTP/1.1 200", 12) == 0 && got.p[n - 1] == 'R')
+      ck->ok++;
+    else if (n > 0 && memcmp(got.p, "HTTP/1.1 503", 12) == 0)
+      ck->wrong++; /* no deferred_fail here */
+    else if (n == 0 && (rr == CL_EOF || rr == CL_RESET))
+      ck->cut++;
+    else {
+      cbt_log("wrong: %ld, %s, %zu bytes", n, cl_status_name(rr), got.len);
+      ck->wrong++;
+    }
+    buf_free(&got);
+    if (n <= 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+
+TEST_T(deferred_down_up_while_replying, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 2;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  dq.srv = srv;
+  dq.stop = 0;
+  dq.replied = dq.egone = dq.gone_calls = 0;
+  pthread_t rep[3];
+  for (int i = 0; i < 3; i++) ASSERT_EQ(pthread_create(&rep[i], NULL, dchurn_replier, NULL), 0);
+  static dchurn_ud_t ud;
+  memset(&ud, 0, sizeof ud);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/dchurn");
+  d.deliver = dchurn_deliver;
+  d.gone = dchurn_gone;
+  d.free_ud = dchurn_free;
+  d.ud = &ud;
+  d.timeout_ms = 10000;
+  uint64_t id;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  ddown_cl_t cls[3] = {{.port = port}, {.port = port}, {.port = port}};
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) ASSERT_EQ(pthread_create(&th[i], NULL, ddown_client, &cls[i]), 0);
+  for (int i = 0; i < DDOWN_CYCLES; i++) {
+    sleep_ms(3);
+    ASSERT_ERR(cb_server_down(srv), 0);
+    ASSERT_ERR(cb_server_up(srv), 0);
+  }
+  long ok = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    cbt_log("client %d: %ld replied, %ld cut, %ld wrong", i, cls[i].ok, cls[i].cut, cls[i].wrong);
+    ASSERT_EQ(cls[i].wrong, 0);
+    ASSERT_EQ(cls[i].ok + cls[i].cut, DDOWN_REQS);
+    ok += cls[i].ok;
+  }
+  pthread_mutex_lock(&dq.mu);
+  dq.stop = 1;
+  pthread_cond_broadcast(&dq.cv);
+  pthread_mutex_unlock(&dq.mu);
+  for (int i = 0; i < 3; i++) pthread_join(rep[i], NULL);
+  cbt_log("%ld replied, %ld CB_EGONE, %ld gone calls", dq.replied, dq.egone, dq.gone_calls);
+  ASSERT_GE(dq.replied, ok); /* a reply can be taken and its connection closed before it is written */
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.handler_timeouts, 0);
+  ASSERT_EQ(st.handler_unavailable, 0);
+  test_stop(srv);
+  ASSERT_EQ(ud.freed, 1);
+  ASSERT_EQ(ud.late, 0);
+  free(dq.refs);
+  dq.refs = NULL;
+  dq.n = dq.cap = 0;
 }

@@ -1,5 +1,7 @@
 /* The request journal (issue 9): its exact content for known requests over both protocols, body truncation,
  * order across workers, the ring bound, filters, clear, the listener, and a disabled journal. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -581,4 +583,102 @@ TEST(journal_promise_faults_h2c) {
     }
   }
   cb_server_stop(srv);
+}
+
+/* ---- the listener set and cleared in a loop under load (the audit of races between the API and the workers):
+ * once a clear returns, the fn it cleared is not running and is never called again; reads and clears of the
+ * journal meanwhile. ---- */
+
+#define LCHURN_ROUNDS 150
+#define LCHURN_REQS 400
+
+typedef struct {
+  int cleared; /* atomic: the clear that ended this listener returned */
+  int running; /* atomic: calls in progress */
+  int late;    /* atomic: calls that began after, or were still running at, the clear's return */
+  int calls;   /* atomic */
+} lchurn_t;
+
+static void lchurn_fn(void *ud, const cb_request_t *r) {
+  lchurn_t *l = ud;
+  (void)r;
+  __atomic_add_fetch(&l->running, 1, __ATOMIC_ACQ_REL);
+  if (__atomic_load_n(&l->cleared, __ATOMIC_ACQUIRE)) __atomic_add_fetch(&l->late, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELAXED);
+  sched_yield(); /* stay inside a moment: a clear racing it must wait for this */
+  __atomic_sub_fetch(&l->running, 1, __ATOMIC_ACQ_REL);
+}
+
+typedef struct {
+  int port, h2;
+  long ok;
+} lchurn_cl_t;
+
+static void *lchurn_client(void *arg) {
+  lchurn_cl_t *ck = arg;
+  if (ck->h2) {
+    h2cl_t *cl = h2_open(ck->port);
+    h2_handshake(cl);
+    for (int i = 0; i < LCHURN_REQS; i += 4) {
+      h2resp_t *rs[4];
+      for (int k = 0; k < 4; k++) rs[k] = h2_request(cl, 2 * (i + k) + 1, "GET", "/hello", NULL, 0, NULL, 0);
+      h2_wait(cl, rs, 4, 15000);
+      for (int k = 0; k < 4; k++) {
+        if (rs[k]->status == 200 && rs[k]->rst == H2_NO_RST) ck->ok++;
+        h2_forget(cl, 2 * (i + k) + 1);
+      }
+    }
+    h2_free(cl);
+    return NULL;
+  }
+  int fd = cl_connect(ck->port);
+  static const char req[] = "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n";
+  for (int i = 0; i < LCHURN_REQS; i++) {
+    buf_t got = {0};
+    cl_send(fd, req, sizeof req - 1);
+    long n;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0)
+      if (cl_read_n(fd, &got, got.len + 1, 15000) != CL_OK) break;
+    if (n > 0 && (size_t)n == got.len && memcmp(got.p, "HTTP/1.1 200", 12) == 0) ck->ok++;
+    buf_free(&got);
+  }
+  close(fd);
+  return NULL;
+}
+
+TEST_T(journal_listener_clear_under_load, 60000) {
+  cb_server_t *srv = start_journal(2, 200, 64);
+  int port = cb_server_port(srv);
+  lchurn_cl_t cls[3] = {{.port = port}, {.port = port}, {.port = port, .h2 = 1}};
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) ASSERT_EQ(pthread_create(&th[i], NULL, lchurn_client, &cls[i]), 0);
+  static lchurn_t ls[LCHURN_ROUNDS];
+  memset(ls, 0, sizeof ls);
+  for (int i = 0; i < LCHURN_ROUNDS; i++) {
+    ASSERT_ERR(cb_server_set_journal_listener(srv, lchurn_fn, &ls[i]), 0);
+    if (i % 2) sched_yield();
+    if (i % 3 == 0) ASSERT_ERR(cb_server_set_journal_listener(srv, lchurn_fn, &ls[i]), 0); /* set again */
+    ASSERT_ERR(cb_server_set_journal_listener(srv, NULL, NULL), 0);
+    /* The clear returned: no call of ls[i]'s is running, and none begins from here on. */
+    ASSERT_EQ(__atomic_load_n(&ls[i].running, __ATOMIC_ACQUIRE), 0);
+    __atomic_store_n(&ls[i].cleared, 1, __ATOMIC_RELEASE);
+    if (i % 10 == 0) {
+      cb_request_list_t *list;
+      ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+      for (size_t k = 1; k < list->count; k++) ASSERT_GT(list->items[k].seq, list->items[k - 1].seq);
+      cb_request_list_free(list);
+      ASSERT_ERR(cb_server_requests_clear(srv), 0);
+    }
+  }
+  long calls = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    ASSERT_EQ(cls[i].ok, LCHURN_REQS);
+  }
+  for (int i = 0; i < LCHURN_ROUNDS; i++) {
+    ASSERT_EQ(__atomic_load_n(&ls[i].late, __ATOMIC_ACQUIRE), 0);
+    calls += __atomic_load_n(&ls[i].calls, __ATOMIC_ACQUIRE);
+  }
+  cbt_log("%ld listener calls over %d rounds", calls, LCHURN_ROUNDS);
+  test_stop(srv);
 }

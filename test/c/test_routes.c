@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1021,5 +1022,114 @@ TEST_T(journal_count_equals_h2load, 120000) {
   ASSERT_ERR(cb_server_stats(srv, &st), 0);
   ASSERT_EQ(st.requests, 20000);
   buf_free(&out);
+  test_stop(srv);
+}
+
+/* ---- a stub added and removed in a loop while clients use it (the audit of races between the API and the
+ * workers): every answer is the stub's or the 404, over HTTP/1.1 keep-alive and h2c, and the counts add up ---- */
+
+#define CHURN_REQS 300
+
+typedef struct {
+  int port;
+  int h2;
+  long ok, nf, wrong; /* the stub's answer, 404, anything else */
+} churn_cl_t;
+
+static void churn_judge(churn_cl_t *ck, int status, const char *body, size_t len) {
+  if (status == 200 && len == 7 && (memcmp(body, "CHURN-A", 7) == 0 || memcmp(body, "CHURN-B", 7) == 0))
+    ck->ok++;
+  else if (status == 404)
+    ck->nf++;
+  else
+    ck->wrong++;
+}
+
+static void *churn_client(void *arg) {
+  churn_cl_t *ck = arg;
+  if (ck->h2) {
+    h2cl_t *cl = h2_open(ck->port);
+    h2_handshake(cl);
+    for (int i = 0; i < CHURN_REQS; i += 4) { /* four streams at a time */
+      h2resp_t *rs[4];
+      for (int k = 0; k < 4; k++) rs[k] = h2_request(cl, 2 * (i + k) + 1, "GET", "/churn", NULL, 0, NULL, 0);
+      h2_wait(cl, rs, 4, 15000);
+      for (int k = 0; k < 4; k++) {
+        churn_judge(ck, rs[k]->rst == H2_NO_RST ? rs[k]->status : -1, rs[k]->body.p, rs[k]->body.len);
+        h2_forget(cl, 2 * (i + k) + 1);
+      }
+    }
+    h2_free(cl);
+    return NULL;
+  }
+  int fd = cl_connect(ck->port);
+  static const char req[] = "GET /churn HTTP/1.1\r\nhost: x\r\n\r\n";
+  for (int i = 0; i < CHURN_REQS; i++) {
+    buf_t got = {0};
+    cl_send(fd, req, sizeof req - 1);
+    long n;
+    while ((n = cl_response_len(got.p, got.len, 0)) == 0)
+      if (cl_read_n(fd, &got, got.len + 1, 15000) != CL_OK) break;
+    int status = 0;
+    const char *body = n > 0 ? memmem(got.p, (size_t)n, "\r\n\r\n", 4) : NULL;
+    if (body == NULL || sscanf(got.p, "HTTP/1.1 %d", &status) != 1) {
+      ck->wrong++;
+      buf_free(&got);
+      break;
+    }
+    body += 4;
+    churn_judge(ck, status, body, (size_t)(got.p + n - body));
+    ASSERT_EQ((size_t)n, got.len); /* nothing after the answer */
+    buf_free(&got);
+  }
+  close(fd);
+  return NULL;
+}
+
+TEST_T(routes_stub_churn_keepalive_and_h2c, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 2;
+  cfg.journal = 1000;
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  /* A stub without claims (the worker remembers it as its last route) and one with times (a claim per request). */
+  cb_stub_t a = simple(CB_METHOD_GET, "/churn", 200, "CHURN-A");
+  cb_stub_t b = simple(CB_METHOD_GET, "/churn", 200, "CHURN-B");
+  b.response.times = 1000000;
+  churn_cl_t cls[4] = {{.port = port}, {.port = port}, {.port = port, .h2 = 1}, {.port = port, .h2 = 1}};
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) ASSERT_EQ(pthread_create(&th[i], NULL, churn_client, &cls[i]), 0);
+  for (int i = 0; i < 400; i++) {
+    uint64_t id = add(srv, i % 2 ? &a : &b);
+    if (i % 3 == 0) sched_yield();
+    ASSERT_ERR(cb_server_route_remove(srv, id), 0);
+    if (i % 20 == 0) { /* the readers of what the workers use */
+      cb_stub_list_t *sl;
+      ASSERT_ERR(cb_server_stubs(srv, &sl), 0);
+      cb_stub_list_free(sl);
+      cb_route_counts_t *rc;
+      ASSERT_ERR(cb_server_route_counts(srv, &rc), 0);
+      cb_route_counts_free(rc);
+      cb_near_miss_list_t *nm;
+      ASSERT_ERR(cb_server_near_misses(srv, &nm), 0);
+      cb_near_miss_list_free(nm);
+    }
+  }
+  long ok = 0, nf = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    cbt_log("client %d (%s): %ld stub, %ld 404, %ld wrong", i, cls[i].h2 ? "h2c" : "h1", cls[i].ok, cls[i].nf,
+            cls[i].wrong);
+    ASSERT_EQ(cls[i].wrong, 0);
+    ASSERT_EQ(cls[i].ok + cls[i].nf, CHURN_REQS);
+    ok += cls[i].ok;
+    nf += cls[i].nf;
+  }
+  ASSERT_EQ((uint64_t)nf, route_count(srv, "not_found"));
+  cb_stats_t st;
+  ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  ASSERT_EQ(st.requests, (uint64_t)(4 * CHURN_REQS));
+  (void)ok;
   test_stop(srv);
 }
