@@ -17,6 +17,7 @@
  * written when the first stream opens and is all zeros again once the last one has closed, so without this an
  * h2 connection idle after its requests (a client pool's) would keep that page for nothing. */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,17 @@
 #include "proto/h2_mem.h"
 #include "proto/proto.h"
 
-static size_t page_size = 4096; /* set from sysconf when the first session is made */
+static size_t page_size = 4096; /* set from sysconf once (page_size_once), before any worker reads it */
+static pthread_once_t page_size_done = PTHREAD_ONCE_INIT;
+
+static void page_size_read(void) {
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0 && (ps & (ps - 1)) == 0) page_size = (size_t)ps;
+}
+
+/* Once for the process: every worker wrote the same value on each new session, a data race by the letter
+ * (ThreadSanitizer reported it in every h2c run, which hid the rest of its reports). */
+static void page_size_once(void) { pthread_once(&page_size_done, page_size_read); }
 
 /* Process-wide counts for tests (cb__h2_mem_counts): frame buffers mapped now, and how often the rest step
  * emptied one or was skipped. Touched when a session is made or freed and at its rest step, never per request. */
@@ -317,8 +328,7 @@ void cb__h2_small_free(cb__h2_small_t *small) {
 }
 
 void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small) {
-  long ps = sysconf(_SC_PAGESIZE);
-  if (ps > 0 && (ps & (ps - 1)) == 0) page_size = (size_t)ps;
+  page_size_once();
   memset(m, 0, sizeof *m);
   m->small = small;
   m->mem = (nghttp2_mem){.mem_user_data = m, .malloc = mem_malloc, .free = mem_free, .calloc = mem_calloc,
