@@ -360,6 +360,7 @@ stream_overflow(Config) ->
     ?assert(N < 4096),
     Got = read_all(Sock, <<>>),
     gen_tcp:close(Sock),
+    ct:log("~b sends taken; ~b bytes read, from ~p", [N, byte_size(Got), binary:part(Got, 0, min(200, byte_size(Got)))]),
     ?assertMatch({match, _}, re:run(Got, "^HTTP/1.1 200 OK\r\n")),
     ?assertNotEqual(<<"\r\n0\r\n\r\n">>, binary:part(Got, byte_size(Got), -7)),
     ?assert(byte_size(Got) < (N + 1) * byte_size(Piece)),

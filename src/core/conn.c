@@ -275,6 +275,7 @@ static void update_timer(cb__conn_t *c) {
 #define PRODUCE_ROUNDS 8
 
 void cb__conn_after(cb__conn_t *c) {
+  c->afters++;
   for (int round = 0;; round++) {
     if (c->closing) return;
     if (c->ops && c->ops->after) c->ops->after(c);

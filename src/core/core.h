@@ -202,6 +202,8 @@ struct cb__conn_s {
   uint8_t rest_flags;    /* what the protocol keeps of itself while its state is given back (HTTP/1.1) */
   char rest_byte;
   uint8_t after_queued;  /* on the worker's after_soon list (cb__conn_after_soon) */
+  uint8_t afters;        /* cb__conn_after runs, modulo 256: what was queued since the last has not been offered to
+                          * the socket yet (deferred.c's bound on a streamed answer) */
   uint8_t *freed_flag;   /* set to 1 when the connection is freed (test connections watch it) */
   uint64_t head_start;   /* loop time when the current head began (header timeout) */
   uint64_t last_activity; /* loop time of the last event (idle mode) or progress (stall mode) */

@@ -51,6 +51,8 @@ typedef struct {
   uint32_t next_free;
   uint64_t deadline; /* the loop's time (ms) of the 504: no answer (or no piece while streaming); 0: none */
   uv_timer_t timer;  /* fires at the deadline at the latest (see arm) */
+  uint8_t fresh_afters; /* the connection's after-step count when a piece was last queued (run_item): the
+                          * same now, that piece has not been offered to the socket yet */
 } slot_t;
 
 typedef struct cb__defer_w_s {
@@ -279,6 +281,7 @@ static void park(cb__req_t *r) {
   }
   slot_t *s = slot_at(d, i);
   s->r = r;
+  s->fresh_afters = (uint8_t)(r->conn->afters - 1); /* no piece queued yet */
   uint32_t gen = GEN(__atomic_load_n(&s->word, __ATOMIC_RELAXED));
   __atomic_store_n(&s->word, WORD(gen, ST_PARKED), __ATOMIC_RELEASE);
   DEFER(r)->slot = i + 1;
@@ -609,16 +612,31 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
       }
       /* Nothing paces a handler's pieces but this: a client that does not read would have the server keep
        * them all (HTTP/1.1's output queue, an h2c stream's pieces behind its window). At the bound the answer is
-       * cut, the request ends (gone: further replies are CB_EGONE) and the cut is counted. */
-      if (it->len > 0 && !head_only && r->proto->queued(r) >= c->w->cfg->max_queued_reply_bytes) {
-        free(it->body);
-        take_back(w, s, OVERFLOW);
-        return; /* take_back ran the connection's follow-up */
-      }
-      if (it->len > 0 && !head_only)
+       * cut, the request ends (gone: further replies are CB_EGONE) and the cut is counted. What waits counts
+       * once the socket has been offered it: the pieces of one batch of replies are all queued before the
+       * connection's after-step writes, so at the bound with pieces not yet offered the after-step runs here
+       * first. Without it a burst from a handler was cut before a byte of it was written, the head too (the
+       * client saw the connection close and nothing else). */
+      if (it->len > 0 && !head_only) {
+        size_t max = c->w->cfg->max_queued_reply_bytes;
+        if (r->proto->queued(r) >= max && s->fresh_afters == c->afters) {
+          cb__conn_after(c);
+          unsigned st = STATE(__atomic_load_n(&s->word, __ATOMIC_ACQUIRE)); /* FINISHED: its end is claimed */
+          if (c->closing || s->r != r || (st != ST_STREAMING && st != ST_FINISHED)) {
+            free(it->body);
+            return;
+          }
+        }
+        if (r->proto->queued(r) >= max) {
+          free(it->body);
+          take_back(w, s, OVERFLOW);
+          return; /* take_back ran the connection's follow-up */
+        }
+        s->fresh_afters = c->afters; /* queued after the connection's latest after-step: not offered yet */
         cb__res_data(r, it->body, it->len, CB__DATA_FREE | CB__DATA_PIECE_END);
-      else
+      } else {
         free(it->body);
+      }
       arm(w, s, droute(r)->timeout_ms);
       break;
     case CB_REPLY_UNAVAILABLE:

@@ -1025,6 +1025,75 @@ TEST_T(deferred_stream_overflow_cut, 60000) {
   test_stop(srv);
 }
 
+/* A burst: the head, 20 pieces of 64 KiB (more than the 1 MiB bound) and the end in one cb_server_reply call,
+ * one command-queue post, so all of them are queued before the connection's after-step writes anything. To a
+ * client that reads, over HTTP/1.1 and h2c, the whole answer arrives and nothing is cut: at the bound the pieces
+ * not yet offered to the socket are offered first. The burst was cut at its 17th piece before a byte was
+ * written, the head too: the client saw the connection close and nothing else (cbench_handler_SUITE's
+ * stream_overflow on nif, once in CI, where the handler ran ahead of the worker). */
+#define BURST_PIECES 20
+
+static void reply_burst(cb_server_t *srv, cb_reqref_t ref) {
+  cb_reply_t rs[BURST_PIECES + 2];
+  memset(rs, 0, sizeof rs);
+  rs[0] = (cb_reply_t){.ref = ref, .op = CB_REPLY_STREAM, .status = 200};
+  for (int k = 1; k <= BURST_PIECES; k++)
+    rs[k] = (cb_reply_t){.ref = ref, .op = CB_REPLY_SEND, .body = {ovf_piece, sizeof ovf_piece}};
+  rs[BURST_PIECES + 1] = (cb_reply_t){.ref = ref, .op = CB_REPLY_FINISH};
+  ASSERT_ERR(cb_server_reply(srv, rs, BURST_PIECES + 2), 0);
+  for (int k = 0; k < BURST_PIECES + 2; k++) ASSERT_ERR(rs[k].result, 0);
+}
+
+TEST_T(deferred_stream_burst_not_cut, 60000) {
+  for (size_t i = 0; i < sizeof ovf_piece; i++) ovf_piece[i] = (char)('a' + i % 26);
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cfg.max_queued_reply_bytes = OVF_LIMIT;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/b/*");
+  d.deliver = deliver;
+  d.timeout_ms = 30000;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /b/1 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+  wait_delivered(1);
+  reply_burst(srv, pop_ref());
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_CLOSE);
+  for (int k = 0; k < BURST_PIECES; k++) exp_chunk(&exp, ovf_piece, sizeof ovf_piece);
+  exp_last_chunk(&exp);
+  ASSERT_EQ(cl_read_close(fd, &got, 20000), CL_EOF);
+  ASSERT_EQ(mask_dates(got.p, got.len), 1);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  close(fd);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/b/2", NULL, 0, NULL, 0);
+  wait_delivered(2);
+  reply_burst(srv, pop_ref());
+  h2_wait1(cl, r1, 20000);
+  ASSERT_EQ(r1->status, 200);
+  ASSERT_EQ(r1->rst, H2_NO_RST);
+  ASSERT_EQ(r1->ended, 1);
+  ASSERT_EQ(r1->body.len, (size_t)BURST_PIECES * OVF_PIECE);
+  for (size_t off = 0; off < r1->body.len; off += OVF_PIECE) ASSERT(memcmp(r1->body.p + off, ovf_piece, OVF_PIECE) == 0);
+  h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_overflows - st0.handler_overflows, 0);
+  buf_free(&exp);
+  buf_free(&got);
+  test_stop(srv);
+}
+
 /* ---- deferred routes churned while repliers answer (the audit of races between the API and the workers): the
  * route is replaced, failed and removed while requests are parked on it and replies are on their way. Every
  * request gets the reply or a 503 (a route for its path is always there); no callback reaches a route's ud once
