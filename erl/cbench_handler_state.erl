@@ -7,7 +7,7 @@
 %%% {error, gone} (a late answer) or finds the request answered.
 -module(cbench_handler_state).
 
--export([new/0, new/1, answer/3, is_open/1, take_back/1, cut/1, done/1]).
+-export([new/1, answer/3, is_open/1, take_back/1, cut/1, done/1]).
 
 -export_type([state/0, op/0]).
 
@@ -23,10 +23,6 @@
 -define(STREAMING, 2).
 -define(FINISHED, 3).
 -define(DONE, 4).
-
-%% @doc A new request's state word: waiting for its answer.
--spec new() -> state().
-new() -> {atomics:new(1, []), 1}.
 
 %% @doc N new state words, one array for them all.
 -spec new(non_neg_integer()) -> [state()].
