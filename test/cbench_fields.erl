@@ -71,9 +71,9 @@ keys(stub_info) ->
 keys(stats) ->
     {[conns_accepted, conns_open, conns_closed, requests, bytes_read, bytes_written, status_400, status_404,
       status_405, status_413, status_431, timeouts, resets, h2_errors, h2_parked, h2_woken,
-      accept_backoffs, faults, handler_unavailable, handler_timeouts, handler_overflows, tls_handshakes_failed, tls_handshakes_refused, tls_ktls, tls_handshakes_full,
-      tls_handshakes_resumed, proxy_requests, proxy_upstream_connects, proxy_upstream_reused, proxy_502, proxy_504, recorded, recorded_duplicates,
-      record_skipped, requests_by_route, conns_by_proto, requests_by_proto],
+      accept_backoffs, faults, handler_unavailable, handler_timeouts, handler_overflows, tls_handshakes_failed, tls_handshakes_refused, tls_ktls,
+      tls_handshakes_full, tls_handshakes_resumed, proxy_requests, proxy_upstream_connects, proxy_upstream_reused, proxy_502, proxy_504, recorded,
+      recorded_duplicates, record_skipped, requests_by_route, conns_by_proto, requests_by_proto],
      []};
 keys(client_cert) ->
     {[subject, sha256],
