@@ -947,7 +947,8 @@ static int stream_until_cut(cb_server_t *srv, cb_reqref_t ref) {
   return k;
 }
 
-TEST_T(deferred_stream_overflow_cut, 60000) {
+/* One worker, max_queued_reply_bytes OVF_LIMIT, a deferred route on path (gone: its hook, or NULL). */
+static cb_server_t *ovf_start(const char *path, void (*gone)(void *, cb_reqref_t)) {
   for (size_t i = 0; i < sizeof ovf_piece; i++) ovf_piece[i] = (char)('a' + i % 26);
   cb_config_t cfg;
   test_config(&cfg);
@@ -956,15 +957,20 @@ TEST_T(deferred_stream_overflow_cut, 60000) {
   cb_server_t *srv = test_start(&cfg);
   hq.srv = srv;
   hq.delivered = 0;
-  int port = cb_server_port(srv);
   cb_deferred_t d;
   memset(&d, 0, sizeof d);
-  d.match.path = CB_S("/o/*");
+  d.match.path = (cb_str_t){path, strlen(path)};
   d.deliver = deliver;
-  d.gone = on_gone;
+  d.gone = gone;
   d.timeout_ms = 30000;
   uint64_t id = 0;
   ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  return srv;
+}
+
+TEST_T(deferred_stream_overflow_cut, 60000) {
+  cb_server_t *srv = ovf_start("/o/*", on_gone);
+  int port = cb_server_port(srv);
   pthread_mutex_lock(&gone_log.mu);
   gone_log.n = 0;
   pthread_mutex_unlock(&gone_log.mu);
@@ -1045,22 +1051,8 @@ static void reply_burst(cb_server_t *srv, cb_reqref_t ref) {
 }
 
 TEST_T(deferred_stream_burst_not_cut, 60000) {
-  for (size_t i = 0; i < sizeof ovf_piece; i++) ovf_piece[i] = (char)('a' + i % 26);
-  cb_config_t cfg;
-  test_config(&cfg);
-  cfg.threads = 1;
-  cfg.max_queued_reply_bytes = OVF_LIMIT;
-  cb_server_t *srv = test_start(&cfg);
-  hq.srv = srv;
-  hq.delivered = 0;
+  cb_server_t *srv = ovf_start("/b/*", NULL);
   int port = cb_server_port(srv);
-  cb_deferred_t d;
-  memset(&d, 0, sizeof d);
-  d.match.path = CB_S("/b/*");
-  d.deliver = deliver;
-  d.timeout_ms = 30000;
-  uint64_t id = 0;
-  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
   cb_stats_t st0, st1;
   ASSERT_ERR(cb_server_stats(srv, &st0), 0);
   int fd = cl_connect(port);

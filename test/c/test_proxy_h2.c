@@ -1011,6 +1011,14 @@ static int64_t data_segs_in(int fd) {
 
 enum { BATCH = 8 };
 
+/* A retried request's answer on a later connection: 200 "ok" with x-second, then the connection is drained. */
+static void answer_second(fake_t *f, int fd, int32_t sid) {
+  nghttp2_nv nv[] = {NV(":status", "200"), NV("x-second", "1"), NV("content-length", "2")};
+  send_headers(f, fd, sid, nv, 3, 0);
+  frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
+  drain(f, fd);
+}
+
 static void answer_ok(fake_t *f, int fd, int32_t sid) {
   nghttp2_nv nv[] = {NV(":status", "200"), NV("content-length", "2")};
   send_headers(f, fd, sid, nv, 2, 0);
@@ -1349,10 +1357,7 @@ static void s_head_then_refused(fake_t *f, int fd, int conn) {
   if (sid == 0) return;
   send_settings(fd);
   if (conn != 1) {
-    nghttp2_nv nv[] = {NV(":status", "200"), NV("x-second", "1"), NV("content-length", "2")};
-    send_headers(f, fd, sid, nv, 3, 0);
-    frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
-    drain(f, fd);
+    answer_second(f, fd, sid);
     return;
   }
   nghttp2_nv nv[] = {NV(":status", "200"), NV("x-first", "1")};
@@ -1418,10 +1423,7 @@ static void s_close_kept(fake_t *f, int fd, int conn) {
   if (sid == 0) return;
   send_settings(fd);
   if (conn != 1) {
-    nghttp2_nv nv[] = {NV(":status", "200"), NV("x-second", "1"), NV("content-length", "2")};
-    send_headers(f, fd, sid, nv, 3, 0);
-    frame(fd, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, "ok", 2);
-    drain(f, fd);
+    answer_second(f, fd, sid);
     return;
   }
   answer_ok(f, fd, sid);
