@@ -6,7 +6,8 @@
 #   build   the whole BEAM side: the Erlang application and a node to run it (make, make run)
 #   test    what the tests and benchmarks run besides (make test, make bench): clang and the sanitizer
 #           runtime, Common Test, EUnit, dialyzer, h2load, wrk, curl, python3 (test/admin_client.py: the
-#           admin API driven from another language, standard library only)
+#           admin API driven from another language, standard library only), procps (pgrep: bench/lib.sh counts the
+#           CPU of a server's whole process group; without it only the group's leader was counted, silently)
 #
 # usage: scripts/deps.sh [c|priv|build|test] [--check]
 #
@@ -27,7 +28,7 @@ PRIV_PACKAGES="$C_PACKAGES erlang-dev libwslay-dev"
 BUILD_PACKAGES="$PRIV_PACKAGES erlang-base rebar3"
 # erlang-proper-dev: proper.hrl for cbench_api_statem (erlang-proper alone ships no include file).
 TEST_PACKAGES="$BUILD_PACKAGES clang libclang-rt-14-dev erlang-nox erlang-common-test erlang-eunit
-erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl python3 openssl"
+erlang-dialyzer erlang-tools erlang-proper erlang-proper-dev nghttp2-client wrk curl python3 openssl procps"
 
 set_name=build
 check_only=""
