@@ -27,7 +27,7 @@
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
          tls_wrong_host/1, tls_stalled_and_closed/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
-         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1]).
+         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1, h2_goaway_then_silence/1]).
 
 all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coordinated_omission,
           cli_usage, api_bad_input].
@@ -42,7 +42,8 @@ groups() ->
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
-                    endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects]}].
+                    endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects,
+                    h2_goaway_then_silence]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(cbench),
@@ -714,6 +715,38 @@ h2_ping_flood(Config) ->
     ?assertEqual(3, Exit, R),
     ?assert(Pr >= 1 andalso Pr + To =:= N, R),
     bounded(Config, Hwm, R).
+
+%% h2c: each request draws a GOAWAY that keeps every stream (last stream id 2^31-1, the first of a
+%% graceful shutdown), and then nothing: the request in flight may still be answered, so it is a
+%% timeout. Before: once the connection was --timeout old, the check for a WebSocket handshake that
+%% never completes took the GOAWAY's "no new streams" for one, and counted an upgrade error and the
+%% request as a protocol error.
+h2_goaway_then_silence(Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _} = gen_tcp:recv(S, 24, 5000),
+                                        ok = gen_tcp:send(S, h2_frame(4, 0, 0, <<>>)),
+                                        h2_goaway_on_headers(S, <<>>)
+                                end),
+    {Exit, R, Hwm} = watched(url_of(Port, "/hello"), #{proto => h2c}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0},
+      errors := #{timeout := N, protocol := 0, upgrade := 0, unsolicited := 0, total := N}} = R,
+    ?assertEqual(3, Exit, R),
+    ?assert(N >= 1, R),
+    bounded(Config, Hwm, R).
+
+h2_goaway_on_headers(S, <<Len:24, Type, Flags, _:1, _Sid:31, _:Len/binary, Rest/binary>>) ->
+    case {Type, Flags band 1} of
+        {4, 0} -> ok = gen_tcp:send(S, h2_frame(4, 1, 0, <<>>));
+        {1, _} -> ok = gen_tcp:send(S, h2_frame(7, 0, 0, <<0:1, 16#7fffffff:31, 0:32>>));
+        _ -> ok
+    end,
+    h2_goaway_on_headers(S, Rest);
+h2_goaway_on_headers(S, Buf) ->
+    case gen_tcp:recv(S, 0) of
+        {ok, D} -> h2_goaway_on_headers(S, <<Buf/binary, D/binary>>);
+        {error, _} -> ok
+    end.
 
 h2_answer_twice(S, <<Len:24, Type, Flags, _:1, Sid:31, Payload:Len/binary, Rest/binary>>) ->
     case {Type, Flags band 1} of

@@ -195,6 +195,9 @@ typedef struct {
   void (*destroy)(void *p);
   int (*open)(cbl_conn_t *c);                        /* connected: preface, handshake */
   bool (*ready)(cbl_conn_t *c);                      /* requests may be sent (WebSocket: after the 101) */
+  /* Its own handshake has not completed yet (WebSocket: before the 101), and --timeout bounds it; NULL: the
+   * protocol has none. Not the same as !ready: h2 after a GOAWAY sends nothing new but has streams to finish. */
+  bool (*handshaking)(cbl_conn_t *c);
   int (*send)(cbl_conn_t *c, cbl_req_t *r);          /* queue one request */
   int (*flush)(cbl_conn_t *c);                       /* after a batch of sends or a read */
   int (*read)(cbl_conn_t *c, const char *p, size_t n); /* bytes from the socket */

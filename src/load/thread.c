@@ -514,8 +514,10 @@ static void on_tick(uv_timer_t *tm) {
       conn_fail(c, CBL_ERR_TLS);
     }
     /* A WebSocket handshake the server never finishes is no request's timeout: it would hold the connection
-     * without a single error to show for it. */
-    else if (c->state == CBL_CONN_OPEN && !t->proto->ready(c) && t->now - c->started >= t->cfg->timeout_ns)
+     * without a single error to show for it. Only a handshake: an h2 connection that a GOAWAY stopped from
+     * starting streams is not ready either, and its streams in flight are timed by their requests below. */
+    else if (c->state == CBL_CONN_OPEN && t->proto->handshaking && t->proto->handshaking(c) &&
+             t->now - c->started >= t->cfg->timeout_ns)
       conn_fail(c, CBL_ERR_UPGRADE);
     else if (c->state == CBL_CONN_OPEN && c->inflight) {
       busy = true;

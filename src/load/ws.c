@@ -235,6 +235,11 @@ static bool ws_ready(cbl_conn_t *c) {
   return w->upgraded;
 }
 
+static bool ws_handshaking(cbl_conn_t *c) {
+  ws_t *w = c->p;
+  return !w->upgraded;
+}
+
 static int ws_send(cbl_conn_t *c, cbl_req_t *r) {
   (void)r;
   ws_t *w = c->p;
@@ -279,6 +284,7 @@ const cbl_proto_t cbl_ws_proto = {
   .destroy = ws_destroy,
   .open = ws_open,
   .ready = ws_ready,
+  .handshaking = ws_handshaking,
   .send = ws_send,
   .flush = ws_flush,
   .read = ws_read,
