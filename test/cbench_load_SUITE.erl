@@ -19,7 +19,7 @@
 -export([all/0, groups/0, init_per_suite/1, end_per_suite/1]).
 -export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h2c_new_conn/1, h1_paths_round_robin/1,
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, h2c_server_stream_limit/1,
-         h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1,
+         h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
          ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
@@ -35,7 +35,7 @@ all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coor
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h2c_new_conn, h1_paths_round_robin,
                    echo_with_headers, h2c_streams, h2c_head_and_echo, h2c_server_stream_limit, h2c_big_body,
-                   open_loop_schedule,
+                   open_loop_schedule, open_loop_tiny_rate,
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
                    ws_route_missing]},
@@ -272,6 +272,19 @@ h2_answer_then_goaway(S, Buf) ->
         {ok, D} -> h2_answer_then_goaway(S, <<Buf/binary, D/binary>>);
         {error, _} -> ok
     end.
+
+%% A rate so low that the run holds one request: request 0 of connection 0 is due at the start and
+%% every later one long after the end. The program's own argument (cbench:load/2 writes rates with 6
+%% decimals). Before: the second request's time, 10^20 ns after the start, did not fit the integer
+%% it was converted to (undefined; on x86-64 it came out as 0, the start), so every request was due
+%% at once and the schedule's loop never ended: the run never did.
+open_loop_tiny_rate(Config) ->
+    Url = url(Config, "/hello"),
+    {Exit, R, _} = watched_args(Url, ["--rate", "1e-11", "--connections", "1", "--duration", "0.3",
+                                      "--timeout", "0.5", Url], 20000),
+    #{requests := #{sent := 1, completed := 1, ok := 1, unsent := 0}, errors := #{total := 0},
+      mode := <<"open">>} = R,
+    ?assertEqual(0, Exit, R).
 
 %% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
 %% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)
@@ -795,8 +808,14 @@ bounded(Config, Hwm, R) ->
 %% within its duration and timeout; the bound here (+ 20 s) only catches one that never ends.
 watched(Url, Opts0) ->
     Opts = maps:merge(#{connections => 1, duration => 1, timeout => 0.5}, Opts0),
-    {ok, Exe} = cbench_load:exe_path(),
     {ok, Args, _} = cbench_load:args(Url, Opts),
+    Limit = round((maps:get(duration, Opts) + maps:get(timeout, Opts)) * 1000) + 20000,
+    watched_args(Url, Args, Limit).
+
+%% The same with the program's own arguments (Url last among them), for values cbench:load/2 would
+%% write otherwise, and a bound of Limit ms.
+watched_args(Url, Args, Limit) ->
+    {ok, Exe} = cbench_load:exe_path(),
     Out = filename:join(os:getenv("TMPDIR", "/tmp"),
                         "cbench-load-hostile-" ++ integer_to_list(erlang:unique_integer([positive])) ++ ".erl"),
     %% Under ASan (make load-asan), freed memory waits in a quarantine of 256 MB before reuse and
@@ -809,13 +828,12 @@ watched(Url, Opts0) ->
     P = open_port({spawn_executable, Exe}, [{args, Args ++ ["--quiet", "--erl", Out]}, {env, Env},
                                             exit_status, stderr_to_stdout, binary]),
     {os_pid, Os} = erlang:port_info(P, os_pid),
-    Limit = round((maps:get(duration, Opts) + maps:get(timeout, Opts)) * 1000) + 20000,
     T0 = erlang:monotonic_time(millisecond),
     {Exit, Text, Hwm} = watch(P, "/proc/" ++ integer_to_list(Os) ++ "/status", T0 + Limit, <<>>, 0),
     Ms = erlang:monotonic_time(millisecond) - T0,
     {ok, [R]} = file:consult(Out),
     ok = file:delete(Out),
-    ct:log("~s ~p: exit ~p, VmHWM ~b kB, ~b ms~n~s~n~p", [Url, Opts, Exit, Hwm, Ms, Text, R]),
+    ct:log("~s ~p: exit ~p, VmHWM ~b kB, ~b ms~n~s~n~p", [Url, Args, Exit, Hwm, Ms, Text, R]),
     {Exit, R, Hwm}.
 
 watch(P, Status, Deadline, Text, Hwm) ->

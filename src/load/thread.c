@@ -77,7 +77,12 @@ static bool open_loop(const cbl_thread_t *t) { return t->cfg->rate > 0; }
 
 static uint64_t intended(const cbl_thread_t *t, uint64_t k, uint32_t g) {
   double idx = (double)k * (double)t->cfg->connections + (double)g;
-  return t->run->t_start + (uint64_t)(idx * 1e9 / t->cfg->rate);
+  double off = idx * 1e9 / t->cfg->rate;
+  /* At a low enough rate (--rate 1e-11) the offset passes what uint64_t holds, and converting it would be
+   * undefined (x86-64 gives 0: every request due at the start, a schedule that never ends). 2^62 ns is a
+   * century and a half, past the end of any run (at most two days): UINT64_MAX says so without overflow. */
+  if (off >= 0x1p62) return UINT64_MAX;
+  return t->run->t_start + (uint64_t)off;
 }
 
 static bool measured(const cbl_thread_t *t, uint64_t when) {
