@@ -21,7 +21,7 @@
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, h2c_server_stream_limit/1,
          h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
-         ws_bad_echo/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
+         ws_bad_echo/1, ws_long_path/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
@@ -37,7 +37,7 @@ groups() ->
                    echo_with_headers, h2c_streams, h2c_head_and_echo, h2c_server_stream_limit, h2c_big_body,
                    open_loop_schedule, open_loop_tiny_rate,
                    status_500, ws_engine]},
-     {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo,
+     {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo, ws_long_path,
                    ws_route_missing]},
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
@@ -380,6 +380,30 @@ until_sent(Url, Opts = #{duration := D}, Tries) ->
         R ->
             R
     end.
+
+%% The upgrade request on a path longer than the 2 KiB the request was once formatted into: the
+%% server reads exactly the request, and echoes. Before: snprintf truncated it there and the length it
+%% would have had was appended from that buffer, a read past its end (ASan: stack-buffer-overflow)
+%% that sent the stack's bytes to the server in place of the rest of the head.
+ws_long_path(_Config) ->
+    Path = "/" ++ lists:duplicate(3000, $p),
+    Self = self(),
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, Head, Early} = recv_head(S, <<>>),
+                                        Self ! {ws_head, Head},
+                                        ws_accept(S, Head),
+                                        ws_loop(S, Early, fun(M) -> M end)
+                                end),
+    R = until_sent("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws",
+                   #{paths => [Path], connections => 1, duration => 1}),
+    Stop(),
+    #{requests := #{completed := N}} = no_errors(R),
+    Head = receive {ws_head, H} -> H after 0 -> ct:fail(no_upgrade_request) end,
+    ?assertEqual(iolist_to_binary(["GET ", Path, " HTTP/1.1\r\nhost: 127.0.0.1:", integer_to_list(Port),
+                                   "\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                                   "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n\r\n"]),
+                 Head),
+    ?assert(N >= 1, R).
 
 %% An echo that is not what was sent is a protocol error.
 ws_bad_echo(_Config) ->
@@ -1050,12 +1074,16 @@ ws_serve(S, Transform) ->
 %% Reads the upgrade request and answers the 101: {ok, BytesReadAfterTheHead}.
 ws_handshake(S) ->
     {ok, Head, Early} = recv_head(S, <<>>),
+    ws_accept(S, Head),
+    {ok, Early}.
+
+%% Answers the upgrade request Head with the 101.
+ws_accept(S, Head) ->
     {match, [Key]} = re:run(Head, "(?i)sec-websocket-key: *([^\\r]+)\\r\\n", [{capture, all_but_first, binary}]),
     {match, _} = re:run(Head, "(?i)upgrade: *websocket"),
     Accept = base64:encode(crypto:hash(sha, <<Key/binary, "258EAFA5-E914-47DA-95CA-C5AB0DC85B11">>)),
     ok = gen_tcp:send(S, ["HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
-                          "connection: Upgrade\r\nsec-websocket-accept: ", Accept, "\r\n\r\n"]),
-    {ok, Early}.
+                          "connection: Upgrade\r\nsec-websocket-accept: ", Accept, "\r\n\r\n"]).
 
 ws_loop(S, Buf, Transform) ->
     case ws_frame(Buf) of

@@ -136,13 +136,15 @@ int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg) {
   if (cfg->proto == CBL_WS) {
     /* The key is fixed: a load generator has nothing to prove with a fresh nonce, and the accept value is not
      * checked (that would need SHA-1, which no library cbench already uses offers). */
-    char buf[2048];
-    int n = snprintf(buf, sizeof buf,
-                     "GET %s HTTP/1.1\r\nhost: %s\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
-                     "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n",
-                     cfg->paths[0], cfg->authority);
+    static const char fields[] = "\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                                 "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n";
+    /* Appended piece by piece, as the HTTP/1.1 requests are: a path (--path) has no length limit. */
     cbl_buf_t b = {0};
-    int bad = cbl_buf_append(&b, buf, (size_t)n);
+    int bad = cbl_buf_append(&b, "GET ", 4);
+    bad |= cbl_buf_append(&b, cfg->paths[0], strlen(cfg->paths[0]));
+    bad |= cbl_buf_append(&b, " HTTP/1.1\r\nhost: ", 17);
+    bad |= cbl_buf_append(&b, cfg->authority, strlen(cfg->authority));
+    bad |= cbl_buf_append(&b, fields, sizeof fields - 1);
     for (int h = 0; h < cfg->nheaders; h++) {
       bad |= cbl_buf_append(&b, cfg->headers[h].name, strlen(cfg->headers[h].name));
       bad |= cbl_buf_append(&b, ": ", 2);
@@ -150,7 +152,10 @@ int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg) {
       bad |= cbl_buf_append(&b, "\r\n", 2);
     }
     bad |= cbl_buf_append(&b, "\r\n", 2);
-    if (bad) return -1;
+    if (bad) {
+      free(b.p);
+      return -1;
+    }
     w->ws_handshake = b.p;
     w->ws_handshake_len = b.len;
     /* Printable text (the frames are text frames, so it must be valid UTF-8): a repeating line. */
