@@ -27,7 +27,8 @@
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
          tls_wrong_host/1, tls_stalled_and_closed/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
-         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1, h2_goaway_then_silence/1]).
+         endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1, h2_goaway_then_silence/1,
+         status_over_599/1]).
 
 all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coordinated_omission,
           cli_usage, api_bad_input].
@@ -43,7 +44,7 @@ groups() ->
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
                     endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects,
-                    h2_goaway_then_silence]}].
+                    h2_goaway_then_silence, status_over_599]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(cbench),
@@ -653,6 +654,20 @@ ws_200_not_101(Config) ->
     ?assert(U >= 1, R),
     %% Counted once: by the upgrade error, the 200 in the statuses but not among the errors.
     ?assertEqual({#{}, #{200 => U}}, {Bad, St}),
+    bounded(Config, Hwm, R).
+
+%% A status llhttp takes but HTTP has not (RFC 9110 15: 100 to 599) is a protocol error, as over h2.
+%% Before: each such answer was completed, not ok, and under no error nor status: 0 errors in a run
+%% that exits 3 for having no success.
+status_over_599(Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        answer_each(S, <<>>, <<"HTTP/1.1 700 Odd\r\ncontent-length: 0\r\n\r\n">>)
+                                end),
+    {Exit, R, Hwm} = watched(url_of(Port, "/hello"), #{}),
+    Stop(),
+    #{requests := #{sent := N, completed := 0}, errors := #{protocol := N, total := N}, status := #{}} = R,
+    ?assertEqual(3, Exit, R),
+    ?assert(N >= 1, R),
     bounded(Config, Hwm, R).
 
 %% A head that never ends: a protocol error once it passes 1 MiB, long before the timeout.

@@ -8,7 +8,7 @@
  * are not even gathered; a head longer than CBL_MAX_HEAD is a protocol error (the parser counts it exactly); an
  * answer that begins with no request in flight is an unsolicited one, counted as such and the end of the
  * connection, for nothing says which of the later answers belong to which request any more. A 101 has no
- * place here (WebSocket runs are ws.c's): a protocol error. */
+ * place here (WebSocket runs are ws.c's): a protocol error, as is a status over 599. */
 #include <stdlib.h>
 
 #include "client/client.h"
@@ -30,6 +30,9 @@ static int on_begin(void *ud) {
 static int on_head(void *ud, const cb_cres_head_t *hd) {
   h1_t *h = ud;
   if (hd->status == 101) return CBL_FAIL(CBL_ERR_PROTOCOL);
+  /* llhttp takes any three digits; HTTP's statuses end at 599 (RFC 9110 15), where the counts by status end
+   * too, and h2.c fails the others as well. */
+  if (hd->status >= CBL_MAX_STATUS) return CBL_FAIL(CBL_ERR_PROTOCOL);
   h->c->reqs[h->c->head].status = hd->status;
   return 0;
 }
