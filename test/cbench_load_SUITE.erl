@@ -980,7 +980,12 @@ cli_usage(_Config) ->
            %% TLS options need a TLS URL; bad values; a CA file that cannot be read.
            ["--insecure", "http://127.0.0.1:1/"], ["--no-resume", "ws://127.0.0.1:1/"],
            ["--tls-version", "1.4", "https://127.0.0.1:1/"], ["--cacert", "/nonexistent/ca.pem", "https://127.0.0.1:1/"],
-           ["--cacert", "/dev/null", "--insecure", "https://127.0.0.1:1/"], ["--connect-to", "", "https://127.0.0.1:1/"]],
+           ["--cacert", "/dev/null", "--insecure", "https://127.0.0.1:1/"], ["--connect-to", "", "https://127.0.0.1:1/"],
+           %% A path goes on the request line as it is: a space or a line end would end it early or add
+           %% a field, and a byte that is not ASCII would leave the results' url out (not UTF-8). Short
+           %% runs (against nothing) if they are taken.
+           ["-d", "0.05", "http://127.0.0.1:1/a b"], ["-d", "0.05", "http://127.0.0.1:1/a\r\nx-injected: 1"],
+           ["-d", "0.05", "http://127.0.0.1:1/caf\x{e9}"], ["-d", "0.05", "--path", "/a\tb", "http://127.0.0.1:1/"]],
     [begin
          P = open_port({spawn_executable, Exe}, [{args, A}, exit_status, stderr_to_stdout, binary]),
          {Status, Out} = drain(P, <<>>),

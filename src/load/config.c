@@ -39,7 +39,7 @@ void cbl_usage(void *file) {
           "                          loop (every connection keeps its depth of requests in flight)\n"
           "  -X, --method M          request method (default GET, or POST with a body)\n"
           "      --path P            a path to request; repeat for a list used round robin (default: the\n"
-          "                          URL's path)\n"
+          "                          URL's path); visible ASCII only, as in the URL: percent-encode the rest\n"
           "  -H, --header 'N: V'     an extra request header (repeatable)\n"
           "  -b, --body-file FILE    the request body\n"
           "      --timeout S         an answer later than this is a timeout error (default 10)\n"
@@ -136,6 +136,15 @@ static bool is_token(const char *s, size_t n) {
   return true;
 }
 
+/* A request target as it goes on the request line (RFC 9112 3.2, RFC 3986: visible US-ASCII, so no space or
+ * control to end the line early or add a field, and what the results files name is valid UTF-8). */
+static bool is_target(const char *s) {
+  if (*s != '/') return false;
+  for (; *s; s++)
+    if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f) return false;
+  return true;
+}
+
 static bool is_field_value(const char *s) {
   for (; *s; s++)
     if (*s == '\r' || *s == '\n' || *s == '\0') return false;
@@ -192,6 +201,8 @@ static int parse_url(cbl_config_t *cfg, const char *url, const char **path, cons
     rest += 1 + n;
   }
   if (*rest != '\0' && *rest != '/') return bad("bad URL '%s'", url);
+  if (*rest && !is_target(rest))
+    return bad("bad path in '%s' (visible ASCII characters only: percent-encode the others)", url);
   *path = *rest ? rest : "/";
   /* The authority as sent: the URL's, so a name-based server sees what it expects. */
   snprintf(cfg->authority, sizeof cfg->authority, "%.*s", (int)(rest - p), p);
@@ -356,8 +367,9 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
         cfg->method = optarg;
         break;
       case OPT_PATH:
-        if (optarg[0] != '/' || !is_field_value(optarg) || strchr(optarg, ' '))
-          return bad("bad --path '%s' (an absolute path without spaces)", optarg);
+        if (!is_target(optarg))
+          return bad("bad --path '%s' (an absolute path of visible ASCII characters: percent-encode the others)",
+                     optarg);
         cfg->paths[cfg->npaths++] = optarg;
         break;
       case 'H': {
