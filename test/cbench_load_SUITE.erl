@@ -21,7 +21,7 @@
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, h2c_server_stream_limit/1,
          h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
-         ws_bad_echo/1, ws_long_path/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
+         ws_bad_echo/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
@@ -39,7 +39,7 @@ groups() ->
                    open_loop_schedule, open_loop_tiny_rate,
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo, ws_long_path,
-                   ws_route_missing]},
+                   ws_host_header, ws_route_missing]},
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
@@ -388,6 +388,27 @@ until_sent(Url, Opts = #{duration := D}, Tries) ->
 %% that sent the stack's bytes to the server in place of the rest of the head.
 ws_long_path(_Config) ->
     Path = "/" ++ lists:duplicate(3000, $p),
+    {Port, R, Head} = ws_upgrade_request(#{paths => [Path]}),
+    #{requests := #{completed := N}} = no_errors(R),
+    ?assertEqual(iolist_to_binary(["GET ", Path, " HTTP/1.1\r\nhost: 127.0.0.1:", integer_to_list(Port),
+                                   "\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                                   "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n\r\n"]),
+                 Head),
+    ?assert(N >= 1, R).
+
+%% -H 'host: ...' replaces the URL's authority in the upgrade request as in every other request.
+%% Before: both went, two host fields, which a server answers with a 400 (RFC 9112 3.2).
+ws_host_header(_Config) ->
+    {_, R, Head} = ws_upgrade_request(#{headers => [{"Host", "example.test"}]}),
+    #{requests := #{completed := N}} = no_errors(R),
+    ?assertEqual(<<"GET /ws HTTP/1.1\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                   "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n"
+                   "Host: example.test\r\n\r\n">>, Head),
+    ?assert(N >= 1, R).
+
+%% A WebSocket run on one connection against an echo server that keeps the first upgrade request
+%% it reads: {Port, Results, Request}.
+ws_upgrade_request(Opts) ->
     Self = self(),
     {Port, Stop} = fault_server(fun(S) ->
                                         {ok, Head, Early} = recv_head(S, <<>>),
@@ -396,15 +417,10 @@ ws_long_path(_Config) ->
                                         ws_loop(S, Early, fun(M) -> M end)
                                 end),
     R = until_sent("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws",
-                   #{paths => [Path], connections => 1, duration => 1}),
+                   maps:merge(#{connections => 1, duration => 1}, Opts)),
     Stop(),
-    #{requests := #{completed := N}} = no_errors(R),
-    Head = receive {ws_head, H} -> H after 0 -> ct:fail(no_upgrade_request) end,
-    ?assertEqual(iolist_to_binary(["GET ", Path, " HTTP/1.1\r\nhost: 127.0.0.1:", integer_to_list(Port),
-                                   "\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
-                                   "sec-websocket-key: Y2JlbmNoLWxvYWQta2V5IQ==\r\nsec-websocket-version: 13\r\n\r\n"]),
-                 Head),
-    ?assert(N >= 1, R).
+    Head = receive {ws_head, H} -> H after 0 -> ct:fail({no_upgrade_request, R}) end,
+    {Port, R, Head}.
 
 %% An echo that is not what was sent is a protocol error.
 ws_bad_echo(_Config) ->

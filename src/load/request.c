@@ -142,8 +142,12 @@ int cbl_wire_build(cbl_wire_t *w, const cbl_config_t *cfg) {
     cbl_buf_t b = {0};
     int bad = cbl_buf_append(&b, "GET ", 4);
     bad |= cbl_buf_append(&b, cfg->paths[0], strlen(cfg->paths[0]));
-    bad |= cbl_buf_append(&b, " HTTP/1.1\r\nhost: ", 17);
-    bad |= cbl_buf_append(&b, cfg->authority, strlen(cfg->authority));
+    bad |= cbl_buf_append(&b, " HTTP/1.1", 9);
+    /* -H host replaces the URL's authority (as in build_h1): two host fields are a 400 (RFC 9112 3.2). */
+    if (!has_header(cfg, "host")) {
+      bad |= cbl_buf_append(&b, "\r\nhost: ", 8);
+      bad |= cbl_buf_append(&b, cfg->authority, strlen(cfg->authority));
+    }
     bad |= cbl_buf_append(&b, fields, sizeof fields - 1);
     for (int h = 0; h < cfg->nheaders; h++) {
       bad |= cbl_buf_append(&b, cfg->headers[h].name, strlen(cfg->headers[h].name));
