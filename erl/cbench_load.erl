@@ -124,7 +124,9 @@ pos(_, N) when is_integer(N), N > 0 -> integer_to_list(N);
 pos(K, _) -> throw({bad, K}).
 
 secs(_, S, _) when is_integer(S), S > 0 -> integer_to_list(S);
-secs(_, S, _) when is_float(S), S > 0 -> float_to_list(S, [{decimals, 6}]);
+%% The shortest text that reads back as S (strtod takes "1.0e-7"): a fixed number of decimals turned a rate
+%% of 1.0e-7 into "0.000000", the closed loop.
+secs(_, S, _) when is_float(S), S > 0 -> float_to_list(S, [short]);
 secs(_, 0, true) -> "0";
 secs(K, _, _) -> throw({bad, K}).
 

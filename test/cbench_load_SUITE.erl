@@ -20,6 +20,7 @@
 -export([h1_keep_alive/1, h1_pipelined_chunked/1, h1_head/1, h1_new_conn/1, h2c_new_conn/1, h1_paths_round_robin/1,
          echo_with_headers/1, h2c_streams/1, h2c_head_and_echo/1, h2c_server_stream_limit/1,
          h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
+         api_small_rate/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
          ws_bad_echo/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
@@ -36,7 +37,7 @@ all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coor
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h2c_new_conn, h1_paths_round_robin,
                    echo_with_headers, h2c_streams, h2c_head_and_echo, h2c_server_stream_limit, h2c_big_body,
-                   open_loop_schedule, open_loop_tiny_rate,
+                   open_loop_schedule, open_loop_tiny_rate, api_small_rate,
                    status_500, ws_engine]},
      {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo, ws_long_path,
                    ws_host_header, ws_route_missing]},
@@ -286,6 +287,15 @@ open_loop_tiny_rate(Config) ->
     #{requests := #{sent := 1, completed := 1, ok := 1, unsent := 0}, errors := #{total := 0},
       mode := <<"open">>} = R,
     ?assertEqual(0, Exit, R).
+
+%% cbench:load/2 hands the program a rate (and any seconds) as written, not rounded to 6 decimals:
+%% 1.0e-7 req/s is an open loop with one request due in the run. Before: "--rate 0.000000", a closed
+%% loop sending as fast as the server answered.
+api_small_rate(Config) ->
+    Url = url(Config, "/hello"),
+    ?assertMatch({ok, ["--rate", "1.0e-7", Url], _}, cbench_load:args(Url, #{rate => 1.0e-7})),
+    R = load(Url, #{rate => 1.0e-7, connections => 1, duration => 0.3}),
+    #{requests := #{sent := 1, completed := 1, ok := 1, unsent := 0}, mode := <<"open">>} = no_errors(R).
 
 %% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
 %% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)
