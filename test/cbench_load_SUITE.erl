@@ -302,12 +302,14 @@ open_loop_rate_unreachable(_Config) ->
 
 %% cbench:load/2 hands the program a rate (and any seconds) as written, not rounded to 6 decimals:
 %% 1.0e-7 req/s is an open loop with one request due in the run. Before: "--rate 0.000000", a closed
-%% loop sending as fast as the server answered.
+%% loop sending as fast as the server answered; and the --erl file wrote its offered_rps as 0.000.
 api_small_rate(Config) ->
     Url = url(Config, "/hello"),
     ?assertMatch({ok, ["--rate", "1.0e-7", Url], _}, cbench_load:args(Url, #{rate => 1.0e-7})),
     R = load(Url, #{rate => 1.0e-7, connections => 1, duration => 0.3}),
-    #{requests := #{sent := 1, completed := 1, ok := 1, unsent := 0}, mode := <<"open">>} = no_errors(R).
+    #{requests := #{sent := 1, completed := 1, ok := 1, unsent := 0}, mode := <<"open">>} = no_errors(R),
+    %% The results file keeps it too (it wrote 3 decimals: 0.0).
+    ?assertEqual(1.0e-7, maps:get(offered_rps, R)).
 
 %% Open loop: 400 req/s over 2 connections for 1 s is 400 intended requests. Each is sent, or
 %% (when the client was not scheduled in the last 2.5 ms of the window, on a busy machine)

@@ -5,6 +5,7 @@
  * merged exactly (erl/cbench_hist.erl). */
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,9 +220,12 @@ static void erl_term(FILE *f, const json_t *v) {
     case JSON_STRING: erl_string(f, json_string_value(v)); break;
     case JSON_INTEGER: fprintf(f, "%lld", (long long)json_integer_value(v)); break;
     case JSON_REAL: {
-      /* Erlang floats need a digit on both sides of the point: 3.0, not 3 or 3e5. */
+      /* Erlang floats need a digit on both sides of the point: 3.0, not 3 or 3e5. Three decimals keep a
+       * latency's nanoseconds; a value below 0.001 (a --rate of 1e-7) keeps its digits in %e's form
+       * (1.000000e-07), which Erlang reads too, rather than becoming 0.000. */
       char b[64];
-      snprintf(b, sizeof b, "%.3f", json_real_value(v));
+      double x = json_real_value(v);
+      snprintf(b, sizeof b, x != 0.0 && fabs(x) < 0.001 ? "%.6e" : "%.3f", x);
       fputs(b, f);
       break;
     }
