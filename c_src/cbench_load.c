@@ -21,6 +21,10 @@ int main(int argc, char **argv) {
   cbl_run_t run;
   rc = cbl_run(&run, &cfg);
   int status = 1;
+  if (rc == -2) { /* an option the TLS library refused: a bad argument too */
+    cbl_usage(stderr);
+    status = 2;
+  }
   if (rc == 0) {
     if (!cfg.quiet) cbl_report_text(&run, stdout);
     rc = cbl_report_files(&run);

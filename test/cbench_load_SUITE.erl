@@ -1025,7 +1025,11 @@ cli_usage(_Config) ->
            %% a field, and a byte that is not ASCII would leave the results' url out (not UTF-8). Short
            %% runs (against nothing) if they are taken.
            ["-d", "0.05", "http://127.0.0.1:1/a b"], ["-d", "0.05", "http://127.0.0.1:1/a\r\nx-injected: 1"],
-           ["-d", "0.05", "http://127.0.0.1:1/caf\x{e9}"], ["-d", "0.05", "--path", "/a\tb", "http://127.0.0.1:1/"]],
+           ["-d", "0.05", "http://127.0.0.1:1/caf\x{e9}"], ["-d", "0.05", "--path", "/a\tb", "http://127.0.0.1:1/"],
+           %% What OpenSSL refuses when the run is set up: a bad argument as well (it exited 1).
+           ["-d", "0.05", "--ciphers", "BOGUS", "https://127.0.0.1:1/"],
+           ["-d", "0.05", "--tls13-ciphers", "BOGUS", "https://127.0.0.1:1/"],
+           ["-d", "0.05", "--cacert", filename:join(root(), "rebar.config"), "https://127.0.0.1:1/"]],
     [begin
          P = open_port({spawn_executable, Exe}, [{args, A}, exit_status, stderr_to_stdout, binary]),
          {Status, Out} = drain(P, <<>>),

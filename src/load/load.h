@@ -317,8 +317,8 @@ uint64_t cbl_rand(cbl_thread_t *t);
 /* cbl_tls_read's answer when the server sent close_notify: the stream ended, as a read of 0 bytes would say. */
 #define CBL_TLS_EOF 1
 
-/* The run's SSL_CTX (nothing without TLS). 0, or -1 with the reason printed (a CA file that does not load, a
- * cipher list OpenSSL refuses). */
+/* The run's SSL_CTX (nothing without TLS). 0; -2 with the reason printed for an option OpenSSL refuses (a
+ * --cacert file without a certificate, a cipher list); -1 with it for anything else (the system's CAs). */
 int cbl_tls_ctx_new(cbl_run_t *run);
 void cbl_tls_ctx_free(cbl_run_t *run);
 /* Connected: a session, the ClientHello queued on c->out. Returns 0 or CBL_FAIL(kind). */
@@ -335,6 +335,8 @@ void cbl_tls_conn_free(cbl_conn_t *c);
 
 /* ---- run.c, report.c ---- */
 
+/* 0 once the run is over (its results in run->total); -1 when it could not be made; -2 for an argument found bad
+ * only at set-up (cbl_tls_ctx_new), after which the caller prints the usage and exits 2. */
 int cbl_run(cbl_run_t *run, const cbl_config_t *cfg);
 void cbl_run_free(cbl_run_t *run);
 void cbl_report_text(const cbl_run_t *run, void *file);

@@ -71,7 +71,8 @@ int cbl_run(cbl_run_t *run, const cbl_config_t *cfg) {
     fprintf(stderr, "cbench-load: out of memory\n");
     return -1;
   }
-  if (cbl_tls_ctx_new(run)) return -1;
+  int tls_rc = cbl_tls_ctx_new(run);
+  if (tls_rc) return tls_rc;
   const cbl_proto_t *proto = cfg->proto == CBL_H2C ? &cbl_h2_proto : cfg->proto == CBL_WS ? &cbl_ws_proto
                                                                                           : &cbl_h1_proto;
   int T = cfg->threads;

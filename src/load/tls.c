@@ -42,15 +42,17 @@ int cbl_tls_ctx_new(cbl_run_t *run) {
     case 0:
       run->tls_ctx = ctx;
       return 0;
+    /* The options OpenSSL refuses are bad arguments (-2: the usage, exit 2), as those config.c refuses are; only
+     * the system's CAs that do not load are the machine's fault. */
     case CB_CTLS_E_CIPHERS:
       fprintf(stderr, "cbench-load: --ciphers '%s': no cipher OpenSSL knows\n", cfg->ciphers);
-      return -1;
+      return -2;
     case CB_CTLS_E_TLS13_CIPHERS:
       fprintf(stderr, "cbench-load: --tls13-ciphers '%s': not a TLS 1.3 cipher suite list\n", cfg->tls13_ciphers);
-      return -1;
+      return -2;
     case CB_CTLS_E_CA:
       fprintf(stderr, "cbench-load: cannot load the CA %s: %s\n", cfg->cacert ? cfg->cacert : "(system)", why);
-      return -1;
+      return cfg->cacert ? -2 : -1;
     default:
       fprintf(stderr, "cbench-load: cannot set up TLS: %s\n", why);
       return -1;
