@@ -790,10 +790,10 @@ h2_unsolicited(Config) ->
     ?assert(Ok >= 1 andalso Ok =:= Done andalso U >= 1 andalso U =< Done, R),
     bounded(Config, Hwm, R).
 
-%% h2c: PING frames as fast as gen_tcp sends them, never reading. nghttp2 ends the session once
-%% more than 1,000 acknowledgements wait in its queue (here within one 64 KiB read, so this case
-%% holds with or without the 256 KiB output bound, which matters for a slower flood): a protocol
-%% error for the request in flight, memory flat. Before: the same errors, and exit status 0.
+%% h2c: PING frames as fast as gen_tcp sends them, never reading. src/load/h2.c answers each while
+%% less than 256 KiB of output wait for the socket and fails the connection at the next one: a
+%% protocol error for the request in flight, memory flat. Before (an nghttp2 session then): the
+%% same errors, and exit status 0.
 h2_ping_flood(Config) ->
     Pings = iolist_to_binary(lists:duplicate(4096, h2_frame(6, 0, 0, <<0:64>>))),
     {Port, Stop} = fault_server(fun(S) ->
