@@ -57,9 +57,17 @@ $(LOAD_WS_TEST_BIN): test/load/test_ws.c $(LOAD_OBJS) $(LLHTTP_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(LOAD_CFLAGS) -o $@ $< $(LOAD_OBJS) $(LLHTTP_OBJS) $(LOAD_LIBS) $(LDFLAGS_EXTRA)
 
-load-unit: $(LOAD_TEST_BIN) $(LOAD_WS_TEST_BIN)
+# The TLS layer's wire tests (test/load/test_tls.c): an OpenSSL server in the process, on memory BIOs.
+LOAD_TLS_TEST_BIN := $(BUILD)/test/cbench-load-tls
+
+$(LOAD_TLS_TEST_BIN): test/load/test_tls.c $(LOAD_OBJS) $(LLHTTP_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(LOAD_CFLAGS) -o $@ $< $(LOAD_OBJS) $(LLHTTP_OBJS) $(LOAD_LIBS) $(LDFLAGS_EXTRA)
+
+load-unit: $(LOAD_TEST_BIN) $(LOAD_WS_TEST_BIN) $(LOAD_TLS_TEST_BIN)
 	$(LOAD_TEST_BIN)
 	$(LOAD_WS_TEST_BIN)
+	$(LOAD_TLS_TEST_BIN)
 
 # Fixed-seed histograms written by cbench-load's own writer, for the exact-merge test of erl/cbench_hist.erl
 # (test/cbench_cluster_SUITE.erl, hist_merge_exact).
@@ -96,8 +104,9 @@ bench-load: deps $(LOAD_BIN) $(BUILD)/cbench-server $(BUILD)/bench-floor-client
 # make asan): any memory error aborts the program and a leak makes it exit non-zero, which fails the test that ran it.
 load-asan:
 	@$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" LTO= EXTRA_CFLAGS="$(SAN_FLAGS)" \
-	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load build/asan/test/cbench-load-ws
+	  LDFLAGS_EXTRA="$(SAN_FLAGS)" build/asan/cbench-load build/asan/test/cbench-load-ws build/asan/test/cbench-load-tls
 	$(SAN_ENV) build/asan/test/cbench-load-ws
+	$(SAN_ENV) build/asan/test/cbench-load-tls
 	$(SAN_ENV) CBENCH_LOAD=$(CURDIR)/build/asan/cbench-load $(REBAR3) ct --suite test/cbench_load_SUITE --readable true
 
 TEST_TARGETS += load-asan

@@ -125,6 +125,18 @@ int cbl_tls_start(cbl_conn_t *c) {
   return handshake(c);
 }
 
+/* What the session wrote while reading (after the handshake, nothing encrypts the protocol's output then: a
+ * KeyUpdate's answer, an alert) goes out as drain() moves it, but only while less than CBL_OUT_HIGH bytes wait
+ * for the socket, as h2's acknowledgements and WebSocket's pongs: OpenSSL answers every KeyUpdate that asks for
+ * one, so a server that asks before each record and never reads would grow the output without a bound (27
+ * bytes a request, 1 MB after 40,000). It fails the connection instead: a protocol error. */
+static int drain_read(cbl_conn_t *c) {
+  size_t before = cbl_conn_unsent(c);
+  int rc = drain(c);
+  if (rc == 0 && before >= CBL_OUT_HIGH && cbl_conn_unsent(c) > before) return CBL_FAIL(CBL_ERR_PROTOCOL);
+  return rc;
+}
+
 int cbl_tls_read(cbl_conn_t *c, const char *p, size_t n) {
   if (cb_ctls_put(&c->tls, p, n)) return CBL_FAIL(CBL_ERR_PROTOCOL);
   int rc = 0;
@@ -136,7 +148,8 @@ int cbl_tls_read(cbl_conn_t *c, const char *p, size_t n) {
   for (;;) {
     ssize_t k = cb_ctls_read(&c->tls, buf, CBL_READ_BUF);
     if (k > 0) {
-      rc = c->t->proto->read(c, buf, (size_t)k);
+      rc = drain_read(c);
+      if (!rc) rc = c->t->proto->read(c, buf, (size_t)k);
       if (rc || c->done_clean) break;
       continue;
     }
@@ -145,8 +158,7 @@ int cbl_tls_read(cbl_conn_t *c, const char *p, size_t n) {
     rc = CBL_FAIL(CBL_ERR_PROTOCOL); /* a record that does not decrypt, an alert */
     break;
   }
-  /* The session may have written (a KeyUpdate's answer). */
-  int d = drain(c);
+  int d = drain_read(c);
   return rc ? rc : d;
 }
 
