@@ -69,7 +69,7 @@ typedef struct {
   int err_status; /* set by a callback that refuses the request */
   /* The headers the engine itself reads, found as their names complete (on_header_field_complete): the index
    * of the first of each in hdrs, -1 when none; and how many host headers there are. */
-  int host_idx, expect_idx, upgrade_idx, settings_idx;
+  int host_idx, expect_idx, upgrade_idx, settings_idx, te_idx;
   int host_count;
   uint64_t requests;
   char *pending;
@@ -240,7 +240,7 @@ static int on_message_begin(llhttp_t *p) {
   h->in_msg = 1;
   h->expect_continue = 0;
   h->upgrade_h2c = 0;
-  h->host_idx = h->expect_idx = h->upgrade_idx = h->settings_idx = -1;
+  h->host_idx = h->expect_idx = h->upgrade_idx = h->settings_idx = h->te_idx = -1;
   h->host_count = 0;
   h->err_status = 0;
   h->chunked_res = 0; /* an answer without a head (a raw fault) must not end with a stale last chunk */
@@ -417,9 +417,11 @@ static void note_header(h1_t *h, const char *name, size_t n, int idx) {
     case 6: slot = &h->expect_idx; lit = "expect"; break;
     case 7: slot = &h->upgrade_idx; lit = "upgrade"; break;
     case 14: slot = &h->settings_idx; lit = "http2-settings"; break;
+    case 17: slot = &h->te_idx; lit = "transfer-encoding"; break;
     default: return;
   }
-  if (!lower_is(name, lit, n)) return; /* n is lit's length */
+  /* n is lit's length; lower_is() reads up to 16 bytes, and transfer-encoding is rare enough for the loop. */
+  if (!(n <= 16 ? lower_is(name, lit, n) : lower_eq(name, n, lit))) return;
   if (slot == &h->host_idx) h->host_count++;
   if (*slot < 0) *slot = idx;
 }
@@ -659,6 +661,10 @@ static int on_headers_complete(llhttp_t *p) {
   if (!host_ok(h)) return -1; /* 400 */
   h->keep_alive = request_keeps_alive(p) && !h->stopping;
   h->head_only = r->method == CB_METHOD_HEAD;
+  /* A transfer-encoding field that llhttp did not read as chunked is one whose codings are empty: llhttp refuses
+   * every other coding list that does not end with chunked, but sets none of its flags for an empty value, and
+   * would frame the request by its content-length or as bodiless. RFC 9112 6.3: such a request MUST get 400. */
+  if (h->te_idx >= 0 && !(p->flags & F_CHUNKED)) return -1;
   int has_body = 0;
   if (p->flags & F_CHUNKED) {
     has_body = 1;
