@@ -311,37 +311,90 @@ static size_t json_escape(char *dst, const char *s, size_t n, int lower) {
   return o;
 }
 
-static void headers_end(cb__req_t *r) {
+size_t cb__headers_json_cap(const cb__hdr_t *hs, int n) {
   size_t cap = 2;
-  for (int i = 0; i < r->nheaders; i++) cap += 6 * (r->headers[i].name_len + r->headers[i].value_len) + 8;
-  char *json = malloc(cap);
-  if (json == NULL) {
-    cb__res_head(r, 503, NULL, NULL, 0, 0);
-    cb__res_end(r);
-    return;
+  for (int i = 0; i < n; i++) cap += 6 * (hs[i].name_len + hs[i].value_len) + 8;
+  return cap;
+}
+
+/* The names of the headers are grouped by hash: a name is compared with the few of its probe run, where a scan of
+ * the names before and after each header made n * n comparisons (2,600 distinct names, the default header limit's
+ * worth: 57 ms of a worker's CPU per request, against 0.6 ms for the same head to /hello). Open addressing in at
+ * least twice as many slots as headers; the hash is of the lowercased name, seeded per call (from the answer
+ * buffer's address) so that a client cannot aim its names at one slot. The groups are kept as lists in header
+ * order: first[] the slot's first header, next[] the header's next of its name, last[] a first header's last. */
+static uint64_t lower_hash(uint64_t seed, const char *p, size_t n) {
+  uint64_t x = seed ^ 0xcbf29ce484222325ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)p[i];
+    if (ch >= 'A' && ch <= 'Z') ch += 32;
+    x = (x ^ ch) * 0x100000001b3ull;
+  }
+  return x ^ x >> 29;
+}
+
+/* Heads of up to this many headers (most) group them in arrays on the stack. */
+#define HEADERS_INLINE 64
+
+size_t cb__headers_json_counted(const cb__hdr_t *hs, int n, char *json, uint64_t *compared) {
+  size_t slots = 2 * HEADERS_INLINE;
+  while (slots < 2 * (size_t)n) slots *= 2;
+  int inline_ix[2 * HEADERS_INLINE + 2 * HEADERS_INLINE];
+  int *ix = n <= HEADERS_INLINE ? inline_ix : malloc((slots + 2 * (size_t)n) * sizeof *ix);
+  if (ix == NULL) return 0;
+  int *first = ix, *next = ix + slots, *last = next + n; /* last[i] is -1 for a repeat */
+  memset(first, 0xff, slots * sizeof *first); /* -1: empty */
+  uint64_t seed = (uint64_t)(uintptr_t)json * 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < n; i++) {
+    next[i] = -1;
+    last[i] = i;
+    for (uint64_t k = lower_hash(seed, hs[i].name, hs[i].name_len);; k++) {
+      int *slot = &first[k & (slots - 1)];
+      if (*slot < 0) {
+        *slot = i;
+        break;
+      }
+      (*compared)++;
+      if (name_eq(&hs[*slot], &hs[i])) {
+        next[last[*slot]] = i;
+        last[*slot] = i;
+        last[i] = -1;
+        break;
+      }
+    }
   }
   size_t o = 0;
   json[o++] = '{';
-  for (int i = 0; i < r->nheaders; i++) {
-    const cb__hdr_t *h = &r->headers[i];
-    int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = name_eq(&r->headers[j], h);
-    if (seen) continue; /* already written with the first occurrence */
+  for (int i = 0; i < n; i++) {
+    if (last[i] < 0) continue; /* a repeat: written with the first of its name */
     if (o > 1) json[o++] = ',';
     json[o++] = '"';
-    o += json_escape(json + o, h->name, h->name_len, 1);
+    o += json_escape(json + o, hs[i].name, hs[i].name_len, 1);
     memcpy(json + o, "\":\"", 3);
     o += 3;
-    o += json_escape(json + o, h->value, h->value_len, 0);
-    for (int j = i + 1; j < r->nheaders; j++) {
-      if (!name_eq(&r->headers[j], h)) continue;
+    o += json_escape(json + o, hs[i].value, hs[i].value_len, 0);
+    for (int j = next[i]; j >= 0; j = next[j]) {
       memcpy(json + o, ", ", 2);
       o += 2;
-      o += json_escape(json + o, r->headers[j].value, r->headers[j].value_len, 0);
+      o += json_escape(json + o, hs[j].value, hs[j].value_len, 0);
     }
     json[o++] = '"';
   }
   json[o++] = '}';
+  if (ix != inline_ix) free(ix);
+  return o;
+}
+
+static void headers_end(cb__req_t *r) {
+  char *json = malloc(cb__headers_json_cap(r->headers, r->nheaders));
+  uint64_t compared = 0; /* a local the compiler keeps in a register: no cost to the route */
+  size_t o = json != NULL ? cb__headers_json_counted(r->headers, r->nheaders, json, &compared) : 0;
+  if (o == 0) { /* out of memory */
+    free(json);
+    cb__res_head(r, 503, NULL, NULL, 0, 0);
+    cb__res_end(r);
+    return;
+  }
   cb__res_head(r, 200, ct_json, NULL, 0, (int64_t)o);
   cb__res_data(r, json, o, CB__DATA_FREE);
   cb__res_end(r);

@@ -24,6 +24,12 @@ size_t cb__deferred_queued(cb__worker_t *w, cb_reqref_t ref);
 /* ---- fixture_routes.c: the fixture routes (built into reg: cb__routes_new's fixtures) and the 404 ---- */
 int cb__fixture_routes(cb__routes_t *reg, cb__route_t ***out, int *n, cb__route_t **not_found);
 
+/* GET /headers: the bytes cb__headers_json_counted() may write for these headers, and their JSON object
+ * (docs/wire.md), or 0 when the index of names could not be allocated (the object is at least "{}"). *compared
+ * counts the comparisons of two names (for the tests: a name costs a few, not one per header around it). */
+size_t cb__headers_json_cap(const cb__hdr_t *hs, int n);
+size_t cb__headers_json_counted(const cb__hdr_t *hs, int n, char *out, uint64_t *compared);
+
 /* ---- the roadrunner routes: cookies.c (GET /cookies), gzip_body.c (GET /gzip) ---- */
 extern const cb__handler_t cb__h_cookies;
 extern const cb__handler_t cb__h_gzip;
