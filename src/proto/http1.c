@@ -1376,14 +1376,12 @@ static void h1_after(cb__conn_t *c) {
   }
   if (h->pending_len < PENDING_MAX) c->read_paused = 0;
   if (c->eof && !h->waiting && !h->dead && !c->closing) {
-    /* The peer sent its last byte: answer what is complete, then close; a request cut short is a reset. */
-    if (h->in_msg) {
-      CB__STAT_INC(c->w, resets);
-      cb__conn_close(c);
-    } else {
-      h->dead = 1;
-      cb__conn_close_linger(c);
-    }
+    /* The peer sent its last byte: answer what is complete, then close; a request cut short is a reset. The
+     * answers to the complete requests before it may still be queued (held behind an answer that came later,
+     * or not yet read by the peer): they go out first, so the close waits for them, as after an error. */
+    if (h->in_msg) CB__STAT_INC(c->w, resets);
+    h->dead = 1;
+    cb__conn_close_linger(c);
   }
   /* Between requests the state goes back at once, unless the connection is in idle mode, that is it has been
    * served before (keep-alive traffic): then it keeps it for the next request and gives it back at the rest

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "engine.h"
+#include "testing.h"
 
 /* ---- an empty Transfer-Encoding ----
  * llhttp sets none of its transfer-encoding flags for a field whose value is empty (or only whitespace), so such
@@ -121,4 +122,87 @@ TEST(h1_audit_headers_json_many_names) {
   free(names);
   free(values);
   buf_free(&want);
+}
+
+/* ---- the peer's EOF behind complete requests ----
+ * An EOF with a request cut short was a hard close of the connection at once, dropping what was still queued: the
+ * answers to the complete requests before the cut one. That happens whenever those answers are still queued when
+ * the EOF is judged: held behind an answer that comes later (/delay/10, /hello, then half a request: the EOF is
+ * judged when the delay's answer lets the held input be parsed, and neither answer left), or not yet written to a
+ * client that reads slowly (a big file before half a request: the file was cut off). docs/wire.md's half-close
+ * rule ("as over HTTP/1.1"): the complete requests are answered, then the connection closes; the request cut short
+ * is a reset (counted), and nothing after it is read. */
+typedef struct {
+  cb__testconn_t *tc;
+  buf_t out;
+  int closed;
+} aconn_t;
+
+static void a_sink(void *arg, const char *data, size_t len) { buf_add(&((aconn_t *)arg)->out, data, len); }
+
+static void a_open(aconn_t *a) {
+  cb_config_t cfg;
+  cb_config_init(&cfg);
+  memset(a, 0, sizeof *a);
+  a->tc = cb__testconn_new(&cfg, a_sink, a);
+  ASSERT_NOT_NULL(a->tc);
+}
+
+static void a_feed(aconn_t *a, const char *s) { a->closed = cb__testconn_feed(a->tc, s, strlen(s)); }
+
+static void a_close(aconn_t *a) {
+  ASSERT_EQ(cb__testconn_free(a->tc), 0);
+  buf_free(&a->out);
+}
+
+TEST(h1_audit_eof_keeps_complete_answers) {
+  aconn_t a;
+  buf_t exp = {0};
+  cb_stats_t st;
+
+  /* Held behind a delayed answer. */
+  a_open(&a);
+  a_feed(&a, "GET /delay/10 HTTP/1.1\r\nhost: x\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\nGET /hel");
+  ASSERT_EQ(a.closed, 0);
+  ASSERT_EQ(cb__testconn_eof(a.tc), 0); /* the delay is still pending */
+  a.closed = cb__testconn_run(a.tc, 1);
+  ASSERT_EQ(a.closed, 1);
+  exp_route(&exp, "GET", "/delay/10", CONN_NONE);
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  mask_dates(a.out.p, a.out.len);
+  ASSERT_MEM_EQ(a.out.p, a.out.len, exp.p, exp.len);
+  cb__testconn_stats(a.tc, &st);
+  ASSERT_EQ(st.requests, 2);
+  ASSERT_EQ(st.resets, 1);
+  a_close(&a);
+
+  /* Queued for a client that does not read yet; then it reads. */
+  a_open(&a);
+  ASSERT_EQ(cb__testconn_stall(a.tc, 1), 0);
+  a_feed(&a, "GET /file/small HTTP/1.1\r\nhost: x\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\nPOST /echo HTTP/1.1\r\n"
+             "host: x\r\ncontent-length: 10\r\n\r\nabc");
+  ASSERT_EQ(a.closed, 0);
+  ASSERT_EQ(cb__testconn_eof(a.tc), 0); /* the answers are still queued */
+  ASSERT_EQ(a.out.len, 0);
+  a.closed = cb__testconn_stall(a.tc, 0);
+  if (!a.closed) a.closed = cb__testconn_run(a.tc, 1);
+  ASSERT_EQ(a.closed, 1);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/file/small", CONN_NONE);
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  mask_dates(a.out.p, a.out.len);
+  ASSERT_MEM_EQ(a.out.p, a.out.len, exp.p, exp.len);
+  cb__testconn_stats(a.tc, &st);
+  ASSERT_EQ(st.requests, 3);
+  cbt_log("resets %llu", (unsigned long long)st.resets);
+  ASSERT_GE(st.resets, 1);
+  a_close(&a);
+
+  /* Nothing complete before the cut request: closed at once, nothing sent (as before). */
+  a_open(&a);
+  a_feed(&a, "GET /hel");
+  ASSERT_EQ(cb__testconn_eof(a.tc), 1);
+  ASSERT_EQ(a.out.len, 0);
+  a_close(&a);
+  buf_free(&exp);
 }
