@@ -1342,6 +1342,12 @@ static int h1_read(cb__conn_t *c, const char *data, size_t len) {
   return parse(h, data, len);
 }
 
+/* Whether h1_destroy counts the request in flight as a reset: it has a handler whose answer is not over (a fault
+ * ends its answers on purpose). Whoever else sees a request cut short counts it only when this does not. */
+static int reset_at_destroy(const h1_t *h) {
+  return h->req.handler != NULL && h->req.res_state != CB__RES_ENDED && !h->req.fault;
+}
+
 static void h1_after(cb__conn_t *c) {
   h1_t *h = c->proto_state;
   if (h == NULL) { /* at rest: nothing is in flight */
@@ -1379,7 +1385,7 @@ static void h1_after(cb__conn_t *c) {
     /* The peer sent its last byte: answer what is complete, then close; a request cut short is a reset. The
      * answers to the complete requests before it may still be queued (held behind an answer that came later,
      * or not yet read by the peer): they go out first, so the close waits for them, as after an error. */
-    if (h->in_msg) CB__STAT_INC(c->w, resets);
+    if (h->in_msg && !reset_at_destroy(h)) CB__STAT_INC(c->w, resets);
     h->dead = 1;
     cb__conn_close_linger(c);
   }
@@ -1445,10 +1451,8 @@ static void h1_stop(cb__conn_t *c) {
 static void h1_destroy(cb__conn_t *c) {
   h1_t *h = c->proto_state;
   if (h == NULL) return;
-  if (h->req.handler) {
-    if (h->req.res_state != CB__RES_ENDED && !h->req.fault) CB__STAT_INC(c->w, resets);
-    cb__req_release(&h->req);
-  }
+  if (reset_at_destroy(h)) CB__STAT_INC(c->w, resets);
+  if (h->req.handler) cb__req_release(&h->req);
   h1_free(h);
   c->proto_state = NULL;
 }

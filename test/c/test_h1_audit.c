@@ -194,8 +194,7 @@ TEST(h1_audit_eof_keeps_complete_answers) {
   ASSERT_MEM_EQ(a.out.p, a.out.len, exp.p, exp.len);
   cb__testconn_stats(a.tc, &st);
   ASSERT_EQ(st.requests, 3);
-  cbt_log("resets %llu", (unsigned long long)st.resets);
-  ASSERT_GE(st.resets, 1);
+  ASSERT_EQ(st.resets, 1);
   a_close(&a);
 
   /* Nothing complete before the cut request: closed at once, nothing sent (as before). */
@@ -205,4 +204,28 @@ TEST(h1_audit_eof_keeps_complete_answers) {
   ASSERT_EQ(a.out.len, 0);
   a_close(&a);
   buf_free(&exp);
+}
+
+/* ---- a request cut short by the EOF is one reset ----
+ * h1_after counted the reset of a request cut short by the peer's EOF, and h1_destroy counted it again when the
+ * request had a handler whose answer was not over (a body cut short): two resets for one request in the stats. */
+static uint64_t resets_after_eof(const char *req) {
+  aconn_t a;
+  cb_stats_t st;
+  a_open(&a);
+  a_feed(&a, req);
+  ASSERT_EQ(a.closed, 0);
+  ASSERT_EQ(cb__testconn_eof(a.tc), 1);
+  cb__testconn_stats(a.tc, &st);
+  a_close(&a);
+  return st.resets;
+}
+
+TEST(h1_audit_eof_reset_counted_once) {
+  ASSERT_EQ(resets_after_eof("GET /hel"), 1);
+  ASSERT_EQ(resets_after_eof("GET /hello HTTP/1.1\r\nhost: x\r\n"), 1);
+  ASSERT_EQ(resets_after_eof("POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc"), 1);
+  ASSERT_EQ(resets_after_eof("POST /echo/chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n"),
+            1);
+  ASSERT_EQ(resets_after_eof("GET /hello HTTP/1.1\r\nhost: x\r\n\r\n"), 0);
 }
