@@ -131,6 +131,17 @@ cases() ->
      {transfer_encoding_chunked_in_two_fields,
       "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
       "3\r\nabc\r\n0\r\n\r\n", ?E400},
+     %% An empty transfer-encoding field (RFC 9112 6.3: a coding list that does not end in chunked) is a
+     %% 400, not framing by content-length: llhttp sets no flag for it (the C engines served the body as
+     %% content-length framed it); beside a chunked field it changes nothing.
+     {transfer_encoding_empty,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \r\nContent-Length: 3\r\n\r\nabc", ?E400},
+     {transfer_encoding_empty_get, "GET /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n\r\n", ?E400},
+     {transfer_encoding_empty_beside_chunked,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \r\nTransfer-Encoding: chunked\r\n"
+      "Connection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\ncontent-length: 3\r\n"
+      "connection: close\r\n\r\nabc"},
      {transfer_encoding_not_chunked_last,
       "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
       ?E400},
