@@ -464,6 +464,11 @@ typedef struct {
   void (*raw)(cb__req_t *r, const char *p, size_t n);
   /* RST_STREAM(code) on r's stream. */
   void (*rst_stream)(cb__req_t *r, uint32_t code);
+  /* Ends r's answer once its head and the body queued so far have been sent, however long flow control holds
+   * them: RST_STREAM(code) on r's stream, or with conn set a reset (RST) of the connection. Called in the step
+   * that queued the head, before it is sent. NULL: the protocol puts what it is given into the connection's
+   * output at once (HTTP/1.1), so the connection's abort_after_flush is the cut. */
+  void (*cut)(cb__req_t *r, uint32_t code, int conn);
   /* GOAWAY(code, last), then the connection ends: at once (cut), or once the streams up to last are done. */
   void (*goaway)(cb__req_t *r, uint32_t code, int32_t last, int graceful);
   /* SETTINGS with the values >= 0 (max frame size, initial window). */

@@ -436,7 +436,7 @@ static int carried(int kind, const cb__req_t *r) {
     case CB__FAULT_MISSING_LAST_CHUNK:
     case CB__FAULT_SLOW_HEAD:
     case CB__FAULT_RAW: return fx->raw != NULL;
-    case CB__FAULT_RST_STREAM: return fx->rst_stream != NULL;
+    case CB__FAULT_RST_STREAM: return fx->rst_stream != NULL && fx->cut != NULL;
     case CB__FAULT_GOAWAY: return fx->goaway != NULL;
     case CB__FAULT_SETTINGS: return fx->settings != NULL;
     case CB__FAULT_VIOLATION: return fx->violation != NULL;
@@ -536,8 +536,6 @@ void cb__fault_writable(cb__req_t *r) {
     pace_later(r, j);
 }
 
-static void rst_later(cb__req_t *r) { faults(r)->rst_stream(r, FAULT(r)->f->code); }
-
 /* An HTTP/1.1 head written by the fault itself (slow_head, trailers): the parts go to emit(arg, p, n) in
  * order. With date 0 there is no date header: a slow head spans seconds, and its pieces are rendered one at
  * a time, so they must not depend on the clock. */
@@ -636,7 +634,10 @@ static void run(cb__req_t *r) {
       }
       head(r, (int64_t)f->length);
       if (f->at == 2) body(r, 0, f->bytes);
-      c->abort_after_flush = 1; /* conn.c resets once the head (and bytes) have been written */
+      if (fx->cut != NULL)
+        fx->cut(r, 0, 1); /* h2c: once flow control has let the head (and bytes) go */
+      else
+        c->abort_after_flush = 1; /* conn.c resets once the head (and bytes) have been written */
       return;
     case CB__FAULT_EMPTY:
       cb__conn_close_linger(c);
@@ -717,8 +718,7 @@ static void run(cb__req_t *r) {
       }
       head(r, (int64_t)f->length);
       if (f->at == 2) body(r, 0, f->bytes);
-      /* On the next turn of the loop, once the head (and bytes) went out in this one. */
-      if (cb__req_timer(r, 0, rst_later) != 0) fx->rst_stream(r, f->code);
+      fx->cut(r, f->code, 0); /* once the head (and bytes) have been sent */
       return;
     case CB__FAULT_GOAWAY: {
       int32_t id = (int32_t)r->stream_id;

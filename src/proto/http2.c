@@ -66,6 +66,8 @@ struct h2s {
   uint8_t over_budget; /* such a copy would have gone over the echo budget: the stream is cut after on_body */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
+  uint8_t cut;        /* a fault (h2_cut): CUT_STREAM or CUT_CONN once the head and the pieces queued are sent */
+  uint32_t cut_code;  /* CUT_STREAM's RST_STREAM code */
   nghttp2_nv *tnv;    /* end_trailers: the trailer block (names lowercased; one block with its bytes), or NULL */
   size_t ntnv;
   uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
@@ -120,6 +122,7 @@ struct h2c {
   int32_t block_sid;
   h2s_t *block_s;
   uint32_t nrst_after; /* streams with rst_after set: on_frame_send looks a stream up only while some are */
+  uint32_t ncut;       /* streams with cut set: the same */
   /* The peer's frames, followed beside nghttp2 (track()): where the preface, a frame header and a frame's
    * payload end, whether a header block is open. The header timeout runs while one of them is incomplete. */
   uint32_t preface_left;
@@ -224,6 +227,7 @@ static void stream_free(h2c_t *h, h2s_t *s, int final) {
   free(s->tnv);
   s->tnv = NULL;
   if (s->rst_after) h->nrst_after--;
+  if (s->cut) h->ncut--;
   drop_pieces(s);
   if (s->prev) s->prev->next = s->next;
   else h->streams = s->next;
@@ -920,6 +924,18 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
   return 0;
 }
 
+/* A fault's cut (h2_cut): the last frame of what the stream had queued has just gone into the output. */
+enum { CUT_STREAM = 1, CUT_CONN = 2 };
+static void cut_now(h2c_t *h, h2s_t *s, int ended) {
+  uint8_t how = s->cut;
+  s->cut = 0;
+  h->ncut--;
+  if (how == CUT_CONN)
+    h->c->abort_after_flush = 1; /* conn.c resets once that frame has been written */
+  else if (!ended) /* a head that ended the stream (HEAD, an empty body) leaves nothing to reset */
+    nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, s->cut_code);
+}
+
 static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *ud) {
   h2c_t *h = ud;
   if (h == NULL) return 0;
@@ -929,6 +945,10 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (s != NULL && s->rst_after && !s->req.req_done)
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+  }
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) && h->ncut > 0) {
+    h2s_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s != NULL && s->cut && s->phead == s->ptail) cut_now(h, s, frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
   }
   if ((frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) ||
       (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_CANCEL &&
@@ -1546,6 +1566,17 @@ static void h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
   h->no_park = 1; /* a restored session would start from the configuration's settings */
 }
 
+/* The head and the pieces queued so far leave when flow control lets them: the cut waits for the frame that
+ * carries the last of them (on_frame_send), so that a reset after `bytes` bytes comes after that many bytes
+ * whatever the peer's windows, where an RST_STREAM on the next turn dropped what the window still held and a
+ * connection reset went as soon as the output queue was empty. */
+static void h2_cut(cb__req_t *r, uint32_t code, int conn) {
+  h2s_t *s = r->stream;
+  if (!s->cut) s->h->ncut++;
+  s->cut = conn ? CUT_CONN : CUT_STREAM;
+  s->cut_code = code;
+}
+
 static void h2_violation(cb__req_t *r) { ((h2c_t *)r->conn->proto_state)->violation = 1; }
 
 static void h2_trailers(cb__req_t *r) { ((h2s_t *)r->stream)->trailers = 1; }
@@ -1553,6 +1584,7 @@ static void h2_trailers(cb__req_t *r) { ((h2s_t *)r->stream)->trailers = 1; }
 /* No raw bytes: HTTP/2 frames every body itself. */
 static const cb__proto_faults_t h2_faults = {
     .rst_stream = h2_rst_stream,
+    .cut = h2_cut,
     .goaway = h2_goaway,
     .settings = h2_settings,
     .violation = h2_violation,
