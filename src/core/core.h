@@ -471,8 +471,9 @@ typedef struct {
   void (*cut)(cb__req_t *r, uint32_t code, int conn);
   /* GOAWAY(code, last), then the connection ends: at once (cut), or once the streams up to last are done. */
   void (*goaway)(cb__req_t *r, uint32_t code, int32_t last, int graceful);
-  /* SETTINGS with the values >= 0 (max frame size, initial window). */
-  void (*settings)(cb__req_t *r, int64_t max_frame, int64_t window);
+  /* SETTINGS with the values >= 0 (max frame size, initial window). Returns 0, or UV_ENOBUFS when the peer
+   * has left too many unacknowledged: the connection then ends (GOAWAY) and r is not to be answered. */
+  int (*settings)(cb__req_t *r, int64_t max_frame, int64_t window);
   /* A frame that breaks the protocol (DATA on stream 0) right after what the session sends next. */
   void (*violation)(cb__req_t *r);
   /* r's body ends with the trailer block `x-trailer: cbench` (NULL: the fault writes it with raw). */

@@ -751,8 +751,7 @@ static void run(cb__req_t *r) {
       pace(r);
       return;
     case CB__FAULT_SETTINGS:
-      fx->settings(r, f->max_frame, f->window);
-      declared(r);
+      if (fx->settings(r, f->max_frame, f->window) == 0) declared(r);
       return;
     case CB__FAULT_TLS_BAD_RECORD:
     case CB__FAULT_TLS_TRUNCATE:

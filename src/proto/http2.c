@@ -1556,14 +1556,26 @@ static void h2_goaway(cb__req_t *r, uint32_t code, int32_t last, int graceful) {
   }
 }
 
-static void h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
+/* SETTINGS frames of the settings fault a connection may have unacknowledged. nghttp2 keeps each until its ACK
+ * and has no bound of its own: a peer that never acknowledged, asking for the fault in a loop, left about 300
+ * bytes on the connection per request of a few bytes, for as long as it stayed. Over the bound the connection
+ * ends as RFC 9113 6.5.3 lets it, with SETTINGS_TIMEOUT (a client that acknowledges never comes near it: it
+ * would need as many settings faults in flight at once). */
+#define FAULT_SETTINGS_UNACKED_MAX 1024
+
+static int h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
   h2c_t *h = r->conn->proto_state;
+  if (h->settings_owed >= FAULT_SETTINGS_UNACKED_MAX) {
+    nghttp2_session_terminate_session(h->session, NGHTTP2_SETTINGS_TIMEOUT);
+    return UV_ENOBUFS;
+  }
   nghttp2_settings_entry iv[2];
   size_t n = 0;
   if (max_frame >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)max_frame};
   if (window >= 0) iv[n++] = (nghttp2_settings_entry){NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window};
   if (nghttp2_submit_settings(h->session, NGHTTP2_FLAG_NONE, iv, n) == 0) h->settings_owed++;
   h->no_park = 1; /* a restored session would start from the configuration's settings */
+  return 0;
 }
 
 /* The head and the pieces queued so far leave when flow control lets them: the cut waits for the frame that

@@ -87,3 +87,42 @@ TEST(faudit_h2_rst_bytes_window) {
   test_stop(srv);
 }
 
+/* A client that never acknowledges SETTINGS asks for the settings fault again and again: nghttp2 keeps every
+ * unacknowledged SETTINGS (its values, until the ACK), so each request left about 100 bytes on the connection
+ * for good, for a request of a few bytes. At 1,024 unacknowledged the connection ends with
+ * GOAWAY(SETTINGS_TIMEOUT) (RFC 9113 6.5.3) instead of sending one more. */
+#define SETTINGS_UNACKED_MAX 1024
+static int ended_or_goaway(h2cl_t *cl, const void *arg) {
+  const h2resp_t *r = arg;
+  return r->ended || r->rst != H2_NO_RST || cl->goaway > 0;
+}
+
+TEST_T(faudit_h2_settings_unacked_bounded, 60000) {
+  cb_server_t *srv = start_one();
+  int port = cb_server_port(srv);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl); /* the server's first SETTINGS, acknowledged */
+  cl->no_auto_ack = 1;
+  int answered = 0;
+  h2resp_t *r = NULL;
+  for (int i = 0; i <= SETTINGS_UNACKED_MAX && cl->goaway == 0; i++) {
+    int32_t sid = 1 + 2 * i;
+    r = h2_request(cl, sid, "GET", "/fault/settings?window=65535&length=0", NULL, 0, NULL, 0);
+    ASSERT_EQ(h2_run(cl, ended_or_goaway, r, 10000), CL_OK);
+    if (cl->goaway > 0) break;
+    ASSERT_EQ(r->status, 200);
+    ASSERT_EQ(r->ended, 1);
+    answered++;
+    h2_forget(cl, sid);
+  }
+  cbt_log("answered %d, SETTINGS %d, GOAWAY %d (%s)", answered, cl->settings, cl->goaway,
+          h2_err_name(cl->goaway_code));
+  ASSERT_EQ(answered, SETTINGS_UNACKED_MAX);
+  ASSERT_EQ(cl->settings, 1 + SETTINGS_UNACKED_MAX);
+  ASSERT_EQ(cl->goaway, 1);
+  ASSERT_EQ(cl->goaway_code, NGHTTP2_SETTINGS_TIMEOUT);
+  ASSERT_EQ(r->status, 0);
+  h2_free(cl);
+  h2_check_hello(port);
+  test_stop(srv);
+}
