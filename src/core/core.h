@@ -455,6 +455,8 @@ struct cb__fixed_s {
   uint64_t memo_id;
 };
 
+enum { CB__CUT_STREAM = 1, CB__CUT_RESET, CB__CUT_CLOSE }; /* cb__proto_faults_t.cut */
+
 /* The faults a protocol can carry (kinds/fault.c, docs/faults.md): a NULL entry means it cannot carry that
  * fault, and a request that asks for it is answered 501. */
 typedef struct {
@@ -465,10 +467,11 @@ typedef struct {
   /* RST_STREAM(code) on r's stream. */
   void (*rst_stream)(cb__req_t *r, uint32_t code);
   /* Ends r's answer once its head and the body queued so far have been sent, however long flow control holds
-   * them: RST_STREAM(code) on r's stream, or with conn set a reset (RST) of the connection. Called in the step
-   * that queued the head, before it is sent. NULL: the protocol puts what it is given into the connection's
-   * output at once (HTTP/1.1), so the connection's abort_after_flush is the cut. */
-  void (*cut)(cb__req_t *r, uint32_t code, int conn);
+   * them: how is CB__CUT_STREAM (RST_STREAM(code) on r's stream), CB__CUT_RESET (a reset of the connection) or
+   * CB__CUT_CLOSE (cb__conn_close_linger: the transport's end, a TLS fault's). Called in the step that queued
+   * the head, before it is sent. NULL: the protocol puts what it is given into the connection's output at once
+   * (HTTP/1.1), so the connection's abort_after_flush or close_after_flush is the cut. */
+  void (*cut)(cb__req_t *r, uint32_t code, int how);
   /* GOAWAY(code, last), then the connection ends: at once (cut), or once the streams up to last are done. */
   void (*goaway)(cb__req_t *r, uint32_t code, int32_t last, int graceful);
   /* SETTINGS with the values >= 0 (max frame size, initial window). Returns 0, or UV_ENOBUFS when the peer

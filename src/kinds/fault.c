@@ -635,7 +635,7 @@ static void run(cb__req_t *r) {
       head(r, (int64_t)f->length);
       if (f->at == 2) body(r, 0, f->bytes);
       if (fx->cut != NULL)
-        fx->cut(r, 0, 1); /* h2c: once flow control has let the head (and bytes) go */
+        fx->cut(r, 0, CB__CUT_RESET); /* h2c: once flow control has let the head (and bytes) go */
       else
         c->abort_after_flush = 1; /* conn.c resets once the head (and bytes) have been written */
       return;
@@ -718,7 +718,7 @@ static void run(cb__req_t *r) {
       }
       head(r, (int64_t)f->length);
       if (f->at == 2) body(r, 0, f->bytes);
-      fx->cut(r, f->code, 0); /* once the head (and bytes) have been sent */
+      fx->cut(r, f->code, CB__CUT_STREAM); /* once the head (and bytes) have been sent */
       return;
     case CB__FAULT_GOAWAY: {
       int32_t id = (int32_t)r->stream_id;
@@ -763,7 +763,10 @@ static void run(cb__req_t *r) {
         cb__conn_abort(c);
         return;
       }
-      cb__conn_close_linger(c);
+      if (fx->cut != NULL)
+        fx->cut(r, 0, CB__CUT_CLOSE); /* h2: once flow control has let the head (and bytes) go */
+      else
+        cb__conn_close_linger(c);
       return;
     case CB__FAULT_VIOLATION: {
       /* The head, then a DATA frame on stream 0: a connection error of type PROTOCOL_ERROR for any client

@@ -66,8 +66,8 @@ struct h2s {
   uint8_t over_budget; /* such a copy would have gone over the echo budget: the stream is cut after on_body */
   uint8_t rst_after;  /* answered before the request ended: reset (NO_ERROR) once the answer is sent */
   uint8_t trailers;   /* a fault: the body ends with a trailer block instead of END_STREAM on DATA */
-  uint8_t cut;        /* a fault (h2_cut): CUT_STREAM or CUT_CONN once the head and the pieces queued are sent */
-  uint32_t cut_code;  /* CUT_STREAM's RST_STREAM code */
+  uint8_t cut;        /* a fault (h2_cut): CB__CUT_*, once the head and the pieces queued are sent */
+  uint32_t cut_code;  /* CB__CUT_STREAM's RST_STREAM code */
   nghttp2_nv *tnv;    /* end_trailers: the trailer block (names lowercased; one block with its bytes), or NULL */
   size_t ntnv;
   uint8_t client_priority; /* the request has a priority field (RFC 9218), which nghttp2 applies */
@@ -925,13 +925,14 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
 }
 
 /* A fault's cut (h2_cut): the last frame of what the stream had queued has just gone into the output. */
-enum { CUT_STREAM = 1, CUT_CONN = 2 };
 static void cut_now(h2c_t *h, h2s_t *s, int ended) {
   uint8_t how = s->cut;
   s->cut = 0;
   h->ncut--;
-  if (how == CUT_CONN)
+  if (how == CB__CUT_RESET)
     h->c->abort_after_flush = 1; /* conn.c resets once that frame has been written */
+  else if (how == CB__CUT_CLOSE)
+    cb__conn_close_linger(h->c); /* the same, ended the transport's way */
   else if (!ended) /* a head that ended the stream (HEAD, an empty body) leaves nothing to reset */
     nghttp2_submit_rst_stream(h->session, NGHTTP2_FLAG_NONE, s->id, s->cut_code);
 }
@@ -1581,11 +1582,11 @@ static int h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
 /* The head and the pieces queued so far leave when flow control lets them: the cut waits for the frame that
  * carries the last of them (on_frame_send), so that a reset after `bytes` bytes comes after that many bytes
  * whatever the peer's windows, where an RST_STREAM on the next turn dropped what the window still held and a
- * connection reset went as soon as the output queue was empty. */
-static void h2_cut(cb__req_t *r, uint32_t code, int conn) {
+ * connection reset or a TLS fault's end went as soon as the output queue was empty. */
+static void h2_cut(cb__req_t *r, uint32_t code, int how) {
   h2s_t *s = r->stream;
   if (!s->cut) s->h->ncut++;
-  s->cut = conn ? CUT_CONN : CUT_STREAM;
+  s->cut = (uint8_t)how;
   s->cut_code = code;
 }
 
