@@ -343,14 +343,18 @@ handle_cast(_Msg, S) -> {noreply, S}.
 handle_info({'EXIT', Owner, _Reason}, S = #{owner := Owner}) ->
     %% The process of start_link_server/2 exited: the server goes with it.
     {stop, shutdown, S};
-handle_info({cbench_journal, _Seq}, S = #{waiters := Ws}) ->
-    %% A burst of requests sends a burst of wake-ups: one read serves them all.
-    flush_journal_messages(),
-    case cbench_waiters:is_empty(Ws) orelse journal(S, everything(cbench_waiters:since(Ws))) of
+handle_info({cbench_journal, Seq}, S = #{waiters := Ws}) ->
+    %% A burst of requests sends a burst of wake-ups: one read serves them all. A wake-up names the
+    %% entry recorded, which may be older than entries the waiters have seen (the C engines number
+    %% a request when it arrives and record it when its answer ends), so the read goes back to the
+    %% oldest one named.
+    Recorded = journal_messages([Seq]),
+    case cbench_waiters:is_empty(Ws) orelse
+        journal(S, everything(min(cbench_waiters:since(Ws), lists:min(Recorded) - 1))) of
         true -> {noreply, S};
         {error, _} -> {noreply, S};
         Entries ->
-            {Ws1, Replies} = cbench_waiters:feed(Ws, Entries),
+            {Ws1, Replies} = cbench_waiters:feed(Ws, Entries, Recorded),
             {noreply, answer(Replies, S#{waiters := Ws1})}
     end;
 handle_info({'DOWN', Mon, process, _, _}, S = #{mod := Mod, handle := H, handlers := Hs})
@@ -375,9 +379,10 @@ handle_info(Msg, S = #{mod := Mod, handle := H}) ->
         false -> {noreply, S}
     end.
 
-flush_journal_messages() ->
-    receive {cbench_journal, _} -> flush_journal_messages()
-    after 0 -> ok
+%% The sequence numbers of the wake-ups waiting in the mailbox, with those already taken.
+journal_messages(Seqs) ->
+    receive {cbench_journal, Seq} -> journal_messages([Seq | Seqs])
+    after 0 -> Seqs
     end.
 
 %% @private

@@ -6,7 +6,7 @@
 %%% them here. Nothing polls.
 -module(cbench_waiters).
 
--export([new/0, is_empty/1, add/5, feed/2, expire/2, since/1, cancel_all/1]).
+-export([new/0, is_empty/1, add/5, feed/3, expire/2, since/1, cancel_all/1]).
 
 -export_type([waiters/0]).
 
@@ -31,37 +31,51 @@ add(Ws, From, Filter = #{since := Since}, Count, {Entries, Timeout}) ->
     Ref = make_ref(),
     W = #w{ref = Ref, from = From, filter = Filter, count = Count, seen = Since,
            timer = erlang:send_after(Timeout, self(), {cbench_await_timeout, Ref})},
-    feed([W | Ws], Entries).
+    feed([W | Ws], Entries, []).
 
 %% @doc New journal entries (in sequence order): the waiters still waiting, and the replies of
-%% those whose count is reached (`{ok, Entries}', the first Count matching entries).
--spec feed(waiters(), [cbench_journal:entry()]) -> {waiters(), [{gen_server:from(), term()}]}.
-feed(Ws, Entries) ->
+%% those whose count is reached (`{ok, Entries}', the first Count matching entries, oldest first).
+%% Recorded are the sequence numbers of the entries the engine announced as just recorded: an entry
+%% is recorded when its answer ends, so it may come after newer entries that a waiter has seen
+%% already; those are taken too (once: a waiter skips an entry it holds).
+-spec feed(waiters(), [cbench_journal:entry()], [pos_integer()]) ->
+          {waiters(), [{gen_server:from(), term()}]}.
+feed(Ws, Entries, Recorded) ->
+    Late = maps:from_keys(Recorded, true),
     lists:foldr(fun(W, {Waiting, Replies}) ->
-                        case take(W, Entries) of
+                        case take(W, Entries, Late) of
                             W1 = #w{ngot = N, count = C} when N >= C ->
                                 _ = erlang:cancel_timer(W1#w.timer),
-                                {Waiting, [{W1#w.from, {ok, lists:sublist(lists:reverse(W1#w.got),
+                                {Waiting, [{W1#w.from, {ok, lists:sublist(oldest_first(W1#w.got),
                                                                          C)}} | Replies]};
                             W1 ->
                                 {[W1 | Waiting], Replies}
                         end
                 end, {[], []}, Ws).
 
-take(W = #w{seen = Seen, filter = F}, Entries) ->
+take(W = #w{seen = Seen, filter = F}, Entries, Late) ->
     lists:foldl(fun(E = #{seq := Seq}, Acc = #w{got = Got, ngot = N}) when Seq > Seen ->
                         case cbench_journal:matches(F, E) of
                             true -> Acc#w{got = [E | Got], ngot = N + 1, seen = Seq};
                             false -> Acc#w{seen = Seq}
                         end;
-                   (_, Acc) -> Acc
+                   (E = #{seq := Seq}, Acc = #w{got = Got, ngot = N}) ->
+                        case is_map_key(Seq, Late) andalso cbench_journal:matches(F, E) andalso
+                            not lists:any(fun(#{seq := S}) -> S =:= Seq end, Got) of
+                            true -> Acc#w{got = [E | Got], ngot = N + 1};
+                            false -> Acc
+                        end
                 end, W, Entries).
+
+%% Taken entries (newest first, or out of order for those recorded late) in sequence order.
+oldest_first(Got) ->
+    lists:sort(fun(#{seq := A}, #{seq := B}) -> A =< B end, Got).
 
 %% @doc A waiter's time is up: it gets `{error, {timeout, EntriesSoFar}}'.
 -spec expire(waiters(), reference()) -> {waiters(), [{gen_server:from(), term()}]}.
 expire(Ws, Ref) ->
     case lists:keytake(Ref, #w.ref, Ws) of
-        {value, W, Rest} -> {Rest, [{W#w.from, {error, {timeout, lists:reverse(W#w.got)}}}]};
+        {value, W, Rest} -> {Rest, [{W#w.from, {error, {timeout, oldest_first(W#w.got)}}}]};
         false -> {Ws, []}
     end.
 
@@ -72,5 +86,5 @@ since(Ws) -> lists:min([S || #w{seen = S} <- Ws]).
 %% @doc Every waiter answered with what it has so far (the server is stopping).
 -spec cancel_all(waiters()) -> [{gen_server:from(), term()}].
 cancel_all(Ws) ->
-    [begin _ = erlang:cancel_timer(T), {From, {error, {timeout, lists:reverse(Got)}}} end
+    [begin _ = erlang:cancel_timer(T), {From, {error, {timeout, oldest_first(Got)}}} end
      || #w{from = From, timer = T, got = Got} <- Ws].

@@ -13,9 +13,10 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([promise_nif_http1/1, promise_nif_h2c/1, promise_port_http1/1, promise_port_h2c/1,
-         promise_ehttpd_http1/1]).
+         promise_ehttpd_http1/1, await_entry_recorded_late/1]).
 
-all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1].
+all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1,
+          await_entry_recorded_late].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -83,6 +84,52 @@ promise(Engine, Proto, Close, Keep) ->
     ?assert(Per * length(Specs) >= ?REQUESTS),
     ?assertEqual([], Misses),
     ok = cbench:stop_server(S).
+
+%% await/4 counts an entry recorded after a newer one it has already seen: the C engines number a
+%% request when it arrives and record it when its answer ends, so a request answered later than
+%% one that came after it is recorded behind it. Here /slow arrives first and is held by a handler
+%% (this process) while /hello is answered; an await for 2 is set up after /hello's entry is in,
+%% then /slow is answered: the waiter must count it. (It waited out its timeout with /hello alone:
+%% it read only entries above the newest sequence number it had seen.)
+await_entry_recorded_late(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 2}),
+         Port = cbench:port(S),
+         {ok, _} = cbench:handle(S, "/slow", self(), #{}),
+         Self = self(),
+         Slow = spawn_link(fun() ->
+                                   Sock = connect(Port),
+                                   ok = gen_tcp:send(Sock, request(<<"/slow">>)),
+                                   {ok, <<>>} = read_response(Sock, <<>>),
+                                   Self ! {slow_answered, self()}
+                           end),
+         Req = receive {cbench_request, R} -> R after ?READ_MS -> error(no_request) end,
+         Sock = connect(Port),
+         ok = gen_tcp:send(Sock, request(<<"/hello">>)),
+         {ok, <<>>} = read_response(Sock, <<>>),
+         [#{path := <<"/hello">>}] = cbench:requests(S),
+         Awaiter = spawn_link(fun() -> Self ! {awaited, self(), cbench:await(S, #{}, 2, 5000)} end),
+         ok = waiting(S),
+         ok = cbench:reply(Req, 200, [], <<"late">>),
+         receive {slow_answered, Slow} -> ok end,
+         Got = receive {awaited, Awaiter, A} -> A end,
+         ?assertMatch({E, {ok, [_, _]}}, {E, Got}),
+         {ok, Entries} = Got,
+         ?assertEqual({E, [<<"/hello">>, <<"/slow">>]}, {E, lists:sort([P || #{path := P} <- Entries])}),
+         %% Oldest first, as requests/1 lists them.
+         ?assertEqual({E, [Seq || #{seq := Seq} <- cbench:requests(S)]},
+                      {E, [Seq || #{seq := Seq} <- Entries]}),
+         gen_tcp:close(Sock),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% Returns once the server process holds a waiter (cbench:await/4 has read the journal).
+waiting(S) ->
+    case cbench_waiters:is_empty(maps:get(waiters, sys:get_state(S))) of
+        true -> receive after 1 -> waiting(S) end;
+        false -> ok
+    end.
 
 %% The misses of Per requests to Path: {Spec, N, EndSeen, EntriesFound}.
 run(http1, close, Port, S, F, Path, Per) ->
