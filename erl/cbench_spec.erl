@@ -665,6 +665,7 @@ protos(P, Given) when is_atom(P) ->
     protos([P], Given);
 protos(Ps, Given) when is_list(Ps), Ps =/= [] ->
     Known = [http1, h2c_prior, h2c_upgrade, h1_tls, h2_tls],
+    list_length(Ps) =:= error andalso fail({filter, proto}, Given, wrong_type),
     case lists:all(fun(P) -> lists:member(P, Known) end, Ps) of
         true -> lists:usort(Ps);
         false -> fail({filter, proto}, Given, unknown_proto)

@@ -9,13 +9,13 @@
          stop_twice/1, settings_map/1, start_banner/1, app_stop_stops_servers/1,
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
-         with_server/1, h2c_only_listener/1]).
+         with_server/1, h2c_only_listener/1, journal_filter_improper_list/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
-     h2c_only_listener,
+     h2c_only_listener, journal_filter_improper_list,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -146,6 +146,21 @@ available_cpus() ->
                       [A] -> [list_to_integer(A)];
                       [A, B] -> lists:seq(list_to_integer(A), list_to_integer(B))
                   end || R <- string:split(List, ",", all)]).
+
+%% A journal filter's `proto' that is an improper list is a bad filter, as a `method' one is, on
+%% every engine and in requests/2 and await/4 alike (it raised function_clause from lists:all/2
+%% in the caller).
+journal_filter_improper_list(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         [?assertEqual({E, {error, {bad_filter, {{filter, K}, V, wrong_type}}}},
+                       {E, cbench:requests(S, #{K => V})})
+          || {K, V} <- [{proto, [http1 | h2c_prior]}, {proto, [http1, h2c_prior | x]},
+                        {method, [get | post]}]],
+         ?assertEqual({E, {error, {bad_filter, {{filter, proto}, [http1 | x], wrong_type}}}},
+                      {E, cbench:await(S, #{proto => [http1 | x]}, 1, 0)}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
 
 %% A path without a leading slash is joined with one; "" is the bare base URL.
 url_join(_Config) ->

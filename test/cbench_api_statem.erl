@@ -189,6 +189,7 @@ filter(Refs) ->
                      {#{method => 7}, {error, {bad_filter, {{filter, method}, 7, wrong_type}}}},
                      {#{path => [$/ | x]}, {error, {bad_filter, {{filter, path}, [$/ | x], wrong_type}}}},
                      {#{stub => 1.0}, {error, {bad_filter, {{filter, stub}, 1.0, wrong_type}}}},
+                     {#{proto => [http1 | x]}, {error, {bad_filter, {{filter, proto}, [http1 | x], wrong_type}}}},
                      {[a | b], badarg},
                      {not_a_map, badarg}])]).
 
