@@ -39,6 +39,11 @@
 -define(MAX_HEADERS, 64).
 -define(MAX_HEADER_BYTES, (1 bsl 20)).
 
+%% A C engine's request number, and a state word (cbench_handler_state).
+-define(IS_REF(Ref), (is_integer(Ref) andalso Ref >= 0 andalso Ref < 1 bsl 64)).
+-define(IS_STATE(St), (tuple_size(St) =:= 2 andalso is_reference(element(1, St)) andalso
+                       is_integer(element(2, St)))).
+
 -define(DEFAULT_TIMEOUT_MS, 5000).
 -define(MAX_TIMEOUT_MS, 3600000).
 
@@ -124,10 +129,13 @@ replies(Answers) when is_list(Answers) ->
 replies(_) ->
     error(badarg).
 
+%% A handle as an engine gives it, or badarg: the C engines number requests in 64 bits (the port
+%% program takes a frame it cannot decode as a broken node and exits), and a state word is a slot of
+%% an atomics array.
 handle(#{handle := H}) -> handle(H);
-handle(H = {cbench_nif, _, Ref}) when is_integer(Ref) -> H;
-handle(H = {cbench_ehttpd, Pid, Ref, _}) when is_pid(Pid), is_reference(Ref) -> H;
-handle(H = {cbench_port, Pid, Ref, _}) when is_pid(Pid), is_integer(Ref) -> H;
+handle(H = {cbench_nif, _, Ref}) when ?IS_REF(Ref) -> H;
+handle(H = {cbench_ehttpd, Pid, Ref, State}) when is_pid(Pid), is_reference(Ref), ?IS_STATE(State) -> H;
+handle(H = {cbench_port, Pid, Ref, State}) when is_pid(Pid), ?IS_REF(Ref), ?IS_STATE(State) -> H;
 handle(_) -> error(badarg).
 
 one({cbench_nif, Server, Ref}, Op) ->

@@ -9,13 +9,14 @@
          stop_twice/1, settings_map/1, start_banner/1, app_stop_stops_servers/1,
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
-         with_server/1, h2c_only_listener/1, journal_filter_improper_list/1]).
+         with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
+         reply_forged_handle/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
-     h2c_only_listener, journal_filter_improper_list,
+     h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -161,6 +162,44 @@ journal_filter_improper_list(_Config) ->
                       {E, cbench:await(S, #{proto => [http1 | x]}, 1, 0)}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
+
+%% A request handle that an engine cannot have given is badarg on every engine, before anything
+%% reaches the engine: a request number outside 0..2^64-1 (the port program took it in its frame,
+%% could not decode it and exited, ending the server) or a state word that is not one (a
+%% function_clause). The server then serves the real answer.
+reply_forged_handle(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         {ok, _} = cbench:handle(S, "/h", self(), #{}),
+         {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+         ok = gen_tcp:send(Sock, <<"GET /h HTTP/1.1\r\nhost: x\r\n\r\n">>),
+         Req = #{handle := H} = receive {cbench_request, R} -> R after 10000 -> error(no_request) end,
+         Forged = forged_handles(H),
+         ?assert(length(Forged) >= 2),
+         [begin
+              ?assertError(badarg, cbench:reply(Req#{handle := F}, 200, [], <<"forged">>)),
+              ?assertError(badarg, cbench:reply_stream(F, 200, [])),
+              ?assertError(badarg, cbench:send(F, <<"x">>)),
+              ?assertError(badarg, cbench:finish(F)),
+              ?assertError(badarg, cbench:replies([{Req, 200, [], <<"real">>}, {F, 200, [], <<>>}]))
+          end || F <- Forged],
+         ?assertEqual({E, ok}, {E, cbench:reply(Req, 200, [], <<"real">>)}),
+         {ok, Answer} = gen_tcp:recv(Sock, 0, 10000),
+         ?assertMatch({E, {match, _}}, {E, re:run(Answer, <<"^HTTP/1.1 200 .*\r\n\r\nreal$">>,
+                                                  [dotall])}),
+         ?assertMatch({E, #{requests := 1}}, {E, cbench:stats(S)}),
+         gen_tcp:close(Sock),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+forged_handles({cbench_nif, Srv, _}) ->
+    [{cbench_nif, Srv, 1 bsl 64}, {cbench_nif, Srv, -1}];
+forged_handles({cbench_port, Owner, Ref, St = {A, _}}) ->
+    [{cbench_port, Owner, 1 bsl 64, St}, {cbench_port, Owner, -1, St}, {cbench_port, Owner, Ref, x},
+     {cbench_port, Owner, Ref, {A, one}}];
+forged_handles({cbench_ehttpd, Conn, Ref, {A, _}}) ->
+    [{cbench_ehttpd, Conn, 1 bsl 64, {A, 1}}, {cbench_ehttpd, Conn, Ref, x},
+     {cbench_ehttpd, Conn, Ref, {A, one}}].
 
 %% A path without a leading slash is joined with one; "" is the bare base URL.
 url_join(_Config) ->
