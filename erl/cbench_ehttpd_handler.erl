@@ -33,9 +33,17 @@
 
 %% @doc A checked answer (cbench_handler) to an ehttpd request: claimed on its state word, then
 %% sent to the connection that waits for it.
+%% A connection process that is gone (its client closed, or the server stopped and killed it) has
+%% no request: {error, gone}, as the C engines answer for a request of a stopped server.
 -spec answer({cbench_ehttpd, pid(), reference(), cbench_handler_state:state()},
              cbench_handler_state:op()) -> ok | {error, gone | not_streaming}.
-answer({cbench_ehttpd, Pid, Ref, A = {Arr, I}}, Op = {send, Data}) ->
+answer(H = {cbench_ehttpd, Pid, _, A}, Op) ->
+    case is_process_alive(Pid) of
+        true -> to_conn(H, Op);
+        false -> cbench_handler_state:done(A), {error, gone}
+    end.
+
+to_conn({cbench_ehttpd, Pid, Ref, A = {Arr, I}}, Op = {send, Data}) ->
     Size = byte_size(Data),
     case atomics:add_get(Arr, I + ?QUEUED - 1, Size) - Size >= atomics:get(Arr, I + ?MAX_QUEUED - 1) of
         false ->
@@ -50,7 +58,7 @@ answer({cbench_ehttpd, Pid, Ref, A = {Arr, I}}, Op = {send, Data}) ->
                 false -> cbench_handler_state:answer(A, Op, fun(_) -> ok end)
             end
     end;
-answer({cbench_ehttpd, Pid, Ref, A}, Op) ->
+to_conn({cbench_ehttpd, Pid, Ref, A}, Op) ->
     cbench_handler_state:answer(A, Op, fun(Op1) -> Pid ! {cbench_reply, Ref, Op1} end).
 
 %%% The connection's side

@@ -10,13 +10,14 @@
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
-         reply_forged_handle/1]).
+         reply_forged_handle/1, reply_after_stop/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
      h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
+     reply_after_stop,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -190,6 +191,31 @@ reply_forged_handle(_Config) ->
          ?assertMatch({E, #{requests := 1}}, {E, cbench:stats(S)}),
          gen_tcp:close(Sock),
          ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% Once stop_server/1 has returned, every request a handler holds is gone on every engine: an
+%% answer, a streamed answer's piece and end are {error, gone}, as the docs say for a request whose
+%% client is gone (the ehttpd engine said ok: the connection process had been killed with the state
+%% word of its request still open, and the answer went to a dead pid).
+reply_after_stop(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         {ok, _} = cbench:handle(S, "/h", self(), #{}),
+         Socks = [begin
+                      {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+                      ok = gen_tcp:send(Sock, <<"GET /h HTTP/1.1\r\nhost: x\r\n\r\n">>),
+                      Sock
+                  end || _ <- [1, 2, 3]],
+         [Whole, Streamed, Many] = [receive {cbench_request, R} -> R after 10000 -> error(no_request) end
+                                    || _ <- Socks],
+         ok = cbench:reply_stream(Streamed, 200, []),
+         ok = cbench:send(Streamed, <<"piece">>),
+         ok = cbench:stop_server(S),
+         ?assertEqual({E, [{error, gone}, {error, gone}, {error, gone}, {error, gone}, [{error, gone}]]},
+                      {E, [cbench:reply(Whole, 200, [], <<"late">>), cbench:reply_stream(Whole, 200, []),
+                           cbench:send(Streamed, <<"late">>), cbench:finish(Streamed),
+                           cbench:replies([{Many, 200, [], <<"late">>}])]}),
+         [gen_tcp:close(Sock) || Sock <- Socks]
      end || E <- [nif, port, ehttpd]].
 
 forged_handles({cbench_nif, Srv, _}) ->
