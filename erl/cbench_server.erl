@@ -361,6 +361,14 @@ handle_info({'DOWN', Mon, process, _, _}, S = #{mod := Mod, handle := H, handler
   when is_map_key(Mon, Hs) ->
     _ = Mod:handler_fail(H, maps:get(Mon, Hs)),
     {noreply, S#{handlers := maps:remove(Mon, Hs)}};
+handle_info({'DOWN', Mon, process, _, _} = Msg, S = #{mod := Mod, handle := H, waiters := Ws}) ->
+    %% A caller of await/4 died while it waited (its waiter goes), or a monitor of the engine's.
+    case cbench_waiters:caller_down(Ws, Mon) of
+        {true, Ws1} ->
+            cbench_waiters:is_empty(Ws1) andalso Mod:journal_notify(H, false),
+            {noreply, S#{waiters := Ws1}};
+        false -> engine_info(Msg, S)
+    end;
 handle_info({cbench_await_timeout, Ref}, S = #{waiters := Ws}) ->
     {Ws1, Replies} = cbench_waiters:expire(Ws, Ref),
     {noreply, answer(Replies, S#{waiters := Ws1})};
@@ -372,7 +380,11 @@ handle_info({'EXIT', _From, Reason} = Msg, S = #{mod := Mod, handle := H}) ->
         false when Reason =/= normal -> {stop, {engine_exit, Reason}, S};
         false -> {noreply, S}
     end;
-handle_info(Msg, S = #{mod := Mod, handle := H}) ->
+handle_info(Msg, S) ->
+    engine_info(Msg, S).
+
+%% A message that is the engine's, or nobody's.
+engine_info(Msg, S = #{mod := Mod, handle := H}) ->
     case Mod:handle_info(Msg, H) of
         {ok, H1} -> {noreply, S#{handle := H1}};
         {stop, Why} -> {stop, Why, S};

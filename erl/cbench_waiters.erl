@@ -6,13 +6,14 @@
 %%% them here. Nothing polls.
 -module(cbench_waiters).
 
--export([new/0, is_empty/1, add/5, feed/3, expire/2, since/1, cancel_all/1]).
+-export([new/0, is_empty/1, add/5, feed/3, expire/2, caller_down/2, since/1, cancel_all/1]).
 
 -export_type([waiters/0]).
 
+%% mon: the monitor of the caller (a caller that dies takes its waiter with it: caller_down/2).
 -record(w, {ref :: reference(), from :: gen_server:from(), filter :: cbench_spec:canon_filter(),
             count :: pos_integer(), got = [] :: [cbench_journal:entry()], ngot = 0 :: integer(),
-            seen :: non_neg_integer(), timer :: reference()}).
+            seen :: non_neg_integer(), timer :: reference(), mon :: reference()}).
 -opaque waiters() :: [#w{}].
 
 %% @doc No waiters.
@@ -27,10 +28,11 @@ is_empty(Ws) -> Ws =:= [].
 %% replies due at once (a waiter whose entries are already there).
 -spec add(waiters(), gen_server:from(), cbench_spec:canon_filter(), pos_integer(),
           {[cbench_journal:entry()], timeout()}) -> {waiters(), [{gen_server:from(), term()}]}.
-add(Ws, From, Filter = #{since := Since}, Count, {Entries, Timeout}) ->
+add(Ws, From = {Caller, _}, Filter = #{since := Since}, Count, {Entries, Timeout}) ->
     Ref = make_ref(),
     W = #w{ref = Ref, from = From, filter = Filter, count = Count, seen = Since,
-           timer = erlang:send_after(Timeout, self(), {cbench_await_timeout, Ref})},
+           timer = erlang:send_after(Timeout, self(), {cbench_await_timeout, Ref}),
+           mon = erlang:monitor(process, Caller)},
     feed([W | Ws], Entries, []).
 
 %% @doc New journal entries (in sequence order): the waiters still waiting, and the replies of
@@ -45,7 +47,7 @@ feed(Ws, Entries, Recorded) ->
     lists:foldr(fun(W, {Waiting, Replies}) ->
                         case take(W, Entries, Late) of
                             W1 = #w{ngot = N, count = C} when N >= C ->
-                                _ = erlang:cancel_timer(W1#w.timer),
+                                ended(W1),
                                 {Waiting, [{W1#w.from, {ok, lists:sublist(oldest_first(W1#w.got),
                                                                          C)}} | Replies]};
                             W1 ->
@@ -75,9 +77,26 @@ oldest_first(Got) ->
 -spec expire(waiters(), reference()) -> {waiters(), [{gen_server:from(), term()}]}.
 expire(Ws, Ref) ->
     case lists:keytake(Ref, #w.ref, Ws) of
-        {value, W, Rest} -> {Rest, [{W#w.from, {error, {timeout, oldest_first(W#w.got)}}}]};
+        {value, W, Rest} ->
+            ended(W),
+            {Rest, [{W#w.from, {error, {timeout, oldest_first(W#w.got)}}}]};
         false -> {Ws, []}
     end.
+
+%% @doc A monitor fired: the waiter of a caller that died is dropped (nobody takes its answer).
+%% `false' when the monitor is not a waiter's.
+-spec caller_down(waiters(), reference()) -> {true, waiters()} | false.
+caller_down(Ws, Mon) ->
+    case lists:keytake(Mon, #w.mon, Ws) of
+        {value, W, Rest} -> ended(W), {true, Rest};
+        false -> false
+    end.
+
+%% A waiter leaves: its timer and its monitor go with it.
+ended(#w{timer = T, mon = Mon}) ->
+    _ = erlang:cancel_timer(T),
+    erlang:demonitor(Mon, [flush]).
+
 
 %% @doc The sequence number after which the waiters need entries.
 -spec since(waiters()) -> non_neg_integer().
@@ -86,5 +105,5 @@ since(Ws) -> lists:min([S || #w{seen = S} <- Ws]).
 %% @doc Every waiter answered with what it has so far (the server is stopping).
 -spec cancel_all(waiters()) -> [{gen_server:from(), term()}].
 cancel_all(Ws) ->
-    [begin _ = erlang:cancel_timer(T), {From, {error, {timeout, oldest_first(Got)}}} end
-     || #w{from = From, timer = T, got = Got} <- Ws].
+    [begin ended(W), {From, {error, {timeout, oldest_first(Got)}}} end
+     || W = #w{from = From, got = Got} <- Ws].

@@ -13,10 +13,10 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([promise_nif_http1/1, promise_nif_h2c/1, promise_port_http1/1, promise_port_h2c/1,
-         promise_ehttpd_http1/1, await_entry_recorded_late/1]).
+         promise_ehttpd_http1/1, await_entry_recorded_late/1, await_caller_dies/1]).
 
 all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1,
-          await_entry_recorded_late].
+          await_entry_recorded_late, await_caller_dies].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -123,6 +123,39 @@ await_entry_recorded_late(_Config) ->
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]],
     ok.
+
+%% A caller of await/4 that dies while it waits takes its waiter with it: the server no longer
+%% keeps it (and every matching entry it collects, for up to 2^32-1 ms), nor the monitor. The
+%% waiter stayed until its timeout, the engine waking the server for every request meanwhile.
+await_caller_dies(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         {Pid, Mon} = spawn_monitor(fun() -> cbench:await(S, #{path => "/never"}, 1, 1 bsl 31) end),
+         ok = waiting(S),
+         exit(Pid, kill),
+         receive {'DOWN', Mon, process, Pid, killed} -> ok end,
+         ?assertEqual({E, ok}, {E, no_waiter(S, 1000)}),
+         ?assertEqual({E, false}, {E, monitors(S, Pid)}),
+         %% A caller that lives: its answer comes, and no monitor stays behind it.
+         ?assertEqual({E, {error, {timeout, []}}}, {E, cbench:await(S, #{path => "/never"}, 1, 0)}),
+         ?assertEqual({E, false}, {E, monitors(S, self())}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% Whether process S monitors Pid.
+monitors(S, Pid) ->
+    {monitors, Ms} = process_info(S, monitors),
+    lists:member({process, Pid}, Ms).
+
+%% ok once the server holds no waiter; the 'DOWN' of the dead caller may reach it after a call of
+%% ours, so it is asked again (Tries times at most).
+no_waiter(_S, 0) -> waiter_left;
+no_waiter(S, Tries) ->
+    case cbench_waiters:is_empty(maps:get(waiters, sys:get_state(S))) of
+        true -> ok;
+        false -> receive after 10 -> no_waiter(S, Tries - 1) end
+    end.
 
 %% Returns once the server process holds a waiter (cbench:await/4 has read the journal).
 waiting(S) ->
