@@ -1,6 +1,7 @@
 %%% @doc JSON for body matchers (docs/routes.md, "Body matchers"): a decoder that reads what jansson
 %%% reads (the C engine's parser: any value at the top, strict numbers, valid UTF-8, `\u0000'
-%%% allowed, a key given twice keeps the last, integers within 64 bits, at most 2048 levels), an
+%%% allowed in strings but not in keys, a key given twice keeps the last, integers within 64 bits,
+%%% at most 2048 levels, the top value being the first), an
 %%% encoder for the terms a stub gives, and the two comparisons. OTP 25 has no json module.
 %%%
 %%% Terms: an object is a map with binary keys (atom keys are taken as their names when a stub
@@ -26,7 +27,9 @@
 normalize(T) ->
     try {ok, norm(T, 0)} catch throw:bad -> error end.
 
-norm(_, D) when D > ?MAX_DEPTH -> throw(bad);
+%% D: the levels above the value (jansson counts the value itself: 2048 arrays around a number are
+%% 2049 levels, too many).
+norm(_, D) when D >= ?MAX_DEPTH -> throw(bad);
 norm(M, D) when is_map(M) ->
     L = [{key(K), norm(V, D + 1)} || {K, V} <- maps:to_list(M)],
     N = maps:from_list(L),
@@ -43,9 +46,17 @@ norm(F, _) when is_float(F) -> F;
 norm(A, _) when A =:= true; A =:= false; A =:= null -> A;
 norm(_, _) -> throw(bad).
 
-key(K) when is_binary(K) -> utf8(K);
-key(K) when is_atom(K) -> utf8(atom_to_binary(K, utf8));
+key(K) when is_binary(K) -> no_nul(utf8(K));
+key(K) when is_atom(K) -> no_nul(utf8(atom_to_binary(K, utf8)));
 key(_) -> throw(bad).
+
+%% jansson keeps keys as C strings: a NUL in one is not JSON to it ("NUL byte in object key not
+%% supported"), whatever the flags.
+no_nul(K) ->
+    case binary:match(K, <<0>>) of
+        nomatch -> K;
+        _ -> throw(bad)
+    end.
 
 is_proper([]) -> true;
 is_proper([_ | T]) -> is_proper(T);
@@ -120,7 +131,7 @@ decode(Bin) when is_binary(Bin) ->
 ws(<<C, R/binary>>) when C =:= $\s; C =:= $\t; C =:= $\n; C =:= $\r -> ws(R);
 ws(B) -> B.
 
-value(_, D) when D > ?MAX_DEPTH -> throw(bad);
+value(_, D) when D >= ?MAX_DEPTH -> throw(bad);  % as norm/2
 value(<<${, R/binary>>, D) -> object(ws(R), D + 1, []);
 value(<<$[, R/binary>>, D) -> array(ws(R), D + 1, []);
 value(<<$", R/binary>>, _) -> string(R, <<>>);
@@ -132,7 +143,8 @@ value(_, _) -> throw(bad).
 
 object(<<$}, R/binary>>, _, []) -> {#{}, R};
 object(<<$", R/binary>>, D, Acc) ->
-    {K, R1} = string(R, <<>>),
+    {K0, R1} = string(R, <<>>),
+    K = no_nul(K0),
     case ws(R1) of
         <<$:, R2/binary>> ->
             {V, R3} = value(ws(R2), D),
