@@ -42,6 +42,12 @@ stub(S = #{<<"match">> := M}, I, Dir) when is_map(M) ->
     Match = case Name of undefined -> Match0; _ -> Match0#{name => Name} end,
     Res = response(maps:get(<<"response">>, S, #{}), I, Dir),
     #{name => case Name of undefined -> <<>>; _ -> Name end, match => Match, response => Res};
+%% The C engines' loader's places and reasons (src/stub_json.c): a stub that is not an object, a
+%% match that is not one, a match that is not there.
+stub(S, I, _) when not is_map(S) ->
+    throw({bad, {I}, wrong_type});
+stub(#{<<"match">> := _}, I, _) ->
+    throw({bad, {I, match}, wrong_type});
 stub(_, I, _) ->
     throw({bad, {I, match}, missing}).
 
@@ -56,6 +62,7 @@ match(M, I) ->
     only(M, [<<"method">>, <<"path">>, <<"headers">>, <<"query">>, <<"priority">>], {I, match}),
     Path = case M of
                #{<<"path">> := P} when is_binary(P) -> P;
+               #{<<"path">> := _} -> throw({bad, {I, match, path}, wrong_type});
                _ -> throw({bad, {I, match, path}, missing})
            end,
     lists:foldl(

@@ -10,14 +10,15 @@
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
-         reply_forged_handle/1, reply_after_stop/1, json_matcher_alike/1]).
+         reply_forged_handle/1, reply_after_stop/1, json_matcher_alike/1,
+         load_stubs_place_and_reason/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
      h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
-     reply_after_stop, json_matcher_alike,
+     reply_after_stop, json_matcher_alike, load_stubs_place_and_reason,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -241,6 +242,31 @@ json_matcher_alike(_Config) ->
                                #{status => 201}),
          ?assertEqual({E, [201, 404]},
                       {E, [post_status(cbench:port(S), "/m", Body(N)) || N <- [2046, 2047]]}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% load_stubs/2 names the same place and reason on every engine (the C engines' loader adds the line
+%% and a description, docs/record.md): a stub that is not an object, a match or a path of the wrong
+%% type are wrong_type, not missing (ehttpd's said `stubs[0].match: missing' for all three).
+load_stubs_place_and_reason(_Config) ->
+    File = filename:join(filename:basedir(user_cache, "cbench_api_SUITE"), "stubs.json"),
+    ok = filelib:ensure_dir(File),
+    Cases = [{<<"[5]">>, <<"stubs[0]">>, <<"wrong_type">>},
+             {<<"[{\"match\": 5}]">>, <<"stubs[0].match">>, <<"wrong_type">>},
+             {<<"[{\"response\": {}}]">>, <<"stubs[0].match">>, <<"missing">>},
+             {<<"[{\"match\": {\"path\": 5}}]">>, <<"stubs[0].match.path">>, <<"wrong_type">>},
+             {<<"[{\"match\": {}}]">>, <<"stubs[0].match.path">>, <<"missing">>}],
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         [begin
+              ok = file:write_file(File, Text),
+              {error, {bad_stub_file, Msg}} = cbench:load_stubs(S, File),
+              %% FILE[:LINE]: PLACE: REASON[: description]
+              [_, Rest] = binary:split(Msg, <<": ">>),
+              [P, R | _] = binary:split(Rest, <<": ">>, [global]),
+              ?assertEqual({E, Text, Place, Reason}, {E, Text, P, R})
+          end || {Text, Place, Reason} <- Cases],
+         ?assertEqual({E, []}, {E, cbench:stubs(S)}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
 
