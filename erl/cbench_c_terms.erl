@@ -4,7 +4,8 @@
 %%% answer as the engine takes it.
 -module(cbench_c_terms).
 
--export([match/1, filter/1, add_result/2, remove_result/1, reply_item/2, tls_info/1, start_result/2]).
+-export([match/1, filter/1, add_result/4, remove_result/1, scenario_result/1,
+         reply_item/2, tls_info/1, start_result/2]).
 
 -export_type([reply_item/0]).
 
@@ -72,6 +73,32 @@ add_result({error, E}, #{body := {file, Path}}) when E =/= stopped, E =/= enomem
                                                     E =/= einval ->
     {error, {bad_stub, {{response, body}, {file, Path}, E}}};
 add_result({error, E}, _Response) -> {error, E}.
+
+%% CB_MAX_ROUTES in include/cbench.h.
+-define(MAX_ROUTES, 100000).
+
+%% @doc add_result/2 for a stub of Match: the engine's one limit error (CB_ELIMIT) is the
+%% scenarios' limit (CB_MAX_SCENARIOS names or states) for a match that names a scenario while
+%% the table is below CB_MAX_ROUTES, as the ehttpd engine says it. Stubs: the stubs the engine has
+%% (asked only then).
+-spec add_result({ok, pos_integer()} | {error, atom() | {bad_stub, cbench_spec:bad()}},
+                 cbench_spec:canon_match(), cbench_spec:canon_response(),
+                 fun(() -> [map()] | {error, term()})) ->
+          {ok, pos_integer()} | {error, term()}.
+add_result(Result, Match, Response, Stubs) ->
+    case add_result(Result, Response) of
+        {error, too_many_routes} when is_map_key(scenario, Match) ->
+            case Stubs() of
+                L when is_list(L), length(L) < ?MAX_ROUTES -> {error, too_many_scenarios};
+                _ -> {error, too_many_routes}
+            end;
+        Other -> Other
+    end.
+
+%% @doc The result of setting a scenario: the engine's limit is too_many_scenarios.
+-spec scenario_result(ok | {error, atom()}) -> ok | {error, term()}.
+scenario_result({error, elimit}) -> {error, too_many_scenarios};
+scenario_result(Other) -> Other.
 
 %% @doc The result of removing a stub: an id the engine does not know is not_found.
 -spec remove_result(ok | {error, atom()}) -> ok | {error, term()}.

@@ -120,7 +120,8 @@ tls(H) -> cbench_c_terms:tls_info(tls_nif(H)).
 -spec route_add(handle(), cbench_spec:canon_match(), cbench_spec:canon_response()) ->
           {{ok, pos_integer()} | {error, term()}, handle()}.
 route_add(H, Match, Response) ->
-    {cbench_c_terms:add_result(route_add_nif(H, cbench_c_terms:match(Match), Response), Response),
+    {cbench_c_terms:add_result(route_add_nif(H, cbench_c_terms:match(Match), Response), Match,
+                               Response, fun() -> stubs_nif(H) end),
      H}.
 
 %% @doc Removes a stub; {error, not_found} for an unknown id.
@@ -137,7 +138,7 @@ scenario(H, Name) -> scenario_nif(H, Name).
 
 %% @doc Sets a scenario's state.
 -spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
-scenario_set(H, Name, State) -> {scenario_set_nif(H, Name, State), H}.
+scenario_set(H, Name, State) -> {cbench_c_terms:scenario_result(scenario_set_nif(H, Name, State)), H}.
 
 %% @doc Every scenario back to `started'.
 -spec scenarios_reset(handle()) -> {ok | {error, term()}, handle()}.

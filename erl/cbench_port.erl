@@ -199,7 +199,7 @@ handler_fail(#h{port = Port}, Id) -> request(Port, {handler_fail, Id}, ?CALL_TIM
           {{ok, pos_integer()} | {error, term()}, handle()}.
 route_add(H = #h{port = Port}, Match, Response) ->
     Reply = request(Port, {route_add, cbench_c_terms:match(Match), Response}, ?CALL_TIMEOUT),
-    {cbench_c_terms:add_result(Reply, Response), H}.
+    {cbench_c_terms:add_result(Reply, Match, Response, fun() -> stubs(H) end), H}.
 
 %% @doc Removes a stub; {error, not_found} for an unknown id.
 -spec route_remove(handle(), pos_integer()) -> {ok | {error, term()}, handle()}.
@@ -220,7 +220,7 @@ scenario(#h{port = Port}, Name) -> request(Port, {scenario, Name}, ?CALL_TIMEOUT
 %% @doc Sets a scenario's state.
 -spec scenario_set(handle(), binary(), binary()) -> {ok | {error, term()}, handle()}.
 scenario_set(H = #h{port = Port}, Name, State) ->
-    {request(Port, {scenario_set, Name, State}, ?CALL_TIMEOUT), H}.
+    {cbench_c_terms:scenario_result(request(Port, {scenario_set, Name, State}, ?CALL_TIMEOUT)), H}.
 
 %% @doc A client certificate issued by the client CA (cbench:client_cert/2).
 -spec client_cert(handle(), binary()) -> cbench_tls_auth:client_cert() | {error, term()}.

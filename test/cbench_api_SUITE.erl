@@ -11,14 +11,14 @@
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
          reply_forged_handle/1, reply_after_stop/1, json_matcher_alike/1,
-         load_stubs_place_and_reason/1]).
+         load_stubs_place_and_reason/1, scenario_limit/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
      h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
-     reply_after_stop, json_matcher_alike, load_stubs_place_and_reason,
+     reply_after_stop, json_matcher_alike, load_stubs_place_and_reason, scenario_limit,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -267,6 +267,24 @@ load_stubs_place_and_reason(_Config) ->
               ?assertEqual({E, Text, Place, Reason}, {E, Text, P, R})
           end || {Text, Place, Reason} <- Cases],
          ?assertEqual({E, []}, {E, cbench:stubs(S)}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% Past CB_MAX_SCENARIOS (4096) names or states, scenario/3 and a stub that names a new scenario
+%% are {error, too_many_scenarios} on every engine (cbench_engine's word); nif and port said
+%% {error, elimit} for the one and {error, too_many_routes} for the other.
+scenario_limit(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         ?assertEqual({E, [ok]}, {E, lists:usort([cbench:scenario(S, integer_to_binary(I), <<"s">>)
+                                                  || I <- lists:seq(1, 4096)])}),
+         ?assertEqual({E, {error, too_many_scenarios}}, {E, cbench:scenario(S, <<"new">>, <<"s">>)}),
+         ?assertEqual({E, {error, too_many_scenarios}},
+                      {E, cbench:stub(S, #{path => "/x", scenario => <<"new">>, 'when' => <<"s">>,
+                                           then => <<"t">>}, #{})}),
+         %% A stub of a scenario that exists, with states that exist, is added.
+         ?assertMatch({E, {ok, _}}, {E, cbench:stub(S, #{path => "/x", scenario => <<"1">>,
+                                                         'when' => started, then => <<"s">>}, #{})}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
 
