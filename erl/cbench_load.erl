@@ -91,19 +91,19 @@ opt(cpus, [_ | _] = Cs, _) ->
     ["--cpus", string:join([case is_integer(C) andalso C >= 0 of
                                 true -> integer_to_list(C);
                                 false -> throw({bad, cpus})
-                            end || C <- Cs], ",")];
+                            end || C <- list(cpus, Cs)], ",")];
 opt(duration, S, _) -> ["--duration", secs(duration, S, false)];
 opt(warmup, S, _) -> ["--warmup", secs(warmup, S, true)];
 opt(rate, R, _) -> ["--rate", secs(rate, R, true)];
 opt(timeout, S, _) -> ["--timeout", secs(timeout, S, false)];
 opt(ws_size, N, _) -> ["--ws-size", pos(ws_size, N)];
 opt(method, M, _) -> ["--method", str(method, M)];
-opt(paths, [_ | _] = Ps, _) -> lists:append([["--path", str(paths, P)] || P <- Ps]);
+opt(paths, [_ | _] = Ps, _) -> lists:append([["--path", str(paths, P)] || P <- list(paths, Ps)]);
 opt(headers, Hs, _) when is_list(Hs) ->
     lists:append([case H of
                       {N, V} -> ["--header", str(headers, N) ++ ": " ++ str(headers, V)];
                       _ -> throw({bad, headers})
-                  end || H <- Hs]);
+                  end || H <- list(headers, Hs)]);
 opt(body, B, #{'$body_file' := F}) when is_binary(B) -> ["--body-file", F];
 opt(body_file, F, _) -> ["--body-file", str(body_file, F)];
 %% TLS (https:// and wss:// URLs): the CA as a file, or as PEM (written to a file of the run's).
@@ -119,6 +119,13 @@ opt(ciphers, L, _) -> ["--ciphers", str(ciphers, L)];
 opt(tls13_ciphers, L, _) -> ["--tls13-ciphers", str(tls13_ciphers, L)];
 opt(connect_to, H, _) -> ["--connect-to", str(connect_to, H)];
 opt(K, _, _) -> throw({bad, K}).
+
+%% L when it is a proper list (a generator over an improper one raises bad_generator).
+list(K, L) ->
+    try length(L) of
+        _ -> L
+    catch error:badarg -> throw({bad, K})
+    end.
 
 pos(_, N) when is_integer(N), N > 0 -> integer_to_list(N);
 pos(K, _) -> throw({bad, K}).

@@ -1060,7 +1060,11 @@ api_bad_input(_Config) ->
                       {duration, 0, {seconds, greater_than_0}}, {rate, -5, {seconds, at_least_0}},
                       {headers, [bad], {list, {string, string}}}, {paths, [], {list, string}},
                       {cpus, [a], {list, {integer, 0, infinity}}}, {new_conn, yes, boolean},
-                      {body, "not a binary", binary}, {method, 42, string}]],
+                      {body, "not a binary", binary}, {method, 42, string},
+                      %% Improper lists are bad values too (they raised bad_generator in the caller).
+                      {cpus, [0 | 1], {list, {integer, 0, infinity}}}, {paths, ["/a" | "/b"], {list, string}},
+                      {paths, ["/a" | <<"/b">>], {list, string}},
+                      {headers, [{"a", "b"} | x], {list, {string, string}}}]],
     %% An unknown key names the keys load/2 takes, as start_server/2 does.
     ?assertMatch({error, {bad_option, bogus, 1, {known, [proto | _]}}}, cbench:load(U, #{bogus => 1})),
     %% What the program refuses comes back as its usage text.
