@@ -336,7 +336,7 @@ stub(_, _, _) ->
 %% called for each request in a pool of `pool' processes (default: the schedulers online) that
 %% the server owns. Opts: `timeout_ms' (default 5000: then 504), `batch', `body' (`whole' or
 %% `stream') and `pool'. No process, or it dies before answering: 503. Removed with unstub/2
-%% like a stub.
+%% like a stub. A pid of another node: {error, {bad_handler, {{handler, target}, Pid, not_local}}}.
 -spec handle(server(), match(), pid() | atom() | {module(), atom()}, map()) ->
           {ok, pos_integer()} | {error, term()}.
 handle(Server, Match, Target, Opts) when is_pid(Server), is_map(Opts),
@@ -348,6 +348,9 @@ handle(Server, Match, Target, Opts) when is_pid(Server), is_map(Opts),
         {{ok, #{scenario := {Name, _, _}}}, _} ->
             %% A scenario moves on a stub's answer; a handler's is the process's own.
             {error, {bad_stub, {{match, scenario}, Name, unknown_key}}};
+        {{ok, _}, {ok, _}} when is_pid(Target), node(Target) =/= node() ->
+            %% The engines send to local processes (the NIF cannot send to another node).
+            {error, {bad_handler, {{handler, target}, Target, not_local}}};
         {{ok, M}, {ok, O}} -> cbench_server:call(Server, {handle, M, Target, O});
         {{error, _} = Error, _} -> Error;
         {_, Error} -> Error

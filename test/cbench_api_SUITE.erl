@@ -11,7 +11,7 @@
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
          reply_forged_handle/1, reply_after_stop/1, json_matcher_alike/1,
-         load_stubs_place_and_reason/1, scenario_limit/1]).
+         load_stubs_place_and_reason/1, scenario_limit/1, handler_not_local/1]).
 
 all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
@@ -19,6 +19,7 @@ all() ->
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
      h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
      reply_after_stop, json_matcher_alike, load_stubs_place_and_reason, scenario_limit,
+     handler_not_local,
      start_banner, app_stop_stops_servers].
 
 init_per_suite(Config) ->
@@ -285,6 +286,26 @@ scenario_limit(_Config) ->
          %% A stub of a scenario that exists, with states that exist, is added.
          ?assertMatch({E, {ok, _}}, {E, cbench:stub(S, #{path => "/x", scenario => <<"1">>,
                                                          'when' => started, then => <<"s">>}, #{})}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% A handler's pid on another node is refused by handle/4 on every engine, naming the target: the
+%% engines send to local processes (the NIF cannot send to another node, and said {error, badarg});
+%% the port engine took it, and its server process crashed on the route's first request
+%% (is_process_alive/1 of a remote pid), ehttpd took it and answered 503. Nothing is added.
+handler_not_local(_Config) ->
+    %% A pid of a node that is not connected (NEW_PID_EXT): a term a test can hold from elsewhere.
+    Remote = binary_to_term(<<131, 88, 119, 9, "x@nowhere", 1:32, 0:32, 1:32>>),
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         ?assertEqual({E, {error, {bad_handler, {{handler, target}, Remote, not_local}}}},
+                      {E, cbench:handle(S, "/r", Remote, #{})}),
+         ?assertEqual({E, []}, {E, cbench:stubs(S)}),
+         {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+         ok = gen_tcp:send(Sock, <<"GET /r HTTP/1.1\r\nhost: x\r\n\r\n">>),
+         ?assertEqual({E, {ok, <<"HTTP/1.1 404">>}}, {E, gen_tcp:recv(Sock, 12, 10000)}),
+         gen_tcp:close(Sock),
+         ?assertMatch({E, #{requests := 1}}, {E, cbench:stats(S)}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
 
