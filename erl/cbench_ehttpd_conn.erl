@@ -26,6 +26,8 @@
               %% For the journal: arrival (system time and monotonic, microseconds), the route's
               %% name and the stub that answered.
               arrival = 0 :: integer(), t0 = 0 :: integer(),
+              %% Its sequence number, given at dispatch (0: not yet; cbench_ehttpd_journal).
+              seq = 0 :: non_neg_integer(),
               route = not_found :: atom() | binary(), stub :: pos_integer() | undefined,
               %% The fault applied to the answer (docs/faults.md), for the journal.
               fault :: cbench_fault:kind() | undefined,
@@ -470,10 +472,12 @@ split_target(T) ->
 
 request(S, Cfg = #cfg{max_body = MaxBody}, #req{framing = {length, N}}) when N > MaxBody ->
     error_close(S, Cfg, 413);
-request(S, Cfg, Req0 = #req{method = Method, target = Target}) ->
+request(S, Cfg, Req00 = #req{method = Method, target = Target}) ->
     {Path, Query} = split_target(Target),
     Cfg#cfg.journal =/= undefined andalso put(?BODY, {[], 0, 0}),
     bump(Cfg, ?REQUESTS),
+    %% Numbered at dispatch, as the C engine numbers it: the journal lists requests as they came.
+    Req0 = Req00#req{seq = cbench_ehttpd_journal:next_seq(Cfg#cfg.journal)},
     Cfg#cfg.tls =/= false andalso counters:add((Cfg#cfg.tls)#tls.cnt, 2, 1),
     %% Taken before the answer too: a client that closes as soon as it has the answer can end the
     %% session before the count after it (the bytes read so far are then counted, not the answer's).
@@ -1485,7 +1489,12 @@ journal(Cfg = #cfg{journal = J}, Req = #req{target = Target}, Status, BodyBytes)
            delay_ms => Req#req.delay_ms, tls => get(cbench_tls), upstream => Req#req.upstream,
            bytes_out => case BodyBytes of request_body -> Total; _ -> BodyBytes end,
            duration_us => erlang:monotonic_time(microsecond) - Req#req.t0},
-    cbench_ehttpd_journal:record(J, Entry).
+    %% A request answered before its dispatch (a 413 on its declared length) is numbered now.
+    Seq = case Req#req.seq of
+              0 -> cbench_ehttpd_journal:next_seq(J);
+              N -> N
+          end,
+    cbench_ehttpd_journal:record(J, Seq, Entry).
 
 %% A TLS connection's byte counters before and after each answer: the session process that holds
 %% them ends when the peer closes, before this process can read them (serve/2).

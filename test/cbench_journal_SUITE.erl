@@ -13,10 +13,11 @@
 
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([promise_nif_http1/1, promise_nif_h2c/1, promise_port_http1/1, promise_port_h2c/1,
-         promise_ehttpd_http1/1, await_entry_recorded_late/1, await_caller_dies/1]).
+         promise_ehttpd_http1/1, await_entry_recorded_late/1, await_caller_dies/1,
+         numbered_at_arrival/1]).
 
 all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1,
-          await_entry_recorded_late, await_caller_dies].
+          await_entry_recorded_late, await_caller_dies, numbered_at_arrival].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -139,6 +140,50 @@ await_caller_dies(_Config) ->
          %% A caller that lives: its answer comes, and no monitor stays behind it.
          ?assertEqual({E, {error, {timeout, []}}}, {E, cbench:await(S, #{path => "/never"}, 1, 0)}),
          ?assertEqual({E, false}, {E, monitors(S, self())}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% Every engine numbers a request when it is dispatched (its head read, its route found) and
+%% records it when its answer ends: the journal lists requests in the order they came, and a
+%% request that came before clear_requests/1 is not listed after it, even when it is answered
+%% later. (ehttpd numbered a request when it recorded it: /h, held by a handler, came after
+%% /hello and stayed after the clear.)
+numbered_at_arrival(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, journal => 3}),
+         Port = cbench:port(S),
+         {ok, _} = cbench:handle(S, "/h", self(), #{}),
+         Held = fun() ->
+                        Self = self(),
+                        Pid = spawn_link(fun() ->
+                                                 Sock = connect(Port),
+                                                 ok = gen_tcp:send(Sock, request(<<"/h">>)),
+                                                 {ok, <<>>} = read_response(Sock, <<>>),
+                                                 Self ! {answered, self()}
+                                         end),
+                        receive {cbench_request, R} -> {Pid, R} after ?READ_MS -> error(no_request) end
+                end,
+         Hello = fun() ->
+                         Sock = connect(Port),
+                         ok = gen_tcp:send(Sock, request(<<"/hello">>)),
+                         {ok, <<>>} = read_response(Sock, <<>>),
+                         gen_tcp:close(Sock)
+                 end,
+         Answer = fun({Pid, R}) ->
+                          ok = cbench:reply(R, 200, [], <<"late">>),
+                          receive {answered, Pid} -> ok end
+                  end,
+         Paths = fun() -> [P || #{path := P} <- cbench:requests(S)] end,
+         H1 = Held(),
+         Hello(),
+         Answer(H1),
+         ?assertEqual({E, [<<"/h">>, <<"/hello">>]}, {E, Paths()}),
+         H2 = Held(),
+         ok = cbench:clear_requests(S),
+         Hello(),
+         Answer(H2),
+         ?assertEqual({E, [<<"/hello">>]}, {E, Paths()}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]],
     ok.
