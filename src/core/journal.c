@@ -11,7 +11,9 @@
  * holds each entry's variable part contiguously: method, path, query, route name, headers (lengths then
  * bytes), body. HTTP/1.1 header names are kept as received and lowercased when an entry is read (recording is
  * hot, reading rare), or at once while a listener is set (its views point into the ring). No allocation per
- * request once the rings have grown, except a buffer for a request that has a body. A worker drops its oldest
+ * request once the rings have grown, except a buffer for a request that has a body. A request recorded when it
+ * can no longer be among the newest cfg.journal of the server (answered after that many newer ones) is not
+ * recorded. A worker drops its oldest
  * entries when they cannot be among the newest cfg.journal of the server (seq <= newest - journal), when its
  * entry ring is full, or to make room in the byte ring
  * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries, rounded up to a
@@ -439,6 +441,10 @@ void cb__journal_record(cb__worker_t *w, cb__req_t *r) {
   uint64_t seq = r->jseq;
   r->jseq = 0;
   if (j == NULL || seq <= __atomic_load_n(j->floor, __ATOMIC_RELAXED)) goto done; /* cleared meanwhile */
+  /* Answered after newer requests (a handler, a delay, a body that came late) and no longer among the server's
+   * newest: no read would list it, and in the ring, which is in the order of recording, it would take the slot
+   * of one that is (a full ring drops its head, not the smallest seq). */
+  if (seq + j->max_entries <= __atomic_load_n(j->seq, __ATOMIC_RELAXED)) goto done;
   int64_t now = worker_now_us(w);
   cb__conn_t *c = r->conn;
   const char *route_name;

@@ -237,6 +237,41 @@ TEST(journal_bound_filter_clear) {
   test_stop(srv);
 }
 
+/* A request recorded after newer ones (its answer ended later: here its body came later) whose number is no
+ * longer among the server's newest `journal` is dropped at once: in the worker's ring, which is in the order of
+ * recording, it took a slot from one that is among them (the ring, full, dropped its head: /hello #2), and was
+ * never read. One worker, journal 3: the POST is #1, three /hello #2..#4, then the POST ends. */
+TEST(journal_late_entry_outside_bound) {
+  cb_server_t *srv = start_journal(1, 3, 65536);
+  int post = cl_connect(cb_server_port(srv));
+  cl_sends(post, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n");
+  cb_stats_t st;
+  do {
+    sleep_ms(2);
+    ASSERT_ERR(cb_server_stats(srv, &st), 0);
+  } while (st.requests < 1); /* dispatched: numbered */
+  int fd = cl_connect(cb_server_port(srv));
+  for (int i = 0; i < 3; i++) cl_sends(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  cb_request_list_t *list = wait_journal(srv, NULL, 3, 5000);
+  ASSERT_EQ(list->count, 3);
+  cb_request_list_free(list);
+  cl_sends(post, "abcde");
+  buf_t got = {0};
+  while (got.len < 5 || memcmp(got.p + got.len - 5, "abcde", 5) != 0)
+    ASSERT_EQ(cl_read_n(post, &got, got.len + 1, 5000), CL_OK); /* the answer's end: recorded */
+  list = wait_journal(srv, NULL, 3, 5000);
+  ASSERT_EQ(list->count, 3);
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_EQ(list->items[i].seq, i + 2);
+    assert_str(list->items[i].path, "/hello");
+  }
+  cb_request_list_free(list);
+  buf_free(&got);
+  close(fd);
+  close(post);
+  test_stop(srv);
+}
+
 TEST(journal_disabled) {
   cb_server_t *srv = start_journal(1, 0, 65536);
   int fd = cl_connect(cb_server_port(srv));
