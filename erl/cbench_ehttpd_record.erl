@@ -68,7 +68,11 @@ record_ok(#{items := Items, keys := Keys, cnt := Cnt}, Proxy,
     %% recording answers it).
     Ok = Method =/= <<"HEAD">> andalso literal_path(Path) andalso Status >= 200 andalso Status =< 599
         andalso length(Params) =< ?MAX_MATCHERS andalso length(Chosen) =< ?MAX_MATCHERS
-        andalso lists:all(fun json_text/1, [V || {_, V} <- Params ++ Chosen])
+        %% The query's names too, and their sizes, as the C recorder checks them (record.c): a name
+        %% with NUL written to a stub file is one no loader reads back (cbench:recorded/1 neither).
+        andalso lists:all(fun({N, V}) -> json_text(N) andalso json_text(V) andalso byte_size(N) =< 256
+                                             andalso byte_size(V) =< 8192 end, Params)
+        andalso lists:all(fun json_text/1, [V || {_, V} <- Chosen])
         andalso lists:all(fun({N, V}) -> json_text(N) andalso json_text(V) end, Kept)
         andalso not ((Status =:= 204 orelse Status =:= 304) andalso Body =/= <<>>),
     Key = {Method, Path, Params, Chosen},
