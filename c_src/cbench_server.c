@@ -3,6 +3,7 @@
  * file is read, say from a FIFO nobody writes) ends it at once with 128 + the signal's number. */
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -144,6 +145,15 @@ static int set_flag(cb_config_t *cfg, const cb_option_t *o, const char *v, int *
   return -1;
 }
 
+/* Whether the engine can bind host: an address literal or a name the resolver knows (as the engine resolves it:
+ * getaddrinfo(3) with no family). */
+static int resolves(const char *host) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+  freeaddrinfo(res);
+  return 1;
+}
+
 /* Why the start failed, in the words of the flag that caused it. Returns the exit status: 2 for an argument
  * that cannot work on this machine, 1 otherwise. */
 static int start_error(const cb_config_t *cfg, int err) {
@@ -178,8 +188,12 @@ static int start_error(const cb_config_t *cfg, int err) {
     return 2;
   }
   if (err == CB_EAI_NONAME) {
-    fprintf(stderr, "cbench-server: --host %s does not resolve: give an address literal (127.0.0.1, ::1) "
-            "or a name the resolver knows\n", quoted(cfg->host, q, sizeof q));
+    /* The engine says only that a name did not resolve. The admin listener starts after the data listener, so
+     * with --admin on either host may be the one: the data host is to blame only when it does not resolve. */
+    int admin = cfg->admin && resolves(cfg->host);
+    fprintf(stderr, "cbench-server: %s %s does not resolve: give an address literal (127.0.0.1, ::1) "
+            "or a name the resolver knows\n", admin ? "--admin-host" : "--host",
+            quoted(admin ? cfg->admin_host : cfg->host, q, sizeof q));
     return 2;
   }
   if (err == CB_ETHREADS && cfg->ncpus > 0) {

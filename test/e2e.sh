@@ -497,6 +497,16 @@ rc=$?
 set -e
 want="cbench-server: --admin-port takes an integer from 0 to 65535, not '70000'"
 if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/badadmin.err")" = "$want" ]; then ok; else bad "--admin-port 70000: exit status $rc, stderr '$(head -n 1 "$work/badadmin.err")'"; fi
+# An --admin-host that does not resolve is named as such (the data listener's --host resolved: it is not the
+# one to blame).
+set +e
+timeout 10 "$SERVER" --port 0 --admin-host nosuch.invalid >"$work/badahost.out" 2>"$work/badahost.err"
+rc=$?
+set -e
+want="cbench-server: --admin-host nosuch.invalid does not resolve: give an address literal (127.0.0.1, ::1) or a name the resolver knows"
+if [ "$rc" = 2 ] && [ "$(cat "$work/badahost.err")" = "$want" ] && [ ! -s "$work/badahost.out" ]; then ok; else
+  bad "--admin-host nosuch.invalid: exit status $rc, stderr '$(cat "$work/badahost.err")', expected 2 and '$want'"
+fi
 
 printf '[{"name": "ping", "match": {"method": "GET", "path": "/ping"}, "response": {"body": "pong"}, "expect": {"times": 1}}]\n' \
   >"$work/admin_stubs.json"
