@@ -700,6 +700,11 @@ static int parse_response(const ctx_t *c, const where_t *wr, json_t *res, cb_res
     return get_uint(c, wr, res, "times", UINT64_MAX >> 1, &r->times);
   }
   if (!top && check_keys(c, wr, res, item_keys)) return -1;
+  if (top && json_object_get(res, "after") != NULL) {
+    /* The stub's keys allow "after" for sequences; here nothing would read it, and its value would go unchecked. */
+    where_t f = sub(wr, "after", 0);
+    return fail(c, &f, "unknown_key: after goes with responses (a sequence)");
+  }
   json_t *status = json_object_get(res, "status");
   if (status != NULL) {
     where_t f = sub(wr, "status", 0);

@@ -323,3 +323,42 @@ TEST(stub_json_add_text) {
   unlink(path);
   test_stop(srv);
 }
+
+/* "after" says what a sequence does once its responses are spent: without "responses" it has nothing to act on,
+ * and a value that is not even one of its three (or not a string) was taken in silence. Refused as the Erlang
+ * API refuses it ({response, after} is not a single response's key), whatever its value. */
+TEST(stub_json_after_without_responses) {
+  static const struct {
+    const char *text, *msg;
+  } cases[] = {
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"status\": 201, \"after\": \"cycle\"}}]",
+       "FILE:2: stubs[0].response.after: unknown_key: after goes with responses (a sequence)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"after\": \"zzz\"}}]",
+       "FILE:1: stubs[0].response.after: unknown_key: after goes with responses (a sequence)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"after\": 7, \"times\": 2}}]",
+       "FILE:1: stubs[0].response.after: unknown_key: after goes with responses (a sequence)"},
+  };
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char path[512];
+  snprintf(path, sizeof path, "%s", tmp_path("after.json"));
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char msg[1024] = "", want[1024];
+    write_text(path, cases[i].text);
+    ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), -1);
+    snprintf(want, sizeof want, "%s%s", path, strstr(cases[i].msg, "FILE") + 4);
+    ASSERT_STR_EQ(msg, want);
+  }
+  /* With its responses, "after" is taken as before. */
+  write_text(path, "[{\"match\": {\"path\": \"/a\"}, \"response\": {\"responses\": [{\"status\": 201}], \"after\": "
+                   "\"cycle\"}}]");
+  char msg[1024] = "";
+  ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), 1);
+  cb_stub_list_t *list;
+  ASSERT_EQ(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 1);
+  cb_stub_list_free(list);
+  unlink(path);
+  test_stop(srv);
+}
