@@ -317,6 +317,35 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
+/* s[0..n) as text for an error's field or value: a control byte, DEL or a byte above 0x7f becomes \xNN (as the
+ * stub loader quotes a field), so that bytes a query decoded to, UTF-8 or not, can be a JSON string. Owned by
+ * the caller; NULL when out of memory. */
+static char *quote_bytes(const char *s, size_t n) {
+  char *out = malloc(n * 4 + 1);
+  if (out == NULL) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch < 0x20 || ch >= 0x7f)
+      o += (size_t)snprintf(out + o, 5, "\\x%02x", ch);
+    else
+      out[o++] = (char)ch;
+  }
+  out[o] = '\0';
+  return out;
+}
+
+/* A 400 for the query parameter key[0..klen) with the value v[0..vlen) (NULL: none named). */
+static answer_t bad_parameter(const char *key, size_t klen, const char *v, size_t vlen, const char *why,
+                              const char *msg) {
+  char *qk = quote_bytes(key, klen), *qv = v ? quote_bytes(v, vlen) : NULL;
+  answer_t r = qk == NULL || (v != NULL && qv == NULL) ? engine_error(CB_ENOMEM)
+                                                       : error_answer(400, qk, why, qv, msg);
+  free(qk);
+  free(qv);
+  return r;
+}
+
 /* GET /requests?path=..&method=..&route=..&stub=..&since=..&limit=..: the journal's entries, oldest first. */
 static answer_t get_requests(cb__admin_t *a, char *query) {
   cb_request_filter_t f;
@@ -325,8 +354,7 @@ static answer_t get_requests(cb__admin_t *a, char *query) {
     char *v = strchr(kv, '=');
     if (v != NULL) *v++ = '\0';
     else v = kv + strlen(kv);
-    unescape(kv);
-    size_t vlen = unescape(v);
+    size_t klen = unescape(kv), vlen = unescape(v);
     uint64_t n = 0;
     if (strcmp(kv, "path") == 0) {
       f.path = (cb_str_t){v, vlen};
@@ -336,13 +364,13 @@ static answer_t get_requests(cb__admin_t *a, char *query) {
       f.route = (cb_str_t){v, vlen};
     } else if (strcmp(kv, "since") == 0 || strcmp(kv, "stub") == 0 || strcmp(kv, "limit") == 0) {
       if (parse_u64(v, &n) != 0)
-        return error_answer(400, kv, "wrong_type", v, "must be a non-negative integer");
+        return bad_parameter(kv, klen, v, vlen, "wrong_type", "must be a non-negative integer");
       if (kv[0] == 's' && kv[1] == 'i') f.since = n;
       else if (kv[0] == 's') f.stub_id = n;
       else f.limit = (size_t)n;
     } else {
-      return error_answer(400, kv, "unknown_key", NULL,
-                          "GET /requests takes path, method, route, stub, since and limit");
+      return bad_parameter(kv, klen, NULL, 0, "unknown_key",
+                           "GET /requests takes path, method, route, stub, since and limit");
     }
   }
   cb_request_list_t *l;

@@ -119,3 +119,31 @@ TEST(admin_near_misses) {
              "\"differs\":[\"method\",\"query \xc3\x83\xc2\xa9\"]}]}]");
   test_stop(srv);
 }
+
+/* GET /requests with a bad parameter: the answer names the parameter and quotes its value whatever their bytes.
+ * A name or value that percent-decodes to bytes that are not UTF-8 cannot be a JSON string as it is (jansson
+ * refuses it), so such bytes are written \xNN, as the stub loader quotes a field; the control bytes too. */
+TEST(admin_requests_bad_parameter) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  admin_call(admin, "GET", "/requests?%ff=1", NULL, 400,
+             "{\"field\":\"\\\\xff\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, route, stub, "
+             "since and limit\"}");
+  admin_call(admin, "GET", "/requests?x%1b=1", NULL, 400,
+             "{\"field\":\"x\\\\x1b\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, route, "
+             "stub, since and limit\"}");
+  admin_call(admin, "GET", "/requests?limit=%ff", NULL, 400,
+             "{\"field\":\"limit\",\"why\":\"wrong_type\",\"value\":\"\\\\xff\",\"message\":\"must be a non-negative "
+             "integer\"}");
+  admin_call(admin, "GET", "/requests?since=1%c3%a9", NULL, 400,
+             "{\"field\":\"since\",\"why\":\"wrong_type\",\"value\":\"1\\\\xc3\\\\xa9\",\"message\":\"must be a "
+             "non-negative integer\"}");
+  admin_call(admin, "GET", "/requests?limit=x", NULL, 400,
+             "{\"field\":\"limit\",\"why\":\"wrong_type\",\"value\":\"x\",\"message\":\"must be a non-negative "
+             "integer\"}");
+  test_stop(srv);
+}
