@@ -356,14 +356,19 @@ static answer_t get_requests(cb__admin_t *a, char *query) {
     else v = kv + strlen(kv);
     size_t klen = unescape(kv), vlen = unescape(v);
     uint64_t n = 0;
-    if (strcmp(kv, "path") == 0) {
+    /* A %00 decodes to a byte like any other: a name holding one is no parameter's ("limit%00x" is not "limit"),
+     * and a number holding one is not a number ("1%00x"), though the C strings would end there. */
+    if (strlen(kv) != klen) {
+      return bad_parameter(kv, klen, NULL, 0, "unknown_key",
+                           "GET /requests takes path, method, route, stub, since and limit");
+    } else if (strcmp(kv, "path") == 0) {
       f.path = (cb_str_t){v, vlen};
     } else if (strcmp(kv, "method") == 0) {
       f.method = (cb_str_t){v, vlen};
     } else if (strcmp(kv, "route") == 0) {
       f.route = (cb_str_t){v, vlen};
     } else if (strcmp(kv, "since") == 0 || strcmp(kv, "stub") == 0 || strcmp(kv, "limit") == 0) {
-      if (parse_u64(v, &n) != 0)
+      if (strlen(v) != vlen || parse_u64(v, &n) != 0)
         return bad_parameter(kv, klen, v, vlen, "wrong_type", "must be a non-negative integer");
       if (kv[0] == 's' && kv[1] == 'i') f.since = n;
       else if (kv[0] == 's') f.stub_id = n;

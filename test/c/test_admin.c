@@ -147,3 +147,25 @@ TEST(admin_requests_bad_parameter) {
              "integer\"}");
   test_stop(srv);
 }
+
+/* A %00 in a GET /requests parameter is a byte of it like any other: the name or number does not end there.
+ * "limit=1%00x" is not a limit of 1, and "limit%00x" is not "limit". */
+TEST(admin_requests_nul_in_parameter) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  admin_call(admin, "GET", "/requests?limit=1%00x", NULL, 400,
+             "{\"field\":\"limit\",\"why\":\"wrong_type\",\"value\":\"1\\\\x00x\",\"message\":\"must be a non-negative "
+             "integer\"}");
+  admin_call(admin, "GET", "/requests?since%00=1", NULL, 400,
+             "{\"field\":\"since\\\\x00\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, "
+             "route, stub, since and limit\"}");
+  admin_call(admin, "GET", "/requests?path%00x=/a", NULL, 400,
+             "{\"field\":\"path\\\\x00x\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, "
+             "route, stub, since and limit\"}");
+  admin_call(admin, "GET", "/requests?limit=1", NULL, 200, "[]");
+  test_stop(srv);
+}
