@@ -19,7 +19,10 @@
 -type stub() :: #{name := binary(), match := map(), response := map()}.
 
 %% @doc The stubs of a decoded stub file, in file order; Dir: the folder relative body files are
-%% taken from. `{error, {bad_stub_json, Where, Why}}' for a term that is not a stub file's.
+%% taken from. `{error, {bad_stub_json, Where, Why}}' for a term that is not a stub file's: Why is the
+%% reason the C engines' loader gives for the same field (wrong_type, missing, empty, out_of_range,
+%% unknown_key, bad_char; docs/routes.md), and Where its place, so that ehttpd's load_stubs/2 and
+%% theirs refuse a file alike.
 -spec from_json(cbench_json:json(), file:filename_all()) -> {ok, [stub()]} | {error, term()}.
 from_json(#{<<"stubs">> := Stubs}, Dir) ->
     from_json(Stubs, Dir);
@@ -29,15 +32,20 @@ from_json(Stubs, Dir) when is_list(Stubs) ->
     catch throw:{bad, Where, Why} -> {error, {bad_stub_json, Where, Why}}
     end;
 from_json(_, _) ->
-    {error, {bad_stub_json, stubs, not_a_list}}.
+    {error, {bad_stub_json, stubs, wrong_type}}.
 
-stub(S = #{<<"match">> := M}, I, Dir) when is_map(M) ->
+stub(S, I, Dir) when is_map(S) ->
     only(S, [<<"name">>, <<"match">>, <<"response">>], {I}),
     Name = case S of
                #{<<"name">> := N} when is_binary(N) -> N;
-               #{<<"name">> := _} -> throw({bad, {I, name}, not_a_string});
+               #{<<"name">> := _} -> throw({bad, {I, name}, wrong_type});
                _ -> undefined
            end,
+    M = case S of
+            #{<<"match">> := M1} when is_map(M1) -> M1;
+            #{<<"match">> := _} -> throw({bad, {I, match}, wrong_type});
+            _ -> throw({bad, {I, match}, missing})
+        end,
     Match0 = match(M, I),
     Match = case Name of undefined -> Match0; _ -> Match0#{name => Name} end,
     Res = response(maps:get(<<"response">>, S, #{}), I, Dir),
@@ -49,7 +57,7 @@ stub(S, I, _) when not is_map(S) ->
 stub(#{<<"match">> := _}, I, _) ->
     throw({bad, {I, match}, wrong_type});
 stub(_, I, _) ->
-    throw({bad, {I, match}, missing}).
+    throw({bad, {I}, wrong_type}).
 
 %% A key outside Keys: {unsupported, Key} at Where's place plus the key.
 only(Map, Keys, Where) ->
@@ -57,6 +65,12 @@ only(Map, Keys, Where) ->
         [] -> ok;
         [K | _] -> throw({bad, erlang:append_element(Where, K), {unsupported, K}})
     end.
+
+%% An integer field within the C loader's bounds: out_of_range outside them, wrong_type when not an
+%% integer.
+int(V, Min, Max, _) when is_integer(V), V >= Min, V =< Max -> V;
+int(V, _, _, Where) when is_integer(V) -> throw({bad, Where, out_of_range});
+int(_, _, _, Where) -> throw({bad, Where, wrong_type}).
 
 match(M, I) ->
     only(M, [<<"method">>, <<"path">>, <<"headers">>, <<"query">>, <<"priority">>], {I, match}),
@@ -71,22 +85,24 @@ match(M, I) ->
          ({<<"method">>, Me}, Acc) when is_binary(Me) -> Acc#{method => Me};
          ({<<"headers">>, H}, Acc) when is_map(H) -> Acc#{headers => matchers(H, {I, match, headers})};
          ({<<"query">>, Q}, Acc) when is_map(Q) -> Acc#{query => matchers(Q, {I, match, query})};
-         ({<<"priority">>, P}, Acc) when is_integer(P) -> Acc#{priority => P};
+         ({<<"priority">>, P}, Acc) ->
+              Acc#{priority => int(P, -1000000, 1000000, {I, match, <<"priority">>})};
          ({<<"path">>, _}, Acc) -> Acc;
          ({K, _}, _) -> throw({bad, {I, match, K}, wrong_type})
       end, #{path => Path}, lists:sort(maps:to_list(M))).
 
+%% A matcher of another type is named by its key, as the C loader names it.
 matchers(Map, Where) ->
     [{K, case V of
              true -> present;
              B when is_binary(B) -> B;
-             _ -> throw({bad, Where, wrong_type})
+             _ -> throw({bad, erlang:append_element(Where, K), wrong_type})
          end} || {K, V} <- lists:sort(maps:to_list(Map))].
 
 response(R, I, Dir) when is_map(R) ->
     only(R, [<<"status">>, <<"headers">>, <<"body">>, <<"delay_ms">>, <<"times">>], {I, response}),
     maps:fold(
-      fun(<<"status">>, S, Acc) when is_integer(S) -> Acc#{status => S};
+      fun(<<"status">>, S, Acc) -> Acc#{status => int(S, 200, 599, {I, response, <<"status">>})};
          (<<"headers">>, H, Acc) when is_map(H) ->
               Acc#{headers => [case V of
                                    _ when is_binary(V) -> {K, V};
@@ -98,24 +114,39 @@ response(R, I, Dir) when is_map(R) ->
                                    _ -> throw({bad, {I, response, headers}, wrong_type})
                                end || P <- H]};
          (<<"body">>, B, Acc) -> Acc#{body => body(B, I, Dir)};
-         (<<"delay_ms">>, D, Acc) when is_integer(D), D >= 0 -> Acc#{delay_ms => D};
-         (<<"times">>, 0, Acc) -> Acc;
-         (<<"times">>, T, Acc) when is_integer(T), T > 0 -> Acc#{times => T};
+         (<<"delay_ms">>, D, Acc) -> Acc#{delay_ms => int(D, 0, 3600000, {I, response, <<"delay_ms">>})};
+         (<<"times">>, T, Acc) ->
+              case int(T, 0, 16#7fffffffffffffff, {I, response, <<"times">>}) of
+                  0 -> Acc;
+                  N -> Acc#{times => N}
+              end;
          (K, _, _) -> throw({bad, {I, response, K}, wrong_type})
       end, #{status => 200}, R);
 response(_, I, _) ->
     throw({bad, {I, response}, wrong_type}).
 
+%% A string, or an object of exactly one of base64, file, bytes, json (as the C loader reads it).
 body(B, _, _) when is_binary(B) -> B;
-body(#{<<"base64">> := B64}, I, _) when is_binary(B64) ->
-    try base64:decode(B64)
-    catch error:_ -> throw({bad, {I, response, body, base64}, bad_char})
-    end;
-body(#{<<"file">> := F}, _, Dir) when is_binary(F), F =/= <<>> ->
-    {file, filename:join(Dir, F)};
-body(#{<<"bytes">> := N}, _, _) when is_integer(N), N >= 0 -> {bytes, N};
-body(#{<<"json">> := J}, _, _) -> cbench_json:encode(J);
+body(B, I, Dir) when is_map(B), map_size(B) =:= 1 ->
+    [{K, V}] = maps:to_list(B),
+    body(K, V, I, Dir);
 body(_, I, _) -> throw({bad, {I, response, body}, wrong_type}).
+
+body(<<"base64">>, B64, I, _) when is_binary(B64) ->
+    %% RFC 4648 without white space, padded to a multiple of 4: base64:decode/1 would also skip
+    %% white space, which the C loader refuses (\\z: $ would let a final newline through).
+    case re:run(B64, "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?\\z", [{capture, none}]) of
+        match -> base64:decode(B64);
+        nomatch -> throw({bad, {I, response, body, base64}, bad_char})
+    end;
+body(<<"file">>, <<>>, I, _) -> throw({bad, {I, response, body, file}, empty});
+body(<<"file">>, F, _, Dir) when is_binary(F) -> {file, filename:join(Dir, F)};
+body(<<"bytes">>, N, _, _) when is_integer(N), N >= 0 -> {bytes, N};
+body(<<"bytes">>, N, I, _) when is_integer(N) -> throw({bad, {I, response, body, bytes}, out_of_range});
+body(<<"json">>, J, _, _) -> cbench_json:encode(J);
+body(K, _, I, _) when K =:= <<"base64">>; K =:= <<"file">>; K =:= <<"bytes">> ->
+    throw({bad, {I, response, body, binary_to_atom(K)}, wrong_type});
+body(_, _, I, _) -> throw({bad, {I, response, body}, unknown_key}).
 
 %% @doc The stub file's text for stubs (as from_json/2 gives them, or as stub/3 takes them with a
 %% map match): `{"stubs": [...]}', one stub a line. A body is a string when it is UTF-8 without

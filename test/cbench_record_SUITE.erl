@@ -11,10 +11,11 @@
 -export([all/0, groups/0, suite/0, init_per_group/2, end_per_group/2, init_per_testcase/2,
          end_per_testcase/2]).
 -export([load_saved_file/1, nothing_recorded/1, via_terms/1, bad_arguments/1,
-         stub_json_round_trip/1, replay_helper/1, replay_missing/1, mode_choice/1]).
+         stub_json_round_trip/1, stub_json_same_reasons/1, replay_helper/1, replay_missing/1,
+         mode_choice/1]).
 
-all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, replay_missing,
-          mode_choice].
+all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, stub_json_same_reasons,
+          replay_missing, mode_choice].
 
 groups() ->
     Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
@@ -200,7 +201,58 @@ stub_json_round_trip(_Config) ->
                  cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
                                                <<"response">> => #{<<"body">> => #{<<"base64">> => <<"A">>}}}],
                                             "/")),
-    ?assertEqual({error, {bad_stub_json, stubs, not_a_list}}, cbench_stub_json:from_json(7, "/")).
+    ?assertEqual({error, {bad_stub_json, stubs, wrong_type}}, cbench_stub_json:from_json(7, "/")).
+
+%% A stub file with one wrong field is refused by ehttpd's loader (cbench_stub_json) at the place and
+%% for the reason the C engines' loader gives: the same FIELD: WHY in both messages.
+stub_json_same_reasons(Config) ->
+    Dir = proplists:get_value(dir, Config),
+    File = filename:join(Dir, "reasons.json"),
+    Cases = [<<"[7]">>,
+             <<"[{\"name\": 7, \"match\": {\"path\": \"/a\"}}]">>,
+             <<"[{\"match\": 7}]">>,
+             <<"[{\"response\": {}}]">>,
+             <<"[{\"match\": {\"path\": 7}}]">>,
+             <<"[{\"match\": {}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"headers\": {\"x\": 1}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"priority\": 2000000}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": 7}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"status\": 99}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"status\": \"200\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"delay_ms\": -1}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"delay_ms\": 3600001}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"times\": -1}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": 7}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"bytes\": -1}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"bytes\": \"1\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"file\": \"\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"bytes\": 1, \"json\": 2}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"hex\": \"00\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": 7}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \"AA==\\n\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \" AA==\"}}}]">>,
+             <<"{\"stubs\": 7}">>],
+    {ok, C} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    {ok, E} = cbench:start_server(ehttpd, #{port => 0}),
+    Reason = fun(S) ->
+                     case cbench:load_stubs(S, File) of
+                         {error, {bad_stub_file, Msg}} ->
+                             case re:run(Msg, "(stubs[^:]*: [a-z_]+)", [{capture, all_but_first, binary}]) of
+                                 {match, [FieldWhy]} -> FieldWhy;
+                                 nomatch -> Msg
+                             end;
+                         Other -> Other
+                     end
+             end,
+    try
+        [begin
+             ok = file:write_file(File, Text),
+             ?assertEqual({Text, Reason(C)}, {Text, Reason(E)})
+         end || Text <- Cases]
+    after
+        ok = cbench:stop_server(C),
+        ok = cbench:stop_server(E)
+    end.
 
 %% cbench_record in replay mode: the file's stubs answer; stop/1 saves nothing (the file is as it was).
 replay_helper(Config) ->
