@@ -9,7 +9,7 @@
 %%% as in jansson), and `true', `false', `null'.
 -module(cbench_json).
 
--export([decode/1, encode/1, normalize/1, equal/2, holds/2]).
+-export([decode/1, decode/2, encode/1, normalize/1, equal/2, holds/2]).
 
 -export_type([json/0]).
 
@@ -116,9 +116,15 @@ hexd(N) -> $a + N - 10.
 %% @doc Parses JSON text as jansson does with JSON_DECODE_ANY | JSON_ALLOW_NUL: {ok, Value} or
 %% error.
 -spec decode(binary()) -> {ok, json()} | error.
-decode(Bin) when is_binary(Bin) ->
+decode(Bin) when is_binary(Bin) -> decode(Bin, lax).
+
+%% @doc decode/1 (lax), or as the C engines' stub file loader parses with jansson (strict:
+%% JSON_REJECT_DUPLICATES and without JSON_ALLOW_NUL): a key given twice in one object, or a
+%% `\u0000' in a string or a key, is error, so that ehttpd refuses the stub files they refuse.
+-spec decode(binary(), lax | strict) -> {ok, json()} | error.
+decode(Bin, Mode) when is_binary(Bin), (Mode =:= lax orelse Mode =:= strict) ->
     try
-        {V, Rest} = value(ws(Bin), 0),
+        {V, Rest} = value(ws(Bin), 0, Mode),
         case ws(Rest) of
             <<>> -> {ok, V};
             _ -> error
@@ -131,45 +137,49 @@ decode(Bin) when is_binary(Bin) ->
 ws(<<C, R/binary>>) when C =:= $\s; C =:= $\t; C =:= $\n; C =:= $\r -> ws(R);
 ws(B) -> B.
 
-value(_, D) when D >= ?MAX_DEPTH -> throw(bad);  % as norm/2
-value(<<${, R/binary>>, D) -> object(ws(R), D + 1, []);
-value(<<$[, R/binary>>, D) -> array(ws(R), D + 1, []);
-value(<<$", R/binary>>, _) -> string(R, <<>>);
-value(<<"true", R/binary>>, _) -> {true, R};
-value(<<"false", R/binary>>, _) -> {false, R};
-value(<<"null", R/binary>>, _) -> {null, R};
-value(<<C, _/binary>> = B, _) when C =:= $-; C >= $0, C =< $9 -> number(B);
-value(_, _) -> throw(bad).
+value(_, D, _) when D >= ?MAX_DEPTH -> throw(bad);  % as norm/2
+value(<<${, R/binary>>, D, M) -> object(ws(R), D + 1, [], M);
+value(<<$[, R/binary>>, D, M) -> array(ws(R), D + 1, [], M);
+value(<<$", R/binary>>, _, M) -> string(R, <<>>, M);
+value(<<"true", R/binary>>, _, _) -> {true, R};
+value(<<"false", R/binary>>, _, _) -> {false, R};
+value(<<"null", R/binary>>, _, _) -> {null, R};
+value(<<C, _/binary>> = B, _, _) when C =:= $-; C >= $0, C =< $9 -> number(B);
+value(_, _, _) -> throw(bad).
 
-object(<<$}, R/binary>>, _, []) -> {#{}, R};
-object(<<$", R/binary>>, D, Acc) ->
-    {K0, R1} = string(R, <<>>),
+object(<<$}, R/binary>>, _, [], _) -> {#{}, R};
+object(<<$", R/binary>>, D, Acc, M) ->
+    {K0, R1} = string(R, <<>>, M),
     K = no_nul(K0),
     case ws(R1) of
         <<$:, R2/binary>> ->
-            {V, R3} = value(ws(R2), D),
+            {V, R3} = value(ws(R2), D, M),
             %% A key given twice keeps the last, as jansson (without JSON_REJECT_DUPLICATES).
             Acc1 = [{K, V} | Acc],
             case ws(R3) of
-                <<$,, R4/binary>> -> object(ws(R4), D, Acc1);
-                <<$}, R4/binary>> -> {maps:from_list(lists:reverse(Acc1)), R4};
+                <<$,, R4/binary>> -> object(ws(R4), D, Acc1, M);
+                <<$}, R4/binary>> ->
+                    Map = maps:from_list(lists:reverse(Acc1)),
+                    %% strict: a key given twice is refused, as jansson's JSON_REJECT_DUPLICATES does.
+                    M =:= strict andalso map_size(Map) =/= length(Acc1) andalso throw(bad),
+                    {Map, R4};
                 _ -> throw(bad)
             end;
         _ -> throw(bad)
     end;
-object(_, _, _) -> throw(bad).
+object(_, _, _, _) -> throw(bad).
 
-array(<<$], R/binary>>, _, []) -> {[], R};
-array(B, D, Acc) ->
-    {V, R} = value(B, D),
+array(<<$], R/binary>>, _, [], _) -> {[], R};
+array(B, D, Acc, M) ->
+    {V, R} = value(B, D, M),
     case ws(R) of
-        <<$,, R1/binary>> -> array(ws(R1), D, [V | Acc]);
+        <<$,, R1/binary>> -> array(ws(R1), D, [V | Acc], M);
         <<$], R1/binary>> -> {lists:reverse([V | Acc]), R1};
         _ -> throw(bad)
     end.
 
-string(<<$", R/binary>>, Acc) -> {utf8(Acc), R};
-string(<<$\\, $u, H:4/binary, R/binary>>, Acc) ->
+string(<<$", R/binary>>, Acc, _) -> {utf8(Acc), R};
+string(<<$\\, $u, H:4/binary, R/binary>>, Acc, M) ->
     case hex4(H) of
         Hi when Hi >= 16#D800, Hi =< 16#DBFF ->
             case R of
@@ -177,15 +187,16 @@ string(<<$\\, $u, H:4/binary, R/binary>>, Acc) ->
                     case hex4(L) of
                         Lo when Lo >= 16#DC00, Lo =< 16#DFFF ->
                             C = 16#10000 + ((Hi - 16#D800) bsl 10) + (Lo - 16#DC00),
-                            string(R1, <<Acc/binary, C/utf8>>);
+                            string(R1, <<Acc/binary, C/utf8>>, M);
                         _ -> throw(bad)
                     end;
                 _ -> throw(bad)
             end;
         Lo when Lo >= 16#DC00, Lo =< 16#DFFF -> throw(bad);
-        C -> string(R, <<Acc/binary, C/utf8>>)
+        0 when M =:= strict -> throw(bad); %% jansson without JSON_ALLOW_NUL
+        C -> string(R, <<Acc/binary, C/utf8>>, M)
     end;
-string(<<$\\, C, R/binary>>, Acc) ->
+string(<<$\\, C, R/binary>>, Acc, M) ->
     E = case C of
             $" -> $";
             $\\ -> $\\;
@@ -197,10 +208,10 @@ string(<<$\\, C, R/binary>>, Acc) ->
             $t -> $\t;
             _ -> throw(bad)
         end,
-    string(R, <<Acc/binary, E>>);
-string(<<C, _/binary>>, _) when C < 16#20 -> throw(bad);
-string(<<C, R/binary>>, Acc) -> string(R, <<Acc/binary, C>>);
-string(<<>>, _) -> throw(bad).
+    string(R, <<Acc/binary, E>>, M);
+string(<<C, _/binary>>, _, _) when C < 16#20 -> throw(bad);
+string(<<C, R/binary>>, Acc, M) -> string(R, <<Acc/binary, C>>, M);
+string(<<>>, _, _) -> throw(bad).
 
 hex4(H) ->
     lists:foldl(fun(C, N) when C >= $0, C =< $9 -> N * 16 + C - $0;

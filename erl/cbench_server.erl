@@ -258,7 +258,9 @@ load_stubs_here(S0, File) ->
             [C | Rest] = file:format_error(Why),
             Bad("~ts: ~ts", [File, [string:to_upper(C) | Rest]]);
         {ok, Text} ->
-            case cbench_json:decode(Text) of
+            %% strict: what the C engines' loader parses (no key twice, no \u0000), so that a file
+            %% loads on every engine or on none.
+            case cbench_json:decode(Text, strict) of
                 error -> Bad("~ts: not JSON", [File]);
                 {ok, Json} ->
                     case cbench_stub_json:from_json(Json, filename:dirname(File)) of
