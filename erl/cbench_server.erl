@@ -280,6 +280,7 @@ load_stubs_here(S0, File) ->
 
 %% A place in a stub file as the C engines' loader names it: stubs[0].response.body.base64.
 where(stubs) -> "stubs";
+where(Key) when is_binary(Key) -> Key; %% a key of the file's own object
 where(Where) when is_tuple(Where) ->
     [I | Keys] = tuple_to_list(Where),
     ["stubs[", integer_to_list(I), "]", [[".", key(K)] || K <- Keys]];

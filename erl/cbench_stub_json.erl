@@ -24,8 +24,12 @@
 %% unknown_key, bad_char; docs/routes.md), and Where its place, so that ehttpd's load_stubs/2 and
 %% theirs refuse a file alike.
 -spec from_json(cbench_json:json(), file:filename_all()) -> {ok, [stub()]} | {error, term()}.
-from_json(#{<<"stubs">> := Stubs}, Dir) ->
-    from_json(Stubs, Dir);
+from_json(#{<<"stubs">> := Stubs} = File, Dir) ->
+    %% The file's object holds the list and nothing else (a misspelt second list would add nothing).
+    case maps:keys(File) -- [<<"stubs">>] of
+        [] -> from_json(Stubs, Dir);
+        [K | _] -> {error, {bad_stub_json, K, unknown_key}}
+    end;
 from_json(Stubs, Dir) when is_list(Stubs) ->
     try
         {ok, [stub(S, I, Dir) || {I, S} <- lists:zip(lists:seq(0, length(Stubs) - 1), Stubs)]}

@@ -864,6 +864,11 @@ static int add_text(cb_server_t *srv, ctx_t *c, cb_stub_added_t **added) {
     stubs = one;
     c->lone = 1;
   } else if (json_is_object(root)) {
+    /* The file's object holds the list and nothing else: another key ("stub", a stub's "match") would be
+     * skipped in silence. Named from the root (root_is_object would hide its first step, the key itself). An
+     * object without "stubs" at all is told what it lacks, below. */
+    static const char *const root_keys[] = {"stubs", NULL};
+    if (json_object_get(root, "stubs") != NULL && check_keys(c, &w, root, root_keys)) goto done;
     c->root_is_object = 1;
     w = sub(&w, "stubs", 0);
     stubs = json_object_get(root, "stubs");

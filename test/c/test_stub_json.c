@@ -362,3 +362,35 @@ TEST(stub_json_after_without_responses) {
   unlink(path);
   test_stop(srv);
 }
+
+/* The file's own object ({"stubs": [...]}) takes no other key: one was skipped in silence, so a misspelt second
+ * list ("stub", "stubs2") or a stub's key written beside "stubs" added nothing and said nothing. */
+TEST(stub_json_root_unknown_key) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char path[512], msg[1024] = "", want[1200];
+  snprintf(path, sizeof path, "%s", tmp_path("root.json"));
+  write_text(path, "{\"stubs\": [{\"match\": {\"path\": \"/a\"}}],\n \"stub\": [{\"match\": {\"path\": \"/b\"}}]}");
+  ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), -1);
+  snprintf(want, sizeof want, "%s:2: stub: unknown_key: unknown field", path);
+  ASSERT_STR_EQ(msg, want);
+  /* The admin API's text: the same, in parts. */
+  const char *text = "{\"stubs\": [],\n \"match\": {\"path\": \"/x\"}}";
+  cb_stubs_json_error_t err;
+  cb_stub_added_t *added = NULL;
+  ASSERT_EQ(cb_stubs_json_add(srv, "body", NULL, text, strlen(text), &added, &err), -1);
+  ASSERT_STR_EQ(err.msg, "body:2: match: unknown_key: unknown field");
+  ASSERT_STR_EQ(err.field, "match");
+  ASSERT_STR_EQ(err.why, "unknown_key");
+  ASSERT_EQ(err.line, 2);
+  cb_stub_list_t *list;
+  ASSERT_EQ(cb_server_stubs(srv, &list), 0);
+  ASSERT_EQ(list->count, 0);
+  cb_stub_list_free(list);
+  /* "stubs" alone is the file's form as before. */
+  write_text(path, "{\"stubs\": [{\"match\": {\"path\": \"/a\"}}]}");
+  ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), 1);
+  unlink(path);
+  test_stop(srv);
+}
