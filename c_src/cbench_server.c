@@ -404,6 +404,15 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* A certificate or a client-auth mode for a server without TLS would be ignored by the engine: the user meant
+   * TLS and would get a cleartext listener. (--tls-client-auth none is the default, so it goes anywhere.) */
+  if (!cfg.tls && cfg.tls_port < 0 &&
+      (cfg.tls_cert_file != NULL || cfg.tls_key_file != NULL || cfg.tls_client_auth != CB_TLS_CLIENT_AUTH_NONE)) {
+    fprintf(stderr, "cbench-server: --tls-cert-file, --tls-key-file and --tls-client-auth go with --tls or "
+            "--tls-port\n");
+    usage(stderr);
+    return 2;
+  }
   if (cfg.proxy_ca != NULL && cfg.proxy_insecure) {
     fprintf(stderr, "cbench-server: --proxy-ca or --proxy-insecure, not both\n");
     usage(stderr);

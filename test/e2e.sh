@@ -309,7 +309,9 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   "--proxy-to ftp://127.0.0.1:1" "--proxy-to http:/x" "--record-to" "--proxy-ca" \
   "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
   "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure" "--proxy-protocol" \
-  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c"; do
+  "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c" \
+  "--tls-cert-file /nonexistent.pem" "--tls-key-file /nonexistent.key" "--tls-client-auth require" \
+  "--tls-cert-file /nonexistent.pem --tls-key-file /nonexistent.key --tls-client-auth request"; do
   set +e
   # shellcheck disable=SC2086 # split the arguments
   timeout 10 "$SERVER" $args >"$work/bad.out" 2>"$work/bad.err"
@@ -497,6 +499,16 @@ rc=$?
 set -e
 want="cbench-server: --admin-port takes an integer from 0 to 65535, not '70000'"
 if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/badadmin.err")" = "$want" ]; then ok; else bad "--admin-port 70000: exit status $rc, stderr '$(head -n 1 "$work/badadmin.err")'"; fi
+# TLS flags without TLS (neither --tls nor --tls-port): a usage error, as the proxy's flags without their proxy,
+# not a cleartext server that ignored them.
+set +e
+timeout 10 "$SERVER" --port 0 --tls-cert-file "$work/none.pem" --tls-key-file "$work/none.key" >"$work/notls.out" 2>"$work/notls.err"
+rc=$?
+set -e
+want="cbench-server: --tls-cert-file, --tls-key-file and --tls-client-auth go with --tls or --tls-port"
+if [ "$rc" = 2 ] && [ "$(head -n 1 "$work/notls.err")" = "$want" ] && [ ! -s "$work/notls.out" ]; then ok; else
+  bad "--tls-cert-file without --tls: exit status $rc, stderr '$(head -n 1 "$work/notls.err")', expected 2 and '$want'"
+fi
 # An --admin-host that does not resolve is named as such (the data listener's --host resolved: it is not the
 # one to blame).
 set +e
