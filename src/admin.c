@@ -550,8 +550,18 @@ static answer_t post_recorded_save(cb__admin_t *a) {
                         "the server has no file to save to: start it with --record-to FILE (cfg.record_to)");
   char msg[1024];
   int n = cb_server_save_stubs(a->data, file, msg, sizeof msg);
-  if (n < 0) return error_answer(500, NULL, "save_failed", NULL, msg);
-  return json_answer(200, json_pack("{s:i, s:s}", "saved", n, "file", file));
+  /* A path is bytes: a name that is not UTF-8 is no JSON string (jansson refuses it, and the member or the whole
+   * answer would be dropped). The message quotes it with \xNN, the answer gives it as file_base64. */
+  if (n < 0) {
+    char *q = quote_bytes(msg, strlen(msg));
+    answer_t r = q ? error_answer(500, NULL, "save_failed", NULL, q) : engine_error(CB_ENOMEM);
+    free(q);
+    return r;
+  }
+  json_t *o = json_pack("{s:i}", "saved", n);
+  if (o == NULL) return engine_error(CB_ENOMEM);
+  set_bytes(o, "file", (cb_str_t){file, strlen(file)});
+  return json_answer(200, o);
 }
 
 static answer_t method_not_allowed(const char *allow) {

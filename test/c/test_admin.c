@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -167,5 +168,36 @@ TEST(admin_requests_nul_in_parameter) {
              "{\"field\":\"path\\\\x00x\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, "
              "route, stub, since and limit\"}");
   admin_call(admin, "GET", "/requests?limit=1", NULL, 200, "[]");
+  test_stop(srv);
+}
+
+/* POST /recorded/save with a --record-to file whose name is not UTF-8 (a path is bytes): the answer still says
+ * what was saved where, the name as "file_base64" (the admin API's rule for such bytes); and when the save
+ * fails, the message quotes it with \xNN. jansson refuses such a string, and the answer was a bare 200 with no
+ * body (or a 500 without its message). */
+TEST(admin_recorded_save_non_utf8_file) {
+  const char *t = getenv("TMPDIR");
+  char file[512], want[1400], b64[700];
+  snprintf(file, sizeof file, "%s/cbench-%d-rec-\xff.json", t && *t ? t : "/tmp", (int)getpid());
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cfg.record_to = file;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)file, (int)strlen(file));
+  snprintf(want, sizeof want, "{\"saved\":0,\"file_base64\":\"%s\"}", b64);
+  admin_call(admin, "POST", "/recorded/save", NULL, 200, want);
+  ASSERT_EQ(access(file, F_OK), 0);
+  unlink(file);
+  test_stop(srv);
+
+  cfg.record_to = "/nonexistent-cbench-dir/r\xff.json";
+  srv = test_start(&cfg);
+  admin = cb_server_admin_port(srv);
+  admin_call(admin, "POST", "/recorded/save", NULL, 500,
+             "{\"why\":\"save_failed\",\"message\":\"/nonexistent-cbench-dir/r\\\\xff.json.tmp: No such file or "
+             "directory\"}");
   test_stop(srv);
 }
