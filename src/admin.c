@@ -273,12 +273,47 @@ static answer_t get_stubs(cb__admin_t *a) {
   return json_answer(200, out);
 }
 
+/* s[0..n) as text for an error's field or value: a control byte, DEL or a byte above 0x7f becomes \xNN (as the
+ * stub loader quotes a field), so that bytes a query decoded to, UTF-8 or not, can be a JSON string. Owned by
+ * the caller; NULL when out of memory. */
+static char *quote_bytes(const char *s, size_t n) {
+  char *out = malloc(n * 4 + 1);
+  if (out == NULL) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch < 0x20 || ch >= 0x7f)
+      o += (size_t)snprintf(out + o, 5, "\\x%02x", ch);
+    else
+      out[o++] = (char)ch;
+  }
+  out[o] = '\0';
+  return out;
+}
+
+/* A 400 for the query parameter key[0..klen) with the value v[0..vlen) (NULL: none named). */
+static answer_t bad_parameter(const char *key, size_t klen, const char *v, size_t vlen, const char *why,
+                              const char *msg) {
+  char *qk = quote_bytes(key, klen), *qv = v ? quote_bytes(v, vlen) : NULL;
+  answer_t r = qk == NULL || (v != NULL && qv == NULL) ? engine_error(CB_ENOMEM)
+                                                       : error_answer(400, qk, why, qv, msg);
+  free(qk);
+  free(qv);
+  return r;
+}
+
 static answer_t delete_stub(cb__admin_t *a, const char *id_text) {
   char *end;
   errno = 0;
   unsigned long long id = strtoull(id_text, &end, 10);
-  if (id_text[0] < '0' || id_text[0] > '9' || *end != '\0' || errno != 0 || id == 0)
-    return error_answer(400, "id", "wrong_type", id_text, "a stub id is a positive integer");
+  if (id_text[0] < '0' || id_text[0] > '9' || *end != '\0' || errno != 0 || id == 0) {
+    /* An h2 :path may hold bytes HTTP/1.1's parser refuses: quoted, or the value would be dropped. */
+    char *q = quote_bytes(id_text, strlen(id_text));
+    answer_t r = q ? error_answer(400, "id", "wrong_type", q, "a stub id is a positive integer")
+                   : engine_error(CB_ENOMEM);
+    free(q);
+    return r;
+  }
   int err = cb_server_route_remove(a->data, id);
   if (err == CB_ENOENT) return error_answer(404, "id", "not_found", id_text, "no such stub");
   if (err) return engine_error(err);
@@ -315,35 +350,6 @@ static int parse_u64(const char *s, uint64_t *out) {
   if (*end != '\0' || errno != 0) return -1;
   *out = v;
   return 0;
-}
-
-/* s[0..n) as text for an error's field or value: a control byte, DEL or a byte above 0x7f becomes \xNN (as the
- * stub loader quotes a field), so that bytes a query decoded to, UTF-8 or not, can be a JSON string. Owned by
- * the caller; NULL when out of memory. */
-static char *quote_bytes(const char *s, size_t n) {
-  char *out = malloc(n * 4 + 1);
-  if (out == NULL) return NULL;
-  size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch < 0x20 || ch >= 0x7f)
-      o += (size_t)snprintf(out + o, 5, "\\x%02x", ch);
-    else
-      out[o++] = (char)ch;
-  }
-  out[o] = '\0';
-  return out;
-}
-
-/* A 400 for the query parameter key[0..klen) with the value v[0..vlen) (NULL: none named). */
-static answer_t bad_parameter(const char *key, size_t klen, const char *v, size_t vlen, const char *why,
-                              const char *msg) {
-  char *qk = quote_bytes(key, klen), *qv = v ? quote_bytes(v, vlen) : NULL;
-  answer_t r = qk == NULL || (v != NULL && qv == NULL) ? engine_error(CB_ENOMEM)
-                                                       : error_answer(400, qk, why, qv, msg);
-  free(qk);
-  free(qv);
-  return r;
 }
 
 /* GET /requests?path=..&method=..&route=..&stub=..&since=..&limit=..: the journal's entries, oldest first. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "h2client.h"
 
 /* One request on a new connection (closed by the client's "connection: close"); the whole answer, dates masked,
  * must be `status` with a JSON body `json` (NULL: none). */
@@ -199,5 +200,25 @@ TEST(admin_recorded_save_non_utf8_file) {
   admin_call(admin, "POST", "/recorded/save", NULL, 500,
              "{\"why\":\"save_failed\",\"message\":\"/nonexistent-cbench-dir/r\\\\xff.json.tmp: No such file or "
              "directory\"}");
+  test_stop(srv);
+}
+
+/* DELETE /stubs/{id} with an id that is not a number: the 400 quotes it. HTTP/1.1's parser refuses a path byte
+ * above 0x7e, but an h2 :path may carry one, which no JSON string holds as it is: written \xNN. */
+TEST(admin_delete_stub_bad_id_bytes) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  h2cl_t *cl = h2_open(cb_server_admin_port(srv));
+  h2_handshake(cl);
+  h2resp_t *r = h2_request(cl, 1, "DELETE", "/stubs/1\xff", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 400);
+  const char *want = "{\"field\":\"id\",\"why\":\"wrong_type\",\"value\":\"1\\\\xff\",\"message\":\"a stub id is a "
+                     "positive integer\"}";
+  ASSERT_MEM_EQ(r->body.p, r->body.len, want, strlen(want));
+  h2_free(cl);
   test_stop(srv);
 }
