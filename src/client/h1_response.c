@@ -118,6 +118,9 @@ static int on_headers_complete(llhttp_t *lp) {
    * read until the close (RFC 9112 6.3) when it has neither a length nor chunked as its last transfer coding
    * (llhttp refuses a content-length beside a transfer-encoding). */
   int skip = (status == 204) | (status == 304) | (status == 101) | p->head_req;
+  /* llhttp takes a content-length up to 2^64-1; one past INT64_MAX would be a negative length here (an answer
+   * "without a body" whose body llhttp still reads). No answer is that long: malformed. */
+  if ((flags & F_CONTENT_LENGTH) && (int64_t)lp->content_length < 0) return refuse(p, CB_CRES_E_BAD);
   cb_cres_head_t h;
   h.status = status;
   h.major = lp->http_major;
