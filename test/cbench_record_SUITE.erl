@@ -259,7 +259,8 @@ stub_json_same_reasons(Config) ->
 
 %% A stub file whose text jansson refuses as the C loader parses it (a key twice in one object, a
 %% \u0000 in a string or a key) is refused by ehttpd's loader too, and nothing is added; cbench_json's
-%% lax decode/1 (body matchers, JSON_ALLOW_NUL) still takes them.
+%% lax decode/1 (body matchers, JSON_ALLOW_NUL) still takes the first four (a \u0000 in a key is
+%% refused by jansson whatever its flags, and so by decode/1).
 stub_json_strict_text(Config) ->
     File = filename:join(proplists:get_value(dir, Config), "strict.json"),
     Cases = [<<"[{\"match\": {\"path\": \"/a\", \"path\": \"/b\"}}]">>,
@@ -272,7 +273,10 @@ stub_json_strict_text(Config) ->
     try
         [begin
              ok = file:write_file(File, Text),
-             ?assertMatch({ok, _}, cbench_json:decode(Text)),
+             case binary:match(Text, <<"x\\u0000\":">>) of
+                 nomatch -> ?assertMatch({ok, _}, cbench_json:decode(Text));
+                 _ -> ?assertEqual(error, cbench_json:decode(Text))
+             end,
              ?assertEqual(error, cbench_json:decode(Text, strict)),
              ?assertMatch({Text, {error, {bad_stub_file, _}}}, {Text, cbench:load_stubs(C, File)}),
              ?assertEqual({Text, {error, {bad_stub_file, iolist_to_binary([File, ": not JSON"])}}},
