@@ -51,7 +51,8 @@ static void usage(FILE *f) {
     }
     fprintf(f, "  %s%s\n      %s\n", o->flag, arg, o->doc);
   }
-  fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md)\n");
+  fprintf(f, "  --stubs FILE\n      routes to add before serving, as JSON (docs/routes.md); given several times, "
+             "every file is added, in the order given\n");
   fprintf(f, "  --version\n  --help\n");
 }
 
@@ -341,7 +342,11 @@ int main(int argc, char **argv) {
   cb_config_t cfg;
   cb_config_init(&cfg);
   static int cpus[CB_MAX_THREADS];
-  const char *stubs = NULL;
+  /* Every --stubs file, in the order given: each is added whole or not at all, and a later file's stubs are
+   * newer (they win a tie, docs/routes.md). They are kept at the front of argv's own array, which the loop below reads left to
+   * right: a --stubs takes two slots and keeps one, so a slot is written only after it was read. */
+  char **stubs = argv + 1;
+  int nstubs = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -354,7 +359,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
       }
-      stubs = argv[++i];
+      stubs[nstubs++] = argv[++i];
       continue;
     }
     if (strcmp(a, "--version") == 0) {
@@ -430,9 +435,9 @@ int main(int argc, char **argv) {
   cb_server_t *srv;
   int err = cb_server_start(&cfg, &srv);
   if (err) return start_error(&cfg, err);
-  if (stubs != NULL) {
+  for (int k = 0; k < nstubs; k++) {
     char msg[1024];
-    if (cb_server_stubs_file(srv, stubs, msg, sizeof msg) < 0) {
+    if (cb_server_stubs_file(srv, stubs[k], msg, sizeof msg) < 0) {
       fprintf(stderr, "cbench-server: %s\n", msg);
       cb_server_stop(srv);
       return 2;

@@ -350,6 +350,30 @@ if [ "$code" = 410 ]; then ok; else bad "--stubs: h2c GET /gone answered $code";
 kill -INT "$SPID"
 wait "$SPID" || bad "--stubs server: exit status $?"
 if grep -q "user 1" "$work/stubs.out"; then ok; else bad "--stubs: stats lack 'user 1': $(cat "$work/stubs.out")"; fi
+# --stubs given twice: both files are added, in the order given (each one a stub file of its own), so a stub of
+# the second wins a tie with one of the first (among equal priorities the newest first: docs/routes.md); an
+# error in the second file still exits 2 without the ready line.
+printf '[{"match": {"path": "/first"}, "response": {"body": "1"}},
+  {"match": {"path": "/both"}, "response": {"body": "from first"}}]\n' >"$work/stubs_a.json"
+printf '[{"match": {"path": "/second"}, "response": {"body": "2"}},
+  {"match": {"path": "/both"}, "response": {"body": "from second"}}]\n' >"$work/stubs_b.json"
+start_server stubs2 --port 0 --threads 1 --stubs "$work/stubs_a.json" --stubs "$work/stubs_b.json"
+got="$(curl -s "http://127.0.0.1:$PORT/first") $(curl -s "http://127.0.0.1:$PORT/second") $(curl -s "http://127.0.0.1:$PORT/both")"
+if [ "$got" = "1 2 from second" ]; then ok; else bad "--stubs twice: /first /second /both answered '$got'"; fi
+kill -INT "$SPID"
+wait "$SPID" || bad "--stubs twice server: exit status $?"
+printf '[{"match": {"path": "/x"}, "response": {"status": "200"}}]\n' >"$work/stubs_bad.json"
+set +e
+timeout 10 "$SERVER" --port 0 --stubs "$work/stubs_a.json" --stubs "$work/stubs_bad.json" >"$work/stubs2bad.out" \
+  2>"$work/stubs2bad.err"
+rc=$?
+set -e
+want="cbench-server: $work/stubs_bad.json:1: stubs[0].response.status: wrong_type: must be an integer from 200 to 599"
+if [ "$rc" = 2 ] && [ "$(cat "$work/stubs2bad.err")" = "$want" ] && [ ! -s "$work/stubs2bad.out" ]; then
+  ok
+else
+  bad "--stubs twice, the second bad: exit status $rc, stderr '$(cat "$work/stubs2bad.err")', expected 2 and '$want'"
+fi
 printf '[
   {"match": {"path": "/a"},
    "response": {"status": "200"}}
