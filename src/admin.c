@@ -576,13 +576,16 @@ static answer_t method_not_allowed(const char *allow) {
   return r;
 }
 
+/* HEAD is answered as GET (RFC 9110 9.3.2, as the engine's own routes do): the engine sends a HEAD request's
+ * reply without its body and with the content-length the body would have had. An allow header lists HEAD
+ * beside GET, in the engine's order. */
 static answer_t route(cb__admin_t *a, job_t *j) {
   const char *m = j->method, *p = j->path;
-  int get = strcmp(m, "GET") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
+  int get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0, post = strcmp(m, "POST") == 0, del = strcmp(m, "DELETE") == 0;
   if (strcmp(p, "/stubs") == 0) {
     if (get) return get_stubs(a);
     if (post) return post_stubs(a, j);
-    return method_not_allowed("GET, POST");
+    return method_not_allowed("GET, HEAD, POST");
   }
   if (strncmp(p, "/stubs/", 7) == 0) {
     if (del) return delete_stub(a, p + 7);
@@ -594,22 +597,22 @@ static answer_t route(cb__admin_t *a, job_t *j) {
       int err = cb_server_requests_clear(a->data);
       return err ? engine_error(err) : json_answer(204, NULL);
     }
-    return method_not_allowed("GET, DELETE");
+    return method_not_allowed("GET, HEAD, DELETE");
   }
   if (strcmp(p, "/near-misses") == 0) {
-    if (!get) return method_not_allowed("GET");
+    if (!get) return method_not_allowed("GET, HEAD");
     return get_near_misses(a);
   }
   if (strcmp(p, "/verify") == 0) return post ? post_verify(a) : method_not_allowed("POST");
   if (strcmp(p, "/reset") == 0) return post ? post_reset(a) : method_not_allowed("POST");
-  if (strcmp(p, "/stats") == 0) return get ? get_stats(a) : method_not_allowed("GET");
+  if (strcmp(p, "/stats") == 0) return get ? get_stats(a) : method_not_allowed("GET, HEAD");
   if (strcmp(p, "/recorded") == 0) {
     if (get) return get_recorded(a);
     if (del) {
       cb_server_recorded_clear(a->data);
       return json_answer(204, NULL);
     }
-    return method_not_allowed("GET, DELETE");
+    return method_not_allowed("GET, HEAD, DELETE");
   }
   if (strcmp(p, "/recorded/save") == 0) return post ? post_recorded_save(a) : method_not_allowed("POST");
   return error_answer(404, NULL, "not_found", NULL,

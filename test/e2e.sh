@@ -606,7 +606,7 @@ adm GET /nowhere
 expect_adm "unknown endpoint" 404 '{"why":"not_found","message":"the admin API has /stubs, /stubs/{id}, /requests, /near-misses, /verify, /reset, /stats, /recorded, /recorded/save"}'
 allow=$(curl -s -X PUT -D - -o /dev/null "$A/stubs" | tr -d '\r' | grep -E '^(HTTP|allow)')
 if [ "$allow" = "HTTP/1.1 405 Method Not Allowed
-allow: GET, POST" ]; then ok; else bad "PUT /stubs: '$allow'"; fi
+allow: GET, HEAD, POST" ]; then ok; else bad "PUT /stubs: '$allow'"; fi
 adm GET /near-misses
 expect_adm "GET /near-misses" 200 '[{"seq":2,"method":"GET","path":"/stubs","query":"","near_misses":[{"name":"stub_2","id":2,"differs":["path"]},{"name":"ping","id":1,"differs":["path"]}]}]'
 nm_note=$(curl -s -D - -o /dev/null "$A/near-misses" | tr -d '\r' | grep -ci '^x-cbench-note' || true)

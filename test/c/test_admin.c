@@ -222,3 +222,48 @@ TEST(admin_delete_stub_bad_id_bytes) {
   h2_free(cl);
   test_stop(srv);
 }
+
+/* The whole answer to one request on a new connection (closed by the client), dates masked. */
+static void admin_raw(int port, const char *method, const char *path, buf_t *got) {
+  char req[512];
+  snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", method, path);
+  int fd = cl_connect(port);
+  cl_sends(fd, req);
+  ASSERT_EQ(cl_read_close(fd, got, 10000), CL_EOF);
+  mask_dates(got->p, got->len);
+  close(fd);
+}
+
+/* HEAD on an endpoint that takes GET is answered as GET without the body (RFC 9110 9.3.2): the same status and
+ * headers, content-length the GET answer's. HEAD on one that does not take GET is still 405, with no body. */
+TEST(admin_head_as_get) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  cb_server_t *srv = test_start(&cfg);
+  int admin = cb_server_admin_port(srv);
+  admin_call(admin, "POST", "/stubs", "{\"match\": {\"path\": \"/h\"}, \"expect\": {\"times\": 1}}", 201,
+             "{\"ids\":[1]}");
+  static const char *const paths[] = {"/stubs", "/requests", "/requests?limit=1", "/near-misses", "/stats",
+                                      "/recorded"};
+  for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+    buf_t get = {0}, head = {0};
+    admin_raw(admin, "GET", paths[i], &get);
+    admin_raw(admin, "HEAD", paths[i], &head);
+    const char *end = memmem(get.p, get.len, "\r\n\r\n", 4);
+    ASSERT_NOT_NULL(end);
+    ASSERT(get.len > 12 && memcmp(get.p, "HTTP/1.1 200", 12) == 0);
+    ASSERT_MEM_EQ(head.p, head.len, get.p, (size_t)(end + 4 - get.p));
+    buf_free(&get);
+    buf_free(&head);
+  }
+  buf_t got = {0}, exp = {0};
+  admin_raw(admin, "HEAD", "/verify", &got);
+  const char *json = "{\"why\":\"method_not_allowed\",\"message\":\"see docs/routes.md, \\\"The admin API\\\"\"}";
+  exp_head(&exp, 405, "application/json", "allow: POST\r\n", (long)strlen(json), CONN_CLOSE);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  buf_free(&got);
+  buf_free(&exp);
+  test_stop(srv);
+}
