@@ -41,6 +41,11 @@ struct cb__admin_s {
   pthread_cond_t cv;
   job_t *head, *tail; /* under mu */
   int stopping;       /* under mu */
+  /* Held across each change of the stub set together with its expectations: an add (the stubs, then their
+   * expectations: POST /stubs, cb_server_stubs_file()) and POST /reset (stubs, journal, expectations), so that
+   * a reset is one step against an add from another thread: the add is wholly before it (and gone) or wholly
+   * after it (and kept). Taken before the engine's locks and emu. */
+  pthread_mutex_t amu;
   pthread_mutex_t emu; /* the expectations: the admin thread and cb_server_stubs_file() change them */
   expect_t *expects;
   size_t nexpects, capexpects;
@@ -232,11 +237,14 @@ static json_t *request_json(const cb_request_t *r) {
 static answer_t post_stubs(cb__admin_t *a, const job_t *j) {
   cb_stubs_json_error_t err;
   cb_stub_added_t *added = NULL;
+  cb__admin_add_begin(a);
   /* Relative body files are relative to the server's working directory. */
   int n = cb_stubs_json_add(a->data, "body", NULL, j->body, j->body_len, &added, &err);
+  int eerr = n < 0 ? 0 : cb__admin_expect(a, added, (size_t)n);
+  cb__admin_add_end(a);
   if (n < 0) return error_answer(400, err.field[0] ? err.field : NULL, err.why[0] ? err.why : "refused", err.value,
                                  err.msg);
-  if (cb__admin_expect(a, added, (size_t)n) != 0) {
+  if (eerr != 0) {
     free(added);
     return engine_error(CB_ENOMEM);
   }
@@ -528,13 +536,24 @@ static answer_t get_stats(cb__admin_t *a) {
   return json_answer(200, o);
 }
 
+void (*cb__admin_reset_hook)(void *arg);
+void *cb__admin_reset_hook_arg;
+
+/* Under amu from the first step to the last: an add from another thread (cb_server_stubs_file()) between the
+ * stubs' removal and the expectations' would otherwise keep its stubs and lose their expectations. */
 static answer_t post_reset(cb__admin_t *a) {
+  pthread_mutex_lock(&a->amu);
   int err = cb_server_route_reset(a->data);
+  void (*hook)(void *) = __atomic_load_n(&cb__admin_reset_hook, __ATOMIC_ACQUIRE);
+  if (hook != NULL) hook(__atomic_load_n(&cb__admin_reset_hook_arg, __ATOMIC_ACQUIRE));
   if (err == 0) err = cb_server_requests_clear(a->data);
+  if (err == 0) {
+    pthread_mutex_lock(&a->emu);
+    a->nexpects = 0;
+    pthread_mutex_unlock(&a->emu);
+  }
+  pthread_mutex_unlock(&a->amu);
   if (err) return engine_error(err);
-  pthread_mutex_lock(&a->emu);
-  a->nexpects = 0;
-  pthread_mutex_unlock(&a->emu);
   return json_answer(204, NULL);
 }
 
@@ -697,6 +716,10 @@ static int deliver(void *ud, const cb_deferred_req_t *reqs, size_t n) {
   return 0;
 }
 
+void cb__admin_add_begin(cb__admin_t *a) { pthread_mutex_lock(&a->amu); }
+
+void cb__admin_add_end(cb__admin_t *a) { pthread_mutex_unlock(&a->amu); }
+
 int cb__admin_expect(cb__admin_t *a, const cb_stub_added_t *added, size_t n) {
   int err = 0;
   pthread_mutex_lock(&a->emu);
@@ -710,6 +733,7 @@ int cb__admin_start(cb_server_t *data, const char *host, int port, cb__admin_t *
   if (a == NULL) return CB_ENOMEM;
   a->data = data;
   pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->amu, NULL);
   pthread_mutex_init(&a->emu, NULL);
   pthread_cond_init(&a->cv, NULL);
   int err = 0;
@@ -735,6 +759,7 @@ int cb__admin_start(cb_server_t *data, const char *host, int port, cb__admin_t *
   }
   if (err) {
     pthread_mutex_destroy(&a->mu);
+    pthread_mutex_destroy(&a->amu);
     pthread_mutex_destroy(&a->emu);
     pthread_cond_destroy(&a->cv);
     free(a);
@@ -761,6 +786,7 @@ void cb__admin_stop(cb__admin_t *a) {
   }
   free(a->expects);
   pthread_mutex_destroy(&a->mu);
+  pthread_mutex_destroy(&a->amu);
   pthread_mutex_destroy(&a->emu);
   pthread_cond_destroy(&a->cv);
   free(a);

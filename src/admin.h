@@ -20,6 +20,17 @@ int cb__admin_start(cb_server_t *data, const char *host, int port, cb__admin_t *
 /* The port the admin listener is bound to. */
 int cb__admin_port(const cb__admin_t *a);
 
+/* Around an add from outside the admin thread (cb_server_stubs_file()): the stubs added, then their
+ * expectations recorded, with POST /reset held off meanwhile, so that a reset never comes between the two (the
+ * stubs kept and their expectations lost). Any thread but a worker; not nested. */
+void cb__admin_add_begin(cb__admin_t *a);
+void cb__admin_add_end(cb__admin_t *a);
+
+/* Tests only (testing.h, cb__test_admin_reset_hook()): called by POST /reset on the admin thread once the stubs
+ * are removed, before the journal and the expectations are cleared. */
+extern void (*cb__admin_reset_hook)(void *arg);
+extern void *cb__admin_reset_hook_arg;
+
 /* Records the expectations ("expect") of stubs just added outside the admin API (a stub file). Any thread but a
  * worker. Returns 0 or UV_ENOMEM. */
 int cb__admin_expect(cb__admin_t *a, const cb_stub_added_t *added, size_t n);

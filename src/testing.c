@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "engine.h"
 #include "testing.h"
 
@@ -269,4 +270,11 @@ int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target
     if (k > 0 && k < 256) cb__near_text(&near[i], out[i] + k, 256 - (size_t)k);
   }
   return n;
+}
+
+void cb__test_admin_reset_hook(void (*fn)(void *arg), void *arg) {
+  /* Atomic: the admin thread reads them, and what orders the two threads (a socket) is no lock a race detector
+   * sees. */
+  __atomic_store_n(&cb__admin_reset_hook_arg, arg, __ATOMIC_RELEASE);
+  __atomic_store_n(&cb__admin_reset_hook, fn, __ATOMIC_RELEASE);
 }

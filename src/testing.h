@@ -90,4 +90,8 @@ size_t cb__server_reply_queued(cb_server_t *srv, cb_reqref_t ref);
  * Returns 0, or a negative code when the loop still had handles (a leak). */
 int cb__testconn_free(cb__testconn_t *tc);
 
+/* Tests only: fn(arg) runs on the admin thread inside each POST /reset, once the stubs are removed and before the
+ * journal and the expectations are cleared (NULL: none). Set it before the requests it is for. */
+void cb__test_admin_reset_hook(void (*fn)(void *arg), void *arg);
+
 #endif

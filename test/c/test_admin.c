@@ -4,11 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "h2client.h"
+#include "testing.h"
 
 /* One request on a new connection (closed by the client's "connection: close"); the whole answer, dates masked,
  * must be `status` with a JSON body `json` (NULL: none). */
@@ -266,4 +270,71 @@ TEST(admin_head_as_get) {
   buf_free(&got);
   buf_free(&exp);
   test_stop(srv);
+}
+
+/* POST /reset against cb_server_stubs_file() from another thread. The reset hook runs inside the reset, once the
+ * stubs are removed; the other thread's add starts there, and the hook gives it a second to finish. When the
+ * reset is one step the add waits for it and keeps its stub and its expectation; when the add could finish
+ * meanwhile, the reset's clearing of the expectations came after it: the stub stayed, its expectation was lost,
+ * and POST /verify answered ok for a stub expected once and never asked. */
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int in_reset, added, n;
+  cb_server_t *srv;
+  char path[512], msg[1024];
+} race = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void reset_hook(void *arg) {
+  (void)arg;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 1;
+  pthread_mutex_lock(&race.mu);
+  race.in_reset = 1;
+  pthread_cond_broadcast(&race.cv);
+  int r = 0;
+  while (!race.added && r != ETIMEDOUT) r = pthread_cond_timedwait(&race.cv, &race.mu, &until);
+  pthread_mutex_unlock(&race.mu);
+}
+
+static void *add_during_reset(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&race.mu);
+  while (!race.in_reset) pthread_cond_wait(&race.cv, &race.mu);
+  pthread_mutex_unlock(&race.mu);
+  int n = cb_server_stubs_file(race.srv, race.path, race.msg, sizeof race.msg);
+  pthread_mutex_lock(&race.mu);
+  race.n = n;
+  race.added = 1;
+  pthread_cond_broadcast(&race.cv);
+  pthread_mutex_unlock(&race.mu);
+  return NULL;
+}
+
+TEST(admin_reset_one_step_against_stubs_file) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.admin = 1;
+  cfg.admin_port = 0;
+  race.srv = test_start(&cfg);
+  int admin = cb_server_admin_port(race.srv);
+  const char *t = getenv("TMPDIR");
+  snprintf(race.path, sizeof race.path, "%s/cbench-%d-reset.json", t && *t ? t : "/tmp", (int)getpid());
+  FILE *f = fopen(race.path, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("[{\"match\": {\"path\": \"/p\"}, \"expect\": {\"times\": 1}}]", f);
+  fclose(f);
+  cb__test_admin_reset_hook(reset_hook, NULL);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, add_during_reset, NULL), 0);
+  admin_call(admin, "POST", "/reset", NULL, 204, NULL);
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  cb__test_admin_reset_hook(NULL, NULL);
+  unlink(race.path);
+  ASSERT_EQ(race.n, 1);
+  admin_call(admin, "POST", "/verify", NULL, 409,
+             "{\"ok\":false,\"problems\":[{\"problem\":\"no_request_arrived\",\"stub\":\"* /p\",\"id\":1,"
+             "\"expected\":{\"times\":1},\"got\":0}]}");
+  test_stop(race.srv);
 }
