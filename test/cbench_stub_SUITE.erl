@@ -487,8 +487,11 @@ nif_and_port_decode_alike(_Config) ->
     true = port_command(Port, term_to_binary({reply, Items})),
     ?assertMatch({ok, #{requests := 0}}, cbench_port:request(Port, stats, 5000)),
     ?assertError(badarg, cbench_nif:reply_nif(H, [{1, reply, 200, [{x, <<"y">>}], <<>>}])),
+    %% The program exits 2 on the frame. Its status is awaited without writing again: a request
+    %% written after it may find the pipe closed, and the port, linked to this process, then ends
+    %% with epipe and takes the test with it (seen once in CI).
     true = port_command(Port, term_to_binary({reply, [{1, reply, 200, [{x, <<"y">>}], <<>>}]})),
-    ?assertEqual({error, {port_exited, 2}}, cbench_port:request(Port, stats, 5000)),
+    ?assertEqual({exit_status, 2}, receive {Port, {exit_status, St}} -> {exit_status, St} after 5000 -> timeout end),
     catch port_close(Port),
     ok = cbench_nif:stop(H).
 
