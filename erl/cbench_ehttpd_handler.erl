@@ -5,7 +5,8 @@
 %%%
 %%% The request's handle is `{cbench_ehttpd, Conn, Ref, State}': State is its state word
 %%% (cbench_handler_state), so that one answer wins against another and against the connection
-%%% taking the request back for a 503 or 504. The word's array holds two more slots: the bytes of a
+%%% taking the request back for a 503 or 504. The word's array holds three more slots: the
+%%% request's number (Ref, a unique integer: a handle with another is refused), the bytes of a
 %%% streamed answer sent by the handler and not yet written by the connection, and the server's
 %%% max_queued_reply_bytes. The pieces wait in the connection's mailbox while gen_tcp:send waits for
 %%% a client that does not read; a send/2 that finds that many waiting cuts the answer, as the C
@@ -17,13 +18,15 @@
 
 -export_type([ctx/0]).
 
-%% What the connection keeps of a request it sent: the reference of its answers, its state word,
+%% What the connection keeps of a request it sent: the number of its answers (also in the slot
+%% after its state word: cbench_handler_state:owned/2), its state word,
 %% the monitor of the handler's process and the handler's timeout_ms.
--opaque ctx() :: {reference(), cbench_handler_state:state(), reference(), pos_integer()}.
+-opaque ctx() :: {pos_integer(), cbench_handler_state:state(), reference(), pos_integer()}.
 -type handler_opts() :: #{timeout_ms := pos_integer(), batch := boolean(),
                           max_queued_reply_bytes := pos_integer(), _ => _}.
--define(QUEUED, 2). %% the slot after the state word: bytes sent by the handler, not yet written
--define(MAX_QUEUED, 3).
+-define(TAG, 2). %% the slot after the state word: the request's number (Ref)
+-define(QUEUED, 3). %% bytes sent by the handler, not yet written
+-define(MAX_QUEUED, 4).
 
 -type answer() :: {reply, cbench_handler:status(), [{binary(), binary()}], binary(), ctx()} |
                   {stream, cbench_handler:status(), [{binary(), binary()}], ctx()} |
@@ -35,12 +38,18 @@
 %% sent to the connection that waits for it.
 %% A connection process that is gone (its client closed, or the server stopped and killed it) has
 %% no request: {error, gone}, as the C engines answer for a request of a stopped server.
--spec answer({cbench_ehttpd, pid(), reference(), cbench_handler_state:state()},
+-spec answer({cbench_ehttpd, pid(), pos_integer(), cbench_handler_state:state()},
              cbench_handler_state:op()) -> ok | {error, gone | not_streaming}.
-answer(H = {cbench_ehttpd, Pid, _, A}, Op) ->
-    case is_process_alive(Pid) of
-        true -> to_conn(H, Op);
-        false -> cbench_handler_state:done(A), {error, gone}
+%% A real state word with another request's number (a forged handle) is {error, gone} too, and the
+%% request stays open.
+answer(H = {cbench_ehttpd, Pid, Ref, A}, Op) ->
+    case cbench_handler_state:owned(A, Ref) of
+        false -> {error, gone};
+        true ->
+            case is_process_alive(Pid) of
+                true -> to_conn(H, Op);
+                false -> cbench_handler_state:done(A), {error, gone}
+            end
     end.
 
 to_conn({cbench_ehttpd, Pid, Ref, A = {Arr, I}}, Op = {send, Data}) ->
@@ -82,9 +91,10 @@ send(Target, #{timeout_ms := Timeout, batch := Batch, max_queued_reply_bytes := 
             {fail, 503};
         Pid ->
             Mon = erlang:monitor(process, Pid),
-            Ref = make_ref(),
+            Ref = erlang:unique_integer([positive]),
             Arr = atomics:new(?MAX_QUEUED, []),
             atomics:put(Arr, ?MAX_QUEUED, Max),
+            atomics:put(Arr, ?TAG, Ref),
             A = {Arr, 1},
             Handle = {cbench_ehttpd, self(), Ref, A},
             Req = Info#{handle => Handle},

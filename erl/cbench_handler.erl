@@ -17,7 +17,7 @@
 -export_type([req/0, handle/0, status/0, headers/0, reply_error/0]).
 
 -type handle() :: {cbench_nif, reference(), pos_integer()}
-                | {cbench_ehttpd, pid(), reference(), cbench_handler_state:state()}
+                | {cbench_ehttpd, pid(), pos_integer(), cbench_handler_state:state()}
                 | {cbench_port, pid(), pos_integer(), cbench_handler_state:state()}.
 -type req() :: #{method := binary(), path := binary(), query := binary(),
                  headers := [{binary(), binary()}], peer := binary(),
@@ -134,7 +134,7 @@ replies(_) ->
 %% an atomics array.
 handle(#{handle := H}) -> handle(H);
 handle(H = {cbench_nif, _, Ref}) when ?IS_REF(Ref) -> H;
-handle(H = {cbench_ehttpd, Pid, Ref, State}) when is_pid(Pid), is_reference(Ref), ?IS_STATE(State) -> H;
+handle(H = {cbench_ehttpd, Pid, Ref, State}) when is_pid(Pid), ?IS_REF(Ref), ?IS_STATE(State) -> H;
 handle(H = {cbench_port, Pid, Ref, State}) when is_pid(Pid), ?IS_REF(Ref), ?IS_STATE(State) -> H;
 handle(_) -> error(badarg).
 

@@ -7,7 +7,7 @@
 %%% {error, gone} (a late answer) or finds the request answered.
 -module(cbench_handler_state).
 
--export([new/1, answer/3, is_open/1, take_back/1, cut/1, done/1]).
+-export([new/1, owned/2, answer/3, is_open/1, take_back/1, cut/1, done/1]).
 
 -export_type([state/0, op/0]).
 
@@ -24,13 +24,22 @@
 -define(FINISHED, 3).
 -define(DONE, 4).
 
-%% @doc N new state words, one array for them all.
--spec new(non_neg_integer()) -> [state()].
-new(0) ->
+%% @doc A new state word for each request number of Tags, one array for them all: the word of
+%% {A, I} is slot I, and its request's number slot I + 1 (owned/2). An ehttpd array has the same
+%% two slots first.
+-spec new([non_neg_integer()]) -> [state()].
+new([]) ->
     [];
-new(N) ->
-    A = atomics:new(N, []),
-    [{A, I} || I <- lists:seq(1, N)].
+new(Tags) ->
+    A = atomics:new(2 * length(Tags), [{signed, false}]),
+    [begin atomics:put(A, 2 * K, T), {A, 2 * K - 1} end
+     || {K, T} <- lists:zip(lists:seq(1, length(Tags)), Tags)].
+
+%% @doc Whether the state word belongs to the request numbered Tag: a handle that pairs a real
+%% state word with another number (forged) is refused as gone, and the real request stays open.
+-spec owned(state(), non_neg_integer()) -> boolean().
+owned({A, I}, Tag) ->
+    I rem 2 =:= 1 andalso atomics:get(A, I + 1) =:= Tag.
 
 %% @doc Moves the word for one answer and, when that succeeds, calls Send with it (so that no answer
 %% is sent that lost the race). {error, not_streaming} for a piece or an end before the head,

@@ -26,6 +26,7 @@
 %% A frame of answers is sent at the latest when it holds this many answers or body bytes (the
 %% program takes frames of 65 MiB at most).
 -define(REPLY_BURST, 4096).
+-define(IS_TAG(Ref), (is_integer(Ref) andalso Ref >= 0 andalso Ref < 1 bsl 64)).
 -define(REPLY_BYTES, (16 bsl 20)).
 %% The answers waiting for the next frame: {Items (newest list first), Count, Bytes}.
 -define(OUT, cbench_port_out).
@@ -75,7 +76,9 @@ frame(Port, {cbench_requests, Id, Reqs}) ->
             ok;
         true ->
             Owner = self(),
-            Maps = requests(Reqs, cbench_handler_state:new(length(Reqs)), Owner, Pid, Stream),
+            Tags = [case R of {Ref, _, _, _, _, _, _, _} when ?IS_TAG(Ref) -> Ref; _ -> 0 end
+                    || R <- Reqs],
+            Maps = requests(Reqs, cbench_handler_state:new(Tags), Owner, Pid, Stream),
             case Batch of
                 true -> Pid ! {cbench_requests, Maps};
                 false -> [Pid ! {cbench_request, R} || R <- Maps]
@@ -172,17 +175,22 @@ to_program(Port, Items) ->
 %% to the owner, which puts it in the next frame.
 -spec answer(handle(), cbench_handler_state:op()) -> ok | {error, gone | not_streaming}.
 answer({cbench_port, Owner, Ref, A}, Op) ->
-    cbench_handler_state:answer(
-      A, Op, fun(Op1) -> Owner ! {cbench_port_reply, [cbench_c_terms:reply_item(Ref, Op1)]} end).
+    case cbench_handler_state:owned(A, Ref) of
+        true ->
+            cbench_handler_state:answer(
+              A, Op, fun(Op1) -> Owner ! {cbench_port_reply, [cbench_c_terms:reply_item(Ref, Op1)]} end);
+        false ->
+            {error, gone} %% a real state word with another request's number: forged
+    end.
 
 %% @doc A checked whole answer claimed for cbench_handler:replies/1, which answers many requests
 %% at once: post/1 then sends the claimed answers of each owner in one message.
 -spec claim(handle(), {reply, cbench_handler:status(), [{binary(), binary()}], binary()}) ->
           claimed() | {error, gone}.
 claim({cbench_port, Owner, Ref, A}, Op) ->
-    case cbench_handler_state:answer(A, Op, fun(_) -> ok end) of
+    case cbench_handler_state:owned(A, Ref) andalso cbench_handler_state:answer(A, Op, fun(_) -> ok end) of
         ok -> {claimed, Owner, cbench_c_terms:reply_item(Ref, Op)};
-        {error, _} -> {error, gone}
+        _ -> {error, gone}
     end.
 
 %% @doc Sends the answers claimed among Results to their owners, one message per owner, and gives

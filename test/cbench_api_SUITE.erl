@@ -10,7 +10,7 @@
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
-         reply_forged_handle/1, reply_after_stop/1, json_matcher_alike/1,
+         reply_forged_handle/1, reply_wrong_number/1, reply_after_stop/1, json_matcher_alike/1,
          load_stubs_place_and_reason/1, scenario_limit/1, handler_not_local/1,
          record_skips_query_nul/1]).
 
@@ -18,7 +18,7 @@ all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
-     h2c_only_listener, journal_filter_improper_list, reply_forged_handle,
+     h2c_only_listener, journal_filter_improper_list, reply_forged_handle, reply_wrong_number,
      reply_after_stop, json_matcher_alike, load_stubs_place_and_reason, scenario_limit,
      handler_not_local, record_skips_query_nul,
      start_banner, app_stop_stops_servers].
@@ -192,6 +192,27 @@ reply_forged_handle(_Config) ->
          ?assertMatch({E, {match, _}}, {E, re:run(Answer, <<"^HTTP/1.1 200 .*\r\n\r\nreal$">>,
                                                   [dotall])}),
          ?assertMatch({E, #{requests := 1}}, {E, cbench:stats(S)}),
+         gen_tcp:close(Sock),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% A handle with the real state word and another request's number is {error, gone} on every engine,
+%% as the nif engine answers (port and ehttpd said ok: the word was claimed, the answer went to no
+%% request, and the real one was lost); the real request is still answered.
+reply_wrong_number(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         {ok, _} = cbench:handle(S, "/h", self(), #{}),
+         {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+         ok = gen_tcp:send(Sock, <<"GET /h HTTP/1.1\r\nhost: x\r\n\r\n">>),
+         Req = #{handle := H} = receive {cbench_request, R} -> R after 10000 -> error(no_request) end,
+         F = setelement(3, H, element(3, H) + 1), %% the request number, on every engine
+         ?assertEqual({E, {error, gone}}, {E, cbench:reply(Req#{handle := F}, 200, [], <<"forged">>)}),
+         ?assertEqual({E, {error, gone}}, {E, cbench:reply_stream(F, 200, [])}),
+         ?assertEqual({E, ok}, {E, cbench:reply(Req, 200, [], <<"real">>)}),
+         {ok, Answer} = gen_tcp:recv(Sock, 0, 10000),
+         ?assertMatch({E, {match, _}}, {E, re:run(Answer, <<"^HTTP/1.1 200 .*\r\n\r\nreal$">>,
+                                                  [dotall])}),
          gen_tcp:close(Sock),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
