@@ -36,7 +36,11 @@ init([]) ->
     Child = #{id => cbench_server,
               start => {cbench_server, start_link, []},
               restart => temporary,
-              %% Covers the engine's graceful stop (stop_timeout_ms, 5 s by default).
-              shutdown => 30000,
+              %% The server's own stop is bounded: the engine's graceful stop lasts stop_timeout_ms
+              %% (up to 2^32-1 ms; the port engine waits 10 s more for its program), ehttpd does not
+              %% wait. A fixed shutdown (it was 30000) killed a server whose stop_timeout_ms was
+              %% longer before its held responses could finish, and one spec serves every server of
+              %% a simple_one_for_one supervisor: the supervisor waits for terminate/2 instead.
+              shutdown => infinity,
               type => worker},
     {ok, {#{strategy => simple_one_for_one, intensity => 10, period => 10}, [Child]}}.

@@ -10,7 +10,7 @@
          same_stats_keys/1, bounds_table_drives_all_engines/1, cpu_pin_refused/1,
          cpu_pin_reported/1, url_join/1, host_names/1, threads_zero/1, start_link_server/1,
          with_server/1, h2c_only_listener/1, journal_filter_improper_list/1,
-         reply_forged_handle/1, reply_wrong_number/1, reply_after_stop/1, json_matcher_alike/1,
+         reply_forged_handle/1, reply_wrong_number/1, reply_after_stop/1, stop_timeout_not_cut/1, json_matcher_alike/1,
          load_stubs_place_and_reason/1, scenario_limit/1, handler_not_local/1,
          record_skips_query_nul/1]).
 
@@ -18,7 +18,7 @@ all() ->
     [start_bad_input, other_calls_bad_input, url_and_port, servers_list, stop_twice,
      settings_map, same_stats_keys, bounds_table_drives_all_engines, cpu_pin_refused,
      cpu_pin_reported, url_join, host_names, threads_zero, start_link_server, with_server,
-     h2c_only_listener, journal_filter_improper_list, reply_forged_handle, reply_wrong_number,
+     h2c_only_listener, journal_filter_improper_list, reply_forged_handle, reply_wrong_number, stop_timeout_not_cut,
      reply_after_stop, json_matcher_alike, load_stubs_place_and_reason, scenario_limit,
      handler_not_local, record_skips_query_nul,
      start_banner, app_stop_stops_servers].
@@ -214,6 +214,16 @@ reply_wrong_number(_Config) ->
          ?assertMatch({E, {match, _}}, {E, re:run(Answer, <<"^HTTP/1.1 200 .*\r\n\r\nreal$">>,
                                                   [dotall])}),
          gen_tcp:close(Sock),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]].
+
+%% stop_timeout_ms takes up to 2^32-1 ms: the supervisor must not kill the server before that stop
+%% has run out (its child spec said shutdown => 30000, which cut a longer graceful stop).
+stop_timeout_not_cut(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, stop_timeout_ms => 4294967295}),
+         {ok, Spec} = supervisor:get_childspec(cbench_server_sup, S),
+         ?assertEqual({E, infinity}, {E, maps:get(shutdown, Spec)}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]].
 
