@@ -43,12 +43,17 @@ TEST(admin_off_by_default) {
   test_stop(srv);
 }
 
+/* A server with the admin API on an ephemeral port (cb_server_admin_port() says which), with cfg's settings. */
+static cb_server_t *admin_server(cb_config_t *cfg) {
+  cfg->admin = 1;
+  cfg->admin_port = 0;
+  return test_start(cfg);
+}
+
 TEST(admin_verify_and_stubs_file) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   ASSERT(admin > 0);
   ASSERT(admin != cb_server_port(srv));
@@ -105,9 +110,7 @@ TEST(admin_verify_and_stubs_file) {
 TEST(admin_near_misses) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   admin_call(admin, "GET", "/near-misses", NULL, 200, "[]");
   admin_call(admin, "POST", "/stubs",
@@ -132,9 +135,7 @@ TEST(admin_near_misses) {
 TEST(admin_requests_bad_parameter) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   admin_call(admin, "GET", "/requests?%ff=1", NULL, 400,
              "{\"field\":\"\\\\xff\",\"why\":\"unknown_key\",\"message\":\"GET /requests takes path, method, route, stub, "
@@ -159,9 +160,7 @@ TEST(admin_requests_bad_parameter) {
 TEST(admin_requests_nul_in_parameter) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   admin_call(admin, "GET", "/requests?limit=1%00x", NULL, 400,
              "{\"field\":\"limit\",\"why\":\"wrong_type\",\"value\":\"1\\\\x00x\",\"message\":\"must be a non-negative "
@@ -186,10 +185,8 @@ TEST(admin_recorded_save_non_utf8_file) {
   snprintf(file, sizeof file, "%s/cbench-%d-rec-\xff.json", t && *t ? t : "/tmp", (int)getpid());
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
   cfg.record_to = file;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)file, (int)strlen(file));
   snprintf(want, sizeof want, "{\"saved\":0,\"file_base64\":\"%s\"}", b64);
@@ -212,9 +209,7 @@ TEST(admin_recorded_save_non_utf8_file) {
 TEST(admin_delete_stub_bad_id_bytes) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   h2cl_t *cl = h2_open(cb_server_admin_port(srv));
   h2_handshake(cl);
   h2resp_t *r = h2_request(cl, 1, "DELETE", "/stubs/1\xff", NULL, 0, NULL, 0);
@@ -243,9 +238,7 @@ static void admin_raw(int port, const char *method, const char *path, buf_t *got
 TEST(admin_head_as_get) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  cb_server_t *srv = test_start(&cfg);
+  cb_server_t *srv = admin_server(&cfg);
   int admin = cb_server_admin_port(srv);
   admin_call(admin, "POST", "/stubs", "{\"match\": {\"path\": \"/h\"}, \"expect\": {\"times\": 1}}", 201,
              "{\"ids\":[1]}");
@@ -315,9 +308,7 @@ static void *add_during_reset(void *arg) {
 TEST(admin_reset_one_step_against_stubs_file) {
   cb_config_t cfg;
   test_config(&cfg);
-  cfg.admin = 1;
-  cfg.admin_port = 0;
-  race.srv = test_start(&cfg);
+  race.srv = admin_server(&cfg);
   int admin = cb_server_admin_port(race.srv);
   const char *t = getenv("TMPDIR");
   snprintf(race.path, sizeof race.path, "%s/cbench-%d-reset.json", t && *t ? t : "/tmp", (int)getpid());
