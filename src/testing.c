@@ -160,6 +160,12 @@ int cb__testconn_stall(cb__testconn_t *tc, int stalled) {
   return is_closed(tc);
 }
 
+int cb__testconn_unstall_unseen(cb__testconn_t *tc) {
+  if (is_closed(tc)) return 1;
+  tc->c->tr.stalled = 0;
+  return 0;
+}
+
 size_t cb__testconn_queued(cb__testconn_t *tc) { return is_closed(tc) ? 0 : tc->c->out.bytes; }
 
 uint64_t cb__testconn_pace_wakes(cb__testconn_t *tc) { return tc->w->pace_wakes; }

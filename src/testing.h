@@ -53,6 +53,11 @@ void cb__testconn_set_date(cb__testconn_t *tc, const char *imf);
  * drain); 0: it reads again, and what was queued is flushed at once. Returns like cb__testconn_feed(). */
 int cb__testconn_stall(cb__testconn_t *tc, int stalled);
 
+/* The peer reads again, but the connection is not told: its writable event is still to come, as when a socket
+ * drains and the loop turn runs other events (an upstream's) before that one (epoll's ready list order). The
+ * next after-event step writes what is queued. Returns like cb__testconn_feed(). */
+int cb__testconn_unstall_unseen(cb__testconn_t *tc);
+
 /* The bytes the connection has queued and not written. */
 size_t cb__testconn_queued(cb__testconn_t *tc);
 

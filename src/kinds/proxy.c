@@ -540,6 +540,7 @@ static int up_write(px_t *x, const char *a, size_t an, const char *b, size_t bn,
 }
 
 static void px_fail(px_t *x, int why);
+static inline __attribute__((always_inline)) void px_spare(pool_t *pl, px_t *x);
 static void start_forward(px_t *x);
 
 /* The answer, once complete and gathered, for the recorder. */
@@ -857,9 +858,20 @@ static void px_fail(px_t *x, int why) {
   if (x->state == PX_ENDED) return;
   r->up_error = (uint8_t)why;
   if (x->state == PX_HEAD) {
-    /* What came of the answer is sent first (the client sees it cut, not lost), then the answer is aborted. */
+    /* What came of the answer is sent first (the client sees it cut, not lost), then the answer is aborted.
+     * That write can end the request itself: over HTTP/2 a RST_STREAM nghttp2 queued for the stream (a stream
+     * error of the client's, behind frames that filled the output) goes out with it once the socket drained,
+     * and the stream's close releases r (its stream block may be freed) and x. The abort then read freed memory
+     * (test_proxy_abort.c). x->cutting keeps x alive through the write (px_free leaves it to us); r is not
+     * touched once released. The connection itself is freed only from a close callback, later. */
     x->state = PX_ENDED;
+    x->cutting = 1;
     cb__conn_after(conn);
+    if (x->released) { /* the stream is over already: nothing to abort */
+      px_spare(pool_of(conn->w), x);
+      return;
+    }
+    x->cutting = 0;
     if (!conn->closing) r->proto->abort(r, 2 /* HTTP/2's INTERNAL_ERROR */);
     cb__conn_after(conn);
     return;
@@ -1417,7 +1429,15 @@ static inline __attribute__((always_inline)) void px_free(px_t *x) {
   free(x->trs);
   free(x->detail);
   r->stub = NULL;
-  pool_t *pl = pool_of(r->conn->w);
+  if (__builtin_expect(x->cutting, 0)) { /* released inside px_fail's write: px_fail lets x go when it returns */
+    x->released = 1;
+    return;
+  }
+  px_spare(pool_of(r->conn->w), x);
+}
+
+/* An exchange let go: kept among the pool's spares (at most PX_SPARE_MAX) for the next request, or freed. */
+static inline __attribute__((always_inline)) void px_spare(pool_t *pl, px_t *x) {
   if (pl != NULL && pl->nspare < PX_SPARE_MAX) {
     x->spare_next = pl->spare;
     pl->spare = x;

@@ -112,6 +112,8 @@ struct px_s {
   uint8_t retried;
   uint8_t blocked;     /* reading stopped: the client's output is full */
   uint8_t body_streamed; /* request body bytes went to the upstream (a failed reused connection cannot retry) */
+  uint8_t cutting;     /* px_fail is writing what came of a cut answer: a release then leaves x to it (px_free) */
+  uint8_t released;    /* the request was released during that write: px_fail lets x go, touches r no more */
   /* The held request body (delay_ms: the forward begins after the delay; h2c: bytes the stream has not taken
    * yet, from hold_off), from the echo budget. */
   char *hold;
