@@ -6,13 +6,13 @@
  * Whether a server tries it is decided once, at start (cb__ktls_probe): the kernel must list `tls` in
  * /proc/sys/net/ipv4/tcp_available_ulp (the module `tls` loaded: `modprobe tls`). Then each session asks OpenSSL
  * for it (SSL_OP_ENABLE_KTLS, tls.c), and OpenSSL moves the keys into the socket when the handshake ends, for the
- * sending side and, where the kernel and the cipher allow, the receiving side. A session whose socket refused
+ * sending side (the side the socket BIO writes). A session whose socket refused
  * (a cipher the kernel lacks, setsockopt(TCP_ULP) failing) stays with OpenSSL's record layer, as every session
  * does when the kernel offers nothing: the fallback is the TLS transport itself.
  *
- * Reads stay with OpenSSL either way: on a socket whose receiving side is the kernel's, a record that is not data
- * (an alert, a key update, a session ticket) reaches a plain read(2) as an error, and OpenSSL reads it with its
- * type (recvmsg and a control message) and handles it. */
+ * Reads stay with OpenSSL's record layer: they go through the reader (tls_batch.c), which takes no keys, so the
+ * receiving side is never the kernel's, and what one event reads is bounded as for every TLS session (a client
+ * streaming KeyUpdates, which OpenSSL handles inside one SSL_read, does not hold the worker). */
 #include <errno.h>
 #include <openssl/bio.h>
 #include <openssl/ssl.h>

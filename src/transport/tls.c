@@ -394,14 +394,17 @@ static const cb__tport_ops_t refused_ops = {
     .push = tls_push,
 };
 
-/* The session's socket: read through a socket BIO, written through a batch (tls_batch.c); or both through the
- * socket BIO when the session may go to the kernel (kTLS writes through the BIO OpenSSL gave its keys to). */
+/* The session's socket: read through the reader (tls_batch.c: a budget per event), written through a batch
+ * (tls_batch.c), or through a socket BIO when the session may go to the kernel (kTLS writes through the BIO
+ * OpenSSL gave its keys to). Such a session read through the socket BIO too, which has no budget: a client
+ * streaming KeyUpdates held the worker in one read (tls_keyupdate_stream_bounded_per_event_ktls). The reader
+ * takes no keys, so the kernel's receiving side is not asked for: records are read and decrypted by OpenSSL, as
+ * they were whenever the kernel refused the receiving side. */
 static int attach(SSL *ssl, int fd, int ktls) {
-  if (ktls) return SSL_set_fd(ssl, fd) == 1;
   BIO *r = cb__tls_reader_new(fd);
   if (r == NULL) return 0;
   SSL_set0_rbio(ssl, r);
-  BIO *w = cb__tls_batch_new(ssl, fd);
+  BIO *w = ktls ? BIO_new_socket(fd, BIO_NOCLOSE) : cb__tls_batch_new(ssl, fd);
   if (w == NULL) return 0;
   SSL_set0_wbio(ssl, w);
   return 1;

@@ -13,7 +13,7 @@
  * socket, as with a socket BIO.
  *
  * Kernel TLS needs a socket BIO to write through (OpenSSL hands it the keys), so a session that may go to the
- * kernel keeps the socket BIO (tls.c). The read side, at the end of this file, bounds what one event takes from the
+ * kernel writes through a socket BIO (tls.c); it reads through the reader as every session does. The read side, at the end of this file, bounds what one event takes from the
  * socket. */
 #include <errno.h>
 #include <openssl/bio.h>
@@ -288,6 +288,6 @@ BIO *cb__tls_reader_new(int fd) {
 }
 
 void cb__tls_reader_budget(BIO *bio, size_t n) {
-  if (bio == NULL || reader_type == 0 || BIO_method_type(bio) != reader_type) return; /* a socket BIO (kTLS) */
+  if (bio == NULL || reader_type == 0 || BIO_method_type(bio) != reader_type) return; /* not the reader */
   ((reader_t *)BIO_get_data(bio))->left = n;
 }

@@ -202,11 +202,12 @@ TEST(tls_close_notify_with_the_request) {
  * whole socket buffer, 200 KiB and more; over TCP, from a client that keeps sending, without end), and every
  * other connection of the worker waited. An event now takes at most two read buffers (128 KiB) from the socket,
  * as a cleartext connection takes one; the rest comes at the next turns, and the connection still serves. */
-TEST(tls_keyupdate_stream_bounded_per_event) {
+static void keyupdate_stream(int ktls) {
   cb__certs_t *certs;
   cb__tls_ctx_t *ctx;
   ASSERT_EQ(cb__certs_new(NULL, &certs), 0);
   ASSERT_EQ(cb__tls_ctx_new(certs, 1, 1, &ctx), 0);
+  if (ktls) cb__tls_ctx_ktls(ctx);
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
   int big = 4 << 20;
@@ -308,6 +309,14 @@ TEST(tls_keyupdate_stream_bounded_per_event) {
   cb__tls_ctx_free(ctx);
   cb__certs_free(certs);
 }
+
+TEST(tls_keyupdate_stream_bounded_per_event) { keyupdate_stream(0); }
+
+/* The same for a session that asks for kernel TLS (SSL_OP_ENABLE_KTLS, as every session of a server whose kernel
+ * offers the `tls` ULP): it kept OpenSSL's socket BIO for reads, which has no budget, and one event took every
+ * KeyUpdate the socket held. Its reads now go through the reader too. A unix socket has no TLS ULP: the session
+ * falls back to OpenSSL's records, as on a host without the module (the kernel's own records are not run here). */
+TEST(tls_keyupdate_stream_bounded_per_event_ktls) { keyupdate_stream(1); }
 
 /* TLS 1.2 renegotiation asked by the client (a second ClientHello on an established session): refused (OpenSSL 3
  * refuses it unless SSL_OP_ALLOW_CLIENT_RENEGOTIATION is set, and make_ctx in tls.c adds SSL_OP_NO_RENEGOTIATION).
