@@ -1095,6 +1095,7 @@ fault(S, Cfg, Req0, F = #{kind := Kind}, Status, Headers, Normal, Own, MaxDelay)
               true -> bump(Cfg, ?FAULTS), Req0#req{fault = Kind}
           end,
     cbench_ehttpd_fault:run(S, F, #{method => Req#req.method, mode => conn_mode(Req),
+                                    http10 => Req#req.version =:= {1, 0},
                                     status => Status, headers => Headers,
                                     idle_ms => Cfg#cfg.idle_timeout,
                                     journal => fun(St, Bytes) -> journal(Cfg, Req, St, Bytes) end,

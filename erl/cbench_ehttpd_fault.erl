@@ -15,6 +15,8 @@
 
 %% What the connection hands over: its socket's answer context.
 -type ctx() :: #{method := binary(), mode := close | keep_alive | default,
+                 %% An HTTP/1.0 request: no chunked answer (RFC 9112 7), so no trailers.
+                 http10 := boolean(),
                  status := 100..599, headers := [{binary(), binary()}],
                  idle_ms := pos_integer(),
                  %% Records the request in the journal (status, body bytes) before the last write.
@@ -111,6 +113,12 @@ run(S, #{kind := K}, Ctx = #{journal := J}) when K =:= rst_stream; K =:= goaway;
                                                  K =:= tls_truncate ->
     J(501, 0),
     send(S, cbench_http:head(501, [], 0, maps:get(mode, Ctx)));
+run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, http10 := true}) ->
+    %% HTTP/1.0 has no chunked coding and so no place for trailers: the body as a streamed route
+    %% sends it there, ended by the close (as src/kinds/fault.c).
+    J(maps:get(status, Ctx), out(Ctx, Len)),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx#{mode := close}, none), body(Ctx, 0, Len)]),
+    close(S);
 run(S, #{kind := trailers, length := Len}, Ctx = #{journal := J, status := Status, headers := Hs}) ->
     %% A chunked body, then the last chunk with a trailer field (as src/kinds/fault.c writes it).
     J(Status, out(Ctx, Len)),

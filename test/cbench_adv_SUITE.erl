@@ -145,6 +145,11 @@ cases() ->
      {transfer_encoding_not_chunked_last,
       "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
       ?E400},
+     %% The trailers fault to HTTP/1.0, which has no chunked coding (RFC 9112 7): the body as a
+     %% streamed route sends it there, without trailers, ended by the close.
+     {trailers_http10, "GET /fault/trailers?length=5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+      <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+        0, 1, 2, 3, 4>>},
      {upgrade_obs_text,
       ["GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: \xff, websocket\r\nConnection: Upgrade\r\n"
        "Sec-WebSocket-Key: " ?KEY "\r\nSec-WebSocket-Version: 13\r\n\r\n", ?CLOSE],

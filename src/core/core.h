@@ -481,6 +481,9 @@ typedef struct {
   void (*violation)(cb__req_t *r);
   /* r's body ends with the trailer block `x-trailer: cbench` (NULL: the fault writes it with raw). */
   void (*trailers)(cb__req_t *r);
+  /* Whether r is an HTTP/1.0 request, to which no answer may be chunked (RFC 9112 7), so none carries trailers.
+   * NULL: the protocol has no HTTP/1.0 (HTTP/2). */
+  int (*http10)(const cb__req_t *r);
 } cb__proto_faults_t;
 
 /* The response API, implemented once per protocol. Handlers call it through cb__res_*(). */

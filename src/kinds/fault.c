@@ -734,6 +734,15 @@ static void run(cb__req_t *r) {
         declared(r);
         return;
       }
+      if (fx->http10 != NULL && fx->http10(r)) {
+        /* RFC 9112 7: no chunked answer to an HTTP/1.0 request, and so no trailers (it has no other place for
+         * them). The body as a streamed route sends it there: no transfer-encoding, `connection: close`, the
+         * close ends it. */
+        head(r, CB__STREAMED);
+        body(r, 0, f->length);
+        cb__res_end(r);
+        return;
+      }
       /* HTTP/1.1: a chunked body, then the last chunk with a trailer field. */
       h1_head_parts(r, -1, 1, emit_all, r);
       if (r->method != CB_METHOD_HEAD) {

@@ -1138,7 +1138,10 @@ static void h1_abort(cb__req_t *r, uint32_t code) {
 /* Bytes outside the framing: what most HTTP/1.1 faults are made of (kinds/fault.c). */
 static void h1_raw(cb__req_t *r, const char *p, size_t n) { cb__outq_copy(&r->conn->out, p, n); }
 
-static const cb__proto_faults_t h1_faults = {.raw = h1_raw};
+/* An HTTP/1.0 request: its answer cannot be chunked (the trailers fault asks). */
+static int h1_http10(const cb__req_t *r) { return ((const h1_t *)r->stream)->http10; }
+
+static const cb__proto_faults_t h1_faults = {.raw = h1_raw, .http10 = h1_http10};
 
 /* One answer at a time leaves a connection: its output queue is that answer's (and the ends of those before it). */
 static size_t h1_queued(const cb__req_t *r) { return r->conn->out.bytes; }

@@ -229,3 +229,39 @@ TEST(h1_audit_eof_reset_counted_once) {
             1);
   ASSERT_EQ(resets_after_eof("GET /hello HTTP/1.1\r\nhost: x\r\n\r\n"), 0);
 }
+
+/* ---- the trailers fault to HTTP/1.0 ----
+ * The fault sent its chunked body with a trailer field to an HTTP/1.0 request too, which cannot read chunked
+ * (RFC 9112 7: a server MUST NOT send it). It answers there as a streamed route does: no transfer-encoding, no
+ * trailer field, `connection: close`, the body ended by the close. */
+TEST(h1_audit_trailers_http10) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  buf_t exp = {0};
+  exp_head(&exp, 200, "application/octet-stream", NULL, CL_NONE, CONN_CLOSE);
+  exp_file_bytes(&exp, 300);
+  int fd = cl_connect(port);
+  ROUNDTRIP_S(fd, "GET /fault/trailers?length=300 HTTP/1.0\r\nconnection: keep-alive\r\n\r\n", &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  buf_reset(&exp);
+  exp_head(&exp, 200, "application/octet-stream", NULL, CL_NONE, CONN_CLOSE);
+  fd = cl_connect(port);
+  ROUNDTRIP_S(fd, "HEAD /fault/trailers HTTP/1.0\r\n\r\n", &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  /* HTTP/1.1 as before: chunked, the trailer field after the last chunk. */
+  buf_reset(&exp);
+  buf_adds(&exp, "HTTP/1.1 200 OK\r\ndate: " DATE_MASK "\r\ncontent-type: application/octet-stream\r\n"
+                 "transfer-encoding: chunked\r\ntrailer: x-trailer\r\n\r\n3\r\n");
+  exp_file_bytes(&exp, 3);
+  buf_adds(&exp, "\r\n0\r\nx-trailer: cbench\r\n\r\n");
+  fd = cl_connect(port);
+  ROUNDTRIP_S(fd, "GET /fault/trailers?length=3 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  buf_free(&exp);
+  test_stop(srv);
+}
