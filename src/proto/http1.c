@@ -46,6 +46,7 @@ typedef struct {
   uint8_t ext_quoted;   /* the current extension value is a quoted string */
   uint8_t ext_resume;   /* paused after an extension value: parse() goes on (see on_ext_value_complete) */
   uint8_t url_at_end;   /* the target ran to the end of the last read: its next byte decides HTTP/0.9 */
+  uint8_t value_cut;    /* the last value's last piece ran to the end of its read: its next piece may go on */
   uint8_t unknown_method; /* llhttp refused the method: its request line is held until it can be judged */
   uint8_t version_len;  /* bytes of the version digits seen (`1.1`), kept in `version` */
   char version[3];
@@ -183,8 +184,13 @@ static int pin_head(h1_t *h) {
 }
 
 /* A request still needs its head after the bytes being parsed are gone. */
+/* At a read's end, with the head still direct: whether the value being read was cut by it (see on_header_value),
+ * then the head copied out of the read. */
 static int pin_if_needed(h1_t *h) {
-  return h->direct && (h->in_msg || h->req.handler != NULL) ? pin_head(h) : 0;
+  if (!(h->direct && (h->in_msg || h->req.handler != NULL))) return 0;
+  h->value_cut = h->in_head && h->keep_cur == 1 && h->nhdrs > 0 &&
+                 h->hdrs[h->nhdrs - 1].value + h->hdrs[h->nhdrs - 1].value_len == h->exec_end;
+  return pin_head(h);
 }
 
 /* The request line plus headers may not exceed the limit: 431. */
@@ -489,6 +495,16 @@ static int on_header_field_complete(llhttp_t *p) {
   return 0;
 }
 
+/* A value comes in one piece per read it spans, and in one more per obs-fold (RFC 9112 5.2: a line that begins
+ * with SP or HTAB goes on with the value before it), which llhttp 8.1 takes in every mode: it ends the piece
+ * before the CRLF and starts the next one at the whitespace. A fold is a 400 (the RFC lets a server refuse it or
+ * replace it by SP): joined, it was a value that another parser reads as two fields, or as a line end (the
+ * proxy's upstream, the journal). So a value's next piece must go on where the last one stopped: in the same
+ * read (direct), right after it; in the next (pinned), at its start, the last piece having reached its read's
+ * end (value_cut). llhttp hands over a piece at a read's start even when it is empty (the CRLF of a fold came
+ * first), so that a fold whose CRLF begins a read is seen too. Both tests are off the usual path: a value in one
+ * piece never gets here twice. A fold right after the colon, before any byte of the value, is skipped by llhttp
+ * as whitespace before the value: that is the RFC's replacement, and the value is the next line's. */
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (!h->in_head) return count_trailer(h, n);
@@ -505,10 +521,12 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n) {
       hd->value_len += n;
       return 0;
     }
-    if (pin_head(h) != 0) return -1;
+    return -1; /* a fold: 400 */
   }
+  if (hd->value_len > 0 && !h->value_cut) return -1; /* a fold: 400 */
   if (head_append(h, at, n)) return -1;
   hd->value_len += n;
+  h->value_cut = at + n == h->exec_end;
   return 0;
 }
 

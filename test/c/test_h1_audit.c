@@ -230,6 +230,73 @@ TEST(h1_audit_eof_reset_counted_once) {
   ASSERT_EQ(resets_after_eof("GET /hello HTTP/1.1\r\nhost: x\r\n\r\n"), 0);
 }
 
+/* ---- obs-fold ----
+ * A header line that begins with SP or HTAB goes on with the field before it (obs-fold, RFC 9112 5.2). llhttp 8.1
+ * takes it, and the engine joined the pieces of the value: `x: a<CRLF> b` was the value `a b` for /headers, stub
+ * matchers and the journal, where another parser reads two fields or a line end. A server MUST refuse it with 400
+ * or replace each fold by SP; every engine refuses it now, wherever the reads cut the head (a fold whose CRLF
+ * or whitespace begins a read, a value cut by a read then folded). A value cut by reads only is still one value,
+ * and a fold right after the colon is skipped by llhttp as the whitespace before the value (the RFC's
+ * replacement): `x:<CRLF> b` is `b`. */
+static void fold_feed(const char *req, size_t cut1, size_t cut2, const buf_t *exp) {
+  aconn_t a;
+  size_t n = strlen(req);
+  size_t cuts[3] = {cut1, cut2, n};
+  a_open(&a);
+  size_t at = 0;
+  for (int i = 0; i < 3 && !a.closed; i++) {
+    if (cuts[i] <= at) continue;
+    a.closed = cb__testconn_feed(a.tc, req + at, cuts[i] - at);
+    at = cuts[i];
+  }
+  if (!a.closed) a.closed = cb__testconn_run(a.tc, 1);
+  mask_dates(a.out.p, a.out.len);
+  if (a.out.len != exp->len || memcmp(a.out.p, exp->p, exp->len) != 0)
+    cbt_log("cut at %zu and %zu: %.*s", cut1, cut2, (int)a.out.len, a.out.p);
+  ASSERT_MEM_EQ(a.out.p, a.out.len, exp->p, exp->len);
+  ASSERT_EQ(a.closed, 1);
+  a_close(&a);
+}
+
+/* req in one read, and in two or three at every place and pair of places around what matters (the first fold, or
+ * the value after `x:`; 6 bytes each side): every way reads can cut a value and its fold. */
+static void fold_every_cut(const char *req, const buf_t *exp) {
+  size_t n = strlen(req);
+  const char *x = strstr(req, "\nx:");
+  const char *f = strstr(req, "\r\n ") ? strstr(req, "\r\n ") : strstr(req, "\r\n\t");
+  size_t mid = (size_t)((f ? f : x) - req);
+  size_t lo = mid > 6 ? mid - 6 : 0, hi = mid + 6 < n ? mid + 6 : n;
+  fold_feed(req, n, n, exp);
+  for (size_t i = lo; i < hi; i++)
+    for (size_t j = i; j < hi; j++) fold_feed(req, i, j, exp);
+}
+
+TEST(h1_audit_obs_fold) {
+  buf_t bad = {0}, exp = {0};
+  exp_error_close(&bad, 400);
+  fold_every_cut("GET /headers HTTP/1.1\r\nhost: x\r\nx: a\r\n b\r\nconnection: close\r\n\r\n", &bad);
+  fold_every_cut("GET /headers HTTP/1.1\r\nhost: x\r\nx: a \r\n\tb\r\n\r\n", &bad);
+  fold_every_cut("GET /hello HTTP/1.1\r\nx: a\r\n \r\nhost: x\r\n\r\n", &bad);
+  /* A fold of a field llhttp reads itself: 400 as well (a content-length one was a 400 already). */
+  fold_every_cut("GET /hello HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n ,close\r\n\r\n", &bad);
+  fold_every_cut("GET /hello HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n 0\r\n\r\n", &bad);
+  fold_every_cut("POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n ,chunked\r\n\r\n0\r\n\r\n", &bad);
+
+  /* Cut by reads only: one value. */
+  static const char body[] = "{\"host\":\"x\",\"x\":\"a b\",\"connection\":\"close\"}";
+  exp_head(&exp, 200, "application/json", NULL, (long)sizeof body - 1, CONN_CLOSE);
+  buf_adds(&exp, body);
+  fold_every_cut("GET /headers HTTP/1.1\r\nhost: x\r\nx: a b\r\nconnection: close\r\n\r\n", &exp);
+  /* A fold before any byte of the value: the value is the next line's. */
+  static const char body2[] = "{\"host\":\"x\",\"x\":\"b\",\"connection\":\"close\"}";
+  buf_reset(&exp);
+  exp_head(&exp, 200, "application/json", NULL, (long)sizeof body2 - 1, CONN_CLOSE);
+  buf_adds(&exp, body2);
+  fold_every_cut("GET /headers HTTP/1.1\r\nhost: x\r\nx:\r\n b\r\nconnection: close\r\n\r\n", &exp);
+  buf_free(&bad);
+  buf_free(&exp);
+}
+
 /* ---- the trailers fault to HTTP/1.0 ----
  * The fault sent its chunked body with a trailer field to an HTTP/1.0 request too, which cannot read chunked
  * (RFC 9112 7: a server MUST NOT send it). It answers there as a streamed route does: no transfer-encoding, no
