@@ -42,6 +42,8 @@ handshake() ->
 -define(CLOSE_ANS, "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-length: 12\r\nconnection: close\r\n\r\nhello world!").
 -define(E413, "HTTP/1.1 413 Content Too Large\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").
 -define(E400, "HTTP/1.1 400 Bad Request\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").
+-define(CONNECT_405, "HTTP/1.1 405 Method Not Allowed\r\ndate: *\r\nallow: GET, HEAD\r\ncontent-length: 0\r\n"
+                    "connection: close\r\n\r\n").
 
 %% {Name, request bytes, the answer}: each case ends with the server's close, so the answer is all
 %% that comes back until then.
@@ -156,6 +158,18 @@ cases() ->
       "GET /headers HTTP/1.1\r\nHost: x\r\nX:\r\n b\r\nConnection: close\r\n\r\n",
       "HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/json\r\ncontent-length: 41\r\n"
       "connection: close\r\n\r\n{\"host\":\"x\",\"x\":\"b\",\"connection\":\"close\"}"},
+     %% CONNECT (RFC 9110 9.3.6) opens no tunnel: answered as the routes say, then the connection
+     %% closes and nothing after the head is read. The C engines read a CONNECT's body as the next
+     %% request (llhttp ends the message at the head); ehttpd read it as a body, and kept the
+     %% connection.
+     {connect_body_is_no_request,
+      "CONNECT /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 32\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+      ?CONNECT_405},
+     {connect_chunked,
+      "CONNECT /hello HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+      ?CONNECT_405},
+     {connect_then_request, "CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+      "HTTP/1.1 404 Not Found\r\ndate: *\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"},
      %% The trailers fault to HTTP/1.0, which has no chunked coding (RFC 9112 7): the body as a
      %% streamed route sends it there, without trailers, ended by the close.
      {trailers_http10, "GET /fault/trailers?length=5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",

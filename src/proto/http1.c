@@ -608,10 +608,26 @@ static int has_token(const cb__hdr_t *hd, const char *token) {
 /* Over TLS the upgrade is ignored and the request answered over HTTP/1.1: h2c is HTTP/2 over cleartext TCP, and
  * over TLS HTTP/2 is chosen by ALPN (RFC 9113 3.2 and 3.3). */
 static int wants_h2c(h1_t *h, int has_body) {
-  if (!h->parser.upgrade || has_body || h->http10 || !h->c->w->cfg->enable_h2 || h->c->tr.tls) return 0;
+  if (has_body || h->http10 || !h->c->w->cfg->enable_h2 || h->c->tr.tls) return 0;
   const cb__hdr_t *up = header_at(h, h->upgrade_idx);
   const cb__hdr_t *st = header_at(h, h->settings_idx);
   return up && st && has_token(up, "h2c") && cb__h2_settings_valid(st->value, st->value_len);
+}
+
+/* llhttp sets `upgrade` for a request with an Upgrade field that `connection` names, and for every CONNECT: both
+ * end the message at the head, whatever it declared, and leave the bytes after it to the caller (RFC 9110 9.3.6:
+ * a CONNECT's content has no defined meaning; after a 2xx they are the tunnel's). The engine tunnels nothing, so
+ * a CONNECT is answered as the routes say and the connection closes after the answer: read on, the body of a
+ * CONNECT with a content-length or a chunked one was taken for the next request (smuggled past whatever framed
+ * it as a body). Its body is not read, so no 100 Continue is sent for it (*has_body). Returns whether the
+ * request upgrades to h2c. Off the usual path: a request without either never calls it. */
+static __attribute__((noinline)) int upgrade_asked(h1_t *h, int *has_body) {
+  if (h->req.method == CB_METHOD_CONNECT) {
+    h->keep_alive = 0;
+    *has_body = 0;
+    return 0;
+  }
+  return wants_h2c(h, *has_body);
 }
 
 /* The methods on_method_complete lets through (known_method): their bit and name. */
@@ -694,7 +710,7 @@ static int on_headers_complete(llhttp_t *p) {
     }
     has_body = p->content_length > 0;
   }
-  if (wants_h2c(h, has_body)) {
+  if (p->upgrade && upgrade_asked(h, &has_body)) {
     /* Answered over HTTP/2 once the request is complete (see parse()); not dispatched here. */
     h->upgrade_h2c = 1;
     return 0;

@@ -518,3 +518,47 @@ TEST(adv_cookies_repeated_names) {
   buf_free(&v);
   buf_free(&want);
 }
+
+/* ---- CONNECT over h2c ----
+ * HTTP/1.1 closes after a CONNECT (docs/wire.md): it tunnels nothing and the bytes after the head would be the
+ * tunnel's. Over h2c a CONNECT in RFC 9113 8.5's form (`:method` and `:authority` only) is a stream like another:
+ * no route has the authority, so 404, and the connection goes on; with a `:path` nghttp2 refuses it (the stream
+ * reset, PROTOCOL_ERROR). Nothing to fix here: the check that it stays so. */
+TEST(adv_h2c_connect) {
+  cb_server_t *srv = start_body(0);
+  int port = cb_server_port(srv);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  const nghttp2_nv tunnel[] = {
+      {(uint8_t *)":method", (uint8_t *)"CONNECT", 7, 7, NGHTTP2_NV_FLAG_NONE},
+      {(uint8_t *)":authority", (uint8_t *)"x:443", 10, 5, NGHTTP2_NV_FLAG_NONE},
+  };
+  buf_t block = {0};
+  h2_encode(cl, tunnel, 2, &block);
+  h2resp_t *r = h2_stream(cl, 1);
+  h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, block.p, block.len);
+  h2_send_body(cl, 1, "GET /hello HTTP/1.1\r\n\r\n", 23, 1);
+  h2_wait1(cl, r, 5000);
+  ASSERT_EQ(r->status, 404);
+  ASSERT_EQ(r->rst, H2_NO_RST);
+  ASSERT_EQ(r->body.len, 0);
+  const nghttp2_nv with_path[] = {
+      {(uint8_t *)":method", (uint8_t *)"CONNECT", 7, 7, NGHTTP2_NV_FLAG_NONE},
+      {(uint8_t *)":authority", (uint8_t *)"x:443", 10, 5, NGHTTP2_NV_FLAG_NONE},
+      {(uint8_t *)":path", (uint8_t *)"/hello", 5, 6, NGHTTP2_NV_FLAG_NONE},
+  };
+  buf_reset(&block);
+  h2_encode(cl, with_path, 3, &block);
+  r = h2_stream(cl, 3);
+  h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, block.p, block.len);
+  h2_wait1(cl, r, 5000);
+  ASSERT_EQ(r->status, 0);
+  ASSERT_EQ(r->rst, NGHTTP2_PROTOCOL_ERROR);
+  /* The connection goes on. */
+  r = h2_request(cl, 5, "GET", "/hello", NULL, 0, NULL, 0);
+  h2_wait1(cl, r, 5000);
+  h2_assert_route(r, "GET", "/hello");
+  buf_free(&block);
+  h2_free(cl);
+  test_stop(srv);
+}

@@ -297,6 +297,48 @@ TEST(h1_audit_obs_fold) {
   buf_free(&exp);
 }
 
+/* ---- CONNECT ----
+ * llhttp ends a CONNECT's message at its head, whatever the head declared (a content-length, a chunked body), and
+ * leaves the bytes after it to the caller as the tunnel's. The engine tunnels nothing and parsed them as the next
+ * request: a `CONNECT` whose body was a whole `GET` got two answers, the second to a request that whatever framed
+ * the CONNECT's body (a proxy, a front end) never saw as one. A CONNECT is answered as the routes say, with
+ * `connection: close`, and nothing after its head is read. */
+TEST(h1_audit_connect_closes) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  int port = cb_server_port(srv);
+  buf_t exp = {0};
+  static const char *const reqs[] = {
+      "CONNECT /hello HTTP/1.1\r\nhost: x\r\ncontent-length: 32\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+      "CONNECT /hello HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+      "CONNECT /hello HTTP/1.1\r\nhost: x\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+      "CONNECT /hello HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n",
+      "CONNECT /hello HTTP/1.0\r\nconnection: keep-alive\r\ncontent-length: 32\r\n\r\n"
+      "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+    buf_reset(&exp);
+    exp_head(&exp, 405, NULL, "allow: GET, HEAD\r\n", 0, CONN_CLOSE);
+    int fd = cl_connect(port);
+    ROUNDTRIP(fd, reqs[i], strlen(reqs[i]), &exp);
+    EXPECT_CLOSED(fd, 3000);
+    close(fd);
+  }
+  /* The authority form, to no route: 404, the same close. */
+  buf_reset(&exp);
+  exp_head(&exp, 404, NULL, NULL, 0, CONN_CLOSE);
+  int fd = cl_connect(port);
+  ROUNDTRIP_S(fd, "CONNECT x:443 HTTP/1.1\r\nhost: x:443\r\ncontent-length: 32\r\n\r\nGET /hello HTTP/1.1\r\nhost: x\r\n\r\n",
+              &exp);
+  EXPECT_CLOSED(fd, 3000);
+  close(fd);
+  /* Over the body limit it is still a 413 (the head is judged before the method's rule). */
+  EXPECT_ERROR(port, "CONNECT x:443 HTTP/1.1\r\nhost: x\r\ncontent-length: 20000000\r\n\r\n", 413);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
 /* ---- the trailers fault to HTTP/1.0 ----
  * The fault sent its chunked body with a trailer field to an HTTP/1.0 request too, which cannot read chunked
  * (RFC 9112 7: a server MUST NOT send it). It answers there as a streamed route does: no transfer-encoding, no
