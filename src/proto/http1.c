@@ -185,12 +185,15 @@ static int pin_head(h1_t *h) {
 
 /* A request still needs its head after the bytes being parsed are gone. */
 /* At a read's end, with the head still direct: whether the value being read was cut by it (see on_header_value),
- * then the head copied out of the read. */
-static int pin_if_needed(h1_t *h) {
-  if (!(h->direct && (h->in_msg || h->req.handler != NULL))) return 0;
+ * then the head copied out of the read. Apart from pin_if_needed, which runs at every read's end. */
+static __attribute__((noinline)) int pin_at_read_end(h1_t *h) {
   h->value_cut = h->in_head && h->keep_cur == 1 && h->nhdrs > 0 &&
                  h->hdrs[h->nhdrs - 1].value + h->hdrs[h->nhdrs - 1].value_len == h->exec_end;
   return pin_head(h);
+}
+
+static int pin_if_needed(h1_t *h) {
+  return h->direct && (h->in_msg || h->req.handler != NULL) ? pin_at_read_end(h) : 0;
 }
 
 /* The request line plus headers may not exceed the limit: 431. */
@@ -505,29 +508,33 @@ static int on_header_field_complete(llhttp_t *p) {
  * first), so that a fold whose CRLF begins a read is seen too. Both tests are off the usual path: a value in one
  * piece never gets here twice. A fold right after the colon, before any byte of the value, is skipped by llhttp
  * as whitespace before the value: that is the RFC's replacement, and the value is the next line's. */
+/* A piece of a value whose head was copied out of its read (pinned): appended, unless it is a fold. Apart from
+ * on_header_value, whose usual path would pay for what this one keeps across the copy. */
+static __attribute__((noinline)) int pinned_value(h1_t *h, cb__hdr_t *hd, const char *at, size_t n) {
+  if (hd->value_len > 0 && !h->value_cut) return -1; /* a fold: 400 */
+  if (head_append(h, at, n)) return -1;
+  hd->value_len += n;
+  h->value_cut = at + n == h->exec_end;
+  return 0;
+}
+
 static int on_header_value(llhttp_t *p, const char *at, size_t n) {
   h1_t *h = H(p);
   if (!h->in_head) return count_trailer(h, n);
   if (count_head(h, n)) return -1;
   if (!h->keep_cur) return 0;
   cb__hdr_t *hd = &h->hdrs[h->nhdrs - 1];
-  if (h->direct) {
-    if (hd->value_len == 0) {
-      hd->value = at;
-      hd->value_len = n;
-      return 0;
-    }
-    if (at == hd->value + hd->value_len) {
-      hd->value_len += n;
-      return 0;
-    }
-    return -1; /* a fold: 400 */
+  if (!h->direct) return pinned_value(h, hd, at, n);
+  if (hd->value_len == 0) {
+    hd->value = at;
+    hd->value_len = n;
+    return 0;
   }
-  if (hd->value_len > 0 && !h->value_cut) return -1; /* a fold: 400 */
-  if (head_append(h, at, n)) return -1;
-  hd->value_len += n;
-  h->value_cut = at + n == h->exec_end;
-  return 0;
+  if (at == hd->value + hd->value_len) {
+    hd->value_len += n;
+    return 0;
+  }
+  return -1; /* a fold: 400 */
 }
 
 static const cb__hdr_t *header_at(const h1_t *h, int idx) { return idx >= 0 ? &h->hdrs[idx] : NULL; }
@@ -619,15 +626,15 @@ static int wants_h2c(h1_t *h, int has_body) {
  * a CONNECT's content has no defined meaning; after a 2xx they are the tunnel's). The engine tunnels nothing, so
  * a CONNECT is answered as the routes say and the connection closes after the answer: read on, the body of a
  * CONNECT with a content-length or a chunked one was taken for the next request (smuggled past whatever framed
- * it as a body). Its body is not read, so no 100 Continue is sent for it (*has_body). Returns whether the
- * request upgrades to h2c. Off the usual path: a request without either never calls it. */
-static __attribute__((noinline)) int upgrade_asked(h1_t *h, int *has_body) {
+ * it as a body). Its body is not read, so no 100 Continue is sent for it (its expect field is forgotten). Returns
+ * whether the request upgrades to h2c. Off the usual path: a request without either never calls it. */
+static __attribute__((noinline)) int upgrade_asked(h1_t *h, int has_body) {
   if (h->req.method == CB_METHOD_CONNECT) {
     h->keep_alive = 0;
-    *has_body = 0;
+    h->expect_idx = -1;
     return 0;
   }
-  return wants_h2c(h, *has_body);
+  return wants_h2c(h, has_body);
 }
 
 /* The methods on_method_complete lets through (known_method): their bit and name. */
@@ -710,7 +717,7 @@ static int on_headers_complete(llhttp_t *p) {
     }
     has_body = p->content_length > 0;
   }
-  if (p->upgrade && upgrade_asked(h, &has_body)) {
+  if (p->upgrade && upgrade_asked(h, has_body)) {
     /* Answered over HTTP/2 once the request is complete (see parse()); not dispatched here. */
     h->upgrade_h2c = 1;
     return 0;
