@@ -556,7 +556,8 @@ verify(_) ->
 
 %% @doc Waits until the journal holds Count requests that match Filter (those already there
 %% count), at most TimeoutMs: `{ok, Entries}' (the first Count), or `{error, {timeout, SoFar}}'.
-%% The engine wakes the waiter when it records a request; nothing polls.
+%% The engine wakes the waiter when it records a request; nothing polls. A Count above the
+%% server's `journal' option: `{error, {bad_await, {count, Count, out_of_range}}}'.
 -spec await(server(), filter(), pos_integer(), non_neg_integer()) ->
           {ok, [entry()]} | {error, term()}.
 await(Server, Filter, Count, TimeoutMs)

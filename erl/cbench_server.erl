@@ -213,6 +213,10 @@ serve(verify, _From, S = #{mod := Mod, handle := H, expects := Es}) ->
     {reply, Reply, S};
 serve({await, _, _, _}, _From, S = #{opts := #{journal := 0}}) ->
     {reply, {error, journal_disabled}, S};
+serve({await, _, Count, _}, _From, S = #{opts := #{journal := Max}}) when Count > Max ->
+    %% A waiter keeps the entries it has taken until it has Count of them: above the journal's
+    %% bound it would hold more than the journal does, for as long as its timeout.
+    {reply, {error, {bad_await, {count, Count, out_of_range}}}, S};
 serve({await, Filter = #{since := Since}, Count, Timeout}, From,
             S = #{mod := Mod, handle := H, waiters := Ws}) ->
     %% Wake-ups are turned on before the journal is read, so that a request recorded in between

@@ -14,10 +14,10 @@
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([promise_nif_http1/1, promise_nif_h2c/1, promise_port_http1/1, promise_port_h2c/1,
          promise_ehttpd_http1/1, await_entry_recorded_late/1, await_caller_dies/1,
-         numbered_at_arrival/1]).
+         await_count_bounded/1, numbered_at_arrival/1]).
 
 all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1,
-          await_entry_recorded_late, await_caller_dies, numbered_at_arrival].
+          await_entry_recorded_late, await_caller_dies, await_count_bounded, numbered_at_arrival].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -140,6 +140,30 @@ await_caller_dies(_Config) ->
          %% A caller that lives: its answer comes, and no monitor stays behind it.
          ?assertEqual({E, {error, {timeout, []}}}, {E, cbench:await(S, #{path => "/never"}, 1, 0)}),
          ?assertEqual({E, false}, {E, monitors(S, self())}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% A waiter keeps the matching entries it has seen until it has Count of them, so a Count above
+%% the journal's bound let it hold more than the journal does, for as long as its timeout (up to
+%% 2^32-1 ms): it is refused at once on every engine, and nothing waits. Count up to the bound
+%% waits as before.
+await_count_bounded(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, journal => 3}),
+         ?assertEqual({E, {error, {bad_await, {count, 4, out_of_range}}}},
+                      {E, cbench:await(S, #{}, 4, 1 bsl 31)}),
+         ?assertEqual({E, {error, {bad_await, {count, 1 bsl 40, out_of_range}}}},
+                      {E, cbench:await(S, #{}, 1 bsl 40, 0)}),
+         ?assertEqual({E, ok}, {E, no_waiter(S, 1)}),
+         ?assertEqual({E, {error, {timeout, []}}}, {E, cbench:await(S, #{}, 3, 0)}),
+         [begin
+              Sock = connect(cbench:port(S)),
+              ok = gen_tcp:send(Sock, request(<<"/hello">>)),
+              {ok, <<>>} = read_response(Sock, <<>>),
+              gen_tcp:close(Sock)
+          end || _ <- [1, 2, 3]],
+         ?assertMatch({E, {ok, [_, _, _]}}, {E, cbench:await(S, #{}, 3, 0)}),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]],
     ok.
