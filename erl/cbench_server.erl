@@ -275,6 +275,10 @@ load_stubs_here(S0, File) ->
                                        || {I, #{match := M, response := R}}
                                               <- lists:zip(lists:seq(0, length(Stubs) - 1), Stubs)],
                             case [{I, E} || {I, {error, E}} <- Checked] of
+                                [{I, {_, {Field, _, Why}}} | _] ->
+                                    %% cbench_spec's {Field, Value, Why} named as the C
+                                    %% engines' loader names it: stubs[0].response.after: conflict.
+                                    Bad("~ts: ~ts: ~0p", [File, where(field_where(I, Field)), Why]);
                                 [{I, E} | _] -> Bad("~ts: stubs[~b]: ~0p", [File, I, E]);
                                 [] -> add_all(S0, File, [{I, M, R} || {I, {ok, M, R}} <- Checked], [])
                             end
@@ -287,8 +291,15 @@ where(stubs) -> "stubs";
 where(Key) when is_binary(Key) -> Key; %% a key of the file's own object
 where(Where) when is_tuple(Where) ->
     [I | Keys] = tuple_to_list(Where),
-    ["stubs[", integer_to_list(I), "]", [[".", key(K)] || K <- Keys]];
+    ["stubs[", integer_to_list(I), "]", [case K of
+                                             N when is_integer(N) -> ["[", integer_to_list(N), "]"];
+                                             _ -> [".", key(K)]
+                                         end || K <- Keys]];
 where(Where) -> io_lib:format("~0p", [Where]).
+
+%% Stub I's place of a field as cbench_spec names it: {response, proxy, to}, or an atom (expect).
+field_where(I, Field) when is_tuple(Field) -> list_to_tuple([I | tuple_to_list(Field)]);
+field_where(I, Field) -> {I, Field}.
 
 key(K) when is_atom(K) -> atom_to_list(K);
 key(K) when is_binary(K) -> K;

@@ -280,11 +280,12 @@ single(R) ->
 
 %% `proxy => #{to => "http://HOST[:PORT][/prefix]", ...}': the request is forwarded (docs/proxy.md).
 %% Of a response's other keys only delay_ms (or a fixed `delay'), times and fault go with it; any other
-%% is a `conflict', named by its key. Canonical: `#{proxy => CanonProxy, delay_ms, times}' and
+%% is a `conflict', named by its key (`after' first, as the C engines' stub file loader finds it
+%% before the engine checks the others). Canonical: `#{proxy => CanonProxy, delay_ms, times}' and
 %% `fault' when given, with every key of the proxy map there (its defaults filled in).
 proxy_single(R) ->
     [fail({response, K}, maps:get(K, R), conflict)
-     || K <- [status, headers, body, chunks, template, delay_seed, responses, 'after'], maps:is_key(K, R)],
+     || K <- ['after', status, headers, body, chunks, template, delay_seed, responses], maps:is_key(K, R)],
     known_keys(response, R, [proxy, delay_ms, delay, times, fault]),
     Delay = case R of
                 #{delay := D} when is_integer(D) -> delay(R);

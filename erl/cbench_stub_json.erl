@@ -6,8 +6,10 @@
 %%% The fields read and written are the recorder's and those a hand-written file most often holds:
 %%% name; match method, path, headers, query, priority; response status, headers, body (a string,
 %%% `{"base64": ...}', `{"file": ...}' relative to the file's folder, `{"bytes": N}',
-%%% `{"json": ...}'), delay_ms, times. Any other field is `{error, {unsupported, Field}}' (the C
-%%% engines' loader, cb_server_stubs_file, reads every field).
+%%% `{"json": ...}'), delay_ms, times, proxy (its ca_file relative to the file's folder), and
+%%% after (which cbench_spec refuses as the C loader does: beside a proxy a conflict, else
+%%% unknown_key, sequences not being read here). Any other field is `{error, {unsupported, Field}}'
+%%% (the C engines' loader, cb_server_stubs_file, reads every field).
 -module(cbench_stub_json).
 
 -export([from_json/2, to_json/1]).
@@ -84,9 +86,7 @@ match(M, I) ->
                _ -> throw({bad, {I, match, path}, missing})
            end,
     lists:foldl(
-      fun({<<"method">>, <<"any">>}, Acc) -> Acc#{method => any};
-         ({<<"method">>, Ms}, Acc) when is_list(Ms) -> Acc#{method => Ms};
-         ({<<"method">>, Me}, Acc) when is_binary(Me) -> Acc#{method => Me};
+      fun({<<"method">>, Me}, Acc) -> Acc#{method => method(Me, {I, match, method})};
          ({<<"headers">>, H}, Acc) when is_map(H) -> Acc#{headers => matchers(H, {I, match, headers})};
          ({<<"query">>, Q}, Acc) when is_map(Q) -> Acc#{query => matchers(Q, {I, match, query})};
          ({<<"priority">>, P}, Acc) ->
@@ -94,6 +94,25 @@ match(M, I) ->
          ({<<"path">>, _}, Acc) -> Acc;
          ({K, _}, _) -> throw({bad, {I, match, K}, wrong_type})
       end, #{path => Path}, lists:sort(maps:to_list(M))).
+
+%% "any", a method, or a non-empty list of methods, refused with the C loader's place and reason
+%% (an item by its index) rather than cbench_spec's, which names the whole field.
+method(<<"any">>, _) -> any;
+method(M, Where) when is_binary(M) -> known_method(M, Where);
+method([], Where) -> throw({bad, Where, empty});
+method(Ms, Where) when is_list(Ms) ->
+    lists:usort([case M of
+                     _ when is_binary(M) -> known_method(M, erlang:append_element(Where, I));
+                     _ -> throw({bad, erlang:append_element(Where, I), wrong_type})
+                 end || {I, M} <- lists:zip(lists:seq(0, length(Ms) - 1), Ms)]);
+method(_, Where) -> throw({bad, Where, wrong_type}).
+
+%% A method a route can name: cbench_spec orders the known ones and drops the others.
+known_method(M, Where) ->
+    case lists:member(M, cbench_spec:methods_order([M])) of
+        true -> M;
+        false -> throw({bad, Where, unknown_method})
+    end.
 
 %% A matcher of another type is named by its key, as the C loader names it.
 matchers(Map, Where) ->
@@ -104,7 +123,13 @@ matchers(Map, Where) ->
          end} || {K, V} <- lists:sort(maps:to_list(Map))].
 
 response(R, I, Dir) when is_map(R) ->
-    only(R, [<<"status">>, <<"headers">>, <<"body">>, <<"delay_ms">>, <<"times">>], {I, response}),
+    only(R, [<<"status">>, <<"headers">>, <<"body">>, <<"delay_ms">>, <<"times">>, <<"proxy">>,
+             <<"after">>], {I, response}),
+    %% A proxy has no status of its own (cbench_spec refuses one beside it as a conflict).
+    Init = case R of
+               #{<<"proxy">> := _} -> #{};
+               _ -> #{status => 200}
+           end,
     maps:fold(
       fun(<<"status">>, S, Acc) -> Acc#{status => int(S, 200, 599, {I, response, <<"status">>})};
          (<<"headers">>, H, Acc) when is_map(H) ->
@@ -115,8 +140,8 @@ response(R, I, Dir) when is_map(R) ->
          (<<"headers">>, H, Acc) when is_list(H) ->
               Acc#{headers => [case P of
                                    [K, V] when is_binary(K), is_binary(V) -> {K, V};
-                                   _ -> throw({bad, {I, response, headers}, wrong_type})
-                               end || P <- H]};
+                                   _ -> throw({bad, {I, response, headers, N}, wrong_type})
+                               end || {N, P} <- lists:zip(lists:seq(0, length(H) - 1), H)]};
          (<<"body">>, B, Acc) -> Acc#{body => body(B, I, Dir)};
          (<<"delay_ms">>, D, Acc) -> Acc#{delay_ms => int(D, 0, 3600000, {I, response, <<"delay_ms">>})};
          (<<"times">>, T, Acc) ->
@@ -124,10 +149,44 @@ response(R, I, Dir) when is_map(R) ->
                   0 -> Acc;
                   N -> Acc#{times => N}
               end;
+         (<<"proxy">>, P, Acc) -> Acc#{proxy => proxy(P, I, Dir)};
+         (<<"after">>, A, Acc) -> Acc#{'after' => after_value(A)};
          (K, _, _) -> throw({bad, {I, response, K}, wrong_type})
-      end, #{status => 200}, R);
+      end, Init, R);
 response(_, I, _) ->
     throw({bad, {I, response}, wrong_type}).
+
+%% A proxy's options with cbench_spec's keys (docs/proxy.md), which checks their values as
+%% src/kinds/proxy.c does; a protocol is read as the C loader reads it, and a relative ca_file is the
+%% stub file's folder's, as a body file.
+-define(PROXY_KEYS, [to, protocol, timeout_ms, max_body_bytes, record, record_headers,
+                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name]).
+
+proxy(P, I, Dir) when is_map(P) ->
+    Names = maps:from_list([{atom_to_binary(K), K} || K <- ?PROXY_KEYS]),
+    maps:fold(
+      fun(K, V, Acc) ->
+              Key = case Names of
+                        #{K := A} -> A;
+                        _ -> throw({bad, {I, response, proxy, K}, unknown_key})
+                    end,
+              Acc#{Key => proxy_value(Key, V, I, Dir)}
+      end, #{}, P);
+proxy(_, I, _) -> throw({bad, {I, response, proxy}, wrong_type}).
+
+proxy_value(protocol, <<"http1">>, _, _) -> http1;
+proxy_value(protocol, <<"h2c">>, _, _) -> h2c;
+proxy_value(protocol, V, I, _) when is_binary(V) -> throw({bad, {I, response, proxy, protocol}, out_of_range});
+proxy_value(protocol, _, I, _) -> throw({bad, {I, response, proxy, protocol}, wrong_type});
+proxy_value(ca_file, F, _, Dir) when is_binary(F), F =/= <<>> -> filename:join(Dir, F);
+proxy_value(_, V, _, _) -> V.
+
+%% A sequence's after, as its atom when it is one of the three; cbench_spec refuses it either way
+%% here (no responses beside it), naming it.
+after_value(<<"last">>) -> last;
+after_value(<<"cycle">>) -> cycle;
+after_value(<<"not_found">>) -> not_found;
+after_value(A) -> A.
 
 %% A string, or an object of exactly one of base64, file, bytes, json (as the C loader reads it).
 body(B, _, _) when is_binary(B) -> B;

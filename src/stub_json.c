@@ -701,8 +701,11 @@ static int parse_response(const ctx_t *c, const where_t *wr, json_t *res, cb_res
   }
   if (!top && check_keys(c, wr, res, item_keys)) return -1;
   if (top && json_object_get(res, "after") != NULL) {
-    /* The stub's keys allow "after" for sequences; here nothing would read it, and its value would go unchecked. */
+    /* The stub's keys allow "after" for sequences; here nothing would read it, and its value would go unchecked.
+     * Beside a proxy it is one of the keys a proxy cannot go with: a conflict, as the Erlang API names it. */
     where_t f = sub(wr, "after", 0);
+    if (json_object_get(res, "proxy") != NULL)
+      return fail(c, &f, "conflict: after goes with responses (a sequence), not with proxy");
     return fail(c, &f, "unknown_key: after goes with responses (a sequence)");
   }
   json_t *status = json_object_get(res, "status");

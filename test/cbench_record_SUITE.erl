@@ -233,7 +233,38 @@ stub_json_same_reasons(Config) ->
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \"AA==\\n\"}}}]">>,
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"base64\": \" AA==\"}}}]">>,
              <<"{\"stubs\": 7}">>,
-             <<"{\"stubs\": [{\"match\": {\"path\": \"/a\"}}],\n \"stub\": []}">>],
+             <<"{\"stubs\": [{\"match\": {\"path\": \"/a\"}}],\n \"stub\": []}">>,
+             %% A response header pair by its index; methods as the C loader names them (an item by
+             %% its index); after beside a proxy a conflict, without one an unknown key; a proxy's
+             %% own fields.
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"headers\": [[\"a\", \"1\"], [\"b\"]]}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"headers\": [[\"a\", 1]]}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": \"FOO\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": \"get\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": [\"GET\", \"FOO\"]}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": [\"GET\", \"any\"]}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": [\"GET\", 7]}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": []}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\", \"method\": 7}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, "
+               "\"after\": \"last\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, "
+               "\"after\": \"last\", \"status\": 200}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"after\": \"last\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, "
+               "\"status\": 200}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, "
+               "\"body\": \"x\"}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": 7}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"via\": 1}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"protocol\": \"h3\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"protocol\": 2}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"timeout_ms\": 0}}}]">>],
     {ok, C} = cbench:start_server(nif, #{port => 0, threads => 1}),
     {ok, E} = cbench:start_server(ehttpd, #{port => 0}),
     Reason = fun(S) ->
@@ -251,7 +282,17 @@ stub_json_same_reasons(Config) ->
         [begin
              ok = file:write_file(File, Text),
              ?assertEqual({Text, Reason(C)}, {Text, Reason(E)})
-         end || Text <- Cases]
+         end || Text <- Cases],
+        %% A proxy stub file loads on both, and its stub forwards (nothing listens there: 502).
+        ok = file:write_file(File, <<"[{\"match\": {\"path\": \"/p\"}, \"response\": {\"proxy\": "
+                                     "{\"to\": \"http://127.0.0.1:1\", \"protocol\": \"http1\"}, \"times\": 2}}]">>),
+        [begin
+             ?assertMatch({S, {ok, [_]}}, {S, cbench:load_stubs(S, File)}),
+             {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+             ok = gen_tcp:send(Sock, <<"GET /p HTTP/1.1\r\nhost: x\r\n\r\n">>),
+             {ok, <<"HTTP/1.1 502", _/binary>>} = gen_tcp:recv(Sock, 12, 10000),
+             gen_tcp:close(Sock)
+         end || S <- [C, E]]
     after
         ok = cbench:stop_server(C),
         ok = cbench:stop_server(E)

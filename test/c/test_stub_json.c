@@ -337,6 +337,9 @@ TEST(stub_json_after_without_responses) {
        "FILE:1: stubs[0].response.after: unknown_key: after goes with responses (a sequence)"},
       {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"after\": 7, \"times\": 2}}]",
        "FILE:1: stubs[0].response.after: unknown_key: after goes with responses (a sequence)"},
+      /* Beside a proxy it is a key a proxy cannot go with: a conflict, as cbench_spec and docs/proxy.md say. */
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"after\": \"last\"}}]",
+       "FILE:1: stubs[0].response.after: conflict: after goes with responses (a sequence), not with proxy"},
   };
   cb_config_t cfg;
   test_config(&cfg);
