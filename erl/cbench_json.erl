@@ -89,7 +89,9 @@ holds(V, P) when is_list(P) ->
         lists:all(fun({VV, PV}) -> holds(VV, PV) end, lists:zip(V, P));
 holds(V, P) -> V =:= P.
 
-%% @doc Compact JSON text of a canonical value (what the C engines get, and jansson parses).
+%% @doc Compact JSON text of a canonical value (what the C engines get, and jansson parses): members
+%% sorted by key, jansson's string escapes, floats in float_to_binary(F, [short]) form. A stub file's
+%% `{"json": ...}' body is this text on ehttpd, and src/json_text.c writes the same on the C engines.
 -spec encode(json()) -> binary().
 encode(T) -> iolist_to_binary(enc(T)).
 
@@ -103,15 +105,22 @@ enc(L) when is_list(L) -> [$[, lists:join($,, [enc(X) || X <- L]), $]];
 enc(M) when is_map(M) ->
     [${, lists:join($,, [[enc(K), $:, enc(V)] || {K, V} <- lists:sort(maps:to_list(M))]), $}].
 
+%% jansson's escapes (src/json_text.c writes the same): a stub file's `{"json": ...}' body is served
+%% in the same bytes by every engine.
 esc(<<>>, Acc) -> Acc;
 esc(<<$", R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\\"">>);
 esc(<<$\\, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\\\">>);
+esc(<<$\b, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\b">>);
+esc(<<$\f, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\f">>);
+esc(<<$\n, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\n">>);
+esc(<<$\r, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\r">>);
+esc(<<$\t, R/binary>>, Acc) -> esc(R, <<Acc/binary, "\\t">>);
 esc(<<C, R/binary>>, Acc) when C < 16#20 ->
     esc(R, <<Acc/binary, "\\u00", (hexd(C bsr 4)), (hexd(C band 15))>>);
 esc(<<C, R/binary>>, Acc) -> esc(R, <<Acc/binary, C>>).
 
 hexd(N) when N < 10 -> $0 + N;
-hexd(N) -> $a + N - 10.
+hexd(N) -> $A + N - 10.
 
 %% @doc Parses JSON text as jansson does with JSON_DECODE_ANY | JSON_ALLOW_NUL: {ok, Value} or
 %% error.

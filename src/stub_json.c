@@ -8,6 +8,7 @@
 
 #include "admin.h"
 #include "engine.h"
+#include "json_text.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -362,7 +363,8 @@ static int parse_body(const ctx_t *c, const where_t *w, json_t *v, cb_response_t
     return 0;
   }
   if ((x = json_object_get(v, "json")) != NULL) {
-    *owned = json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY);
+    /* The canonical text, not json_dumps': ehttpd serves the same file's body in the same bytes. */
+    *owned = cb__json_text(x);
     res->body = (cb_str_t){*owned, *owned ? strlen(*owned) : 0};
     return 0;
   }

@@ -191,7 +191,9 @@ json_decoder(_Config) ->
            <<"[1] x">>, <<"{,}">>, <<"1e999">>],
     [?assertEqual({T, error}, {T, cbench_json:decode(T)}) || T <- Bad],
     {ok, J} = cbench_json:normalize(#{a => [1, 2.5, <<"x\"\n">>], b => null, c => #{}}),
-    ?assertEqual(<<"{\"a\":[1,2.5,\"x\\\"\\u000a\"],\"b\":null,\"c\":{}}">>, cbench_json:encode(J)),
+    %% jansson's escapes (a stub file's {"json": ...} body is these bytes on every engine).
+    ?assertEqual(<<"{\"a\":[1,2.5,\"x\\\"\\n\"],\"b\":null,\"c\":{}}">>, cbench_json:encode(J)),
+    ?assertEqual(<<"\"\\b\\f\\n\\r\\t\\u0001\\u001F/\"">>, cbench_json:encode(<<"\b\f\n\r\t", 1, 31, "/">>)),
     ?assertEqual({ok, J}, cbench_json:decode(cbench_json:encode(J))),
     ?assert(cbench_json:holds(#{<<"a">> => #{<<"b">> => 1, <<"c">> => 2}}, #{<<"a">> => #{<<"b">> => 1}})),
     ?assertNot(cbench_json:holds(#{<<"a">> => 1.0}, #{<<"a">> => 1})),

@@ -11,12 +11,13 @@
 -export([all/0, groups/0, suite/0, init_per_group/2, end_per_group/2, init_per_testcase/2,
          end_per_testcase/2]).
 -export([load_saved_file/1, nothing_recorded/1, via_terms/1, bad_arguments/1,
-         stub_json_round_trip/1, stub_json_same_reasons/1, stub_json_strict_text/1, replay_helper/1,
+         stub_json_round_trip/1, stub_json_same_reasons/1, stub_json_strict_text/1,
+         stub_json_body_bytes/1, replay_helper/1,
          replay_missing/1,
          mode_choice/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, stub_json_same_reasons,
-          stub_json_strict_text, replay_missing, mode_choice].
+          stub_json_strict_text, stub_json_body_bytes, replay_missing, mode_choice].
 
 groups() ->
     Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
@@ -328,6 +329,76 @@ stub_json_strict_text(Config) ->
     after
         ok = cbench:stop_server(C),
         ok = cbench:stop_server(E)
+    end.
+
+%% A `{"json": ...}' body is served in the same bytes by every engine: members sorted bytewise by
+%% key, no white space, jansson's string escapes, integers as they are, each float as the shortest
+%% text that reads back to it in float_to_binary(F, [short])'s form. (The C engines kept the file's
+%% member order and wrote 0.1 as 0.10000000000000001; ehttpd sorted and wrote the shortest.) 2,000
+%% random doubles, half of them given with 17 digits, check the float form beyond the examples.
+stub_json_body_bytes(Config) ->
+    File = filename:join(proplists:get_value(dir, Config), "json_body.json"),
+    Fixed = <<"{\"z\": 1, \"a\": {\"y\": [0.1, 1.5e300, -0.0, 100.0, 1e-7, 1E2, 2.50, 1000.0, 0.0001, 0.000123, "
+              "5e-324, 1.7976931348623157e308, 123456789.0, 1e21], "
+              "\"b\": \"\\u00e9\\n\\t\\u0001\\u001f/\\/\\\"\\\\ \\ud83d\\ude00 \xc3\xa9\"}, "
+              "\"m\": [true, false, null, -9223372036854775808, 9223372036854775807, 0, -0, {\"b\": 1, \"B\": 2}], "
+              "\"\xc3\xa9\": 1, \"Z\": {}, \"\": []}">>,
+    Want = <<"{\"\":[],\"Z\":{},\"a\":{\"b\":\"\xc3\xa9\\n\\t\\u0001\\u001F//\\\"\\\\ \xf0\x9f\x98\x80 \xc3\xa9\","
+             "\"y\":[0.1,1.5e300,-0.0,100.0,1.0e-7,100.0,2.5,1.0e3,0.0001,1.23e-4,5.0e-324,"
+             "1.7976931348623157e308,123456789.0,1.0e21]},"
+             "\"m\":[true,false,null,-9223372036854775808,9223372036854775807,0,0,{\"B\":2,\"b\":1}],"
+             "\"z\":1,\"\xc3\xa9\":1}">>,
+    rand:seed(exsss, {1, 2, 3}),
+    Floats = random_doubles(2000, []),
+    Given = [case I rem 2 of
+                 0 -> float_to_binary(F, [short]);
+                 1 -> iolist_to_binary(io_lib:format("~.17e", [F]))
+             end || {I, F} <- lists:zip(lists:seq(1, length(Floats)), Floats)],
+    WantFloats = iolist_to_binary(["[", lists:join(",", [float_to_binary(F, [short]) || F <- Floats]), "]"]),
+    ok = file:write_file(File, [<<"[{\"match\": {\"path\": \"/j\"}, \"response\": {\"body\": {\"json\": ">>, Fixed,
+                                <<"}}},\n {\"match\": {\"path\": \"/f\"}, \"response\": {\"body\": {\"json\": [">>,
+                                lists:join(", ", Given), <<"]}}}]">>]),
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         try
+             ?assertMatch({E, {ok, [_, _]}}, {E, cbench:load_stubs(S, File)}),
+             ?assertEqual({E, Want}, {E, get_body(S, <<"/j">>)}),
+             ?assertEqual({E, WantFloats}, {E, get_body(S, <<"/f">>)})
+         after
+             ok = cbench:stop_server(S)
+         end
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% N doubles of random bits (no infinity, no NaN).
+random_doubles(0, Acc) -> Acc;
+random_doubles(N, Acc) ->
+    case <<(rand:uniform(1 bsl 64) - 1):64>> of
+        <<_:1, 2047:11, _:52>> -> random_doubles(N, Acc);
+        <<F/float>> -> random_doubles(N - 1, [F | Acc])
+    end.
+
+%% The body of a GET of Path, read to its content-length.
+get_body(S, Path) ->
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+    ok = gen_tcp:send(Sock, [<<"GET ">>, Path, <<" HTTP/1.1\r\nhost: x\r\n\r\n">>]),
+    Body = read_body(Sock, <<>>),
+    gen_tcp:close(Sock),
+    Body.
+
+read_body(Sock, Buf) ->
+    case binary:split(Buf, <<"\r\n\r\n">>) of
+        [Head, Rest] ->
+            {match, [Len]} = re:run(Head, "content-length: ([0-9]+)", [{capture, all_but_first, list}, caseless]),
+            N = list_to_integer(Len),
+            case byte_size(Rest) >= N of
+                true -> binary:part(Rest, 0, N);
+                false -> {ok, More} = gen_tcp:recv(Sock, N - byte_size(Rest), 10000),
+                         <<Rest/binary, More/binary>>
+            end;
+        _ ->
+            {ok, More} = gen_tcp:recv(Sock, 0, 10000),
+            read_body(Sock, <<Buf/binary, More/binary>>)
     end.
 
 %% cbench_record in replay mode: the file's stubs answer; stop/1 saves nothing (the file is as it was).

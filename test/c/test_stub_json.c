@@ -92,6 +92,36 @@ TEST(stub_json_valid) {
   test_stop(srv);
 }
 
+/* A {"json": ...} body is served as ehttpd serves it (cbench_json:encode/1): members sorted bytewise by key, no
+ * white space, jansson's string escapes, each real as the shortest text that reads back to it in Erlang's
+ * float_to_binary(F, [short]) form. json_dumps kept the file's member order and wrote 0.1 as 0.10000000000000001.
+ * cbench_record_SUITE:stub_json_body_bytes compares the three engines on 2,000 random doubles too. */
+TEST(stub_json_json_body_canonical) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char json_path[512];
+  snprintf(json_path, sizeof json_path, "%s", tmp_path("jb.json"));
+  write_text(json_path,
+             "[{\"match\": {\"path\": \"/j\"}, \"response\": {\"body\": {\"json\": "
+             "{\"z\": [0.1, 1.5e300, -0.0, 100.0, 1e-7, 1E2, 1000.0, 0.0001, 0.000123, 9007199254740992.0, "
+             "1234567890123456.0, -7.120236347223045e-307, 5e-324],\n"
+             " \"a\": {\"y\": 1, \"b\": [true, null, -9223372036854775808, -0]}, \"\\u00e9\": \"\\n\\u0001/\\\"\", "
+             "\"B\": {}}}}}]");
+  char msg[1024] = "";
+  ASSERT_EQ(cb_stubs_json_load(srv, json_path, msg, sizeof msg), 1);
+  const char *want = "{\"B\":{},\"a\":{\"b\":[true,null,-9223372036854775808,0],\"y\":1},"
+                     "\"z\":[0.1,1.5e300,-0.0,100.0,1.0e-7,100.0,1.0e3,0.0001,1.23e-4,9.007199254740992e15,"
+                     "1234567890123456.0,-7.120236347223045e-307,5.0e-324],\"\xc3\xa9\":\"\\n\\u0001/\\\"\"}";
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, NULL, (long)strlen(want), CONN_NONE);
+  buf_adds(&exp, want);
+  get(cb_server_port(srv), "GET /j HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
+  unlink(json_path);
+  buf_free(&exp);
+  test_stop(srv);
+}
+
 /* Body matchers in a stub file (docs/routes.md, "Body matchers"): json_subset given as any JSON value, regex,
  * equal, contains; the first that matches answers; a body none matches gets 405 here (the POST stub). */
 TEST(stub_json_body_match) {
