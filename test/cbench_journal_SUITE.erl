@@ -14,10 +14,11 @@
 -export([all/0, suite/0, init_per_suite/1, end_per_suite/1]).
 -export([promise_nif_http1/1, promise_nif_h2c/1, promise_port_http1/1, promise_port_h2c/1,
          promise_ehttpd_http1/1, await_entry_recorded_late/1, await_caller_dies/1,
-         await_count_bounded/1, numbered_at_arrival/1]).
+         await_count_bounded/1, numbered_at_arrival/1, late_entry_full_ring/1]).
 
 all() -> [promise_nif_http1, promise_nif_h2c, promise_port_http1, promise_port_h2c, promise_ehttpd_http1,
-          await_entry_recorded_late, await_caller_dies, await_count_bounded, numbered_at_arrival].
+          await_entry_recorded_late, await_caller_dies, await_count_bounded, numbered_at_arrival,
+          late_entry_full_ring].
 
 suite() -> [{timetrap, {minutes, 3}}].
 
@@ -216,6 +217,40 @@ numbered_at_arrival(_Config) ->
          ?assertEqual({E, [<<"/hello">>, <<"/hello">>, <<"/hello">>]}, {E, Paths()}),
          Seqs = [Q || #{seq := Q} <- cbench:requests(S)],
          ?assertEqual({E, Seqs}, {E, lists:seq(hd(Seqs), hd(Seqs) + 2)}),
+         ok = cbench:stop_server(S)
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% docs/erlang.md's example, journal 3, one worker: a handler's request (#1) answered after /hello #2
+%% and #3 is recorded behind them while still among the newest 3; then /hello #4. The newest 3 are
+%% #2..#4 on every engine (the C engines' ring, full, dropped #2 and kept #1: it listed #3 and #4).
+late_entry_full_ring(_Config) ->
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1, journal => 3}),
+         Port = cbench:port(S),
+         {ok, _} = cbench:handle(S, "/h", self(), #{}),
+         Self = self(),
+         Pid = spawn_link(fun() ->
+                                  Sock = connect(Port),
+                                  ok = gen_tcp:send(Sock, request(<<"/h">>)),
+                                  {ok, <<>>} = read_response(Sock, <<>>),
+                                  Self ! {answered, self()}
+                          end),
+         R = receive {cbench_request, Req} -> Req after ?READ_MS -> error(no_request) end,
+         Sock = connect(Port),
+         Hello = fun() ->
+                         ok = gen_tcp:send(Sock, request(<<"/hello">>)),
+                         {ok, <<>>} = read_response(Sock, <<>>)
+                 end,
+         Listed = fun() -> [{Q, P} || #{seq := Q, path := P} <- cbench:requests(S)] end,
+         Hello(),
+         Hello(),
+         ok = cbench:reply(R, 200, [], <<"late">>),
+         receive {answered, Pid} -> ok end,
+         ?assertEqual({E, [{1, <<"/h">>}, {2, <<"/hello">>}, {3, <<"/hello">>}]}, {E, Listed()}),
+         Hello(),
+         ?assertEqual({E, [{2, <<"/hello">>}, {3, <<"/hello">>}, {4, <<"/hello">>}]}, {E, Listed()}),
+         gen_tcp:close(Sock),
          ok = cbench:stop_server(S)
      end || E <- [nif, port, ehttpd]],
     ok.

@@ -14,10 +14,19 @@
  * request once the rings have grown, except a buffer for a request that has a body. A request recorded when it
  * can no longer be among the newest cfg.journal of the server (answered after that many newer ones) is not
  * recorded. A worker drops its oldest
- * entries when they cannot be among the newest cfg.journal of the server (seq <= newest - journal), when its
- * entry ring is full, or to make room in the byte ring
- * (which grows on demand up to about cfg.journal KiB, plus room for two largest entries, rounded up to a
- * power of two).
+ * entries when they cannot be among the newest cfg.journal of the server (seq <= newest - journal), or to make
+ * room in the byte ring (which grows on demand up to about cfg.journal KiB, plus room for two largest entries,
+ * rounded up to a power of two).
+ *
+ * Requests answered out of order. The ring is in the order of recording, and a request answered after newer
+ * ones (a handler, a delay) is recorded late, behind them. Requests recorded in order never fill a ring of
+ * cfg.journal slots: the head, the smallest seq, goes as soon as it is no longer among the newest. Only late
+ * entries can fill it: one that falls out of the newest keeps its slot behind newer ones. A full ring is
+ * therefore the slow path that drops every entry no read would list (drop_stale(): one walk of the ring), and
+ * never a valid one. So that this walk stays rare under a steady stream of late entries (a handler answering
+ * in any order), a ring that is still more than half full afterwards grows to 2 * cfg.journal slots: of those,
+ * at most cfg.journal are among the newest, so each walk then frees at least half the ring. In-order recording
+ * pays nothing for this.
  *
  * Reads and clears go through the command queues: each worker copies out what matches into one block, and
  * the caller's thread merges the blocks in sequence order. */
@@ -163,9 +172,9 @@ static inline void evict_one(cb__journal_t *j) {
  * copy it; then, if the ring had wrapped, the smaller of its two runs moves so that they follow each other: the
  * front run [0, ehead) to just after the old end when it fits there, else the back run [ehead, old end) to the
  * new end. */
-static int grow_entries(cb__journal_t *j) {
+static int grow_entries(cb__journal_t *j, uint32_t limit) {
   uint32_t old = j->ecap, cap = old ? 2 * old : 64;
-  if (cap > j->max_entries) cap = j->max_entries;
+  if (cap > limit) cap = limit;
   jent_t *e = realloc(j->ents, (size_t)cap * sizeof *e);
   if (e == NULL) return -1;
   uint32_t front = j->ehead, back = old - j->ehead;
@@ -178,6 +187,40 @@ static int grow_entries(cb__journal_t *j) {
   j->ents = e;
   j->ecap = cap;
   return 0;
+}
+
+/* The slow path of a full ring that may not grow (ecap >= max_entries), or could not: drops, in one walk, every
+ * entry that no read would list (seq <= the server's newest - max_entries, or cleared), keeping the others in
+ * their order, so that the byte ring's positions still only grow from the head. With ecap >= max_entries there
+ * is always one (see the top: only late entries fill such a ring). Then, if the ring is still more than half
+ * full, it grows to twice max_entries (see the top). When nothing could be dropped (a ring that failed to grow
+ * earlier), the head goes, as before. */
+static __attribute__((noinline)) void drop_stale(cb__journal_t *j) {
+  uint64_t newest = __atomic_load_n(j->seq, __ATOMIC_RELAXED);
+  uint64_t bound = newest > j->max_entries ? newest - j->max_entries : 0;
+  uint64_t floor = __atomic_load_n(j->floor, __ATOMIC_RELAXED);
+  if (floor > bound) bound = floor;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < j->ecount; i++) {
+    const jent_t *e = entry(j, i);
+    if (e->seq <= bound) continue;
+    if (kept != i) *entry(j, kept) = *e;
+    kept++;
+  }
+  if (kept == j->ecount) {
+    evict_one(j);
+    return;
+  }
+  j->ecount = kept;
+  if (kept > 0) {
+    const jent_t *h = &j->ents[j->ehead];
+    j->dhead = h->dpos;
+    j->evict_seq = h->seq + j->max_entries;
+  } else {
+    j->dhead = j->dtail;
+    j->evict_seq = UINT64_MAX;
+  }
+  if (kept > j->ecap / 2 && j->ecap < 2 * j->max_entries) (void)grow_entries(j, 2 * j->max_entries);
 }
 
 /* Grows the byte ring to `cap` bytes (a larger power of two) keeping every position: a live byte at position p
@@ -417,9 +460,9 @@ static inline jent_t *add_entry(cb__journal_t *j, uint64_t seq, uint64_t need, u
   }
   /* The oldest entries that can no longer be among the server's newest go first. */
   while (seq >= j->evict_seq) evict_one(j);
-  if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j) != 0)) {
+  if (j->ecount == j->ecap && (j->ecap >= j->max_entries || grow_entries(j, j->max_entries) != 0)) {
     if (j->ecount == 0) return NULL;
-    evict_one(j);
+    drop_stale(j);
   }
   /* Below room_end the bytes fit without padding, where take() would put them too. */
   uint64_t p = j->dtail;

@@ -272,6 +272,164 @@ TEST(journal_late_entry_outside_bound) {
   test_stop(srv);
 }
 
+/* ---- requests answered out of order: the ring lists the newest `journal` by seq ----
+ * A deferred route /held parks its requests; the test answers them when it chooses, so that a request is
+ * recorded after newer ones (late) at a known point. One worker: seqs are given in the order the test sends. */
+
+static struct {
+  pthread_mutex_t mu;
+  cb_reqref_t last; /* the newest one's reference */
+  int n;            /* how many were delivered */
+} held = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+
+static int hold(void *ud, const cb_deferred_req_t *reqs, size_t n) {
+  (void)ud;
+  pthread_mutex_lock(&held.mu);
+  held.last = reqs[n - 1].ref;
+  held.n += (int)n;
+  pthread_mutex_unlock(&held.mu);
+  return 0;
+}
+
+static cb_server_t *start_held(unsigned journal) {
+  pthread_mutex_lock(&held.mu);
+  held.n = 0;
+  pthread_mutex_unlock(&held.mu);
+  cb_server_t *srv = start_journal(1, journal, 65536);
+  cb_deferred_t d = {.match = {.path = CB_S("/held")}, .timeout_ms = 600000, .deliver = hold};
+  uint64_t id;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  return srv;
+}
+
+/* A request to /held on a connection of its own, once parked (numbered): its reference. */
+static cb_reqref_t send_held(int port, int *fd) {
+  pthread_mutex_lock(&held.mu);
+  int before = held.n;
+  pthread_mutex_unlock(&held.mu);
+  *fd = cl_connect(port);
+  cl_sends(*fd, "GET /held HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (uint64_t t0 = now_ms();; sleep_ms(1)) {
+    pthread_mutex_lock(&held.mu);
+    int n = held.n;
+    pthread_mutex_unlock(&held.mu);
+    if (n > before) break;
+    if (now_ms() - t0 > 10000) FAIL("/held was not delivered");
+  }
+  pthread_mutex_lock(&held.mu);
+  cb_reqref_t ref = held.last;
+  pthread_mutex_unlock(&held.mu);
+  return ref;
+}
+
+/* Reads one whole response from fd: once it has ended, its request is recorded. */
+static void read_whole(int fd) {
+  buf_t got = {0};
+  while (cl_response_len(got.p, got.len, 0) == 0) ASSERT_EQ(cl_read_n(fd, &got, got.len + 1, 10000), CL_OK);
+  ASSERT_GT(cl_response_len(got.p, got.len, 0), 0);
+  buf_free(&got);
+}
+
+static void answer_held(cb_server_t *srv, cb_reqref_t ref, int fd) {
+  cb_reply_t r = {.ref = ref, .op = CB_REPLY_FULL, .status = 200, .body = CB_S("late")};
+  ASSERT_ERR(cb_server_reply(srv, &r, 1), 0);
+  ASSERT_ERR(r.result, 0);
+  read_whole(fd);
+}
+
+static void get_hello(int fd) {
+  cl_sends(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  read_whole(fd);
+}
+
+/* docs/erlang.md's example: journal 3, one worker. /held is #1; /hello #2 and #3; #1 answered (recorded behind
+ * them, still among the newest 3); /hello #4. The newest 3 are #2..#4: the ring, full, dropped its head (#2)
+ * and kept #1, which no read lists (seq 3 and 4 were listed). */
+TEST(journal_late_entry_full_ring) {
+  cb_server_t *srv = start_held(3);
+  int port = cb_server_port(srv), hfd;
+  cb_reqref_t ref = send_held(port, &hfd);
+  int fd = cl_connect(port);
+  get_hello(fd);
+  get_hello(fd);
+  answer_held(srv, ref, hfd);
+  cb_request_list_t *list;
+  ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+  ASSERT_EQ(list->count, 3);
+  for (size_t i = 0; i < 3; i++) ASSERT_EQ(list->items[i].seq, i + 1);
+  assert_str(list->items[0].path, "/held");
+  cb_request_list_free(list);
+  get_hello(fd);
+  ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+  ASSERT_EQ(list->count, 3);
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_EQ(list->items[i].seq, i + 2);
+    assert_str(list->items[i].path, "/hello");
+  }
+  cb_request_list_free(list);
+  close(fd);
+  close(hfd);
+  test_stop(srv);
+}
+
+/* A fixed seed drives /hello requests, parked /held ones, answers to them in random order and clears; after
+ * each step the journal must list exactly what a model lists: of the requests recorded, those whose seq is among
+ * the server's newest `journal` (seq > numbered - journal) and above the last clear's floor, by seq. */
+TEST(journal_late_entries_random) {
+  enum { JOURNAL = 5, STEPS = 600, MAX_HELD = 6 };
+  cb_server_t *srv = start_held(JOURNAL);
+  int port = cb_server_port(srv), fd = cl_connect(port);
+  static char recorded[STEPS + 1], is_held[STEPS + 1]; /* by seq */
+  memset(recorded, 0, sizeof recorded);
+  memset(is_held, 0, sizeof is_held);
+  struct {
+    cb_reqref_t ref;
+    int fd;
+    uint64_t seq;
+  } waiting[MAX_HELD];
+  int nwaiting = 0;
+  uint64_t numbered = 0, floor = 0, rng = 0x9E3779B97F4A7C15ull;
+  for (int step = 0; step < STEPS; step++) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; /* xorshift64 */
+    unsigned r = (unsigned)(rng >> 32) % 100;
+    if (r < 35 && nwaiting < MAX_HELD) {
+      waiting[nwaiting].ref = send_held(port, &waiting[nwaiting].fd);
+      waiting[nwaiting++].seq = ++numbered;
+      is_held[numbered] = 1;
+    } else if (r < 70 && nwaiting > 0) {
+      int k = (int)((rng >> 8) % (uint64_t)nwaiting);
+      answer_held(srv, waiting[k].ref, waiting[k].fd);
+      close(waiting[k].fd);
+      recorded[waiting[k].seq] = 1;
+      waiting[k] = waiting[--nwaiting];
+    } else if (r < 97) {
+      get_hello(fd);
+      recorded[++numbered] = 1;
+    } else {
+      ASSERT_ERR(cb_server_requests_clear(srv), 0);
+      floor = numbered;
+    }
+    cb_request_list_t *list;
+    ASSERT_ERR(cb_server_requests(srv, NULL, &list), 0);
+    size_t k = 0;
+    for (uint64_t s = numbered > JOURNAL ? numbered - JOURNAL + 1 : 1; s <= numbered; s++) {
+      if (!recorded[s] || s <= floor) continue;
+      if (k >= list->count) FAIL("step %d: seq %llu is missing (%zu listed)", step, (unsigned long long)s,
+                                 list->count);
+      if (list->items[k].seq != s)
+        FAIL("step %d: seq %llu listed where %llu was due", step, (unsigned long long)list->items[k].seq,
+             (unsigned long long)s);
+      assert_str(list->items[k].path, is_held[s] ? "/held" : "/hello");
+      k++;
+    }
+    if (k != list->count) FAIL("step %d: %zu listed, %zu due", step, list->count, k);
+    cb_request_list_free(list);
+  }
+  for (int k = 0; k < nwaiting; k++) close(waiting[k].fd);
+  close(fd);
+  test_stop(srv);
+}
+
 TEST(journal_disabled) {
   cb_server_t *srv = start_journal(1, 0, 65536);
   int fd = cl_connect(cb_server_port(srv));
