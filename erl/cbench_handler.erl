@@ -38,6 +38,10 @@
 -define(MAX_BODY, (32 bsl 20)).
 -define(MAX_HEADERS, 64).
 -define(MAX_HEADER_BYTES, (1 bsl 20)).
+%% What a nif reply call may copy on the calling scheduler: some tens of microseconds of memcpy and
+%% decoding, well inside the millisecond a NIF may take. Handlers' usual answers are far below.
+-define(NIF_HERE_BYTES, (256 bsl 10)).
+-define(NIF_HERE_ITEMS, 256).
 
 %% A C engine's request number, and a state word (cbench_handler_state).
 -define(IS_REF(Ref), (is_integer(Ref) andalso Ref >= 0 andalso Ref < 1 bsl 64)).
@@ -154,16 +158,26 @@ one(H = {cbench_port, _, _, _}, Op) ->
 
 %% The nif engine checks values itself (cb_server_reply()); types and sizes are checked here, so
 %% that a body over the limit of every engine is refused here too. An answer the engine refuses
-%% is checked again here only to say why.
+%% is checked again here only to say why. The sizes measured also choose the scheduler: the NIF
+%% copies every byte (and flattens iolists), so answers over ?NIF_HERE_BYTES in all, or over
+%% ?NIF_HERE_ITEMS of them, go to a dirty CPU scheduler (docs/erlang.md); others stay here.
 nif_reply(Server, RefOps) ->
     Measured = [{Ref, Op, measured(Op)} || {Ref, Op} <- RefOps],
-    Results = case [cbench_c_terms:reply_item(Ref, Op) || {Ref, Op, ok} <- Measured] of
-                  [] -> [];
-                  Items -> cbench_nif:reply(Server, Items)
+    {Items, Bytes, N} = nif_items(Measured, [], 0, 0),
+    Results = if
+                  N =:= 0 -> [];
+                  Bytes > ?NIF_HERE_BYTES; N > ?NIF_HERE_ITEMS -> cbench_nif:reply_dirty(Server, Items);
+                  true -> cbench_nif:reply(Server, Items)
               end,
     merge(Measured, Results).
 
-merge([{_, Op, ok} | T], [R | Rs]) -> [nif_result(Op, R) | merge(T, Rs)];
+%% The engine's items of the answers that passed, their bytes and their count.
+nif_items([{Ref, Op, Bytes} | T], Items, Sum, N) when is_integer(Bytes) ->
+    nif_items(T, [cbench_c_terms:reply_item(Ref, Op) | Items], Sum + Bytes, N + 1);
+nif_items([_ | T], Items, Sum, N) -> nif_items(T, Items, Sum, N);
+nif_items([], Items, Sum, N) -> {lists:reverse(Items), Sum, N}.
+
+merge([{_, Op, Bytes} | T], [R | Rs]) when is_integer(Bytes) -> [nif_result(Op, R) | merge(T, Rs)];
 merge([{_, _, Error} | T], Rs) -> [Error | merge(T, Rs)];
 merge([], []) -> [].
 
@@ -212,7 +226,8 @@ checked_memo(Op, _) ->
         Other -> {Other, none}
     end.
 
-%% Types, the status and sizes only (the nif engine checks the rest itself).
+%% Types, the status and sizes only (the nif engine checks the rest itself): the bytes of the
+%% body (or piece) and the header fields, or {error, Reason}.
 measured(Op) ->
     try measure(Op)
     catch throw:{reply_error, Reason} -> {error, Reason}
@@ -220,22 +235,27 @@ measured(Op) ->
 
 measure({reply, S, H, B}) when is_integer(S) ->
     status(S),
-    header_bytes(H),
-    within(body, iolist_size(B), ?MAX_BODY);
+    HeaderBytes = header_bytes(H),
+    BodyBytes = iolist_size(B),
+    within(body, BodyBytes, ?MAX_BODY),
+    HeaderBytes + BodyBytes;
 measure({stream, S, H}) when is_integer(S) ->
     status(S),
     header_bytes(H);
 measure({send, D}) ->
-    within(body, iolist_size(D), ?MAX_BODY);
+    Bytes = iolist_size(D),
+    within(body, Bytes, ?MAX_BODY),
+    Bytes;
 measure(finish) ->
-    ok;
+    0;
 measure(_) ->
     error(badarg).
 
 header_bytes(H) ->
     {N, Bytes} = header_bytes(H, 0, 0),
     N =< ?MAX_HEADERS orelse bad({{reply, headers}, N, too_many}),
-    within(headers, Bytes, ?MAX_HEADER_BYTES).
+    within(headers, Bytes, ?MAX_HEADER_BYTES),
+    Bytes.
 
 header_bytes([{Name, Value} | T], N, Bytes) ->
     header_bytes(T, N + 1, Bytes + iolist_size(Name) + iolist_size(Value));

@@ -1,6 +1,8 @@
 %%% @doc The `nif' engine: the C engine inside this node, its threads in the node's OS process.
-%%% start/1 and stop/1 are dirty I/O NIFs; the rest return in microseconds. The calling process
-%%% owns the server: when it dies, the server stops (a monitor in the NIF).
+%%% start/1 and stop/1 are dirty I/O NIFs; the stub list and big replies (reply_dirty/2: over 256 KiB
+%%% of bodies and fields, or over 256 answers) run on a dirty CPU scheduler; the rest return in
+%%% microseconds.
+%%% The calling process owns the server: when it dies, the server stops (a monitor in the NIF).
 -module(cbench_nif).
 -behaviour(cbench_engine).
 
@@ -18,11 +20,14 @@
 -export([route_add/3, route_remove/2, routes_reset/1, stubs/1, journal/2, journal_clear/1,
          journal_notify/2, down/1, up/1, handler_add/4, handler_fail/2]).
 %% Handlers' answers (cbench_handler).
--export([reply/2]).
+-export([reply/2, reply_dirty/2]).
 -export([start_nif/1, stop_nif/1, stats_nif/1, port_nif/1, info_nif/1, tls_nif/1, down_nif/1, up_nif/1,
          route_add_nif/3, route_remove_nif/2, route_reset_nif/1, stubs_nif/1, requests_nif/2,
          requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
          reply_nif/2, scenario_nif/2, scenario_set_nif/3, scenarios_reset_nif/1]).
+%% Big replies on a dirty CPU scheduler, and how many took that path (the tests' check).
+-export([reply_dirty_nif/2, dirty_replies_nif/0]).
+-ignore_xref([{reply_dirty_nif, 2}, {dirty_replies_nif, 0}]).
 %% cbench_engine callbacks, called as Mod:F(...) by cbench_server.
 -ignore_xref([{start, 1}, {stop, 1}, {handle_info, 2}, {port, 1}, {tls_port, 1}, {stats, 1}, {info, 1}, {tls, 1}, {route_add, 3},
               {route_remove, 2}, {routes_reset, 1}, {stubs, 1}, {journal, 2}, {journal_clear, 1},
@@ -40,7 +45,7 @@
        requests_clear_nif/1, journal_listen_nif/2, handler_add_nif/4, handler_fail_nif/2,
        reply_nif/2, scenario_nif/2, scenario_set_nif/3,
        scenarios_reset_nif/1, client_ca_nif/1, client_cert_nif/2, recorded_nif/1, save_stubs_nif/2,
-       load_stubs_nif/2, clear_recorded_nif/1]).
+       load_stubs_nif/2, clear_recorded_nif/1, reply_dirty_nif/2, dirty_replies_nif/0]).
 
 -export_type([handle/0]).
 -type handle() :: reference().
@@ -222,6 +227,15 @@ reply(Server, Items) ->
         {error, Reason} -> error({cbench_reply, Reason})
     end.
 
+%% @doc As reply/2, on a dirty CPU scheduler: for answers whose bytes or number would keep a normal
+%% scheduler past about a millisecond (cbench_handler chooses).
+-spec reply_dirty(handle(), [cbench_c_terms:reply_item()]) -> [ok | {error, term()}].
+reply_dirty(Server, Items) ->
+    case reply_dirty_nif(Server, Items) of
+        Results when is_list(Results) -> Results;
+        {error, Reason} -> error({cbench_reply, Reason})
+    end.
+
 %% @private
 start_nif(_Opts) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private
@@ -272,6 +286,10 @@ save_stubs_nif(_H, _File) -> erlang:nif_error({not_loaded, ?MODULE}).
 load_stubs_nif(_H, _File) -> erlang:nif_error({not_loaded, ?MODULE}).
 
 clear_recorded_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+reply_dirty_nif(_H, _Items) -> erlang:nif_error({not_loaded, ?MODULE}).
+%% @private
+dirty_replies_nif() -> erlang:nif_error({not_loaded, ?MODULE}).
 
 client_ca_nif(_H) -> erlang:nif_error({not_loaded, ?MODULE}).
 %% @private

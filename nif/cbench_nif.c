@@ -562,13 +562,16 @@ static ErlNifFunc funcs[] = {
     {"route_add_nif", 3, nif_route_add, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"route_remove_nif", 2, nif_route_remove, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"route_reset_nif", 1, nif_route_reset, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"stubs_nif", 1, nif_stubs, 0},
+    /* Proportional to the stubs (up to 100,000): dirty CPU, as the size is known only once they are copied. */
+    {"stubs_nif", 1, nif_stubs, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"requests_nif", 2, nif_requests, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"requests_clear_nif", 1, nif_requests_clear, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"journal_listen_nif", 2, nif_journal_listen, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"handler_add_nif", 4, nif_handler_add, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"handler_fail_nif", 2, nif_handler_fail, 0},
     {"reply_nif", 2, nif_reply, 0},
+    {"reply_dirty_nif", 2, nif_reply_dirty, ERL_NIF_DIRTY_JOB_CPU_BOUND}, /* big replies (nif_calls.c) */
+    {"dirty_replies_nif", 0, nif_dirty_replies, 0},
     {"scenario_nif", 2, nif_scenario, 0},
     {"scenario_set_nif", 3, nif_scenario_set, 0},
     {"scenarios_reset_nif", 1, nif_scenarios_reset, 0},
@@ -577,7 +580,8 @@ static ErlNifFunc funcs[] = {
     {"recorded_nif", 1, nif_recorded, ERL_NIF_DIRTY_JOB_CPU_BOUND}, /* JSON of every recording */
     {"save_stubs_nif", 2, nif_save_stubs, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"load_stubs_nif", 2, nif_load_stubs, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"clear_recorded_nif", 1, nif_clear_recorded, 0},
+    /* Waits for a writer of the recordings (recorded_nif, save_stubs_nif) and frees them all: dirty I/O. */
+    {"clear_recorded_nif", 1, nif_clear_recorded, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
 ERL_NIF_INIT(cbench_nif, funcs, load, NULL, upgrade, unload)

@@ -101,6 +101,8 @@ ERL_NIF_TERM nif_journal_listen(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 ERL_NIF_TERM nif_handler_add(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_handler_fail(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_reply(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_reply_dirty(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM nif_dirty_replies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 /* nif_record.c: the recordings (docs/record.md). */
 ERL_NIF_TERM nif_recorded(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM nif_save_stubs(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

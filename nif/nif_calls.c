@@ -4,7 +4,10 @@
  * the NIF returns; the engine copies what it keeps.
  *
  * Dirty I/O (funcs in cbench_nif.c): everything that waits for the workers (adds, removes, journal reads and
- * clears, the listener); the rest (stubs, scenarios, handler_fail, reply) return in microseconds.
+ * clears, the listener). Dirty CPU: the stub list, whose work grows with the stubs (up to CB_MAX_ROUTES, 100,000:
+ * a copy and a map each, tens of milliseconds), and reply_dirty_nif, for replies whose bytes or items pass
+ * what a normal scheduler may spend (a NIF should return within about a millisecond). The rest (scenarios,
+ * handler_fail, reply_nif) return in microseconds.
  */
 #include <string.h>
 
@@ -265,10 +268,37 @@ ERL_NIF_TERM nif_handler_fail(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
   return id_op(env, argv, cb_server_deferred_fail);
 }
 
+/* reply_nif's twin on a dirty CPU scheduler (funcs in cbench_nif.c): a reply's bodies and header fields are
+ * decoded (an iolist is flattened: a copy) and copied into the workers' command queues, so its cost grows with
+ * its bytes (a body may have 32 MiB, 64 fields 1 MiB each) and its items. The caller chooses: cbench_handler
+ * measures every answer anyway (its size limits), and sends big ones here (docs/erlang.md). Counted, so that a
+ * test sees which path a call took without timing it: dirty_replies_nif. */
+static uint64_t dirty_replies;
+
+static ERL_NIF_TERM reply_here(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
+
+ERL_NIF_TERM nif_reply_dirty(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  __atomic_add_fetch(&dirty_replies, 1, __ATOMIC_RELAXED);
+  return reply_here(env, argv);
+}
+
+/* dirty_replies_nif() -> N: the reply_dirty_nif calls since the library was loaded. */
+ERL_NIF_TERM nif_dirty_replies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+  (void)argc;
+  (void)argv;
+  return enif_make_uint64(env, __atomic_load_n(&dirty_replies, __ATOMIC_RELAXED));
+}
+
 /* reply_nif(Resource, [Item]) -> [ok | {error, gone} | {error, not_streaming} | {error, badarg}], one result per
- * item, in order; badarg when an item does not decode. Microseconds: nothing waits for a worker. */
+ * item, in order; badarg when an item does not decode. Nothing waits for a worker: microseconds for the
+ * answers cbench_handler gives here (reply_dirty_nif takes the big ones). */
 ERL_NIF_TERM nif_reply(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
+  return reply_here(env, argv);
+}
+
+static ERL_NIF_TERM reply_here(ErlNifEnv *env, const ERL_NIF_TERM argv[]) {
   cb_enif_in_t r;
   cb_codec_replies_t items;
   nif_server_t *res;

@@ -4,11 +4,11 @@
 -include_lib("stdlib/include/assert.hrl").
 
 -export([all/0, init_per_suite/1, end_per_suite/1]).
--export([owner_killed/1, direct_owner_dies/1, resource_after_stop/1, port_in_use/1]).
+-export([owner_killed/1, direct_owner_dies/1, resource_after_stop/1, port_in_use/1, big_calls_dirty/1]).
 
 -include("cbench_routes_cases.hrl").
 
-all() -> cbench_routes:cases() ++ cbench_roadrunner_wire:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [owner_killed, direct_owner_dies, resource_after_stop, port_in_use].
+all() -> cbench_routes:cases() ++ cbench_roadrunner_wire:cases() ++ cbench_stubs:cases() ++ cbench_stubs:h2_cases() ++ [owner_killed, direct_owner_dies, resource_after_stop, port_in_use, big_calls_dirty].
 
 init_per_suite(Config) -> cbench_routes:start(nif, Config).
 
@@ -67,6 +67,80 @@ port_in_use(_Config) ->
     ?assertEqual({error, eaddrinuse}, cbench:start_server(port, #{port => P})),
     ?assertEqual({error, eaddrinuse}, cbench:start_server(ehttpd, #{port => P})),
     ok = cbench:stop_server(S).
+
+%% The calls whose work grows with their input run on a dirty CPU scheduler when big (docs/erlang.md):
+%% the stub list of 100,000 stubs (always dirty), and reply calls over 256 KiB or 256 answers, which
+%% cbench_nif:dirty_replies_nif/0 counts, while a small reply stays on the normal scheduler (not
+%% counted). Each answer is checked byte for byte.
+big_calls_dirty(_Config) ->
+    {ok, S} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    File = filename:join(filename:basedir(user_cache, "cbench_nif_SUITE"), "stubs.json"),
+    ok = filelib:ensure_dir(File),
+    N = 100000,
+    Stubs = lists:join(<<",\n">>, [[<<"{\"match\": {\"path\": \"/s">>, integer_to_binary(I),
+                                   <<"\"}, \"response\": {\"status\": 200}}">>] || I <- lists:seq(1, N)]),
+    ok = file:write_file(File, [<<"[">>, Stubs, <<"]">>]),
+    {ok, Ids} = cbench:load_stubs(S, File),
+    ?assertEqual(N, length(Ids)),
+    Listed = cbench:stubs(S),
+    ?assertEqual(N, length(Listed)),
+    ?assertEqual(Ids, [Id || #{id := Id} <- Listed]),
+    ?assertEqual([<<"stub_1">>, <<"stub_100000">>],
+                 [Name || #{name := Name} <- [hd(Listed), lists:last(Listed)]]),
+    ok = cbench:reset(S), %% room for the handler's route (100,000 routes at most)
+    {ok, _} = cbench:handle(S, "/h", self(), #{}),
+    Port = cbench:port(S),
+    Big = << <<(I rem 251)>> || I <- lists:seq(1, 32 bsl 20) >>,
+    Pieces = [<<I:8192>> || I <- lists:seq(1, 300)], %% an iolist of 300 KiB
+    Edge = binary:copy(<<"e">>, 256 bsl 10), %% 256 KiB: the most that stays
+    Cases = [{<<"small">>, 0}, {Big, 1}, {Pieces, 1}, {Edge, 0}, {[Edge, $+], 1}, {<<"x">>, 0}],
+    [begin
+         D0 = cbench_nif:dirty_replies_nif(),
+         {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+         ok = gen_tcp:send(Sock, <<"GET /h HTTP/1.1\r\nhost: x\r\n\r\n">>),
+         R = receive {cbench_request, Req} -> Req after 10000 -> error(no_request) end,
+         ok = cbench:reply(R, 200, [], Body),
+         Want = iolist_to_binary(Body),
+         {ok, Got, <<>>} = read_body(Sock, <<>>),
+         gen_tcp:close(Sock),
+         ?assertEqual({byte_size(Want), erlang:md5(Want)}, {byte_size(Got), erlang:md5(Got)}),
+         ?assertEqual({byte_size(Want), Dirty}, {byte_size(Want), cbench_nif:dirty_replies_nif() - D0})
+     end || {Body, Dirty} <- Cases],
+    %% 300 small answers in one replies/1: one dirty call; 256 stay.
+    [begin
+         D0 = cbench_nif:dirty_replies_nif(),
+         Socks = [begin
+                      {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, Port, [binary, {active, false}]),
+                      ok = gen_tcp:send(Sock, <<"GET /h HTTP/1.1\r\nhost: x\r\n\r\n">>),
+                      Sock
+                  end || _ <- lists:seq(1, Count)],
+         Reqs = [receive {cbench_request, Req} -> Req after 10000 -> error(no_request) end
+                 || _ <- lists:seq(1, Count)],
+         ?assertEqual(lists:duplicate(Count, ok), cbench:replies([{R, 200, [], <<"r">>} || R <- Reqs])),
+         [{ok, <<"r">>, <<>>} = read_body(Sock, <<>>) || Sock <- Socks],
+         [gen_tcp:close(Sock) || Sock <- Socks],
+         ?assertEqual({Count, Dirty}, {Count, cbench_nif:dirty_replies_nif() - D0})
+     end || {Count, Dirty} <- [{256, 0}, {300, 1}]],
+    ok = cbench:stop_server(S).
+
+%% The body of one content-length response, and the bytes read after it.
+read_body(Sock, Buf) ->
+    case binary:split(Buf, <<"\r\n\r\n">>) of
+        [Head, Rest] ->
+            {match, [Len]} = re:run(string:lowercase(Head), "\r\ncontent-length: *([0-9]+)",
+                                    [{capture, all_but_first, binary}]),
+            read_n(Sock, Rest, binary_to_integer(Len));
+        [_] ->
+            {ok, More} = gen_tcp:recv(Sock, 0, 10000),
+            read_body(Sock, <<Buf/binary, More/binary>>)
+    end.
+
+read_n(_Sock, Buf, Len) when byte_size(Buf) >= Len ->
+    <<Body:Len/binary, Rest/binary>> = Buf,
+    {ok, Body, Rest};
+read_n(Sock, Buf, Len) ->
+    {ok, More} = gen_tcp:recv(Sock, 0, 10000),
+    read_n(Sock, <<Buf/binary, More/binary>>, Len).
 
 wait_refused(_P, 0) -> {error, still_listening};
 wait_refused(P, N) ->
