@@ -45,6 +45,8 @@
 %% The C engine writes generated content in runs of at most this many bytes (CB__GEN_SPAN), so a
 %% chunked piece of it is that many chunks.
 -define(GEN_SPAN, 1048576).
+%% A templated header value is cut at this many bytes (src/kinds/stub.c, TPL_MAX_VALUE).
+-define(TPL_MAX_VALUE, 8192).
 
 %% Process dictionary keys (see the module doc). ?HELD: the bytes this connection holds of the
 %% server's echo budget (echo_hold/2), given back when it ends whatever way it ends.
@@ -1334,36 +1336,44 @@ peer_ip(S) ->
 %% A template rendered for Req (src/kinds/template.c does the same): each placeholder replaced by the
 %% request's value, escaped nowhere, a missing one empty; in a header value, the inserted bytes a
 %% field value cannot hold (control bytes but HTAB) are left out, the value is cut at 8192 bytes
-%% and trimmed of spaces and tabs at its ends.
+%% and trimmed of spaces and tabs at its ends. A header value is rendered only up to the cut, so one
+%% that repeats {{body}} never builds more than it sends.
 render(#{tpl_body := BodyT, tpl_headers := HeadersT, tpl_seq := A, tpl_path := Pattern}, Req) ->
     Seq = atomics:add_get(A, 1, 1),
     {Path, Query} = split_target(Req#req.target),
     Ctx = {Req, params(Pattern, Path), Query, Seq},
-    Headers = [{N, edge_trim(cut(iolist_to_binary([value(P, Ctx, header) || P <- T])))}
-               || {N, T} <- HeadersT],
-    {Headers, {data, iolist_to_binary([value(P, Ctx, body) || P <- BodyT])}}.
+    Headers = [{N, edge_trim(header_value(T, Ctx, ?TPL_MAX_VALUE, []))} || {N, T} <- HeadersT],
+    {Headers, {data, iolist_to_binary([value(P, Ctx) || P <- BodyT])}}.
+
+%% A header value's pieces, Room bytes at most in all.
+header_value([P | T], Ctx, Room, Acc) when Room > 0 ->
+    V = case P of
+            Lit when is_binary(Lit) -> binary:part(Lit, 0, min(Room, byte_size(Lit)));
+            _ -> field_bytes(value(P, Ctx), Room, <<>>)
+        end,
+    header_value(T, Ctx, Room - byte_size(V), [V | Acc]);
+header_value(_, _Ctx, _Room, Acc) ->
+    iolist_to_binary(lists:reverse(Acc)).
+
+%% The first Room bytes of V that a field value can hold (control bytes but HTAB are left out).
+field_bytes(<<C, Rest/binary>>, Room, Acc) when Room > 0 ->
+    case C >= 32 andalso C =/= 127 orelse C =:= $\t of
+        true -> field_bytes(Rest, Room - 1, <<Acc/binary, C>>);
+        false -> field_bytes(Rest, Room, Acc)
+    end;
+field_bytes(_, _Room, Acc) -> Acc.
 
 params({segments, Segs}, <<"/", Rest/binary>>) ->
     [{N, V} || {{param, N}, V} <- lists:zip(Segs, binary:split(Rest, <<"/">>, [global]))];
 params(_, _) -> [].
 
-value(Lit, _Ctx, _Kind) when is_binary(Lit) -> Lit;
-value(P, {Req, Params, Query, Seq}, Kind) ->
-    V = case P of
-            method -> Req#req.method;
-            body -> Req#req.body;
-            seq -> integer_to_binary(Seq);
-            {path, N} -> proplists:get_value(N, Params, <<>>);
-            {query, N} -> proplists:get_value(N, cbench_router:query_fields(Query), <<>>);
-            {header, N} -> proplists:get_value(N, Req#req.headers, <<>>)
-        end,
-    case Kind of
-        body -> V;
-        header -> << <<C>> || <<C>> <= V, C >= 32 andalso C =/= 127 orelse C =:= $\t >>
-    end.
-
-cut(<<V:8192/binary, _/binary>>) -> V;
-cut(V) -> V.
+value(Lit, _Ctx) when is_binary(Lit) -> Lit;
+value(method, {Req, _, _, _}) -> Req#req.method;
+value(body, {Req, _, _, _}) -> Req#req.body;
+value(seq, {_, _, _, Seq}) -> integer_to_binary(Seq);
+value({path, N}, {_, Params, _, _}) -> proplists:get_value(N, Params, <<>>);
+value({query, N}, {_, _, Query, _}) -> proplists:get_value(N, cbench_router:query_fields(Query), <<>>);
+value({header, N}, {Req, _, _, _}) -> proplists:get_value(N, Req#req.headers, <<>>).
 
 edge_trim(V) -> cbench_http:trim_ows(V).
 

@@ -90,10 +90,12 @@ typedef struct {
  * or unclosed placeholder, a parameter the pattern does not have) or UV_ENOMEM. */
 int cb__tpl_compile(const char *text, size_t n, cb_str_t pattern, cb__tpl_t *t);
 void cb__tpl_free(cb__tpl_t *t);
-/* Writes the template for r into dst (NULL: only measures) and returns the length. header: a header value, from
- * whose inserted values the bytes a field value cannot hold are left out. */
+/* Writes the template for r into dst (NULL: only measures) and returns the length, at most max: the rendering
+ * stops there, so a value that is cut (a header's, at 8,192 bytes) is never sized or written past the cut however
+ * often it inserts {{body}}. header: a header value, from whose inserted values the bytes a field value cannot
+ * hold are left out. */
 size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, size_t body_len, uint64_t seq,
-                      int header, char *dst);
+                      int header, size_t max, char *dst);
 
 /* ---- fault.c: faults, one more kind of answer (docs/faults.md) ---- */
 

@@ -339,7 +339,9 @@ static void trim(cb__hdr_t *h) {
   while (h->value_len && (h->value[h->value_len - 1] == ' ' || h->value[h->value_len - 1] == '\t')) h->value_len--;
 }
 
-#define TPL_MAX_VALUE 8192 /* a rendered header value is cut there, as a stub's own values are bounded */
+/* A rendered header value is cut there, as a stub's own values are bounded; it is rendered only up to the cut, so
+ * a value that repeats {{body}} costs (and holds from the echo budget) no more than it sends. */
+#define TPL_MAX_VALUE 8192
 
 static void tpl_start(cb__req_t *r, stub_t *st) {
   r->head_key = 0;
@@ -354,10 +356,10 @@ static void tpl_start(cb__req_t *r, stub_t *st) {
   size_t bl = STUB(r)->len, hbytes = 0, n = 0;
   size_t hlen[CB_MAX_HEADERS];
   for (int i = 0; i < st->nheaders; i++) {
-    hlen[i] = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, NULL);
+    hlen[i] = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, TPL_MAX_VALUE, NULL);
     hbytes += hlen[i];
   }
-  if (!no_body) n = cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, NULL);
+  if (!no_body) n = cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, SIZE_MAX, NULL);
   size_t out_n = head_only ? 0 : n;
   char *hbuf = NULL, *out = NULL;
   if (cb__echo_hold(r->conn, hbytes + out_n) != 0) { /* over the budget: 503, not a part of the answer */
@@ -379,12 +381,11 @@ static void tpl_start(cb__req_t *r, stub_t *st) {
     hs[i].name = st->headers[i].name;
     hs[i].name_len = st->headers[i].name_len;
     hs[i].value = hbuf + o;
-    hs[i].value_len = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, hbuf + o);
+    hs[i].value_len = cb__tpl_render(&st->hdr_tpl[i], r, b, bl, seq, 1, TPL_MAX_VALUE, hbuf + o);
     o += hlen[i];
-    if (hs[i].value_len > TPL_MAX_VALUE) hs[i].value_len = TPL_MAX_VALUE;
     trim(&hs[i]);
   }
-  if (out_n) cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, out);
+  if (out_n) cb__tpl_render(&st->body_tpl, r, b, bl, seq, 0, out_n, out);
   cb__res_head(r, st->status, NULL, hs, st->nheaders, no_body ? CB__NO_BODY : (int64_t)n);
   free(hbuf); /* the head is written (HTTP/1.1) or its fields copied (nghttp2) */
   cb__echo_release(r->conn, hbytes);

@@ -114,11 +114,11 @@ static int hexval(char ch) {
 
 static int header_byte(char c) { return (unsigned char)c >= 0x20 ? c != 0x7f : c == '\t'; }
 
-/* Percent-decodes src (and '+' as space) into dst (NULL: only counts), as the query matchers decode; header:
- * the decoded bytes a field value cannot hold are left out. */
-static size_t url_decode(char *dst, const char *src, size_t n, int header) {
+/* Percent-decodes src (and '+' as space) into dst (NULL: only counts), as the query matchers decode, and stops
+ * at room bytes; header: the decoded bytes a field value cannot hold are left out. */
+static size_t url_decode(char *dst, const char *src, size_t n, int header, size_t room) {
   size_t o = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n && o < room; i++) {
     char c = src[i];
     if (c == '+') {
       c = ' ';
@@ -143,7 +143,7 @@ static int query_value(const cb__req_t *r, const char *name, size_t n, const cha
     const char *eq = memchr(p, '=', (size_t)(fe - p));
     const char *ne = eq ? eq : fe;
     char dec[256];
-    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p), 0) == n && memcmp(dec, name, n) == 0) {
+    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p), 0, sizeof dec) == n && memcmp(dec, name, n) == 0) {
       *v = eq ? eq + 1 : fe;
       *vl = (size_t)(fe - *v);
       return 1;
@@ -160,15 +160,16 @@ static int same_lower(const char *a, size_t n, const char *lower, size_t ln) {
   return 1;
 }
 
-/* A header value may not hold what an inserted value can bring (CR, LF, NUL, other control bytes but HTAB):
- * those bytes are left out. */
-static size_t put_value(char *dst, const char *v, size_t n, int header) {
+/* At most room bytes of v[0..n) into dst (NULL: only counts). A header value may not hold what an inserted value
+ * can bring (CR, LF, NUL, other control bytes but HTAB): those bytes are left out. */
+static size_t put_value(char *dst, const char *v, size_t n, int header, size_t room) {
   if (!header) {
+    if (n > room) n = room;
     if (dst && n) memcpy(dst, v, n);
     return n;
   }
   size_t o = 0;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n && o < room; i++)
     if (header_byte(v[i])) {
       if (dst) dst[o] = v[i];
       o++;
@@ -177,17 +178,16 @@ static size_t put_value(char *dst, const char *v, size_t n, int header) {
 }
 
 size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, size_t body_len, uint64_t seq,
-                      int header, char *dst) {
+                      int header, size_t max, char *dst) {
   size_t o = 0;
-  for (int k = 0; k < t->n; k++) {
+  for (int k = 0; k < t->n && o < max; k++) {
     const cb__tpl_piece_t *pc = &t->p[k];
     char num[24];
     const char *v = NULL;
     size_t vl = 0;
     switch (pc->kind) {
       case CB__TPL_LIT:
-        if (dst) memcpy(dst + o, pc->str, pc->len);
-        o += pc->len;
+        o += put_value(dst ? dst + o : NULL, pc->str, pc->len, 0, max - o);
         continue;
       case CB__TPL_METHOD:
         v = r->method_str;
@@ -212,7 +212,7 @@ size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, 
         size_t rl;
         if (query_value(r, pc->str, pc->len, &raw, &rl)) {
           /* Decoded, as the matchers compare it. */
-          o += url_decode(dst ? dst + o : NULL, raw, rl, header);
+          o += url_decode(dst ? dst + o : NULL, raw, rl, header, max - o);
         }
         continue;
       }
@@ -227,7 +227,7 @@ size_t cb__tpl_render(const cb__tpl_t *t, const cb__req_t *r, const char *body, 
       default:
         break;
     }
-    if (v != NULL) o += put_value(dst ? dst + o : NULL, v, vl, header);
+    if (v != NULL) o += put_value(dst ? dst + o : NULL, v, vl, header, max - o);
   }
   return o;
 }
