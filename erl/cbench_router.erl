@@ -238,9 +238,11 @@ near_body({Buckets, Wild}, Method, Target, Query, Headers, Body) ->
            end,
     Routes = lists:ukeysort(#route.order, Wild ++ lists:append(maps:values(Buckets))),
     put({?MODULE, json}, undefined),
+    %% The query decoded once for every stub: each query matcher is then one lookup.
+    Fields = query_index(Query),
     Scored = lists:sort([{Score, R#route.order, Name, Id, Parts}
                          || R = #route{target = {stub, Id, Name, _, _}} <- Routes,
-                            {Score, Parts} <- [near_score(R, Method, Path, Query, Headers, Body)]]),
+                            {Score, Parts} <- [near_score(R, Method, Path, Fields, Headers, Body)]]),
     case lists:sublist(Scored, 3) of
         [] -> none;
         Best ->
@@ -259,16 +261,14 @@ near_parts(Match, Method, Path, Query, Headers, Body) ->
     put({?MODULE, json}, undefined),
     %% A route of its own for the match (the target is not looked at).
     {Score, Parts} = near_score(route(0, Match, {fixture, expectation, 1}, undefined), Method, Path,
-                                Query, Headers, Body),
+                                query_index(Query), Headers, Body),
     {Score, [iolist_to_binary(part(P, false)) || P <- Parts]}.
 
-near_score(R, Method, Path, Query, Headers, Body) ->
-    Fields = query_fields(Query),
+near_score(R, Method, Path, Fields, Headers, Body) ->
     Parts = [<<"method">> || R#route.methods =/= any, not method_matches(R#route.methods, Method)]
         ++ [<<"path">> || not path_matches(R#route.path, Path)]
         ++ [{<<"header ">>, N} || M = {N, _} <- R#route.headers, not all_present([M], Headers)]
-        ++ [{<<"query ">>, N} || M = {N, _} <- R#route.query,
-                                         not all_present([M], Fields)]
+        ++ [{<<"query ">>, N} || M = {N, _} <- R#route.query, not query_present(M, Fields)]
         ++ case {R#route.body, Body} of
                {any, _} -> [];
                {_, unknown} -> [<<"body (not read)">>];
@@ -360,6 +360,16 @@ all_present(Matchers, Fields) ->
     lists:all(fun({N, present}) -> lists:keymember(N, 1, Fields);
                  ({N, {equal, V}}) -> lists:member({N, V}, Fields)
               end, Matchers).
+
+%% The fields of a query as a set of their names and of their name=value pairs, so that scoring
+%% a 404 against every stub costs one lookup per query matcher, not a scan of every field for each
+%% (src/kinds/near_miss.c indexes them alike).
+query_index(Query) ->
+    maps:from_list(lists:append([[{{name, N}, true}, {{pair, N, V}, true}]
+                                 || {N, V} <- query_fields(Query)])).
+
+query_present({N, present}, Index) -> is_map_key({name, N}, Index);
+query_present({N, {equal, V}}, Index) -> is_map_key({pair, N, V}, Index).
 
 %% @doc A query string split into its `name=value' fields (`name' alone has the value <<>>),
 %% each percent-decoded with `+' as a space (a `%' not followed by two hex digits stays as it is).

@@ -253,6 +253,11 @@ int cb__testconn_free(cb__testconn_t *tc) {
 
 int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs, int nhdrs,
                       char out[][256], int max) {
+  return cb__testconn_near_counted(tc, method, target, hdrs, nhdrs, out, max, NULL);
+}
+
+int cb__testconn_near_counted(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs,
+                              int nhdrs, char out[][256], int max, uint64_t *work) {
   cb__hdr_t h[16];
   cb__req_t r;
   memset(&r, 0, sizeof r);
@@ -270,7 +275,7 @@ int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target
   r.nheaders = nhdrs;
   r.content_length = -1;
   cb__near_t near[CB__NEAR_MAX];
-  int n = cb__near_misses(tc->w->table, &r, near);
+  int n = cb__near_misses(tc->w->table, &r, near, work);
   for (int i = 0; i < n && i < max; i++) {
     int k = snprintf(out[i], 256, "%.*s %u: ", (int)near[i].route->name_len, near[i].route->name, near[i].score);
     if (k > 0 && k < 256) cb__near_text(&near[i], out[i] + k, 256 - (size_t)k);

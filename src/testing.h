@@ -81,6 +81,9 @@ int cb__testconn_route_add(cb__testconn_t *tc, const cb_stub_t *stub, uint64_t *
  * hdrs as "name:value" (names lowercased), out[i] "NAME SCORE: the parts that differ", best first. */
 int cb__testconn_near(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs, int nhdrs,
                       char out[][256], int max);
+/* The same, adding to *work the units of work its query matchers took (kinds/kinds.h, cb__near_misses). */
+int cb__testconn_near_counted(cb__testconn_t *tc, const char *method, const char *target, const char *const *hdrs,
+                              int nhdrs, char out[][256], int max, uint64_t *work);
 
 /* How many times the connections of srv's workers wrote their queued output (one flush: one write or writev,
  * more after a short one). Read while the server is quiet. */

@@ -62,10 +62,12 @@ typedef struct {
   uint32_t headers;  /* bit i: header matcher i differs */
   uint32_t query;    /* bit i: query matcher i differs */
 } cb__near_t;
-/* Scores every stub of t (fixture routes are not stubs) against r; fills out[] best first, returns how many. */
-int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
+/* Scores every stub of t (fixture routes are not stubs) against r; fills out[] best first, returns how many.
+ * work (NULL: not counted; tests read it): adds the units of work the query matchers took (below). */
+int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX], uint64_t *work);
 /* The same over routes[0..nroutes) in matching order (cb_server_near_misses scores a snapshot of the stubs). */
-int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]);
+int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb__near_t out[CB__NEAR_MAX],
+                       uint64_t *work);
 /* The differing parts as text, "method, path, header x-k, query a, body": at most cap bytes with the NUL. */
 size_t cb__near_text(const cb__near_t *n, char *buf, size_t cap);
 /* The body of a 404 with near misses under r->table, malloc'd (*len bytes), JSON when the request accepts

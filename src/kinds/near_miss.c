@@ -7,7 +7,118 @@
 
 #include "kinds/kinds.h"
 
-static unsigned score_route(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in, cb__near_t *n) {
+/* ---- the request's query, indexed once ----
+ * A query matcher is met by a parameter with its decoded name (and, when it has a value, that decoded value).
+ * The dispatch compares each matcher with the parameters in turn, which is right for the few stubs that get that
+ * far; scoring a 404 asks every stub, so 100,000 stubs against a 64 KiB query would be billions of decodings for
+ * one request. The query is decoded once instead, into a hash set of its names and of its name=value pairs, and
+ * each matcher costs one lookup. Work (cb__near_misses): one unit per parameter indexed and one per slot a lookup
+ * probes (two keys a parameter), so one 404 costs a few units per parameter and per query matcher. */
+
+typedef struct {
+  const char *name, *value; /* decoded, in the index's buffer; value NULL: the name alone */
+  size_t name_len, value_len;
+  uint64_t hash; /* 0: an empty slot */
+} qslot_t;
+
+typedef struct {
+  int state;    /* 0: not built yet, 1: built, -1: no memory (the matchers then compare parameters in turn) */
+  qslot_t *slots;
+  size_t mask;
+  char *dec;    /* the decoded names and values */
+  uint64_t *work;
+} qindex_t;
+
+/* FNV-1a over the name, a separator that no length can be confused with, the value; then splitmix64's
+ * finaliser. Never 0 (0 marks an empty slot). The names are the test author's and the client's: a client could
+ * make its own parameters collide, which costs its own request only. */
+static uint64_t qhash(const char *name, size_t nl, const char *value, size_t vl) {
+  uint64_t x = 14695981039346656037ull;
+  for (size_t i = 0; i < nl; i++) x = (x ^ (uint8_t)name[i]) * 1099511628211ull;
+  x = (x ^ (value ? 0x100u + (uint64_t)vl : 0x200u)) * 1099511628211ull;
+  for (size_t i = 0; value && i < vl; i++) x = (x ^ (uint8_t)value[i]) * 1099511628211ull;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x | 1;
+}
+
+static int qslot_is(const qslot_t *s, uint64_t h, const char *name, size_t nl, const char *value, size_t vl) {
+  return s->hash == h && s->name_len == nl && memcmp(s->name, name, nl) == 0 && (s->value == NULL) == (value == NULL) &&
+         (value == NULL || (s->value_len == vl && memcmp(s->value, value, vl) == 0));
+}
+
+/* The slot that holds the key, or the empty slot where it would go (h: its hash). */
+static qslot_t *qfind(qindex_t *ix, uint64_t h, const char *name, size_t nl, const char *value, size_t vl) {
+  for (size_t i = (size_t)h & ix->mask;; i = (i + 1) & ix->mask) {
+    if (ix->work) ++*ix->work;
+    qslot_t *s = &ix->slots[i];
+    if (s->hash == 0 || qslot_is(s, h, name, nl, value, vl)) return s;
+  }
+}
+
+/* Adds a key once (a parameter repeated adds nothing). */
+static void qinsert(qindex_t *ix, const char *name, size_t nl, const char *value, size_t vl) {
+  uint64_t h = qhash(name, nl, value, vl);
+  qslot_t *s = qfind(ix, h, name, nl, value, vl);
+  if (s->hash == 0) *s = (qslot_t){name, value, nl, vl, h};
+}
+
+static void qindex_build(qindex_t *ix, const cb__match_in_t *in) {
+  size_t nparams = 1;
+  for (size_t i = 0; i < in->query_len; i++) nparams += in->query[i] == '&';
+  size_t cap = 16;
+  while (cap < 4 * nparams) cap *= 2; /* two keys a parameter, the table at most half full */
+  ix->slots = calloc(cap, sizeof *ix->slots);
+  ix->dec = malloc(in->query_len ? in->query_len : 1);
+  if (ix->slots == NULL || ix->dec == NULL) {
+    free(ix->slots);
+    free(ix->dec);
+    ix->slots = NULL;
+    ix->dec = NULL;
+    ix->state = -1;
+    return;
+  }
+  ix->mask = cap - 1;
+  ix->state = 1;
+  char *o = ix->dec;
+  const char *p = in->query, *end = in->query + in->query_len;
+  while (p < end) {
+    const char *amp = memchr(p, '&', (size_t)(end - p));
+    const char *pe = amp ? amp : end;
+    const char *eq = memchr(p, '=', (size_t)(pe - p));
+    const char *ne = eq ? eq : pe;
+    const char *v = eq ? eq + 1 : pe; /* a name alone has the empty value, as the dispatch compares it */
+    char *name = o;
+    size_t nl = cb__url_decode(name, p, (size_t)(ne - p));
+    char *value = name + nl;
+    size_t vl = cb__url_decode(value, v, (size_t)(pe - v));
+    o = value + vl;
+    qinsert(ix, name, nl, NULL, 0);
+    qinsert(ix, name, nl, value, vl);
+    p = pe + 1;
+  }
+}
+
+static void qindex_free(qindex_t *ix) {
+  free(ix->slots);
+  free(ix->dec);
+}
+
+/* Whether query matcher i of rt is met, the index built at the first matcher that asks. */
+static int query_ok(qindex_t *ix, const cb__route_t *rt, int i, const cb__match_in_t *in) {
+  if (in->query == NULL) return 0; /* no '?' at all */
+  if (ix->state == 0) qindex_build(ix, in);
+  if (ix->state < 0) return cb__route_query_ok(rt, i, in);
+  const cb__matcher_t *m = &rt->query[i];
+  return qfind(ix, qhash(m->name, m->name_len, m->value, m->value_len), m->name, m->name_len, m->value,
+               m->value_len)->hash != 0;
+}
+
+static unsigned score_route(const cb__route_t *rt, cb__req_t *r, const cb__match_in_t *in, qindex_t *ix,
+                            cb__near_t *n) {
   memset(n, 0, sizeof *n);
   n->route = rt;
   if (!cb__route_match_path(rt, r, in)) {
@@ -24,7 +135,7 @@ static unsigned score_route(const cb__route_t *rt, cb__req_t *r, const cb__match
       n->score++;
     }
   for (int i = 0; i < rt->nquery; i++)
-    if (!cb__route_query_ok(rt, i, in)) {
+    if (!query_ok(ix, rt, i, in)) {
       n->query |= 1u << i;
       n->score++;
     }
@@ -41,15 +152,17 @@ static unsigned score_route(const cb__route_t *rt, cb__req_t *r, const cb__match
   return n->score;
 }
 
-int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]) {
+int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb__near_t out[CB__NEAR_MAX],
+                       uint64_t *work) {
   int kept = 0;
   cb__match_in_t in;
   cb__match_in(r, &in);
+  qindex_t ix = {.work = work};
   for (int i = 0; i < nroutes; i++) {
     const cb__route_t *rt = routes[i];
     if (rt->fixture || rt->stub_id == 0) continue;
     cb__near_t n;
-    score_route(rt, r, &in, &n);
+    score_route(rt, r, &in, &ix, &n);
     /* Insert in order: a later route with an equal score stays after the earlier one. */
     int at = kept;
     while (at > 0 && out[at - 1].score > n.score) at--;
@@ -59,13 +172,14 @@ int cb__near_misses_of(cb__route_t *const *routes, int nroutes, cb__req_t *r, cb
     out[at] = n;
     if (kept < CB__NEAR_MAX) kept++;
   }
+  qindex_free(&ix);
   return kept;
 }
 
-int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX]) {
+int cb__near_misses(const cb__rtable_t *t, cb__req_t *r, cb__near_t out[CB__NEAR_MAX], uint64_t *work) {
   int nroutes;
   cb__route_t *const *routes = cb__rtable_routes(t, &nroutes);
-  return cb__near_misses_of(routes, nroutes, r, out);
+  return cb__near_misses_of(routes, nroutes, r, out, work);
 }
 
 /* Calls fn once for each differing part of a near miss, in the order every writer lists them: the part is
@@ -204,7 +318,7 @@ static int accepts_json(const cb__req_t *r) {
 
 char *cb__near_body(cb__req_t *r, size_t *len, int *json) {
   cb__near_t near[CB__NEAR_MAX];
-  int n = cb__near_misses(r->table, r, near);
+  int n = cb__near_misses(r->table, r, near, NULL);
   if (n == 0) return NULL;
   int js = accepts_json(r);
   sbuf_t b = {0};
@@ -323,7 +437,7 @@ static int score_request(near_priv_t *pv, cb__route_t *const *routes, int nroute
     r.mbody_len = q->body.len;
   }
   cb__near_t near[CB__NEAR_MAX];
-  int n = cb__near_misses_of(routes, nroutes, &r, near);
+  int n = cb__near_misses_of(routes, nroutes, &r, near, NULL);
   cb__req_body_json_free(&r);
   x->seq = q->seq;
   x->method = q->method;
