@@ -6,8 +6,8 @@
 %%%
 %%% The group hostile (issue 22) runs the program itself against gen_tcp servers that attack it
 %%% (a WebSocket ping flood that never reads, three answers per request, a 200 instead of the 101,
-%%% endless heads, chunked bodies and 100 Continues, two echoes per message, a second h2 answer on a
-%%% stream the client did not open) and asserts its exit status, its error counters and its peak
+%%% endless heads, chunked bodies and 100 Continues (before an answer, and before a WebSocket 101),
+%%% two echoes per message, a second h2 answer on a stream the client did not open) and asserts its exit status, its error counters and its peak
 %%% RSS against a run with a silent server.
 %%%
 %%% Loads are short (0.3-1 s, 3 s for the SIGSTOP case) and no timing is asserted except the one
@@ -22,14 +22,14 @@
          h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
          api_small_rate/1, open_loop_rate_unreachable/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
-         ws_bad_echo/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
+         ws_bad_echo/1, ws_interim_1xx/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
          tls_wrong_host/1, tls_stalled_and_closed/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
          endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1, h2_goaway_then_silence/1,
-         status_over_599/1]).
+         status_over_599/1, ws_endless_continue/1]).
 
 all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coordinated_omission,
           cli_usage, api_bad_input].
@@ -39,13 +39,13 @@ groups() ->
                    echo_with_headers, h2c_streams, h2c_head_and_echo, h2c_server_stream_limit, h2c_big_body,
                    open_loop_schedule, open_loop_tiny_rate, api_small_rate, open_loop_rate_unreachable,
                    status_500, ws_engine]},
-     {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo, ws_long_path,
+     {faults, [], [reset_server, stalled_server, refused_connect, ws_echo, ws_bad_echo, ws_interim_1xx, ws_long_path,
                    ws_host_header, ws_route_missing]},
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
                 tls_wrong_host, tls_stalled_and_closed]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
                     endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects,
-                    h2_goaway_then_silence, status_over_599]}].
+                    h2_goaway_then_silence, status_over_599, ws_endless_continue]}].
 
 init_per_suite(Config) ->
     {ok, _} = application:ensure_all_started(cbench),
@@ -406,6 +406,24 @@ until_sent(Url, Opts = #{duration := D}, Tries) ->
             R
     end.
 
+%% Interim answers before the 101 (RFC 9110 15.2: a client parses 1xx before the final answer): a 100
+%% Continue and a 103 Early Hints with a field, each connection's, then the 101 and the echoes. Before:
+%% the 100 failed the upgrade (a protocol error counted under status 100), nothing was sent.
+ws_interim_1xx(_Config) ->
+    Interim = <<"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n">>,
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, Head, Early} = recv_head(S, <<>>),
+                                        ok = gen_tcp:send(S, Interim),
+                                        ws_accept(S, Head),
+                                        ws_loop(S, Early, fun(M) -> M end)
+                                end),
+    R = until_sent("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws",
+                   #{connections => 2, depth => 2, duration => 1}),
+    Stop(),
+    #{requests := #{completed := N}, bytes := #{body := Body}, status := St} = no_errors(R),
+    ?assertEqual(N * 1024, Body),
+    ?assertEqual(#{}, St).
+
 %% The upgrade request on a path longer than the 2 KiB the request was once formatted into: the
 %% server reads exactly the request, and echoes. Before: snprintf truncated it there and the length it
 %% would have had was appended from that buffer, a read past its end (ASan: stack-buffer-overflow)
@@ -752,6 +770,21 @@ endless_continue(Config) ->
     #{requests := #{sent := N, completed := 0}, errors := #{timeout := N, protocol := 0}} = R,
     ?assertEqual(3, Exit, R),
     ?assert(N >= 1, R),
+    bounded(Config, Hwm, R).
+
+%% 100 Continue after 100 Continue before the 101, never the 101: the interim answers count toward
+%% the head's 1 MiB bound, so each connection's upgrade fails once they pass it, long before the
+%% timeout; nothing is sent and no status is counted (a 1xx is no final answer).
+ws_endless_continue(Config) ->
+    {Port, Stop} = fault_server(fun(S) ->
+                                        {ok, _, _} = recv_head(S, <<>>),
+                                        flood(S, binary:copy(<<"HTTP/1.1 100 Continue\r\n\r\n">>, 1000))
+                                end),
+    {Exit, R, Hwm} = watched("ws://127.0.0.1:" ++ integer_to_list(Port) ++ "/ws", #{}),
+    Stop(),
+    #{requests := #{sent := 0}, errors := #{upgrade := U, total := U}, status := #{}} = R,
+    ?assertEqual(3, Exit, R),
+    ?assert(U >= 1, R),
     bounded(Config, Hwm, R).
 
 %% Every message echoed twice: the second echo has no message in flight (depth 1): unsolicited.

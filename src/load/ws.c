@@ -23,6 +23,8 @@
  * a frame's header is judged when its first payload byte arrives: a server that sends the header of an
  * over-long or unsolicited frame and then nothing is counted by --timeout, not by the header's fault.
  *
+ * Interim 1xx answers before the 101 are skipped (on_message_complete); the 101 is the handshake's final answer.
+ *
  * The handshake's Sec-WebSocket-Accept is not verified (it needs SHA-1, which none of the libraries cbench
  * uses offers); a load generator loses nothing by trusting the 101. */
 #include <llhttp.h>
@@ -64,8 +66,20 @@ static int on_headers_complete(llhttp_t *p) {
   return 0;
 }
 
-/* Only a 101 may end the handshake's head; any other complete answer fails it (ws_read counts it). */
-static int on_message_complete(llhttp_t *p) { return ((ws_t *)p)->status == 101 ? 0 : HPE_USER; }
+/* Only a 101 may end the handshake's head; any other final answer fails it (ws_read counts it). An interim 1xx
+ * (100 Continue, 103 Early Hints: RFC 9110 15.2, a client parses them before the final answer) is skipped, and
+ * llhttp reads on into the next head; its status is forgotten, so that what follows it is judged alone. The
+ * interim answers' bytes count toward the head's bound (ws_read), so a server that sends them forever fails the
+ * upgrade once they pass CBL_MAX_HEAD. */
+static int on_message_complete(llhttp_t *p) {
+  ws_t *w = (ws_t *)p;
+  if (w->status == 101) return 0;
+  if (w->status >= 100 && w->status < 200) {
+    w->status = 0;
+    return 0;
+  }
+  return HPE_USER;
+}
 
 static const llhttp_settings_t settings = {
   .on_headers_complete = on_headers_complete,

@@ -1,12 +1,13 @@
 /* libFuzzer on what cbench-load reads from a server (make load-fuzz; docs/testing.md): the HTTP/1.1 answer reader
- * (src/load/h1.c), the h2 frame reader (src/load/h2.c) or, after a fixed 101, the WebSocket frame reader
- * (src/load/ws.c), fed the input in reads of a
+ * (src/load/h1.c), the h2 frame reader (src/load/h2.c) or the WebSocket reader (src/load/ws.c: after a fixed
+ * 101, or from the handshake's answer on), fed the input in reads of a
  * size the input chooses, with the connection's requests in flight refilled or not, and the output taken by the
  * "socket" or left to pile up. No loop and no socket: a connection and its thread are set up by hand, as
  * thread.c would, and the protocol's read, flush and eof are called as on_read calls them.
  *
  * The input: byte 0 = flags (bit 0: WebSocket, else HTTP/1.1; bit 1: refill the requests in flight before each
- * read; bit 2: the socket takes the output after each read; bit 3: h2, over bits 0's choice), byte 1 = the read
+ * read; bit 2: the socket takes the output after each read; bit 3: h2, over bits 0's choice; bit 4, with bit 0:
+ * no fixed 101, the bytes begin with the handshake's answer, interim 1xx and all), byte 1 = the read
  * size - 1, the rest = the bytes. Besides the sanitizers' checks, it aborts when one read queues more output than
  * one pong frame (pings are coalesced: however many a read holds, one pong answers them) or when the output
  * queued passes CBL_OUT_HIGH by more than one pong frame: reading must never queue output without a bound. Over
@@ -127,8 +128,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else {
     refill();
   }
-  if (rc == 0 && (flags & 1)) rc = proto->read(&conn, upgraded, sizeof upgraded - 1);
-  if (rc == 0 && (flags & 1) && !proto->ready(&conn)) abort(); /* the fixed 101 must upgrade */
+  bool fixed_101 = (flags & 1) && !(flags & 16);
+  if (rc == 0 && fixed_101) rc = proto->read(&conn, upgraded, sizeof upgraded - 1);
+  if (rc == 0 && fixed_101 && !proto->ready(&conn)) abort(); /* the fixed 101 must upgrade */
   for (size_t off = 0; rc == 0 && off < size && !conn.done_clean; off += step) {
     if ((flags & 2) && rc == 0) {
       if (h2) rc = refill_h2(proto);

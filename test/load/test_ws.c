@@ -6,7 +6,8 @@
  * unknown opcodes, control frames fragmented or over 125 bytes, continuation without a message, a message inside
  * a message, a message with nothing in flight (unsolicited), frames and messages longer or shorter than the
  * message sent, and the pong held while the output is at CBL_OUT_HIGH. As fuzz_load.c, no loop and no socket:
- * a connection and its thread are set up by hand. */
+ * a connection and its thread are set up by hand. The handshake cases read the server's answer from its first
+ * byte: interim 1xx answers before the 101 skipped, the final answer after them judged alone, the head's bound. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,82 @@ static void run_case(const wire_case_t *c, size_t step) {
   conn_close();
 }
 
+/* The handshake's answer: the server's exact bytes from the first, read whole, by 1 and by 3 bytes, with one
+ * echo awaited once upgraded. Interim 1xx answers (RFC 9110 15.2) before the 101 are skipped, whatever their
+ * fields; the 101 is the final answer, and any other final answer fails the upgrade as before, counted by its
+ * status when that is not 2xx (never by a 1xx skipped before it). */
+typedef struct {
+  const char *name;
+  const char *bytes;
+  size_t len;
+  int rc;             /* 0 or CBL_FAIL(kind) */
+  bool ready;         /* upgraded */
+  uint64_t completed; /* echoes completed */
+  int status;         /* the status counted (0: none) */
+} hs_case_t;
+
+#define UPGRADED "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+#define CONTINUE "HTTP/1.1 100 Continue\r\n\r\n"
+
+static const hs_case_t hs_cases[] = {
+  {"101 alone", B(UPGRADED ECHO_FRAME), 0, true, 1, 0},
+  {"100 then 101", B(CONTINUE UPGRADED ECHO_FRAME), 0, true, 1, 0},
+  {"103 with fields then 101", B("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" UPGRADED ECHO_FRAME),
+   0, true, 1, 0},
+  {"100, 102, 100 then 101", B(CONTINUE "HTTP/1.1 102 Processing\r\n\r\n" CONTINUE UPGRADED ECHO_FRAME), 0, true, 1,
+   0},
+  {"100 then 200", B(CONTINUE "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"), CBL_FAIL(CBL_ERR_UPGRADE), false, 0,
+   200},
+  {"100 then 404", B(CONTINUE "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"), FAIL_P, false, 0, 404},
+  {"100 then not HTTP", B(CONTINUE "SSH-2.0-x\r\n"), CBL_FAIL(CBL_ERR_UPGRADE), false, 0, 0},
+};
+
+static void run_hs_case(const hs_case_t *c, size_t step) {
+  conn.head = 0;
+  conn.inflight = 1;
+  conn.out.len = 0;
+  memset(reqs, 0, sizeof reqs);
+  reqs[0].used = reqs[0].measured = true;
+  memset(&th.res.counts, 0, sizeof th.res.counts);
+  conn.p = cbl_ws_proto.create(&conn);
+  if (!conn.p) abort();
+  int rc = cbl_ws_proto.open(&conn);
+  size_t n = step ? step : c->len;
+  for (size_t off = 0; rc == 0 && off < c->len; off += n)
+    rc = cbl_ws_proto.read(&conn, c->bytes + off, c->len - off < n ? c->len - off : n);
+  CHECK(rc == c->rc, "%s (step %zu): rc %d, expected %d", c->name, step, rc, c->rc);
+  CHECK(cbl_ws_proto.ready(&conn) == c->ready, "%s (step %zu): ready %d", c->name, step, cbl_ws_proto.ready(&conn));
+  CHECK(th.res.counts.completed == c->completed, "%s (step %zu): %llu echoes, expected %llu", c->name, step,
+        (unsigned long long)th.res.counts.completed, (unsigned long long)c->completed);
+  uint64_t counted = 0;
+  for (int s = 0; s < CBL_MAX_STATUS; s++) counted += th.res.counts.status[s];
+  CHECK(counted == (c->status ? 1u : 0u) && (!c->status || th.res.counts.status[c->status] == 1),
+        "%s (step %zu): %llu statuses counted, expected %d once", c->name, step, (unsigned long long)counted,
+        c->status);
+  conn_close();
+}
+
+/* A server that sends 100 Continue forever: the interim answers count toward the head's bound, so the upgrade
+ * fails once more than CBL_MAX_HEAD bytes came before a 101, at the read that passes it, not later. */
+static void endless_continue(void) {
+  conn.head = 0;
+  conn.inflight = 1;
+  conn.out.len = 0;
+  memset(&th.res.counts, 0, sizeof th.res.counts);
+  conn.p = cbl_ws_proto.create(&conn);
+  if (!conn.p) abort();
+  int rc = cbl_ws_proto.open(&conn);
+  size_t fed = 0, one = sizeof CONTINUE - 1;
+  while (rc == 0 && fed <= 2 * CBL_MAX_HEAD) {
+    rc = cbl_ws_proto.read(&conn, CONTINUE, one);
+    fed += one;
+  }
+  size_t expect = (CBL_MAX_HEAD / one + 1) * one;
+  CHECK(rc == CBL_FAIL(CBL_ERR_UPGRADE) && fed == expect, "endless 100s: rc %d after %zu bytes, expected %d after %zu",
+        rc, fed, CBL_FAIL(CBL_ERR_UPGRADE), expect);
+  conn_close();
+}
+
 /* The pong waits while CBL_OUT_HIGH bytes wait for the socket, answers only the latest ping once they are gone,
  * and a message sent is one masked text frame. */
 static void pong_held(void) {
@@ -224,6 +301,13 @@ int main(void) {
     run_case(&cases[i], 1);
     run_case(&cases[i], 3);
   }
+  size_t nhs = sizeof hs_cases / sizeof hs_cases[0];
+  for (size_t i = 0; i < nhs; i++) {
+    run_hs_case(&hs_cases[i], 0);
+    run_hs_case(&hs_cases[i], 1);
+    run_hs_case(&hs_cases[i], 3);
+  }
+  endless_continue();
   pong_held();
   free(conn.out.p);
   cbl_result_free(&th.res);
@@ -231,6 +315,7 @@ int main(void) {
     fprintf(stderr, "test_ws: %d failures\n", failures);
     return 1;
   }
-  printf("test_ws: %zu cases, each read whole, by 1 and by 3 bytes, and the held pong: ok\n", ncases);
+  printf("test_ws: %zu cases and %zu handshakes, each read whole, by 1 and by 3 bytes, the endless 100s and the held "
+         "pong: ok\n", ncases, nhs);
   return 0;
 }
