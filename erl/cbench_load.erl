@@ -73,7 +73,9 @@ allowed(K) when K =:= new_conn; K =:= insecure; K =:= resume -> boolean;
 allowed(tls_version) -> {one_of, ['tlsv1.2', 'tlsv1.3']};
 allowed(K) when K =:= cacert; K =:= ciphers; K =:= tls13_ciphers; K =:= connect_to -> string;
 allowed(ca_pem) -> binary;
-allowed(cpus) -> {list, {integer, 0, infinity}};
+%% CPUs 0 to 1023: what a CPU set holds (CPU_SETSIZE), on any machine. Whether the CPU is one the program
+%% may run on is for the program to say on the node it runs on ({error, {usage, Text}}).
+allowed(cpus) -> {list, {integer, 0, 1023}};
 allowed(K) when K =:= duration; K =:= timeout -> {seconds, greater_than_0};
 allowed(K) when K =:= warmup; K =:= rate -> {seconds, at_least_0};
 allowed(K) when K =:= method; K =:= body_file -> string;
@@ -88,7 +90,7 @@ opt(new_conn, true, _) -> ["--new-conn"];
 opt(new_conn, false, _) -> [];
 opt(threads, N, _) -> ["--threads", pos(threads, N)];
 opt(cpus, [_ | _] = Cs, _) ->
-    ["--cpus", string:join([case is_integer(C) andalso C >= 0 of
+    ["--cpus", string:join([case is_integer(C) andalso C >= 0 andalso C =< 1023 of
                                 true -> integer_to_list(C);
                                 false -> throw({bad, cpus})
                             end || C <- list(cpus, Cs)], ",")];

@@ -22,7 +22,7 @@
          h2c_big_body/1, h2_goaway_reconnects/1, open_loop_schedule/1, open_loop_tiny_rate/1,
          api_small_rate/1, open_loop_rate_unreachable/1,
          status_500/1, reset_server/1, stalled_server/1, refused_connect/1, ws_echo/1,
-         ws_bad_echo/1, ws_interim_1xx/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1,
+         ws_bad_echo/1, ws_interim_1xx/1, ws_long_path/1, ws_host_header/1, ws_route_missing/1, ws_engine/1, coordinated_omission/1, cli_usage/1, cli_cpus/1,
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
@@ -32,7 +32,7 @@
          status_over_599/1, ws_endless_continue/1]).
 
 all() -> [{group, server}, {group, faults}, {group, hostile}, {group, tls}, coordinated_omission,
-          cli_usage, api_bad_input].
+          cli_usage, cli_cpus, api_bad_input].
 
 groups() ->
     [{server, [], [h1_keep_alive, h1_pipelined_chunked, h1_head, h1_new_conn, h2c_new_conn, h1_paths_round_robin,
@@ -1072,6 +1072,44 @@ cli_usage(_Config) ->
     P = open_port({spawn_executable, Exe}, [{args, ["--help"]}, exit_status, binary]),
     ?assertMatch({0, _}, drain(P, <<>>)).
 
+%% --cpus takes only CPUs it can pin a thread to: a number a CPU set cannot hold (CPU_SETSIZE, 1024,
+%% and over) and a CPU this process may not run on are bad arguments (exit 2, the usage), the CPU
+%% named with the reason. The second depends on the machine the program runs on, which cbench:load/2
+%% over several nodes may not be this one, so the API checks only the first (api_bad_input). Before:
+%% both were taken (up to 4095), and each thread ran unpinned after a warning.
+cli_cpus(_Config) ->
+    {ok, Exe} = cbench_load:exe_path(),
+    Run = fun(Cpus) ->
+                  A = ["-d", "0.05", "--cpus", Cpus, "http://127.0.0.1:1/"],
+                  P = open_port({spawn_executable, Exe}, [{args, A}, exit_status, stderr_to_stdout, binary]),
+                  {Status, Out} = drain(P, <<>>),
+                  ct:log("--cpus ~s: exit ~p~n~s", [Cpus, Status, Out]),
+                  ?assertEqual(2, Status, Out),
+                  ?assertMatch({match, _}, re:run(Out, "usage: cbench-load"), Out),
+                  [First | _] = binary:split(Out, <<"\n">>),
+                  First
+          end,
+    ?assertEqual(<<"cbench-load: bad --cpus '1024': CPU 1024 is over 1023, the highest a CPU set holds">>,
+                 Run("1024")),
+    ?assertEqual(<<"cbench-load: bad --cpus '0,4095': CPU 4095 is over 1023, the highest a CPU set holds">>,
+                 Run("0,4095")),
+    Allowed = allowed_cpus(),
+    ?assertNot(lists:member(1023, Allowed)),
+    Names = lists:join(",", [integer_to_list(C) || C <- Allowed]),
+    Ok = integer_to_list(hd(Allowed)),
+    ?assertEqual(iolist_to_binary(["cbench-load: bad --cpus '", Ok, ",1023': CPU 1023 is not one this process may "
+                                   "run on (CPUs ", Names, ")"]),
+                 Run(Ok ++ ",1023")).
+
+%% The CPUs this node (and so a program it starts) may run on: /proc/self/status's list.
+allowed_cpus() ->
+    {ok, Status} = file:read_file("/proc/self/status"),
+    {match, [List]} = re:run(Status, "Cpus_allowed_list:\\s*([0-9,-]+)", [{capture, all_but_first, list}]),
+    lists:append([case string:split(R, "-") of
+                      [A] -> [list_to_integer(A)];
+                      [A, B] -> lists:seq(list_to_integer(A), list_to_integer(B))
+                  end || R <- string:split(List, ",", all)]).
+
 drain(P, Acc) ->
     receive
         {P, {data, D}} -> drain(P, <<Acc/binary, D/binary>>);
@@ -1092,17 +1130,24 @@ api_bad_input(_Config) ->
                       {tls13_ciphers, [x], string}, {connect_to, 7, string},
                       {duration, 0, {seconds, greater_than_0}}, {rate, -5, {seconds, at_least_0}},
                       {headers, [bad], {list, {string, string}}}, {paths, [], {list, string}},
-                      {cpus, [a], {list, {integer, 0, infinity}}}, {new_conn, yes, boolean},
+                      {cpus, [a], {list, {integer, 0, 1023}}}, {new_conn, yes, boolean},
+                      %% A CPU set holds CPUs 0 to 1023 (CPU_SETSIZE): no machine's program pins a higher one.
+                      {cpus, [0, 1024], {list, {integer, 0, 1023}}}, {cpus, [-1], {list, {integer, 0, 1023}}},
                       {body, "not a binary", binary}, {method, 42, string},
                       %% Improper lists are bad values too (they raised bad_generator in the caller).
-                      {cpus, [0 | 1], {list, {integer, 0, infinity}}}, {paths, ["/a" | "/b"], {list, string}},
+                      {cpus, [0 | 1], {list, {integer, 0, 1023}}}, {paths, ["/a" | "/b"], {list, string}},
                       {paths, ["/a" | <<"/b">>], {list, string}},
                       {headers, [{"a", "b"} | x], {list, {string, string}}}]],
     %% An unknown key names the keys load/2 takes, as start_server/2 does.
     ?assertMatch({error, {bad_option, bogus, 1, {known, [proto | _]}}}, cbench:load(U, #{bogus => 1})),
     %% What the program refuses comes back as its usage text.
     ?assertMatch({error, {usage, _}}, cbench:load(U, #{new_conn => true, proto => ws})),
-    ?assertMatch({error, {usage, _}}, cbench:load("gopher://x/", #{})).
+    ?assertMatch({error, {usage, _}}, cbench:load("gopher://x/", #{})),
+    %% A CPU this machine's program may not run on: the program's refusal, naming the CPU.
+    Ok = hd(allowed_cpus()),
+    {error, {usage, Text}} = cbench:load(U, #{cpus => [Ok, 1023], duration => 0.05}),
+    ?assertMatch({match, _}, re:run(Text, "^cbench-load: bad --cpus '[0-9]+,1023': CPU 1023 is not one this process may "
+                                          "run on \\(CPUs [0-9,]+\\)\n"), Text).
 
 %% ---- helpers --------------------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,8 @@ void cbl_usage(void *file) {
           "      --new-conn          HTTP/1.1, h2c and h2: a new connection for every request (over\n"
           "                          https://, a TLS handshake per request: resumed unless --no-resume)\n"
           "  -t, --threads N         threads, each with its own loop (default 1; at most one per connection)\n"
-          "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin\n"
+          "      --cpus LIST         pin thread i to the i-th CPU of LIST (0,1 or 0-3), round robin; each\n"
+          "                          one this process may run on, below 1024 (CPU_SETSIZE)\n"
           "  -d, --duration S        measured seconds (default 10; decimals allowed)\n"
           "  -w, --warmup S          seconds before the measured window (default 0)\n"
           "  -r, --rate R            open loop: R requests per second in all, on a schedule spread evenly\n"
@@ -117,7 +120,7 @@ static int parse_cpus(const char *s, int *cpus, int *n) {
       if (!isdigit((unsigned char)end[1])) return -1;
       b = strtol(end + 1, &end, 10);
     }
-    if (a < 0 || b < a || b > 4095) return -1;
+    if (a < 0 || b < a || b > INT_MAX) return -1; /* the CPUs themselves: cpus_pinnable */
     for (long v = a; v <= b; v++) {
       if (*n == CBL_MAX_THREADS) return -1;
       cpus[(*n)++] = (int)v;
@@ -127,6 +130,34 @@ static int parse_cpus(const char *s, int *cpus, int *n) {
     s = end;
   }
   return *n > 0 ? 0 : -1;
+}
+
+/* Every CPU of --cpus must be one a thread can be pinned to, on the machine the program runs on (cbench:load/2
+ * over several nodes runs it on each, so this is where the list can be judged): one a CPU set can hold (below
+ * CPU_SETSIZE, on any machine) and one this process may run on (its affinity, as taskset or a cgroup set it).
+ * Anything else is a bad argument, named with the reason, rather than a thread left unpinned after a warning. */
+static int cpus_pinnable(const cbl_config_t *cfg, const char *arg) {
+  cpu_set_t allowed;
+  bool known = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+  for (int i = 0; i < cfg->ncpus; i++) {
+    int cpu = cfg->cpus[i];
+    if (cpu >= CPU_SETSIZE) {
+      fprintf(stderr, "cbench-load: bad --cpus '%s': CPU %d is over %d, the highest a CPU set holds\n", arg, cpu,
+              CPU_SETSIZE - 1);
+      return -1;
+    }
+    if (known && !CPU_ISSET(cpu, &allowed)) {
+      fprintf(stderr, "cbench-load: bad --cpus '%s': CPU %d is not one this process may run on (CPUs", arg, cpu);
+      for (int c = 0, first = 1; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &allowed)) continue;
+        fprintf(stderr, "%c%d", first ? ' ' : ',', c);
+        first = 0;
+      }
+      fprintf(stderr, ")\n");
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static bool is_token(const char *s, size_t n) {
@@ -347,6 +378,7 @@ int cbl_config_parse(cbl_config_t *cfg, int argc, char **argv) {
         break;
       case OPT_CPUS:
         if (parse_cpus(optarg, cfg->cpus, &cfg->ncpus)) return bad("bad --cpus '%s' (0,1 or 0-3)", optarg);
+        if (cpus_pinnable(cfg, optarg)) return -1;
         break;
       case 'd':
         if (parse_secs(optarg, 0.001, 86400, &cfg->duration_ns)) return bad("bad --duration '%s'", optarg);
