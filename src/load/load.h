@@ -148,6 +148,7 @@ typedef struct {
   uint64_t completed; /* measured requests answered (any status) */
   uint64_t ok;        /* of which 2xx (or an echo, for WebSocket) */
   uint64_t unsent;    /* open loop: due in the window but never sent (the client or its connections fell behind) */
+  uint64_t late;      /* of the completed, answered after the window ended (within --timeout): in no second */
   uint64_t errors[CBL_ERR_KINDS];
   uint64_t status[CBL_MAX_STATUS]; /* answers by status (non-2xx are errors) */
   uint64_t bytes_read, bytes_written, body_bytes;
@@ -160,7 +161,7 @@ typedef struct {
   cbl_hist_t corrected;   /* from the intended send time */
   cbl_hist_t uncorrected; /* from the actual send */
   cbl_hist_t send_lag;    /* open loop: actual send - intended send (the generator's own pacing error) */
-  cbl_hist_t *second;     /* corrected, by the second of the window the answer came in */
+  cbl_hist_t *second;     /* corrected, by the second of the window the answer came in (late ones in none) */
   uint64_t *second_done;  /* answers per second */
   uint32_t nsec;
   /* TLS: the first completed handshake's parameters, and the first failure's reason (empty: none). */

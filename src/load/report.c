@@ -84,9 +84,10 @@ static json_t *build(const cbl_run_t *run) {
   json_object_set_new(root, "offered_rps", cfg->rate > 0 ? json_real(cfg->rate) : json_null());
   json_object_set_new(root, "achieved_rps", json_real((double)c->completed / run->elapsed_s));
   json_object_set_new(root, "ok_rps", json_real((double)c->ok / run->elapsed_s));
-  json_object_set_new(root, "requests", json_pack("{s:I, s:I, s:I, s:I}", "sent", (json_int_t)c->sent,
+  json_object_set_new(root, "requests", json_pack("{s:I, s:I, s:I, s:I, s:I}", "sent", (json_int_t)c->sent,
                                                   "completed", (json_int_t)c->completed, "ok",
-                                                  (json_int_t)c->ok, "unsent", (json_int_t)c->unsent));
+                                                  (json_int_t)c->ok, "unsent", (json_int_t)c->unsent, "late",
+                                                  (json_int_t)c->late));
   json_t *errors = json_object(), *bad = json_object(), *all = json_object();
   uint64_t total = 0;
   for (int k = 0; k < CBL_ERR_KINDS; k++) {
@@ -114,7 +115,8 @@ static json_t *build(const cbl_run_t *run) {
                                                     percentiles(&r->send_lag)));
   json_t *tl = json_array();
   for (uint32_t i = 0; i < r->nsec; i++) {
-    /* The last second may be partial (a fractional duration): its rate is over its own length. */
+    /* The last second may be partial (a fractional duration): its rate is over its own length. Answers after
+     * the window are in no second (requests.late). */
     double len = (double)cfg->duration_ns / 1e9 - i;
     if (len > 1.0) len = 1.0;
     json_array_append_new(tl, json_pack("{s:i, s:f, s:f}", "second", (int)i + 1, "rps",
@@ -281,8 +283,9 @@ void cbl_report_text(const cbl_run_t *run, void *file) {
   if (cfg->rate > 0) fprintf(f, "open loop at %.1f req/s", cfg->rate);
   else fprintf(f, "closed loop");
   fprintf(f, ", %.2f s after a %.2f s warm-up\n", (double)cfg->duration_ns / 1e9, (double)cfg->warmup_ns / 1e9);
-  fprintf(f, "  requests    %llu sent, %llu answered (%llu 2xx), %llu unsent\n", (unsigned long long)c->sent,
-          (unsigned long long)c->completed, (unsigned long long)c->ok, (unsigned long long)c->unsent);
+  fprintf(f, "  requests    %llu sent, %llu answered (%llu 2xx, %llu after the window), %llu unsent\n",
+          (unsigned long long)c->sent, (unsigned long long)c->completed, (unsigned long long)c->ok,
+          (unsigned long long)c->late, (unsigned long long)c->unsent);
   fprintf(f, "  rate        %.1f req/s achieved", (double)c->completed / run->elapsed_s);
   if (cfg->rate > 0) fprintf(f, " of %.1f offered (%.1f%%)", cfg->rate, 100.0 * (double)c->completed / run->elapsed_s / cfg->rate);
   fprintf(f, "\n  errors     ");

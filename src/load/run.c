@@ -33,6 +33,7 @@ void cbl_result_merge(cbl_result_t *dst, const cbl_result_t *src) {
   d->completed += s->completed;
   d->ok += s->ok;
   d->unsent += s->unsent;
+  d->late += s->late;
   for (int k = 0; k < CBL_ERR_KINDS; k++) d->errors[k] += s->errors[k];
   for (int k = 0; k < CBL_MAX_STATUS; k++) d->status[k] += s->status[k];
   d->bytes_read += s->bytes_read;

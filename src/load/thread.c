@@ -14,7 +14,8 @@
  *
  * The window: requests intended in [t_measure, t_end) are measured; the warm-up before it is not. At t_end no
  * new request is sent; answers still outstanding at t_drain (t_end + the timeout) are timeouts. Due requests
- * never sent are `unsent`.
+ * never sent are `unsent`. Answers that come between t_end and t_drain are `late`: answered, but in no second
+ * of the timeline.
  *
  * Errors: a socket error or the peer's reset is `reset` for each request in flight (the peer closing with
  * requests in flight too); a malformed answer is `protocol`; an answer later than --timeout is `timeout`; a
@@ -137,9 +138,13 @@ void cbl_req_done(cbl_conn_t *c, cbl_req_t *r, int status, uint64_t now) {
     uint64_t corrected = now - r->intended;
     cbl_hist_record(&res->corrected, corrected);
     cbl_hist_record(&res->uncorrected, now - r->sent);
-    if (res->nsec) {
+    /* The timeline's seconds are those of the window: an answer that came after it (in the drain, within
+     * --timeout) is counted as late, not in a second it did not come in. Within the window the second is below
+     * nsec, the duration rounded up. */
+    if (now >= t->run->t_end) {
+      res->counts.late++;
+    } else if (res->nsec) {
       uint64_t s = (now - t->run->t_measure) / 1000000000ull;
-      if (s >= res->nsec) s = res->nsec - 1;
       cbl_hist_record(&res->second[s], corrected);
       res->second_done[s]++;
     }
