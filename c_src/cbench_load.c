@@ -36,6 +36,8 @@ int main(int argc, char **argv) {
             (unsigned long long)run.total.counts.errors[CBL_ERR_TLS],
             run.total.counts.errors[CBL_ERR_TLS] == 1 ? "" : "s", why[0] ? why : "(no reason)",
             strstr(why, "hostname mismatch") ? " (the name checked is the URL's host; --insecure skips the check)"
+            : strncmp(why, "no application protocol negotiated", 34) == 0
+              ? " (the server speaks no h2 over TLS; -p h1 speaks HTTP/1.1 to it)"
             : strncmp(why, "certificate verify failed", 25) == 0
               ? " (--cacert FILE names the CA to trust, --insecure skips the check)" : "");
   }

@@ -26,7 +26,7 @@
          api_bad_input/1]).
 -export([init_per_group/2, end_per_group/2]).
 -export([tls_h1/1, tls_h2/1, tls_wss/1, tls_new_conn_resumed/1, tls_new_conn_full/1, tls_new_conn_h2/1, tls_bad_ca/1,
-         tls_wrong_host/1, tls_stalled_and_closed/1]).
+         tls_wrong_host/1, tls_stalled_and_closed/1, tls_h2_no_alpn/1]).
 -export([ws_ping_flood/1, three_answers/1, ws_200_not_101/1, endless_head/1, endless_chunked/1,
          endless_continue/1, ws_two_echoes/1, h2_unsolicited/1, h2_ping_flood/1, h2_goaway_then_silence/1,
          status_over_599/1, ws_endless_continue/1]).
@@ -42,7 +42,7 @@ groups() ->
      {faults, [], [reset_server, stalled_server, late_answer, refused_connect, ws_echo, ws_bad_echo, ws_interim_1xx, ws_long_path,
                    ws_host_header, ws_route_missing]},
      {tls, [], [tls_h1, tls_h2, tls_wss, tls_new_conn_resumed, tls_new_conn_full, tls_new_conn_h2, tls_bad_ca,
-                tls_wrong_host, tls_stalled_and_closed]},
+                tls_wrong_host, tls_stalled_and_closed, tls_h2_no_alpn]},
      {hostile, [], [ws_ping_flood, three_answers, ws_200_not_101, endless_head, endless_chunked,
                     endless_continue, ws_two_echoes, h2_unsolicited, h2_ping_flood, h2_goaway_reconnects,
                     h2_goaway_then_silence, status_over_599, ws_endless_continue]}].
@@ -673,6 +673,61 @@ tls_stalled_and_closed(_Config) ->
     #{requests := #{sent := 0}, errors := #{tls := F2},
       tls := #{error := <<"the server closed the connection during the handshake">>}} = R2,
     ?assert(F2 >= 1, R2).
+
+%% h2 over TLS against a server that chooses no ALPN protocol (an OTP ssl listener without
+%% alpn_preferred_protocols, as a server without ALPN support answers): it does not speak h2 there
+%% (RFC 9113 3.2), so each handshake is a TLS error, named, and no byte of h2 is sent: the server
+%% reads nothing before the close. Before: the preface went out and the server got PRI * HTTP/2.0.
+tls_h2_no_alpn(_Config) ->
+    {ok, _} = application:ensure_all_started(ssl),
+    Key = [{key, {namedCurve, secp256r1}}, {digest, sha256}],
+    #{server_config := SOpts} =
+        public_key:pkix_test_data(#{server_chain => #{root => Key, intermediates => [], peer => Key},
+                                    client_chain => #{root => Key, intermediates => [], peer => Key}}),
+    Self = self(),
+    Pid = spawn(fun() ->
+                        {ok, L} = ssl:listen(0, [binary, {active, false}, {reuseaddr, true},
+                                                 {ip, {127, 0, 0, 1}} | SOpts]),
+                        {ok, {_, Port}} = ssl:sockname(L),
+                        Self ! {self(), Port},
+                        no_alpn_accept(L, Self)
+                end),
+    Port = receive {Pid, P} -> P end,
+    {Exit, Text, R} = run_program("https://127.0.0.1:" ++ integer_to_list(Port) ++ "/hello",
+                                  ["-p", "h2", "-c", "1", "-d", "0.5", "--timeout", "1", "--insecure"]),
+    exit(Pid, kill),
+    Why = <<"no application protocol negotiated: the server chose none, and h2 over TLS needs ALPN h2 "
+            "(RFC 9113 3.2)">>,
+    #{requests := #{sent := 0}, errors := #{tls := F, total := F},
+      tls := #{alpn := undefined, error := Why, handshakes := #{full := 0, resumed := 0, failed := F}}} = R,
+    ?assertEqual(3, Exit, R),
+    ?assert(F >= 1, R),
+    %% stderr names it with what to do.
+    Line = iolist_to_binary([" failed; the first: ", Why, " (the server speaks no h2 over TLS; -p h1 speaks "
+                             "HTTP/1.1 to it)\n"]),
+    ?assertMatch({_, _}, binary:match(Text, Line), Text),
+    %% The server read no byte of h2 on any connection: each ended in the handshake (the client
+    %% closes as soon as it sees no ALPN, its Finished unsent) or with the close and nothing read.
+    Got = no_alpn_reads([]),
+    ct:log("the server's connections: ~p", [Got]),
+    ?assert(Got =/= [], R),
+    ?assertEqual([], [G || {ok, _} = G <- Got]).
+
+no_alpn_accept(L, Test) ->
+    {ok, T} = ssl:transport_accept(L),
+    spawn(fun() ->
+                  case ssl:handshake(T, 5000) of
+                      {ok, S} -> Test ! {no_alpn_read, ssl:recv(S, 0, 5000)};
+                      {error, E} -> Test ! {no_alpn_read, {handshake, E}}
+                  end
+          end),
+    no_alpn_accept(L, Test).
+
+%% What the server's connections said, until none has said anything for a second.
+no_alpn_reads(Acc) ->
+    receive {no_alpn_read, G} -> no_alpn_reads([G | Acc])
+    after 1000 -> lists:reverse(Acc)
+    end.
 
 %% The program itself on a URL with extra arguments: {ExitStatus, Output, Results}.
 run_program(Url, Args) ->

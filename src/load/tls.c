@@ -12,7 +12,7 @@
  *
  * One SSL_CTX for the run, shared by the threads (OpenSSL allows SSL_new from several threads on one context):
  * TLS 1.2 and 1.3, no renegotiation, no compression; ALPN offers the one protocol asked for (h2 for -p h2, or
- * http/1.1); SNI is the URL's host unless it is an IP address (RFC 6066 has no IP names); the peer is verified
+ * http/1.1), and h2 is spoken only when the server chose it (hs_done); SNI is the URL's host unless it is an IP address (RFC 6066 has no IP names); the peer is verified
  * against --cacert (or the system's CAs) and the URL's host (a DNS name, or an IP address against the
  * certificate's IP entries), unless --insecure.
  *
@@ -81,25 +81,37 @@ static int hs_failed(cbl_conn_t *c) {
   return CBL_FAIL(CBL_ERR_TLS);
 }
 
-/* The handshake completed: counted, the first session's parameters kept for the report, and the protocol's
- * preface or handshake queued. */
+/* The handshake completed: the first session's parameters kept for the report, the protocol checked against
+ * ALPN, the handshake counted, and the protocol's preface or handshake queued.
+ *
+ * h2 is spoken over TLS only when ALPN chose it (RFC 9113 3.2, RFC 7540 3.3): a server that chose no protocol
+ * does not speak h2 on that connection, and HTTP/2's preface would be a bad request to it. The handshake then
+ * counts as failed (errors.tls, per attempt), named in tls.error as h2load's "No protocol negotiated" is, and
+ * the connection tries again as after any failed handshake. (A protocol the client did not offer OpenSSL
+ * refuses itself, with an alert.) HTTP/1.1 and WebSocket need no ALPN: HTTP/1.1 is what a server that chose
+ * none speaks. */
 static int hs_done(cbl_conn_t *c) {
   cbl_thread_t *t = c->t;
   cbl_result_t *res = &t->res;
   c->hs_pending = false;
-  bool resumed = cb_ctls_resumed(&c->tls);
-  if (t->now >= t->run->t_measure) {
-    if (resumed) res->counts.tls_resumed++;
-    else res->counts.tls_full++;
-  }
+  const char *version, *cipher, *alpn;
+  unsigned int alen;
+  cb_ctls_params(&c->tls, &version, &cipher, &alpn, &alen);
   if (!res->tls_version[0]) {
-    const char *version, *cipher, *alpn;
-    unsigned int alen;
-    cb_ctls_params(&c->tls, &version, &cipher, &alpn, &alen);
     snprintf(res->tls_version, sizeof res->tls_version, "%s", version);
     snprintf(res->tls_cipher, sizeof res->tls_cipher, "%s", cipher);
     snprintf(res->tls_alpn, sizeof res->tls_alpn, "%.*s", alen < sizeof res->tls_alpn ? (int)alen : 0,
              alen ? alpn : "");
+  }
+  if (t->cfg->proto == CBL_H2C && !(alen == 2 && memcmp(alpn, "h2", 2) == 0)) {
+    if (!res->tls_error[0])
+      snprintf(res->tls_error, sizeof res->tls_error, "no application protocol negotiated: the server chose %s, and "
+               "h2 over TLS needs ALPN h2 (RFC 9113 3.2)", alen ? "another" : "none");
+    return CBL_FAIL(CBL_ERR_TLS);
+  }
+  if (t->now >= t->run->t_measure) {
+    if (cb_ctls_resumed(&c->tls)) res->counts.tls_resumed++;
+    else res->counts.tls_full++;
   }
   return t->proto->open(c);
 }
