@@ -26,14 +26,16 @@ typedef struct {
   qslot_t *slots;
   size_t mask;
   char *dec;    /* the decoded names and values */
+  uint64_t seed; /* of the hash, per index (see qhash) */
   uint64_t *work;
 } qindex_t;
 
 /* FNV-1a over the name, a separator that no length can be confused with, the value; then splitmix64's
- * finaliser. Never 0 (0 marks an empty slot). The names are the test author's and the client's: a client could
- * make its own parameters collide, which costs its own request only. */
-static uint64_t qhash(const char *name, size_t nl, const char *value, size_t vl) {
-  uint64_t x = 14695981039346656037ull;
+ * finaliser. Never 0 (0 marks an empty slot). Seeded per index (from its table's address, as /headers and
+ * /cookies seed theirs), so that a client cannot aim its parameters at one run of slots: such a query would cost
+ * its worker a probe per earlier parameter for each one, stalling the worker's other connections. */
+static uint64_t qhash(uint64_t seed, const char *name, size_t nl, const char *value, size_t vl) {
+  uint64_t x = seed ^ 14695981039346656037ull;
   for (size_t i = 0; i < nl; i++) x = (x ^ (uint8_t)name[i]) * 1099511628211ull;
   x = (x ^ (value ? 0x100u + (uint64_t)vl : 0x200u)) * 1099511628211ull;
   for (size_t i = 0; value && i < vl; i++) x = (x ^ (uint8_t)value[i]) * 1099511628211ull;
@@ -61,7 +63,7 @@ static qslot_t *qfind(qindex_t *ix, uint64_t h, const char *name, size_t nl, con
 
 /* Adds a key once (a parameter repeated adds nothing). */
 static void qinsert(qindex_t *ix, const char *name, size_t nl, const char *value, size_t vl) {
-  uint64_t h = qhash(name, nl, value, vl);
+  uint64_t h = qhash(ix->seed, name, nl, value, vl);
   qslot_t *s = qfind(ix, h, name, nl, value, vl);
   if (s->hash == 0) *s = (qslot_t){name, value, nl, vl, h};
 }
@@ -82,6 +84,7 @@ static void qindex_build(qindex_t *ix, const cb__match_in_t *in) {
     return;
   }
   ix->mask = cap - 1;
+  ix->seed = (uint64_t)(uintptr_t)ix->slots * 0x9e3779b97f4a7c15ull;
   ix->state = 1;
   char *o = ix->dec;
   const char *p = in->query, *end = in->query + in->query_len;
@@ -113,7 +116,7 @@ static int query_ok(qindex_t *ix, const cb__route_t *rt, int i, const cb__match_
   if (ix->state == 0) qindex_build(ix, in);
   if (ix->state < 0) return cb__route_query_ok(rt, i, in);
   const cb__matcher_t *m = &rt->query[i];
-  return qfind(ix, qhash(m->name, m->name_len, m->value, m->value_len), m->name, m->name_len, m->value,
+  return qfind(ix, qhash(ix->seed, m->name, m->name_len, m->value, m->value_len), m->name, m->name_len, m->value,
                m->value_len)->hash != 0;
 }
 

@@ -183,7 +183,6 @@ static int pin_head(h1_t *h) {
   return 0;
 }
 
-/* A request still needs its head after the bytes being parsed are gone. */
 /* At a read's end, with the head still direct: whether the value being read was cut by it (see on_header_value),
  * then the head copied out of the read. Apart from pin_if_needed, which runs at every read's end. */
 static __attribute__((noinline)) int pin_at_read_end(h1_t *h) {
@@ -192,6 +191,7 @@ static __attribute__((noinline)) int pin_at_read_end(h1_t *h) {
   return pin_head(h);
 }
 
+/* A request still needs its head after the bytes being parsed are gone. */
 static int pin_if_needed(h1_t *h) {
   return h->direct && (h->in_msg || h->req.handler != NULL) ? pin_at_read_end(h) : 0;
 }
