@@ -143,7 +143,8 @@ static int query_value(const cb__req_t *r, const char *name, size_t n, const cha
     const char *eq = memchr(p, '=', (size_t)(fe - p));
     const char *ne = eq ? eq : fe;
     char dec[256];
-    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p), 0, sizeof dec) == n && memcmp(dec, name, n) == 0) {
+    if ((size_t)(ne - p) <= sizeof dec && url_decode(dec, p, (size_t)(ne - p), 0, sizeof dec) == n &&
+        memcmp(dec, name, n) == 0) {
       *v = eq ? eq + 1 : fe;
       *vl = (size_t)(fe - *v);
       return 1;

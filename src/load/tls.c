@@ -12,9 +12,9 @@
  *
  * One SSL_CTX for the run, shared by the threads (OpenSSL allows SSL_new from several threads on one context):
  * TLS 1.2 and 1.3, no renegotiation, no compression; ALPN offers the one protocol asked for (h2 for -p h2, or
- * http/1.1), and h2 is spoken only when the server chose it (hs_done); SNI is the URL's host unless it is an IP address (RFC 6066 has no IP names); the peer is verified
- * against --cacert (or the system's CAs) and the URL's host (a DNS name, or an IP address against the
- * certificate's IP entries), unless --insecure.
+ * http/1.1), and h2 is spoken only when the server chose it (hs_done); SNI is the URL's host unless it is an IP
+ * address (RFC 6066 has no IP names); the peer is verified against --cacert (or the system's CAs) and the URL's
+ * host (a DNS name, or an IP address against the certificate's IP entries), unless --insecure.
  *
  * Resumption (on unless --no-resume): each connection keeps the last session the server gave it (the TLS 1.3
  * tickets, or the TLS 1.2 session, through the context's new-session callback) and offers it when it connects

@@ -13,8 +13,8 @@
  * socket, as with a socket BIO.
  *
  * Kernel TLS needs a socket BIO to write through (OpenSSL hands it the keys), so a session that may go to the
- * kernel writes through a socket BIO (tls.c); it reads through the reader as every session does. The read side, at the end of this file, bounds what one event takes from the
- * socket. */
+ * kernel writes through a socket BIO (tls.c); it reads through the reader as every session does. The read side,
+ * at the end of this file, bounds what one event takes from the socket. */
 #include <errno.h>
 #include <openssl/bio.h>
 #include <openssl/ssl.h>
