@@ -64,9 +64,21 @@ run(S, #{kind := overlong, length := Len, bytes := Extra}, Ctx = #{journal := J}
     J(maps:get(status, Ctx), out(Ctx, Len + Extra)),
     _ = cbench_ehttpd_sock:send(S, [head(Ctx, Len), body(Ctx, 0, Len + Extra)]),
     close(S);
+run(S, #{kind := malformed_chunk, bytes := Bytes}, Ctx = #{journal := J, http10 := true}) ->
+    %% HTTP/1.0 has no chunked coding (RFC 9112 7): the head as a streamed route's there (no
+    %% transfer-encoding, `connection: close'), the body bytes, then the `zz' line, as
+    %% src/kinds/fault.c writes them.
+    J(maps:get(status, Ctx), out(Ctx, Bytes)),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx#{mode := close}, none), body(Ctx, 0, Bytes), <<"zz\r\n">>]),
+    close(S);
 run(S, #{kind := malformed_chunk, bytes := Bytes}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Bytes)),
     _ = cbench_ehttpd_sock:send(S, [head(Ctx, chunked), chunks(Ctx, Bytes), <<"zz\r\n">>]),
+    close(S);
+run(S, #{kind := missing_last_chunk, length := Len}, Ctx = #{journal := J, http10 := true}) ->
+    %% HTTP/1.0: no chunks (RFC 9112 7), the body as a streamed route sends it, ended by the close.
+    J(maps:get(status, Ctx), out(Ctx, Len)),
+    _ = cbench_ehttpd_sock:send(S, [head(Ctx#{mode := close}, none), body(Ctx, 0, Len)]),
     close(S);
 run(S, #{kind := missing_last_chunk, length := Len}, Ctx = #{journal := J}) ->
     J(maps:get(status, Ctx), out(Ctx, Len)),

@@ -175,6 +175,19 @@ cases() ->
      {trailers_http10, "GET /fault/trailers?length=5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
       <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
         0, 1, 2, 3, 4>>},
+     %% malformed_chunk and missing_last_chunk to HTTP/1.0 likewise (RFC 9112 7): no
+     %% transfer-encoding and no chunk-size lines; malformed_chunk's `zz' line after the body bytes,
+     %% missing_last_chunk's body ended by the close.
+     {malformed_chunk_http10,
+      "GET /fault/malformed_chunk?bytes=3 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+      <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+        0, 1, 2, "zz\r\n">>},
+     {malformed_chunk_http10_head, "HEAD /fault/malformed_chunk?bytes=3 HTTP/1.0\r\n\r\n",
+      <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n"
+        "zz\r\n">>},
+     {missing_last_chunk_http10, "GET /fault/missing_last_chunk?length=3 HTTP/1.0\r\n\r\n",
+      <<"HTTP/1.1 200 OK\r\ndate: *\r\ncontent-type: application/octet-stream\r\nconnection: close\r\n\r\n",
+        0, 1, 2>>},
      {upgrade_obs_text,
       ["GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: \xff, websocket\r\nConnection: Upgrade\r\n"
        "Sec-WebSocket-Key: " ?KEY "\r\nSec-WebSocket-Version: 13\r\n\r\n", ?CLOSE],
