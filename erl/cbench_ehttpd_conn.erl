@@ -1200,8 +1200,24 @@ body_unless_head(_, Body) -> Body.
 %% A stub's answer once the request's body is in: kept whole for a template that inserts it,
 %% read and dropped otherwise.
 stub_after_body(S, Cfg, Req, R = #{tpl_uses_body := true}) ->
-    case body(S, Cfg, Req, fun(Piece, Acc) -> {ok, [Acc | Piece]} end, []) of
-        {ok, B} -> stub(S, Cfg, Req#req{body = iolist_to_binary(B)}, R);
+    %% The body is held from the echo budget as it comes, in a capacity that doubles from 4 KiB
+    %% (src/kinds/stub.c, tpl_body, as /echo's chunked body): over the budget the rest is read and
+    %% dropped, and the answer is a 503; else it is given back once the answer is sent.
+    Grow = fun(_Piece, refused) -> {ok, refused};
+              (Piece, {Acc, Len, Cap}) ->
+                   Len1 = Len + byte_size(Piece),
+                   Cap1 = echo_capacity(Cfg, Len1, Cap),
+                   case echo_hold(Cfg, Cap1 - Cap) of
+                       ok -> {ok, {[Acc | Piece], Len1, Cap1}};
+                       _Full -> echo_release(Cfg, Cap), {ok, refused}
+                   end
+           end,
+    case body(S, Cfg, Req, Grow, {[], 0, 0}) of
+        {ok, refused} -> simple(S, Cfg, Req, 503, [], <<>>);
+        {ok, {B, _, Cap}} ->
+            Result = stub(S, Cfg, Req#req{body = iolist_to_binary(B)}, R),
+            echo_release(Cfg, Cap),
+            Result;
         Error -> Error
     end;
 stub_after_body(S, Cfg, Req, R = #{proxy := _}) ->
@@ -1234,10 +1250,22 @@ stub(S, Cfg, Req0, R = #{status := Status, headers := Headers0, body := Body0, c
                     end,
     Wait > 0 andalso receive after Wait -> ok end,
     Req = Req0#req{delay_ms = Delay},
-    {Headers, Body} = case R of
-                          #{tpl_body := _} -> render(R, Req);
-                          _ -> {Headers0, Body0}
-                      end,
+    %% A rendered answer is held from the echo budget while it is sent (src/kinds/stub.c,
+    %% tpl_start): over the budget, a 503 instead.
+    {Headers, Body, Held} = case R of
+                                #{tpl_body := _} -> render(R, Req);
+                                _ -> {Headers0, Body0, 0}
+                            end,
+    case echo_hold(Cfg, Held) of
+        ok ->
+            Result = stub_answer(S, Cfg, Req, R, Status, Headers, Body, Chunks),
+            echo_release(Cfg, Held),
+            Result;
+        _Full ->
+            simple(S, Cfg, Req, 503, [], <<>>)
+    end.
+
+stub_answer(S, Cfg, Req, R, Status, Headers, Body, Chunks) ->
     Size = case Body of
                {data, B} -> byte_size(B);
                {bytes, Bytes} -> Bytes;
@@ -1338,12 +1366,21 @@ peer_ip(S) ->
 %% field value cannot hold (control bytes but HTAB) are left out, the value is cut at 8192 bytes
 %% and trimmed of spaces and tabs at its ends. A header value is rendered only up to the cut, so one
 %% that repeats {{body}} never builds more than it sends.
-render(#{tpl_body := BodyT, tpl_headers := HeadersT, tpl_seq := A, tpl_path := Pattern}, Req) ->
+render(R = #{tpl_body := BodyT, tpl_headers := HeadersT, tpl_seq := A, tpl_path := Pattern}, Req) ->
     Seq = atomics:add_get(A, 1, 1),
     {Path, Query} = split_target(Req#req.target),
     Ctx = {Req, params(Pattern, Path), Query, Seq},
-    Headers = [{N, edge_trim(header_value(T, Ctx, ?TPL_MAX_VALUE, []))} || {N, T} <- HeadersT],
-    {Headers, {data, iolist_to_binary([value(P, Ctx) || P <- BodyT])}}.
+    Values = [{N, header_value(T, Ctx, ?TPL_MAX_VALUE, [])} || {N, T} <- HeadersT],
+    Body = iolist_to_binary([value(P, Ctx) || P <- BodyT]),
+    %% What src/kinds/stub.c holds from the echo budget for it: the header values as rendered
+    %% (before the trim), and the body unless the answer carries none.
+    Sent = case {maps:get(status, R), Req#req.method} of
+               {St, _} when St =:= 204; St =:= 304 -> 0;
+               {_, <<"HEAD">>} -> 0;
+               _ -> byte_size(Body)
+           end,
+    {[{N, edge_trim(V)} || {N, V} <- Values], {data, Body},
+     lists:sum([byte_size(V) || {_, V} <- Values]) + Sent}.
 
 %% A header value's pieces, Room bytes at most in all.
 header_value([P | T], Ctx, Room, Acc) when Room > 0 ->
