@@ -830,6 +830,17 @@ out:
  * cb_error_detail(), the Erlang API's too: a pattern's syntax, header names and values, what JSON types cannot
  * say), else the error. */
 static int refused(const ctx_t *c, const where_t *w, json_t *s, const cb_stub_t *st, int err) {
+  /* The engine names every proxy option response.proxy; a `to' it refuses is named as the Erlang API names it,
+   * response.proxy.to (asked again on its own only after a refusal, so a good file resolves each host once). */
+  if (err == CB_EINVAL && cb_error_detail()->field == CB_FIELD_PROXY && st->response.proxy != NULL &&
+      cb__proxy_check_to(st->response.proxy->to) == CB_EINVAL) {
+    const cb_error_detail_t *d = cb_error_detail();
+    where_t f = sub(w, "response", 0);
+    f = sub(&f, "proxy", 0);
+    f = sub(&f, "to", 0);
+    if (c->err != NULL) snprintf(c->err->value, sizeof c->err->value, "%s", d->text);
+    return fail(c, &f, "%s: \"%s\" (docs/routes.md)", d->why_name, d->text);
+  }
   if (err == CB_EINVAL && cb_error_detail()->field != CB_FIELD_NONE)
     return fail_detail(c, w, cb_error_detail(), json_object_get(s, "match"), json_object_get(s, "response"));
   const char *hint = st->response.body_kind == CB_BODY_FILE && err != CB_EINVAL ? "response.body.file: " : "";

@@ -265,7 +265,13 @@ stub_json_same_reasons(Config) ->
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
                "\"protocol\": 2}}}]">>,
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
-               "\"timeout_ms\": 0}}}]">>],
+               "\"timeout_ms\": 0}}}]">>,
+             %% A `to' the engine refuses (not http:// or https://, a bad port, a character a
+             %% URL cannot hold unescaped): the field is its `to' on both.
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"ftp://x\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:0\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1/a?b\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"\"}}}]">>],
     {ok, C} = cbench:start_server(nif, #{port => 0, threads => 1}),
     {ok, E} = cbench:start_server(ehttpd, #{port => 0}),
     Reason = fun(S) ->

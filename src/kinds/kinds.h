@@ -176,6 +176,10 @@ const cb__proxy_t *cb__stub_proxy(const cb__route_t *rt);
 /* Checks and copies a stub's proxy options, resolving the upstream's host (the add's thread: never a worker).
  * 0, UV_EINVAL with the detail filled (CB_FIELD_PROXY), UV_ENOMEM. */
 int cb__proxy_new(const cb_proxy_t *opts, cb__proxy_t **out);
+/* Whether `to' alone is what cb__proxy_new refuses (0, or UV_EINVAL with the detail filled, as cb__proxy_new would
+ * fill it; UV_ENOMEM), its host resolved again: the stub file loader asks it after a CB_FIELD_PROXY refusal, to name
+ * the field `proxy.to' as the Erlang API does. */
+int cb__proxy_check_to(cb_str_t to);
 void cb__proxy_free(cb__proxy_t *p);
 /* The stub's delay and fault (which must outlive p), applied to the proxied answer. */
 void cb__proxy_answer_with(cb__proxy_t *p, unsigned delay_ms, const cb__fault_t *fault);

@@ -237,6 +237,14 @@ void cb__proxy_free(cb__proxy_t *p) {
   free(p);
 }
 
+int cb__proxy_check_to(cb_str_t to) {
+  cb__proxy_t *p = calloc(1, sizeof *p);
+  if (p == NULL) return UV_ENOMEM;
+  int err = parse_to(p, to);
+  cb__proxy_free(p);
+  return err;
+}
+
 int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   *out = NULL;
   if (o->protocol != CB_PROXY_HTTP1 && o->protocol != CB_PROXY_H2C)

@@ -1108,7 +1108,7 @@ TEST(proxy_stub_json) {
     const char *text, *msg;
   } bad[] = {
       {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"ftp://h:1\"}}}",
-       "body:1: stubs[0].response.proxy: bad_url: \"ftp://h:1\" (docs/routes.md)"},
+       "body:1: stubs[0].response.proxy.to: bad_url: \"ftp://h:1\" (docs/routes.md)"},
       {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {}}}",
        "body:1: stubs[0].response.proxy.to: missing: must be a string \"http://HOST:PORT\""},
       {"{\"match\": {\"path\": \"/x\"}, \"response\": {\"proxy\": {\"to\": \"http://h\", \"via\": 1}}}",
