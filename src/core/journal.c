@@ -155,9 +155,9 @@ static inline jent_t *entry(const cb__journal_t *j, uint32_t i) {
 
 static inline char *at(const cb__journal_t *j, uint64_t pos) { return j->data + (pos & (j->dcap - 1)); }
 
-static inline void evict_one(cb__journal_t *j) {
-  j->ehead = j->ehead + 1 == j->ecap ? 0 : j->ehead + 1;
-  j->ecount--;
+/* The ring's head changed (evict_one, drop_stale): the byte ring starts at its entry, and it goes when the
+ * server's seq passes it by max_entries. */
+static inline void head_moved(cb__journal_t *j) {
   if (j->ecount > 0) {
     const jent_t *h = &j->ents[j->ehead];
     j->dhead = h->dpos;
@@ -166,6 +166,12 @@ static inline void evict_one(cb__journal_t *j) {
     j->dhead = j->dtail;
     j->evict_seq = UINT64_MAX;
   }
+}
+
+static inline void evict_one(cb__journal_t *j) {
+  j->ehead = j->ehead + 1 == j->ecap ? 0 : j->ehead + 1;
+  j->ecount--;
+  head_moved(j);
 }
 
 /* Called when the ring is full (ecount == ecap). realloc, which can often extend or remap the block rather than
@@ -212,14 +218,7 @@ static __attribute__((noinline)) void drop_stale(cb__journal_t *j) {
     return;
   }
   j->ecount = kept;
-  if (kept > 0) {
-    const jent_t *h = &j->ents[j->ehead];
-    j->dhead = h->dpos;
-    j->evict_seq = h->seq + j->max_entries;
-  } else {
-    j->dhead = j->dtail;
-    j->evict_seq = UINT64_MAX;
-  }
+  head_moved(j);
   if (kept > j->ecap / 2 && j->ecap < 2 * j->max_entries) (void)grow_entries(j, 2 * j->max_entries);
 }
 
