@@ -1208,7 +1208,7 @@ stub_after_body(S, Cfg, Req, R = #{tpl_uses_body := true}) ->
                    Len1 = Len + byte_size(Piece),
                    Cap1 = echo_capacity(Cfg, Len1, Cap),
                    case echo_hold(Cfg, Cap1 - Cap) of
-                       ok -> {ok, {[Acc | Piece], Len1, Cap1}};
+                       ok -> {ok, {[Acc, Piece], Len1, Cap1}};
                        _Full -> echo_release(Cfg, Cap), {ok, refused}
                    end
            end,
