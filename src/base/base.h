@@ -24,6 +24,14 @@ typedef struct {
   size_t value_len;
 } cb__hdr_t;
 
+/* splitmix64's finaliser: spreads every input bit over the whole word, so that a table can index by the low
+ * bits of an FNV-1a sum or a counter. The stub memo key, the near-miss query index and the fault dice use it. */
+static inline uint64_t cb__mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 /* a[0..n) == b[0..n). Keys of 4 to 16 bytes (paths, header values) with two overlapping loads, no call. */
 static inline int cb__same_bytes(const char *a, const char *b, size_t n) {
   if (n >= 8 && n <= 16) {

@@ -337,12 +337,8 @@ int cb__fault_parse(const char *spec, size_t n, cb__fault_t *f) {
 
 /* ---- chance and seeded numbers ---- */
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+/* splitmix64: the generator's step (the golden-ratio increment), then its finaliser. */
+static uint64_t splitmix64(uint64_t x) { return cb__mix64(x + 0x9e3779b97f4a7c15ull); }
 
 int cb__fault_fires(const cb__fault_t *f, uint64_t *counter) {
   if (f->rate_ppb >= CB__FAULT_ALWAYS) return 1;

@@ -39,12 +39,7 @@ static uint64_t qhash(uint64_t seed, const char *name, size_t nl, const char *va
   for (size_t i = 0; i < nl; i++) x = (x ^ (uint8_t)name[i]) * 1099511628211ull;
   x = (x ^ (value ? 0x100u + (uint64_t)vl : 0x200u)) * 1099511628211ull;
   for (size_t i = 0; value && i < vl; i++) x = (x ^ (uint8_t)value[i]) * 1099511628211ull;
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x | 1;
+  return cb__mix64(x) | 1;
 }
 
 static int qslot_is(const qslot_t *s, uint64_t h, const char *name, size_t nl, const char *value, size_t vl) {

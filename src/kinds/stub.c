@@ -415,12 +415,7 @@ static uint64_t headers_key(const cb__hdr_t *h, int n) {
     for (size_t k = 0; k < h[i].value_len; k++) MIX_BYTE(h[i].value[k]);
   }
 #undef MIX_BYTE
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x | 1;
+  return cb__mix64(x) | 1;
 }
 
 static int copy_headers(stub_t *st, const cb_response_t *res) {
