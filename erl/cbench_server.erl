@@ -275,18 +275,16 @@ load_stubs_here(S0, File) ->
                                        || {I, #{match := M, response := R}}
                                               <- lists:zip(lists:seq(0, length(Stubs) - 1), Stubs)],
                             case [{I, E} || {I, {error, E}} <- Checked] of
-                                [{I, {_, {Field, _, Why}}} | _] ->
-                                    %% cbench_spec's {Field, Value, Why} named as the C
-                                    %% engines' loader names it: stubs[0].response.after: conflict.
-                                    Bad("~ts: ~ts: ~0p", [File, where(field_where(I, Field)), Why]);
-                                [{I, E} | _] -> Bad("~ts: stubs[~b]: ~0p", [File, I, E]);
-                                [] -> add_all(S0, File, [{I, M, R} || {I, {ok, M, R}} <- Checked], [])
+                                [{I, E} | _] -> Bad("~ts: ~ts", [File, refused(Json, I, E)]);
+                                [] -> add_all(S0, {File, Json}, [{I, M, R} || {I, {ok, M, R}} <- Checked], [])
                             end
                     end
             end
     end.
 
-%% A place in a stub file as the C engines' loader names it: stubs[0].response.body.base64.
+%% A place in a stub file (cbench_stub_json:where()) as the C engines' loader names it:
+%% stubs[0].response.body.base64.
+-spec where(cbench_stub_json:where()) -> iodata().
 where(stubs) -> "stubs";
 where(Key) when is_binary(Key) -> Key; %% a key of the file's own object
 where(Where) when is_tuple(Where) ->
@@ -294,12 +292,31 @@ where(Where) when is_tuple(Where) ->
     ["stubs[", integer_to_list(I), "]", [case K of
                                              N when is_integer(N) -> ["[", integer_to_list(N), "]"];
                                              _ -> [".", key(K)]
-                                         end || K <- Keys]];
-where(Where) -> io_lib:format("~0p", [Where]).
+                                         end || K <- Keys]].
 
-%% Stub I's place of a field as cbench_spec names it: {response, proxy, to}, or an atom (expect).
-field_where(I, Field) when is_tuple(Field) -> list_to_tuple([I | tuple_to_list(Field)]);
-field_where(I, Field) -> {I, Field}.
+%% Why stub I of the decoded file Json was refused, named as the C engines' loader names it:
+%% cbench_spec's {Field, Value, Why} at the field's place in the file (stubs[0].response.after:
+%% conflict), a fault kind this engine cannot serve at the stub's fault, as stub/3 refuses it
+%% (stubs[0].response.fault: {unsupported,rst_stream}).
+refused(Json, I, {_, {{response, body}, {file, _}, E}})
+  when E =/= empty, E =/= wrong_type, E =/= eisdir, E =/= efbig, E =/= not_regular ->
+    %% A body file that cannot be opened: the C engines' loader names the stub, the stub's own body
+    %% file (not a sequence's response's), and open(2)'s error.
+    Stubs = case Json of
+                #{<<"stubs">> := L} -> L;
+                L -> L
+            end,
+    Hint = case lists:nth(I + 1, Stubs) of
+               #{<<"response">> := #{<<"responses">> := _}} -> "";
+               _ -> "response.body.file: "
+           end,
+    io_lib:format("stubs[~b]: ~s~ts (~s)", [I, Hint, file:format_error(E), string:uppercase(atom_to_list(E))]);
+refused(Json, I, {_, {Field, Value, Why}}) ->
+    [where(cbench_stub_json:spec_where(Json, I, Field, Value)), ": ", io_lib:format("~0p", [Why])];
+refused(_Json, I, {unsupported, _} = E) ->
+    [where({I, response, fault}), ": ", io_lib:format("~0p", [E])];
+refused(_Json, I, E) ->
+    io_lib:format("stubs[~b]: ~0p", [I, E]).
 
 key(K) when is_atom(K) -> atom_to_list(K);
 key(K) when is_binary(K) -> K;
@@ -307,16 +324,16 @@ key(K) -> io_lib:format("~0p", [K]).
 
 add_all(S, _File, [], Ids) ->
     {reply, {ok, lists:reverse(Ids)}, S};
-add_all(S, File, [{I, M, R} | Rest], Ids) ->
+add_all(S, {File, Json} = FJ, [{I, M, R} | Rest], Ids) ->
     case add_stub(S, M, R) of
-        {reply, {ok, Id}, S1} -> add_all(S1, File, Rest, [Id | Ids]);
+        {reply, {ok, Id}, S1} -> add_all(S1, FJ, Rest, [Id | Ids]);
         {reply, {error, E}, S1} ->
             S2 = lists:foldl(fun(Id, Acc) ->
                                      {reply, _, Acc1 = #{stubs := St}} = engine(Acc, route_remove, [Id]),
                                      Acc1#{stubs := maps:remove(Id, St)}
                              end, S1, Ids),
-            {reply, {error, {bad_stub_file, iolist_to_binary(io_lib:format("~ts: stubs[~b]: ~0p",
-                                                                          [File, I, E]))}}, S2}
+            {reply, {error, {bad_stub_file, iolist_to_binary(io_lib:format("~ts: ~ts",
+                                                                          [File, refused(Json, I, E)]))}}, S2}
     end.
 
 %% The monitors of removed handler routes (all: every one).

@@ -14,10 +14,11 @@
          stub_json_round_trip/1, stub_json_same_reasons/1, stub_json_strict_text/1,
          stub_json_body_bytes/1, replay_helper/1,
          replay_missing/1,
-         mode_choice/1]).
+         mode_choice/1, stub_file_features/1, stub_file_feature_reasons/1, stub_file_h2_fault/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, stub_json_same_reasons,
-          stub_json_strict_text, stub_json_body_bytes, replay_missing, mode_choice].
+          stub_json_strict_text, stub_json_body_bytes, replay_missing, mode_choice, stub_file_features,
+          stub_file_feature_reasons, stub_file_h2_fault].
 
 groups() ->
     Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
@@ -196,9 +197,14 @@ stub_json_round_trip(_Config) ->
     ?assertMatch({match, _}, re:run(Text, "\"base64\":\"AAH//iBhYmM=\"")),
     {ok, Json} = cbench_json:decode(Text),
     ?assertEqual({ok, Stubs}, cbench_stub_json:from_json(Json, "/")),
-    ?assertEqual({error, {bad_stub_json, {0, response, <<"fault">>}, {unsupported, <<"fault">>}}},
+    %% A fault is read as its spec text (it was {unsupported, <<"fault">>}).
+    ?assertEqual({ok, [#{name => <<>>, match => #{path => <<"/">>},
+                         response => #{status => 200, fault => <<"reset">>}}]},
                  cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
                                                <<"response">> => #{<<"fault">> => <<"reset">>}}], "/")),
+    ?assertEqual({error, {bad_stub_json, {0, response, <<"faults">>}, unknown_key}},
+                 cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
+                                               <<"response">> => #{<<"faults">> => <<"reset">>}}], "/")),
     ?assertEqual({error, {bad_stub_json, {0, response, body, base64}, bad_char}},
                  cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
                                                <<"response">> => #{<<"body">> => #{<<"base64">> => <<"A">>}}}],
@@ -452,3 +458,255 @@ mode_choice(_Config) ->
             _ -> os:putenv("CBENCH_RECORD", Old)
         end
     end.
+
+%%% The stub file's other fields (docs/routes.md "The stub file"): sequences, faults, templates,
+%%% scenarios, body matchers, chunks, drawn delays and expectations, read by ehttpd's loader
+%%% (cbench_stub_json) as the C engines' loader (src/stub_json.c) reads them.
+
+%% One stub file of every kind of stub, loaded on nif, port and ehttpd: every answer byte for byte
+%% the same (dates masked), requests and answers in one order on fresh connections (faults close
+%% theirs), and the drawn delays the journal records the same (values, not timings).
+features_file(Dir) ->
+    File = filename:join(Dir, "features.json"),
+    ok = file:write_file(File, <<"{\"stubs\": [\n"
+        "{\"name\": \"seq\", \"match\": {\"path\": \"/seq\"}, \"response\": {\"responses\": [\n"
+        "   {\"status\": 503, \"headers\": [[\"retry-after\", \"0\"]], \"body\": \"busy\"},\n"
+        "   {\"status\": 201, \"body\": \"paid\"}], \"after\": \"cycle\", \"times\": 5}},\n"
+        "{\"name\": \"tpl\", \"match\": {\"method\": [\"GET\", \"POST\"], \"path\": \"/users/{id}\"},\n"
+        " \"response\": {\"template\": true, \"headers\": [[\"x-id\", \"{{path.id}}\"], [\"x-q\", \"{{query.q}}\"]],\n"
+        "              \"body\": \"{{method}} {{path.id}} {{seq}} {{header.x-k}} [{{body}}]\"}},\n"
+        "{\"name\": \"raw\", \"match\": {\"path\": \"/raw\"}, \"response\": {\"fault\": \"raw?preset=no_reason\"}},\n"
+        "{\"name\": \"trunc\", \"match\": {\"path\": \"/trunc\"},\n"
+        " \"response\": {\"headers\": {\"x-t\": \"1\"}, \"fault\": \"truncated?length=10&bytes=4\"}},\n"
+        "{\"name\": \"chunks\", \"match\": {\"path\": \"/chunks\"},\n"
+        " \"response\": {\"body\": \"abcdefg\", \"chunks\": 3, \"interval_ms\": 1}},\n"
+        "{\"name\": \"add\", \"match\": {\"path\": \"/cart\", \"scenario\": \"cart\", \"when\": \"started\", "
+        "\"then\": \"full\"},\n"
+        " \"response\": {\"status\": 201, \"body\": \"added\"}},\n"
+        "{\"name\": \"full\", \"match\": {\"path\": \"/cart\", \"scenario\": \"cart\", \"when\": \"full\"},\n"
+        " \"response\": {\"status\": 409, \"body\": \"full\"}},\n"
+        "{\"name\": \"body\", \"match\": {\"method\": \"POST\", \"path\": \"/m\",\n"
+        "  \"body\": {\"json_subset\": {\"a\": 1}}},\n"
+        " \"response\": {\"body\": {\"json\": {\"matched\": true}}}},\n"
+        "{\"name\": \"drawn\", \"match\": {\"path\": \"/d\"},\n"
+        " \"response\": {\"body\": \"late\", \"delay\": {\"uniform\": [1, 30]}, \"delay_seed\": 7}},\n"
+        "{\"name\": \"once\", \"match\": {\"path\": \"/once\"}, \"response\": {\"body\": \"one\", \"times\": 1},\n"
+        " \"expect\": {\"at_least\": 1}}\n"
+        "]}\n">>),
+    File.
+
+features_requests() ->
+    Get = fun(Path) -> ["GET ", Path, " HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"] end,
+    Post = fun(Path, Body) -> ["POST ", Path, " HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: ",
+                               integer_to_list(byte_size(Body)), "\r\n\r\n", Body] end,
+    [Get(<<"/seq">>), Get(<<"/seq">>), Get(<<"/seq">>), Get(<<"/seq">>), Get(<<"/seq">>), Get(<<"/seq">>),
+     ["GET /users/42?q=a%20b HTTP/1.1\r\nhost: x\r\nx-k: K\r\nconnection: close\r\n\r\n"],
+     Post(<<"/users/7">>, <<"hi">>),
+     Get(<<"/raw">>), Get(<<"/trunc">>), Get(<<"/chunks">>),
+     Get(<<"/cart">>), Get(<<"/cart">>), Get(<<"/cart">>),
+     Post(<<"/m">>, <<"{\"a\": 1, \"b\": [2]}">>), Post(<<"/m">>, <<"{\"a\": 2}">>),
+     Get(<<"/d">>), Get(<<"/d">>), Get(<<"/d">>), Get(<<"/once">>), Get(<<"/once">>)].
+
+%% The bytes of one exchange on a fresh connection, up to the server's close.
+exchange(S, Req) ->
+    {ok, Sock} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(S), [binary, {active, false}]),
+    ok = gen_tcp:send(Sock, Req),
+    Got = recv_all(Sock, <<>>),
+    gen_tcp:close(Sock),
+    mask_date(Got).
+
+recv_all(Sock, Acc) ->
+    case gen_tcp:recv(Sock, 0, 10000) of
+        {ok, More} -> recv_all(Sock, <<Acc/binary, More/binary>>);
+        {error, _} -> Acc
+    end.
+
+stub_file_features(Config) ->
+    File = features_file(proplists:get_value(dir, Config)),
+    Run = fun(E) ->
+                  {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+                  try
+                      {ok, Ids} = cbench:load_stubs(S, File),
+                      ?assertEqual({E, 10}, {E, length(Ids)}),
+                      Answers = [exchange(S, R) || R <- features_requests()],
+                      [Drawn] = [Id || #{id := Id, name := <<"drawn">>} <- cbench:stubs(S)],
+                      {ok, _} = cbench:await(S, #{stub => Drawn}, 3, 10000),
+                      Delays = [D || #{delay_ms := D} <- cbench:requests(S, #{stub => Drawn})],
+                      {Answers, Delays}
+                  after
+                      ok = cbench:stop_server(S)
+                  end
+          end,
+    {Answers, Delays} = Run(nif),
+    %% What the C engine answers, as the features say (the rest is compared with it).
+    [Busy, Paid, Busy, Paid, Busy, NotFound | _] = Answers,
+    ?assertMatch(<<"HTTP/1.1 503 Service Unavailable\r\n", _/binary>>, Busy),
+    ?assertMatch({match, _}, re:run(Busy, "retry-after: 0\r\n.*\r\n\r\nbusy$", [dotall])),
+    ?assertMatch({match, _}, re:run(Paid, "^HTTP/1.1 201 .*\r\n\r\npaid$", [dotall])),
+    ?assertMatch(<<"HTTP/1.1 404 ", _/binary>>, NotFound),
+    ?assertMatch({match, _}, re:run(lists:nth(7, Answers), "x-id: 42\r\nx-q: a b\r\n.*\r\n\r\nGET 42 1 K \\[\\]$",
+                                    [dotall])),
+    ?assertMatch({match, _}, re:run(lists:nth(8, Answers), "x-id: 7\r\nx-q: \r\n.*\r\n\r\nPOST 7 2  \\[hi\\]$",
+                                    [dotall])),
+    ?assertEqual(<<"HTTP/1.1 200\r\ncontent-length: 2\r\n\r\nok">>, lists:nth(9, Answers)),
+    ?assertMatch({match, _}, re:run(lists:nth(10, Answers), "x-t: 1\r\ncontent-length: 10\r\n.*\r\n\r\n.{4}$",
+                                    [dotall])),
+    ?assertMatch({match, _}, re:run(lists:nth(11, Answers), "transfer-encoding: chunked\r\n.*\r\n\r\n"
+                                    "2\r\nab\r\n2\r\ncd\r\n3\r\nefg\r\n0\r\n\r\n$", [dotall])),
+    ?assertMatch([<<"HTTP/1.1 201 ", _/binary>>, <<"HTTP/1.1 409 ", _/binary>>, <<"HTTP/1.1 409 ", _/binary>>],
+                 lists:sublist(Answers, 12, 3)),
+    ?assertMatch({match, _}, re:run(lists:nth(15, Answers), "\r\n\r\n\\{\"matched\":true\\}$")),
+    ?assertMatch(<<"HTTP/1.1 404 ", _/binary>>, lists:nth(16, Answers)),
+    ?assertMatch([<<"HTTP/1.1 200 ", _/binary>>, <<"HTTP/1.1 404 ", _/binary>>], lists:nthtail(19, Answers)),
+    ?assertEqual(3, length(Delays)),
+    [begin
+         {A, D} = Run(E),
+         [?assertEqual({E, N, lists:nth(N, Answers)}, {E, N, lists:nth(N, A)}) || N <- lists:seq(1, length(A))],
+         ?assertEqual({E, Delays}, {E, D})
+     end || E <- [port, ehttpd]],
+    ok.
+
+%% A wrong field of those is refused by every engine's loader at the same place for the same
+%% reason (the C engines' loader adds the line and a description), and nothing is added.
+stub_file_feature_reasons(Config) ->
+    File = filename:join(proplists:get_value(dir, Config), "feature_reasons.json"),
+    P = <<"\"match\": {\"path\": \"/a\"}">>,
+    R = fun(Response) -> iolist_to_binary(["[{", P, ", \"response\": ", Response, "}]"]) end,
+    Cases = [%% sequences
+             {R(<<"{\"responses\": []}">>), <<"stubs[0].response.responses">>, <<"empty">>},
+             {R(<<"{\"responses\": {}}">>), <<"stubs[0].response.responses">>, <<"wrong_type">>},
+             {R(<<"{\"responses\": [{}, 7]}">>), <<"stubs[0].response.responses[1]">>, <<"wrong_type">>},
+             {R(<<"{\"responses\": [{\"times\": 2}]}">>), <<"stubs[0].response.responses[0].times">>,
+              <<"unknown_key">>},
+             {R(<<"{\"responses\": [{}, {\"status\": 99}]}">>), <<"stubs[0].response.responses[1].status">>,
+              <<"out_of_range">>},
+             {R(<<"{\"responses\": [{}], \"status\": 200}">>), <<"stubs[0].response.status">>, <<"unknown_key">>},
+             {R(<<"{\"responses\": [{}], \"after\": \"never\"}">>), <<"stubs[0].response.after">>,
+              <<"out_of_range">>},
+             {R(<<"{\"responses\": [{}], \"after\": 1}">>), <<"stubs[0].response.after">>, <<"wrong_type">>},
+             {R(<<"{\"responses\": [{}], \"times\": \"2\"}">>), <<"stubs[0].response.times">>, <<"wrong_type">>},
+             {R(<<"{\"responses\": [{\"proxy\": {\"to\": \"http://127.0.0.1:1\"}}]}">>),
+              <<"stubs[0].response.responses[0].proxy">>, <<"unknown_key">>},
+             {R(<<"{\"responses\": [{\"status\": 204, \"body\": \"x\"}]}">>), <<"stubs[0].response.status">>,
+              <<"body_not_allowed">>},
+             {R(<<"{\"responses\": [{\"headers\": [[\"x\", \"a\\r\\nb\"]]}]}">>), <<"stubs[0].response.headers">>,
+              <<"control_char">>},
+             %% faults
+             {R(<<"{\"fault\": 7}">>), <<"stubs[0].response.fault">>, <<"wrong_type">>},
+             {R(<<"{\"fault\": \"\"}">>), <<"stubs[0].response.fault">>, <<"bad_fault">>},
+             {R(<<"{\"fault\": \"explode\"}">>), <<"stubs[0].response.fault">>, <<"bad_fault">>},
+             {R(<<"{\"fault\": \"dribble?pieces=10\", \"body\": \"abc\"}">>), <<"stubs[0].response.fault">>,
+              <<"fault_exceeds_body">>},
+             {R(<<"{\"responses\": [{\"fault\": \"reset?at=nowhere\"}]}">>), <<"stubs[0].response.fault">>,
+              <<"bad_fault">>},
+             {R(<<"{\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"fault\": \"drip\"}">>),
+              <<"stubs[0].response.fault">>, <<"conflict">>},
+             %% templates
+             {R(<<"{\"template\": \"yes\"}">>), <<"stubs[0].response.template">>, <<"wrong_type">>},
+             {R(<<"{\"template\": true, \"body\": \"{{nope}}\"}">>), <<"stubs[0].response.body">>,
+              <<"bad_template">>},
+             {R(<<"{\"template\": true, \"headers\": [[\"a\", \"1\"], [\"X-B\", \"{{path.id}}\"]]}">>),
+              <<"stubs[0].response.headers[1]">>, <<"bad_template">>},
+             {R(<<"{\"template\": true, \"headers\": {\"X-B\": \"{{x\"}}">>),
+              <<"stubs[0].response.headers.X-B">>, <<"bad_template">>},
+             {R(<<"{\"template\": true, \"chunks\": 2, \"body\": \"ab\"}">>), <<"stubs[0].response.template">>,
+              <<"conflict">>},
+             {R(<<"{\"template\": true, \"body\": {\"bytes\": 2}}">>), <<"stubs[0].response.template">>,
+              <<"conflict">>},
+             {R(<<"{\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"template\": true}">>),
+              <<"stubs[0].response.template">>, <<"conflict">>},
+             %% chunks, delays
+             {R(<<"{\"chunks\": 1000001}">>), <<"stubs[0].response.chunks">>, <<"out_of_range">>},
+             {R(<<"{\"chunks\": 3, \"body\": \"ab\"}">>), <<"stubs[0].response.chunks">>, <<"chunks_exceed_body">>},
+             {R(<<"{\"interval_ms\": -1}">>), <<"stubs[0].response.interval_ms">>, <<"out_of_range">>},
+             {R(<<"{\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"interval_ms\": 5}">>),
+              <<"stubs[0].response.interval_ms">>, <<"conflict">>},
+             {R(<<"{\"delay\": 5, \"delay_ms\": 5}">>), <<"stubs[0].response.delay_ms">>, <<"conflict">>},
+             {R(<<"{\"delay\": {\"uniform\": [9, 1]}}">>), <<"stubs[0].response.delay">>, <<"min_above_max">>},
+             {R(<<"{\"delay\": {\"lognormal\": [5, 11]}}">>), <<"stubs[0].response.delay">>, <<"out_of_range">>},
+             {R(<<"{\"delay\": {\"normal\": [5, 1]}}">>), <<"stubs[0].response.delay">>, <<"wrong_type">>},
+             {R(<<"{\"delay_seed\": -1}">>), <<"stubs[0].response.delay_seed">>, <<"out_of_range">>},
+             {R(<<"{\"proxy\": {\"to\": \"http://127.0.0.1:1\"}, \"delay\": {\"uniform\": [1, 2]}}">>),
+              <<"stubs[0].response.delay">>, <<"conflict">>},
+             %% scenarios, body matchers, expectations, names
+             {<<"[{\"match\": {\"path\": \"/a\", \"scenario\": 7}}]">>, <<"stubs[0].match.scenario">>,
+              <<"wrong_type">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"scenario\": \"a b\"}}]">>, <<"stubs[0].match.scenario">>,
+              <<"bad_char">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"when\": \"s\"}}]">>, <<"stubs[0].match.when">>,
+              <<"needs_scenario">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"body\": {\"like\": \"x\"}}}]">>, <<"stubs[0].match.body">>,
+              <<"unknown_key">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"body\": {\"equal\": 7}}}]">>, <<"stubs[0].match.body.equal">>,
+              <<"wrong_type">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"body\": {\"regex\": \"(a\"}}}]">>, <<"stubs[0].match.body">>,
+              <<"bad_regex">>},
+             {<<"[{\"match\": {\"path\": \"/a\"}, \"expect\": 7}]">>, <<"stubs[0].expect">>, <<"wrong_type">>},
+             {<<"[{\"match\": {\"path\": \"/a\"}, \"expect\": {\"exactly\": 1}}]">>, <<"stubs[0].expect.exactly">>,
+              <<"unknown_key">>},
+             {<<"[{\"match\": {\"path\": \"/a\"}, \"expect\": {\"times\": -1}}]">>, <<"stubs[0].expect.times">>,
+              <<"out_of_range">>},
+             {<<"[{\"name\": \"a b\", \"match\": {\"path\": \"/a\"}}]">>, <<"stubs[0].name">>, <<"bad_char">>},
+             {<<"[{\"match\": {\"path\": \"/a\", \"headers\": {\"X-A\": \"a\\r\"}}}]">>,
+              <<"stubs[0].match.headers.X-A">>, <<"control_char">>},
+             {<<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"headers\": [[\"a\", \"1\"], [\"date\", \"x\"]]}}]">>,
+              <<"stubs[0].response.headers[1]">>, <<"forbidden_header">>},
+             %% a later stub's error after a good one
+             {<<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"responses\": [{}]}},\n"
+                " {\"match\": {\"path\": \"/b\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+                "\"record_status\": [200, 99]}}}]">>,
+              <<"stubs[1].response.proxy.record_status[1]">>, <<"out_of_range">>},
+             %% a body file that cannot be opened
+             {R(<<"{\"body\": {\"file\": \"/nonexistent/x\"}}">>), <<"stubs[0]">>, <<"response.body.file">>},
+             {R(<<"{\"responses\": [{\"body\": {\"file\": \"/nonexistent/x\"}}]}">>), <<"stubs[0]">>,
+              <<"no such file or directory (ENOENT)">>}],
+    [begin
+         {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+         try
+             [begin
+                  ok = file:write_file(File, Text),
+                  {error, {bad_stub_file, Msg}} = cbench:load_stubs(S, File),
+                  %% FILE[:LINE]: PLACE: REASON[: description]
+                  [_, Rest] = binary:split(Msg, <<": ">>),
+                  [Pl, Re | _] = binary:split(Rest, <<": ">>, [global]),
+                  ?assertEqual({E, Text, Place, Reason}, {E, Text, Pl, Re})
+              end || {Text, Place, Reason} <- Cases],
+             ?assertEqual({E, []}, {E, cbench:stubs(S)})
+         after
+             ok = cbench:stop_server(S)
+         end
+     end || E <- [nif, port, ehttpd]],
+    ok.
+
+%% The HTTP/2 fault kinds: the C engines take them (answered 501 over HTTP/1.1); ehttpd, which has
+%% no HTTP/2, refuses them as stub/3 does, {unsupported, Kind}, naming the stub's fault, and adds
+%% none of the file.
+stub_file_h2_fault(Config) ->
+    File = filename:join(proplists:get_value(dir, Config), "h2_fault.json"),
+    [begin
+         ok = file:write_file(File, <<"[{\"match\": {\"path\": \"/ok\"}},\n {\"match\": {\"path\": \"/a\"}, ",
+                                      Response/binary, "}]">>),
+         [begin
+              {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+              try
+                  case E of
+                      ehttpd ->
+                          ?assertEqual({error, {unsupported, Kind}},
+                                       cbench:stub(S, <<"/a">>, #{fault => atom_to_binary(Kind)})),
+                          Want = iolist_to_binary([File, ": stubs[1].response.fault: {unsupported,",
+                                                   atom_to_list(Kind), "}"]),
+                          ?assertEqual({error, {bad_stub_file, Want}}, cbench:load_stubs(S, File)),
+                          ?assertEqual([], cbench:stubs(S));
+                      _ ->
+                          ?assertMatch({E, {ok, [_, _]}}, {E, cbench:load_stubs(S, File)}),
+                          ?assertMatch({E, <<"HTTP/1.1 501 ", _/binary>>},
+                                       {E, exchange(S, <<"GET /a HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n">>)})
+                  end
+              after
+                  ok = cbench:stop_server(S)
+              end
+          end || E <- [nif, port, ehttpd]]
+     end || {Kind, Response} <- [{rst_stream, <<"\"response\": {\"fault\": \"rst_stream\"}">>},
+                                 {goaway, <<"\"response\": {\"responses\": [{\"fault\": \"goaway\"}, "
+                                            "{\"body\": \"x\"}]}">>}]],
+    ok.
