@@ -455,46 +455,97 @@ expect(_, W) -> bad(W, wrong_type).
 %%% Writing
 
 %% @doc The stub file's text for stubs (as from_json/2 gives them, or as stub/3 takes them with a
-%% map match): `{"stubs": [...]}', one stub a line. A body is a string when it is UTF-8 without
-%% NUL, else `{"base64": ...}'; `{file, F}' is written as given; `{bytes, N}' as `{"bytes": N}'.
+%% map match): `{"stubs": [...]}', one stub a line, every field from_json/2 reads, so that
+%% from_json/2 of the text gives the stubs it gives back. A body is a string when it is UTF-8
+%% without NUL, else `{"base64": ...}'; `{file, F}' is written as given; `{bytes, N}' as
+%% `{"bytes": N}'; a fault as its spec text; `chunks => {N, Ms}' as chunks and interval_ms.
 -spec to_json([stub() | #{match := map(), response := map()}]) -> binary().
 to_json(Stubs) when is_list(Stubs) ->
     Lines = [cbench_json:encode(stub_json(S)) || S <- Stubs],
     iolist_to_binary(["{\"stubs\": [\n", lists:join(",\n", Lines), "\n]}\n"]).
 
 stub_json(S = #{match := M, response := R}) ->
-    Name = case S of
-               #{name := N} when N =/= <<>> -> #{<<"name">> => bin(N)};
+    Name = case {S, M} of
+               {#{name := N}, _} when N =/= <<>> -> #{<<"name">> => bin(N)};
+               {_, #{name := N}} when N =/= <<>> -> #{<<"name">> => bin(N)};
                _ -> #{}
            end,
-    Name#{<<"match">> => match_json(maps:remove(name, M)), <<"response">> => response_json(R)}.
+    Expect = case S of
+                 #{expect := E} -> #{<<"expect">> => maps:fold(fun(K, V, A) -> A#{bin(K) => V} end, #{}, E)};
+                 _ -> #{}
+             end,
+    maps:merge(Name, Expect#{<<"match">> => match_json(M), <<"response">> => response_json(R)}).
 
+match_json(P) when is_binary(P); is_list(P) ->
+    match_json(#{path => P});
 match_json(M) ->
-    maps:fold(fun(path, P, A) -> A#{<<"path">> => bin(P)};
+    maps:fold(fun(name, _, A) -> A;
+                 (path, P, A) -> A#{<<"path">> => bin(P)};
                  (method, any, A) -> A#{<<"method">> => <<"any">>};
                  (method, Ms, A) when is_list(Ms), Ms =/= [], not is_integer(hd(Ms)) ->
-                      A#{<<"method">> => [bin(X) || X <- Ms]};
-                 (method, Me, A) -> A#{<<"method">> => bin(Me)};
+                      A#{<<"method">> => [method_json(X) || X <- Ms]};
+                 (method, Me, A) -> A#{<<"method">> => method_json(Me)};
                  (headers, H, A) -> A#{<<"headers">> => matchers_json(H)};
                  (query, Q, A) -> A#{<<"query">> => matchers_json(Q)};
                  (priority, P, A) -> A#{<<"priority">> => P};
+                 (K, V, A) when K =:= scenario; K =:= 'when'; K =:= then -> A#{bin(K) => bin(V)};
+                 (body, B, A) -> A#{<<"body">> => body_matcher_json(B)};
                  (K, _, _) -> error({unsupported, K})
               end, #{}, M).
+
+%% A method atom is its name in capitals, as cbench_spec takes it (`get' is GET).
+method_json(M) when is_atom(M) -> string:uppercase(atom_to_binary(M));
+method_json(M) -> bin(M).
 
 matchers_json(L) when is_list(L) ->
     maps:from_list([{bin(K), case V of present -> true; _ -> bin(V) end} || {K, V} <- L]);
 matchers_json(M) when is_map(M) ->
     matchers_json(maps:to_list(M)).
 
+body_matcher_json(B) ->
+    [{K, V}] = maps:to_list(B),
+    case K of
+        _ when K =:= json; K =:= json_subset ->
+            {ok, J} = cbench_json:normalize(V),
+            #{bin(K) => J};
+        _ -> #{bin(K) => bin(V)}
+    end.
+
+response_json(#{responses := _} = R) ->
+    maps:fold(fun(responses, Items, A) -> A#{<<"responses">> => [response_json(I) || I <- Items]};
+                 ('after', After, A) -> A#{<<"after">> => bin(After)};
+                 (times, infinity, A) -> A;
+                 (times, T, A) -> A#{<<"times">> => T};
+                 (K, _, _) -> error({unsupported, K})
+              end, #{}, R);
 response_json(R) ->
     maps:fold(fun(status, S, A) -> A#{<<"status">> => S};
                  (headers, H, A) -> A#{<<"headers">> => [[bin(K), bin(V)] || {K, V} <- H]};
                  (body, B, A) -> A#{<<"body">> => body_json(B)};
-                 (delay_ms, D, A) -> A#{<<"delay_ms">> => D};
+                 (chunks, none, A) -> A;
+                 (chunks, {N, Ms}, A) ->
+                      %% Either left out at 0, as from_json/2 reads it back.
+                      A1 = case N of 0 -> A; _ -> A#{<<"chunks">> => N} end,
+                      case Ms of 0 -> A1; _ -> A1#{<<"interval_ms">> => Ms} end;
                  (times, infinity, A) -> A;
-                 (times, T, A) -> A#{<<"times">> => T};
+                 (fault, F, A) when is_binary(F) -> A#{<<"fault">> => F};
+                 (fault, F, A) ->
+                      {ok, Text} = cbench_fault:spec(F),
+                      A#{<<"fault">> => Text};
+                 (delay, {uniform, Lo, Hi}, A) -> A#{<<"delay">> => #{<<"uniform">> => [Lo, Hi]}};
+                 (delay, {lognormal, M, S}, A) -> A#{<<"delay">> => #{<<"lognormal">> => [M, S]}};
+                 (proxy, P, A) -> A#{<<"proxy">> => proxy_json(P)};
+                 (K, V, A) when K =:= delay_ms; K =:= times; K =:= delay; K =:= delay_seed;
+                                K =:= template -> A#{bin(K) => V};
                  (K, _, _) -> error({unsupported, K})
               end, #{}, R).
+
+proxy_json(P) ->
+    maps:fold(fun(K, V, A) when K =:= to; K =:= ca_file; K =:= ca_pem; K =:= server_name;
+                                K =:= protocol -> A#{bin(K) => bin(V)};
+                 (record_headers, Hs, A) -> A#{<<"record_headers">> => [bin(H) || H <- Hs]};
+                 (K, V, A) -> A#{bin(K) => V}
+              end, #{}, P).
 
 body_json({file, F}) -> #{<<"file">> => bin(F)};
 body_json({bytes, N}) -> #{<<"bytes">> => N};

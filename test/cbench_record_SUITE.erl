@@ -14,11 +14,12 @@
          stub_json_round_trip/1, stub_json_same_reasons/1, stub_json_strict_text/1,
          stub_json_body_bytes/1, replay_helper/1,
          replay_missing/1,
-         mode_choice/1, stub_file_features/1, stub_file_feature_reasons/1, stub_file_h2_fault/1]).
+         mode_choice/1, stub_file_features/1, stub_file_feature_reasons/1, stub_file_h2_fault/1,
+         stub_json_round_trip_all/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, stub_json_same_reasons,
           stub_json_strict_text, stub_json_body_bytes, replay_missing, mode_choice, stub_file_features,
-          stub_file_feature_reasons, stub_file_h2_fault].
+          stub_file_feature_reasons, stub_file_h2_fault, stub_json_round_trip_all].
 
 groups() ->
     Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
@@ -710,3 +711,65 @@ stub_file_h2_fault(Config) ->
                                  {goaway, <<"\"response\": {\"responses\": [{\"fault\": \"goaway\"}, "
                                             "{\"body\": \"x\"}]}">>}]],
     ok.
+
+%% Every field from_json/2 reads, proxies and sequences included: to_json/1 writes what reads back to
+%% the same terms, and those terms are what stub/3 takes (ehttpd adds them all).
+stub_json_round_trip_all(Config) ->
+    Dir = proplists:get_value(dir, Config),
+    ok = file:write_file(filename:join(Dir, "b.bin"), <<"file body">>),
+    Text = <<"{\"stubs\": [\n"
+             "{\"name\": \"all\", \"match\": {\"method\": [\"GET\", \"PUT\"], \"path\": \"/all/{id}\", "
+             "\"headers\": {\"x-a\": \"1\", \"x-p\": true}, \"query\": {\"q\": \"v\"}, \"priority\": -3, "
+             "\"scenario\": \"s\", \"when\": \"started\", \"then\": \"next\", \"body\": {\"regex\": \"^a+$\"}},\n"
+             " \"response\": {\"status\": 202, \"headers\": [[\"x-r\", \"{{path.id}}\"], [\"x-r\", \"2\"]], "
+             "\"body\": \"{{body}}\", \"template\": true, \"times\": 9, \"delay\": {\"lognormal\": [20, 0.5]}, "
+             "\"delay_seed\": 11}, \"expect\": {\"times\": 2}},\n"
+             "{\"match\": {\"path\": \"/seq\", \"method\": \"any\", \"body\": {\"json\": {\"k\": [1, null, 2.5]}}},\n"
+             " \"response\": {\"responses\": [{\"status\": 500, \"fault\": \"reset?at=body&bytes=2\", \"body\": "
+             "{\"base64\": \"AAH//w==\"}}, {\"body\": {\"bytes\": 100}, \"chunks\": 4, \"interval_ms\": 2, "
+             "\"delay_ms\": 3}, {\"body\": {\"file\": \"b.bin\"}, \"delay\": {\"uniform\": [1, 2]}}, "
+             "{\"body\": {\"json\": {\"z\": 1, \"a\": [true]}}, \"delay\": 4}], \"after\": \"not_found\", "
+             "\"times\": 7}},\n"
+             "{\"name\": \"px\", \"match\": {\"path\": \"/p/*\", \"body\": {\"json_subset\": {\"a\": 1}}}, "
+             "\"expect\": {\"at_least\": 0},\n"
+             " \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1/up\", \"protocol\": \"h2c\", "
+             "\"timeout_ms\": 500, "
+             "\"max_body_bytes\": 4096, \"record\": true, \"record_headers\": [\"accept\"], "
+             "\"record_body_file_bytes\": 10, \"record_status\": [200, 404]}, \"delay_ms\": 1, \"times\": 3, "
+             "\"fault\": \"delay?ms=1\"}},\n"
+             "{\"match\": {\"path\": \"/q\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", "
+             "\"insecure\": true, \"server_name\": \"example.com\"}, \"delay\": 2}},\n"
+             "{\"match\": {\"path\": \"/c\"}, \"response\": {\"body\": \"abc\", \"chunks\": 3, \"fault\": "
+             "\"dribble?pieces=2\", \"delay_seed\": 4}}\n"
+             "]}\n">>,
+    {ok, Json} = cbench_json:decode(Text, strict),
+    {ok, Stubs} = cbench_stub_json:from_json(Json, Dir),
+    ?assertMatch([#{expect := #{times := 2},
+                    match := #{scenario := <<"s">>, 'when' := <<"started">>, then := <<"next">>,
+                               body := #{regex := <<"^a+$">>}},
+                    response := #{template := true, delay := {lognormal, 20, 0.5}, delay_seed := 11}},
+                  #{response := #{responses := [#{fault := <<"reset?at=body&bytes=2">>},
+                                                #{chunks := {4, 2}, body := {bytes, 100}}, _, _],
+                                  'after' := not_found, times := 7}},
+                  #{expect := #{at_least := 0}, response := #{proxy := #{protocol := h2c, record := true}}},
+                  #{response := #{proxy := #{insecure := true}, delay := 2}},
+                  #{response := #{chunks := {3, 0}, fault := <<"dribble?pieces=2">>}}], Stubs),
+    Written = cbench_stub_json:to_json(Stubs),
+    {ok, Json2} = cbench_json:decode(Written, strict),
+    ?assertEqual({ok, Stubs}, cbench_stub_json:from_json(Json2, Dir)),
+    %% A second round writes the same text.
+    ?assertEqual(Written, cbench_stub_json:to_json(element(2, cbench_stub_json:from_json(Json2, "/")))),
+    %% The terms are stub/3's, as they are.
+    {ok, S} = cbench:start_server(ehttpd, #{port => 0}),
+    try
+        [?assertMatch({M, {ok, _}}, {M, cbench:stub(S, M, R)}) || #{match := M, response := R} <- Stubs]
+    after
+        ok = cbench:stop_server(S)
+    end,
+    %% Stub/3's own terms too: a fault as a term, atoms for a scenario and a method.
+    Terms = [#{match => #{path => "/t", method => [get], scenario => cart, 'when' => started},
+               response => #{fault => {reset, #{at => head}}, delay => {uniform, 1, 5}}}],
+    {ok, Back} = cbench_stub_json:from_json(element(2, cbench_json:decode(cbench_stub_json:to_json(Terms))), "/"),
+    ?assertMatch([#{match := #{path := <<"/t">>, method := [<<"GET">>], scenario := <<"cart">>,
+                               'when' := <<"started">>},
+                    response := #{fault := <<"reset?at=head">>, delay := {uniform, 1, 5}, status := 200}}], Back).
