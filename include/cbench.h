@@ -474,6 +474,7 @@ enum { CB_PROXY_HTTP1 = 0, CB_PROXY_H2C = 1 };
 #define CB_PROXY_MAX_TIMEOUT_MS 3600000u
 #define CB_PROXY_DEFAULT_TIMEOUT_MS 10000u
 #define CB_PROXY_DEFAULT_MAX_BODY (1ull << 30)
+#define CB_PROXY_MAX_PIPELINE 64u
 typedef struct cb_proxy_s {
   cb_str_t to;                 /* "http://HOST:PORT" or "http://HOST:PORT/prefix" (the prefix is put before every
                                 * forwarded target); HOST an IP literal ([::1] for IPv6) or a name, resolved when
@@ -498,6 +499,12 @@ typedef struct cb_proxy_s {
   int insecure;                /* 1: the upstream's certificate is not verified */
   cb_str_t server_name;        /* SNI and the name verified; empty: the host of `to` (an IP literal: no SNI, and
                                 * the certificate's IP entries verified). At most 253 bytes of A-Z a-z 0-9 . - : */
+  unsigned pipeline;           /* cleartext HTTP/1.1 upstreams: the most requests in flight on one upstream
+                                * connection (RFC 9112 9.3.2). 0 or 1: one at a time, the default; above 1, GET
+                                * and HEAD requests without a body are pipelined, and a worker's requests of one
+                                * loop turn leave in one write (docs/proxy.md, "Pipelining"). At most
+                                * CB_PROXY_MAX_PIPELINE; above 1 with protocol h2c or an https:// upstream:
+                                * CB_WHY_CONFLICT */
 } cb_proxy_t;
 
 /* What a stub answers. Every response also gets `date` (first) and the framing header the engine chooses:

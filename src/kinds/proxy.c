@@ -252,6 +252,8 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
   if (o->timeout_ms > CB_PROXY_MAX_TIMEOUT_MS)
     return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->timeout_ms);
   if (o->record != 0 && o->record != 1) return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->record);
+  if (o->pipeline > CB_PROXY_MAX_PIPELINE)
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_OUT_OF_RANGE, o->pipeline);
   cb__proxy_t *p = calloc(1, sizeof *p);
   if (p == NULL) return UV_ENOMEM;
   p->opts = *o;
@@ -263,6 +265,12 @@ int cb__proxy_new(const cb_proxy_t *o, cb__proxy_t **out) {
     return err;
   }
   p->opts.to = (cb_str_t){p->to, o->to.len};
+  /* Pipelining is HTTP/1.1's: h2c multiplexes already, and an https:// upstream's records are not batched. */
+  if (o->pipeline > 1 && (o->protocol == CB_PROXY_H2C || p->tls)) {
+    cb__proxy_free(p);
+    return cb__bad_number(CB_FIELD_PROXY, -1, CB_WHY_CONFLICT, o->pipeline);
+  }
+  p->pipeline = o->pipeline > 1 ? o->pipeline : 1;
   p->timeout_ms = o->timeout_ms ? o->timeout_ms : CB_PROXY_DEFAULT_TIMEOUT_MS;
   p->max_body = o->max_body_bytes ? o->max_body_bytes : CB_PROXY_DEFAULT_MAX_BODY;
   p->opts.timeout_ms = p->timeout_ms;

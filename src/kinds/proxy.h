@@ -30,6 +30,7 @@ struct cb__proxy_s {
   socklen_t addr_len;
   unsigned timeout_ms;
   uint64_t max_body;
+  unsigned pipeline;            /* requests in flight on one upstream connection: 1 (opts.pipeline 0 or 1) or more */
   unsigned delay_ms;            /* the stub's: waits before forwarding */
   const cb__fault_t *fault;     /* the stub's fault (NULL: none), applied to the proxied answer */
   uint64_t draws;               /* atomic: the fault's rate draws */
