@@ -175,7 +175,20 @@ static int take_back(cb__worker_t *w, slot_t *s, int status) {
    * dropped. */
   if (r->res_state == CB__RES_NONE) {
     answer_empty(r, status);
+  } else if (status == OVERFLOW) {
+    cut(r); /* its pieces were offered to the socket (run_item), and the client does not read them */
   } else {
+    /* The pieces handed over before the 503 or the 504 go first, then the cut, as a proxied answer whose
+     * upstream fails (px_fail). The pieces of this batch of replies (an UNAVAILABLE after them in one post, a
+     * target's failure behind them in the queue) are still in the connection's output: its after-step runs once
+     * the whole batch has. Cut before it, HTTP/1.1 closed the connection with none of them written, the head
+     * neither, and h2c reset the stream with nothing framed (nghttp2 sends no HEADERS nor DATA on a stream it
+     * has a RST_STREAM queued for). The after-step offers them to the socket; what it does not take now is
+     * dropped with the cut, as the proxy's. That write may end the request itself (a write error, a RST_STREAM
+     * nghttp2 had queued for the stream): then there is nothing left to cut. */
+    uint32_t gen = GEN(word);
+    cb__conn_after(c);
+    if (c->closing || s->r != r || GEN(__atomic_load_n(&s->word, __ATOMIC_ACQUIRE)) != gen) return 1;
     cut(r);
   }
   cb__conn_after(c);

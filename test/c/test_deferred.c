@@ -1086,6 +1086,78 @@ TEST_T(deferred_stream_burst_not_cut, 60000) {
   test_stop(srv);
 }
 
+/* ---- pieces handed over, then a 503 or a 504: the pieces reach the client before the cut ---- */
+
+/* Reads a cut HTTP/1.1 streamed answer: the head, one chunk per piece of `pieces` (NULL-terminated), no last
+ * chunk, then the close. */
+static void expect_cut_h1(int fd, const char *const *pieces) {
+  buf_t exp = {0}, got = {0};
+  exp_head(&exp, 200, NULL, NULL, CL_CHUNKED, CONN_NONE);
+  for (int k = 0; pieces[k] != NULL; k++) exp_chunk(&exp, pieces[k], strlen(pieces[k]));
+  int rc = cl_read_close(fd, &got, 20000);
+  if (rc != CL_EOF) cbt_log("reading the answer ended with %s", cl_status_name(rc));
+  mask_dates(got.p, got.len);
+  ASSERT_MEM_EQ(got.p, got.len, exp.p, exp.len);
+  ASSERT_EQ(rc, CL_EOF);
+  buf_free(&exp);
+  buf_free(&got);
+}
+
+/* The same over h2c: the head, the pieces' bytes, then RST_STREAM(INTERNAL_ERROR) and no END_STREAM. */
+static void expect_cut_h2(h2cl_t *cl, h2resp_t *r, const char *body) {
+  h2_wait1(cl, r, 20000);
+  ASSERT_EQ(r->status, 200);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, body, strlen(body));
+  ASSERT_EQ(r->ended, 0);
+  ASSERT_EQ(r->rst, 2); /* INTERNAL_ERROR */
+}
+
+/* CB_REPLY_UNAVAILABLE after the head and two pieces, all in one cb_server_reply() call (one command-queue post):
+ * the worker runs the four items, then the connection's after-step would write what they queued. The 503 came
+ * first and cut the answer while its head and pieces were still in the connection's output: HTTP/1.1 closed the
+ * connection with nothing written at all, h2c reset the stream after its HEADERS and before any DATA. Now the
+ * output is offered to the socket before the cut (as the proxy does, px_fail), so the client sees the head and
+ * the pieces, then the cut. */
+static void reply_then_unavailable(cb_server_t *srv, cb_reqref_t ref) {
+  cb_reply_t rs[4] = {{.ref = ref, .op = CB_REPLY_STREAM, .status = 200},
+                      {.ref = ref, .op = CB_REPLY_SEND, .body = CB_S("abc")},
+                      {.ref = ref, .op = CB_REPLY_SEND, .body = CB_S("defg")},
+                      {.ref = ref, .op = CB_REPLY_UNAVAILABLE}};
+  ASSERT_ERR(cb_server_reply(srv, rs, 4), 0);
+  for (int k = 0; k < 4; k++) ASSERT_ERR(rs[k].result, 0);
+}
+
+TEST_T(deferred_unavailable_after_pieces, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  add_deferred(srv, NULL, "/u/*", deliver, 30000, 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /u/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  reply_then_unavailable(srv, pop_ref());
+  static const char *const pieces[] = {"abc", "defg", NULL};
+  expect_cut_h1(fd, pieces);
+  close(fd);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/u/2", NULL, 0, NULL, 0);
+  wait_delivered(2);
+  reply_then_unavailable(srv, pop_ref());
+  expect_cut_h2(cl, r1, "abcdefg");
+  h2_check_hello(port);
+  h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_unavailable - st0.handler_unavailable, 2);
+  test_stop(srv);
+}
+
 /* ---- deferred routes churned while repliers answer (the audit of races between the API and the workers): the
  * route is replaced, failed and removed while requests are parked on it and replies are on their way. Every
  * request gets the reply or a 503 (a route for its path is always there); no callback reaches a route's ud once
