@@ -1,14 +1,15 @@
 /* The deferred route kind: a request handed to someone else (an Erlang process, through the NIF, the port
  * program or a C caller) and answered later from any thread (include/cbench.h, docs/erlang.md).
  *
- * A parked request lives in a slot of its worker. A slot's state word (atomic) is generation << 8 | state:
- * repliers on other threads claim a request with one compare-and-swap (PARKED -> REPLIED or STREAMING,
- * STREAMING -> FINISHED), the worker claims it the same way for a 503 or a 504 (-> DONE), and the worker bumps
- * the generation when the request is released. So exactly one answer wins, a reference to a finished request
- * is refused (CB_EGONE) where it is made, and a command that lost a race meets a newer generation on the worker
- * and is dropped. Slots come in chunks that are never moved or freed while the worker runs, so another thread
- * may read a state word without a lock. No lock is shared by workers: a reply takes only its worker's
- * command-queue lock, once per cb_server_reply() call.
+ * A parked request lives in a slot of its worker. A slot's state word (atomic) is generation << 8 | state, with
+ * the count of pieces on their way above them (ON_WAY): repliers on other threads claim a request with one
+ * compare-and-swap (PARKED -> REPLIED or STREAMING, STREAMING -> FINISHED; a piece counts itself in, STREAMING
+ * -> STREAMING), the worker claims it the same way for a 503 or a 504 (-> DONE), and the worker bumps the
+ * generation when the request is released. So exactly one answer wins, a reference to a finished request is
+ * refused (CB_EGONE) where it is made, a command that lost a race meets a newer generation on the worker and is
+ * dropped, and a piece that won is never dropped by a 504 (take_back). Slots come in chunks that are never
+ * moved or freed while the worker runs, so another thread may read a state word without a lock. No lock is
+ * shared by workers: a reply takes only its worker's command-queue lock, once per cb_server_reply() call.
  *
  * Batching: a request is parked when it is complete and queued on the worker's pending list; a prepare handle
  * (run once per loop iteration, before the loop polls) hands the pending requests to each route's deliver
@@ -44,9 +45,14 @@ enum { ST_FREE, ST_PARKED, ST_REPLIED, ST_STREAMING, ST_FINISHED, ST_DONE };
 #define WORD(gen, st) ((uint64_t)(gen) << 8 | (uint64_t)(st))
 #define GEN(word) ((uint32_t)((word) >> 8))
 #define STATE(word) ((unsigned)((word)&0xff))
+/* Bits 40 to 63: the pieces (CB_REPLY_SEND) claimed and not yet run by the worker, while STREAMING or FINISHED;
+ * 0 in every other state. A count at ON_WAY_MAX stays there (16M pieces on their way: no 504 waits for more). */
+#define ON_WAY_ONE ((uint64_t)1 << 40)
+#define ON_WAY_MAX 0xffffffu
+#define ON_WAY(word) ((uint32_t)((word) >> 40))
 
 typedef struct {
-  uint64_t word; /* atomic: generation << 8 | state */
+  uint64_t word; /* atomic: pieces on their way << 40 | generation << 8 | state */
   cb__req_t *r;  /* the worker's: the parked request, NULL when free */
   uint32_t next_free;
   uint64_t deadline; /* the loop's time (ms) of the 504: no answer (or no piece while streaming); 0: none */
@@ -150,15 +156,22 @@ static void cut(cb__req_t *r) { r->proto->abort(r, 2 /* HTTP/2's INTERNAL_ERROR 
 #define OVERFLOW 0
 
 /* The worker takes a parked request back (from PARKED or STREAMING) to answer it itself: 503 or 504, or a cut
- * when its answer had begun. Returns 0 when a replier got there first (its command is on the way). OVERFLOW
- * cuts a streamed answer, from FINISHED too: the pieces before the end are still in the command queue. */
+ * when its answer had begun. Returns 0 when a replier got there first (its command is on the way), and for a 504
+ * when a piece is on its way. OVERFLOW cuts a streamed answer, from FINISHED too: the pieces before the end are
+ * still in the command queue. */
 static int take_back(cb__worker_t *w, slot_t *s, int status) {
   uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
-  unsigned st = STATE(word);
-  if (st != ST_PARKED && st != ST_STREAMING && !(status == OVERFLOW && st == ST_FINISHED)) return 0;
-  if (!__atomic_compare_exchange_n(&s->word, &word, WORD(GEN(word), ST_DONE), 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_ACQUIRE))
-    return 0;
+  for (;;) { /* a failed swap reloads the word: a piece counted itself in, or a reply claimed the request */
+    unsigned st = STATE(word);
+    if (st != ST_PARKED && st != ST_STREAMING && !(status == OVERFLOW && st == ST_FINISHED)) return 0;
+    /* A piece handed over (its reply returned 0) and not run yet: in the command queue, which a turn of the loop
+     * runs after libuv's timers, or about to be posted. It came in time, so no 504: when it runs it is queued
+     * and moves the deadline (run_item), as every piece does. The 504 used to win here and the piece met DONE. */
+    if (status == 504 && ON_WAY(word) > 0) return 0;
+    if (__atomic_compare_exchange_n(&s->word, &word, WORD(GEN(word), ST_DONE), 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      break;
+  }
   cb__req_t *r = s->r;
   cb__conn_t *c = r->conn;
   const droute_t *dr = droute(r);
@@ -592,6 +605,15 @@ typedef struct {
   item_t items[]; /* then the header bytes */
 } reply_cmd_t;
 
+/* A piece claimed by a replier (claim) has reached its worker: one fewer on its way. The 504 that this count holds
+ * back is decided on this thread too (take_back), never while a piece is half run. */
+static void piece_arrived(slot_t *s) {
+  uint64_t word = __atomic_load_n(&s->word, __ATOMIC_ACQUIRE);
+  while (ON_WAY(word) > 0 &&
+         !__atomic_compare_exchange_n(&s->word, &word, word - ON_WAY_ONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
+}
+
 static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
   slot_t *s = slot_at(d, it->slot);
   cb__req_t *r = s ? s->r : NULL;
@@ -602,6 +624,7 @@ static void run_item(cb__worker_t *w, defer_w_t *d, item_t *it) {
   }
   cb__conn_t *c = r->conn;
   int head_only = r->method == CB_METHOD_HEAD;
+  if (it->op == CB_REPLY_SEND) piece_arrived(s);
   switch (it->op) {
     case CB_REPLY_FULL: {
       int no_body = it->status == 204 || it->status == 304;
@@ -725,10 +748,14 @@ static int claim(cb_server_t *srv, const cb_reply_t *x, uint32_t *slot, uint32_t
   }
   /* A piece or an end before the head: the request is still open, which gone would deny. */
   if (STATE(word) == ST_PARKED && from == ST_STREAMING) return CB_ENOTSTREAMING;
-  if (STATE(word) != from) return CB_EGONE;
-  if (from != to && !__atomic_compare_exchange_n(&s->word, &word, WORD(g, to), 0, __ATOMIC_ACQ_REL,
-                                                 __ATOMIC_ACQUIRE))
-    return CB_EGONE;
+  for (;;) { /* a failed swap reloads the word: the count moved (another piece, the worker), or the state */
+    if (GEN(word) != g || STATE(word) != from) return CB_EGONE;
+    uint64_t next = (word & ~(uint64_t)0xff) | to; /* the generation and the pieces on their way kept */
+    if (x->op == CB_REPLY_SEND && ON_WAY(word) < ON_WAY_MAX) next += ON_WAY_ONE; /* the worker counts it out */
+    if (next == word ||
+        __atomic_compare_exchange_n(&s->word, &word, next, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      break;
+  }
   *slot = i;
   *gen = g;
   return 0;

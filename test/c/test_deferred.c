@@ -1158,6 +1158,110 @@ TEST_T(deferred_unavailable_after_pieces, 60000) {
   test_stop(srv);
 }
 
+/* A piece handed over (its reply returned 0) while the worker is busy, and the request's deadline passes before
+ * the worker runs it. A turn of the worker's loop runs libuv's timers before its command queue, so the 504 came
+ * first: it took the request back (DONE) and cut the answer, and the piece, still in the command queue, met DONE
+ * and was dropped. Now a piece on its way holds the 504 back: when it runs it moves the deadline, as every piece
+ * does, and the 504 comes timeout_ms after it, once it has been written. The worker is kept busy in a gone hook
+ * (another client's request ends: its connection is reset), which hands the piece over and sleeps past the
+ * deadline (a lower bound: the test does not depend on how much longer it takes). */
+static struct {
+  pthread_mutex_t mu;
+  cb_reqref_t target; /* the request to send a piece to, 0: none */
+  int result;         /* that reply's result */
+  int done;
+} busy = {PTHREAD_MUTEX_INITIALIZER, 0, -1, 0};
+
+static void gone_sends_piece(void *ud, cb_reqref_t ref) {
+  (void)ud, (void)ref;
+  pthread_mutex_lock(&busy.mu);
+  cb_reqref_t target = busy.target;
+  busy.target = 0;
+  pthread_mutex_unlock(&busy.mu);
+  if (target == 0) return;
+  cb_reply_t r = {.ref = target, .op = CB_REPLY_SEND, .body = CB_S("defg")};
+  ASSERT_ERR(cb_server_reply(hq.srv, &r, 1), 0);
+  sleep_ms(1500); /* the target's timeout is 1000 ms, counted from before this call */
+  pthread_mutex_lock(&busy.mu);
+  busy.result = r.result;
+  busy.done++;
+  pthread_mutex_unlock(&busy.mu);
+}
+
+/* Another h2c client's /g/ request is parked first; then the head and "abc" go to target and run (the answer is
+ * written by then: its deadline is 1000 ms away), and that client's connection is reset: the worker, in the gone
+ * hook, hands "defg" over and sleeps past target's deadline. */
+static void piece_while_busy(int port, cb_reqref_t target) {
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  int before = delivered();
+  h2_request(cl, 1, "GET", "/g/1", NULL, 0, NULL, 0);
+  wait_delivered(before + 1);
+  (void)pop_ref();
+  cb_reply_t rs[2] = {{.ref = target, .op = CB_REPLY_STREAM, .status = 200},
+                      {.ref = target, .op = CB_REPLY_SEND, .body = CB_S("abc")}};
+  ASSERT_ERR(cb_server_reply(hq.srv, rs, 2), 0);
+  ASSERT_ERR(rs[0].result, 0);
+  ASSERT_ERR(rs[1].result, 0);
+  ASSERT(cb__server_reply_queued(hq.srv, target) != SIZE_MAX); /* run, and not cut */
+  pthread_mutex_lock(&busy.mu);
+  int done = busy.done;
+  busy.target = target;
+  busy.result = -1;
+  pthread_mutex_unlock(&busy.mu);
+  struct linger lg = {1, 0};
+  setsockopt(cl->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  h2_free(cl);
+  for (int i = 0; i < 1000; i++) {
+    pthread_mutex_lock(&busy.mu);
+    int n = busy.done;
+    pthread_mutex_unlock(&busy.mu);
+    if (n > done) break;
+    sleep_ms(10);
+  }
+  ASSERT_EQ(busy.done, done + 1);
+  ASSERT_ERR(busy.result, 0); /* handed over while the request was streaming */
+}
+
+TEST_T(deferred_timeout_piece_on_its_way, 60000) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cfg.threads = 1;
+  cb_server_t *srv = test_start(&cfg);
+  hq.srv = srv;
+  hq.delivered = 0;
+  int port = cb_server_port(srv);
+  add_deferred(srv, NULL, "/t/*", deliver, 1000, 0);
+  cb_deferred_t d;
+  memset(&d, 0, sizeof d);
+  d.match.path = CB_S("/g/*");
+  d.deliver = deliver;
+  d.gone = gone_sends_piece;
+  d.timeout_ms = 30000;
+  uint64_t id = 0;
+  ASSERT_ERR(cb_server_deferred_add(srv, &d, &id), 0);
+  cb_stats_t st0, st1;
+  ASSERT_ERR(cb_server_stats(srv, &st0), 0);
+  int fd = cl_connect(port);
+  cl_sends(fd, "GET /t/1 HTTP/1.1\r\nhost: x\r\n\r\n");
+  wait_delivered(1);
+  piece_while_busy(port, pop_ref());
+  static const char *const pieces[] = {"abc", "defg", NULL};
+  expect_cut_h1(fd, pieces);
+  close(fd);
+  h2cl_t *cl = h2_open(port);
+  h2_handshake(cl);
+  int before = delivered();
+  h2resp_t *r1 = h2_request(cl, 1, "GET", "/t/2", NULL, 0, NULL, 0);
+  wait_delivered(before + 1);
+  piece_while_busy(port, pop_ref());
+  expect_cut_h2(cl, r1, "abcdefg");
+  h2_free(cl);
+  ASSERT_ERR(cb_server_stats(srv, &st1), 0);
+  ASSERT_EQ(st1.handler_timeouts - st0.handler_timeouts, 2);
+  test_stop(srv);
+}
+
 /* ---- deferred routes churned while repliers answer (the audit of races between the API and the workers): the
  * route is replaced, failed and removed while requests are parked on it and replies are on their way. Every
  * request gets the reply or a 503 (a route for its path is always there); no callback reaches a route's ud once
