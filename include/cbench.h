@@ -1001,10 +1001,14 @@ CB_EXTERN int cb_server_up(cb_server_t *srv);
  * connection is closed; h2c: RST_STREAM(INTERNAL_ERROR), the connection goes on). No answer within
  * timeout_ms (no piece within timeout_ms while streaming): 504 (cut when streaming). "Streaming" means the
  * streamed answer's head was sent: a CB_REPLY_STREAM claimed but not yet run by the worker when the 503 or
- * 504 comes is dropped, and the client gets the status. All are journaled with their status and counted in
- * cb_stats_t (handler_unavailable, handler_timeouts). A CB_REPLY_SEND that finds cfg.max_queued_reply_bytes of
- * its answer not yet written (a client that does not read) cuts the answer the same way instead of queueing
- * the piece: the request is over (gone; later replies CB_EGONE), counted in handler_overflows. */
+ * 504 comes is dropped, and the client gets the status. A cut comes after the pieces handed over before it:
+ * those posted ahead of a 503 (a CB_REPLY_UNAVAILABLE after them, a cb_server_deferred_fail() call after
+ * theirs) are offered to the socket first, as far as it and the h2c windows take them then; a CB_REPLY_SEND
+ * with result 0 that the worker has not run yet holds the 504 back, and restarts timeout_ms when it runs. All
+ * are journaled with their status and counted in cb_stats_t (handler_unavailable, handler_timeouts). A
+ * CB_REPLY_SEND that finds cfg.max_queued_reply_bytes of its answer not yet written (a client that does not
+ * read) cuts the answer at once instead of queueing the piece: the request is over (gone; later replies
+ * CB_EGONE), counted in handler_overflows. */
 
 typedef uint64_t cb_reqref_t; /* worker << 56 | slot << 32 | generation; never 0 */
 
