@@ -409,6 +409,13 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  /* Pipelining is HTTP/1.1's in cleartext (the engine refuses the rest as a conflict; said here as usage). */
+  if (cfg.proxy_pipeline > 1 && (cfg.proxy_to == NULL || https || cfg.proxy_protocol != CB_PROXY_HTTP1)) {
+    fprintf(stderr, "cbench-server: --proxy-pipeline above 1 goes with an http:// --proxy-to and --proxy-protocol "
+            "http1\n");
+    usage(stderr);
+    return 2;
+  }
   /* A certificate or a client-auth mode for a server without TLS would be ignored by the engine: the user meant
    * TLS and would get a cleartext listener. (--tls-client-auth none is the default, so it goes anywhere.) */
   if (!cfg.tls && cfg.tls_port < 0 &&

@@ -115,6 +115,9 @@ typedef struct cb_config_s {
                                 * stub's ca_file); NULL: the system's CAs */
   int proxy_insecure;          /* with an https:// proxy_to: 1, its certificate is not verified (insecure) */
   int proxy_protocol;          /* with proxy_to: CB_PROXY_HTTP1 (default) or CB_PROXY_H2C, the catch-all's protocol */
+  unsigned proxy_pipeline;     /* with proxy_to: the catch-all's cb_proxy_t.pipeline (0, the default, or 1: one
+                                * request at a time; 2..CB_PROXY_MAX_PIPELINE with an http:// proxy_to spoken to
+                                * over HTTP/1.1, else start fails with UV_EINVAL) */
   size_t max_queued_reply_bytes; /* a deferred route's streamed answer whose bytes not yet written (the client
                                   * does not read) are this many or more when a CB_REPLY_SEND runs is cut, and
                                   * counted in cb_stats_t.handler_overflows. Default 16777216 (16 MiB) */

@@ -108,6 +108,10 @@ static const cb_option_t options[] = {
      .def = CB_PROXY_HTTP1, .err = UV_EINVAL, .names = proxy_protocol_names, .flags = CB_OPT_F_C_ONLY,
      FIELD(proxy_protocol),
      .doc = "with --proxy-to: the upstream's protocol, http1 or h2c (prior knowledge; docs/proxy.md)"},
+    {.name = "proxy_pipeline", .flag = "--proxy-pipeline", .type = CB_OPT_UINT, .min = 0,
+     .max = CB_PROXY_MAX_PIPELINE, .def = 0, .err = UV_EINVAL, .flags = CB_OPT_F_C_ONLY, FIELD(proxy_pipeline),
+     .doc = "with an http:// --proxy-to over http1: the most GET and HEAD requests in flight on one upstream "
+            "connection; 0 or 1: one at a time (docs/proxy.md)"},
     {.name = "max_queued_reply_bytes", .flag = "--max-queued-reply-bytes", .type = CB_OPT_UINT, .min = 1,
      .max = (uint64_t)1 << 62, .def = 16u << 20, .err = CB_ELIMIT,
      FIELD(max_queued_reply_bytes),

@@ -178,7 +178,8 @@ static void free_server(cb_server_t *srv) {
 static int add_proxy_all(cb_server_t *srv, const cb_config_t *cfg) {
   const char *url = cfg->proxy_to, *ca = cfg->proxy_ca;
   cb_proxy_t p = {.to = {url, strlen(url)}, .record = cfg->record_to != NULL, .insecure = cfg->proxy_insecure,
-                  .ca_file = {ca, ca ? strlen(ca) : 0}, .protocol = cfg->proxy_protocol};
+                  .ca_file = {ca, ca ? strlen(ca) : 0}, .protocol = cfg->proxy_protocol,
+                  .pipeline = cfg->proxy_pipeline};
   cb_stub_t st = {.name = CB_S("proxy_all"), .match = {.path = CB_S("/*"), .priority = -1000000},
                   .response = {.proxy = &p}};
   uint64_t id;

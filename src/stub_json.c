@@ -501,13 +501,13 @@ static void proxy_mem_free(proxy_mem_t *m) {
 }
 
 /* "proxy": {"to": "http://HOST:PORT[/prefix]", "protocol": "http1" | "h2c", "timeout_ms", "max_body_bytes",
- * "record", "record_headers": [...], "record_body_file_bytes", "record_status": [...], and for https://:
- * "ca_file", "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine
+ * "record", "record_headers": [...], "record_body_file_bytes", "record_status": [...], "pipeline", and for
+ * https://: "ca_file", "ca_pem", "insecure", "server_name"}: the JSON types here, the values' rules in the engine
  * (cb_error_detail, response.proxy). */
 static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t **out) {
   static const char *const keys[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record", "record_headers",
                                      "record_body_file_bytes", "record_status", "ca_file", "ca_pem", "insecure",
-                                     "server_name", NULL};
+                                     "server_name", "pipeline", NULL};
   where_t w = sub(wr, "proxy", 0);
   if (!json_is_object(v)) return fail(c, &w, "wrong_type: must be an object with at least \"to\"");
   if (check_keys(c, &w, v, keys)) return -1;
@@ -533,6 +533,10 @@ static int parse_proxy(const ctx_t *c, const where_t *wr, json_t *v, proxy_mem_t
   m->p.timeout_ms = (unsigned)u;
   if (get_uint(c, &w, v, "max_body_bytes", UINT64_MAX >> 2, &m->p.max_body_bytes)) return -1;
   if (get_uint(c, &w, v, "record_body_file_bytes", UINT64_MAX >> 2, &m->p.record_body_file_bytes)) return -1;
+  /* Its bound here, as timeout_ms's; above 1 with h2c or https:// the engine's conflict names response.proxy. */
+  u = 0;
+  if (get_uint(c, &w, v, "pipeline", CB_PROXY_MAX_PIPELINE, &u)) return -1;
+  m->p.pipeline = (unsigned)u;
   if ((x = json_object_get(v, "record")) != NULL) {
     f = sub(&w, "record", 0);
     if (!json_is_boolean(x)) return fail(c, &f, "wrong_type: must be true or false");

@@ -310,6 +310,8 @@ for args in "--bogus" "--port" "--port abc" "--port 70000" "--port -1" "--thread
   "--proxy-to http://127.0.0.1:1 --proxy-insecure" "--proxy-to http://127.0.0.1:1 --proxy-ca /nonexistent.pem" \
   "--proxy-to https://127.0.0.1:1 --proxy-ca /nonexistent.pem --proxy-insecure" "--proxy-protocol" \
   "--proxy-protocol h3" "--proxy-to http://127.0.0.1:1 --proxy-protocol HTTP1" "--proxy-protocol h2c" \
+  "--proxy-pipeline 2" "--proxy-pipeline 65" "--proxy-pipeline x" "--proxy-to https://127.0.0.1:1 --proxy-pipeline 2" \
+  "--proxy-to http://127.0.0.1:1 --proxy-protocol h2c --proxy-pipeline 2" \
   "--tls-cert-file /nonexistent.pem" "--tls-key-file /nonexistent.key" "--tls-client-auth require" \
   "--tls-cert-file /nonexistent.pem --tls-key-file /nonexistent.key --tls-client-auth request"; do
   set +e
@@ -782,6 +784,14 @@ kill -TERM "$SPID"
 wait "$SPID" || bad "h2c proxy: exit status $?"
 if grep -q '^  proxy: requests 2, upstream connects 1, reused 1, 502 0, 504 0$' "$work/h2proxy.out"; then ok; else
   bad "h2c proxy counters: $(grep proxy: "$work/h2proxy.out")"; fi
+
+# --proxy-pipeline 4 (docs/proxy.md, "Pipelining"): the catch-all takes it, and curl gets what the service answers.
+start_server pipeproxy --port 0 --threads 1 --proxy-to "http://127.0.0.1:$RPORT" --proxy-pipeline 4
+through "$work/pipep" "$PORT"
+if cmp -s "$work/h2d" "$work/pipep"; then ok; else
+  bad "GET through --proxy-pipeline 4 differs: $(diff "$work/h2d" "$work/pipep" | head -n 5)"; fi
+kill -TERM "$SPID"
+wait "$SPID" || bad "pipelining proxy: exit status $?"
 kill -TERM "$RPID"
 wait "$RPID" || bad "real service: exit status $?"
 echo "e2e: $passed passed, $failed failed"

@@ -4,6 +4,7 @@
  * (exact forwarded heads, hostile answers). Every answer is compared byte for byte, dates masked. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1127,6 +1128,93 @@ TEST(proxy_stub_json) {
     ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, bad[i].text, strlen(bad[i].text), &added, &err), -1);
     ASSERT_STR_EQ(err.msg, bad[i].msg);
   }
+  test_stop(px);
+  test_stop(up);
+}
+
+/* cb_proxy_t.pipeline, as cb__proxy_new checks it: 0, 1, 2 and CB_PROXY_MAX_PIPELINE are taken with an http://
+ * upstream over HTTP/1.1 (0 and 1 with h2c and https:// too: one at a time); one more is out_of_range, and above 1
+ * with protocol h2c or an https:// `to` it is a conflict, each named response.proxy with the value refused. A
+ * stub with pipeline 4 answers as any proxy stub does, one request after another on one client connection (the
+ * pipelining itself is not looked at here). */
+static void expect_pipeline_refused(const char *to, int protocol, unsigned pipeline, int why) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  cb_proxy_t p = {.to = {to, strlen(to)}, .protocol = protocol, .pipeline = pipeline};
+  cb_stub_t st = {.match = {.path = CB_S("/*")}, .response = {.proxy = &p}};
+  uint64_t id;
+  ASSERT_EQ(cb_server_route_add(srv, &st, &id), CB_EINVAL);
+  ASSERT_EQ(cb_error_detail()->field, CB_FIELD_PROXY);
+  ASSERT_EQ(cb_error_detail()->why, why);
+  ASSERT_EQ(cb_error_detail()->numeric, 1);
+  ASSERT_EQ(cb_error_detail()->number, (long long)pipeline);
+  test_stop(srv);
+}
+
+TEST(proxy_pipeline_option) {
+  cb_server_t *up = upstream_server();
+  char to[64];
+  url_of(to, sizeof to, cb_server_port(up), "");
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *px = test_start(&cfg);
+  static const struct {
+    const char *to; /* NULL: the upstream's */
+    int protocol;
+    unsigned pipeline;
+  } taken[] = {{NULL, CB_PROXY_HTTP1, 0}, {NULL, CB_PROXY_HTTP1, 1}, {NULL, CB_PROXY_HTTP1, 2},
+               {NULL, CB_PROXY_HTTP1, CB_PROXY_MAX_PIPELINE}, {NULL, CB_PROXY_H2C, 1},
+               {"https://127.0.0.1:1", CB_PROXY_HTTP1, 1}, {"https://127.0.0.1:1", CB_PROXY_HTTP1, 0}};
+  for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+    const char *t = taken[i].to ? taken[i].to : to;
+    cb_proxy_t p = {.to = {t, strlen(t)}, .protocol = taken[i].protocol, .pipeline = taken[i].pipeline};
+    char path[32];
+    snprintf(path, sizeof path, "/taken/%zu/*", i);
+    cb_stub_t st = {.match = {.path = {path, strlen(path)}}, .response = {.proxy = &p}};
+    uint64_t id;
+    int err = cb_server_route_add(px, &st, &id);
+    if (err) cbt_log("case %zu: %s, %s %s", i, cb_err_name(err), cb_error_detail()->field_name,
+                     cb_error_detail()->why_name);
+    ASSERT_EQ(err, 0);
+  }
+  expect_pipeline_refused(to, CB_PROXY_HTTP1, CB_PROXY_MAX_PIPELINE + 1, CB_WHY_OUT_OF_RANGE);
+  expect_pipeline_refused(to, CB_PROXY_HTTP1, UINT_MAX, CB_WHY_OUT_OF_RANGE);
+  expect_pipeline_refused(to, CB_PROXY_H2C, 2, CB_WHY_CONFLICT);
+  expect_pipeline_refused("https://127.0.0.1:1", CB_PROXY_HTTP1, 2, CB_WHY_CONFLICT);
+  expect_pipeline_refused("https://127.0.0.1:1", CB_PROXY_H2C, CB_PROXY_MAX_PIPELINE, CB_WHY_CONFLICT);
+  /* Stubs with pipeline 4, one from C, one from JSON: the upstream's answers, one request at a time. */
+  cb_proxy_t p4 = {.to = {to, strlen(to)}, .pipeline = 4};
+  cb_stub_t st4 = {.match = {.path = CB_S("/*")}, .response = {.proxy = &p4}};
+  uint64_t id4;
+  ASSERT_EQ(cb_server_route_add(px, &st4, &id4), 0);
+  char json[256];
+  snprintf(json, sizeof json, "{\"match\": {\"path\": \"/hello\"}, \"response\": {\"proxy\": {\"to\": \"%s\", "
+           "\"pipeline\": 4}}}", to);
+  cb_stubs_json_error_t jerr;
+  cb_stub_added_t *added = NULL;
+  ASSERT_EQ(cb_stubs_json_add(px, "body", NULL, json, strlen(json), &added, &jerr), 1);
+  uint64_t idj = added[0].id;
+  free(added);
+  int fd = cl_connect(cb_server_port(px));
+  buf_t exp = {0};
+  exp_route(&exp, "GET", "/hello", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /hello HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_route(&exp, "HEAD", "/json", CONN_NONE);
+  ROUNDTRIP_S(fd, "HEAD /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_route(&exp, "GET", "/json", CONN_NONE);
+  ROUNDTRIP_S(fd, "GET /json HTTP/1.1\r\nhost: x\r\n\r\n", &exp);
+  close(fd);
+  buf_free(&exp);
+  cb_stub_list_t *list;
+  ASSERT_EQ(cb_server_stubs(px, &list), 0);
+  for (size_t i = 0; i < list->count; i++) {
+    if (list->items[i].id == idj) ASSERT_EQ(list->items[i].hits, 1);
+    if (list->items[i].id == id4) ASSERT_EQ(list->items[i].hits, 2);
+  }
+  cb_stub_list_free(list);
   test_stop(px);
   test_stop(up);
 }

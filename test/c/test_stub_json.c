@@ -248,6 +248,26 @@ TEST(stub_json_errors) {
       {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"body\": {\"hex\": \"00\"}}}]",
        "FILE:1: stubs[0].response.body: unknown_key: must be a string, or an object with one of bytes, file, json, "
        "base64"},
+      /* A proxy's pipeline: its type and bound here; above 1 with h2c or https:// the engine's conflict (the value
+       * reaches it), named response.proxy as the engine's other refusals of a proxy but `to' are. */
+      {"[{\"match\": {\"path\": \"/a\"},\n \"response\": {\"proxy\": "
+       "{\"to\": \"http://127.0.0.1:1\", \"pipeline\": 65}}}]",
+       "FILE:2: stubs[0].response.proxy.pipeline: out_of_range: must be an integer from 0 to 64"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": "
+       "{\"to\": \"http://127.0.0.1:1\", \"pipeline\": -1}}}]",
+       "FILE:1: stubs[0].response.proxy.pipeline: out_of_range: must be an integer from 0 to 64"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": "
+       "{\"to\": \"http://127.0.0.1:1\", \"pipeline\": \"4\"}}}]",
+       "FILE:1: stubs[0].response.proxy.pipeline: wrong_type: must be an integer from 0 to 64"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": "
+       "{\"to\": \"http://127.0.0.1:1\", \"pipeline\": 2.0}}}]",
+       "FILE:1: stubs[0].response.proxy.pipeline: wrong_type: must be an integer from 0 to 64"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": "
+       "{\"to\": \"http://127.0.0.1:1\", \"protocol\": \"h2c\", \"pipeline\": 2}}}]",
+       "FILE:1: stubs[0].response.proxy: conflict: \"2\" (docs/routes.md)"},
+      {"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": "
+       "{\"to\": \"https://127.0.0.1:1\", \"pipeline\": 64}}}]",
+       "FILE:1: stubs[0].response.proxy: conflict: \"64\" (docs/routes.md)"},
   };
   cb_config_t cfg;
   test_config(&cfg);
