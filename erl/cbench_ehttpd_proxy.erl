@@ -15,6 +15,9 @@
 %%% its process dictionary, reused after a complete answer whose framing allows it, and closed with
 %%% the process. A reused socket that the upstream closed meanwhile fails before any byte of the
 %%% answer: the request is then sent once more on a new connection (it never reached the upstream).
+%%% `pipeline' (cbench_spec checks it as for the C engines) is taken and not acted on: a client
+%%% connection's process sends its next request only once the last answer was read, so a socket has
+%%% at most one request in flight (docs/proxy.md, "Pipelining").
 %%%
 %%% An https:// upstream is spoken to with OTP's ssl (ssl:connect/4): ALPN http/1.1, SNI the host
 %%% of `to' or `server_name' (none for an IP literal), the peer verified unless `insecure' against

@@ -57,6 +57,8 @@
                    max_body_bytes => pos_integer(), record => boolean(),
                    record_headers => [iodata() | atom()], record_body_file_bytes => non_neg_integer(),
                    record_status => [100..599],
+                   %% http:// upstreams over http1 only above 1 (docs/proxy.md "Pipelining").
+                   pipeline => 0..64,
                    %% https:// upstreams only (docs/proxy.md "https upstreams").
                    ca_file => iodata(), ca_pem => iodata(), insecure => boolean(),
                    server_name => iodata()}.
@@ -85,7 +87,9 @@
                                     record_status := [100..599], insecure := boolean(),
                                     %% Only when given (an https:// upstream's).
                                     ca_file => binary(), ca_pem => binary(),
-                                    server_name => binary()},
+                                    server_name => binary(),
+                                    %% Only when above 1.
+                                    pipeline => 2..64},
                          delay_ms := non_neg_integer(), times := pos_integer() | infinity,
                          fault => binary()}.
 %% A sequence: its responses in turn, then as `after' says (docs/erlang.md).
@@ -271,7 +275,9 @@ single(R) ->
 %%% Proxy responses (issue 26; docs/proxy.md).
 
 -define(PROXY_KEYS, [to, protocol, timeout_ms, max_body_bytes, record, record_headers,
-                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name]).
+                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name, pipeline]).
+%% CB_PROXY_MAX_PIPELINE in include/cbench.h.
+-define(MAX_PIPELINE, 64).
 -define(MAX_SERVER_NAME, 253).
 -define(MAX_CA_FILE, 4096).
 -define(MAX_PROXY_TO, 1024).
@@ -326,7 +332,8 @@ proxy(P) when is_map(P) ->
                  Bool -> fail({response, proxy, record}, Bool, wrong_type)
              end,
     Tls = proxy_tls(To, P),
-    Tls#{to => To, protocol => Protocol,
+    Opt = maps:merge(Tls, pipeline(To, Protocol, P)),
+    Opt#{to => To, protocol => Protocol,
       timeout_ms => int_in({response, proxy, timeout_ms}, maps:get(timeout_ms, P, 10000), 1,
                            ?MAX_DELAY_MS),
       max_body_bytes => int_in({response, proxy, max_body_bytes},
@@ -338,11 +345,25 @@ proxy(P) when is_map(P) ->
       record_status => record_status(maps:get(record_status, P, []))};
 proxy(P) -> fail({response, proxy}, P, wrong_type).
 
+%% `pipeline' (docs/proxy.md "Pipelining"), as src/kinds/proxy.c checks it: 0..64, and above 1 an
+%% http:// upstream spoken to over http1 only (h2c multiplexes, an https:// one is not pipelined: each
+%% a `conflict'). Canonical only when above 1 (0 and 1 are both one request at a time), so that a
+%% stub without it is listed as before.
+pipeline(To, Protocol, P) ->
+    case int_in({response, proxy, pipeline}, maps:get(pipeline, P, 0), 0, ?MAX_PIPELINE) of
+        N when N > 1 ->
+            (Protocol =:= h2c orelse https(To)) andalso fail({response, proxy, pipeline}, N, conflict),
+            #{pipeline => N};
+        _ -> #{}
+    end.
+
+https(To) -> lower(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">>.
+
 %% An https:// upstream's options, as src/kinds/proxy.c checks them: with http:// each is a conflict;
 %% ca_file and ca_pem not both; a CA that cannot be read or holds no certificate is bad_ca (read now,
 %% as the C engines read it when the stub is added). Canonical: insecure always, the others when given.
 proxy_tls(To, P) ->
-    Https = lower(binary:part(To, 0, min(8, byte_size(To)))) =:= <<"https://">>,
+    Https = https(To),
     Insecure = case maps:get(insecure, P, false) of
                    I when is_boolean(I) -> I;
                    I -> fail({response, proxy, insecure}, I, wrong_type)

@@ -39,6 +39,7 @@
 -define(MAX_RECORD_HEADERS, 32).
 -define(MAX_RECORD_STATUS, 64).
 -define(MAX_SIGMA, 10).
+-define(MAX_PIPELINE, 64).
 
 -define(STUB_KEYS, [<<"name">>, <<"match">>, <<"response">>, <<"expect">>]).
 -define(MATCH_KEYS, [<<"method">>, <<"path">>, <<"headers">>, <<"query">>, <<"priority">>, <<"scenario">>,
@@ -48,7 +49,7 @@
                     <<"fault">>, <<"delay">>, <<"delay_seed">>, <<"template">>]).
 -define(RESPONSE_KEYS, [<<"times">>, <<"responses">>, <<"after">>, <<"proxy">> | ?ITEM_KEYS]).
 -define(PROXY_KEYS, [to, protocol, timeout_ms, max_body_bytes, record, record_headers,
-                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name]).
+                     record_body_file_bytes, record_status, ca_file, ca_pem, insecure, server_name, pipeline]).
 
 %% @doc The stubs of a decoded stub file, in file order; Dir: the folder relative body files and a
 %% proxy's relative ca_file are taken from. `{error, {bad_stub_json, Where, Why}}' for a term that
@@ -400,8 +401,10 @@ body(_, _, W, _) -> bad(W, unknown_key).
 
 %% A proxy's options with cbench_spec's keys (docs/proxy.md), their JSON types checked as
 %% src/stub_json.c's parse_proxy does (the values' rules are cbench_spec's, as they are the C
-%% engine's); what the C engine takes as unset (max_body_bytes 0, an empty ca_file, ca_pem or
-%% server_name) is left out. A relative ca_file is the stub file's folder's, as a body file.
+%% engine's; pipeline's bound is checked here too, as there); what the C engine takes as unset
+%% (max_body_bytes 0, an empty ca_file, ca_pem or server_name) or as the default (pipeline 0 or 1:
+%% one request at a time) is left out. A relative ca_file is the stub file's folder's, as a body
+%% file.
 proxy(P, W, Dir) when is_map(P) ->
     keys(P, [atom_to_binary(K) || K <- ?PROXY_KEYS], W),
     To = case P of
@@ -414,6 +417,7 @@ proxy(P, W, Dir) when is_map(P) ->
                       {<<"max_body_bytes">>, max_body_bytes, fun(V, Wf) -> int(V, 0, ?MAX_U62, Wf) end},
                       {<<"record_body_file_bytes">>, record_body_file_bytes,
                        fun(V, Wf) -> int(V, 0, ?MAX_U62, Wf) end},
+                      {<<"pipeline">>, pipeline, fun(V, Wf) -> int(V, 0, ?MAX_PIPELINE, Wf) end},
                       {<<"record">>, record, fun boolean/2},
                       {<<"insecure">>, insecure, fun boolean/2},
                       {<<"ca_file">>, ca_file, fun string/2},
@@ -427,6 +431,7 @@ proxy(P, W, Dir) when is_map(P) ->
                   W, #{to => To}),
     Unset = [K || {K, V} <- maps:to_list(Opts),
                   (K =:= max_body_bytes andalso V =:= 0) orelse
+                      (K =:= pipeline andalso V =< 1) orelse
                       (lists:member(K, [ca_file, ca_pem, server_name]) andalso V =:= <<>>)],
     case maps:without(Unset, Opts) of
         #{ca_file := F} = O -> O#{ca_file := filename:join(Dir, F)};
@@ -540,10 +545,12 @@ response_json(R) ->
                  (K, _, _) -> error({unsupported, K})
               end, #{}, R).
 
+%% pipeline only above 1, as cbench_spec lists it (0 and 1 are both one request at a time).
 proxy_json(P) ->
     maps:fold(fun(K, V, A) when K =:= to; K =:= ca_file; K =:= ca_pem; K =:= server_name;
                                 K =:= protocol -> A#{bin(K) => bin(V)};
                  (record_headers, Hs, A) -> A#{<<"record_headers">> => [bin(H) || H <- Hs]};
+                 (pipeline, N, A) when is_integer(N), N =< 1 -> A;
                  (K, V, A) -> A#{bin(K) => V}
               end, #{}, P).
 

@@ -29,12 +29,13 @@ static const cb_codec_keys_t response_keys = {"response", response_names, R_FAUL
 enum { PR_PROXY, PR_DELAY_MS, PR_TIMES, PR_FAULT, PR_COUNT };
 static const char *const proxy_response_names[] = {"proxy", "delay_ms", "times", "fault", NULL};
 static const cb_codec_keys_t proxy_response_keys = {"proxy_response", proxy_response_names, PR_FAULT};
-/* The keys from P_CA_FILE on are there only when the stub gave them (an https:// upstream's). */
+/* The keys from P_CA_FILE on are there only when the stub gave them (an https:// upstream's), and pipeline only
+ * when above 1 (so that a stub without it is the term it was). */
 enum { P_TO, P_PROTOCOL, P_TIMEOUT_MS, P_MAX_BODY_BYTES, P_RECORD, P_RECORD_HEADERS, P_RECORD_BODY_FILE_BYTES,
-       P_RECORD_STATUS, P_INSECURE, P_CA_FILE, P_CA_PEM, P_SERVER_NAME, P_COUNT };
+       P_RECORD_STATUS, P_INSECURE, P_CA_FILE, P_CA_PEM, P_SERVER_NAME, P_PIPELINE, P_COUNT };
 static const char *const proxy_names[] = {"to", "protocol", "timeout_ms", "max_body_bytes", "record",
                                           "record_headers", "record_body_file_bytes", "record_status", "insecure",
-                                          "ca_file", "ca_pem", "server_name", NULL};
+                                          "ca_file", "ca_pem", "server_name", "pipeline", NULL};
 static const cb_codec_keys_t proxy_keys = {"proxy", proxy_names, P_CA_FILE};
 
 enum { S_RESPONSES, S_AFTER, S_TIMES, S_COUNT };
@@ -389,7 +390,7 @@ static int get_sequence(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
 
 /* proxy: #{to, protocol => http1 | h2c, timeout_ms, max_body_bytes, record, record_headers => [Bin],
  * record_body_file_bytes, record_status => [Status], insecure} and, when given, ca_file, ca_pem and server_name
- * as binaries (cbench_spec's canonical form). */
+ * as binaries and pipeline (cbench_spec's canonical form). */
 static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   static const char *const protocols[] = {"http1", "h2c", NULL}; /* CB_PROXY_HTTP1, CB_PROXY_H2C */
   cb_term_t v[P_COUNT], item;
@@ -407,6 +408,7 @@ static int get_proxy(cb_term_in_t *in, cb_term_t t, cb_codec_stub_t *s) {
   cb_str_t *tls_strs[] = {&p->ca_file, &p->ca_pem, &p->server_name};
   for (int k = 0; k < 3; k++)
     if ((present & 1u << (P_CA_FILE + k)) && in->ops->binary(in, v[P_CA_FILE + k], tls_strs[k]) != 0) return -1;
+  if ((present & 1u << P_PIPELINE) && get_u32(in, v[P_PIPELINE], &p->pipeline) != 0) return -1;
   long n = in->ops->list(in, v[P_RECORD_HEADERS], &it);
   if (n < 0 || n > CB_CODEC_MAX_RECORD_HEADERS) return -1;
   for (p->nrecord_headers = 0; in->ops->next(in, &it, &item); p->nrecord_headers++)

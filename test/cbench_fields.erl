@@ -84,7 +84,7 @@ keys(proxy_response) ->
 keys(proxy) ->
     {[to, protocol, timeout_ms, max_body_bytes, record, record_headers, record_body_file_bytes, record_status,
       insecure],
-     [ca_file, ca_pem, server_name]};
+     [ca_file, ca_pem, server_name, pipeline]};
 keys(upstream) ->
     {[to, status, error],
      []}.

@@ -12,12 +12,12 @@
 -export([proxy_nif/1, proxy_port/1, proxy_ehttpd/1, refused_502/1, bad_terms/1, hostile_upstream/1,
          https_nif/1, https_port/1, https_ehttpd/1, https_bad_terms/1, trailers/1,
          h2c_upstream_nif/1, h2c_upstream_port/1, h2c_upstream_ehttpd/1, h2c_hostile_upstream_ehttpd/1,
-         h2c_goaway_ehttpd/1, h2_alpn_refused/1]).
+         h2c_goaway_ehttpd/1, h2_alpn_refused/1, pipeline_nif/1, pipeline_port/1, pipeline_ehttpd/1]).
 
 all() -> [proxy_nif, proxy_port, proxy_ehttpd, refused_502, bad_terms, hostile_upstream,
           https_nif, https_port, https_ehttpd, https_bad_terms, trailers,
           h2c_upstream_nif, h2c_upstream_port, h2c_upstream_ehttpd, h2c_hostile_upstream_ehttpd,
-          h2c_goaway_ehttpd, h2_alpn_refused].
+          h2c_goaway_ehttpd, h2_alpn_refused, pipeline_nif, pipeline_port, pipeline_ehttpd].
 
 suite() -> [{timetrap, {minutes, 2}}].
 
@@ -142,7 +142,10 @@ https_bad_terms(_Config) ->
              {#{to => T, server_name => 7}, {{response, proxy, server_name}, 7, wrong_type}},
              {#{to => <<"http://127.0.0.1:1">>, insecure => true}, {{response, proxy, insecure}, true, conflict}},
              {#{to => <<"http://127.0.0.1:1">>, ca_pem => <<"x">>}, {{response, proxy, ca_pem}, <<"x">>, conflict}},
-             {#{to => <<"https://">>}, {{response, proxy, to}, <<"https://">>, bad_url}}],
+             {#{to => <<"https://">>}, {{response, proxy, to}, <<"https://">>, bad_url}},
+             %% Pipelining is cleartext HTTP/1.1's (docs/proxy.md "Pipelining").
+             {#{to => T, pipeline => 2}, {{response, proxy, pipeline}, 2, conflict}},
+             {#{to => T, protocol => h2c, pipeline => 64}, {{response, proxy, pipeline}, 64, conflict}}],
     [begin
          {ok, S} = cbench:start_server(Engine, #{port => 0, threads => 1}),
          [?assertEqual({Engine, P, {error, {bad_stub, Bad}}}, {Engine, P, cbench:stub(S, <<"/p">>, #{proxy => P})})
@@ -294,6 +297,16 @@ bad_terms(_Config) ->
               {{response, proxy, record_headers}, <<"a b">>, not_a_token}},
              {#{proxy => #{to => <<"http://127.0.0.1:1">>, record_status => [99]}},
               {{response, proxy, record_status}, 99, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, pipeline => 65}},
+              {{response, proxy, pipeline}, 65, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, pipeline => -1}},
+              {{response, proxy, pipeline}, -1, out_of_range}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, pipeline => four}},
+              {{response, proxy, pipeline}, four, wrong_type}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, pipeline => 2.0}},
+              {{response, proxy, pipeline}, 2.0, wrong_type}},
+             {#{proxy => #{to => <<"http://127.0.0.1:1">>, protocol => h2c, pipeline => 2}},
+              {{response, proxy, pipeline}, 2, conflict}},
              {#{proxy => #{to => <<"http://127.0.0.1:1">>, color => red}},
               {{response, proxy, color}, red, unknown_key}},
              {#{proxy => #{to => <<"http://127.0.0.1:1">>}, status => 200},
@@ -311,6 +324,55 @@ bad_terms(_Config) ->
          ok = cbench:stop_server(S)
      end || Engine <- [nif, port, ehttpd]],
     ok.
+
+pipeline_nif(_Config) -> pipeline(nif).
+pipeline_port(_Config) -> pipeline(port).
+pipeline_ehttpd(_Config) -> pipeline(ehttpd).
+
+%% @doc `pipeline' (docs/proxy.md "Pipelining") on Engine: 0, 1, 2 and 64 are taken with an http://
+%% upstream over http1, 0 and 1 with h2c or an https:// one too; the stub list shows it above 1 only,
+%% so that a stub with 0 or 1 is listed as one without it. A stub with pipeline 4 answers what the
+%% upstream answers, one request after another on one client connection (a GET, a POST with a body,
+%% a GET again) and a HEAD; which requests go pipelined is the engine's, not looked at here.
+pipeline(Engine) ->
+    {ok, Up} = cbench:start_server(nif, #{port => 0, threads => 1}),
+    {ok, Px} = cbench:start_server(Engine, #{port => 0, threads => 1}),
+    To = <<"http://127.0.0.1:", (integer_to_binary(cbench:port(Up)))/binary>>,
+    Given = [#{to => To, pipeline => 0}, #{to => To, pipeline => 1}, #{to => To, pipeline => 2},
+             #{to => To, pipeline => 64}, #{to => To, protocol => h2c, pipeline => 1},
+             #{to => <<"https://127.0.0.1:1">>, pipeline => 0}],
+    Added = [begin
+                 {ok, Id} = cbench:stub(Px, #{path => <<"/given/", (integer_to_binary(I))/binary>>}, #{proxy => P}),
+                 {Id, P}
+             end || {I, P} <- lists:enumerate(Given)],
+    Listed = maps:from_list([{Id, P} || #{id := Id, response := #{proxy := P}} <- cbench:stubs(Px)]),
+    [begin
+         {ok, #{proxy := Without}} = cbench_spec:response(#{proxy => maps:remove(pipeline, P)}),
+         Want = case P of
+                    #{pipeline := N} when N > 1 -> Without#{pipeline => N};
+                    _ -> Without
+                end,
+         ?assertEqual({Engine, P, Want}, {Engine, P, maps:get(Id, Listed)})
+     end || {Id, P} <- Added],
+    [{_, #{pipeline := 2}}, {_, #{pipeline := 64}}] =
+        [{Id, L} || {Id, L} <- maps:to_list(Listed), is_map_key(pipeline, L)],
+    {ok, Id4} = cbench:stub(Px, #{path => <<"/*">>, method => any}, #{proxy => #{to => To, pipeline => 4}}),
+    {ok, _} = cbench:stub(Up, #{path => <<"/up">>, method => any},
+                          #{status => 201, headers => [{<<"x-up">>, <<"1">>}], body => <<"from upstream">>}),
+    Reqs = [<<"GET /up?q=1 HTTP/1.1\r\nhost: x\r\n\r\n">>,
+            <<"POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabc">>,
+            <<"GET /up HTTP/1.1\r\nhost: x\r\n\r\n">>],
+    Direct = [exchange(cbench:port(Up), R) || R <- Reqs],
+    ?assertMatch([<<"HTTP/1.1 201 Created\r\n", _/binary>> | _], Direct),
+    {ok, S} = gen_tcp:connect({127, 0, 0, 1}, cbench:port(Px), [binary, {active, false}]),
+    Proxied = [begin ok = gen_tcp:send(S, R), mask(read_answer(S, <<>>)) end || R <- Reqs],
+    ok = gen_tcp:close(S),
+    ?assertEqual({Engine, Direct}, {Engine, Proxied}),
+    head_as_upstream(Engine, Up, Px),
+    [#{response := #{proxy := #{pipeline := 4}}}] = [St || St = #{id := I} <- cbench:stubs(Px), I =:= Id4],
+    #{proxy_requests := 4, proxy_502 := 0, proxy_504 := 0} = cbench:stats(Px),
+    ok = cbench:stop_server(Px),
+    ok = cbench:stop_server(Up).
 
 h2c_upstream_nif(_Config) -> h2c_upstream(nif).
 h2c_upstream_port(_Config) -> h2c_upstream(port).

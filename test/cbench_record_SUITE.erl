@@ -210,7 +210,22 @@ stub_json_round_trip(_Config) ->
                  cbench_stub_json:from_json([#{<<"match">> => #{<<"path">> => <<"/">>},
                                                <<"response">> => #{<<"body">> => #{<<"base64">> => <<"A">>}}}],
                                             "/")),
-    ?assertEqual({error, {bad_stub_json, stubs, wrong_type}}, cbench_stub_json:from_json(7, "/")).
+    ?assertEqual({error, {bad_stub_json, stubs, wrong_type}}, cbench_stub_json:from_json(7, "/")),
+    %% A proxy's pipeline: 0 and 1 (one request at a time, the default) are read as none and not
+    %% written; above 1 it goes both ways.
+    Px = fun(N) -> [#{<<"match">> => #{<<"path">> => <<"/">>},
+                      <<"response">> => #{<<"proxy">> => #{<<"to">> => <<"http://h">>, <<"pipeline">> => N}}}]
+         end,
+    [?assertEqual({N, {ok, [#{name => <<>>, match => #{path => <<"/">>},
+                              response => #{proxy => #{to => <<"http://h">>}}}]}},
+                  {N, cbench_stub_json:from_json(Px(N), "/")}) || N <- [0, 1]],
+    ?assertEqual(<<"{\"stubs\": [\n{\"match\":{\"path\":\"/\"},\"response\":{\"proxy\":{\"to\":\"http://h\"}}}\n]}\n">>,
+                 cbench_stub_json:to_json([#{match => #{path => <<"/">>},
+                                             response => #{proxy => #{to => <<"http://h">>, pipeline => 1}}}])),
+    {ok, Four} = cbench_stub_json:from_json(Px(4), "/"),
+    ?assertMatch([#{response := #{proxy := #{pipeline := 4}}}], Four),
+    ?assertEqual({ok, Four}, cbench_stub_json:from_json(element(2, cbench_json:decode(cbench_stub_json:to_json(Four))),
+                                                        "/")).
 
 %% A stub file with one wrong field is refused by ehttpd's loader (cbench_stub_json) at the place and
 %% for the reason the C engines' loader gives: the same FIELD: WHY in both messages.
@@ -273,6 +288,20 @@ stub_json_same_reasons(Config) ->
                "\"protocol\": 2}}}]">>,
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
                "\"timeout_ms\": 0}}}]">>,
+             %% pipeline: its type and bound are the loaders' (.proxy.pipeline); above 1 with h2c or
+             %% an https:// upstream the engine's conflict (.proxy), ehttpd's from cbench_spec.
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"pipeline\": 65}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"pipeline\": -1}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"pipeline\": \"2\"}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"pipeline\": 2.5}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+               "\"protocol\": \"h2c\", \"pipeline\": 2}}}]">>,
+             <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", "
+               "\"pipeline\": 64}}}]">>,
              %% A `to' the engine refuses (not http:// or https://, a bad port, a character a
              %% URL cannot hold unescaped): the field is its `to' on both.
              <<"[{\"match\": {\"path\": \"/a\"}, \"response\": {\"proxy\": {\"to\": \"ftp://x\"}}}]">>,
@@ -739,6 +768,8 @@ stub_json_round_trip_all(Config) ->
              "\"fault\": \"delay?ms=1\"}},\n"
              "{\"match\": {\"path\": \"/q\"}, \"response\": {\"proxy\": {\"to\": \"https://127.0.0.1:1\", "
              "\"insecure\": true, \"server_name\": \"example.com\"}, \"delay\": 2}},\n"
+             "{\"match\": {\"path\": \"/r\"}, \"response\": {\"proxy\": {\"to\": \"http://127.0.0.1:1\", "
+             "\"pipeline\": 4}}},\n"
              "{\"match\": {\"path\": \"/c\"}, \"response\": {\"body\": \"abc\", \"chunks\": 3, \"fault\": "
              "\"dribble?pieces=2\", \"delay_seed\": 4}}\n"
              "]}\n">>,
@@ -753,6 +784,7 @@ stub_json_round_trip_all(Config) ->
                                   'after' := not_found, times := 7}},
                   #{expect := #{at_least := 0}, response := #{proxy := #{protocol := h2c, record := true}}},
                   #{response := #{proxy := #{insecure := true}, delay := 2}},
+                  #{response := #{proxy := #{pipeline := 4}}},
                   #{response := #{chunks := {3, 0}, fault := <<"dribble?pieces=2">>}}], Stubs),
     Written = cbench_stub_json:to_json(Stubs),
     {ok, Json2} = cbench_json:decode(Written, strict),

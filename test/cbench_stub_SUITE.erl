@@ -175,6 +175,7 @@ c_engine_detail(Config) ->
     {ok, _, 1, _, 0, 0, false, _} = cbench_port:request(Port, {start, cbench_opts:engine_map(POpts)}, 10000),
     {ok, M0, R0} = cbench_spec:stub(#{path => "/z", headers => [{"x", "1"}]}, #{body => <<"z">>}),
     M = cbench_c_terms:match(M0),
+    {ok, Px0 = #{proxy := PxOpts}} = cbench_spec:response(#{proxy => #{to => "http://127.0.0.1:1"}}),
     Params9 = iolist_to_binary(["/{p" ++ integer_to_list(I) ++ "}" || I <- lists:seq(1, 9)]),
     Cases =
         [{M#{path := <<"/a/{b">>}, R0, {{match, path}, <<"/a/{b">>, unclosed_brace}},
@@ -191,7 +192,10 @@ c_engine_detail(Config) ->
          {M, R0#{chunks := {2, 0}}, {{response, chunks}, {2, 0}, chunks_exceed_body}},
          {M, R0#{delay_ms := 3600001}, {{response, delay_ms}, 3600001, out_of_range}},
          {M, R0#{fault => <<"reset?at=nowhere">>}, {{response, fault}, <<"reset?at=nowhere">>, bad_fault}},
-         {M, R0#{body := {file, <<"/dev/null">>}}, {{response, body}, {file, <<"/dev/null">>}, not_regular}}],
+         {M, R0#{body := {file, <<"/dev/null">>}}, {{response, body}, {file, <<"/dev/null">>}, not_regular}},
+         %% A proxy's pipeline reaches the engine, which names every proxy option but `to' {response, proxy}.
+         {M, Px0#{proxy := PxOpts#{pipeline => 65}}, {{response, proxy}, 65, out_of_range}},
+         {M, Px0#{proxy := PxOpts#{pipeline => 2, protocol := h2c}}, {{response, proxy}, 2, conflict}}],
     [begin
          Want = {error, {bad_stub, Bad}},
          ?assertEqual({nif, Bad, Want}, {nif, Bad, cbench_nif:route_add_nif(H, Mx, Rx)}),
@@ -558,7 +562,10 @@ fields_agree_with_c(Config) ->
     {ok, #{proxy := PxPem}} = cbench_spec:response(#{proxy => #{to => "https://127.0.0.1:1", ca_pem => CaPem,
                                                                 server_name => "localhost"}}),
     {ok, #{proxy := PxFile}} = cbench_spec:response(#{proxy => #{to => "https://127.0.0.1:1", ca_file => CaFile}}),
-    ?assertEqual({proxy, Keys(proxy)}, {proxy, lists:usort(maps:keys(PxPem) ++ maps:keys(PxFile))}),
+    %% pipeline, there above 1 only, goes with an http:// one.
+    {ok, #{proxy := PxPipe}} = cbench_spec:response(#{proxy => #{to => "http://127.0.0.1:1", pipeline => 2}}),
+    ?assertEqual({proxy, Keys(proxy)},
+                 {proxy, lists:usort(maps:keys(PxPem) ++ maps:keys(PxFile) ++ maps:keys(PxPipe))}),
     [?assertEqual({T, Keys(T)}, {T, lists:sort(maps:keys(Term))})
      || {T, Term} <- [{match, cbench_c_terms:match(M)}, {response, R}, {sequence, Sq},
                       {filter, cbench_c_terms:filter(F)}, {handler, HOpts},
