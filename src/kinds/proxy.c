@@ -318,6 +318,18 @@ struct upc_s {
   cb_ctls_t ssl;
   char *pt;                   /* https: plaintext written before the handshake completed, sent after it */
   size_t pt_len, pt_cap;
+  /* Pipelining (c->pipe): px is the exchange being answered, qtail the last one sent; inflight counts them. The
+   * requests of one loop turn are gathered in ob and written at its end (pool_turn_end). */
+  px_t *qtail;
+  upc_t *dprev, *dnext;       /* pool->pipe_due while ob waits */
+  char *ob;
+  size_t ob_len, ob_cap;
+  uint64_t max_body;          /* the answers' limit, that of the exchanges it carries */
+  unsigned tmo_ms;            /* the exchange timeout of the one being answered (a ghost keeps the last one's) */
+  uint16_t inflight;
+  uint8_t pipe;
+  uint8_t spent;              /* an answer said the connection ends after it: nobody joins, the rest go again */
+  uint8_t in_due;             /* in pool->pipe_due */
   cb_cres_t parser;
   char head[CB_CRES_HEADBUF_SIZE(PROXY_MAX_HEAD, PROXY_MAX_HEADERS)];
 };
@@ -370,9 +382,11 @@ static void pool_free(cb__worker_t *w, void *state) {
 }
 /* The upstream connections outlive the worker's client connections on purpose: a client that opens a connection
  * per request still finds the upstream's kept alive. */
+static void pipe_flush_all(pool_t *pl);
 static void pool_turn_end(cb__worker_t *w, void *state) {
   (void)w;
   cb__proxy_h2_turn_end(state);
+  pipe_flush_all(state);
 }
 
 static const cb__part_ops_t pool_ops = {.close = pool_close_all, .free = pool_free, .trim = pool_trim,
@@ -420,6 +434,7 @@ static void upc_closed(uv_handle_t *h) {
   if (--c->pending == 0) {
     if (c->tls) cb_ctls_free(&c->ssl);
     free(c->pt);
+    free(c->ob);
     free(c);
   }
 }
@@ -427,14 +442,24 @@ static void upc_closed(uv_handle_t *h) {
 /* https: sends what the session has written (handshake messages, records, close_notify). */
 static int tls_flush(upc_t *c);
 
-/* Closes an upstream connection: out of every list, its handles closed (it is freed once both are). */
+static void pipe_unlist(upc_t *c);
+static void pipe_requeue(pool_t *pl, px_t *list);
+
+/* Closes an upstream connection: out of every list, its handles closed (it is freed once both are). A pipelining
+ * one's queued exchanges go again on connections of their own (pipe_requeue). */
 static void upc_close(upc_t *c) {
   if (c->closing) return;
   c->closing = 1;
   idle_remove(c);
   if (c->prev) c->prev->next = c->next; else c->pool->all = c->next;
   if (c->next) c->next->prev = c->prev;
-  if (c->px) c->px->c = NULL; /* the exchange must not reach a connection that is about to be freed */
+  px_t *rest = NULL;
+  if (__builtin_expect(c->pipe, 0)) {
+    rest = c->px; /* the queue: sent again or failed below, once the connection is out of every list */
+    pipe_unlist(c);
+  } else if (c->px) {
+    c->px->c = NULL; /* the exchange must not reach a connection that is about to be freed */
+  }
   c->px = NULL;
   if (c->tls && !c->tls_bad && !c->ssl.hs_pending) {
     /* Best effort: close_notify goes if the socket takes it now (a write queued now would be cancelled by the
@@ -445,6 +470,7 @@ static void upc_close(upc_t *c) {
   c->pending = 2;
   uv_close((uv_handle_t *)&c->tcp, upc_closed);
   uv_close((uv_handle_t *)&c->timer, upc_closed);
+  if (rest) pipe_requeue(c->pool, rest);
 }
 
 static void pool_close_all(cb__worker_t *w, void *state) {
@@ -523,8 +549,10 @@ static int tls_flush(upc_t *c) {
 }
 
 /* Writes request bytes to the upstream: as they are, or (https) encrypted, or kept until the handshake is done. */
+static int pipe_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs);
 static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
   upc_t *c = x->c;
+  if (__builtin_expect(c->pipe, 0)) return pipe_send(c, bufs, nbufs);
   if (!c->tls) return raw_send(c, bufs, nbufs);
   for (unsigned i = 0; i < nbufs; i++) {
     if (c->ssl.hs_pending) {
@@ -836,20 +864,24 @@ static void upc_park(upc_t *c) {
 }
 
 /* The exchange lets go of its connection: kept when the answer ended cleanly, closed otherwise. */
+static void pipe_detach(px_t *x);
 static void px_detach(px_t *x, int keep) {
   upc_t *c = x->c;
   if (c == NULL) return;
+  if (__builtin_expect(c->pipe, 0)) {
+    pipe_detach(x);
+    return;
+  }
   x->c = NULL;
   c->px = NULL;
   upc_untime(c);
   if (keep && !c->pool->closed) upc_park(c); else upc_close(c);
 }
 
-/* The answer is complete (on_done). */
-static void px_done(px_t *x, int keep) {
+/* The answer is complete, its connection let go: passed on whole (a fault's) or ended. */
+static inline __attribute__((always_inline)) void px_finish(px_t *x) {
   cb__req_t *r = x->r;
   cb__conn_t *conn = r->conn;
-  px_detach(x, keep);
   x->state = PX_ENDED;
   if (x->record) record_answer(x);
   if (x->gather) {
@@ -864,6 +896,12 @@ static void px_done(px_t *x, int keep) {
   /* Written once the loop's events are through (cb__conn_after_soon): the answers that end in one iteration on
    * several upstream connections, to the streams of one HTTP/2 client, leave in one write. */
   cb__conn_after_soon(conn);
+}
+
+/* The answer is complete (on_done). */
+static void px_done(px_t *x, int keep) {
+  px_detach(x, keep);
+  px_finish(x);
 }
 
 /* Failed: before the answer's head a 502 or 504 with a text body, after it a cut answer. */
@@ -1019,10 +1057,15 @@ static void tls_read(upc_t *c, const char *p, size_t n) {
   if (c->px) up_after(c, c->px);
 }
 
+static void pipe_read(upc_t *c, ssize_t n, const uv_buf_t *buf);
 static void up_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   upc_t *c = (upc_t *)s;
   px_t *x = c->px;
   if (n == 0) return;
+  if (__builtin_expect(c->pipe, 0)) {
+    pipe_read(c, n, buf);
+    return;
+  }
   if (n > 0 && c->tls) {
     tls_read(c, buf->base, (size_t)n);
     return;
@@ -1076,6 +1119,8 @@ static void up_timer_fired(uv_timer_t *t) {
     c->due = c->deadline;
   } else if (c->tmode == UPC_T_IDLE) {
     upc_close(c);
+  } else if (c->px != NULL && c->px->ghost) { /* a released request's answer that does not come */
+    upc_close(c);
   } else if (c->px != NULL) {
     px_fail(c->px, CB__UPERR_TIMEOUT);
   }
@@ -1099,13 +1144,25 @@ static void connected(uv_connect_t *req, int status) {
   start_reading(c);
 }
 
-/* An upstream connection for x: the newest idle one of its upstream, or a new one. */
+static const cb_cres_callbacks_t pipe_parser_cb;
+static int pipelinable(const px_t *x);
+static void pipe_join(upc_t *c, px_t *x);
+
+/* An upstream connection for x: the newest idle one of its upstream, or a new one; a pipelined request first
+ * joins the upstream's pipelining connection while it has room. */
 static int take_conn(px_t *x) {
   cb__worker_t *w = x->r->conn->w;
   pool_t *pl = pool_of(w);
   if (pl == NULL || pl->closed) return UV_ENOMEM;
   upstream_t *u = upstream_of(pl, x->p);
   if (u == NULL) return UV_ENOMEM;
+  int piped = __builtin_expect(x->p->pipeline > 1, 0) && pipelinable(x);
+  if (piped && u->pipe != NULL && u->pipe->px != NULL && u->pipe->inflight < x->p->pipeline && !u->pipe->spent &&
+      u->pipe->max_body == x->p->max_body) {
+    CB__STAT_INC(w, proxy_upstream_reused);
+    pipe_join(u->pipe, x);
+    return 0;
+  }
   upc_t *c = u->idle;
   if (c != NULL && !x->retried) {
     idle_remove(c);
@@ -1144,7 +1201,7 @@ static int take_conn(px_t *x) {
     }
   }
   cb_cres_limits_t lim = {.max_head = PROXY_MAX_HEAD, .max_body = x->p->max_body, .max_headers = PROXY_MAX_HEADERS};
-  cb_cres_init(&c->parser, &parser_cb, c, &lim, c->head, sizeof c->head);
+  cb_cres_init(&c->parser, piped ? &pipe_parser_cb : &parser_cb, c, &lim, c->head, sizeof c->head);
   cb_cres_expect(&c->parser, x->r->method == CB_METHOD_HEAD);
   c->done = 0;
   c->keep = 0;
@@ -1152,6 +1209,17 @@ static int take_conn(px_t *x) {
   c->got_bytes = 0;
   c->px = x;
   x->c = c;
+  if (piped) { /* the upstream's pipelining connection from now on: the requests after x join it */
+    c->pipe = 1;
+    c->spent = 0;
+    c->qtail = x;
+    c->inflight = 1;
+    c->max_body = x->p->max_body;
+    c->tmo_ms = x->p->timeout_ms;
+    x->piped = 1;
+    x->head_req = x->r->method == CB_METHOD_HEAD;
+    u->pipe = c;
+  }
   upc_time(c, UPC_T_EXCHANGE, x->p->timeout_ms);
   if (c->connected) start_reading(c);
   return 0;
@@ -1323,6 +1391,249 @@ static void start_forward(px_t *x) {
 
 static void delay_done(cb__req_t *r) { start_forward(PX(r)); }
 
+/* ---- pipelining (docs/proxy.md, "Pipelining") ----
+ *
+ * With a stub's pipeline above 1, bodiless GET and HEAD requests share an upstream connection, up to that many in
+ * flight (RFC 9112 9.3.2), and the requests a worker forwards in one loop turn leave in one write at its end: a
+ * proxied request then costs less than a write and a read on the upstream side each. The answers come in order;
+ * each goes to the exchange at the head of the connection's queue. Anything that ends the connection early (a
+ * close, a reset, an answer that ends it, a failed answer, a timeout) sends the queued requests that have had no
+ * byte of their answer again, once, each on a connection of its own (they are idempotent: the upstream may have
+ * acted on them, which a GET or HEAD allows). */
+
+static inline __attribute__((always_inline)) void px_let_go(px_t *x);
+
+static int pipelinable(const px_t *x) {
+  const cb__req_t *r = x->r;
+  return !x->retried && (r->method == CB_METHOD_GET || r->method == CB_METHOD_HEAD) && x->hold_len == 0 &&
+         (r->content_length == 0 || (r->content_length < 0 && x->req_ended));
+}
+
+/* x goes behind the exchanges c carries. */
+static void pipe_join(upc_t *c, px_t *x) {
+  c->qtail->qnext = x;
+  c->qtail = x;
+  c->inflight++;
+  x->c = c;
+  x->reused = 1;
+  x->piped = 1;
+  x->head_req = x->r->method == CB_METHOD_HEAD;
+}
+
+/* Request bytes for c: gathered, and written at the end of the turn (pipe_flush_all). */
+static int pipe_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs) {
+  size_t n = 0;
+  for (unsigned i = 0; i < nbufs; i++) n += bufs[i].len;
+  if (c->ob_len + n > c->ob_cap) {
+    size_t cap = c->ob_cap ? c->ob_cap : 4096;
+    while (cap < c->ob_len + n) cap *= 2;
+    char *b = realloc(c->ob, cap);
+    if (b == NULL) return UV_ENOMEM;
+    c->ob = b;
+    c->ob_cap = cap;
+  }
+  for (unsigned i = 0; i < nbufs; i++) {
+    memcpy(c->ob + c->ob_len, bufs[i].base, bufs[i].len);
+    c->ob_len += bufs[i].len;
+  }
+  if (!c->in_due) {
+    pool_t *pl = c->pool;
+    c->in_due = 1;
+    c->dprev = NULL;
+    c->dnext = pl->pipe_due;
+    if (pl->pipe_due) pl->pipe_due->dprev = c;
+    pl->pipe_due = c;
+    cb__worker_part_due(pl->w, CB__PART_PROXY);
+  }
+  return 0;
+}
+
+/* c takes no more requests: out of its upstream's pipe slot and the turn's write list. */
+static void pipe_unlist(upc_t *c) {
+  if (c->up->pipe == c) c->up->pipe = NULL;
+  if (c->in_due) {
+    if (c->dprev) c->dprev->dnext = c->dnext; else c->pool->pipe_due = c->dnext;
+    if (c->dnext) c->dnext->dprev = c->dprev;
+    c->dprev = c->dnext = NULL;
+    c->in_due = 0;
+  }
+  c->ob_len = 0;
+  c->qtail = NULL;
+  c->inflight = 0;
+}
+
+/* The exchanges of a closed connection's queue (linked by qnext, let go of the connection): a ghost is freed, one
+ * whose answer had begun is cut, one sent again already fails, the others are sent again. */
+static void pipe_requeue(pool_t *pl, px_t *list) {
+  while (list != NULL) {
+    px_t *x = list;
+    list = x->qnext;
+    x->qnext = NULL;
+    x->c = NULL;
+    if (x->ghost) {
+      px_spare(pl, x);
+    } else if (x->got_head || x->retried || pl->closed) {
+      px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : CB__UPERR_RESET);
+    } else {
+      x->retried = 1; /* and so not pipelined: a connection of its own */
+      x->state = PX_WAIT;
+      x->head_sent = 0;
+      start_forward(x);
+    }
+  }
+}
+
+/* x failed (px_fail): the connection's parse is over with it, so the connection ends, and its queue goes again. */
+static void pipe_detach(px_t *x) {
+  upc_t *c = x->c;
+  px_t **at = &c->px;
+  while (*at != x) at = &(*at)->qnext;
+  *at = x->qnext;
+  x->qnext = NULL;
+  x->c = NULL;
+  upc_close(c);
+}
+
+/* The request of a queued exchange was released (its client went): x stays in the queue as a ghost. */
+static void pipe_ghost(px_t *x) {
+  upc_t *c = x->c;
+  px_let_go(x);
+  x->r = NULL;
+  x->p = NULL;
+  x->ghost = 1;
+  x->blocked = 0;
+  if (c->px == x) { /* its answer was being read: now at the upstream's pace, dropped */
+    start_reading(c);
+    upc_time(c, UPC_T_EXCHANGE, c->tmo_ms);
+  }
+}
+
+static int pipe_on_head(void *ud, const cb_cres_head_t *h) {
+  upc_t *c = ud;
+  if (c->px != NULL && c->px->ghost) return h->status < 200 ? STOP_FEED : 0;
+  return on_head(ud, h);
+}
+
+static int pipe_on_body(void *ud, const char *p, size_t n) {
+  upc_t *c = ud;
+  return c->px != NULL && c->px->ghost ? 0 : on_body(ud, p, n);
+}
+
+static int pipe_on_trailers(void *ud, const cb_chdr_t *t, int n) {
+  upc_t *c = ud;
+  return c->px != NULL && c->px->ghost ? 0 : on_trailers(ud, t, n);
+}
+
+/* An answer is complete: its exchange leaves the queue and ends, the next one's answer is read. */
+static int pipe_on_done(void *ud, int keep_alive) {
+  upc_t *c = ud;
+  px_t *x = c->px;
+  if (x == NULL) return STOP_FEED;
+  c->px = x->qnext;
+  if (c->px == NULL) c->qtail = NULL;
+  c->inflight--;
+  x->qnext = NULL;
+  x->c = NULL;
+  if (c->px != NULL) {
+    cb_cres_expect(&c->parser, c->px->head_req);
+    if (!c->px->ghost) c->tmo_ms = c->px->p->timeout_ms;
+    upc_time(c, UPC_T_EXCHANGE, c->tmo_ms);
+  } else {
+    upc_untime(c);
+  }
+  if (x->ghost) px_spare(c->pool, x); else px_finish(x);
+  if (!keep_alive) { /* the upstream ends the connection here */
+    c->spent = 1;
+    if (c->up->pipe == c) c->up->pipe = NULL;
+    return STOP_FEED;
+  }
+  return 0;
+}
+
+static const cb_cres_callbacks_t pipe_parser_cb = {
+    .on_head = pipe_on_head, .on_body = pipe_on_body, .on_trailers = pipe_on_trailers, .on_done = pipe_on_done};
+
+/* The upstream closed (UV_EOF) or the socket failed (n): a body read until the close ends; an answer cut short
+ * fails; the queue goes again. */
+static void pipe_eof(upc_t *c, ssize_t n) {
+  int err = n == UV_EOF ? cb_cres_eof(&c->parser) : 0;
+  if (c->closing) return;
+  px_t *x = c->px;
+  if (x != NULL && !x->ghost && (x->got_head || (err != 0 && err != STOP_FEED))) {
+    px_fail(x, x->got_head ? CB__UPERR_TRUNCATED : uperr_of(err));
+    return;
+  }
+  upc_close(c);
+}
+
+/* The head's client does not read (its output is full), so the connection stops being read: the requests queued
+ * behind it, and any that joined, would wait on that client. Each goes again on a connection of its own, and leaves a ghost in its
+ * place, whose answer is read and dropped when the connection moves on. Nobody joins the connection meanwhile.
+ * (Without memory for a ghost, a request stays and waits.) */
+static void pipe_unblock_queue(upc_t *c) {
+  px_t *list = NULL, **tail = &list;
+  for (px_t **at = &c->px->qnext; *at != NULL;) {
+    px_t *x = *at;
+    px_t *g = x->ghost ? NULL : calloc(1, sizeof *g);
+    if (g == NULL) {
+      at = &x->qnext;
+      continue;
+    }
+    g->ghost = 1;
+    g->piped = 1;
+    g->head_req = x->head_req;
+    g->c = c;
+    g->qnext = x->qnext;
+    *at = g;
+    if (c->qtail == x) c->qtail = g;
+    at = &g->qnext;
+    x->qnext = NULL;
+    *tail = x;
+    tail = &x->qnext;
+  }
+  if (c->up->pipe == c) c->up->pipe = NULL;
+  pipe_requeue(c->pool, list);
+}
+
+static void pipe_read(upc_t *c, ssize_t n, const uv_buf_t *buf) {
+  if (n < 0) {
+    pipe_eof(c, n);
+    return;
+  }
+  c->got_bytes = 1;
+  int err = cb_cres_feed(&c->parser, buf->base, (size_t)n);
+  if (c->closing) return; /* an exchange failed in a callback: answered there, its queue sent again */
+  px_t *x = c->px;
+  if (err == 0 && !c->spent) {
+    if (x == NULL) { /* every answer is in: the connection is idle */
+      pipe_unlist(c);
+      c->pipe = 0;
+      if (cb_cres_idle(&c->parser) && !c->pool->closed) upc_park(c); else upc_close(c);
+    } else if (!x->ghost) {
+      if (x->blocked) pipe_unblock_queue(c);
+      up_after(c, x);
+    }
+    return;
+  }
+  /* An answer that ends the connection, bytes after the last answer, or bytes that are no answer. */
+  if (err != 0 && err != STOP_FEED && x != NULL && !x->ghost) px_fail(x, uperr_of(err));
+  else upc_close(c);
+}
+
+/* The end of the turn: each pipelining connection's gathered requests in one write. */
+static void pipe_flush_all(pool_t *pl) {
+  while (pl->pipe_due != NULL) {
+    upc_t *c = pl->pipe_due;
+    pl->pipe_due = c->dnext;
+    if (pl->pipe_due) pl->pipe_due->dprev = NULL;
+    c->in_due = 0;
+    c->dnext = NULL;
+    uv_buf_t b = uv_buf_init(c->ob, (unsigned)c->ob_len);
+    c->ob_len = 0;
+    if (b.len > 0 && raw_send(c, &b, 1) != 0) pipe_eof(c, UV_ECONNRESET);
+  }
+}
+
 /* ---- the handler ---- */
 
 static inline __attribute__((always_inline)) px_t *px_new(cb__req_t *r) {
@@ -1359,6 +1670,13 @@ static void proxy_head(cb__req_t *r) {
   px_t *x = px_new(r);
   if (x == NULL) return;
   if (x->p->delay_ms > 0) return; /* the body is held; the forward begins delay_ms after the request ends */
+  /* A GET or HEAD whose framing does not say yet whether a body comes (HTTP/1.1 without content-length, h2
+   * without END_STREAM seen): pipelined when it ends with none, which for HTTP/1.1 is in the same parse. */
+  if (__builtin_expect(x->p->pipeline > 1, 0) && r->content_length < 0 &&
+      (r->method == CB_METHOD_GET || r->method == CB_METHOD_HEAD)) {
+    x->wait_end = 1;
+    return;
+  }
   start_forward(x);
 }
 
@@ -1389,6 +1707,10 @@ static void proxy_body(cb__req_t *r, const char *p, size_t n) {
     if (cb__px_hold(x, p, n) != 0) px_fail(x, CB__UPERR_NO_MEMORY);
     return;
   }
+  if (__builtin_expect(x->wait_end, 0)) { /* a body: forwarded as any other, on a connection of its own */
+    x->wait_end = 0;
+    start_forward(x);
+  }
   if (x->c == NULL) return;
   int err = 0;
   if (!x->head_sent) err = send_head(x, CB__STREAMED);
@@ -1405,6 +1727,11 @@ static void proxy_end(cb__req_t *r) {
     if (cb__req_timer(r, x->p->delay_ms, delay_done) != 0) px_fail(x, CB__UPERR_NO_MEMORY);
     return;
   }
+  if (__builtin_expect(x->wait_end, 0)) { /* ended with no body: pipelined (start_forward sends its head) */
+    x->wait_end = 0;
+    start_forward(x);
+    return;
+  }
   if (x->c == NULL) return;
   int err = x->head_sent ? send_end(x) : send_head(x, CB__NO_BODY);
   if (err) send_failed(x, err, CB__UPERR_RESET);
@@ -1419,7 +1746,7 @@ static void proxy_writable(cb__req_t *r) {
   }
   r->blocked = 0;
   x->blocked = 0;
-  if (x->c != NULL) {
+  if (x->c != NULL && x->c->px == x) { /* (a pipelined exchange still queued has nothing to read yet) */
     start_reading(x->c);
     upc_time(x->c, UPC_T_EXCHANGE, x->p->timeout_ms);
   }
@@ -1428,14 +1755,20 @@ static void proxy_writable(cb__req_t *r) {
 /* The request is released: a connection still carrying its exchange is closed (the answer was not read to
  * its end, so it cannot carry another). */
 static inline __attribute__((always_inline)) void px_free(px_t *x);
+static void pipe_ghost(px_t *x);
 static void proxy_free(cb__req_t *r) {
   px_t *x = PX(r);
   if (x == NULL) return;
+  if (__builtin_expect(x->c != NULL && x->c->pipe, 0)) { /* its answer is still read, for those behind it */
+    pipe_ghost(x);
+    return;
+  }
   px_detach(x, 0);
   px_free(x);
 }
 
-static inline __attribute__((always_inline)) void px_free(px_t *x) {
+/* What x holds beside itself, and its link from r. */
+static inline __attribute__((always_inline)) void px_let_go(px_t *x) {
   cb__req_t *r = x->r;
   if (x->hold_cap) cb__echo_release(r->conn, x->hold_cap);
   free(x->hold);
@@ -1445,6 +1778,11 @@ static inline __attribute__((always_inline)) void px_free(px_t *x) {
   free(x->trs);
   free(x->detail);
   r->stub = NULL;
+}
+
+static inline __attribute__((always_inline)) void px_free(px_t *x) {
+  cb__req_t *r = x->r;
+  px_let_go(x);
   if (__builtin_expect(x->cutting, 0)) { /* released inside px_fail's write: px_fail lets x go when it returns */
     x->released = 1;
     return;

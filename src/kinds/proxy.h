@@ -66,6 +66,7 @@ struct upstream_s {
   h2c_t *h2;   /* its h2c connections, newest first */
   int nh2;
   uint32_t h2_max; /* the stream limit its last SETTINGS said (0: none yet): assumed for a new connection */
+  upc_t *pipe;     /* the pipelining connection new pipelined requests join while it has room (NULL: none) */
 };
 
 typedef struct {
@@ -73,6 +74,7 @@ typedef struct {
   upstream_t *ups;
   upc_t *all;   /* every open HTTP/1.1 upstream connection of the worker */
   h2c_t *h2_due; /* h2c connections whose frames go at the end of the turn (proxy_h2.c, h2c_flush_soon) */
+  upc_t *pipe_due; /* pipelining connections whose requests go at the end of the turn (proxy.c, pipe_send) */
   int closed;   /* the worker is stopping: no new connection */
   px_t *spare; /* freed exchanges kept for the next requests (a calloc and a free per request otherwise) */
   int nspare;
@@ -115,6 +117,14 @@ struct px_s {
   uint8_t body_streamed; /* request body bytes went to the upstream (a failed reused connection cannot retry) */
   uint8_t cutting;     /* px_fail is writing what came of a cut answer: a release then leaves x to it (px_free) */
   uint8_t released;    /* the request was released during that write: px_fail lets x go, touches r no more */
+  /* Pipelining (docs/proxy.md, "Pipelining"): x waits on its connection's queue behind qnext's predecessors. A
+   * ghost is an exchange whose request was released while queued: it stays in the queue, without r or p, so
+   * that its answer is read and dropped and the answers behind it still find theirs. */
+  uint8_t piped;       /* sent on a pipelining connection (c->pipe) */
+  uint8_t ghost;
+  uint8_t wait_end;    /* the forward waits for the request's end: bodiless, it may be pipelined */
+  uint8_t head_req;    /* a HEAD request: its answer has no body */
+  px_t *qnext;
   /* The held request body (delay_ms: the forward begins after the delay; h2c: bytes the stream has not taken
    * yet, from hold_off), from the echo budget. */
   char *hold;
