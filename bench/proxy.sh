@@ -4,7 +4,8 @@
 # cbench-server answering /hello itself.
 #
 #   bench/proxy.sh [--rounds R] [--seconds S] [--warmup S] [--conns C]
-#                  [--servers cbench,cbench-h2up,nginx,h2o,floor] [--protos h1,h2c] [--out FILE] [--smoke]
+#                  [--servers cbench,cbench-pipe,cbench-h2up,nginx,h2o,floor] [--protos h1,h2c] [--out FILE]
+#                  [--smoke]
 #
 # Rows: `direct` is cbench-server answering /hello (its fixture route) with no upstream; `proxy` is each server
 # forwarding every request to the upstream: cbench-server with a catch-all proxy stub (docs/proxy.md), nginx with
@@ -13,6 +14,8 @@
 # (h2load -m 10); the upstream side is HTTP/1.1 for every proxy (neither nginx 1.22 nor h2o 2.2.5 proxies to h2c),
 # except `cbench-h2up`: cbench-server's proxy stub with protocol h2c, every request a stream on the upstream's
 # h2c connections (the same upstream server, which speaks both). With an h2c client that is the "h2c to h2c" case.
+# `cbench-pipe`: cbench-server's proxy stub with `"pipeline": 8` (docs/proxy.md, "Pipelining"): the requests of a
+# loop turn share upstream connections, up to 8 in flight on each, and leave in one write.
 #
 # Measurement, as bench/ab.sh: the measured server is started fresh for each run, pinned to CPU 0, one worker or
 # thread; the upstream (one cbench-server, --journal 0, kept across runs) and h2load (one thread) share CPU 1. The
@@ -38,7 +41,7 @@ ROUNDS=3
 SECS=5
 WARM=2
 CONNS=50
-SERVERS=cbench,cbench-h2up,nginx,h2o,floor
+SERVERS=cbench,cbench-pipe,cbench-h2up,nginx,h2o,floor
 FLOOR=${CBENCH_FLOOR:-build/bench-floor}
 FLOOR_PROXY=${CBENCH_FLOOR_PROXY:-build/bench-floor-proxy}
 PROTOS=h1,h2c
@@ -65,7 +68,7 @@ for v in "$ROUNDS" "$SECS" "$CONNS"; do [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ]
 [[ "$WARM" =~ ^[0-9]+$ ]] || usage
 IFS=, read -r -a servers <<<"$SERVERS"
 IFS=, read -r -a protos <<<"$PROTOS"
-for s in "${servers[@]}"; do case $s in cbench|cbench-h2up|nginx|h2o|floor) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
+for s in "${servers[@]}"; do case $s in cbench|cbench-pipe|cbench-h2up|nginx|h2o|floor) ;; *) echo "$ME: unknown server $s" >&2; exit 2 ;; esac; done
 for p in "${protos[@]}"; do case $p in h1|h2c) ;; *) echo "$ME: unknown protocol $p" >&2; exit 2 ;; esac; done
 [ -x "$SERVER" ] || { echo "$ME: $SERVER is not built (make)" >&2; exit 1; }
 command -v h2load >/dev/null || { echo "$ME: h2load is not installed (nghttp2-client)" >&2; exit 1; }
@@ -107,13 +110,14 @@ start() {
   local name=$1 mode=$2 proto=$3 cmd=()
   PORT=$(free_port)
   case $name in
-    cbench|cbench-h2up)
+    cbench|cbench-pipe|cbench-h2up)
       cmd=("$SERVER" --port "$PORT" --threads 1)
       if [ "$mode" = proxy ]; then
-        local upproto=http1
+        local upproto=http1 pipeline=0
         [ "$name" = cbench-h2up ] && upproto=h2c
-        printf '[{"name": "proxy", "match": {"path": "/*", "method": "any"}, "response": {"proxy": {"to": "http://127.0.0.1:%s", "protocol": "%s"}}}]\n' \
-          "$UPORT" "$upproto" >"$work/proxy.json"
+        [ "$name" = cbench-pipe ] && pipeline=8
+        printf '[{"name": "proxy", "match": {"path": "/*", "method": "any"}, "response": {"proxy": {"to": "http://127.0.0.1:%s", "protocol": "%s", "pipeline": %s}}}]\n' \
+          "$UPORT" "$upproto" "$pipeline" >"$work/proxy.json"
         cmd+=(--stubs "$work/proxy.json")
       fi ;;
     nginx)
@@ -245,6 +249,9 @@ fi
     cbd=$(echo "${vals[cbench direct $p]:-}" | median)
     cbp=$(echo "${vals[cbench proxy $p]:-}" | median)
     line="proxy / direct, $p: cbench $(ratio "$cbp" "$cbd")"
+    if [ -n "${vals[cbench-pipe proxy $p]:-}" ]; then
+      line+=", cbench-pipe $(ratio "$(echo "${vals[cbench-pipe proxy $p]}" | median)" "$cbd")"
+    fi
     if [ -n "${vals[cbench-h2up proxy $p]:-}" ]; then
       line+=", cbench-h2up $(ratio "$(echo "${vals[cbench-h2up proxy $p]}" | median)" "$cbd")"
     fi
