@@ -790,8 +790,16 @@ start_server pipeproxy --port 0 --threads 1 --proxy-to "http://127.0.0.1:$RPORT"
 through "$work/pipep" "$PORT"
 if cmp -s "$work/h2d" "$work/pipep"; then ok; else
   bad "GET through --proxy-pipeline 4 differs: $(diff "$work/h2d" "$work/pipep" | head -n 5)"; fi
+# 10 h2load clients at once (h2load_check): every request answered, and the requests shared upstream connections.
+# At most 10 are in flight, and a connection is opened only when the pipelining one holds 4 and none is idle, so
+# fewer than 10 are ever opened (up to one per client without the option).
+BASE=http://127.0.0.1:$PORT h2load_check 2000 /hello
 kill -TERM "$SPID"
 wait "$SPID" || bad "pipelining proxy: exit status $?"
+read -r preq pcon preu < <(sed -n 's/^  proxy: requests \([0-9]*\), upstream connects \([0-9]*\), reused \([0-9]*\), 502 0, 504 0$/\1 \2 \3/p' \
+  "$work/pipeproxy.out")
+if [ "${preq:-0}" = 2001 ] && [ $((pcon + preu)) = 2001 ] && [ "$pcon" -lt 10 ]; then ok; else
+  bad "pipelining proxy counters: $(grep proxy: "$work/pipeproxy.out")"; fi
 kill -TERM "$RPID"
 wait "$RPID" || bad "real service: exit status $?"
 echo "e2e: $passed passed, $failed failed"
