@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "h2client.h"
 
 /* ---- the scripted upstream: one thread, poll over its connections ---- */
 
@@ -542,4 +543,57 @@ TEST_T(proxy_pipeline_unread_answer_stalls_nobody, 30000) {
   ASSERT_EQ(st.proxy_502 + st.proxy_504, 0);
   test_stop(px);
   test_stop(up);
+}
+
+/* An h2c client's streams are pipelined like HTTP/1.1 clients' requests: six streams, a GET without END_STREAM on
+ * its HEADERS among them (it waits for its empty DATA), all on one upstream connection (held until six came), each
+ * stream its own answer. Stream 5 is reset while its request waits upstream: its answer is read and dropped, the
+ * streams after it get theirs. */
+TEST(proxy_pipeline_h2c_streams) {
+  su_t u;
+  su_start(&u, 6);
+  cb_server_t *px = pipe_proxy(u.port, 8, CB_PROXY_HTTP1);
+  h2cl_t *cl = h2_open(cb_server_port(px));
+  h2_handshake(cl);
+  h2resp_t *rs[6];
+  char paths[6][16];
+  for (int i = 0; i < 6; i++) {
+    snprintf(paths[i], sizeof paths[i], "/s%d", i);
+    int32_t sid = 1 + 2 * i;
+    if (i == 3) { /* HEADERS without END_STREAM, then an empty DATA with it */
+      buf_t block = {0};
+      h2_encode_request(cl, "GET", paths[i], NULL, 0, &block);
+      rs[i] = h2_stream(cl, sid);
+      h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, sid, block.p, block.len);
+      h2_send_frame(cl, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, sid, NULL, 0);
+      buf_free(&block);
+    } else {
+      rs[i] = h2_request(cl, sid, i == 4 ? "HEAD" : "GET", paths[i], NULL, 0, NULL, 0);
+    }
+    if (i == 2) { /* stream 5 is sent, then reset, while the upstream still holds the batch */
+      cb_stats_t st;
+      uint64_t want = 3;
+      wait_stats(px, &st, proxied_at_least, &want, 5000);
+      h2_send_rst(cl, sid, NGHTTP2_CANCEL);
+    }
+  }
+  h2resp_t *live[5] = {rs[0], rs[1], rs[3], rs[4], rs[5]};
+  h2_wait(cl, live, 5, 5000);
+  for (int i = 0; i < 6; i++) {
+    if (i == 2) continue;
+    ASSERT_EQ(rs[i]->status, 200);
+    ASSERT_EQ(rs[i]->rst, H2_NO_RST);
+    const char *want = i == 4 ? "" : paths[i];
+    ASSERT_MEM_EQ(rs[i]->body.p, rs[i]->body.len, want, strlen(want));
+  }
+  ASSERT_EQ(su_get(&u, &u.conns), 1);
+  ASSERT_EQ(su_get(&u, &u.most_on_one), 6);
+  cb_stats_t st;
+  ASSERT_EQ(cb_server_stats(px, &st), 0);
+  ASSERT_EQ(st.proxy_upstream_connects, 1);
+  ASSERT_EQ(st.proxy_upstream_reused, 5);
+  ASSERT_EQ(st.proxy_502 + st.proxy_504, 0);
+  h2_free(cl);
+  test_stop(px);
+  su_stop(&u);
 }
