@@ -205,9 +205,9 @@ for row in "direct | floor" "proxy | floor"; do
 done
 grep -Eq '^\| (h1|h2c) \| proxy \| cbench-h2up \| [0-9.]+ ' "$WORK/proxy.md" \
     || { cat "$WORK/proxy.md"; fail "bench/proxy.sh measured no proxy to an h2c upstream (cbench-h2up)"; }
-grep -Eq '^proxy / direct, h1: cbench [0-9.]+, cbench-h2up [0-9.]+, floor [0-9.]+$' "$WORK/proxy.md" \
-    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh printed no proxy / direct line for cbench, cbench-h2up and the floor"; }
-echo "bench-smoke: bench/proxy.sh measured cbench-server (HTTP/1.1 and h2c upstream) and the floor, direct and as a proxy, over HTTP/1.1 (and cbench over h2c)"
+grep -Eq '^proxy / direct, h1: cbench [0-9.]+, cbench-pipe [0-9.]+, cbench-h2up [0-9.]+, floor [0-9.]+$' "$WORK/proxy.md" \
+    || { cat "$WORK/proxy.md"; fail "bench/proxy.sh printed no proxy / direct line for cbench, cbench-pipe, cbench-h2up, the floor"; }
+echo "bench-smoke: bench/proxy.sh measured cbench-server (HTTP/1.1, pipelined and h2c upstream) and the floor, direct and as a proxy, over HTTP/1.1 (and cbench over h2c)"
 # 8. The client floor (build/bench-floor-client, bench/floor_client.c): bad arguments exit 2 with the usage line;
 # 1 s against a cbench-server counts answers (more than 0) and prints its CPU time.
 for args in "" "1 1" "0 1 1" "x 1 1" "1 0 1" "1 1 0" "1 1 1 nope" "1 1 1 /a b"; do
