@@ -164,6 +164,23 @@ static where_t sub(const where_t *w, const char *key, size_t index) {
   return x;
 }
 
+/* The order of response headers given as an object, which JSON leaves undefined (RFC 8259 section 4) and
+ * ehttpd's loader cannot keep (it decodes an object as a map): by the name as sent, lowercased, bytewise, a name
+ * that is a prefix of another first; two names equal but for case by their bytes as written. The same order as
+ * Erlang's lists:sort/1 on {cbench_http:lower(Name), Name} (cbench_stub_json:headers/2). */
+static int header_name_cmp(const void *a, const void *b) {
+  const cb_str_t *x = &((const cb_header_t *)a)->name, *y = &((const cb_header_t *)b)->name;
+  size_t n = x->len < y->len ? x->len : y->len;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char cx = (unsigned char)x->ptr[i], cy = (unsigned char)y->ptr[i];
+    if (cx >= 'A' && cx <= 'Z') cx = (unsigned char)(cx + 32);
+    if (cy >= 'A' && cy <= 'Z') cy = (unsigned char)(cy + 32);
+    if (cx != cy) return cx < cy ? -1 : 1;
+  }
+  if (x->len != y->len) return x->len < y->len ? -1 : 1;
+  return memcmp(x->ptr, y->ptr, n);
+}
+
 /* A field the engine refused (cb_error_detail()): "FIELD: WHY: \"VALUE\"", the value escaped by the engine. The
  * field is named as in the file: the stub's key path, then a header or query matcher by its name (a response
  * header given as a list of pairs by its index). match, res: the stub's objects (res may be NULL). */
@@ -183,15 +200,17 @@ static int fail_detail(const ctx_t *c, const where_t *ws, const cb_error_detail_
   if (d->index >= 0 && json_is_array(items)) {
     w = sub(&w, NULL, (size_t)d->index);
   } else if (d->index >= 0 && json_is_object(items)) {
-    /* Members come in file order (jansson keeps it), the order the stub's list was built in. */
+    /* The members in the order the stub's list was built in: file order for matchers (jansson keeps it), sorted
+     * by name for response headers (parse_headers). The names point into the object, so the key outlives hs. */
+    size_t n = json_object_size(items), i = 0;
+    cb_header_t *hs = calloc(n + 1, sizeof *hs);
     const char *key;
     json_t *v;
-    long i = 0;
-    json_object_foreach(items, key, v) {
-      if (i++ == d->index && v != NULL) {
-        w = sub(&w, key, 0);
-        break;
-      }
+    if (hs != NULL) {
+      json_object_foreach(items, key, v) hs[i++].name = (cb_str_t){key, strlen(key)};
+      if (d->field == CB_FIELD_HEADERS) qsort(hs, n, sizeof *hs, header_name_cmp);
+      if ((size_t)d->index < n) w = sub(&w, hs[d->index].name.ptr, 0);
+      free(hs);
     }
   }
   if (c->err != NULL) snprintf(c->err->value, sizeof c->err->value, "%s", d->text);
@@ -271,6 +290,8 @@ static int parse_matchers(const ctx_t *c, const where_t *w, json_t *v, cb_matche
   return 0;
 }
 
+/* Response headers: an object, sent sorted by name (header_name_cmp), or a list of [name, value] pairs, sent in
+ * its order with repeats kept. The names and values point into v. */
 static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_t **out, size_t *n) {
   *out = NULL;
   *n = 0;
@@ -284,6 +305,7 @@ static int parse_headers(const ctx_t *c, const where_t *w, json_t *v, cb_header_
       if (!json_is_string(x)) return fail(c, &f, "wrong_type: must be a string");
       (*out)[(*n)++] = (cb_header_t){{key, strlen(key)}, {json_string_value(x), json_string_length(x)}};
     }
+    qsort(*out, *n, sizeof **out, header_name_cmp);
     return 0;
   }
   if (!json_is_array(v)) return fail(c, w, "wrong_type: must be an object, or a list of [name, value] pairs");

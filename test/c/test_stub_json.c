@@ -447,3 +447,49 @@ TEST(stub_json_root_unknown_key) {
   unlink(path);
   test_stop(srv);
 }
+
+/* Response headers given as an object are sent sorted by name (docs/routes.md, "The stub file"): JSON objects are
+ * unordered, and ehttpd decodes one into a map, so file order could not be kept on every engine. The key is the
+ * name as sent, lowercased, bytewise (a name that is a prefix of another first); two names equal but for case
+ * go in the byte order of their names as written. A sequence's responses alike; a list of pairs keeps its order.
+ * Before this the C engines sent the object's members in file order. */
+TEST(stub_json_headers_object_sorted) {
+  cb_config_t cfg;
+  test_config(&cfg);
+  cb_server_t *srv = test_start(&cfg);
+  char path[512], msg[1024] = "";
+  snprintf(path, sizeof path, "%s", tmp_path("sorted.json"));
+  write_text(path,
+             "[{\"match\": {\"path\": \"/o\"}, \"response\": {\"headers\": {\"x-b\": \"1\", \"X-C\": \"2\", "
+             "\"x-a-b\": \"3\", \"x-a\": \"4\", \"X-A\": \"5\", \"x-\": \"6\"}, \"body\": \"o\"}},\n"
+             " {\"match\": {\"path\": \"/s\"}, \"response\": {\"responses\": [{\"headers\": "
+             "{\"z\": \"1\", \"a\": \"2\"}, \"body\": \"s\"}]}},\n"
+             " {\"match\": {\"path\": \"/l\"}, \"response\": {\"headers\": [[\"z\", \"1\"], [\"a\", \"2\"]], "
+             "\"body\": \"l\"}}]\n");
+  int n = cb_stubs_json_load(srv, path, msg, sizeof msg);
+  if (n < 0) FAIL("%s", msg);
+  ASSERT_EQ(n, 3);
+  int port = cb_server_port(srv);
+  buf_t exp = {0};
+  exp_head(&exp, 200, NULL, "x-: 6\r\nx-a: 5\r\nx-a: 4\r\nx-a-b: 3\r\nx-b: 1\r\nx-c: 2\r\n", 1, CONN_NONE);
+  buf_adds(&exp, "o");
+  get(port, "GET /o HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "a: 2\r\nz: 1\r\n", 1, CONN_NONE);
+  buf_adds(&exp, "s");
+  get(port, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
+  buf_reset(&exp);
+  exp_head(&exp, 200, NULL, "z: 1\r\na: 2\r\n", 1, CONN_NONE);
+  buf_adds(&exp, "l");
+  get(port, "GET /l HTTP/1.1\r\nHost: x\r\n\r\n", &exp);
+  /* A refused member is named by its key whatever its place after sorting. */
+  write_text(path, "[{\"match\": {\"path\": \"/e\"},\n \"response\": {\"headers\": {\"x-b\": \"1\", \"x-c\": \"2\",\n"
+                   " \"x-a\": \"a\\r\\nb\"}}}]");
+  ASSERT_EQ(cb_stubs_json_load(srv, path, msg, sizeof msg), -1);
+  char want[1200];
+  snprintf(want, sizeof want, "%s:3: stubs[0].response.headers.x-a: control_char: \"a\\r\\nb\" (docs/routes.md)", path);
+  ASSERT_STR_EQ(msg, want);
+  unlink(path);
+  buf_free(&exp);
+  test_stop(srv);
+}
