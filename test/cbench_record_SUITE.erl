@@ -14,12 +14,13 @@
          stub_json_round_trip/1, stub_json_same_reasons/1, stub_json_strict_text/1,
          stub_json_body_bytes/1, replay_helper/1,
          replay_missing/1,
-         mode_choice/1, stub_file_features/1, stub_file_feature_reasons/1, stub_file_h2_fault/1,
+         mode_choice/1, stub_file_features/1, stub_file_header_order/1, stub_file_feature_reasons/1,
+         stub_file_h2_fault/1,
          stub_json_round_trip_all/1]).
 
 all() -> [{group, nif}, {group, port}, {group, ehttpd}, stub_json_round_trip, stub_json_same_reasons,
           stub_json_strict_text, stub_json_body_bytes, replay_missing, mode_choice, stub_file_features,
-          stub_file_feature_reasons, stub_file_h2_fault, stub_json_round_trip_all].
+          stub_file_header_order, stub_file_feature_reasons, stub_file_h2_fault, stub_json_round_trip_all].
 
 groups() ->
     Cases = [load_saved_file, nothing_recorded, via_terms, bad_arguments, replay_helper],
@@ -594,6 +595,53 @@ stub_file_features(Config) ->
          [?assertEqual({E, N, lists:nth(N, Answers)}, {E, N, lists:nth(N, A)}) || N <- lists:seq(1, length(A))],
          ?assertEqual({E, Delays}, {E, D})
      end || E <- [port, ehttpd]],
+    ok.
+
+%% Response headers given as an object go out sorted by name on every engine (docs/routes.md, "The
+%% stub file"): by the name as sent, lowercased, bytewise (a prefix first), two names equal but for
+%% case in the byte order of their names as written. 40 members, more than the 32 up to which an
+%% Erlang map keeps its keys sorted, in an order that is not theirs; a sequence's response alike.
+%% Before, the C engines sent file order and ehttpd the order of the names as written. A map of
+%% headers is no form of stub/3: every engine refuses it alike.
+stub_file_header_order(Config) ->
+    File = filename:join(proplists:get_value(dir, Config), "header_order.json"),
+    Special = [<<"x-a-b">>, <<"X-C">>, <<"x-a">>, <<"x-b">>, <<"X-A">>],
+    Names = [iolist_to_binary(io_lib:format("h-~2..0b", [N * 7 rem 37])) || N <- lists:seq(1, 35)] ++ Special,
+    40 = length(lists:usort(Names)),
+    Hs = [{Name, <<"v", (integer_to_binary(I))/binary>>} || {I, Name} <- lists:enumerate(Names)],
+    Object = fun(L) -> ["{", lists:join(", ", [["\"", K, "\": \"", V, "\""] || {K, V} <- L]), "}"] end,
+    ok = file:write_file(File, iolist_to_binary(
+        ["[{\"match\": {\"path\": \"/o\"}, \"response\": {\"headers\": ", Object(Hs), ", \"body\": \"o\"}},\n",
+         " {\"match\": {\"path\": \"/s\"}, \"response\": {\"responses\": [{\"headers\": ",
+         Object([{<<"b">>, <<"1">>}, {<<"A">>, <<"2">>}, {<<"a-">>, <<"3">>}]), ", \"body\": \"s\"}]}}]\n"])),
+    Head = fun(L) ->
+                   Sorted = [{K, V} || {_, K, V} <- lists:sort([{cbench_http:lower(K), K, V} || {K, V} <- L])],
+                   iolist_to_binary([[cbench_http:lower(K), ": ", V, "\r\n"] || {K, V} <- Sorted])
+           end,
+    Get = fun(Path) -> ["GET ", Path, " HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"] end,
+    Run = fun(E) ->
+                  {ok, S} = cbench:start_server(E, #{port => 0, threads => 1}),
+                  try
+                      {ok, [_, _]} = cbench:load_stubs(S, File),
+                      Bad = cbench:stub(S, #{path => <<"/m">>},
+                                        #{headers => #{<<"b">> => <<"1">>, <<"a">> => <<"2">>}}),
+                      {[exchange(S, Get(P)) || P <- [<<"/o">>, <<"/s">>]], Bad}
+                  after
+                      ok = cbench:stop_server(S)
+                  end
+          end,
+    {[O, Seq], Bad} = Run(nif),
+    ?assertMatch({error, {bad_stub, {{response, headers}, _, wrong_type}}}, Bad),
+    %% The rule written out for the names that show it, so that Head is not checked by itself alone.
+    H = Head(Hs),
+    Tail = <<"x-a: v40\r\nx-a: v38\r\nx-a-b: v36\r\nx-b: v39\r\nx-c: v37\r\n">>,
+    ?assertEqual(Tail, binary:part(H, byte_size(H), -byte_size(Tail))),
+    Ok = <<"HTTP/1.1 200 OK\r\ndate: Xxx, 00 Xxx 0000 00:00:00 GMT\r\n">>,
+    OHead = <<Ok/binary, H/binary, "content-length: 1\r\n">>,
+    ?assertEqual(OHead, binary:part(O, 0, byte_size(OHead))),
+    SeqHead = <<Ok/binary, "a: 2\r\na-: 3\r\nb: 1\r\ncontent-length: 1\r\n">>,
+    ?assertEqual(SeqHead, binary:part(Seq, 0, byte_size(SeqHead))),
+    [?assertEqual({E, [O, Seq], Bad}, begin {A, B} = Run(E), {E, A, B} end) || E <- [port, ehttpd]],
     ok.
 
 %% A wrong field of those is refused by every engine's loader at the same place for the same
