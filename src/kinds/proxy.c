@@ -548,6 +548,19 @@ static int tls_flush(upc_t *c) {
   return err;
 }
 
+/* Makes room for need bytes in a block that doubles from first (the https plaintext kept for the handshake, a
+ * gathered answer, a pipelining connection's requests of the turn). */
+static int grow(char **buf, size_t *cap, size_t need, size_t first) {
+  if (need <= *cap) return 0;
+  size_t n = *cap ? *cap : first;
+  while (n < need) n *= 2;
+  char *b = realloc(*buf, n);
+  if (b == NULL) return UV_ENOMEM;
+  *buf = b;
+  *cap = n;
+  return 0;
+}
+
 /* Writes request bytes to the upstream: as they are, or (https) encrypted, or kept until the handshake is done. */
 static int pipe_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs);
 static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
@@ -556,14 +569,7 @@ static int up_send(px_t *x, const uv_buf_t *bufs, unsigned nbufs) {
   if (!c->tls) return raw_send(c, bufs, nbufs);
   for (unsigned i = 0; i < nbufs; i++) {
     if (c->ssl.hs_pending) {
-      if (c->pt_len + bufs[i].len > c->pt_cap) {
-        size_t cap = c->pt_cap ? c->pt_cap : 4096;
-        while (cap < c->pt_len + bufs[i].len) cap *= 2;
-        char *b = realloc(c->pt, cap);
-        if (b == NULL) return UV_ENOMEM;
-        c->pt = b;
-        c->pt_cap = cap;
-      }
+      if (grow(&c->pt, &c->pt_cap, c->pt_len + bufs[i].len, 4096) != 0) return UV_ENOMEM;
       memcpy(c->pt + c->pt_len, bufs[i].base, bufs[i].len);
       c->pt_len += bufs[i].len;
     } else if (cb_ctls_write(&c->ssl, bufs[i].base, bufs[i].len) != 0) {
@@ -604,14 +610,7 @@ static void record_answer(px_t *x) {
 }
 
 static int gather_body(px_t *x, const char *p, size_t n) {
-  if (x->body_len + n > x->body_cap) {
-    size_t cap = x->body_cap ? x->body_cap : 16384;
-    while (cap < x->body_len + n) cap *= 2;
-    char *b = realloc(x->body, cap);
-    if (b == NULL) return UV_ENOMEM;
-    x->body = b;
-    x->body_cap = cap;
-  }
+  if (grow(&x->body, &x->body_cap, x->body_len + n, 16384) != 0) return UV_ENOMEM;
   memcpy(x->body + x->body_len, p, n);
   x->body_len += n;
   return 0;
@@ -1216,7 +1215,6 @@ static int take_conn(px_t *x) {
     c->inflight = 1;
     c->max_body = x->p->max_body;
     c->tmo_ms = x->p->timeout_ms;
-    x->piped = 1;
     x->head_req = x->r->method == CB_METHOD_HEAD;
     u->pipe = c;
   }
@@ -1416,7 +1414,6 @@ static void pipe_join(upc_t *c, px_t *x) {
   c->inflight++;
   x->c = c;
   x->reused = 1;
-  x->piped = 1;
   x->head_req = x->r->method == CB_METHOD_HEAD;
 }
 
@@ -1424,14 +1421,7 @@ static void pipe_join(upc_t *c, px_t *x) {
 static int pipe_send(upc_t *c, const uv_buf_t *bufs, unsigned nbufs) {
   size_t n = 0;
   for (unsigned i = 0; i < nbufs; i++) n += bufs[i].len;
-  if (c->ob_len + n > c->ob_cap) {
-    size_t cap = c->ob_cap ? c->ob_cap : 4096;
-    while (cap < c->ob_len + n) cap *= 2;
-    char *b = realloc(c->ob, cap);
-    if (b == NULL) return UV_ENOMEM;
-    c->ob = b;
-    c->ob_cap = cap;
-  }
+  if (grow(&c->ob, &c->ob_cap, c->ob_len + n, 4096) != 0) return UV_ENOMEM;
   for (unsigned i = 0; i < nbufs; i++) {
     memcpy(c->ob + c->ob_len, bufs[i].base, bufs[i].len);
     c->ob_len += bufs[i].len;
@@ -1580,7 +1570,6 @@ static void pipe_unblock_queue(upc_t *c) {
       continue;
     }
     g->ghost = 1;
-    g->piped = 1;
     g->head_req = x->head_req;
     g->c = c;
     g->qnext = x->qnext;
@@ -1600,7 +1589,6 @@ static void pipe_read(upc_t *c, ssize_t n, const uv_buf_t *buf) {
     pipe_eof(c, n);
     return;
   }
-  c->got_bytes = 1;
   int err = cb_cres_feed(&c->parser, buf->base, (size_t)n);
   if (c->closing) return; /* an exchange failed in a callback: answered there, its queue sent again */
   px_t *x = c->px;

@@ -119,8 +119,8 @@ struct px_s {
   uint8_t released;    /* the request was released during that write: px_fail lets x go, touches r no more */
   /* Pipelining (docs/proxy.md, "Pipelining"): x waits on its connection's queue behind qnext's predecessors. A
    * ghost is an exchange whose request was released while queued: it stays in the queue, without r or p, so
-   * that its answer is read and dropped and the answers behind it still find theirs. */
-  uint8_t piped;       /* sent on a pipelining connection (c->pipe) */
+   * that its answer is read and dropped and the answers behind it still find theirs. An exchange is pipelined when
+ * its connection is (upc_t.pipe). */
   uint8_t ghost;
   uint8_t wait_end;    /* the forward waits for the request's end: bodiless, it may be pipelined */
   uint8_t head_req;    /* a HEAD request: its answer has no body */
