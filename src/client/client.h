@@ -283,7 +283,8 @@ void cb_ctls_params(const cb_ctls_t *t, const char **version, const char **ciphe
 void cb_ctls_free(cb_ctls_t *t);
 /* Frees a kept session (a keep slot), leaving NULL. */
 void cb_ctls_session_free(struct ssl_session_st **s);
-/* ---- h2_client.c: an h2c client session (prior knowledge, RFC 9113 3.3) ---- */
+/* ---- h2_client.c: an h2c client session (prior knowledge, RFC 9113 3.3): its own framing, nghttp2's HPACK
+ * decoder ---- */
 
 /* What the session tells its owner about one stream (sud: what cb_ch2_submit was given). Each stream ends for
  * its owner with exactly one of on_end and on_close, or with the owner's own cb_ch2_cancel, or with a callback
@@ -306,11 +307,6 @@ typedef struct {
   /* Request body bytes for the stream, at most cap into buf: n > 0; 0 with *eof set at its end; 0 without: none
    * waiting now (the stream waits for cb_ch2_resume). */
   ssize_t (*read_body)(void *sud, char *buf, size_t cap, int *eof);
-  /* A request that never left: the peer's GOAWAY came before its HEADERS were written (cud, its stream id).
-   * It was not processed (as CB_CH2_E_REFUSED). nghttp2 1.52 opens the stream before it finds that out, and
-   * tells it as the stream's close instead: on_close with CB_CH2_E_REFUSED. Not told for a request its owner
-   * cancelled while it waited: cb_ch2_cancel takes it out of the session. */
-  void (*on_unsent)(void *cud, int32_t id);
 } cb_ch2_callbacks_t;
 
 typedef struct {
@@ -330,7 +326,7 @@ enum {
 
 /* The session. Embed it; its fields are private. */
 typedef struct cb_ch2_s {
-  void *session; /* nghttp2_session * */
+  struct cb_ch2_k *k; /* the framing's state (h2_client.c) */
   const cb_ch2_callbacks_t *cb;
   void *ud;      /* the connection's owner (on_unsent) */
   cb_ch2_limits_t lim;
@@ -340,7 +336,6 @@ typedef struct cb_ch2_s {
   size_t text_cap, text_len;
   int nfields;
   int status;        /* the block's :status (0..999), -1 when none */
-  int over;          /* the block went over a limit */
   int nstreams;      /* streams submitted and not yet closed */
   uint32_t assumed;  /* the peer's stream limit until its SETTINGS come (cb_ch2_assume_max_streams) */
   uint8_t bad;       /* a connection error: the session is done */

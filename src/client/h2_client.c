@@ -1,211 +1,950 @@
-/* An h2c client session (prior knowledge, RFC 9113 3.3) for the engine's proxy kind: nghttp2's client session
- * behind a small bytes-in, bytes-out interface, with the answer told per stream (head, body, trailers, end, or
- * why it ended early) and the request body pulled from its owner.
+/* An h2c client session (prior knowledge, RFC 9113 3.3) for the engine's proxy kind: HTTP/2's framing written
+ * here, header blocks decoded by nghttp2's HPACK decoder, behind a small bytes-in, bytes-out interface, with the
+ * answer told per stream (head, body, trailers, end, or why it ended early) and the request body pulled from
+ * its owner.
  *
- * Three choices make a hostile peer cheap:
- * - The receive windows are the owner's: NGHTTP2_OPT_NO_AUTO_WINDOW_UPDATE, so a stream's window (65,535 bytes)
- *   opens again only as the owner hands its body on (cb_ch2_consume). A peer cannot make the owner hold more
- *   than a window per stream; DATA beyond it is nghttp2's FLOW_CONTROL_ERROR, a connection error.
- * - A header block is gathered into the owner's buffer, bounded by max_head and max_headers; over either, the
- *   stream ends with CB_CH2_E_HEAD_TOO_BIG (nghttp2 still decodes the rest of the block, to keep HPACK's state,
- *   without keeping it; it also bounds CONTINUATION frames per block).
- * - Every frame the peer breaks the protocol with is nghttp2's to judge (it checks HTTP messaging too): a stream
- *   error resets the stream, told as CB_CH2_E_BAD; a connection error queues GOAWAY and makes cb_ch2_feed fail.
+ * Why not nghttp2's client session: it cost about 10,000 instructions per proxied request (its stream objects,
+ * priority queues, frame queue, header validation callbacks and HPACK encoder), as much as the server session
+ * that answers the client, which kept h2c-to-h2c proxying above twice the cost of answering directly (issue 26;
+ * docs/proxy.md, "h2c upstreams"). A client needs a small part of the protocol: it opens every stream itself,
+ * in order, and only reads answers.
  *
- * Streams are "attached" while nghttp2's stream user data holds their owner's pointer; ending one for its owner
- * (on_end, on_close, a callback's non-zero, cb_ch2_cancel) clears it, so no callback names it again. */
+ * Choices that make a hostile peer cheap:
+ * - The receive windows are the owner's: a stream's window (65,535 bytes) opens again only as the owner hands
+ *   its body on (cb_ch2_consume). DATA beyond a window is a FLOW_CONTROL_ERROR that ends the connection.
+ * - A frame is read in place when the read holds it whole, else gathered into one buffer of MAX_FRAME bytes
+ *   (SETTINGS_MAX_FRAME_SIZE is left at its default). A header block is decoded fragment by fragment as it
+ *   comes (at most MAX_CONTINUATIONS CONTINUATION frames), its fields gathered into the owner's buffer, bounded
+ *   by max_head and max_headers; over either, the stream ends with CB_CH2_E_HEAD_TOO_BIG and the rest of the
+ *   block is still decoded, without being kept, to keep HPACK's state.
+ * - The answer's fields are checked as RFC 9113 8.2 and 8.3.2 ask (valid_name, valid_value, the pseudo-header
+ *   rules, connection-specific fields, content-length against the DATA received): a malformed answer is a stream
+ *   error (RST_STREAM PROTOCOL_ERROR, told as CB_CH2_E_BAD), a field with bytes its name or value may not hold
+ *   included.
+ * - Frames the peer queues answers with (PING, SETTINGS) are bounded: past OUT_LIMIT bytes waiting to be taken
+ *   by cb_ch2_pull, the connection ends (ENHANCE_YOUR_CALM).
+ *
+ * Requests are encoded without the dynamic table (literal fields without indexing, after a table size update
+ * to 0): the encoder keeps no state, so a request its owner cancels before it was
+ * taken can be cut from the output, and encoding is a copy. Their bytes are what the upstream's decoder reads. */
 #include <nghttp2/nghttp2.h>
 #include <stdalign.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client/client.h"
 
 #define ASSUMED_MAX_STREAMS 100 /* the peer's limit until its SETTINGS say */
+#define DEFAULT_WINDOW 65535
+#define MAX_WINDOW 0x7fffffff
+#define MAX_FRAME 16384           /* the frames we take: SETTINGS_MAX_FRAME_SIZE at its default */
+#define MAX_CONTINUATIONS 8       /* CONTINUATION frames after one HEADERS */
+#define OUT_LIMIT (1u << 20)      /* bytes waiting for cb_ch2_pull before the peer is told to calm down */
+#define DATA_PER_PULL (64 * 1024) /* request body taken from owners per pull */
+#define UNLIMITED_STREAMS 0xffffffffu
 
-static void *sud_of(nghttp2_session *s, int32_t id) { return nghttp2_session_get_stream_user_data(s, id); }
-static void detach(nghttp2_session *s, int32_t id) { nghttp2_session_set_stream_user_data(s, id, NULL); }
+enum { T_DATA, T_HEADERS, T_PRIORITY, T_RST, T_SETTINGS, T_PUSH, T_PING, T_GOAWAY, T_WINDOW, T_CONTINUATION };
+enum { F_END_STREAM = 0x1, F_ACK = 0x1, F_END_HEADERS = 0x4, F_PADDED = 0x8, F_PRIORITY = 0x20 };
+enum {
+  E_NO = 0x0,
+  E_PROTOCOL = 0x1,
+  E_INTERNAL = 0x2,
+  E_FLOW = 0x3,
+  E_FRAME_SIZE = 0x6,
+  E_REFUSED = 0x7,
+  E_CANCEL = 0x8,
+  E_COMPRESSION = 0x9,
+  E_CALM = 0xb
+};
 
-/* The owner is done with a stream: the rest of its answer is not wanted. */
-static void drop(nghttp2_session *s, int32_t id, uint32_t code) {
-  if (nghttp2_session_find_stream(s, id) == NULL) {
-    /* Not open: a client session opens a request's stream when it sends the HEADERS, which may still wait in
-     * the session (before the connection is up, or in a turn's batch). Setting the user data finds the waiting
-     * request (it fails for a stream closed already), and the reset cancels it: it never goes (nghttp2 opens
-     * its stream as it takes it from the queue, tells on_frame_not_send, then closes the stream). Left alone,
-     * it went out later bound to the owner's pointer, which the owner had freed or given to another request. */
-    if (nghttp2_session_set_stream_user_data(s, id, NULL) == 0)
-      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
-    return;
-  }
-  if (sud_of(s, id) == NULL) return; /* let go of already (the owner's callback may cancel it itself) */
-  detach(s, id);
-  nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, code);
+/* One open stream: submitted, and neither ended nor closed for its owner. A stream in the table is attached:
+ * every way it ends for its owner takes it out. */
+typedef struct st_s {
+  int32_t id;
+  void *sud;
+  struct st_s *snext, *sprev; /* the sending list: a request body that may go */
+  struct st_s *free_next;
+  int64_t send_window;
+  int64_t recv_window;    /* bytes the peer may still send on it */
+  uint32_t unacked;       /* consumed and not yet given back by WINDOW_UPDATE */
+  int64_t content_length; /* declared by the final head, -1 none */
+  int64_t got;            /* DATA bytes received */
+  uint32_t hseq;          /* its HEADERS' place among those submitted: still waiting while above pulled_seq */
+  uint8_t local_closed;   /* END_STREAM sent (or queued) */
+  uint8_t sending;        /* on the sending list */
+  uint8_t final_head;     /* its final head came */
+  uint8_t head_req;       /* a HEAD request: the answer has no body whatever it declares */
+  uint8_t no_body;        /* a 204 or 304 */
+} st_t;
+
+/* A request's HEADERS still in the output: cut from it if the owner cancels before cb_ch2_pull took it. */
+typedef struct {
+  int32_t id;
+  size_t off, len;
+} seg_t;
+
+typedef struct cb_ch2_k {
+  nghttp2_hd_inflater *inf;
+  char *ob;              /* output: frames not yet taken, after the ob_handed bytes cb_ch2_pull gave last */
+  size_t ob_len, ob_cap, ob_handed;
+  seg_t *segs;           /* the HEADERS in ob not yet taken */
+  int nsegs, seg_cap, dead_segs;
+  st_t **tab;            /* open streams by id: open addressing, linear probing, tab_cap a power of two */
+  uint32_t tab_cap, tab_n;
+  st_t *free_st;
+  st_t *send_head, *send_tail;
+  int32_t next_id;
+  uint32_t seq, pulled_seq;
+  int64_t conn_send_window;
+  int64_t conn_recv_window;
+  uint32_t conn_local_window; /* the connection's receive window as set at the start */
+  uint32_t conn_unacked;
+  uint32_t peer_initial_window;
+  uint32_t peer_max_frame;
+  uint32_t peer_max_streams;
+  uint8_t got_first_frame;
+  uint8_t sent_goaway;
+  /* input */
+  uint8_t fh[9];
+  size_t fh_len;
+  char *fbuf;
+  size_t fbuf_len, need;
+  uint32_t flen;
+  uint8_t ftype, fflags;
+  int32_t fid;
+  /* the header block being read */
+  int32_t blk_id;       /* > 0 while CONTINUATION frames are due */
+  uint8_t blk_end_stream;
+  uint8_t blk_ignore;   /* decoded for HPACK's state only */
+  uint8_t blk_trailers;
+  uint8_t blk_regular;  /* a regular field came: no pseudo-header may follow */
+  uint8_t blk_bad;      /* malformed */
+  uint8_t blk_over;     /* over the owner's limits */
+  int blk_conts;
+  int64_t blk_cl;
+} k_t;
+
+/* ---- validity of the answer's fields (RFC 9110 5.1, 5.5; RFC 9113 8.2.1) ---- */
+
+/* tchar, lower case only */
+static int name_char(uint8_t ch) {
+  if (ch >= 'a' && ch <= 'z') return 1;
+  if (ch >= '0' && ch <= '9') return 1;
+  return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
 }
 
-static void tell_close(cb_ch2_t *c, nghttp2_session *s, int32_t id, int err) {
-  void *sud = sud_of(s, id);
-  if (sud == NULL) return;
-  detach(s, id);
+static int valid_name(const uint8_t *p, size_t n) {
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!name_char(p[i])) return 0;
+  return 1;
+}
+
+/* No NUL, CR or LF, and no white space at either end. */
+static int valid_value(const uint8_t *p, size_t n) {
+  if (n > 0 && (p[0] == ' ' || p[0] == '\t' || p[n - 1] == ' ' || p[n - 1] == '\t')) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == 0 || p[i] == '\r' || p[i] == '\n' || p[i] == 0x7f) return 0;
+  return 1;
+}
+
+static int name_is(const uint8_t *p, size_t n, const char *s) { return n == strlen(s) && memcmp(p, s, n) == 0; }
+
+static int ieq(const uint8_t *p, size_t n, const char *s) {
+  if (n != strlen(s)) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]) != (uint8_t)s[i]) return 0;
+  return 1;
+}
+
+/* Digits only: the value, or -1. */
+static int64_t parse_length(const uint8_t *p, size_t n) {
+  if (n == 0 || n > 18) return -1;
+  int64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return -1;
+    v = v * 10 + (p[i] - '0');
+  }
+  return v;
+}
+
+/* ---- output ---- */
+
+static int ob_reserve(k_t *k, size_t n) {
+  if (k->ob_len + n <= k->ob_cap) return 0;
+  size_t cap = k->ob_cap ? k->ob_cap : 4096;
+  while (cap < k->ob_len + n) cap *= 2;
+  char *p = realloc(k->ob, cap);
+  if (p == NULL) return -1;
+  k->ob = p;
+  k->ob_cap = cap;
+  return 0;
+}
+
+static void put_fh(char *o, size_t len, uint8_t type, uint8_t flags, int32_t id) {
+  o[0] = (char)(len >> 16);
+  o[1] = (char)(len >> 8);
+  o[2] = (char)len;
+  o[3] = (char)type;
+  o[4] = (char)flags;
+  o[5] = (char)((uint32_t)id >> 24);
+  o[6] = (char)(id >> 16);
+  o[7] = (char)(id >> 8);
+  o[8] = (char)id;
+}
+
+static void put32(char *o, uint32_t v) {
+  o[0] = (char)(v >> 24);
+  o[1] = (char)(v >> 16);
+  o[2] = (char)(v >> 8);
+  o[3] = (char)v;
+}
+
+static uint32_t get32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A control frame of up to 8 bytes of payload. */
+static int out_frame(cb_ch2_t *c, uint8_t type, uint8_t flags, int32_t id, const void *payload, size_t len) {
+  k_t *k = c->k;
+  if (k->ob_len - k->ob_handed > OUT_LIMIT) return -1;
+  if (ob_reserve(k, 9 + len) != 0) return -1;
+  put_fh(k->ob + k->ob_len, len, type, flags, id);
+  if (len) memcpy(k->ob + k->ob_len + 9, payload, len);
+  k->ob_len += 9 + len;
+  return 0;
+}
+
+static void out_rst(cb_ch2_t *c, int32_t id, uint32_t code) {
+  char p[4];
+  put32(p, code);
+  (void)out_frame(c, T_RST, 0, id, p, 4);
+}
+
+static void out_window(cb_ch2_t *c, int32_t id, uint32_t inc) {
+  char p[4];
+  put32(p, inc);
+  (void)out_frame(c, T_WINDOW, 0, id, p, 4);
+}
+
+/* A connection error: GOAWAY with the code, and the session is done. */
+static int conn_error(cb_ch2_t *c, uint32_t code) {
+  k_t *k = c->k;
+  if (!c->bad && !k->sent_goaway) {
+    char p[8];
+    put32(p, 0); /* no stream of the server's was processed: a client opens them all */
+    put32(p + 4, code);
+    k->sent_goaway = 1;
+    if (k->ob_len - k->ob_handed > OUT_LIMIT) k->ob_len = k->ob_handed; /* the GOAWAY goes ahead of a flood */
+    (void)out_frame(c, T_GOAWAY, 0, 0, p, 8);
+  }
+  c->bad = 1;
+  return CB_CH2_E_BAD;
+}
+
+/* ---- streams ---- */
+
+static uint32_t slot_of(const k_t *k, int32_t id) { return ((uint32_t)id >> 1) & (k->tab_cap - 1); }
+
+static st_t *find(const k_t *k, int32_t id) {
+  if (id <= 0 || k->tab_n == 0) return NULL;
+  for (uint32_t i = slot_of(k, id);; i = (i + 1) & (k->tab_cap - 1)) {
+    st_t *s = k->tab[i];
+    if (s == NULL) return NULL;
+    if (s->id == id) return s;
+  }
+}
+
+static int tab_insert(k_t *k, st_t *s) {
+  if ((k->tab_n + 1) * 2 > k->tab_cap) {
+    uint32_t cap = k->tab_cap ? k->tab_cap * 2 : 64;
+    st_t **t = calloc(cap, sizeof *t);
+    if (t == NULL) return -1;
+    st_t **old = k->tab;
+    uint32_t ocap = k->tab_cap;
+    k->tab = t;
+    k->tab_cap = cap;
+    for (uint32_t i = 0; i < ocap; i++)
+      if (old[i] != NULL) {
+        uint32_t j = slot_of(k, old[i]->id);
+        while (t[j] != NULL) j = (j + 1) & (cap - 1);
+        t[j] = old[i];
+      }
+    free(old);
+  }
+  uint32_t j = slot_of(k, s->id);
+  while (k->tab[j] != NULL) j = (j + 1) & (k->tab_cap - 1);
+  k->tab[j] = s;
+  k->tab_n++;
+  return 0;
+}
+
+/* Takes s out of the table (backward-shift deletion: no tombstones). */
+static void tab_remove(k_t *k, st_t *s) {
+  uint32_t mask = k->tab_cap - 1, i = slot_of(k, s->id);
+  while (k->tab[i] != s) i = (i + 1) & mask;
+  k->tab[i] = NULL;
+  for (uint32_t j = (i + 1) & mask; k->tab[j] != NULL; j = (j + 1) & mask) {
+    uint32_t home = slot_of(k, k->tab[j]->id);
+    /* k->tab[j] moves into the hole i when its home is not within (i, j] */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      k->tab[i] = k->tab[j];
+      k->tab[j] = NULL;
+      i = j;
+    }
+  }
+  k->tab_n--;
+}
+
+static void send_unlink(k_t *k, st_t *s) {
+  if (!s->sending) return;
+  if (s->sprev) s->sprev->snext = s->snext; else k->send_head = s->snext;
+  if (s->snext) s->snext->sprev = s->sprev; else k->send_tail = s->sprev;
+  s->snext = s->sprev = NULL;
+  s->sending = 0;
+}
+
+static void send_link(k_t *k, st_t *s) {
+  if (s->sending || s->local_closed) return;
+  s->sending = 1;
+  s->snext = NULL;
+  s->sprev = k->send_tail;
+  if (k->send_tail) k->send_tail->snext = s; else k->send_head = s;
+  k->send_tail = s;
+}
+
+/* The stream is over for the session and its owner (told already, or about to be by the caller). */
+static void close_stream(cb_ch2_t *c, st_t *s) {
+  k_t *k = c->k;
+  send_unlink(k, s);
+  tab_remove(k, s);
+  s->sud = NULL;
+  s->free_next = k->free_st;
+  k->free_st = s;
+  c->nstreams--;
+}
+
+static void tell_close(cb_ch2_t *c, st_t *s, int err) {
+  void *sud = s->sud;
+  close_stream(c, s);
   if (c->cb->on_close) c->cb->on_close(sud, err);
 }
 
-static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-  (void)s;
-  (void)f;
-  cb_ch2_t *c = ud;
-  c->nfields = 0;
-  c->text_len = 0;
-  c->status = -1; /* none yet: a block without :status is trailers (nghttp2 refuses one elsewhere) */
-  c->over = 0;
-  return 0;
+/* A stream error: RST_STREAM with the code, the owner told err. */
+static void stream_error(cb_ch2_t *c, st_t *s, uint32_t code, int err) {
+  out_rst(c, s->id, code);
+  tell_close(c, s, err);
 }
 
-static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t namelen,
-                     const uint8_t *value, size_t valuelen, uint8_t flags, void *ud) {
-  (void)flags;
-  cb_ch2_t *c = ud;
-  int32_t id = f->hd.stream_id;
-  if (f->hd.type != NGHTTP2_HEADERS || sud_of(s, id) == NULL) return 0;
-  if (namelen == 7 && memcmp(name, ":status", 7) == 0) {
-    /* nghttp2 has checked it is three digits */
-    c->status = (value[0] - '0') * 100 + (value[1] - '0') * 10 + (value[2] - '0');
-    return 0;
+/* The answer is complete: a request still being sent is not wanted any more (RST_STREAM NO_ERROR). */
+static void ended(cb_ch2_t *c, st_t *s) {
+  if (!s->local_closed) out_rst(c, s->id, E_NO);
+  void *sud = s->sud;
+  close_stream(c, s);
+  if (c->cb->on_end) c->cb->on_end(sud);
+}
+
+/* An id the peer names but the session never opened: not ours (even), or not yet used. */
+static int idle_id(const k_t *k, int32_t id) { return (id & 1) == 0 || id >= k->next_id; }
+
+/* ---- windows ---- */
+
+static void give_back_conn(cb_ch2_t *c, size_t n) {
+  k_t *k = c->k;
+  if (n == 0) return;
+  k->conn_unacked += (uint32_t)n;
+  if (k->conn_unacked >= k->conn_local_window / 2) {
+    out_window(c, 0, k->conn_unacked);
+    k->conn_recv_window += k->conn_unacked;
+    k->conn_unacked = 0;
   }
-  if (namelen > 0 && name[0] == ':') return 0;
-  if (c->nfields >= c->max_fields || c->text_len + namelen + valuelen > c->text_cap ||
-      c->text_len + namelen + valuelen > c->lim.max_head) {
-    tell_close(c, s, id, CB_CH2_E_HEAD_TOO_BIG);
-    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset; the block is still decoded */
+}
+
+static void give_back_stream(cb_ch2_t *c, st_t *s, size_t n) {
+  if (n == 0) return;
+  s->unacked += (uint32_t)n;
+  if (s->unacked >= DEFAULT_WINDOW / 2) {
+    out_window(c, s->id, s->unacked);
+    s->recv_window += s->unacked;
+    s->unacked = 0;
+  }
+}
+
+/* ---- header blocks ---- */
+
+static void blk_field(cb_ch2_t *c, k_t *k, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+  if (k->blk_ignore || k->blk_bad) return;
+  if (nl > 0 && name[0] == ':') {
+    if (k->blk_trailers || k->blk_regular || !name_is(name, nl, ":status") || c->status >= 0 || vl != 3 ||
+        value[0] < '0' || value[0] > '9' || value[1] < '0' || value[1] > '9' || value[2] < '0' || value[2] > '9') {
+      k->blk_bad = 1;
+      return;
+    }
+    c->status = (value[0] - '0') * 100 + (value[1] - '0') * 10 + (value[2] - '0');
+    return;
+  }
+  k->blk_regular = 1;
+  if (!valid_name(name, nl) || !valid_value(value, vl)) {
+    k->blk_bad = 1;
+    return;
+  }
+  if (name_is(name, nl, "connection") || name_is(name, nl, "keep-alive") || name_is(name, nl, "proxy-connection") ||
+      name_is(name, nl, "transfer-encoding") || name_is(name, nl, "upgrade") ||
+      (name_is(name, nl, "te") && !ieq(value, vl, "trailers"))) {
+    k->blk_bad = 1;
+    return;
+  }
+  if (name_is(name, nl, "content-length")) {
+    int64_t v = parse_length(value, vl);
+    if (v < 0 || k->blk_cl >= 0 || (c->status == 204 && v != 0)) {
+      k->blk_bad = 1;
+      return;
+    }
+    k->blk_cl = v;
+    if (c->status == 204) return; /* a 204 may not carry one (RFC 9110 8.6); "0", which servers send, is dropped */
+  }
+  if (k->blk_over) return;
+  if (c->nfields >= c->max_fields || c->text_len + nl + vl > c->text_cap || c->text_len + nl + vl > c->lim.max_head) {
+    k->blk_over = 1;
+    return;
   }
   char *t = c->text + c->text_len;
-  memcpy(t, name, namelen);
-  memcpy(t + namelen, value, valuelen);
-  c->fields[c->nfields++] = (cb_chdr_t){t, namelen, t + namelen, valuelen};
-  c->text_len += namelen + valuelen;
+  memcpy(t, name, nl);
+  memcpy(t + nl, value, vl);
+  c->fields[c->nfields++] = (cb_chdr_t){t, nl, t + nl, vl};
+  c->text_len += nl + vl;
+}
+
+/* Decodes a fragment of the block (last: its END_HEADERS). -1: HPACK broken (a connection error). */
+static int blk_decode(cb_ch2_t *c, k_t *k, const uint8_t *in, size_t len, int last) {
+  for (;;) {
+    nghttp2_nv nv;
+    int fl = 0;
+    ssize_t r = nghttp2_hd_inflate_hd2(k->inf, &nv, &fl, in, len, last);
+    if (r < 0) return -1;
+    in += r;
+    len -= (size_t)r;
+    if (fl & NGHTTP2_HD_INFLATE_EMIT) blk_field(c, k, nv.name, nv.namelen, nv.value, nv.valuelen);
+    if (fl & NGHTTP2_HD_INFLATE_FINAL) {
+      nghttp2_hd_inflate_end_headers(k->inf);
+      return 0;
+    }
+    if (!(fl & NGHTTP2_HD_INFLATE_EMIT) && len == 0) return 0;
+  }
+}
+
+/* The block is whole: what it means for its stream. */
+static void blk_done(cb_ch2_t *c, k_t *k) {
+  int32_t id = k->blk_id;
+  k->blk_id = 0;
+  if (k->blk_ignore) return;
+  st_t *s = find(k, id);
+  if (s == NULL) return;
+  if (k->blk_bad) {
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  if (k->blk_over) {
+    stream_error(c, s, E_INTERNAL, CB_CH2_E_HEAD_TOO_BIG);
+    return;
+  }
+  void *sud = s->sud;
+  if (k->blk_trailers) {
+    if (!k->blk_end_stream) { /* trailers end the stream */
+      stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+      return;
+    }
+    if (s->content_length >= 0 && s->got != s->content_length && !s->head_req && !s->no_body) {
+      stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+      return;
+    }
+    if (c->cb->on_trailers && c->cb->on_trailers(sud, c->fields, c->nfields) != 0) {
+      if ((s = find(k, id)) != NULL) {
+        out_rst(c, id, E_CANCEL);
+        close_stream(c, s);
+      }
+      return;
+    }
+    if ((s = find(k, id)) != NULL && s->sud == sud) ended(c, s);
+    return;
+  }
+  int status = c->status;
+  if (status < 0) { /* no :status */
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  if (status >= 100 && status < 200 && status != 101) { /* interim: the final follows */
+    if (k->blk_end_stream) stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  if (status < 200) { /* a 101 (an upgrade has no place in HTTP/2), or three digits below 100 */
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  s->final_head = 1;
+  s->no_body = status == 204 || status == 304;
+  if (status == 204 && k->blk_cl > 0) {
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  s->content_length = s->head_req || s->no_body ? 0 : k->blk_cl;
+  if (k->blk_end_stream && s->content_length > 0) {
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return;
+  }
+  if (c->cb->on_head && c->cb->on_head(sud, status, c->fields, c->nfields) != 0) {
+    if ((s = find(k, id)) != NULL) {
+      out_rst(c, id, E_CANCEL);
+      close_stream(c, s);
+    }
+    return;
+  }
+  /* The owner may have let go of the stream inside its callback (cb_ch2_cancel). */
+  if (k->blk_end_stream && (s = find(k, id)) != NULL && s->sud == sud) ended(c, s);
+}
+
+/* HEADERS or CONTINUATION: a fragment of the block. */
+static int on_fragment(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n, int end_headers) {
+  if (blk_decode(c, k, p, n, end_headers) != 0) return conn_error(c, E_COMPRESSION);
+  if (end_headers) blk_done(c, k);
   return 0;
 }
 
-static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
-                         void *ud) {
-  (void)flags;
-  cb_ch2_t *c = ud;
-  void *sud = sud_of(s, id);
-  if (sud == NULL) { /* a stream its owner let go of: its bytes go back to the windows at once */
-    nghttp2_session_consume(s, id, len);
+static int on_headers(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
+  int32_t id = k->fid;
+  if (id == 0 || idle_id(k, id)) return conn_error(c, E_PROTOCOL);
+  size_t pad = 0;
+  if (k->fflags & F_PADDED) {
+    if (n < 1) return conn_error(c, E_PROTOCOL);
+    pad = p[0];
+    p++;
+    n--;
+  }
+  if (k->fflags & F_PRIORITY) {
+    if (n < 5 || (int32_t)(get32(p) & MAX_WINDOW) == id) return conn_error(c, E_PROTOCOL); /* on itself */
+    p += 5;
+    n -= 5;
+  }
+  if (pad > n) return conn_error(c, E_PROTOCOL);
+  n -= pad;
+  st_t *s = find(k, id);
+  k->blk_id = id;
+  k->blk_conts = 0;
+  k->blk_end_stream = (k->fflags & F_END_STREAM) != 0;
+  k->blk_ignore = s == NULL; /* a stream over already: decoded for HPACK only */
+  k->blk_trailers = s != NULL && s->final_head;
+  k->blk_regular = 0;
+  k->blk_bad = 0;
+  k->blk_over = 0;
+  k->blk_cl = -1;
+  c->nfields = 0;
+  c->text_len = 0;
+  c->status = -1;
+  return on_fragment(c, k, p, n, (k->fflags & F_END_HEADERS) != 0);
+}
+
+static int on_data(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
+  int32_t id = k->fid;
+  if (id == 0) return conn_error(c, E_PROTOCOL);
+  size_t total = n, pad = 0;
+  if (k->fflags & F_PADDED) {
+    if (n < 1 || p[0] >= n) return conn_error(c, E_PROTOCOL);
+    pad = p[0];
+    p++;
+    n -= 1 + pad;
+  }
+  if ((int64_t)total > k->conn_recv_window) return conn_error(c, E_FLOW);
+  st_t *s = find(k, id);
+  if (s == NULL) {
+    if (idle_id(k, id)) return conn_error(c, E_PROTOCOL);
+    k->conn_recv_window -= (int64_t)total;
+    give_back_conn(c, total); /* a stream over already: its bytes go back at once */
     return 0;
   }
-  if (c->cb->on_data && c->cb->on_data(sud, (const char *)data, len) != 0) {
-    nghttp2_session_consume(s, id, len);
-    drop(s, id, NGHTTP2_CANCEL);
+  if ((int64_t)total > s->recv_window) { /* past the stream's window: the peer ignores flow control */
+    stream_error(c, s, E_FLOW, CB_CH2_E_BAD);
+    return conn_error(c, E_FLOW);
   }
+  k->conn_recv_window -= (int64_t)total;
+  s->recv_window -= (int64_t)total;
+  give_back_conn(c, total - n); /* the padding */
+  give_back_stream(c, s, total - n);
+  if (!s->final_head || (s->content_length >= 0 && s->got + (int64_t)n > s->content_length)) {
+    give_back_conn(c, n);
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return 0;
+  }
+  s->got += (int64_t)n;
+  int end = (k->fflags & F_END_STREAM) != 0;
+  if (end && s->content_length >= 0 && s->got != s->content_length) {
+    give_back_conn(c, n);
+    stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+    return 0;
+  }
+  void *sud = s->sud;
+  if (n > 0 && c->cb->on_data && c->cb->on_data(sud, (const char *)p, n) != 0) {
+    give_back_conn(c, n);
+    if ((s = find(k, id)) != NULL) {
+      out_rst(c, id, E_CANCEL);
+      close_stream(c, s);
+    }
+    return 0;
+  }
+  if (end && (s = find(k, id)) != NULL && s->sud == sud) ended(c, s);
   return 0;
 }
 
-/* The answer is over for the owner; a request still being sent is not wanted any more. */
-static void ended(cb_ch2_t *c, nghttp2_session *s, int32_t id, void *sud) {
-  detach(s, id);
-  if (c->cb->on_end) c->cb->on_end(sud);
-  if (!nghttp2_session_get_stream_local_close(s, id) && nghttp2_session_find_stream(s, id) != NULL)
-    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+static int on_settings(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
+  if (k->fid != 0) return conn_error(c, E_PROTOCOL);
+  if (k->fflags & F_ACK) return n != 0 ? conn_error(c, E_FRAME_SIZE) : 0;
+  if (n % 6 != 0) return conn_error(c, E_FRAME_SIZE);
+  for (size_t i = 0; i < n; i += 6) {
+    uint16_t what = (uint16_t)(p[i] << 8 | p[i + 1]);
+    uint32_t v = get32(p + i + 2);
+    switch (what) {
+      case NGHTTP2_SETTINGS_ENABLE_PUSH: /* a server may not set it to 1 (RFC 9113 6.5.2) */
+        if (v != 0) return conn_error(c, E_PROTOCOL);
+        break;
+      case NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS:
+        k->peer_max_streams = v;
+        break;
+      case NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE: {
+        if (v > MAX_WINDOW) return conn_error(c, E_FLOW);
+        int64_t delta = (int64_t)v - (int64_t)k->peer_initial_window;
+        k->peer_initial_window = v;
+        for (uint32_t j = 0; j < k->tab_cap && delta != 0; j++) {
+          st_t *s = k->tab[j];
+          if (s == NULL) continue;
+          s->send_window += delta;
+          if (s->send_window > MAX_WINDOW) return conn_error(c, E_FLOW);
+        }
+        break;
+      }
+      case NGHTTP2_SETTINGS_MAX_FRAME_SIZE:
+        if (v < 16384 || v > 16777215) return conn_error(c, E_PROTOCOL);
+        k->peer_max_frame = v;
+        break;
+      case NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL:
+      case NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES:
+        if (v > 1) return conn_error(c, E_PROTOCOL);
+        break;
+      default: /* HEADER_TABLE_SIZE (the encoder keeps no table), MAX_HEADER_LIST_SIZE, unknown: nothing to do */
+        break;
+    }
+  }
+  c->settings = 1;
+  if (out_frame(c, T_SETTINGS, F_ACK, 0, NULL, 0) != 0) return conn_error(c, E_CALM);
+  return 0;
 }
 
-static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-  cb_ch2_t *c = ud;
-  int32_t id = f->hd.stream_id;
-  switch (f->hd.type) {
-    case NGHTTP2_SETTINGS:
-      if (!(f->hd.flags & NGHTTP2_FLAG_ACK)) c->settings = 1;
+static int on_frame(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
+  if (k->blk_id != 0) { /* CONTINUATION frames of the block, and nothing else */
+    if (k->ftype != T_CONTINUATION || k->fid != k->blk_id) return conn_error(c, E_PROTOCOL);
+    if (++k->blk_conts > MAX_CONTINUATIONS) return conn_error(c, E_CALM);
+    return on_fragment(c, k, p, n, (k->fflags & F_END_HEADERS) != 0);
+  }
+  if (!k->got_first_frame) { /* the server's preface is a SETTINGS frame */
+    if (k->ftype != T_SETTINGS || (k->fflags & F_ACK)) return conn_error(c, E_PROTOCOL);
+    k->got_first_frame = 1;
+  }
+  switch (k->ftype) {
+    case T_DATA: return on_data(c, k, p, n);
+    case T_HEADERS: return on_headers(c, k, p, n);
+    case T_PRIORITY: /* RFC 7540's priorities are not used: checked, then ignored */
+      if (k->fid == 0) return conn_error(c, E_PROTOCOL);
+      if (n != 5) return conn_error(c, E_FRAME_SIZE);
+      if ((int32_t)(get32(p) & MAX_WINDOW) == k->fid) return conn_error(c, E_PROTOCOL); /* on itself */
       return 0;
-    case NGHTTP2_GOAWAY:
-      c->goaway = 1; /* nghttp2 closes the streams above last_stream_id (REFUSED_STREAM) after this */
-      return 0;
-    case NGHTTP2_RST_STREAM:
-      tell_close(c, s, id, f->rst_stream.error_code == NGHTTP2_REFUSED_STREAM ? CB_CH2_E_REFUSED : CB_CH2_E_RESET);
-      return 0;
-    case NGHTTP2_DATA: {
-      void *sud = sud_of(s, id);
-      if (sud != NULL && (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) ended(c, s, id, sud);
+    case T_RST: {
+      if (k->fid == 0) return conn_error(c, E_PROTOCOL);
+      if (n != 4) return conn_error(c, E_FRAME_SIZE);
+      st_t *s = find(k, k->fid);
+      if (s == NULL) return idle_id(k, k->fid) ? conn_error(c, E_PROTOCOL) : 0;
+      tell_close(c, s, get32(p) == E_REFUSED ? CB_CH2_E_REFUSED : CB_CH2_E_RESET);
       return 0;
     }
-    case NGHTTP2_HEADERS: {
-      void *sud = sud_of(s, id);
-      if (sud == NULL) return 0;
-      if (c->status >= 0) {
-        if (c->status >= 100 && c->status < 200 && c->status != 101) return 0; /* interim: the final follows */
-        if (c->status < 200) { /* a 101 (an upgrade has no place in HTTP/2), or three digits below 100 */
-          drop(s, id, NGHTTP2_PROTOCOL_ERROR);
-          if (c->cb->on_close) c->cb->on_close(sud, CB_CH2_E_BAD);
-          return 0;
-        }
-        if (c->cb->on_head && c->cb->on_head(sud, c->status, c->fields, c->nfields) != 0) {
-          drop(s, id, NGHTTP2_CANCEL);
-          return 0;
-        }
-      } else if (c->cb->on_trailers && c->cb->on_trailers(sud, c->fields, c->nfields) != 0) {
-        drop(s, id, NGHTTP2_CANCEL);
+    case T_SETTINGS: return on_settings(c, k, p, n);
+    case T_PUSH: return conn_error(c, E_PROTOCOL); /* push is off (SETTINGS_ENABLE_PUSH 0) */
+    case T_PING:
+      if (k->fid != 0) return conn_error(c, E_PROTOCOL);
+      if (n != 8) return conn_error(c, E_FRAME_SIZE);
+      if (!(k->fflags & F_ACK) && out_frame(c, T_PING, F_ACK, 0, p, 8) != 0) return conn_error(c, E_CALM);
+      return 0;
+    case T_GOAWAY: {
+      if (k->fid != 0) return conn_error(c, E_PROTOCOL);
+      if (n < 8) return conn_error(c, E_FRAME_SIZE);
+      int32_t last = (int32_t)(get32(p) & MAX_WINDOW);
+      c->goaway = 1;
+      /* The streams above last were not processed: refused, each told (the table changes as they go). */
+      for (;;) {
+        st_t *s = NULL;
+        for (uint32_t j = 0; j < k->tab_cap && s == NULL; j++)
+          if (k->tab[j] != NULL && k->tab[j]->id > last) s = k->tab[j];
+        if (s == NULL) break;
+        tell_close(c, s, CB_CH2_E_REFUSED);
+      }
+      return 0;
+    }
+    case T_WINDOW: {
+      if (n != 4) return conn_error(c, E_FRAME_SIZE);
+      uint32_t inc = get32(p) & MAX_WINDOW;
+      if (k->fid == 0) {
+        if (inc == 0) return conn_error(c, E_PROTOCOL);
+        k->conn_send_window += inc;
+        if (k->conn_send_window > MAX_WINDOW) return conn_error(c, E_FLOW);
         return 0;
       }
-      /* The owner may have let go of the stream inside its callback (cb_ch2_cancel). */
-      if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && sud_of(s, id) == sud) ended(c, s, id, sud);
+      st_t *s = find(k, k->fid);
+      if (s == NULL) return idle_id(k, k->fid) ? conn_error(c, E_PROTOCOL) : 0;
+      if (inc == 0) {
+        stream_error(c, s, E_PROTOCOL, CB_CH2_E_BAD);
+        return 0;
+      }
+      s->send_window += inc;
+      if (s->send_window > MAX_WINDOW) stream_error(c, s, E_FLOW, CB_CH2_E_BAD);
       return 0;
     }
-    default:
-      return 0;
+    case T_CONTINUATION: return conn_error(c, E_PROTOCOL); /* no block is open */
+    default: return 0;                                    /* an extension's frame: ignored (RFC 9113 5.5) */
   }
 }
 
-static int on_frame_send(nghttp2_session *s, const nghttp2_frame *f, void *ud) {
-  cb_ch2_t *c = ud;
-  if (f->hd.type == NGHTTP2_GOAWAY && f->goaway.error_code != NGHTTP2_NO_ERROR) c->bad = 1;
-  /* A reset nghttp2 sent for a stream still attached: the peer broke the protocol on it (an invalid header
-   * field, a wrong content-length, ...). The owner's own resets detach first. */
-  if (f->hd.type == NGHTTP2_RST_STREAM) {
-    /* DATA past the window: a peer that ignores flow control would go on sending into the stream it lost
-     * (nghttp2 reads and drops DATA of a closed stream, giving the connection's window back), so the
-     * connection ends too. (Read before the owner is told: f is nghttp2's, and the owner may call in.) */
-    if (f->rst_stream.error_code == NGHTTP2_FLOW_CONTROL_ERROR) c->bad = 1;
-    tell_close(c, s, f->hd.stream_id, CB_CH2_E_BAD);
+int cb_ch2_feed(cb_ch2_t *c, const char *in, size_t n) {
+  if (c->bad) return CB_CH2_E_BAD;
+  k_t *k = c->k;
+  const uint8_t *p = (const uint8_t *)in;
+  while (n > 0) {
+    if (k->fh_len < 9) {
+      size_t take = 9 - k->fh_len < n ? 9 - k->fh_len : n;
+      memcpy(k->fh + k->fh_len, p, take);
+      k->fh_len += take;
+      p += take;
+      n -= take;
+      if (k->fh_len < 9) break;
+      k->flen = (uint32_t)k->fh[0] << 16 | (uint32_t)k->fh[1] << 8 | k->fh[2];
+      k->ftype = k->fh[3];
+      k->fflags = k->fh[4];
+      k->fid = (int32_t)(get32(k->fh + 5) & MAX_WINDOW);
+      if (k->flen > MAX_FRAME) return conn_error(c, E_FRAME_SIZE);
+      k->need = k->flen;
+      k->fbuf_len = 0;
+      if (k->need > 0) continue;
+      k->fh_len = 0;
+      int rv = on_frame(c, k, k->fh, 0); /* an empty payload: a pointer all the same */
+      if (rv != 0 || c->bad) return CB_CH2_E_BAD;
+      continue;
+    }
+    const uint8_t *payload;
+    if (k->fbuf_len == 0 && n >= k->need) { /* the frame is whole in this read: read in place */
+      payload = p;
+      p += k->need;
+      n -= k->need;
+    } else {
+      if (k->fbuf == NULL && (k->fbuf = malloc(MAX_FRAME)) == NULL) {
+        c->bad = 1;
+        return CB_CH2_E_NOMEM;
+      }
+      size_t take = k->need - k->fbuf_len < n ? k->need - k->fbuf_len : n;
+      memcpy(k->fbuf + k->fbuf_len, p, take);
+      k->fbuf_len += take;
+      p += take;
+      n -= take;
+      if (k->fbuf_len < k->need) break;
+      payload = (const uint8_t *)k->fbuf;
+    }
+    size_t len = k->need;
+    k->fh_len = 0;
+    k->fbuf_len = 0;
+    int rv = on_frame(c, k, payload, len);
+    if (rv != 0 || c->bad) return CB_CH2_E_BAD;
   }
   return 0;
 }
 
-static int on_frame_not_send(nghttp2_session *s, const nghttp2_frame *f, int lib_error, void *ud) {
-  cb_ch2_t *c = ud;
-  int32_t id = f->hd.stream_id;
-  if (f->hd.type != NGHTTP2_HEADERS) return 0;
-  /* nghttp2 (1.52) opens a request's stream as it takes the HEADERS from its queue, before it checks that they
-   * may go (not cancelled, no GOAWAY received): then the stream's close follows at once (the cancel's code, or
-   * REFUSED_STREAM), and on_stream_close counts it and tells its owner. Counted here as well, the count fell
-   * below the streams open: at -1 the connection took no stream again, and with one open a GOAWAY ended it. */
-  if (nghttp2_session_find_stream(s, id) != NULL) return 0;
-  c->nstreams--; /* never opened: no stream close follows */
-  /* Told by id (nghttp2 keeps no user data for a stream it never opened); not one its owner cancelled. */
-  if (lib_error != NGHTTP2_ERR_STREAM_CLOSING && c->cb->on_unsent) c->cb->on_unsent(c->ud, id);
-  return 0;
+/* ---- requests ---- */
+
+/* HPACK integer with an N-bit prefix (RFC 7541 5.1), first byte's high bits in `high`. */
+static char *hp_int(char *o, uint8_t high, int bits, size_t v) {
+  size_t max = ((size_t)1 << bits) - 1;
+  if (v < max) {
+    *o++ = (char)(high | v);
+    return o;
+  }
+  *o++ = (char)(high | max);
+  v -= max;
+  while (v >= 128) {
+    *o++ = (char)(0x80 | (v & 0x7f));
+    v >>= 7;
+  }
+  *o++ = (char)v;
+  return o;
 }
 
-static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
-  cb_ch2_t *c = ud;
-  c->nstreams--;
-  /* Still attached here: ended by the peer's GOAWAY (REFUSED_STREAM above its last stream id) or by the end of
-   * the session; resets either way were told where they were sent or received. */
-  tell_close(c, s, id, code == NGHTTP2_REFUSED_STREAM ? CB_CH2_E_REFUSED : CB_CH2_E_RESET);
-  return 0;
+static char *hp_str(char *o, const char *s, size_t n) {
+  o = hp_int(o, 0, 7, n); /* not Huffman-coded */
+  memcpy(o, s, n);
+  return o + n;
 }
 
-static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
-                         nghttp2_data_source *src, void *ud) {
-  (void)src;
-  cb_ch2_t *c = ud;
-  void *sud = sud_of(s, id);
-  if (sud == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* let go of: reset */
-  int eof = 0;
-  ssize_t n = c->cb->read_body(sud, (char *)buf, len, &eof);
-  if (n < 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-  if (eof) *flags |= NGHTTP2_DATA_FLAG_EOF;
-  else if (n == 0) return NGHTTP2_ERR_DEFERRED;
-  return n;
+/* A field without indexing: a static table name (index) or a literal one (0). */
+static char *hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl) {
+  o = hp_int(o, 0x00, 4, (size_t)index);
+  if (index == 0) o = hp_str(o, name, nl);
+  return hp_str(o, value, vl);
 }
+
+int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
+  k_t *k = c->k;
+  if (q->nheaders < 0 || q->nheaders > CB_CH2_MAX_REQ_FIELDS || c->bad || k->next_id > MAX_WINDOW - 2)
+    return CB_CH2_E_NOMEM;
+  size_t bound = 1 + 3 * 16 + q->method_len + q->path_len + q->authority_len;
+  for (int i = 0; i < q->nheaders; i++) bound += 16 + q->headers[i].name_len + q->headers[i].value_len;
+  size_t maxf = k->peer_max_frame;
+  size_t frames_max = bound / maxf + 1;
+  if (ob_reserve(k, 9 * frames_max + bound) != 0) return CB_CH2_E_NOMEM;
+  if (k->nsegs == k->seg_cap) {
+    int cap = k->seg_cap ? k->seg_cap * 2 : 16;
+    seg_t *sg = realloc(k->segs, (size_t)cap * sizeof *sg);
+    if (sg == NULL) return CB_CH2_E_NOMEM;
+    k->segs = sg;
+    k->seg_cap = cap;
+  }
+  st_t *s = k->free_st;
+  if (s != NULL) k->free_st = s->free_next;
+  else if ((s = malloc(sizeof *s)) == NULL) return CB_CH2_E_NOMEM;
+  memset(s, 0, sizeof *s);
+  s->id = k->next_id;
+  if (tab_insert(k, s) != 0) {
+    s->free_next = k->free_st;
+    k->free_st = s;
+    return CB_CH2_E_NOMEM;
+  }
+  k->next_id += 2;
+  s->sud = sud;
+  s->send_window = k->peer_initial_window;
+  s->recv_window = DEFAULT_WINDOW;
+  s->content_length = -1;
+  s->head_req = q->method_len == 4 && memcmp(q->method, "HEAD", 4) == 0;
+  s->local_closed = !q->has_body;
+  s->hseq = ++k->seq;
+  c->nstreams++;
+
+  /* The block, after room for one frame header (moved apart below when it needs CONTINUATION frames). */
+  size_t start = k->ob_len;
+  char *b0 = k->ob + start + 9, *o = b0;
+  /* A dynamic table size update to 0 opens every block: the encoder keeps no table, and a peer that lowers
+   * SETTINGS_HEADER_TABLE_SIZE waits for an update in the next block (RFC 7541 4.2), which may be any block,
+   * as one cancelled before it was taken is cut. */
+  *o++ = 0x20;
+  if (q->method_len == 3 && memcmp(q->method, "GET", 3) == 0) *o++ = (char)0x82;
+  else if (q->method_len == 4 && memcmp(q->method, "POST", 4) == 0) *o++ = (char)0x83;
+  else o = hp_field(o, 2, NULL, 0, q->method, q->method_len);
+  *o++ = (char)(q->https ? 0x87 : 0x86);
+  o = hp_field(o, 1, NULL, 0, q->authority, q->authority_len);
+  if (q->path_len == 1 && q->path[0] == '/') *o++ = (char)0x84;
+  else o = hp_field(o, 4, NULL, 0, q->path, q->path_len);
+  for (int i = 0; i < q->nheaders; i++)
+    o = hp_field(o, 0, q->headers[i].name, q->headers[i].name_len, q->headers[i].value, q->headers[i].value_len);
+  size_t blen = (size_t)(o - b0);
+  uint8_t end_stream = q->has_body ? 0 : F_END_STREAM;
+  if (blen <= maxf) {
+    put_fh(k->ob + start, blen, T_HEADERS, (uint8_t)(F_END_HEADERS | end_stream), s->id);
+    k->ob_len = start + 9 + blen;
+  } else { /* HEADERS then CONTINUATION frames: the block's pieces moved apart, from the last */
+    size_t nfr = (blen + maxf - 1) / maxf;
+    for (size_t f = nfr; f-- > 0;) {
+      size_t off = f * maxf, len = blen - off < maxf ? blen - off : maxf;
+      char *dst = k->ob + start + f * (9 + maxf);
+      memmove(dst + 9, b0 + off, len);
+      uint8_t flags = (uint8_t)(f == nfr - 1 ? F_END_HEADERS : 0);
+      if (f == 0) put_fh(dst, len, T_HEADERS, (uint8_t)(flags | end_stream), s->id);
+      else put_fh(dst, len, T_CONTINUATION, flags, s->id);
+    }
+    k->ob_len = start + blen + 9 * nfr;
+  }
+  k->segs[k->nsegs++] = (seg_t){s->id, start, k->ob_len - start};
+  if (q->has_body) send_link(k, s);
+  return s->id;
+}
+
+/* Request body into DATA frames while the windows allow, at most DATA_PER_PULL bytes, the streams taken in
+ * turn: each from the head of the sending list, back at its tail while it has more. */
+static void take_bodies(cb_ch2_t *c, k_t *k) {
+  size_t taken = 0;
+  int turns = 0;
+  for (st_t *s = k->send_head; s != NULL; s = s->snext) turns++;
+  while (turns-- > 0 && k->send_head != NULL && taken < DATA_PER_PULL && k->conn_send_window > 0) {
+    st_t *s = k->send_head;
+    int32_t id = s->id;
+    int more = 1;
+    send_unlink(k, s);
+    while (s->send_window > 0 && k->conn_send_window > 0 && taken < DATA_PER_PULL) {
+      size_t cap = k->peer_max_frame;
+      if ((int64_t)cap > s->send_window) cap = (size_t)s->send_window;
+      if ((int64_t)cap > k->conn_send_window) cap = (size_t)k->conn_send_window;
+      if (ob_reserve(k, 9 + cap) != 0) return;
+      int eof = 0;
+      ssize_t r = c->cb->read_body(s->sud, k->ob + k->ob_len + 9, cap, &eof);
+      if (find(k, id) != s) return; /* the owner let go of it inside */
+      if (r < 0 || (size_t)r > cap) {
+        stream_error(c, s, E_INTERNAL, CB_CH2_E_BAD);
+        more = 0;
+        break;
+      }
+      if (r == 0 && !eof) { /* nothing now: cb_ch2_resume puts it back */
+        more = 0;
+        break;
+      }
+      put_fh(k->ob + k->ob_len, (size_t)r, T_DATA, (uint8_t)(eof ? F_END_STREAM : 0), id);
+      k->ob_len += 9 + (size_t)r;
+      s->send_window -= r;
+      k->conn_send_window -= r;
+      taken += (size_t)r;
+      if (eof) {
+        s->local_closed = 1;
+        more = 0;
+        break;
+      }
+    }
+    if (more) send_link(k, s);
+  }
+}
+
+/* Cuts the HEADERS of requests cancelled before they were taken. */
+static void cut_dead(k_t *k) {
+  size_t w = k->ob_handed, r = k->ob_handed;
+  for (int i = 0; i < k->nsegs; i++) {
+    if (k->segs[i].id != 0) continue;
+    size_t off = k->segs[i].off;
+    memmove(k->ob + w, k->ob + r, off - r);
+    w += off - r;
+    r = off + k->segs[i].len;
+  }
+  memmove(k->ob + w, k->ob + r, k->ob_len - r);
+  k->ob_len = w + (k->ob_len - r);
+  k->dead_segs = 0;
+}
+
+ssize_t cb_ch2_pull(cb_ch2_t *c, const char **out) {
+  k_t *k = c->k;
+  if (k->ob_handed > 0) { /* what the last call gave is written */
+    memmove(k->ob, k->ob + k->ob_handed, k->ob_len - k->ob_handed);
+    k->ob_len -= k->ob_handed;
+    for (int i = 0; i < k->nsegs; i++) k->segs[i].off -= k->ob_handed;
+    k->ob_handed = 0;
+  }
+  if (k->dead_segs > 0) cut_dead(k);
+  if (!c->bad && k->send_head != NULL) take_bodies(c, k);
+  k->nsegs = 0;
+  k->pulled_seq = k->seq;
+  if (k->ob_len == 0) return 0;
+  k->ob_handed = k->ob_len;
+  *out = k->ob;
+  return (ssize_t)k->ob_len;
+}
+
+/* ---- the rest of the interface ---- */
 
 int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch2_limits_t *lim, char *headbuf,
                 size_t headcap, void *mem) {
@@ -225,121 +964,105 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
   c->text = headbuf + pad + nf * sizeof(cb_chdr_t);
   c->text_cap = room - nf * sizeof(cb_chdr_t);
 
-  nghttp2_session_callbacks *cbs;
-  nghttp2_option *opt;
-  if (nghttp2_session_callbacks_new(&cbs) != 0) return CB_CH2_E_NOMEM;
-  if (nghttp2_option_new(&opt) != 0) {
-    nghttp2_session_callbacks_del(cbs);
-    return CB_CH2_E_NOMEM;
-  }
-  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-  nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
-  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
-  nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-  nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_option_set_peer_max_concurrent_streams(opt, ASSUMED_MAX_STREAMS);
-  nghttp2_session *s = NULL;
-  int rv = nghttp2_session_client_new3(&s, cbs, c, opt, mem);
-  nghttp2_session_callbacks_del(cbs);
-  nghttp2_option_del(opt);
-  if (rv != 0) return CB_CH2_E_NOMEM;
-  c->session = s;
-  nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
-                                 {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)c->lim.max_head}};
-  if (nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
-      (c->lim.conn_window > NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE &&
-       nghttp2_session_set_local_window_size(s, NGHTTP2_FLAG_NONE, 0, (int32_t)c->lim.conn_window) != 0)) {
+  k_t *k = calloc(1, sizeof *k);
+  if (k == NULL) return CB_CH2_E_NOMEM;
+  c->k = k;
+  if (nghttp2_hd_inflate_new2(&k->inf, mem) != 0) {
     cb_ch2_free(c);
     return CB_CH2_E_NOMEM;
   }
+  k->next_id = 1;
+  k->conn_send_window = DEFAULT_WINDOW;
+  k->conn_local_window = c->lim.conn_window > DEFAULT_WINDOW ? c->lim.conn_window : DEFAULT_WINDOW;
+  k->conn_recv_window = k->conn_local_window;
+  k->peer_initial_window = DEFAULT_WINDOW;
+  k->peer_max_frame = MAX_FRAME;
+  k->peer_max_streams = UNLIMITED_STREAMS; /* until its SETTINGS name a limit (c->assumed counts before) */
+  /* The preface, SETTINGS (no push; the largest header list taken), the connection's window opened. */
+  if (ob_reserve(k, 24 + 9 + 12 + 13) != 0) {
+    cb_ch2_free(c);
+    return CB_CH2_E_NOMEM;
+  }
+  memcpy(k->ob, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+  k->ob_len = 24;
+  char set[12] = {0, NGHTTP2_SETTINGS_ENABLE_PUSH, 0, 0, 0, 0, 0, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE};
+  put32(set + 8, (uint32_t)c->lim.max_head);
+  (void)out_frame(c, T_SETTINGS, 0, 0, set, 12);
+  if (k->conn_local_window > DEFAULT_WINDOW) out_window(c, 0, k->conn_local_window - DEFAULT_WINDOW);
   return 0;
 }
 
 void cb_ch2_free(cb_ch2_t *c) {
-  if (c->session) nghttp2_session_del(c->session);
-  c->session = NULL;
-}
-
-int cb_ch2_feed(cb_ch2_t *c, const char *p, size_t n) {
-  if (c->bad) return CB_CH2_E_BAD;
-  ssize_t rv = nghttp2_session_mem_recv(c->session, (const uint8_t *)p, n);
-  if (rv == NGHTTP2_ERR_NOMEM) return CB_CH2_E_NOMEM;
-  if (rv < 0) c->bad = 1;
-  return c->bad ? CB_CH2_E_BAD : 0;
-}
-
-ssize_t cb_ch2_pull(cb_ch2_t *c, const char **out) {
-  const uint8_t *p = NULL;
-  ssize_t n = nghttp2_session_mem_send(c->session, &p);
-  if (n < 0) {
-    c->bad = 1;
-    return n == NGHTTP2_ERR_NOMEM ? CB_CH2_E_NOMEM : CB_CH2_E_BAD;
+  k_t *k = c->k;
+  if (k == NULL) return;
+  if (k->inf) nghttp2_hd_inflate_del(k->inf);
+  for (uint32_t i = 0; i < k->tab_cap; i++) free(k->tab[i]);
+  while (k->free_st != NULL) {
+    st_t *s = k->free_st;
+    k->free_st = s->free_next;
+    free(s);
   }
-  *out = (const char *)p;
-  return n;
+  free(k->tab);
+  free(k->segs);
+  free(k->ob);
+  free(k->fbuf);
+  free(k);
+  c->k = NULL;
 }
 
 int cb_ch2_can_submit(const cb_ch2_t *c) {
-  if (c->bad || c->goaway || c->session == NULL) return 0;
-  if (!nghttp2_session_check_request_allowed(c->session)) return 0;
+  if (c->bad || c->goaway || c->k == NULL || c->k->sent_goaway || c->k->next_id > MAX_WINDOW - 2) return 0;
   uint32_t max = c->settings ? cb_ch2_max_streams(c) : c->assumed;
   return (uint32_t)c->nstreams < max;
 }
 
 uint32_t cb_ch2_max_streams(const cb_ch2_t *c) {
-  if (!c->settings || c->session == NULL) return 0;
-  return nghttp2_session_get_remote_settings(c->session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
+  if (!c->settings || c->k == NULL) return 0;
+  return c->k->peer_max_streams;
 }
 
 void cb_ch2_assume_max_streams(cb_ch2_t *c, uint32_t n) {
   if (n >= 1 && n <= ASSUMED_MAX_STREAMS) c->assumed = n;
 }
 
-int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
-  if (q->nheaders < 0 || q->nheaders > CB_CH2_MAX_REQ_FIELDS) return CB_CH2_E_NOMEM;
-  nghttp2_nv nv[4 + CB_CH2_MAX_REQ_FIELDS];
-  static const uint8_t flags = NGHTTP2_NV_FLAG_NO_COPY_NAME;
-  int n = 0;
-  nv[n++] = (nghttp2_nv){(uint8_t *)":method", (uint8_t *)q->method, 7, q->method_len, flags};
-  nv[n++] = q->https ? (nghttp2_nv){(uint8_t *)":scheme", (uint8_t *)"https", 7, 5, flags | NGHTTP2_NV_FLAG_NO_COPY_VALUE}
-                     : (nghttp2_nv){(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, flags | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
-  nv[n++] = (nghttp2_nv){(uint8_t *)":authority", (uint8_t *)q->authority, 10, q->authority_len, flags};
-  nv[n++] = (nghttp2_nv){(uint8_t *)":path", (uint8_t *)q->path, 5, q->path_len, flags};
-  for (int i = 0; i < q->nheaders; i++)
-    nv[n++] = (nghttp2_nv){(uint8_t *)q->headers[i].name, (uint8_t *)q->headers[i].value, q->headers[i].name_len,
-                           q->headers[i].value_len, NGHTTP2_NV_FLAG_NONE};
-  nghttp2_data_provider dp = {.source.ptr = NULL, .read_callback = read_body};
-  int32_t id = nghttp2_submit_request(c->session, NULL, nv, (size_t)n, q->has_body ? &dp : NULL, sud);
-  if (id < 0) return CB_CH2_E_NOMEM;
-  c->nstreams++;
-  return id;
+void cb_ch2_resume(cb_ch2_t *c, int32_t id) {
+  st_t *s = find(c->k, id);
+  if (s != NULL) send_link(c->k, s);
 }
 
-void cb_ch2_resume(cb_ch2_t *c, int32_t id) { nghttp2_session_resume_data(c->session, id); }
-
 void cb_ch2_consume(cb_ch2_t *c, int32_t id, size_t n) {
-  if (n == 0) return;
-  if (id == 0 || nghttp2_session_consume(c->session, id, n) != 0) nghttp2_session_consume_connection(c->session, n);
+  if (n == 0 || c->bad) return;
+  give_back_conn(c, n);
+  st_t *s = id > 0 ? find(c->k, id) : NULL;
+  if (s != NULL) give_back_stream(c, s, n);
 }
 
 void cb_ch2_cancel(cb_ch2_t *c, int32_t id) {
-  if (c->session == NULL || id <= 0) return;
-  drop(c->session, id, NGHTTP2_CANCEL);
+  if (c->k == NULL || id <= 0) return;
+  k_t *k = c->k;
+  st_t *s = find(k, id);
+  if (s == NULL) return;
+  if (s->hseq > k->pulled_seq) { /* its HEADERS were not taken: cut, as if it never was */
+    for (int i = 0; i < k->nsegs; i++)
+      if (k->segs[i].id == id) {
+        k->segs[i].id = 0;
+        k->dead_segs++;
+      }
+  } else {
+    out_rst(c, id, E_CANCEL);
+  }
+  close_stream(c, s);
 }
 
 int cb_ch2_done(const cb_ch2_t *c) {
-  if (c->bad || c->session == NULL) return 1;
-  if (c->goaway && c->nstreams == 0) return 1;
-  return !nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session);
+  if (c->bad || c->k == NULL || c->k->sent_goaway) return 1;
+  return c->goaway && c->nstreams == 0;
 }
 
 int cb_ch2_waiting(const cb_ch2_t *c, int32_t id) {
-  /* nghttp2 opens a request's stream as it takes the HEADERS from its queue to write them (drop() above); an
-   * attached stream that closed was told to its owner, which let go of it */
-  return c->session != NULL && id > 0 && nghttp2_session_find_stream(c->session, id) == NULL;
+  if (c->k == NULL) return 0;
+  st_t *s = find(c->k, id);
+  return s != NULL && s->hseq > c->k->pulled_seq;
 }
 
 const char *cb_ch2_strerror(int e) {

@@ -308,18 +308,9 @@ static ssize_t st_read_body(void *sud, char *buf, size_t cap, int *eof) {
   return (ssize_t)n;
 }
 
-static void st_unsent(void *cud, int32_t id) {
-  h2c_t *hc = cud;
-  for (h2x_t *h = hc->xs; h; h = h->next)
-    if (h->id == id) {
-      st_close(h, CB_CH2_E_REFUSED);
-      return;
-    }
-}
-
 static const cb_ch2_callbacks_t session_cb = {.on_head = st_head, .on_data = st_data, .on_trailers = st_trailers,
                                               .on_end = st_end, .on_close = st_close,
-                                              .read_body = st_read_body, .on_unsent = st_unsent};
+                                              .read_body = st_read_body};
 
 /* ---- the connection ---- */
 

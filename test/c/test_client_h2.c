@@ -227,8 +227,14 @@ TEST(client_h2_windows_are_the_owners) {
       cb_ch2_feed(&c, (const char *)in, n);
       o = pull_all(&c, out, sizeof out);
       s.log[s.len] = '\0';
-      /* nghttp2 hands the frame over before it finds the window broken: the owner sees that frame, no more. */
-      ASSERT_STR_EQ(s.log, "head 200|data 16384|data 16384|data 16384|data 16383|data x|close bad response|");
+      /* The frame past the window is not handed over (nghttp2's session once handed it over first). */
+      ASSERT_STR_EQ(s.log, "head 200|data 16384|data 16384|data 16384|data 16383|close bad response|");
+      /* RST_STREAM then GOAWAY, both FLOW_CONTROL_ERROR */
+      ASSERT_EQ(o, (size_t)(13 + 17));
+      ASSERT_EQ(out[3], NGHTTP2_RST_STREAM);
+      ASSERT_EQ(out[12], NGHTTP2_FLOW_CONTROL_ERROR);
+      ASSERT_EQ(out[13 + 3], NGHTTP2_GOAWAY);
+      ASSERT_EQ(out[13 + 16], NGHTTP2_FLOW_CONTROL_ERROR);
       ASSERT_EQ(c.bad, 1);
       ASSERT_EQ(cb_ch2_done(&c), 1);
     } else {
@@ -342,15 +348,8 @@ TEST(client_h2_body_deferred) {
   cb_ch2_free(&c);
 }
 
-static int unsent_calls;
-static void x_unsent(void *cud, int32_t id) {
-  (void)cud;
-  (void)id;
-  unsent_calls++;
-}
-
 /* A request its owner cancels before the session wrote it (its HEADERS still queued): nothing of it is written,
- * not even a RST_STREAM, nothing is told (no on_close, no on_unsent), and its slot is free again, counted once:
+ * not even a RST_STREAM, nothing is told (no on_close), and its slot is free again, counted once:
  * with a limit of 1 the next request may go, takes stream 3 and is the only HEADERS written. Before, the cancel
  * found no open stream and did nothing: the HEADERS went out with the next write, bound to the owner's pointer. */
 TEST(client_h2_cancel_before_sent) {
@@ -360,8 +359,6 @@ TEST(client_h2_cancel_before_sent) {
   memset(&s2, 0, sizeof s2);
   s.c = s2.c = &c;
   cb_ch2_callbacks_t cbs = xcb;
-  cbs.on_unsent = x_unsent;
-  unsent_calls = 0;
   cb_ch2_limits_t lim = {.max_head = 1024, .max_headers = 8, .conn_window = 1 << 20};
   ASSERT_EQ(cb_ch2_init(&c, &cbs, NULL, &lim, hb, sizeof hb, NULL), 0);
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p", .path_len = 2, .authority = "h:1",
@@ -374,7 +371,6 @@ TEST(client_h2_cancel_before_sent) {
   /* the preface (24), SETTINGS (9 + 12), WINDOW_UPDATE (9 + 4): no frame after them */
   ASSERT_EQ(n, 24 + 21 + 13);
   ASSERT_EQ(out[24 + 21 + 3], NGHTTP2_WINDOW_UPDATE);
-  ASSERT_EQ(unsent_calls, 0);
   cb_ch2_assume_max_streams(&c, 1); /* the count is back at 0 (it once fell to -1: no stream could go again) */
   ASSERT_EQ(cb_ch2_can_submit(&c), 1);
   s2.id = cb_ch2_submit(&c, &q, &s2);
@@ -394,6 +390,5 @@ TEST(client_h2_cancel_before_sent) {
   s.log[s.len] = s2.log[s2.len] = '\0';
   ASSERT_STR_EQ(s.log, "");
   ASSERT_STR_EQ(s2.log, "head 200|end|");
-  ASSERT_EQ(unsent_calls, 0);
   cb_ch2_free(&c);
 }

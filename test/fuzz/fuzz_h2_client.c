@@ -10,7 +10,7 @@
  *   bit 6     stream 3's body waits (deferred) until after the second read;
  *   bit 7     every callback returns "done with the stream" on stream 1.
  * With an even number of reads, stream 5 is cancelled before anything is written (its HEADERS still waiting in
- * the session: it must never go, and nothing may be told about it, not even on_unsent); with an odd number, when
+ * the session: it must never go, and nothing may be told about it); with an odd number, when
  * its head comes.
  * An input of odd length runs its session on the proxy's allocator (src/proto/h2_mem.c, on a small-block cache
  * kept across inputs as a worker's proxy pool keeps it); one of even length on nghttp2's own malloc, where ASan
@@ -110,22 +110,10 @@ static ssize_t s_read_body(void *sud, char *buf, size_t cap, int *eof) {
   return (ssize_t)n;
 }
 
-static stream_t *unsent_seen[3];
 static stream_t streams[3];
 
-static void s_unsent(void *cud, int32_t id) {
-  (void)cud;
-  for (int i = 0; i < 3; i++)
-    if (streams[i].id == id) {
-      if (streams[i].ended) abort();
-      streams[i].ended = 1;
-      unsent_seen[i] = &streams[i];
-    }
-}
-
 static const cb_ch2_callbacks_t cbs = {.on_head = s_head, .on_data = s_data, .on_trailers = s_trailers,
-                                       .on_end = s_end, .on_close = s_close, .read_body = s_read_body,
-                                       .on_unsent = s_unsent};
+                                       .on_end = s_end, .on_close = s_close, .read_body = s_read_body};
 
 static void drain_out(void) {
   const char *p;
@@ -152,7 +140,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   memset(streams, 0, sizeof streams);
-  memset(unsent_seen, 0, sizeof unsent_seen);
   static const cb_chdr_t fields[] = {{"accept", 6, "*/*", 3}, {"x-a", 3, "1", 1}};
   for (int i = 0; i < 3; i++) {
     stream_t *s = &streams[i];
