@@ -27,8 +27,8 @@ LAYERS = ["client", "base", "transport", "core", "routes", "proto", "kinds"]
 TOP = "top"
 RANK = {name: i for i, name in enumerate(LAYERS + [TOP])}
 THIRD_PARTY = {"cbench.h", "llhttp.h"}
-# The client layer is shared with cbench-load: it stands on llhttp, nghttp2 (h2_client.c: nghttp2's session
-# allocates inside the library, the layer's own code never does) and libc alone.
+# The client layer is shared with cbench-load: it stands on llhttp, nghttp2 (h2_client.c: nghttp2's HPACK decoder,
+# and every block of the session from the allocator its caller gives) and libc alone.
 CLIENT_THIRD_PARTY = {"llhttp.h"}
 # OpenSSL is the client layer's fourth library, in its TLS session file alone (shared by cbench-load and the proxy).
 CLIENT_TLS_FILE = os.path.join("src", "client", "tls_client.c")

@@ -1,11 +1,11 @@
 /* client/: the client side, shared by the engine's proxy kind and by cbench-load. An HTTP/1.1 answer parser
  * (llhttp in response mode) and the request-head writer, with the hop-by-hop test a proxy needs; an h2c client
- * session (nghttp2, h2_client.c) for the proxy's h2c upstreams; a TLS client session over memory buffers
- * (tls_client.c, on OpenSSL).
+ * session (h2_client.c: its own framing, nghttp2's HPACK decoder) for the proxy's h2c upstreams; a TLS client
+ * session over memory buffers (tls_client.c, on OpenSSL).
  *
  * The lowest layer: it includes nothing of the engine (only llhttp.h, nghttp2 in h2_client.c, OpenSSL in
- * tls_client.c, and libc), does no I/O and never allocates itself (nghttp2's session and OpenSSL's context and
- * sessions allocate inside their libraries). The caller owns the parser (embedded in its connection), gives it a
+ * tls_client.c, and libc), does no I/O and never allocates itself (the h2c session's blocks come from the
+ * allocator its caller gives; OpenSSL's context and sessions allocate inside OpenSSL). The caller owns the parser (embedded in its connection), gives it a
  * buffer for the head at init, feeds it the bytes it reads and says when the peer closed. (docs/architecture.md:
  * the layers) */
 #ifndef CB_CLIENT_H
@@ -361,14 +361,15 @@ typedef struct {
 #define CB_CH2_MAX_REQ_FIELDS 256 /* fields of a submitted request */
 
 /* Makes a client session and queues the connection preface and SETTINGS (push off). headbuf as for
- * cb_cres_init (CB_CRES_HEADBUF_SIZE(max_head, max_headers)), outliving the session. mem: the nghttp2_mem the
- * session allocates with (the proxy's: a worker's small-block cache, proto/h2_mem.c), outliving the session; NULL
- * for nghttp2's own (malloc). 0 or CB_CH2_E_NOMEM. */
+ * cb_cres_init (CB_CRES_HEADBUF_SIZE(max_head, max_headers)), outliving the session. mem: the nghttp2_mem every
+ * block of the session comes from, its HPACK decoder's included (the proxy's: a worker's small-block cache,
+ * proto/h2_mem.c; cb__h2_mem_plain for malloc), outliving the session: the layer calls no allocator itself.
+ * 0, or CB_CH2_E_NOMEM (mem NULL too). */
 int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch2_limits_t *lim, char *headbuf,
                 size_t headcap, void *mem);
 /* Frees the session (no callback runs). */
 void cb_ch2_free(cb_ch2_t *c);
-/* cb_ch2_feed and cb_ch2_pull run the callbacks, and neither may be called again from inside one (nghttp2's
+/* cb_ch2_feed and cb_ch2_pull run the callbacks, and neither may be called again from inside one (the
  * session is not reentrant): an owner that wants output taken while a callback runs takes it afterwards.
  * Bytes read from the peer: the callbacks run from inside. 0, or CB_CH2_E_BAD / CB_CH2_E_NOMEM: the
  * connection is done (what cb_ch2_pull still gives is its GOAWAY); its attached streams are not told. */
@@ -384,7 +385,8 @@ uint32_t cb_ch2_max_streams(const cb_ch2_t *c);
 /* Until the peer's SETTINGS come, count on at most n streams (1..100): what another connection to the same
  * peer was told, so that a new connection is not given more streams than the peer will take. */
 void cb_ch2_assume_max_streams(cb_ch2_t *c, uint32_t n);
-/* Opens a stream. Its id, or CB_CH2_E_NOMEM (over CB_CH2_MAX_REQ_FIELDS fields, or nghttp2 refused). */
+/* Opens a stream. Its id, or CB_CH2_E_NOMEM (over CB_CH2_MAX_REQ_FIELDS fields, a GOAWAY either way, stream ids
+ * used up, or out of memory). */
 int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud);
 /* Body bytes are waiting for a stream whose read_body said none. */
 void cb_ch2_resume(cb_ch2_t *c, int32_t id);

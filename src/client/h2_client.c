@@ -85,6 +85,7 @@ typedef struct {
 } seg_t;
 
 typedef struct cb_ch2_k {
+  nghttp2_mem *mem;      /* the caller's allocator: every block of the session comes from it */
   nghttp2_hd_inflater *inf;
   char *ob;              /* output: frames not yet taken, after the ob_handed bytes cb_ch2_pull gave last */
   size_t ob_len, ob_cap, ob_handed;
@@ -169,13 +170,21 @@ static int64_t parse_length(const uint8_t *p, size_t n) {
   return v;
 }
 
+/* ---- memory: the caller's (the layer calls no allocator itself) ---- */
+
+static void *k_malloc(const k_t *k, size_t n) { return k->mem->malloc(n, k->mem->mem_user_data); }
+static void *k_realloc(const k_t *k, void *p, size_t n) { return k->mem->realloc(p, n, k->mem->mem_user_data); }
+static void k_free(const k_t *k, void *p) {
+  if (p != NULL) k->mem->free(p, k->mem->mem_user_data);
+}
+
 /* ---- output ---- */
 
 static int ob_reserve(k_t *k, size_t n) {
   if (k->ob_len + n <= k->ob_cap) return 0;
   size_t cap = k->ob_cap ? k->ob_cap : 4096;
   while (cap < k->ob_len + n) cap *= 2;
-  char *p = realloc(k->ob, cap);
+  char *p = k_realloc(k, k->ob, cap);
   if (p == NULL) return -1;
   k->ob = p;
   k->ob_cap = cap;
@@ -205,10 +214,9 @@ static uint32_t get32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* A control frame of up to 8 bytes of payload. */
+/* A control frame of up to 12 bytes of payload. */
 static int out_frame(cb_ch2_t *c, uint8_t type, uint8_t flags, int32_t id, const void *payload, size_t len) {
   k_t *k = c->k;
-  if (k->ob_len - k->ob_handed > OUT_LIMIT) return -1;
   if (ob_reserve(k, 9 + len) != 0) return -1;
   put_fh(k->ob + k->ob_len, len, type, flags, id);
   if (len) memcpy(k->ob + k->ob_len + 9, payload, len);
@@ -236,7 +244,6 @@ static int conn_error(cb_ch2_t *c, uint32_t code) {
     put32(p, 0); /* no stream of the server's was processed: a client opens them all */
     put32(p + 4, code);
     k->sent_goaway = 1;
-    if (k->ob_len - k->ob_handed > OUT_LIMIT) k->ob_len = k->ob_handed; /* the GOAWAY goes ahead of a flood */
     (void)out_frame(c, T_GOAWAY, 0, 0, p, 8);
   }
   c->bad = 1;
@@ -259,8 +266,9 @@ static st_t *find(const k_t *k, int32_t id) {
 static int tab_insert(k_t *k, st_t *s) {
   if ((k->tab_n + 1) * 2 > k->tab_cap) {
     uint32_t cap = k->tab_cap ? k->tab_cap * 2 : 64;
-    st_t **t = calloc(cap, sizeof *t);
+    st_t **t = k_malloc(k, cap * sizeof *t);
     if (t == NULL) return -1;
+    memset(t, 0, cap * sizeof *t);
     st_t **old = k->tab;
     uint32_t ocap = k->tab_cap;
     k->tab = t;
@@ -271,7 +279,7 @@ static int tab_insert(k_t *k, st_t *s) {
         while (t[j] != NULL) j = (j + 1) & (cap - 1);
         t[j] = old[i];
       }
-    free(old);
+    k_free(k, old);
   }
   uint32_t j = slot_of(k, s->id);
   while (k->tab[j] != NULL) j = (j + 1) & (k->tab_cap - 1);
@@ -344,6 +352,10 @@ static void ended(cb_ch2_t *c, st_t *s) {
   close_stream(c, s);
   if (c->cb->on_end) c->cb->on_end(sud);
 }
+
+/* Answers the peer asks for (PING and SETTINGS acknowledgements) while more than OUT_LIMIT bytes wait to be
+ * taken: a peer that sends them faster than it reads. */
+static int flooded(const k_t *k) { return k->ob_len - k->ob_handed > OUT_LIMIT; }
 
 /* An id the peer names but the session never opened: not ours (even), or not yet used. */
 static int idle_id(const k_t *k, int32_t id) { return (id & 1) == 0 || id >= k->next_id; }
@@ -634,7 +646,7 @@ static int on_settings(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     }
   }
   c->settings = 1;
-  if (out_frame(c, T_SETTINGS, F_ACK, 0, NULL, 0) != 0) return conn_error(c, E_CALM);
+  if (flooded(k) || out_frame(c, T_SETTINGS, F_ACK, 0, NULL, 0) != 0) return conn_error(c, E_CALM);
   return 0;
 }
 
@@ -669,7 +681,8 @@ static int on_frame(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     case T_PING:
       if (k->fid != 0) return conn_error(c, E_PROTOCOL);
       if (n != 8) return conn_error(c, E_FRAME_SIZE);
-      if (!(k->fflags & F_ACK) && out_frame(c, T_PING, F_ACK, 0, p, 8) != 0) return conn_error(c, E_CALM);
+      if (!(k->fflags & F_ACK) && (flooded(k) || out_frame(c, T_PING, F_ACK, 0, p, 8) != 0))
+        return conn_error(c, E_CALM);
       return 0;
     case T_GOAWAY: {
       if (k->fid != 0) return conn_error(c, E_PROTOCOL);
@@ -741,7 +754,7 @@ int cb_ch2_feed(cb_ch2_t *c, const char *in, size_t n) {
       p += k->need;
       n -= k->need;
     } else {
-      if (k->fbuf == NULL && (k->fbuf = malloc(MAX_FRAME)) == NULL) {
+      if (k->fbuf == NULL && (k->fbuf = k_malloc(k, MAX_FRAME)) == NULL) {
         c->bad = 1;
         return CB_CH2_E_NOMEM;
       }
@@ -796,7 +809,10 @@ static char *hp_field(char *o, int index, const char *name, size_t nl, const cha
 
 int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   k_t *k = c->k;
-  if (q->nheaders < 0 || q->nheaders > CB_CH2_MAX_REQ_FIELDS || c->bad || k->next_id > MAX_WINDOW - 2)
+  /* After a GOAWAY either way no stream may open: the peer's would refuse it at once, and an owner that
+   * submitted again from the refusal's on_close would never stop. */
+  if (q->nheaders < 0 || q->nheaders > CB_CH2_MAX_REQ_FIELDS || c->bad || c->goaway || k->sent_goaway ||
+      k->next_id > MAX_WINDOW - 2)
     return CB_CH2_E_NOMEM;
   size_t bound = 1 + 3 * 16 + q->method_len + q->path_len + q->authority_len;
   for (int i = 0; i < q->nheaders; i++) bound += 16 + q->headers[i].name_len + q->headers[i].value_len;
@@ -805,14 +821,14 @@ int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   if (ob_reserve(k, 9 * frames_max + bound) != 0) return CB_CH2_E_NOMEM;
   if (k->nsegs == k->seg_cap) {
     int cap = k->seg_cap ? k->seg_cap * 2 : 16;
-    seg_t *sg = realloc(k->segs, (size_t)cap * sizeof *sg);
+    seg_t *sg = k_realloc(k, k->segs, (size_t)cap * sizeof *sg);
     if (sg == NULL) return CB_CH2_E_NOMEM;
     k->segs = sg;
     k->seg_cap = cap;
   }
   st_t *s = k->free_st;
   if (s != NULL) k->free_st = s->free_next;
-  else if ((s = malloc(sizeof *s)) == NULL) return CB_CH2_E_NOMEM;
+  else if ((s = k_malloc(k, sizeof *s)) == NULL) return CB_CH2_E_NOMEM;
   memset(s, 0, sizeof *s);
   s->id = k->next_id;
   if (tab_insert(k, s) != 0) {
@@ -880,7 +896,7 @@ static void take_bodies(cb_ch2_t *c, k_t *k) {
     int more = 1;
     send_unlink(k, s);
     while (s->send_window > 0 && k->conn_send_window > 0 && taken < DATA_PER_PULL) {
-      size_t cap = k->peer_max_frame;
+      size_t cap = MAX_FRAME; /* the peer may take bigger frames; 16 KiB ones waste nothing */
       if ((int64_t)cap > s->send_window) cap = (size_t)s->send_window;
       if ((int64_t)cap > k->conn_send_window) cap = (size_t)k->conn_send_window;
       if (ob_reserve(k, 9 + cap) != 0) return;
@@ -964,8 +980,11 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
   c->text = headbuf + pad + nf * sizeof(cb_chdr_t);
   c->text_cap = room - nf * sizeof(cb_chdr_t);
 
-  k_t *k = calloc(1, sizeof *k);
+  nghttp2_mem *m = mem;
+  k_t *k = m != NULL ? m->malloc(sizeof *k, m->mem_user_data) : NULL;
   if (k == NULL) return CB_CH2_E_NOMEM;
+  memset(k, 0, sizeof *k);
+  k->mem = m;
   c->k = k;
   if (nghttp2_hd_inflate_new2(&k->inf, mem) != 0) {
     cb_ch2_free(c);
@@ -996,17 +1015,17 @@ void cb_ch2_free(cb_ch2_t *c) {
   k_t *k = c->k;
   if (k == NULL) return;
   if (k->inf) nghttp2_hd_inflate_del(k->inf);
-  for (uint32_t i = 0; i < k->tab_cap; i++) free(k->tab[i]);
+  for (uint32_t i = 0; i < k->tab_cap; i++) k_free(k, k->tab[i]);
   while (k->free_st != NULL) {
     st_t *s = k->free_st;
     k->free_st = s->free_next;
-    free(s);
+    k_free(k, s);
   }
-  free(k->tab);
-  free(k->segs);
-  free(k->ob);
-  free(k->fbuf);
-  free(k);
+  k_free(k, k->tab);
+  k_free(k, k->segs);
+  k_free(k, k->ob);
+  k_free(k, k->fbuf);
+  k_free(k, k);
   c->k = NULL;
 }
 

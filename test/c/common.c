@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <arpa/inet.h>
+#include <nghttp2/nghttp2.h>
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -568,4 +569,26 @@ size_t cl_request_len(const char *p, size_t len) {
     return z ? (size_t)(z - p) + 5 : 0;
   }
   return head;
+}
+
+static void *plain_malloc(size_t n, void *ud) {
+  (void)ud;
+  return malloc(n);
+}
+static void plain_free(void *p, void *ud) {
+  (void)ud;
+  free(p);
+}
+static void *plain_calloc(size_t k, size_t n, void *ud) {
+  (void)ud;
+  return calloc(k, n);
+}
+static void *plain_realloc(void *p, size_t n, void *ud) {
+  (void)ud;
+  return realloc(p, n);
+}
+
+void *cbt_plain_mem(void) {
+  static nghttp2_mem m = {NULL, plain_malloc, plain_free, plain_calloc, plain_realloc};
+  return &m;
 }

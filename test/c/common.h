@@ -173,4 +173,8 @@ long vm_rss_kb(void);
                 cb_err_name(ae_a_), ae_b_, cb_err_name(ae_b_));                                            \
   } while (0)
 
+/* An nghttp2_mem (as void *) on libc's malloc, for sessions a test makes without a worker's cache (the client
+ * layer's h2c session takes its allocator from its caller). */
+void *cbt_plain_mem(void);
+
 #endif

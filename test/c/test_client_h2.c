@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client/client.h"
+#include "common.h"
 #include "runner.h"
 
 typedef struct {
@@ -103,7 +104,7 @@ static void start_q(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int 
   memset(s, 0, sizeof *s);
   s->c = c;
   cb_ch2_limits_t lim = {.max_head = max_head, .max_headers = max_headers, .conn_window = 1 << 20};
-  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, NULL), 0);
+  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   static const cb_chdr_t f[] = {{"x-q", 3, "1", 1}};
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p?q=1", .path_len = 6, .authority = "h:1",
                     .authority_len = 3, .headers = f, .nheaders = 1, .has_body = has_body, .https = https};
@@ -360,7 +361,7 @@ TEST(client_h2_cancel_before_sent) {
   s.c = s2.c = &c;
   cb_ch2_callbacks_t cbs = xcb;
   cb_ch2_limits_t lim = {.max_head = 1024, .max_headers = 8, .conn_window = 1 << 20};
-  ASSERT_EQ(cb_ch2_init(&c, &cbs, NULL, &lim, hb, sizeof hb, NULL), 0);
+  ASSERT_EQ(cb_ch2_init(&c, &cbs, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p", .path_len = 2, .authority = "h:1",
                     .authority_len = 3};
   s.id = cb_ch2_submit(&c, &q, &s);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "client/client.h"
+#include "common.h"
 #include "runner.h"
 
 /* ---- the helpers of test_client_h2.c (static there), a little extended ---- */
@@ -195,7 +196,7 @@ static void wrote_str(const uint8_t *out, size_t n, char *buf, size_t cap, uint6
  * fed and the ACK taken. */
 static void open_conn(cb_ch2_t *c, uint32_t conn_window, const void *settings, size_t slen) {
   cb_ch2_limits_t lim = {.max_head = MAX_HEAD, .max_headers = MAX_HEADERS, .conn_window = conn_window};
-  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, NULL), 0);
+  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   static uint8_t out[1024], in[256];
   pull_all(c, out, sizeof out);
   if (settings == NULL) return;

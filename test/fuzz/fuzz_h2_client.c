@@ -13,8 +13,8 @@
  * the session: it must never go, and nothing may be told about it); with an odd number, when
  * its head comes.
  * An input of odd length runs its session on the proxy's allocator (src/proto/h2_mem.c, on a small-block cache
- * kept across inputs as a worker's proxy pool keeps it); one of even length on nghttp2's own malloc, where ASan
- * sees each block freed.
+ * kept across inputs as a worker's proxy pool keeps it); one of even length on the same allocator without a
+ * cache, its small blocks from malloc, where ASan sees each one freed.
  * Besides the sanitizers' checks, it aborts when a stream is told anything after it ended for its owner (on_end,
  * on_close, a non-zero callback, a cancel), when a head comes twice or a field lies outside the head buffer,
  * and when a head holds more than the limits allow.
@@ -131,12 +131,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static cb__h2_small_t *small;
   static cb__h2_mem_t mem;
   int pooled = size % 2 == 1;
-  if (pooled) {
-    if (small == NULL) small = cb__h2_small_new();
-    cb__h2_mem_init(&mem, small);
-  }
-  if (cb_ch2_init(&sess, &cbs, NULL, &lim, headbuf, sizeof headbuf, pooled ? &mem.mem : NULL) != 0) {
-    if (pooled) cb__h2_mem_free(&mem);
+  if (pooled && small == NULL) small = cb__h2_small_new();
+  cb__h2_mem_init(&mem, pooled ? small : NULL); /* no cache: every block from malloc */
+  if (cb_ch2_init(&sess, &cbs, NULL, &lim, headbuf, sizeof headbuf, &mem.mem) != 0) {
+    cb__h2_mem_free(&mem);
     return 0;
   }
   memset(streams, 0, sizeof streams);
@@ -177,6 +175,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)cb_ch2_done(&sess);
   }
   cb_ch2_free(&sess);
-  if (pooled) cb__h2_mem_free(&mem);
+  cb__h2_mem_free(&mem);
   return 0;
 }
