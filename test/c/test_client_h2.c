@@ -8,103 +8,17 @@
 #include <string.h>
 
 #include "client/client.h"
+#include "ch2_events.h"
 #include "common.h"
 #include "runner.h"
 
-typedef struct {
-  char log[4096];
-  size_t len;
-  int32_t id;
-  int consume;   /* give DATA back at once */
-  cb_ch2_t *c;
-  size_t body_left;
-  int body_wait;
-} sx_t;
-
-static void lg(sx_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void lg(sx_t *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(s->log + s->len, sizeof s->log - s->len, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof s->log - s->len) FAIL("event log full");
-  s->len += (size_t)n;
-}
-
-static int x_head(void *sud, int status, const cb_chdr_t *f, int n) {
-  sx_t *s = sud;
-  lg(s, "head %d", status);
-  for (int i = 0; i < n; i++) lg(s, " [%.*s: %.*s]", (int)f[i].name_len, f[i].name, (int)f[i].value_len, f[i].value);
-  lg(s, "|");
-  return 0;
-}
-
-static int x_data(void *sud, const char *p, size_t n) {
-  sx_t *s = sud;
-  if (n <= 16) lg(s, "data %.*s|", (int)n, p); else lg(s, "data %zu|", n);
-  if (s->consume) cb_ch2_consume(s->c, s->id, n);
-  return 0;
-}
-
-static int x_trailers(void *sud, const cb_chdr_t *t, int n) {
-  sx_t *s = sud;
-  lg(s, "trailers");
-  for (int i = 0; i < n; i++) lg(s, " [%.*s: %.*s]", (int)t[i].name_len, t[i].name, (int)t[i].value_len, t[i].value);
-  lg(s, "|");
-  return 0;
-}
-
-static void x_end(void *sud) { lg(sud, "end|"); }
-static void x_close(void *sud, int err) { lg(sud, "close %s|", cb_ch2_strerror(err)); }
-
-static ssize_t x_body(void *sud, char *buf, size_t cap, int *eof) {
-  sx_t *s = sud;
-  if (s->body_wait) return 0;
-  size_t n = s->body_left < cap ? s->body_left : cap;
-  memset(buf, 'b', n);
-  s->body_left -= n;
-  if (s->body_left == 0) *eof = 1;
-  return (ssize_t)n;
-}
-
-static const cb_ch2_callbacks_t xcb = {.on_head = x_head, .on_data = x_data, .on_trailers = x_trailers,
-                                       .on_end = x_end, .on_close = x_close, .read_body = x_body};
-
 static char hb[CB_CRES_HEADBUF_SIZE(1024, 8)];
-
-/* Everything the session has to write now. */
-static size_t pull_all(cb_ch2_t *c, uint8_t *out, size_t cap) {
-  size_t n = 0;
-  const char *p;
-  ssize_t k;
-  while ((k = cb_ch2_pull(c, &p)) > 0) {
-    ASSERT_LE((size_t)k, cap - n);
-    memcpy(out + n, p, (size_t)k);
-    n += (size_t)k;
-  }
-  ASSERT_EQ(k, 0);
-  return n;
-}
-
-static size_t fr(uint8_t *o, uint8_t type, uint8_t flags, int32_t sid, const void *p, size_t len) {
-  o[0] = (uint8_t)(len >> 16);
-  o[1] = (uint8_t)(len >> 8);
-  o[2] = (uint8_t)len;
-  o[3] = type;
-  o[4] = flags;
-  o[5] = (uint8_t)(sid >> 24);
-  o[6] = (uint8_t)(sid >> 16);
-  o[7] = (uint8_t)(sid >> 8);
-  o[8] = (uint8_t)sid;
-  if (len) memcpy(o + 9, p, len);
-  return 9 + len;
-}
 
 static void start_q(cb_ch2_t *c, sx_t *s, size_t max_head, int max_headers, int has_body, int https) {
   memset(s, 0, sizeof *s);
   s->c = c;
   cb_ch2_limits_t lim = {.max_head = max_head, .max_headers = max_headers, .conn_window = 1 << 20};
-  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
+  ASSERT_EQ(cb_ch2_init(c, &sx_callbacks, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   static const cb_chdr_t f[] = {{"x-q", 3, "1", 1}};
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p?q=1", .path_len = 6, .authority = "h:1",
                     .authority_len = 3, .headers = f, .nheaders = 1, .has_body = has_body, .https = https};
@@ -123,14 +37,14 @@ static void preface_and_request(int https, const char *want) {
   sx_t s;
   start_q(&c, &s, 1024, 8, 0, https);
   uint8_t out[1024], exp[1024];
-  size_t n = pull_all(&c, out, sizeof out), e = 0;
+  size_t n = ch2_pull_all(&c, out, sizeof out), e = 0;
   memcpy(exp, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
   e = 24;
   static const uint8_t settings[] = {0, 2, 0, 0, 0, 0, 0, 6, 0, 0, 4, 0};
-  e += fr(exp + e, NGHTTP2_SETTINGS, 0, 0, settings, sizeof settings);
+  e += ch2_frame(exp + e, NGHTTP2_SETTINGS, 0, 0, settings, sizeof settings);
   uint32_t inc = (1u << 20) - 65535;
   const uint8_t wu[] = {(uint8_t)(inc >> 24), (uint8_t)(inc >> 16), (uint8_t)(inc >> 8), (uint8_t)inc};
-  e += fr(exp + e, NGHTTP2_WINDOW_UPDATE, 0, 0, wu, 4);
+  e += ch2_frame(exp + e, NGHTTP2_WINDOW_UPDATE, 0, 0, wu, 4);
   ASSERT_GE(n, e + 9);
   ASSERT_MEM_EQ(out, e, exp, e);
   ASSERT_EQ(out[e + 3], NGHTTP2_HEADERS);
@@ -178,23 +92,23 @@ TEST(client_h2_answer_events) {
   start(&c, &s, 1024, 8, 0);
   s.consume = 1;
   uint8_t out[2048], in[512];
-  pull_all(&c, out, sizeof out);
+  ch2_pull_all(&c, out, sizeof out);
   size_t n = 0;
-  n += fr(in + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  n += ch2_frame(in + n, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
   static const uint8_t h103[] = {0x08, 0x03, '1', '0', '3'};               /* :status 103, indexed name */
-  n += fr(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, h103, sizeof h103);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, h103, sizeof h103);
   static const uint8_t h200[] = {0x88, 0x00, 0x03, 'x', '-', 'a', 0x01, '1'}; /* :status 200, x-a: 1 */
-  n += fr(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, h200, sizeof h200);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "hel", 3);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "lo", 2);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, h200, sizeof h200);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "hel", 3);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "lo", 2);
   static const uint8_t tr[] = {0x00, 0x03, 'x', '-', 't', 0x01, '2'};
-  n += fr(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, tr, sizeof tr);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, tr, sizeof tr);
   ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, n), 0);
   s.log[s.len] = '\0';
   ASSERT_STR_EQ(s.log, "head 200 [x-a: 1]|data hel|data lo|trailers [x-t: 2]|end|");
-  size_t o = pull_all(&c, out, sizeof out);
+  size_t o = ch2_pull_all(&c, out, sizeof out);
   uint8_t ack[9];
-  fr(ack, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);
+  ch2_frame(ack, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);
   ASSERT_GE(o, (size_t)9);
   ASSERT_MEM_EQ(out, (size_t)9, ack, (size_t)9);
   ASSERT_EQ(cb_ch2_can_submit(&c), 1);
@@ -210,23 +124,23 @@ TEST(client_h2_windows_are_the_owners) {
     sx_t s;
     start(&c, &s, 1024, 8, 0);
     static uint8_t out[4096], in[80000];
-    pull_all(&c, out, sizeof out);
-    size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
-    n += fr(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, "\x88", 1);
+    ch2_pull_all(&c, out, sizeof out);
+    size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    n += ch2_frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS, 1, "\x88", 1);
     static char d[16384];
     memset(d, 'd', sizeof d);
     for (size_t left = 65535; left > 0;) {
       size_t k = left < sizeof d ? left : sizeof d;
-      n += fr(in + n, NGHTTP2_DATA, 0, 1, d, k);
+      n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, d, k);
       left -= k;
     }
     ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, n), 0);
-    size_t o = pull_all(&c, out, sizeof out);
+    size_t o = ch2_pull_all(&c, out, sizeof out);
     ASSERT_EQ(o, (size_t)9); /* the SETTINGS ACK only */
     if (round == 0) {
-      n = fr(in, NGHTTP2_DATA, 0, 1, "x", 1);
+      n = ch2_frame(in, NGHTTP2_DATA, 0, 1, "x", 1);
       cb_ch2_feed(&c, (const char *)in, n);
-      o = pull_all(&c, out, sizeof out);
+      o = ch2_pull_all(&c, out, sizeof out);
       s.log[s.len] = '\0';
       /* The frame past the window is not handed over (nghttp2's session once handed it over first). */
       ASSERT_STR_EQ(s.log, "head 200|data 16384|data 16384|data 16384|data 16383|close bad response|");
@@ -240,10 +154,10 @@ TEST(client_h2_windows_are_the_owners) {
       ASSERT_EQ(cb_ch2_done(&c), 1);
     } else {
       cb_ch2_consume(&c, 1, 65535);
-      o = pull_all(&c, out, sizeof out);
+      o = ch2_pull_all(&c, out, sizeof out);
       uint8_t exp[13];
       const uint8_t inc[] = {0, 0, 0xff, 0xff};
-      fr(exp, NGHTTP2_WINDOW_UPDATE, 0, 1, inc, 4);
+      ch2_frame(exp, NGHTTP2_WINDOW_UPDATE, 0, 1, inc, 4);
       ASSERT_EQ(o, (size_t)13);
       ASSERT_MEM_EQ(out, o, exp, (size_t)13);
     }
@@ -279,12 +193,12 @@ TEST(client_h2_early_ends) {
     sx_t s;
     start(&c, &s, 9, 8, 0);
     uint8_t out[2048], in[256];
-    pull_all(&c, out, sizeof out);
-    size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+    ch2_pull_all(&c, out, sizeof out);
+    size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
     int32_t sid = cases[i].type == NGHTTP2_GOAWAY ? 0 : 1;
-    n += fr(in + n, cases[i].type, cases[i].flags, sid, cases[i].payload, cases[i].len);
+    n += ch2_frame(in + n, cases[i].type, cases[i].flags, sid, cases[i].payload, cases[i].len);
     cb_ch2_feed(&c, (const char *)in, n);
-    pull_all(&c, out, sizeof out);
+    ch2_pull_all(&c, out, sizeof out);
     s.log[s.len] = '\0';
     if (strcmp(s.log, cases[i].log) != 0) cbt_log("case %s", cases[i].what);
     ASSERT_STR_EQ(s.log, cases[i].log);
@@ -295,10 +209,10 @@ TEST(client_h2_early_ends) {
   sx_t s;
   start(&c, &s, 9, 8, 0);
   uint8_t out[2048], in[256];
-  pull_all(&c, out, sizeof out);
+  ch2_pull_all(&c, out, sizeof out);
   static const uint8_t h[] = {0x88, 0x00, 0x03, 'x', '-', 'a', 0x06, 'a', 'b', 'c', 'd', 'e', 'f'};
-  size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
-  n += fr(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, h, sizeof h);
+  size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 1, h, sizeof h);
   ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, n), 0);
   s.log[s.len] = '\0';
   ASSERT_STR_EQ(s.log, "head 200 [x-a: abcdef]|end|");
@@ -311,10 +225,10 @@ TEST(client_h2_garbage) {
   sx_t s;
   start(&c, &s, 1024, 8, 0);
   uint8_t out[2048];
-  pull_all(&c, out, sizeof out);
+  ch2_pull_all(&c, out, sizeof out);
   static const char g[] = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
   int err = cb_ch2_feed(&c, g, sizeof g - 1);
-  pull_all(&c, out, sizeof out); /* nghttp2 may find it only as it writes its GOAWAY */
+  ch2_pull_all(&c, out, sizeof out); /* nghttp2 may find it only as it writes its GOAWAY */
   ASSERT(err == CB_CH2_E_BAD || c.bad);
   ASSERT_EQ(cb_ch2_done(&c), 1);
   ASSERT_EQ(cb_ch2_can_submit(&c), 0);
@@ -329,7 +243,7 @@ TEST(client_h2_body_deferred) {
   s.body_wait = 1;
   s.body_left = 3;
   uint8_t out[2048];
-  size_t n = pull_all(&c, out, sizeof out);
+  size_t n = ch2_pull_all(&c, out, sizeof out);
   /* After the preface: SETTINGS, WINDOW_UPDATE, the HEADERS without END_STREAM, and no DATA yet. */
   int types = 0;
   for (size_t at = 24; at + 9 <= n;) {
@@ -342,9 +256,9 @@ TEST(client_h2_body_deferred) {
   ASSERT_EQ(types, 3);
   s.body_wait = 0;
   cb_ch2_resume(&c, 1);
-  n = pull_all(&c, out, sizeof out);
+  n = ch2_pull_all(&c, out, sizeof out);
   uint8_t exp[12];
-  fr(exp, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, "bbb", 3);
+  ch2_frame(exp, NGHTTP2_DATA, NGHTTP2_FLAG_END_STREAM, 1, "bbb", 3);
   ASSERT_MEM_EQ(out, n, exp, (size_t)12);
   cb_ch2_free(&c);
 }
@@ -359,7 +273,7 @@ TEST(client_h2_cancel_before_sent) {
   memset(&s, 0, sizeof s);
   memset(&s2, 0, sizeof s2);
   s.c = s2.c = &c;
-  cb_ch2_callbacks_t cbs = xcb;
+  cb_ch2_callbacks_t cbs = sx_callbacks;
   cb_ch2_limits_t lim = {.max_head = 1024, .max_headers = 8, .conn_window = 1 << 20};
   ASSERT_EQ(cb_ch2_init(&c, &cbs, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   cb_ch2_req_t q = {.method = "GET", .method_len = 3, .path = "/p", .path_len = 2, .authority = "h:1",
@@ -368,7 +282,7 @@ TEST(client_h2_cancel_before_sent) {
   ASSERT_EQ(s.id, 1);
   cb_ch2_cancel(&c, s.id);
   uint8_t out[1024];
-  size_t n = pull_all(&c, out, sizeof out);
+  size_t n = ch2_pull_all(&c, out, sizeof out);
   /* the preface (24), SETTINGS (9 + 12), WINDOW_UPDATE (9 + 4): no frame after them */
   ASSERT_EQ(n, 24 + 21 + 13);
   ASSERT_EQ(out[24 + 21 + 3], NGHTTP2_WINDOW_UPDATE);
@@ -377,7 +291,7 @@ TEST(client_h2_cancel_before_sent) {
   s2.id = cb_ch2_submit(&c, &q, &s2);
   ASSERT_EQ(s2.id, 3);
   ASSERT_EQ(cb_ch2_can_submit(&c), 0);
-  n = pull_all(&c, out, sizeof out);
+  n = ch2_pull_all(&c, out, sizeof out);
   ASSERT_GE(n, 9);
   ASSERT_EQ(out[3], NGHTTP2_HEADERS);
   ASSERT_EQ(out[8], 3);
@@ -385,8 +299,8 @@ TEST(client_h2_cancel_before_sent) {
   /* The server answers stream 3 only; stream 1's owner hears nothing. */
   uint8_t in[128];
   static const uint8_t h[] = {0x88};
-  size_t k = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
-  k += fr(in + k, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, h, sizeof h);
+  size_t k = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  k += ch2_frame(in + k, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, 3, h, sizeof h);
   ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, k), 0);
   s.log[s.len] = s2.log[s2.len] = '\0';
   ASSERT_STR_EQ(s.log, "");

@@ -10,111 +10,19 @@
 #include <string.h>
 
 #include "client/client.h"
+#include "ch2_events.h"
 #include "common.h"
 #include "runner.h"
 
 /* ---- the helpers of test_client_h2.c (static there), a little extended ---- */
 
-typedef struct {
-  char log[4096];
-  size_t len;
-  int32_t id;
-  int consume; /* give DATA back at once */
-  cb_ch2_t *c;
-  size_t body_left;
-  int body_wait;
-} sx_t;
-
-static void lg(sx_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void lg(sx_t *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(s->log + s->len, sizeof s->log - s->len, fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof s->log - s->len) FAIL("event log full");
-  s->len += (size_t)n;
-}
-
-static int x_head(void *sud, int status, const cb_chdr_t *f, int n) {
-  sx_t *s = sud;
-  lg(s, "head %d", status);
-  for (int i = 0; i < n; i++) lg(s, " [%.*s: %.*s]", (int)f[i].name_len, f[i].name, (int)f[i].value_len, f[i].value);
-  lg(s, "|");
-  return 0;
-}
-
-static int x_data(void *sud, const char *p, size_t n) {
-  sx_t *s = sud;
-  if (n <= 16)
-    lg(s, "data %.*s|", (int)n, p);
-  else
-    lg(s, "data %zu|", n);
-  if (s->consume) cb_ch2_consume(s->c, s->id, n);
-  return 0;
-}
-
-static int x_trailers(void *sud, const cb_chdr_t *t, int n) {
-  sx_t *s = sud;
-  lg(s, "trailers");
-  for (int i = 0; i < n; i++) lg(s, " [%.*s: %.*s]", (int)t[i].name_len, t[i].name, (int)t[i].value_len, t[i].value);
-  lg(s, "|");
-  return 0;
-}
-
-static void x_end(void *sud) { lg(sud, "end|"); }
-static void x_close(void *sud, int err) { lg(sud, "close %s|", cb_ch2_strerror(err)); }
-
-static ssize_t x_body(void *sud, char *buf, size_t cap, int *eof) {
-  sx_t *s = sud;
-  if (s->body_wait) return 0;
-  size_t n = s->body_left < cap ? s->body_left : cap;
-  memset(buf, 'b', n);
-  s->body_left -= n;
-  if (s->body_left == 0) *eof = 1;
-  return (ssize_t)n;
-}
-
-static const cb_ch2_callbacks_t xcb = {.on_head = x_head,
-                                       .on_data = x_data,
-                                       .on_trailers = x_trailers,
-                                       .on_end = x_end,
-                                       .on_close = x_close,
-                                       .read_body = x_body};
-
 #define MAX_HEAD 1024
 #define MAX_HEADERS 16
 static char hb[CB_CRES_HEADBUF_SIZE(MAX_HEAD, MAX_HEADERS)];
 
-static size_t fr(uint8_t *o, uint8_t type, uint8_t flags, int32_t sid, const void *p, size_t len) {
-  o[0] = (uint8_t)(len >> 16);
-  o[1] = (uint8_t)(len >> 8);
-  o[2] = (uint8_t)len;
-  o[3] = type;
-  o[4] = flags;
-  o[5] = (uint8_t)(sid >> 24);
-  o[6] = (uint8_t)(sid >> 16);
-  o[7] = (uint8_t)(sid >> 8);
-  o[8] = (uint8_t)sid;
-  if (len) memcpy(o + 9, p, len);
-  return 9 + len;
-}
-
 static const char *log_of(sx_t *s) {
   s->log[s->len] = '\0';
   return s->log;
-}
-
-/* Everything the session has to write now (a failed pull ends it: what came before is kept). */
-static size_t pull_all(cb_ch2_t *c, uint8_t *out, size_t cap) {
-  size_t n = 0;
-  const char *p;
-  ssize_t k;
-  while ((k = cb_ch2_pull(c, &p)) > 0) {
-    ASSERT_LE((size_t)k, cap - n);
-    memcpy(out + n, p, (size_t)k);
-    n += (size_t)k;
-  }
-  return n;
 }
 
 static const char *code_name(uint32_t e) {
@@ -196,14 +104,14 @@ static void wrote_str(const uint8_t *out, size_t n, char *buf, size_t cap, uint6
  * fed and the ACK taken. */
 static void open_conn(cb_ch2_t *c, uint32_t conn_window, const void *settings, size_t slen) {
   cb_ch2_limits_t lim = {.max_head = MAX_HEAD, .max_headers = MAX_HEADERS, .conn_window = conn_window};
-  ASSERT_EQ(cb_ch2_init(c, &xcb, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
+  ASSERT_EQ(cb_ch2_init(c, &sx_callbacks, NULL, &lim, hb, sizeof hb, cbt_plain_mem()), 0);
   static uint8_t out[1024], in[256];
-  pull_all(c, out, sizeof out);
+  ch2_pull_all(c, out, sizeof out);
   if (settings == NULL) return;
   ASSERT_LE(slen, sizeof in - 9);
-  size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, settings, slen);
+  size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, settings, slen);
   ASSERT_EQ(cb_ch2_feed(c, (const char *)in, n), 0);
-  n = pull_all(c, out, sizeof out);
+  n = ch2_pull_all(c, out, sizeof out);
   char w[256];
   wrote_str(out, n, w, sizeof w, NULL, NULL);
   ASSERT_STR_EQ(w, "SETTINGS ACK|");
@@ -229,7 +137,7 @@ static void feed_pull(cb_ch2_t *c, const uint8_t *in, size_t n, int *rc, char *w
                       uint64_t *wu1) {
   static uint8_t out[1 << 18];
   *rc = cb_ch2_feed(c, (const char *)in, n);
-  size_t o = pull_all(c, out, sizeof out);
+  size_t o = ch2_pull_all(c, out, sizeof out);
   wrote_str(out, o, w, wcap, wu0, wu1);
 }
 
@@ -276,11 +184,11 @@ static void run_cases(const edge_t *cases, size_t ncases) {
     open_conn(&c, 1 << 20, "", 0);
     submit(&c, &s, e->method ? e->method : "GET", 0, 1);
     static uint8_t out[4096], in[4096];
-    pull_all(&c, out, sizeof out);
+    ch2_pull_all(&c, out, sizeof out);
     size_t n = 0;
     for (int k = 0; k < 5 && e->f[k].p != NULL; k++) {
       ASSERT_LE(n + 9 + e->f[k].len, sizeof in);
-      n += fr(in + n, e->f[k].type, e->f[k].flags, e->f[k].sid, e->f[k].p, e->f[k].len);
+      n += ch2_frame(in + n, e->f[k].type, e->f[k].flags, e->f[k].sid, e->f[k].p, e->f[k].len);
     }
     int rc;
     char w[512];
@@ -1034,7 +942,7 @@ TEST(client_h2_edge_hpack_errors) {
 
 static void pull_str(cb_ch2_t *c, char *w, size_t cap, uint64_t *wu0, uint64_t *wu1) {
   static uint8_t out[1 << 18];
-  size_t o = pull_all(c, out, sizeof out);
+  size_t o = ch2_pull_all(c, out, sizeof out);
   wrote_str(out, o, w, cap, wu0, wu1);
 }
 
@@ -1060,13 +968,13 @@ TEST(client_h2_edge_padding_counts_in_windows) {
   static uint8_t in[70000], pay[16384];
   char w[512];
   pull_str(&c, w, sizeof w, NULL, NULL);
-  size_t n = fr(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
+  size_t n = ch2_frame(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
   size_t sizes[] = {16384, 16384, 16384, 16383};
   memset(pay, 'd', sizeof pay);
   for (int i = 0; i < 4; i++) {
     pay[0] = 100; /* pad length */
     memset(pay + sizes[i] - 100, 0, 100);
-    n += fr(in + n, NGHTTP2_DATA, PADDED, 1, pay, sizes[i]);
+    n += ch2_frame(in + n, NGHTTP2_DATA, PADDED, 1, pay, sizes[i]);
     memset(pay + sizes[i] - 100, 'd', 100);
   }
   int rc;
@@ -1094,8 +1002,8 @@ TEST(client_h2_edge_many_continuations) {
     pull_str(&c, w, sizeof w, NULL, NULL);
     static uint8_t in[1024];
     const uint8_t first[] = {0x88, 0x00, 0x03, 'x', '-', 'a', (uint8_t)nc};
-    size_t n = fr(in, NGHTTP2_HEADERS, ES, 1, first, sizeof first);
-    for (int i = 0; i < nc; i++) n += fr(in + n, NGHTTP2_CONTINUATION, i == nc - 1 ? EH : 0, 1, "v", 1);
+    size_t n = ch2_frame(in, NGHTTP2_HEADERS, ES, 1, first, sizeof first);
+    for (int i = 0; i < nc; i++) n += ch2_frame(in + n, NGHTTP2_CONTINUATION, i == nc - 1 ? EH : 0, 1, "v", 1);
     int rc;
     feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
     if (nc == 8)
@@ -1117,13 +1025,13 @@ TEST(client_h2_edge_settings_not_first) {
   char w[512];
   pull_str(&c, w, sizeof w, NULL, NULL);
   uint8_t in[64];
-  size_t n = fr(in, NGHTTP2_PING, 0, 0, "12345678", 8);
+  size_t n = ch2_frame(in, NGHTTP2_PING, 0, 0, "12345678", 8);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   /* The preface's SETTINGS must come first (RFC 9113 3.4): a connection PROTOCOL_ERROR. */
   expect(&c, rc, &s, w, "", "GOAWAY PROTOCOL_ERROR|", 1);
-  n = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
-  n += fr(in + n, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
+  n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   /* Nothing more is read. */
   expect(&c, rc, &s, w, "", "", 1);
@@ -1143,13 +1051,13 @@ TEST(client_h2_edge_max_concurrent_streams_1) {
   pull_str(&c, w, sizeof w, NULL, NULL);
   uint8_t in[64];
   static const uint8_t mcs1[] = {0, 3, 0, 0, 0, 1};
-  size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, mcs1, sizeof mcs1);
+  size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, mcs1, sizeof mcs1);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s, w, "", "SETTINGS ACK|", 0);
   ASSERT_EQ(cb_ch2_can_submit(&c), 0);
   ASSERT_EQ(cb_ch2_max_streams(&c), 1u);
-  n = fr(in, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
+  n = ch2_frame(in, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s, w, "head 200|end|", "", 0);
   ASSERT_EQ(cb_ch2_can_submit(&c), 1);
@@ -1171,7 +1079,7 @@ TEST(client_h2_edge_initial_window_lowered) {
   ASSERT_STR_EQ(w, "HEADERS s=1|");
   uint8_t in[64];
   static const uint8_t iws10[] = {0, 4, 0, 0, 0, 10};
-  size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, iws10, sizeof iws10);
+  size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, iws10, sizeof iws10);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s, w, "", "SETTINGS ACK|", 0);
@@ -1182,7 +1090,7 @@ TEST(client_h2_edge_initial_window_lowered) {
   pull_str(&c, w, sizeof w, NULL, NULL);
   ASSERT_STR_EQ(w, "");
   static const uint8_t inc90[] = {0, 0, 0, 90};
-  n = fr(in, NGHTTP2_WINDOW_UPDATE, 0, 1, inc90, 4);
+  n = ch2_frame(in, NGHTTP2_WINDOW_UPDATE, 0, 1, inc90, 4);
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s, w, "", "DATA s=1 n=90 ES|", 0);
   cb_ch2_free(&c);
@@ -1204,7 +1112,7 @@ TEST(client_h2_edge_body_over_connection_window) {
   ASSERT_STR_EQ(w, "");
   uint8_t in[64];
   static const uint8_t inc[] = {0, 0, 0x27, 0x10}; /* 10,000 */
-  size_t n = fr(in, NGHTTP2_WINDOW_UPDATE, 0, 0, inc, 4);
+  size_t n = ch2_frame(in, NGHTTP2_WINDOW_UPDATE, 0, 0, inc, 4);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s, w, "", "DATA s=1 n=4465 ES|", 0);
@@ -1218,12 +1126,12 @@ TEST(client_h2_edge_ping_answered) {
   open_conn(&c, 1 << 20, "", 0);
   submit(&c, &s, "GET", 0, 1);
   static uint8_t out[1024];
-  pull_all(&c, out, sizeof out);
+  ch2_pull_all(&c, out, sizeof out);
   uint8_t in[64], exp[32];
-  size_t n = fr(in, NGHTTP2_PING, 0, 0, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+  size_t n = ch2_frame(in, NGHTTP2_PING, 0, 0, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
   ASSERT_EQ(cb_ch2_feed(&c, (const char *)in, n), 0);
-  size_t o = pull_all(&c, out, sizeof out);
-  size_t e = fr(exp, NGHTTP2_PING, NGHTTP2_FLAG_ACK, 0, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+  size_t o = ch2_pull_all(&c, out, sizeof out);
+  size_t e = ch2_frame(exp, NGHTTP2_PING, NGHTTP2_FLAG_ACK, 0, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
   ASSERT_MEM_EQ(out, o, exp, e);
   ASSERT_STR_EQ(log_of(&s), "");
   cb_ch2_free(&c);
@@ -1239,7 +1147,7 @@ TEST(client_h2_edge_goaway_last_stream_1) {
   char w[512];
   pull_str(&c, w, sizeof w, NULL, NULL);
   uint8_t in[64];
-  size_t n = fr(in, NGHTTP2_GOAWAY, 0, 0, "\0\0\0\x01\0\0\0\0", 8);
+  size_t n = ch2_frame(in, NGHTTP2_GOAWAY, 0, 0, "\0\0\0\x01\0\0\0\0", 8);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   /* Stream 3 is refused (may be sent again), stream 1 goes on; nothing is written back. */
@@ -1247,7 +1155,7 @@ TEST(client_h2_edge_goaway_last_stream_1) {
   ASSERT_STR_EQ(log_of(&s3), "close stream refused|");
   ASSERT_EQ(cb_ch2_can_submit(&c), 0);
   ASSERT_EQ(cb_ch2_done(&c), 0);
-  n = fr(in, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
+  n = ch2_frame(in, NGHTTP2_HEADERS, EH | ES, 1, H200, 1);
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s1, w, "head 200|end|", "", 0);
   ASSERT_STR_EQ(log_of(&s3), "close stream refused|");
@@ -1268,8 +1176,8 @@ TEST(client_h2_edge_cancelled_stream_data) {
   pull_str(&c, w, sizeof w, NULL, NULL);
   static uint8_t in[80000], d[16384];
   memset(d, 'd', sizeof d);
-  size_t n = fr(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "ab", 2);
+  size_t n = ch2_frame(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "ab", 2);
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   cb_ch2_consume(&c, 1, 2);
@@ -1280,7 +1188,7 @@ TEST(client_h2_edge_cancelled_stream_data) {
   n = 0;
   for (size_t left = 65535 - 2; left > 0;) {
     size_t k = left < sizeof d ? left : sizeof d;
-    n += fr(in + n, NGHTTP2_DATA, 0, 1, d, k);
+    n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, d, k);
     left -= k;
   }
   uint64_t wu0 = 0, wu1 = 0;
@@ -1290,7 +1198,7 @@ TEST(client_h2_edge_cancelled_stream_data) {
   expect(&c, rc, &s, w, "head 200|data ab|", "", 0);
   ASSERT_GT(wu0, (uint64_t)0);
   ASSERT_EQ(wu1, (uint64_t)0);
-  n = fr(in, NGHTTP2_DATA, ES, 1, d, 16384);
+  n = ch2_frame(in, NGHTTP2_DATA, ES, 1, d, 16384);
   feed_pull(&c, in, n, &rc, w, sizeof w, &wu0, &wu1);
   /* More than the connection's window in all: accepted, so the dropped bytes were given back. */
   expect(&c, rc, &s, w, "head 200|data ab|", "", 0);
@@ -1311,8 +1219,8 @@ TEST(client_h2_edge_frame_too_big) {
     memset(d, 'd', sizeof d);
     size_t n = 0;
     if (type == 0) {
-      n = fr(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
-      n += fr(in + n, NGHTTP2_DATA, ES, 1, d, sizeof d);
+      n = ch2_frame(in, NGHTTP2_HEADERS, EH, 1, H200, 1);
+      n += ch2_frame(in + n, NGHTTP2_DATA, ES, 1, d, sizeof d);
     } else {
       d[0] = 0x88;
       d[1] = 0x00;
@@ -1321,7 +1229,7 @@ TEST(client_h2_edge_frame_too_big) {
       d[6] = 0x7f; /* a value of 127 + 16,250 bytes */
       d[7] = 0xfa;
       d[8] = 0x7e;
-      n = fr(in, NGHTTP2_HEADERS, EH | ES, 1, d, sizeof d);
+      n = ch2_frame(in, NGHTTP2_HEADERS, EH | ES, 1, d, sizeof d);
     }
     int rc;
     feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
@@ -1333,17 +1241,17 @@ TEST(client_h2_edge_frame_too_big) {
 
 /* A whole answer: SETTINGS, a head with fields, two DATA, trailers. */
 static size_t full_answer(uint8_t *in) {
-  size_t n = fr(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
+  size_t n = ch2_frame(in, NGHTTP2_SETTINGS, 0, 0, NULL, 0);
   static const char h[] = H200 XA1
       "\x00\x03x-b\x02"
       "22";
-  n += fr(in + n, NGHTTP2_HEADERS, EH, 1, h, sizeof h - 1);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "hel", 3);
-  n += fr(in + n, NGHTTP2_DATA, PADDED, 1, "\x01lo\0", 4);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH, 1, h, sizeof h - 1);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "hel", 3);
+  n += ch2_frame(in + n, NGHTTP2_DATA, PADDED, 1, "\x01lo\0", 4);
   static const char t[] =
       "\x00\x03x-t\x01"
       "2";
-  n += fr(in + n, NGHTTP2_HEADERS, EH | ES, 1, t, sizeof t - 1);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH | ES, 1, t, sizeof t - 1);
   return n;
 }
 
@@ -1386,17 +1294,17 @@ TEST(client_h2_edge_interleaved_streams) {
   ASSERT_STR_EQ(w, "HEADERS s=1 ES|HEADERS s=3 ES|HEADERS s=5 ES|");
   static uint8_t in[1024];
   size_t n = 0;
-  n += fr(in + n, NGHTTP2_HEADERS, EH, 5, "\x8d", 1); /* 404 */
-  n += fr(in + n, NGHTTP2_HEADERS, EH, 1, H200, 1);
-  n += fr(in + n, NGHTTP2_HEADERS, 0, 3, "\x8e", 1); /* 500, its block goes on below */
-  n += fr(in + n, NGHTTP2_CONTINUATION, EH, 3, XA1, sizeof XA1 - 1);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "a1", 2);
-  n += fr(in + n, NGHTTP2_DATA, 0, 5, "c1", 2);
-  n += fr(in + n, NGHTTP2_DATA, 0, 3, "b1", 2);
-  n += fr(in + n, NGHTTP2_DATA, ES, 5, "c2", 2);
-  n += fr(in + n, NGHTTP2_DATA, 0, 1, "a2", 2);
-  n += fr(in + n, NGHTTP2_RST_STREAM, 0, 3, "\0\0\0\x02", 4);
-  n += fr(in + n, NGHTTP2_HEADERS, EH | ES, 1,
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH, 5, "\x8d", 1); /* 404 */
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH, 1, H200, 1);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, 0, 3, "\x8e", 1); /* 500, its block goes on below */
+  n += ch2_frame(in + n, NGHTTP2_CONTINUATION, EH, 3, XA1, sizeof XA1 - 1);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "a1", 2);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 5, "c1", 2);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 3, "b1", 2);
+  n += ch2_frame(in + n, NGHTTP2_DATA, ES, 5, "c2", 2);
+  n += ch2_frame(in + n, NGHTTP2_DATA, 0, 1, "a2", 2);
+  n += ch2_frame(in + n, NGHTTP2_RST_STREAM, 0, 3, "\0\0\0\x02", 4);
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH | ES, 1,
           "\x00\x03x-t\x01"
           "2",
           7);
@@ -1419,10 +1327,10 @@ TEST(client_h2_edge_hpack_dynamic_table) {
   char w[512];
   pull_str(&c, w, sizeof w, NULL, NULL);
   uint8_t in[256];
-  size_t n = fr(in, NGHTTP2_HEADERS, EH | ES, 1,
+  size_t n = ch2_frame(in, NGHTTP2_HEADERS, EH | ES, 1,
                 P("\x3f\x45" H200 "\x40\x03x-d\x03"
                   "dyn"));
-  n += fr(in + n, NGHTTP2_HEADERS, EH | ES, 3, P(H200 "\xbe\xbe"));
+  n += ch2_frame(in + n, NGHTTP2_HEADERS, EH | ES, 3, P(H200 "\xbe\xbe"));
   int rc;
   feed_pull(&c, in, n, &rc, w, sizeof w, NULL, NULL);
   expect(&c, rc, &s1, w, "head 200 [x-d: dyn]|end|", "", 0);
