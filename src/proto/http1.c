@@ -1262,13 +1262,10 @@ static void h1_rest(cb__conn_t *c);
  * client preface and frames) go to the HTTP/2 side. The rest may lie in `pending` (a request pipelined behind
  * one answered later): it is handed over before the state that holds it is given back. */
 static int upgrade(h1_t *h, const char *rest, const char *end) {
-  static const char switching[] =
-      "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: h2c\r\n\r\n";
   cb__conn_t *c = h->c;
   const cb__hdr_t *st = header_at(h, h->settings_idx);
+  /* cb__h2_upgrade writes the 101 itself, before its first frame. */
   if (cb__h2_upgrade(c, &h->req, st->value, st->value_len) != 0) return -1;
-  /* nghttp2 writes its frames only in the after-event step, so the 101 still comes first. */
-  cb__outq_copy(&c->out, switching, sizeof switching - 1);
   /* c->proto_state and c->ops are HTTP/2's now */
   int rc = rest < end ? c->ops->read(c, rest, (size_t)(end - rest)) : 0;
   h1_free(h);

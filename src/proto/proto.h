@@ -25,7 +25,7 @@ extern const cb__conn_ops_t cb__detect_ops;
 int cb__h1_attach(cb__conn_t *c);
 /* Makes c an HTTP/2 connection; data starts with the client preface. */
 int cb__h2_attach_prior(cb__conn_t *c);
-/* Upgrades an HTTP/1.1 connection (Upgrade: h2c) once `101 Switching Protocols` is queued: the request r
+/* Upgrades an HTTP/1.1 connection (Upgrade: h2c): writes `101 Switching Protocols`, then the request r
  * (method, path and headers; no body) becomes stream 1. settings is the HTTP2-Settings header value
  * (base64url). On success c->ops is HTTP/2's and the bytes after the request go to c->ops->read. On failure
  * nothing changed and the request is answered over HTTP/1.1. */

@@ -1053,7 +1053,7 @@ TEST(h2_idle_timeout) {
   test_stop(srv);
 }
 
-/* ---- parking an idle session (issue 24, proto/h2_park.c) ---- */
+/* ---- parking an idle session (issue 24, proto/http2.c: its HPACK decoder is given back) ---- */
 
 static int settings_at_least(h2cl_t *cl, const void *arg) { return cl->settings >= *(const int *)arg; }
 

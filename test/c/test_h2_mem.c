@@ -1,4 +1,4 @@
-/* The small-block cache behind nghttp2's sessions (src/proto/h2_mem.c), the server's and the proxy's h2c
+/* The small-block cache behind nghttp2's HPACK decoders (src/proto/h2_mem.c), the server's and the proxy's h2c
  * upstreams': a freed block of up to 1 KiB is kept by size class, at most CB__H2_SMALL_KEEP per class and
  * CB__H2_SMALL_KEEP_BYTES in all, and handed out again, the last kept first, before malloc is asked. Under make
  * asan every block is written after it comes back, and the cache's end frees what it keeps. */

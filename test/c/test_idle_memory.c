@@ -10,7 +10,7 @@
  *   - over TLS 1.3 (issue 24), 2,000 connections each after a full handshake and one GET /hello: HTTP/1.1
  *     (ALPN http/1.1) <= 20 KiB, h2 (ALPN h2) <= 20 KiB. Measured 15,452 and 16,871 bytes: mostly OpenSSL's
  *     session state, which the connection needs for its next record (docs/tls.md "Idle connections"); an idle
- *     h2 connection's nghttp2 session is parked (proto/h2_park.c) and its pages given back. Without
+ *     h2 connection's HPACK decoder is given back (parking, proto/http2.c). Without
  *     SSL_MODE_RELEASE_BUFFERS 24,518 and 35,006; h2 was 22,003 before parking.
  * These are bounds on memory, never on time. Under AddressSanitizer (redzones, quarantine) the connections are
  * still made and checked, but the bound is only printed. The file descriptor limit is raised to what the test

@@ -1,13 +1,14 @@
 /* libFuzzer target: the HTTP/2 client preface, then arbitrary bytes, into the connection code with no socket
- * (src/testing.h). The preface is always sent first so that every input reaches nghttp2's frame parser and the
- * engine's HTTP/2 side (streams, handlers, data providers, flow control), not the protocol detection.
+ * (src/testing.h). The preface is always sent first so that every input reaches the engine's HTTP/2 session
+ * (proto/http2.c: its frame reader, nghttp2's HPACK decoder, streams, handlers, flow control), not the protocol
+ * detection.
  *
  * The first byte of the input steers the run; the rest is what the peer sends after the preface:
  *   bits 0-3  the number of reads the rest is split into (1 to 16), at offsets drawn from a small PRNG seeded
  *             with the whole first byte;
  *   bit 4     run the loop (without blocking) after every read: /delay timers, deferred data and resumed
  *             generators interleave with the input; and the connection's rest step after it, as after a second
- *             without input, where an idle session is parked (proto/h2_park.c) and the next read wakes it;
+ *             without input, where an idle session is parked (its HPACK decoder given back) and the next read wakes it;
  *   bit 5     signal end of input (the peer closed its side) after the last read;
  *   bit 6     small limits: header 256 bytes, body 64 bytes, 4 concurrent streams;
  *   bit 7     feed the preface and the first piece in one read (otherwise the preface is a read of its own).
