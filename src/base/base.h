@@ -202,21 +202,6 @@ int cb__check_name(cb_str_t name);
 size_t cb__url_decode(char *dst, const char *src, size_t n);
 /* Whether a response header name is one the engine writes itself (content-length...). */
 int cb__forbidden_header(const char *name, size_t n);
-
-/* HTTP/2 fields (h2_fields.c). A name of lower-case tchars only; a value of field-vchars, spaces and tabs
- * (RFC 9110 5.5: no control byte but HTAB, no DEL) without white space at either end (RFC 9113 8.2.1). */
-int cb__h2_valid_name(const uint8_t *p, size_t n);
-int cb__h2_valid_value(const uint8_t *p, size_t n);
-/* A connection-specific field (RFC 9113 8.2.2): connection, keep-alive, proxy-connection, transfer-encoding,
- * upgrade, or a te other than "trailers". */
-int cb__h2_conn_specific(const uint8_t *name, size_t nl, const uint8_t *value, size_t vl);
-/* A content-length of digits only: its value, or -1. */
-int64_t cb__h2_parse_length(const uint8_t *p, size_t n);
-/* HPACK (RFC 7541): an integer with an n-bit prefix after the bits `high`, and a field without indexing whose
- * name is static table entry `index` (0: a literal name). Each returns the end of what it wrote; a field takes
- * at most nl + vl + 16 bytes. */
-char *cb__hp_int(char *o, uint8_t high, int bits, size_t v);
-char *cb__hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl);
 /* A peer's address as text (AF_INET: "a.b.c.d", written here; AF_INET6: inet_ntop's form; another family: ""),
  * NUL-terminated in buf (46 bytes, INET6_ADDRSTRLEN): its length. With port >= 0, ":port" follows, and an IPv6
  * address is bracketed first ("[::1]:8080"; buf then 54 bytes). A request's x-forwarded-for and a handler's

@@ -404,4 +404,20 @@ int cb_ch2_waiting(const cb_ch2_t *c, int32_t id);
 /* A CB_CH2_E_* as text. */
 const char *cb_ch2_strerror(int e);
 
+/* HTTP/2 fields (h2_fields.c), for this layer's h2c session and the engine's server session (proto/http2.c).
+ * A name of lower-case tchars only; a value of field-vchars, spaces and tabs (RFC 9110 5.5: no control byte
+ * but HTAB, no DEL) without white space at either end (RFC 9113 8.2.1). */
+int cb_h2_valid_name(const uint8_t *p, size_t n);
+int cb_h2_valid_value(const uint8_t *p, size_t n);
+/* A connection-specific field (RFC 9113 8.2.2): connection, keep-alive, proxy-connection, transfer-encoding,
+ * upgrade, or a te other than "trailers". */
+int cb_h2_conn_specific(const uint8_t *name, size_t nl, const uint8_t *value, size_t vl);
+/* A content-length of digits only: its value, or -1. */
+int64_t cb_h2_parse_length(const uint8_t *p, size_t n);
+/* HPACK (RFC 7541): an integer with an n-bit prefix after the bits `high`, and a field without indexing whose
+ * name is static table entry `index` (0: a literal name). Each returns the end of what it wrote; a field takes
+ * at most nl + vl + 16 bytes. */
+char *cb_hp_int(char *o, uint8_t high, int bits, size_t v);
+char *cb_hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl);
+
 #endif

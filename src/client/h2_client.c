@@ -17,7 +17,7 @@
  *   comes (at most MAX_CONTINUATIONS CONTINUATION frames), its fields gathered into the owner's buffer, bounded
  *   by max_head and max_headers; over either, the stream ends with CB_CH2_E_HEAD_TOO_BIG and the rest of the
  *   block is still decoded, without being kept, to keep HPACK's state.
- * - The answer's fields are checked as RFC 9113 8.2 and 8.3.2 ask (valid_name, valid_value, the pseudo-header
+ * - The answer's fields are checked as RFC 9113 8.2 and 8.3.2 ask (cb_h2_valid_name, cb_h2_valid_value, the pseudo-header
  *   rules, connection-specific fields, content-length against the DATA received): a malformed answer is a stream
  *   error (RST_STREAM PROTOCOL_ERROR, told as CB_CH2_E_BAD), a field with bytes its name or value may not hold
  *   included.
@@ -128,47 +128,7 @@ typedef struct cb_ch2_k {
 
 /* ---- validity of the answer's fields (RFC 9110 5.1, 5.5; RFC 9113 8.2.1) ---- */
 
-/* tchar, lower case only */
-static int name_char(uint8_t ch) {
-  if (ch >= 'a' && ch <= 'z') return 1;
-  if (ch >= '0' && ch <= '9') return 1;
-  return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
-}
-
-static int valid_name(const uint8_t *p, size_t n) {
-  if (n == 0) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (!name_char(p[i])) return 0;
-  return 1;
-}
-
-/* No NUL, CR or LF, and no white space at either end. */
-static int valid_value(const uint8_t *p, size_t n) {
-  if (n > 0 && (p[0] == ' ' || p[0] == '\t' || p[n - 1] == ' ' || p[n - 1] == '\t')) return 0;
-  for (size_t i = 0; i < n; i++)
-    if (p[i] == 0 || p[i] == '\r' || p[i] == '\n' || p[i] == 0x7f) return 0;
-  return 1;
-}
-
 static int name_is(const uint8_t *p, size_t n, const char *s) { return n == strlen(s) && memcmp(p, s, n) == 0; }
-
-static int ieq(const uint8_t *p, size_t n, const char *s) {
-  if (n != strlen(s)) return 0;
-  for (size_t i = 0; i < n; i++)
-    if ((p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]) != (uint8_t)s[i]) return 0;
-  return 1;
-}
-
-/* Digits only: the value, or -1. */
-static int64_t parse_length(const uint8_t *p, size_t n) {
-  if (n == 0 || n > 18) return -1;
-  int64_t v = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] < '0' || p[i] > '9') return -1;
-    v = v * 10 + (p[i] - '0');
-  }
-  return v;
-}
 
 /* ---- memory: the caller's (the layer calls no allocator itself) ---- */
 
@@ -397,18 +357,12 @@ static void blk_field(cb_ch2_t *c, k_t *k, const uint8_t *name, size_t nl, const
     return;
   }
   k->blk_regular = 1;
-  if (!valid_name(name, nl) || !valid_value(value, vl)) {
-    k->blk_bad = 1;
-    return;
-  }
-  if (name_is(name, nl, "connection") || name_is(name, nl, "keep-alive") || name_is(name, nl, "proxy-connection") ||
-      name_is(name, nl, "transfer-encoding") || name_is(name, nl, "upgrade") ||
-      (name_is(name, nl, "te") && !ieq(value, vl, "trailers"))) {
+  if (!cb_h2_valid_name(name, nl) || !cb_h2_valid_value(value, vl) || cb_h2_conn_specific(name, nl, value, vl)) {
     k->blk_bad = 1;
     return;
   }
   if (name_is(name, nl, "content-length")) {
-    int64_t v = parse_length(value, vl);
+    int64_t v = cb_h2_parse_length(value, vl);
     if (v < 0 || k->blk_cl >= 0 || (c->status == 204 && v != 0)) {
       k->blk_bad = 1;
       return;
@@ -778,35 +732,6 @@ int cb_ch2_feed(cb_ch2_t *c, const char *in, size_t n) {
 /* ---- requests ---- */
 
 /* HPACK integer with an N-bit prefix (RFC 7541 5.1), first byte's high bits in `high`. */
-static char *hp_int(char *o, uint8_t high, int bits, size_t v) {
-  size_t max = ((size_t)1 << bits) - 1;
-  if (v < max) {
-    *o++ = (char)(high | v);
-    return o;
-  }
-  *o++ = (char)(high | max);
-  v -= max;
-  while (v >= 128) {
-    *o++ = (char)(0x80 | (v & 0x7f));
-    v >>= 7;
-  }
-  *o++ = (char)v;
-  return o;
-}
-
-static char *hp_str(char *o, const char *s, size_t n) {
-  o = hp_int(o, 0, 7, n); /* not Huffman-coded */
-  memcpy(o, s, n);
-  return o + n;
-}
-
-/* A field without indexing: a static table name (index) or a literal one (0). */
-static char *hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl) {
-  o = hp_int(o, 0x00, 4, (size_t)index);
-  if (index == 0) o = hp_str(o, name, nl);
-  return hp_str(o, value, vl);
-}
-
 int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   k_t *k = c->k;
   /* After a GOAWAY either way no stream may open: the peer's would refuse it at once, and an owner that
@@ -855,13 +780,13 @@ int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   *o++ = 0x20;
   if (q->method_len == 3 && memcmp(q->method, "GET", 3) == 0) *o++ = (char)0x82;
   else if (q->method_len == 4 && memcmp(q->method, "POST", 4) == 0) *o++ = (char)0x83;
-  else o = hp_field(o, 2, NULL, 0, q->method, q->method_len);
+  else o = cb_hp_field(o, 2, NULL, 0, q->method, q->method_len);
   *o++ = (char)(q->https ? 0x87 : 0x86);
-  o = hp_field(o, 1, NULL, 0, q->authority, q->authority_len);
+  o = cb_hp_field(o, 1, NULL, 0, q->authority, q->authority_len);
   if (q->path_len == 1 && q->path[0] == '/') *o++ = (char)0x84;
-  else o = hp_field(o, 4, NULL, 0, q->path, q->path_len);
+  else o = cb_hp_field(o, 4, NULL, 0, q->path, q->path_len);
   for (int i = 0; i < q->nheaders; i++)
-    o = hp_field(o, 0, q->headers[i].name, q->headers[i].name_len, q->headers[i].value, q->headers[i].value_len);
+    o = cb_hp_field(o, 0, q->headers[i].name, q->headers[i].name_len, q->headers[i].value, q->headers[i].value_len);
   size_t blen = (size_t)(o - b0);
   uint8_t end_stream = q->has_body ? 0 : F_END_STREAM;
   if (blen <= maxf) {

@@ -4,7 +4,7 @@
  * The session is the engine's own (RFC 9113): frames are read in place when a read holds them whole, streams
  * live in a small open-addressing table, and of nghttp2 only the HPACK decoder is used
  * (nghttp2_hd_inflate_hd2). Response header blocks are written without table state: static table references
- * and literals without indexing (base/h2_fields.c), so nothing is kept per connection for them.
+ * and literals without indexing (client/h2_fields.c), so nothing is kept per connection for them.
  *
  * Output: every frame goes straight into the connection's output queue. HEADERS, RST_STREAM, GOAWAY and the
  * acknowledgements are written when they are decided; DATA is written by the after-event step (flush), round
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/client.h"
 #include "proto/proto.h"
 
 /* The receive windows we advertise: large, so uploads are not bound by round trips of WINDOW_UPDATE. */
@@ -604,17 +605,17 @@ static void h2_head(cb__req_t *r, int status, const char *ctype, const cb__hdr_t
     *o++ = (char)(0x80 | si); /* indexed */
   } else {
     char st[3] = {(char)('0' + status / 100), (char)('0' + status / 10 % 10), (char)('0' + status % 10)};
-    o = cb__hp_field(o, 8, NULL, 0, st, 3);
+    o = cb_hp_field(o, 8, NULL, 0, st, 3);
   }
-  o = cb__hp_field(o, 33, NULL, 0, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
-  if (ctype) o = cb__hp_field(o, 31, NULL, 0, ctype, ctype_len);
+  o = cb_hp_field(o, 33, NULL, 0, w->date_line + 6, w->date_len - 8); /* "date: " ... "\r\n" */
+  if (ctype) o = cb_hp_field(o, 31, NULL, 0, ctype, ctype_len);
   for (int i = 0; i < nextra; i++)
-    o = cb__hp_field(o, 0, extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
+    o = cb_hp_field(o, 0, extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
   if (content_length >= 0) {
     char len_buf[24];
     size_t len_len;
     put_u64(len_buf, sizeof len_buf, (uint64_t)content_length, &len_len);
-    o = cb__hp_field(o, 28, NULL, 0, len_buf, len_len);
+    o = cb_hp_field(o, 28, NULL, 0, len_buf, len_len);
   }
   /* A body follows unless the size says none: then HEADERS carries END_STREAM. */
   s->provider = !s->head_only && content_length != 0 && content_length != CB__NO_BODY;
@@ -739,7 +740,7 @@ static void h2_end_trailers(cb__req_t *r, const cb__hdr_t *t, int n) {
         char ch = t[i].name[j];
         name[j] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
       }
-      o = cb__hp_field(o, 0, name, t[i].name_len, t[i].value, t[i].value_len);
+      o = cb_hp_field(o, 0, name, t[i].name_len, t[i].value, t[i].value_len);
       if (name != lower) free(name);
     }
     s->tblock_len = (size_t)(o - s->tblock);
@@ -845,7 +846,7 @@ static void trailer_block(h2c_t *h, h2s_t *s) {
     free(s->tblock);
     s->tblock = NULL;
   } else {
-    char b[32], *o = cb__hp_field(b, 0, "x-trailer", 9, "cbench", 6);
+    char b[32], *o = cb_hp_field(b, 0, "x-trailer", 9, "cbench", 6);
     s->trailers = 0;
     out_block(h, s->id, b, (size_t)(o - b), 1);
   }
@@ -960,7 +961,7 @@ static void refuse(h2s_t *s, int status, int ends) {
  * interim HEADERS with :status 100, as HTTP/1.1 sends `100 Continue`, so that a client waiting for it sends the
  * body. A request the route answered at once (a 413 or 503 before the body) gets that answer instead. */
 static __attribute__((noinline)) void send_continue(h2c_t *h, h2s_t *s) {
-  char b[8], *o = cb__hp_field(b, 8, NULL, 0, "100", 3);
+  char b[8], *o = cb_hp_field(b, 8, NULL, 0, "100", 3);
   out_block(h, s->id, b, (size_t)(o - b), 0);
 }
 
@@ -1056,7 +1057,7 @@ static void pseudo_field(h2s_t *s, const uint8_t *name, size_t nlen, const uint8
     s->path_len = q ? (size_t)(q - value) : vlen;
     s->target_len = vlen;
   } else if (NAME_IS(":authority")) {
-    if ((s->pseudo & PS_AUTHORITY) || !cb__h2_valid_value(value, vlen)) goto bad;
+    if ((s->pseudo & PS_AUTHORITY) || !cb_h2_valid_value(value, vlen)) goto bad;
     for (size_t i = 0; i < vlen; i++)
       if (value[i] <= 0x20) goto bad;
     s->pseudo |= PS_AUTHORITY;
@@ -1091,7 +1092,7 @@ static int on_field(h2c_t *h, const uint8_t *name, size_t nlen, const uint8_t *v
   if (h->block_over || s == NULL || s->malformed) return 0;
   if (h->block_kind == BLK_TRAILERS) {
     if (nlen == 0 || name[0] == ':') s->malformed = 1;
-    else if (!cb__h2_valid_name(name, nlen) || cb__h2_conn_specific(name, nlen, value, vlen)) s->malformed = 1;
+    else if (!cb_h2_valid_name(name, nlen) || cb_h2_conn_specific(name, nlen, value, vlen)) s->malformed = 1;
     return 0; /* trailers are checked, not kept */
   }
   if (nlen > 0 && name[0] == ':') {
@@ -1099,14 +1100,14 @@ static int on_field(h2c_t *h, const uint8_t *name, size_t nlen, const uint8_t *v
     return 0;
   }
   s->regular = 1;
-  if (!cb__h2_valid_name(name, nlen) || !cb__h2_valid_value(value, vlen) ||
-      cb__h2_conn_specific(name, nlen, value, vlen)) {
+  if (!cb_h2_valid_name(name, nlen) || !cb_h2_valid_value(value, vlen) ||
+      cb_h2_conn_specific(name, nlen, value, vlen)) {
     s->malformed = 1;
     return 0;
   }
 #define NAME_IS(lit) (nlen == sizeof(lit) - 1 && memcmp(name, lit, sizeof(lit) - 1) == 0)
   if (NAME_IS("content-length")) {
-    int64_t v = cb__h2_parse_length(value, vlen);
+    int64_t v = cb_h2_parse_length(value, vlen);
     if (v < 0 || s->have_cl) {
       s->malformed = 1;
       return 0;

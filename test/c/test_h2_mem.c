@@ -2,6 +2,7 @@
  * upstreams': a freed block of up to 1 KiB is kept by size class, at most CB__H2_SMALL_KEEP per class and
  * CB__H2_SMALL_KEEP_BYTES in all, and handed out again, the last kept first, before malloc is asked. Under make
  * asan every block is written after it comes back, and the cache's end frees what it keeps. */
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,15 +25,24 @@ enum { OVER = CB__H2_SMALL_KEEP + 100 };
 static void *blocks[5 * CB__H2_SMALL_KEEP];
 
 /* One class: of 612 blocks of 100 bytes (the 104-byte class, 6) freed, 512 are kept; 512 taken again (97 bytes:
- * the same class) are those, the last freed first; then none is left. */
+ * the same class) are those, the last freed first; then none is left. A block's class is read from its usable
+ * size, and malloc may hand out a larger chunk it had freed before (the test runner's heap is not fresh): such
+ * blocks would be kept in their own class, so they are set aside and freed to the system. */
 TEST(h2_mem_kept_per_class) {
   cb__h2_small_t *k = cb__h2_small_new();
   ASSERT_NOT_NULL(k);
   cb__h2_mem_t m;
   cb__h2_mem_init(&m, k);
+  void *odd[64];
+  int nodd = 0;
   for (int i = 0; i < OVER; i++) {
     blocks[i] = take(&m, 100);
     ASSERT_NOT_NULL(blocks[i]);
+    if (malloc_usable_size(blocks[i]) != class_bytes(6)) {
+      ASSERT_LT(nodd, 64);
+      odd[nodd++] = blocks[i--];
+      continue;
+    }
     memset(blocks[i], 0xab, 100);
   }
   for (int i = 0; i < OVER; i++) give(&m, blocks[i]);
@@ -47,6 +57,7 @@ TEST(h2_mem_kept_per_class) {
   ASSERT_EQ(k->kept, 0);
   for (int i = 0; i < CB__H2_SMALL_KEEP; i++) give(&m, blocks[i]);
   ASSERT_EQ(k->n[6], CB__H2_SMALL_KEEP);
+  for (int i = 0; i < nodd; i++) free(odd[i]);
   cb__h2_mem_free(&m);
   cb__h2_small_free(k); /* frees the 512 it keeps (LeakSanitizer under make asan) */
 }

@@ -1,10 +1,11 @@
 /* What both ends of HTTP/2 need of field bytes, the engine's server session (proto/http2.c) and the upstream
- * client session (client/h2_client.c): the RFC 9113 8.2.1 rules a field must follow, and HPACK's literal
+ * client session (h2_client.c): the RFC 9113 8.2.1 rules a field must follow, and HPACK's literal
  * representation (RFC 7541 6.2.2), which needs no table state: every block either end writes is made of static
  * table references and literals without indexing, never Huffman-coded. */
+#include <stdint.h>
 #include <string.h>
 
-#include "base/base.h"
+#include "client/client.h"
 
 /* tchar (RFC 9110 5.6.2), lower case only */
 static int name_char(uint8_t ch) {
@@ -13,21 +14,21 @@ static int name_char(uint8_t ch) {
   return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
 }
 
-int cb__h2_valid_name(const uint8_t *p, size_t n) {
+int cb_h2_valid_name(const uint8_t *p, size_t n) {
   if (n == 0) return 0;
   for (size_t i = 0; i < n; i++)
     if (!name_char(p[i])) return 0;
   return 1;
 }
 
-int cb__h2_valid_value(const uint8_t *p, size_t n) {
+int cb_h2_valid_value(const uint8_t *p, size_t n) {
   if (n > 0 && (p[0] == ' ' || p[0] == '\t' || p[n - 1] == ' ' || p[n - 1] == '\t')) return 0;
   for (size_t i = 0; i < n; i++)
     if ((p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f) return 0;
   return 1;
 }
 
-int cb__h2_conn_specific(const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+int cb_h2_conn_specific(const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
 #define IS(lit) (nl == sizeof(lit) - 1 && memcmp(name, lit, sizeof(lit) - 1) == 0)
   if (IS("connection") || IS("keep-alive") || IS("proxy-connection") || IS("transfer-encoding") || IS("upgrade"))
     return 1;
@@ -40,7 +41,7 @@ int cb__h2_conn_specific(const uint8_t *name, size_t nl, const uint8_t *value, s
   return 0;
 }
 
-int64_t cb__h2_parse_length(const uint8_t *p, size_t n) {
+int64_t cb_h2_parse_length(const uint8_t *p, size_t n) {
   if (n == 0 || n > 18) return -1;
   int64_t v = 0;
   for (size_t i = 0; i < n; i++) {
@@ -50,7 +51,7 @@ int64_t cb__h2_parse_length(const uint8_t *p, size_t n) {
   return v;
 }
 
-char *cb__hp_int(char *o, uint8_t high, int bits, size_t v) {
+char *cb_hp_int(char *o, uint8_t high, int bits, size_t v) {
   size_t max = ((size_t)1 << bits) - 1;
   if (v < max) {
     *o++ = (char)(high | v);
@@ -67,13 +68,13 @@ char *cb__hp_int(char *o, uint8_t high, int bits, size_t v) {
 }
 
 static char *hp_str(char *o, const char *s, size_t n) {
-  o = cb__hp_int(o, 0, 7, n); /* not Huffman-coded */
+  o = cb_hp_int(o, 0, 7, n); /* not Huffman-coded */
   memcpy(o, s, n);
   return o + n;
 }
 
-char *cb__hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl) {
-  o = cb__hp_int(o, 0x00, 4, (size_t)index);
+char *cb_hp_field(char *o, int index, const char *name, size_t nl, const char *value, size_t vl) {
+  o = cb_hp_int(o, 0x00, 4, (size_t)index);
   if (index == 0) o = hp_str(o, name, nl);
   return hp_str(o, value, vl);
 }
