@@ -163,6 +163,38 @@ void h2_handshake(h2cl_t *cl) {
   if (r != CL_OK) FAIL("no SETTINGS from the server: %s", cl_status_name(r));
 }
 
+void h2_handshake_with(h2cl_t *cl, const nghttp2_settings_entry *iv, size_t n, uint32_t conn_increment) {
+  nghttp2_settings_entry all[16] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
+  if (n > 15) FAIL("too many settings");
+  for (size_t i = 0; i < n; i++) all[1 + i] = iv[i];
+  cl_send(cl->fd, H2_PREFACE, H2_PREFACE_LEN);
+  h2_send_settings(cl, all, 1 + n);
+  if (conn_increment > 0) h2_send_window_update(cl, 0, conn_increment);
+  int r = h2_run(cl, got_settings, NULL, 10000);
+  if (r != CL_OK) FAIL("no SETTINGS from the server: %s", cl_status_name(r));
+}
+
+typedef struct {
+  int pings;
+  uint8_t data[8];
+} sync_t;
+
+static int got_sync(h2cl_t *cl, const void *arg) {
+  const sync_t *s = arg;
+  return cl->pings > s->pings && memcmp(cl->ping_data, s->data, 8) == 0;
+}
+
+int h2_sync(h2cl_t *cl, int timeout_ms) {
+  static unsigned seq;
+  sync_t s;
+  char tmp[9];
+  s.pings = cl->pings;
+  snprintf(tmp, sizeof tmp, "sync%04u", ++seq % 10000);
+  memcpy(s.data, tmp, 8);
+  h2_send_ping(cl, s.data);
+  return h2_run(cl, got_sync, &s, timeout_ms);
+}
+
 void h2_encode(h2cl_t *cl, const nghttp2_nv *nv, size_t n, buf_t *out) {
   size_t bound = nghttp2_hd_deflate_bound(cl->def, (nghttp2_nv *)nv, n);
   uint8_t *tmp = malloc(bound ? bound : 1);

@@ -93,6 +93,16 @@ void h2_handshake(h2cl_t *cl);
 /* Frees the responses, the HPACK state, closes the socket. */
 void h2_close(h2cl_t *cl);
 
+/* Like h2_handshake(), with the test's own SETTINGS and windows: the preface, one SETTINGS frame holding
+ * SETTINGS_ENABLE_PUSH 0 and then iv (n entries, at most 15, sent as given), a connection WINDOW_UPDATE of
+ * conn_increment unless it is 0 (the connection window stays 65535 then), and reading until the server's
+ * SETTINGS arrived. The flow-control tests (test_h2_edge.c) hold the server back with these. */
+void h2_handshake_with(h2cl_t *cl, const nghttp2_settings_entry *iv, size_t n, uint32_t conn_increment);
+/* Sends a PING with data of its own and reads until its ACK: every frame the server sent before it has then been
+ * read and processed (a PING ACK is not held back by flow control). Returns CL_OK, or how the wait ended
+ * (CL_EOF, CL_RESET, CL_TIMEOUT; a GOAWAY alone does not end it). */
+int h2_sync(h2cl_t *cl, int timeout_ms);
+
 /* Encodes a frame header. */
 void h2_frame_hd(uint8_t out[9], uint32_t len, uint8_t type, uint8_t flags, int32_t sid);
 /* Sends one frame; asserts the send succeeded. */
