@@ -1160,6 +1160,10 @@ static void block_done(h2c_t *h) {
     if ((s->pseudo & need) != need || (s->is_connect && (s->pseudo & (PS_SCHEME | PS_PATH))) ||
         (ends && s->have_cl && s->req.content_length != 0))
       s->malformed = 1;
+    /* :path is origin-form, or `*` for OPTIONS (RFC 9113 8.3.1) */
+    else if ((s->pseudo & PS_PATH) && s->head[s->path_off] != '/' &&
+             !(s->target_len == 1 && s->head[s->path_off] == '*' && s->req.method == CB_METHOD_OPTIONS))
+      s->malformed = 1;
   }
   if (s->malformed && !s->too_large) {
     s->remote_closed = ends;
@@ -1209,14 +1213,19 @@ static int open_sid(h2c_t *h, int32_t sid) {
   return 0;
 }
 
-/* A frame on a stream id that has no stream: idle (never opened: a connection error, PROTOCOL_ERROR), closed
- * after the peer ended its side (DATA and HEADERS there: STREAM_CLOSED), or closed otherwise or forgotten
- * (ignored). Returns 0 to ignore the frame, -1 when the connection ends. */
-static int no_stream(h2c_t *h, int32_t sid, int data_or_headers) {
+enum { NS_OTHER, NS_HEADERS, NS_DATA };
+
+/* A frame (NS_*) on a stream id that has no stream. Idle (above every id the client used, or even): a
+ * connection error, PROTOCOL_ERROR (5.1). Skipped (a lower id never opened, so closed by 5.1.1): HEADERS there
+ * is a PROTOCOL_ERROR (h2spec 5.1.1), DATA a STREAM_CLOSED. Closed after the peer ended its side: DATA and
+ * HEADERS are STREAM_CLOSED. Closed otherwise (we reset it first), forgotten, or any other frame: ignored.
+ * Returns 0 to ignore the frame, -1 when the connection ends. */
+static int no_stream(h2c_t *h, int32_t sid, int kind) {
   if ((sid & 1) == 0 || sid > h->max_sid) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
-  if (!sid_remembered(h, sid)) return 0;
-  if (!sid_get(h, sid, SID_OPENED)) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
-  if (data_or_headers && sid_get(h, sid, SID_CLOSED)) return conn_error(h, NGHTTP2_STREAM_CLOSED);
+  if (kind == NS_OTHER || !sid_remembered(h, sid)) return 0;
+  if (!sid_get(h, sid, SID_OPENED))
+    return conn_error(h, kind == NS_HEADERS ? NGHTTP2_PROTOCOL_ERROR : NGHTTP2_STREAM_CLOSED);
+  if (sid_get(h, sid, SID_CLOSED)) return conn_error(h, NGHTTP2_STREAM_CLOSED);
   return 0;
 }
 
@@ -1268,7 +1277,7 @@ static int on_headers(h2c_t *h, const uint8_t *p, size_t n) {
   } else {
     h2s_t *s = find(h, sid);
     if (s == NULL) {
-      if (no_stream(h, sid, 1) != 0) return -1;
+      if (no_stream(h, sid, NS_HEADERS) != 0) return -1;
     } else if (s->rst_owed) {
       /* we are resetting it: ignored */
     } else if (s->remote_closed) {
@@ -1385,7 +1394,7 @@ static int on_window_update(h2c_t *h, const uint8_t *p, size_t n) {
     return 0;
   }
   h2s_t *s = find(h, h->fsid);
-  if (s == NULL) return no_stream(h, h->fsid, 0);
+  if (s == NULL) return no_stream(h, h->fsid, NS_OTHER);
   if (inc == 0) {
     stream_reset(s, NGHTTP2_PROTOCOL_ERROR);
     return 0;
@@ -1404,7 +1413,7 @@ static int on_rst_stream(h2c_t *h, const uint8_t *p, size_t n) {
   if (n != 4) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
   if (h->fsid == 0) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
   h2s_t *s = find(h, h->fsid);
-  if (s == NULL) return no_stream(h, h->fsid, 0);
+  if (s == NULL) return no_stream(h, h->fsid, NS_OTHER);
   /* The rapid-reset bound: tokens come back at RST_PER_SECOND, up to RST_BURST. */
   uint64_t now = uv_now(&h->c->w->loop);
   uint64_t back = (now - h->rst_ms) * RST_PER_SECOND / 1000;
@@ -1471,7 +1480,7 @@ static int data_begin(h2c_t *h) {
   if (h->dpad_wait && len == 0) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
   h2s_t *s = find(h, sid);
   if (s == NULL) {
-    if (no_stream(h, sid, 1) != 0) return -1;
+    if (no_stream(h, sid, NS_DATA) != 0) return -1;
   } else if (s->rst_owed) {
     /* being reset: ignored */
   } else if (s->remote_closed) {
