@@ -786,8 +786,9 @@ static int data_frame(h2c_t *h, h2s_t *s, size_t max) {
     char *o = cb__outq_reserve(q, 9 + room);
     if (o == NULL) return 0;
     size_t n = 0;
-    while (s->phead < s->ptail && n < room) {
-      p = &s->pieces[s->phead];
+    uint32_t i = s->phead;
+    while (i < s->ptail && n < room) {
+      p = &s->pieces[i];
       if (p->kind == PIECE_FILE || p->len > CB__COPY_MAX) break;
       size_t k = p->len < room - n ? p->len : room - n;
       memcpy(o + 9 + n, p->base + p->off, k);
@@ -796,16 +797,19 @@ static int data_frame(h2c_t *h, h2s_t *s, size_t max) {
       p->len -= k;
       s->queued -= k;
       if (p->len > 0) break;
-      give_credit(s, p);
-      int end = p->piece_end;
-      if (p->kind == PIECE_FREE) free_piece(s, p);
-      s->phead++;
-      if (end) break; /* the next piece starts a frame of its own */
+      i++;
+      if (p->piece_end) break; /* the next piece starts a frame of its own */
     }
-    if (s->phead == s->ptail) s->phead = s->ptail = 0;
-    int es = s->res_ended && s->phead == s->ptail && !trailers;
+    int es = s->res_ended && i == s->ptail && !trailers;
     put_fh(o, n, NGHTTP2_DATA, es ? NGHTTP2_FLAG_END_STREAM : 0, s->id);
     cb__outq_commit(q, 9 + n);
+    /* Only now the pieces copied whole go: freeing one, and giving its window back, may write into the output
+     * queue (a release after the frames that reference it, a WINDOW_UPDATE), which the reservation held. */
+    for (; s->phead < i; s->phead++) {
+      give_credit(s, &s->pieces[s->phead]);
+      if (s->pieces[s->phead].kind == PIECE_FREE) free_piece(s, &s->pieces[s->phead]);
+    }
+    if (s->phead == s->ptail) s->phead = s->ptail = 0;
     h->conn_send -= (int64_t)n;
     s->send_window -= (int64_t)n;
     return es;
