@@ -44,6 +44,9 @@
 #define FREE_STREAMS_MAX 16
 /* Header blocks over the header limit a connection may send (each refused) before it is ended. */
 #define OVERSIZED_BLOCKS_MAX 3
+/* The repeated-block memo (block_memo): a block of at most MEMO_BLOCK_MAX bytes, its fields within MEMO_MAX. */
+#define MEMO_BLOCK_MAX 64
+#define MEMO_MAX 1024
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 #define PREFACE_LEN 24
@@ -181,6 +184,11 @@ struct h2c {
   int32_t block_sid;
   h2s_t *block_s;
   size_t block_bytes;   /* counted like max_header_bytes */
+  /* The memo of the last header block made of indexed fields alone (block_memo): its bytes, then its fields
+   * as (u16 name length, u16 value length, name, value). NULL until one comes; given back at rest. */
+  uint8_t *memo;
+  uint16_t memo_block, memo_used;
+  uint8_t memo_valid, memo_rec, memo_over;
   /* Windows. */
   int64_t conn_send;        /* what we may still send on the connection */
   uint32_t peer_initial;    /* the peer's SETTINGS_INITIAL_WINDOW_SIZE */
@@ -1127,6 +1135,22 @@ static int on_field(h2c_t *h, const uint8_t *name, size_t nlen, const uint8_t *v
   return 0;
 }
 
+/* A field the decoder gave, kept in the memo being recorded (block_memo). */
+static void memo_add(h2c_t *h, const uint8_t *name, size_t nl, const uint8_t *value, size_t vl) {
+  if (h->memo_over || h->memo_used + 4 + nl + vl > MEMO_MAX) {
+    h->memo_over = 1;
+    return;
+  }
+  uint8_t *o = h->memo + h->memo_used;
+  o[0] = (uint8_t)(nl >> 8);
+  o[1] = (uint8_t)nl;
+  o[2] = (uint8_t)(vl >> 8);
+  o[3] = (uint8_t)vl;
+  memcpy(o + 4, name, nl);
+  memcpy(o + 4 + nl, value, vl);
+  h->memo_used = (uint16_t)(h->memo_used + 4 + nl + vl);
+}
+
 /* Decodes a fragment of the block (last: its END_HEADERS). -1: the connection ends (HPACK broken:
  * COMPRESSION_ERROR, or too many oversized blocks). */
 static int block_decode(h2c_t *h, const uint8_t *in, size_t len, int last) {
@@ -1137,6 +1161,7 @@ static int block_decode(h2c_t *h, const uint8_t *in, size_t len, int last) {
     if (r < 0) return conn_error(h, NGHTTP2_COMPRESSION_ERROR);
     in += r;
     len -= (size_t)r;
+    if ((fl & NGHTTP2_HD_INFLATE_EMIT) && h->memo_rec) memo_add(h, nv.name, nv.namelen, nv.value, nv.valuelen);
     if ((fl & NGHTTP2_HD_INFLATE_EMIT) && on_field(h, nv.name, nv.namelen, nv.value, nv.valuelen) != 0) return -1;
     if (fl & NGHTTP2_HD_INFLATE_FINAL) {
       nghttp2_hd_inflate_end_headers(h->inf);
@@ -1144,6 +1169,84 @@ static int block_decode(h2c_t *h, const uint8_t *in, size_t len, int last) {
     }
     if (!(fl & NGHTTP2_HD_INFLATE_EMIT) && len == 0) return 0;
   }
+}
+
+/* An HPACK integer with an n-bit prefix at p[*i] (RFC 7541 5.1), or -1 when the block ends first or it is
+ * over 2^21. */
+static int64_t hp_int_at(const uint8_t *p, size_t len, size_t *i, int bits) {
+  if (*i >= len) return -1;
+  uint32_t max = (1u << bits) - 1, v = p[(*i)++] & max;
+  if (v < max) return v;
+  for (int shift = 0; shift <= 14; shift += 7) {
+    if (*i >= len) return -1;
+    uint8_t b = p[(*i)++];
+    v += (uint32_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return v;
+  }
+  return -1;
+}
+
+/* Whether a block leaves the decoder's table as it found it: indexed fields (RFC 7541 6.1) and literals
+ * without indexing or never indexed (6.2.2, 6.2.3) only; no literal with incremental indexing (6.2.1), no
+ * table size update (6.3). Read for its structure only (string lengths skipped, nothing decoded). */
+static int table_neutral(const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t b = p[i];
+    if (b & 0x80) {
+      if (hp_int_at(p, n, &i, 7) < 0) return 0;
+      continue;
+    }
+    if (b & 0x60) return 0; /* 01xxxxxx incremental indexing, 001xxxxx a size update */
+    int64_t name = hp_int_at(p, n, &i, 4);
+    if (name < 0) return 0;
+    for (int str = name == 0 ? 2 : 1; str > 0; str--) {
+      int64_t l = hp_int_at(p, n, &i, 7);
+      if (l < 0 || (uint64_t)l > n - i) return 0;
+      i += (size_t)l;
+    }
+  }
+  return 1;
+}
+
+/* A whole header block in one HEADERS frame, decoded, or replayed from the memo. A block that leaves the
+ * decoder's table as it was (table_neutral) decodes to the same fields for the same bytes until a block of
+ * another kind (or a table size change) comes: clients that send one request again and again (a load
+ * generator, a poller) send the same bytes each time (h2load: a literal :path and indexed fields), and the
+ * memo spares the decoder's work for them. The fields replayed go through the same checks (on_field) as
+ * decoded ones. */
+static int block_memo(h2c_t *h, const uint8_t *p, size_t n) {
+  if (h->memo_valid && n == h->memo_block && memcmp(p, h->memo, n) == 0) {
+    const uint8_t *f = h->memo + n, *end = h->memo + h->memo_used;
+    while (f < end) {
+      size_t nl = (size_t)f[0] << 8 | f[1], vl = (size_t)f[2] << 8 | f[3];
+      if (on_field(h, f + 4, nl, f + 4 + nl, vl) != 0) return -1;
+      f += 4 + nl + vl;
+    }
+    return 0;
+  }
+  int indexed = n > 0 && n <= MEMO_BLOCK_MAX && table_neutral(p, n);
+  h->memo_valid = 0;
+  if (indexed && h->memo == NULL) h->memo = malloc(MEMO_MAX);
+  if (indexed && h->memo != NULL) {
+    memcpy(h->memo, p, n);
+    h->memo_used = (uint16_t)n;
+    h->memo_rec = 1;
+    h->memo_over = 0;
+  }
+  int rc = block_decode(h, p, n, 1);
+  if (h->memo_rec) {
+    h->memo_rec = 0;
+    h->memo_block = (uint16_t)n;
+    h->memo_valid = rc == 0 && !h->memo_over;
+  }
+  return rc;
+}
+
+static void memo_free(h2c_t *h) {
+  free(h->memo);
+  h->memo = NULL;
+  h->memo_valid = 0;
 }
 
 /* The block is whole: what it means for its stream. */
@@ -1293,11 +1396,12 @@ static int on_headers(h2c_t *h, const uint8_t *p, size_t n) {
     }
   }
   if (fl & NGHTTP2_FLAG_END_HEADERS) {
-    if (block_decode(h, p, n, 1) != 0) return -1;
+    if (block_memo(h, p, n) != 0) return -1;
     block_done(h);
     return 0;
   }
   h->block_open = 1;
+  h->memo_valid = 0; /* the fragments may change the table */
   return block_decode(h, p, n, 0);
 }
 
@@ -1364,6 +1468,7 @@ static int on_settings(h2c_t *h, const uint8_t *p, size_t n) {
       if (h->table_asked) {
         /* The peer applied a 0-byte table: ours is emptied, and the idle connection can park (h2_after). */
         nghttp2_hd_inflate_change_table_size(h->inf, 0);
+        h->memo_valid = 0;
         h->table_asked = 0;
         h->table_zero = 1;
         h->park_soon = 1;
@@ -1747,6 +1852,7 @@ static h2c_t *session_new(cb__conn_t *c) {
 
 static void session_free(h2c_t *h) {
   if (h->inf) nghttp2_hd_inflate_del(h->inf);
+  free(h->memo);
   cb__h2_mem_free(&h->mem);
   free(h->tab);
   free(h->gbuf);
@@ -1974,6 +2080,7 @@ static void h2_rest(cb__conn_t *c) {
   free(h->tab);
   h->tab = NULL;
   h->tab_cap = h->tab_n = 0;
+  memo_free(h);
   try_park(h);
 }
 
@@ -2004,6 +2111,7 @@ static void try_park(h2c_t *h) {
   if (h->settings_owed > 0) return;
   nghttp2_hd_inflate_del(h->inf);
   h->inf = NULL;
+  memo_free(h);
   cb__h2_mem_free(&h->mem);
   free_spare_streams(h);
   free(h->gbuf);

@@ -1655,3 +1655,68 @@ TEST(h2_edge_stream_ids) {
   buf_free(&b);
   test_stop(srv);
 }
+
+/* The repeated-block memo (proto/http2.c, block_memo): a block that leaves the decoder's table alone (indexed
+ * fields, literals without indexing) is replayed from its last decoding when the same bytes come again; any
+ * block that may change the table (a literal with incremental indexing, a table size update, a block in
+ * CONTINUATION frames) makes the memo void. Here the same bytes, one reference to dynamic entry 62, must follow
+ * every change of that entry: x-m "one", again "one" (replayed), then "two" after a block that inserts, then
+ * "three" after a block that shrinks the table to 0 and inserts again, then "four" after a block in two frames. */
+static void memo_block(buf_t *b, const char *tail, size_t tail_len) {
+  /* :method GET, :scheme http (indexed), :path /headers and :authority x (literals without indexing) */
+  static const uint8_t pseudo[] = {0x82, 0x86, 0x04, 8, '/', 'h', 'e', 'a', 'd', 'e', 'r', 's', 0x01, 1, 'x'};
+  buf_reset(b);
+  buf_add(b, pseudo, sizeof pseudo);
+  buf_add(b, tail, tail_len);
+}
+
+static void memo_expect(h2cl_t *cl, int32_t sid, const buf_t *b, const char *value, int split) {
+  h2resp_t *r = h2_stream(cl, sid);
+  if (split) {
+    h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_STREAM, sid, b->p, 5);
+    h2_send_frame(cl, NGHTTP2_CONTINUATION, NGHTTP2_FLAG_END_HEADERS, sid, b->p + 5, b->len - 5);
+  } else {
+    h2_send_frame(cl, NGHTTP2_HEADERS, NGHTTP2_FLAG_END_HEADERS | NGHTTP2_FLAG_END_STREAM, sid, b->p, b->len);
+  }
+  h2_wait1(cl, r, 10000);
+  ASSERT_EQ(r->status, 200);
+  char want[64];
+  snprintf(want, sizeof want, "{\"x-m\":\"%s\"}", value);
+  ASSERT_MEM_EQ(r->body.p, r->body.len, want, strlen(want));
+}
+
+TEST(h2_edge_repeated_block_memo) {
+  cb_server_t *srv = start_default();
+  h2cl_t *cl = h2_open(cb_server_port(srv));
+  h2_handshake(cl);
+  buf_t b = {0};
+  /* 0x40: a literal with incremental indexing, new name */
+  memo_block(&b, "\x40\x03x-m\x03one", 9);
+  memo_expect(cl, 1, &b, "one", 0);
+  buf_t ref = {0};
+  memo_block(&ref, "\xbe", 1); /* index 62: the newest dynamic entry */
+  memo_expect(cl, 3, &ref, "one", 0);
+  memo_expect(cl, 5, &ref, "one", 0); /* the same bytes: replayed */
+  memo_block(&b, "\x40\x03x-m\x03two", 9);
+  memo_expect(cl, 7, &b, "two", 0);
+  memo_expect(cl, 9, &ref, "two", 0);
+  /* a table size update to 0 (everything evicted), one back to 4096, then an insert */
+  memo_block(&b, "\x40\x03x-m\x05three", 11);
+  static const char upd[] = {0x20, 0x3f, (char)0xe1, 0x1f}; /* size 0, then size 4096 (31 + 4065) */
+  buf_t sized = {0};
+  buf_add(&sized, upd, sizeof upd);
+  buf_add(&sized, b.p, b.len);
+  memo_expect(cl, 11, &sized, "three", 0);
+  memo_expect(cl, 13, &ref, "three", 0);
+  /* an insert in a block cut into HEADERS and CONTINUATION */
+  memo_block(&b, "\x40\x03x-m\x04" "four", 10);
+  memo_expect(cl, 15, &b, "four", 1);
+  memo_expect(cl, 17, &ref, "four", 0);
+  memo_expect(cl, 19, &ref, "four", 0);
+  ASSERT_EQ(cl->goaway, 0);
+  buf_free(&b);
+  buf_free(&ref);
+  buf_free(&sized);
+  h2_free(cl);
+  test_stop(srv);
+}
