@@ -1478,6 +1478,12 @@ static int on_settings(h2c_t *h, const uint8_t *p, size_t n) {
   }
   if (n % 6 != 0) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
   if (take_settings(h, p, n) != 0) return -1;
+  if (!h->settings_seen) {
+    /* The preface is whole: the connection window opens (before, a bad preface gets SETTINGS and GOAWAY
+     * alone). The peer cannot have sent DATA yet: SETTINGS comes first. */
+    out_u32(h, NGHTTP2_WINDOW_UPDATE, 0, CONN_WINDOW - DEFAULT_WINDOW);
+    h->conn_recv += CONN_WINDOW - DEFAULT_WINDOW;
+  }
   out_frame(h, NGHTTP2_SETTINGS, NGHTTP2_FLAG_ACK, 0, NULL, 0);
   h->settings_seen = 1;
   if (h->hold_data) {
@@ -1815,7 +1821,6 @@ static void our_settings(h2c_t *h) {
                                  NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES};
   uint32_t vals[] = {cfg->h2_max_concurrent_streams, STREAM_WINDOW, (uint32_t)cfg->max_header_bytes, 1};
   out_settings(h, ids, vals, 4);
-  out_u32(h, NGHTTP2_WINDOW_UPDATE, 0, CONN_WINDOW - DEFAULT_WINDOW);
 }
 
 static int inflater_new(h2c_t *h) {
@@ -1841,7 +1846,7 @@ static h2c_t *session_new(cb__conn_t *c) {
   h->conn_send = DEFAULT_WINDOW;
   h->peer_initial = DEFAULT_WINDOW;
   h->peer_max_frame = DEFAULT_MAX_FRAME;
-  h->conn_recv = CONN_WINDOW;
+  h->conn_recv = DEFAULT_WINDOW; /* CONN_WINDOW once the preface is whole (on_settings) */
   h->local_initial = STREAM_WINDOW;
   h->max_recv_frame = DEFAULT_MAX_FRAME;
   h->pend_window = h->pend_max_frame = -1;
