@@ -1,5 +1,10 @@
 /* The memory of an nghttp2 session (nghttp2_mem), so that an idle h2c connection costs little (issue 11).
  *
+ * Since December 2026 neither the server (proto/http2.c) nor the h2c client (client/h2_client.c) uses nghttp2's
+ * session: what allocates here is nghttp2's HPACK decoder (its 1 KiB table ring is a slot, its entries and
+ * buffers small blocks). The frame-buffer and three-slot paths below were made for the sessions; the decoder
+ * is not expected to ask for blocks of those sizes, and they stay correct should it.
+ *
  * A session allocates a few large blocks when it is made: its outgoing frame buffer (16 KiB), the stream map's
  * table (4 KiB), and later, rarely, more. Most of their bytes are never written while the connection idles, but
  * from malloc's heap they are resident anyway: the heap's pages are shared with their neighbours, and calloc

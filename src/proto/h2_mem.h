@@ -1,4 +1,5 @@
-/* The memory of one nghttp2 session (h2_mem.c). Internal to the engine. */
+/* The memory of nghttp2's HPACK decoders (h2_mem.c), the engine's HTTP/2 session's and the h2c client's. Internal
+ * to the engine. */
 #ifndef CB_H2_MEM_H
 #define CB_H2_MEM_H
 

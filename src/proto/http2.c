@@ -201,8 +201,6 @@ struct h2c {
   /* The rapid-reset bound: tokens and when they were last counted. */
   uint32_t rst_tokens;
   uint64_t rst_ms;
-  uint32_t nrst_after; /* streams with rst_after set */
-  uint32_t ncut;       /* streams with cut set */
 };
 
 static const cb__proto_t h2_proto;
@@ -456,8 +454,6 @@ static void stream_free(h2c_t *h, h2s_t *s, int final) {
   if (s->req.handler) cb__req_release(&s->req);
   free(s->tblock);
   s->tblock = NULL;
-  if (s->rst_after) h->nrst_after--;
-  if (s->cut) h->ncut--;
   s->remote_closed = 1; /* no WINDOW_UPDATE for it from here on */
   drop_pieces(s);
   unlink_ready(s);
@@ -868,7 +864,6 @@ static void trailer_block(h2c_t *h, h2s_t *s) {
 static void cut_now(h2c_t *h, h2s_t *s) {
   uint8_t how = s->cut;
   s->cut = 0;
-  h->ncut--;
   if (how == CB__CUT_RESET)
     h->c->abort_after_flush = 1; /* conn.c resets once that frame has been written */
   else if (how == CB__CUT_CLOSE)
@@ -953,10 +948,7 @@ static void refuse(h2s_t *s, int status, int ends) {
   if (s->req.handler) cb__req_release(&s->req);
   /* The rest of the request body is not wanted. RFC 9113 section 8.1: after a complete response, RST_STREAM
    * with NO_ERROR asks the client to stop sending; sent earlier, it would discard the answer. */
-  if (!s->req.req_done && !ends && !s->rst_after) {
-    s->rst_after = 1;
-    s->h->nrst_after++;
-  }
+  if (!s->req.req_done && !ends) s->rst_after = 1;
   if (s->req.res_state == CB__RES_NONE) {
     s->head_only = 1;
     h2_head(&s->req, status, NULL, NULL, 0, 0);
@@ -2098,7 +2090,7 @@ static void h2_rest(cb__conn_t *c) {
 
 static int park_ready(const h2c_t *h) {
   return h->inf != NULL && h->nstreams == 0 && !h->upgraded && !h->no_park && !h->stopping && !h->peer_eof &&
-         !h->timed_out && !h->ended && !h->goaway_recv && !h->violation && !h->would_block && h->nrst_after == 0 &&
+         !h->timed_out && !h->ended && !h->goaway_recv && !h->violation && !h->would_block &&
          !in_head(h) && h->in == IN_HEADER;
 }
 
@@ -2228,7 +2220,6 @@ static int h2_settings(cb__req_t *r, int64_t max_frame, int64_t window) {
  * the peer's windows. */
 static void h2_cut(cb__req_t *r, uint32_t code, int how) {
   h2s_t *s = r->stream;
-  if (!s->cut) s->h->ncut++;
   s->cut = (uint8_t)how;
   s->cut_code = code;
   link_ready(s);
