@@ -404,6 +404,31 @@ int cb_ch2_waiting(const cb_ch2_t *c, int32_t id);
 /* A CB_CH2_E_* as text. */
 const char *cb_ch2_strerror(int e);
 
+/* HTTP/2 frame bytes (RFC 9113 4.1), for this layer's h2c session and the engine's server session: a 9-byte frame
+ * header (the stream id's reserved bit clear), and 32-bit big-endian values. */
+static inline void cb_h2_put_fh(char *o, size_t len, uint8_t type, uint8_t flags, int32_t id) {
+  o[0] = (char)(len >> 16);
+  o[1] = (char)(len >> 8);
+  o[2] = (char)len;
+  o[3] = (char)type;
+  o[4] = (char)flags;
+  o[5] = (char)((uint32_t)id >> 24 & 0x7f);
+  o[6] = (char)(id >> 16);
+  o[7] = (char)(id >> 8);
+  o[8] = (char)id;
+}
+
+static inline void cb_h2_put32(char *o, uint32_t v) {
+  o[0] = (char)(v >> 24);
+  o[1] = (char)(v >> 16);
+  o[2] = (char)(v >> 8);
+  o[3] = (char)v;
+}
+
+static inline uint32_t cb_h2_get32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 /* HTTP/2 fields (h2_fields.c), for this layer's h2c session and the engine's server session (proto/http2.c).
  * A name of lower-case tchars only; a value of field-vchars, spaces and tabs (RFC 9110 5.5: no control byte
  * but HTAB, no DEL) without white space at either end (RFC 9113 8.2.1). */

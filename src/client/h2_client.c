@@ -151,34 +151,11 @@ static int ob_reserve(k_t *k, size_t n) {
   return 0;
 }
 
-static void put_fh(char *o, size_t len, uint8_t type, uint8_t flags, int32_t id) {
-  o[0] = (char)(len >> 16);
-  o[1] = (char)(len >> 8);
-  o[2] = (char)len;
-  o[3] = (char)type;
-  o[4] = (char)flags;
-  o[5] = (char)((uint32_t)id >> 24);
-  o[6] = (char)(id >> 16);
-  o[7] = (char)(id >> 8);
-  o[8] = (char)id;
-}
-
-static void put32(char *o, uint32_t v) {
-  o[0] = (char)(v >> 24);
-  o[1] = (char)(v >> 16);
-  o[2] = (char)(v >> 8);
-  o[3] = (char)v;
-}
-
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* A control frame of up to 12 bytes of payload. */
 static int out_frame(cb_ch2_t *c, uint8_t type, uint8_t flags, int32_t id, const void *payload, size_t len) {
   k_t *k = c->k;
   if (ob_reserve(k, 9 + len) != 0) return -1;
-  put_fh(k->ob + k->ob_len, len, type, flags, id);
+  cb_h2_put_fh(k->ob + k->ob_len, len, type, flags, id);
   if (len) memcpy(k->ob + k->ob_len + 9, payload, len);
   k->ob_len += 9 + len;
   return 0;
@@ -186,13 +163,13 @@ static int out_frame(cb_ch2_t *c, uint8_t type, uint8_t flags, int32_t id, const
 
 static void out_rst(cb_ch2_t *c, int32_t id, uint32_t code) {
   char p[4];
-  put32(p, code);
+  cb_h2_put32(p, code);
   (void)out_frame(c, T_RST, 0, id, p, 4);
 }
 
 static void out_window(cb_ch2_t *c, int32_t id, uint32_t inc) {
   char p[4];
-  put32(p, inc);
+  cb_h2_put32(p, inc);
   (void)out_frame(c, T_WINDOW, 0, id, p, 4);
 }
 
@@ -201,8 +178,8 @@ static int conn_error(cb_ch2_t *c, uint32_t code) {
   k_t *k = c->k;
   if (!c->bad && !k->sent_goaway) {
     char p[8];
-    put32(p, 0); /* no stream of the server's was processed: a client opens them all */
-    put32(p + 4, code);
+    cb_h2_put32(p, 0); /* no stream of the server's was processed: a client opens them all */
+    cb_h2_put32(p + 4, code);
     k->sent_goaway = 1;
     (void)out_frame(c, T_GOAWAY, 0, 0, p, 8);
   }
@@ -488,7 +465,7 @@ static int on_headers(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     n--;
   }
   if (k->fflags & F_PRIORITY) {
-    if (n < 5 || (int32_t)(get32(p) & MAX_WINDOW) == id) return conn_error(c, E_PROTOCOL); /* on itself */
+    if (n < 5 || (int32_t)(cb_h2_get32(p) & MAX_WINDOW) == id) return conn_error(c, E_PROTOCOL); /* on itself */
     p += 5;
     n -= 5;
   }
@@ -567,7 +544,7 @@ static int on_settings(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
   if (n % 6 != 0) return conn_error(c, E_FRAME_SIZE);
   for (size_t i = 0; i < n; i += 6) {
     uint16_t what = (uint16_t)(p[i] << 8 | p[i + 1]);
-    uint32_t v = get32(p + i + 2);
+    uint32_t v = cb_h2_get32(p + i + 2);
     switch (what) {
       case NGHTTP2_SETTINGS_ENABLE_PUSH: /* a server may not set it to 1 (RFC 9113 6.5.2) */
         if (v != 0) return conn_error(c, E_PROTOCOL);
@@ -620,14 +597,14 @@ static int on_frame(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     case T_PRIORITY: /* RFC 7540's priorities are not used: checked, then ignored */
       if (k->fid == 0) return conn_error(c, E_PROTOCOL);
       if (n != 5) return conn_error(c, E_FRAME_SIZE);
-      if ((int32_t)(get32(p) & MAX_WINDOW) == k->fid) return conn_error(c, E_PROTOCOL); /* on itself */
+      if ((int32_t)(cb_h2_get32(p) & MAX_WINDOW) == k->fid) return conn_error(c, E_PROTOCOL); /* on itself */
       return 0;
     case T_RST: {
       if (k->fid == 0) return conn_error(c, E_PROTOCOL);
       if (n != 4) return conn_error(c, E_FRAME_SIZE);
       st_t *s = find(k, k->fid);
       if (s == NULL) return idle_id(k, k->fid) ? conn_error(c, E_PROTOCOL) : 0;
-      tell_close(c, s, get32(p) == E_REFUSED ? CB_CH2_E_REFUSED : CB_CH2_E_RESET);
+      tell_close(c, s, cb_h2_get32(p) == E_REFUSED ? CB_CH2_E_REFUSED : CB_CH2_E_RESET);
       return 0;
     }
     case T_SETTINGS: return on_settings(c, k, p, n);
@@ -641,7 +618,7 @@ static int on_frame(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     case T_GOAWAY: {
       if (k->fid != 0) return conn_error(c, E_PROTOCOL);
       if (n < 8) return conn_error(c, E_FRAME_SIZE);
-      int32_t last = (int32_t)(get32(p) & MAX_WINDOW);
+      int32_t last = (int32_t)(cb_h2_get32(p) & MAX_WINDOW);
       c->goaway = 1;
       /* The streams above last were not processed: refused, each told (the table changes as they go). */
       for (;;) {
@@ -655,7 +632,7 @@ static int on_frame(cb_ch2_t *c, k_t *k, const uint8_t *p, size_t n) {
     }
     case T_WINDOW: {
       if (n != 4) return conn_error(c, E_FRAME_SIZE);
-      uint32_t inc = get32(p) & MAX_WINDOW;
+      uint32_t inc = cb_h2_get32(p) & MAX_WINDOW;
       if (k->fid == 0) {
         if (inc == 0) return conn_error(c, E_PROTOCOL);
         k->conn_send_window += inc;
@@ -692,7 +669,7 @@ int cb_ch2_feed(cb_ch2_t *c, const char *in, size_t n) {
       k->flen = (uint32_t)k->fh[0] << 16 | (uint32_t)k->fh[1] << 8 | k->fh[2];
       k->ftype = k->fh[3];
       k->fflags = k->fh[4];
-      k->fid = (int32_t)(get32(k->fh + 5) & MAX_WINDOW);
+      k->fid = (int32_t)(cb_h2_get32(k->fh + 5) & MAX_WINDOW);
       if (k->flen > MAX_FRAME) return conn_error(c, E_FRAME_SIZE);
       k->need = k->flen;
       k->fbuf_len = 0;
@@ -790,7 +767,7 @@ int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
   size_t blen = (size_t)(o - b0);
   uint8_t end_stream = q->has_body ? 0 : F_END_STREAM;
   if (blen <= maxf) {
-    put_fh(k->ob + start, blen, T_HEADERS, (uint8_t)(F_END_HEADERS | end_stream), s->id);
+    cb_h2_put_fh(k->ob + start, blen, T_HEADERS, (uint8_t)(F_END_HEADERS | end_stream), s->id);
     k->ob_len = start + 9 + blen;
   } else { /* HEADERS then CONTINUATION frames: the block's pieces moved apart, from the last */
     size_t nfr = (blen + maxf - 1) / maxf;
@@ -799,8 +776,8 @@ int32_t cb_ch2_submit(cb_ch2_t *c, const cb_ch2_req_t *q, void *sud) {
       char *dst = k->ob + start + f * (9 + maxf);
       memmove(dst + 9, b0 + off, len);
       uint8_t flags = (uint8_t)(f == nfr - 1 ? F_END_HEADERS : 0);
-      if (f == 0) put_fh(dst, len, T_HEADERS, (uint8_t)(flags | end_stream), s->id);
-      else put_fh(dst, len, T_CONTINUATION, flags, s->id);
+      if (f == 0) cb_h2_put_fh(dst, len, T_HEADERS, (uint8_t)(flags | end_stream), s->id);
+      else cb_h2_put_fh(dst, len, T_CONTINUATION, flags, s->id);
     }
     k->ob_len = start + blen + 9 * nfr;
   }
@@ -837,7 +814,7 @@ static void take_bodies(cb_ch2_t *c, k_t *k) {
         more = 0;
         break;
       }
-      put_fh(k->ob + k->ob_len, (size_t)r, T_DATA, (uint8_t)(eof ? F_END_STREAM : 0), id);
+      cb_h2_put_fh(k->ob + k->ob_len, (size_t)r, T_DATA, (uint8_t)(eof ? F_END_STREAM : 0), id);
       k->ob_len += 9 + (size_t)r;
       s->send_window -= r;
       k->conn_send_window -= r;
@@ -930,7 +907,7 @@ int cb_ch2_init(cb_ch2_t *c, const cb_ch2_callbacks_t *cb, void *ud, const cb_ch
   memcpy(k->ob, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
   k->ob_len = 24;
   char set[12] = {0, NGHTTP2_SETTINGS_ENABLE_PUSH, 0, 0, 0, 0, 0, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE};
-  put32(set + 8, (uint32_t)c->lim.max_head);
+  cb_h2_put32(set + 8, (uint32_t)c->lim.max_head);
   (void)out_frame(c, T_SETTINGS, 0, 0, set, 12);
   if (k->conn_local_window > DEFAULT_WINDOW) out_window(c, 0, k->conn_local_window - DEFAULT_WINDOW);
   return 0;

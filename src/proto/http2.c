@@ -208,47 +208,24 @@ static const cb__conn_ops_t h2_ops;
 
 /* ---- writing frames ---- */
 
-static void put_fh(char *o, size_t len, uint8_t type, uint8_t flags, int32_t id) {
-  o[0] = (char)(len >> 16);
-  o[1] = (char)(len >> 8);
-  o[2] = (char)len;
-  o[3] = (char)type;
-  o[4] = (char)flags;
-  o[5] = (char)((uint32_t)id >> 24 & 0x7f);
-  o[6] = (char)(id >> 16);
-  o[7] = (char)(id >> 8);
-  o[8] = (char)id;
-}
-
-static void put32(char *o, uint32_t v) {
-  o[0] = (char)(v >> 24);
-  o[1] = (char)(v >> 16);
-  o[2] = (char)(v >> 8);
-  o[3] = (char)v;
-}
-
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static void out_frame(h2c_t *h, uint8_t type, uint8_t flags, int32_t id, const void *payload, size_t len) {
   char *o = cb__outq_reserve(&h->c->out, 9 + len);
   if (o == NULL) return; /* out of memory: the frame is lost, as a write error would lose it */
-  put_fh(o, len, type, flags, id);
+  cb_h2_put_fh(o, len, type, flags, id);
   if (len > 0) memcpy(o + 9, payload, len);
   cb__outq_commit(&h->c->out, 9 + len);
 }
 
 static void out_u32(h2c_t *h, uint8_t type, int32_t id, uint32_t v) {
   char b[4];
-  put32(b, v);
+  cb_h2_put32(b, v);
   out_frame(h, type, 0, id, b, 4);
 }
 
 static void out_goaway(h2c_t *h, int32_t last, uint32_t code) {
   char b[8];
-  put32(b, (uint32_t)last);
-  put32(b + 4, code);
+  cb_h2_put32(b, (uint32_t)last);
+  cb_h2_put32(b + 4, code);
   out_frame(h, NGHTTP2_GOAWAY, 0, 0, b, 8);
   if (code != NGHTTP2_NO_ERROR) CB__STAT_INC(h->c->w, h2_errors);
 }
@@ -273,7 +250,7 @@ static void out_settings(h2c_t *h, const uint16_t *ids, const uint32_t *vals, si
   for (size_t i = 0; i < n; i++) {
     b[6 * i] = (char)(ids[i] >> 8);
     b[6 * i + 1] = (char)ids[i];
-    put32(b + 6 * i + 2, vals[i]);
+    cb_h2_put32(b + 6 * i + 2, vals[i]);
   }
   out_frame(h, NGHTTP2_SETTINGS, 0, 0, b, 6 * n);
   h->settings_owed++;
@@ -805,7 +782,7 @@ static int data_frame(h2c_t *h, h2s_t *s, size_t max) {
       if (p->piece_end) break; /* the next piece starts a frame of its own */
     }
     int es = s->res_ended && i == s->ptail && !trailers;
-    put_fh(o, n, NGHTTP2_DATA, es ? NGHTTP2_FLAG_END_STREAM : 0, s->id);
+    cb_h2_put_fh(o, n, NGHTTP2_DATA, es ? NGHTTP2_FLAG_END_STREAM : 0, s->id);
     cb__outq_commit(q, 9 + n);
     /* Only now the pieces copied whole go: freeing one, and giving its window back, may write into the output
      * queue (a release after the frames that reference it, a WINDOW_UPDATE), which the reservation held. */
@@ -821,7 +798,7 @@ static int data_frame(h2c_t *h, h2s_t *s, size_t max) {
   size_t n = p->len < max ? p->len : max;
   int es = s->res_ended && s->phead + 1 == s->ptail && n == p->len && !trailers;
   char fh[9];
-  put_fh(fh, n, NGHTTP2_DATA, es ? NGHTTP2_FLAG_END_STREAM : 0, s->id);
+  cb_h2_put_fh(fh, n, NGHTTP2_DATA, es ? NGHTTP2_FLAG_END_STREAM : 0, s->id);
   cb__outq_copy(q, fh, 9);
   int last = n == p->len;
   if (p->kind == PIECE_FILE) {
@@ -1344,7 +1321,7 @@ static int on_headers(h2c_t *h, const uint8_t *p, size_t n) {
   int self_dep = 0;
   if (fl & NGHTTP2_FLAG_PRIORITY) {
     if (n < 5) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
-    self_dep = (int32_t)(get32(p) & 0x7fffffff) == sid;
+    self_dep = (int32_t)(cb_h2_get32(p) & 0x7fffffff) == sid;
     p += 5;
     n -= 5;
   }
@@ -1420,7 +1397,7 @@ static int take_settings(h2c_t *h, const uint8_t *p, size_t n) {
   if (n / 6 > MAX_SETTINGS) return conn_error(h, NGHTTP2_ENHANCE_YOUR_CALM);
   for (size_t o = 0; o + 6 <= n; o += 6) {
     uint16_t id = (uint16_t)(p[o] << 8 | p[o + 1]);
-    uint32_t v = get32(p + o + 2);
+    uint32_t v = cb_h2_get32(p + o + 2);
     switch (id) {
     case NGHTTP2_SETTINGS_ENABLE_PUSH:
       if (v > 1) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
@@ -1491,7 +1468,7 @@ static int on_settings(h2c_t *h, const uint8_t *p, size_t n) {
 
 static int on_window_update(h2c_t *h, const uint8_t *p, size_t n) {
   if (n != 4) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
-  uint32_t inc = get32(p) & 0x7fffffff;
+  uint32_t inc = cb_h2_get32(p) & 0x7fffffff;
   if (h->fsid == 0) {
     if (inc == 0) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
     if (h->conn_send + inc > MAX_WINDOW) return conn_error(h, NGHTTP2_FLOW_CONTROL_ERROR);
@@ -1532,7 +1509,7 @@ static int on_rst_stream(h2c_t *h, const uint8_t *p, size_t n) {
   h->rst_tokens--;
   s->remote_closed = 1; /* the peer is done with it: later frames on it are STREAM_CLOSED */
   s->local_closed = 1;
-  close_stream(h, s, get32(p) != NGHTTP2_NO_ERROR);
+  close_stream(h, s, cb_h2_get32(p) != NGHTTP2_NO_ERROR);
   return 0;
 }
 
@@ -1555,7 +1532,7 @@ static int on_priority(h2c_t *h, const uint8_t *p, size_t n) {
   /* RFC 7540 priorities are off (SETTINGS_NO_RFC7540_PRIORITIES): the frame is checked, nothing more. */
   if (h->fsid == 0) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
   if (n != 5) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
-  if ((int32_t)(get32(p) & 0x7fffffff) == h->fsid) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
+  if ((int32_t)(cb_h2_get32(p) & 0x7fffffff) == h->fsid) return conn_error(h, NGHTTP2_PROTOCOL_ERROR);
   return 0;
 }
 
@@ -1668,7 +1645,7 @@ static int frame_begin(h2c_t *h, const uint8_t *fh) {
   h->flen = (uint32_t)fh[0] << 16 | (uint32_t)fh[1] << 8 | fh[2];
   h->ftype = fh[3];
   h->fflags = fh[4];
-  h->fsid = (int32_t)(get32(fh + 5) & 0x7fffffff);
+  h->fsid = (int32_t)(cb_h2_get32(fh + 5) & 0x7fffffff);
   h->left = h->flen;
   if (h->flen > h->max_recv_frame) return conn_error(h, NGHTTP2_FRAME_SIZE_ERROR);
   if (!h->settings_seen && (h->ftype != NGHTTP2_SETTINGS || (h->fflags & NGHTTP2_FLAG_ACK)))
@@ -1906,7 +1883,7 @@ int cb__h2_settings_valid(const char *settings, size_t len) {
   if (plen < 0 || plen % 6 != 0 || plen / 6 > MAX_SETTINGS) return 0;
   for (ssize_t o = 0; o < plen; o += 6) {
     uint16_t id = (uint16_t)(payload[o] << 8 | payload[o + 1]);
-    uint32_t v = get32(payload + o + 2);
+    uint32_t v = cb_h2_get32(payload + o + 2);
     if ((id == NGHTTP2_SETTINGS_ENABLE_PUSH && v > 1) || (id == NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE && v > MAX_WINDOW) ||
         (id == NGHTTP2_SETTINGS_MAX_FRAME_SIZE && (v < DEFAULT_MAX_FRAME || v > MAX_MAX_FRAME)))
       return 0;
@@ -2064,10 +2041,9 @@ static void free_spare_streams(h2c_t *h) {
   h->nfree = 0;
 }
 
-/* Idle (no stream, no event for CB__REST_MS): the spare streams and buffers go. */
-static void h2_rest(cb__conn_t *c) {
-  h2c_t *h = c->proto_state;
-  if (h == NULL || h->inf == NULL || h->nstreams > 0) return;
+/* What a connection without streams keeps only for speed: spare streams, the stream table, the memo and the
+ * gather buffer (unless a frame is being gathered). */
+static void drop_idle_buffers(h2c_t *h) {
   free_spare_streams(h);
   if (h->in != IN_GATHER) {
     free(h->gbuf);
@@ -2078,6 +2054,13 @@ static void h2_rest(cb__conn_t *c) {
   h->tab = NULL;
   h->tab_cap = h->tab_n = 0;
   memo_free(h);
+}
+
+/* Idle (no stream, no event for CB__REST_MS): the spare streams and buffers go, then the decoder if it can. */
+static void h2_rest(cb__conn_t *c) {
+  h2c_t *h = c->proto_state;
+  if (h == NULL || h->inf == NULL || h->nstreams > 0) return;
+  drop_idle_buffers(h);
   try_park(h);
 }
 
@@ -2106,17 +2089,10 @@ static void try_park(h2c_t *h) {
     return;
   }
   if (h->settings_owed > 0) return;
+  drop_idle_buffers(h);
   nghttp2_hd_inflate_del(h->inf);
   h->inf = NULL;
-  memo_free(h);
   cb__h2_mem_free(&h->mem);
-  free_spare_streams(h);
-  free(h->gbuf);
-  h->gbuf = NULL;
-  h->gcap = 0;
-  free(h->tab);
-  h->tab = NULL;
-  h->tab_cap = h->tab_n = 0;
   CB__STAT_INC(h->c->w, h2_parked);
 }
 
