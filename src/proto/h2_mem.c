@@ -2,8 +2,8 @@
  *
  * Since December 2026 neither the server (proto/http2.c) nor the h2c client (client/h2_client.c) uses nghttp2's
  * session: what allocates here is nghttp2's HPACK decoder (its 1 KiB table ring is a slot, its entries and
- * buffers small blocks). The frame-buffer and three-slot paths below were made for the sessions; the decoder
- * is not expected to ask for blocks of those sizes, and they stay correct should it.
+ * buffers small blocks). The rest step that gave nghttp2's frame buffers and zero pages back went with the
+ * sessions; the mappings and three-slot pages below were made for them too, and stay correct for any size.
  *
  * A session allocates a few large blocks when it is made: its outgoing frame buffer (16 KiB), the stream map's
  * table (4 KiB), and later, rarely, more. Most of their bytes are never written while the connection idles, but
@@ -13,14 +13,7 @@
  * come from malloc, and those of up to 1 KiB are kept per worker when freed, by size class: a stream's blocks
  * then cost a pointer pop and push instead of malloc and free. Blocks of exactly 1 KiB (the HPACK ring
  * buffers: allocated with the session, written only once a header is indexed) are slots of per-worker
- * mappings, four to a page, so that a session that never indexes a header costs nothing for them.
- *
- * cb__h2_mem_rest() goes further for a session that is at rest (nothing being sent): its frame buffers hold
- * nothing that is still needed (nghttp2 resets them before each frame), so their pages are given back to the
- * kernel; the next frame written finds zero-filled pages. Its other mappings may hold live state, but a page of
- * theirs that holds only zeros is given back too, which changes no byte: the stream map's table (4 KiB) is
- * written when the first stream opens and is all zeros again once the last one has closed, so without this an
- * h2 connection idle after its requests (a client pool's) would keep that page for nothing. */
+ * mappings, four to a page, so that a session that never indexes a header costs nothing for them. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -44,10 +37,6 @@ static void page_size_read(void) {
  * (ThreadSanitizer reported it in every h2c run, which hid the rest of its reports). */
 static void page_size_once(void) { pthread_once(&page_size_done, page_size_read); }
 
-/* Process-wide counts for tests (cb__h2_mem_counts): frame buffers mapped now, and how often the rest step
- * emptied one or was skipped. Touched when a session is made or freed and at its rest step, never per request. */
-static uint64_t n_framebufs, n_emptied, n_skipped, n_zero_pages;
-
 static size_t page_round(size_t n) { return (n + page_size - 1) & ~(page_size - 1); }
 
 /* Mappings and slots start on a multiple of 1 KiB; heap blocks rarely do, so most frees and reallocs are told
@@ -70,7 +59,6 @@ static void *big_alloc(cb__h2_mem_t *m, size_t n) {
   slot->ptr = p;
   slot->len = (uint32_t)len;
   slot->size = (uint32_t)n;
-  if (n == CB__H2_MEM_FRAMEBUF) __atomic_add_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
   return p;
 }
 
@@ -189,7 +177,6 @@ static void slot_release(cb__h2_small_t *k, char *p, int n) {
 
 /* Gives a mapping back to the kernel, or a slot back to the worker. */
 static void big_free(cb__h2_mem_t *m, cb__h2_big_t *b) {
-  if (b->len > 0 && b->size == CB__H2_MEM_FRAMEBUF) __atomic_sub_fetch(&n_framebufs, 1, __ATOMIC_RELAXED);
   if (b->len > 0)
     munmap(b->ptr, b->len);
   else if (b->size == CB__H2_MEM_TRIPLE && grow(&m->small->triples, &m->small->triples_cap, m->small->ntriples + 1) == 0) {
@@ -338,51 +325,6 @@ void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small) {
   m->small = small;
   m->mem = (nghttp2_mem){.mem_user_data = m, .malloc = mem_malloc, .free = mem_free, .calloc = mem_calloc,
                          .realloc = mem_realloc};
-}
-
-/* Whether the page at p holds only zeros. */
-static int page_zero(const void *p) {
-  const uint64_t *w = p;
-  uint64_t any = 0;
-  for (size_t i = 0; i < page_size / sizeof *w; i++) any |= w[i];
-  return any == 0;
-}
-
-/* Gives back the pages of a mapping that hold only zeros, each run of them with one call: they read back as
- * zeros after it, as before. Reads each page once: a stream map's table is one page until a session has had
- * many streams at once, and this runs once per rest (not per request). */
-static void zero_pages_back(char *p, size_t len) {
-  size_t run = 0, pages = 0;
-  for (size_t o = 0; o <= len; o += page_size) {
-    if (o < len && page_zero(p + o)) {
-      run += page_size;
-      continue;
-    }
-    if (run > 0 && madvise(p + o - run, run, MADV_DONTNEED) == 0) pages += run / page_size;
-    run = 0;
-  }
-  if (pages > 0) __atomic_add_fetch(&n_zero_pages, pages, __ATOMIC_RELAXED);
-}
-
-void cb__h2_mem_rest(cb__h2_mem_t *m) {
-  for (int i = 0; i < CB__H2_MEM_SLOTS; i++) {
-    cb__h2_big_t *b = &m->big[i];
-    if (b->ptr == NULL || b->len == 0) continue; /* a free entry, or a slot (its page is shared) */
-    if (b->size != CB__H2_MEM_FRAMEBUF)
-      zero_pages_back(b->ptr, b->len);
-    else if (madvise(b->ptr, b->len, MADV_DONTNEED) == 0)
-      __atomic_add_fetch(&n_emptied, 1, __ATOMIC_RELAXED);
-  }
-}
-
-uint64_t cb__h2_mem_zero_pages(void) { return __atomic_load_n(&n_zero_pages, __ATOMIC_RELAXED); }
-
-void cb__h2_mem_rest_skipped(void) { __atomic_add_fetch(&n_skipped, 1, __ATOMIC_RELAXED); }
-
-void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped) {
-  *framebufs = __atomic_load_n(&n_framebufs, __ATOMIC_RELAXED);
-  *emptied = __atomic_load_n(&n_emptied, __ATOMIC_RELAXED);
-  *skipped = __atomic_load_n(&n_skipped, __ATOMIC_RELAXED);
 }
 
 void cb__h2_mem_free(cb__h2_mem_t *m) {

@@ -9,10 +9,6 @@
 
 /* Blocks of this size or more are mappings of their own. */
 #define CB__H2_MEM_BIG 4096
-/* nghttp2's outgoing frame buffer: NGHTTP2_FRAMEBUF_CHUNKLEN (a 9-byte frame header, one padding byte and a
- * 16 KiB payload). Blocks of exactly this size are what cb__h2_mem_rest() empties; were nghttp2 to change it,
- * nothing would be emptied (more memory, never a lost byte). */
-#define CB__H2_MEM_FRAMEBUF (16384 + 9 + 1)
 /* Blocks of exactly this size (the HPACK encoder's and decoder's ring buffers, which a session makes at once
  * but writes only when a header is indexed) are slots of per-worker mappings, four to a page. */
 #define CB__H2_MEM_SLOT 1024
@@ -70,16 +66,6 @@ void cb__h2_mem_init(cb__h2_mem_t *m, cb__h2_small_t *small);
  * keeps are freed. */
 cb__h2_small_t *cb__h2_small_new(void);
 void cb__h2_small_free(cb__h2_small_t *small);
-/* The session is at rest (no frame being sent, nothing queued): gives its frame buffers' pages back, and the
- * pages of its other mappings that hold only zeros (the stream map's table once its streams have closed). */
-void cb__h2_mem_rest(cb__h2_mem_t *m);
-/* The rest step found the session sending (its frame buffer may hold a frame not yet written): nothing emptied. */
-void cb__h2_mem_rest_skipped(void);
-/* For tests (test_idle_memory.c says with them why memory grew): frame buffers that are mappings now, in the
- * whole process, and how many times the rest step emptied one or was skipped (both since the process began). */
-void cb__h2_mem_counts(uint64_t *framebufs, uint64_t *emptied, uint64_t *skipped);
-/* For tests: pages of mappings other than frame buffers that rest steps found all zeros and gave back. */
-uint64_t cb__h2_mem_zero_pages(void);
 /* Unmaps what the session did not free (after nghttp2_session_del, nothing should be left). */
 void cb__h2_mem_free(cb__h2_mem_t *m);
 

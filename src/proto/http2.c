@@ -146,7 +146,6 @@ struct h2c {
   uint8_t hold_data;   /* upgraded, and the client's preface has not arrived yet: DATA waits for it */
   uint8_t peer_eof;    /* the peer closed its sending side: complete requests are answered, then close */
   uint8_t timed_out;   /* a timeout sent GOAWAY; the next one closes (the GOAWAY could not leave) */
-  uint8_t calm;        /* ended with GOAWAY(ENHANCE_YOUR_CALM) */
   uint8_t oversized;   /* header blocks over the limit so far */
   uint8_t settings_seen; /* the client's first SETTINGS frame arrived */
   uint8_t violation;   /* a fault: DATA on stream 0 after the next frames sent (h2_violation) */
@@ -235,7 +234,6 @@ static void out_goaway(h2c_t *h, int32_t last, uint32_t code) {
 static void end_session(h2c_t *h, int32_t last, uint32_t code) {
   if (h->ended) return;
   h->ended = 1;
-  if (code == NGHTTP2_ENHANCE_YOUR_CALM) h->calm = 1;
   out_goaway(h, last, code);
 }
 

@@ -31,7 +31,6 @@
 #include <openssl/ssl.h>
 
 #include "common.h"
-#include "proto/h2_mem.h"
 #include "engine.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -54,19 +53,15 @@ typedef struct {
   int info_fd; /* where the child writes them */
 } child_t;
 
-/* What the child's allocator says (glibc's mallinfo2 over all arenas), and h2_mem.c's counts (nghttp2's frame
- * buffers mapped now, rest steps that emptied one or were skipped), as the child sends them. */
+/* What the child's allocator says (glibc's mallinfo2 over all arenas), as the child sends it. */
 typedef struct {
   size_t arena, ordblks, hblks, hblkhd, uordblks, fordblks, keepcost;
-  uint64_t framebufs, emptied, skipped, zero_pages;
 } heap_info_t;
 
 /* Writes the allocator's figures, then malloc_info(3)'s XML (its length first), to fd. */
 static void heap_report(int fd) {
   struct mallinfo2 mi = mallinfo2();
-  heap_info_t h = {mi.arena, mi.ordblks, mi.hblks, mi.hblkhd, mi.uordblks, mi.fordblks, mi.keepcost, 0, 0, 0, 0};
-  cb__h2_mem_counts(&h.framebufs, &h.emptied, &h.skipped);
-  h.zero_pages = cb__h2_mem_zero_pages();
+  heap_info_t h = {mi.arena, mi.ordblks, mi.hblks, mi.hblkhd, mi.uordblks, mi.fordblks, mi.keepcost};
   char *xml = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&xml, &len);
@@ -303,13 +298,6 @@ static void explain_growth(const snap_t *a, const snap_t *b, int n) {
           ((long)y->uordblks - (long)x->uordblks) / n, x->fordblks, y->fordblks,
           ((long)y->fordblks - (long)x->fordblks) / n, x->ordblks, y->ordblks, x->hblks, x->hblkhd, y->hblks,
           y->hblkhd, x->keepcost, y->keepcost);
-  fprintf(stderr,
-          "  nghttp2 frame buffers (h2_mem.c mappings) %llu -> %llu; rest steps that emptied one %llu -> %llu, that\n"
-          "    found the session sending and emptied none %llu -> %llu (fewer emptied than buffers: those kept a page)\n",
-          (unsigned long long)x->framebufs, (unsigned long long)y->framebufs, (unsigned long long)x->emptied,
-          (unsigned long long)y->emptied, (unsigned long long)x->skipped, (unsigned long long)y->skipped);
-  fprintf(stderr, "  pages of other nghttp2 mappings (the stream map's table) found all zeros at rest and given back %llu -> %llu\n",
-          (unsigned long long)x->zero_pages, (unsigned long long)y->zero_pages);
   fprintf(stderr, "  malloc_info before:\n");
   print_arenas(a->xml);
   fprintf(stderr, "  malloc_info after:\n");
